@@ -1,0 +1,6 @@
+"""The exceptions stackwalk raises. They are defined once, in the native core,
+so that errors raised from Rust and from Python have the same types."""
+
+from stackwalk._core import ArchError, CfiError, ElfError, MemoryReadError, StackwalkError
+
+__all__ = ["StackwalkError", "ElfError", "CfiError", "MemoryReadError", "ArchError"]

@@ -1,0 +1,7 @@
+//! stackwalk's native core: DWARF CFI unwinding over captured memory.
+//!
+//! Everything here is plain Rust except `python`, the one PyO3 binding
+//! module, compiled only with the `python` feature (maturin turns it on).
+
+#[cfg(feature = "python")]
+mod python;
