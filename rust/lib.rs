@@ -5,3 +5,10 @@
 
 #[cfg(feature = "python")]
 mod python;
+
+pub mod arch;
+pub mod cfi;
+pub mod expr;
+pub mod memory;
+pub mod registers;
+pub mod unwind;

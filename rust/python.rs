@@ -1,14 +1,311 @@
-//! The PyO3 bindings: the only module that knows about Python.
+//! The PyO3 bindings: the only module that knows about Python. The Python
+//! layer (`python/stackwalk`) finds ELF sections with pyelftools and hands
+//! their file offsets here; the file itself is mapped, never copied.
 
+use std::fs::File;
+use std::sync::Arc;
+
+use pyo3::buffer::PyBuffer;
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyTuple};
+
+use crate::arch::Arch;
+use crate::cfi::{CfaRule, Data, Module, ModuleSections, RegRule, SectionInfo};
+use crate::memory::Regions;
+use crate::registers::Registers;
+use crate::unwind::{self, Frame as RsFrame, Unwinder as RsUnwinder};
 
 create_exception!(stackwalk._core, StackwalkError, PyException, "Base class of every error stackwalk raises.");
 create_exception!(stackwalk._core, ElfError, StackwalkError, "An ELF file could not be read or lacks what is needed.");
 create_exception!(stackwalk._core, CfiError, StackwalkError, "Call frame information is malformed.");
 create_exception!(stackwalk._core, MemoryReadError, StackwalkError, "Captured memory is missing or malformed.");
 create_exception!(stackwalk._core, ArchError, StackwalkError, "Unknown or mismatched architecture.");
+
+/// One frame of a trace.
+#[pyclass(module = "stackwalk._core", name = "Frame", frozen, eq, hash)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PyFrame {
+    /// Frame 0: the instruction pointer; later frames: the return address.
+    #[pyo3(get)]
+    pc: u64,
+    #[pyo3(get)]
+    sp: u64,
+    /// The canonical frame address, or None where it could not be computed.
+    #[pyo3(get)]
+    cfa: Option<u64>,
+    trust: unwind::Trust,
+}
+
+#[pymethods]
+impl PyFrame {
+    /// How the frame was found: "context" (given registers) or "cfi".
+    #[getter]
+    fn trust(&self) -> &'static str {
+        self.trust.as_str()
+    }
+
+    fn __repr__(&self) -> String {
+        let cfa = self.cfa.map_or("None".to_owned(), |c| format!("{c:#x}"));
+        format!("Frame(pc={:#x}, sp={:#x}, cfa={cfa}, trust={:?})", self.pc, self.sp, self.trust.as_str())
+    }
+}
+
+impl From<&RsFrame> for PyFrame {
+    fn from(f: &RsFrame) -> Self {
+        PyFrame { pc: f.pc, sp: f.sp, cfa: f.cfa, trust: f.trust }
+    }
+}
+
+/// The result of one unwind: the frames, and why the walk stopped.
+#[pyclass(module = "stackwalk._core", name = "Trace", frozen)]
+pub struct PyTrace {
+    frames: Vec<RsFrame>,
+    end: unwind::EndReason,
+    #[pyo3(get)]
+    end_detail: String,
+}
+
+#[pymethods]
+impl PyTrace {
+    #[getter]
+    fn frames(&self) -> Vec<PyFrame> {
+        self.frames.iter().map(PyFrame::from).collect()
+    }
+
+    /// The frames' pcs (faster than going through `frames`).
+    #[getter]
+    fn pcs(&self) -> Vec<u64> {
+        self.frames.iter().map(|f| f.pc).collect()
+    }
+
+    /// Why the walk stopped: end_of_stack, pc_zero, cfa_not_increasing,
+    /// memory, no_module, no_unwind_info, missing_register, bad_cfi, frame_limit.
+    #[getter]
+    fn end(&self) -> &'static str {
+        self.end.as_str()
+    }
+
+    /// True when the walk reached the outermost frame.
+    #[getter]
+    fn complete(&self) -> bool {
+        self.end.is_clean()
+    }
+
+    fn __len__(&self) -> usize {
+        self.frames.len()
+    }
+
+    fn __repr__(&self) -> String {
+        format!("<Trace {} frames, end={:?}>", self.frames.len(), self.end.as_str())
+    }
+}
+
+type SectionTuple = (u64, u64, u64);
+
+fn section(t: Option<SectionTuple>) -> Option<SectionInfo> {
+    t.map(|(file_offset, size, address)| SectionInfo { file_offset, size, address })
+}
+
+/// Unwinds native stacks for one architecture.
+#[pyclass(module = "stackwalk._core", name = "Unwinder", subclass)]
+pub struct PyUnwinder {
+    inner: RsUnwinder,
+    frames: Vec<RsFrame>,
+}
+
+#[pymethods]
+impl PyUnwinder {
+    #[new]
+    #[pyo3(signature = (arch = "x86_64"))]
+    fn new(arch: &str) -> PyResult<Self> {
+        let arch: Arch = arch.parse().map_err(|e: crate::arch::UnknownArch| ArchError::new_err(e.to_string()))?;
+        Ok(PyUnwinder { inner: RsUnwinder::new(arch), frames: Vec::with_capacity(64) })
+    }
+
+    #[getter]
+    fn arch(&self) -> &'static str {
+        self.inner.arch().name()
+    }
+
+    /// The modules added: (name, start, end, bias), sorted by address.
+    #[getter]
+    fn modules(&self) -> Vec<(String, u64, u64, u64)> {
+        self.inner.modules().iter().map(|m| (m.name.clone(), m.range.start, m.range.end, m.bias)).collect()
+    }
+
+    /// (hits, misses) of the rule cache since the unwinder was made.
+    #[getter]
+    fn cache_stats(&self) -> (u64, u64) {
+        (self.inner.stats.hits, self.inner.stats.misses)
+    }
+
+    /// Add a module from the pieces the ELF reader found: either `path` (the
+    /// file is mapped) or `image` (bytes of an ELF image, copied).
+    /// `start`/`end` are the ELF address range of the loadable segments;
+    /// sections are (file offset, size, ELF address) tuples.
+    #[pyo3(signature = (name, bias, start, end, *, path = None, image = None, eh_frame = None,
+                        eh_frame_hdr = None, debug_frame = None, text = None, got = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn _add_elf(
+        &mut self,
+        name: String,
+        bias: i128,
+        start: u64,
+        end: u64,
+        path: Option<String>,
+        image: Option<&Bound<'_, PyAny>>,
+        eh_frame: Option<SectionTuple>,
+        eh_frame_hdr: Option<SectionTuple>,
+        debug_frame: Option<SectionTuple>,
+        text: Option<u64>,
+        got: Option<u64>,
+    ) -> PyResult<()> {
+        let data = match (path, image) {
+            (Some(path), None) => {
+                let file = File::open(&path).map_err(|e| ElfError::new_err(format!("{path}: {e}")))?;
+                // SAFETY: the file is mapped read-only; like every tool that
+                // maps its input (gdb, eu-stack), we assume it is not
+                // truncated while in use.
+                let map = unsafe { memmap2::Mmap::map(&file) }
+                    .map_err(|e| ElfError::new_err(format!("{path}: cannot map: {e}")))?;
+                Data::Mapped(map)
+            }
+            (None, Some(image)) => {
+                let buf = PyBuffer::<u8>::get(image)?;
+                Data::Owned(buf.to_vec(image.py())?)
+            }
+            _ => return Err(StackwalkError::new_err("_add_elf takes exactly one of path and image")),
+        };
+        let sections = ModuleSections {
+            eh_frame: section(eh_frame),
+            eh_frame_hdr: section(eh_frame_hdr),
+            debug_frame: section(debug_frame),
+            text,
+            got,
+        };
+        // Bias is runtime − ELF address, taken modulo 2^64 (it may be negative).
+        let bias = bias as u64;
+        let arch = self.inner.arch();
+        let module = Module::new(name.clone(), arch, data, sections, start..end, bias)
+            .map_err(|e| ElfError::new_err(format!("{name}: {e}")))?;
+        self.inner
+            .add_module(Arc::new(module))
+            .map_err(|e| StackwalkError::new_err(e.to_string()))
+    }
+
+    /// Unwind from `regs` (register name -> value) over `memory` (an
+    /// iterable of (start address, bytes-like) regions).
+    #[pyo3(signature = (regs, memory, max_frames = 256))]
+    fn unwind(
+        &mut self,
+        regs: &Bound<'_, PyAny>,
+        memory: &Bound<'_, PyAny>,
+        max_frames: usize,
+    ) -> PyResult<PyTrace> {
+        let arch = self.inner.arch();
+        let (pc, registers) = extract_registers(arch, regs)?;
+        let buffers = extract_buffers(memory)?;
+        let mut regions = Regions::new();
+        for (start, buf) in &buffers {
+            // SAFETY: each PyBuffer is C-contiguous (checked) and is held,
+            // keeping the exporter's memory alive and in place, until the
+            // end of this call; the GIL is held, so no Python code runs.
+            let bytes = unsafe { std::slice::from_raw_parts(buf.buf_ptr() as *const u8, buf.len_bytes()) };
+            regions.add(*start, bytes);
+        }
+        let end = self.inner.unwind(pc, &registers, &mut regions, max_frames, &mut self.frames);
+        let end_detail = self.inner.describe(&end);
+        Ok(PyTrace { frames: self.frames.clone(), end: end.reason, end_detail })
+    }
+
+    /// The CFI row in force at runtime address `pc` (no pc−1 adjustment), or
+    /// None if no FDE covers it. For introspection and differential tests.
+    fn rule_at<'py>(&mut self, py: Python<'py>, pc: u64) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let (index, row, range) = match self.inner.row_at(pc) {
+            Ok(found) => found,
+            Err(crate::cfi::LookupError::NoFde) => return Ok(None),
+            Err(e) => return Err(CfiError::new_err(format!("at {pc:#x}: {e}"))),
+        };
+        let module = &self.inner.modules()[index];
+        let expr = |e| PyBytes::new(py, module.expr_bytes(e));
+        let out = PyDict::new(py);
+        let cfa = match row.cfa {
+            CfaRule::RegOffset { reg, offset } => ("reg", reg, offset).into_pyobject(py)?.into_any(),
+            CfaRule::Expr(e) => ("expr", expr(e)).into_pyobject(py)?.into_any(),
+        };
+        out.set_item("cfa", cfa)?;
+        out.set_item("ra_column", row.ra)?;
+        let registers = PyDict::new(py);
+        for &(reg, rule) in row.rules() {
+            let rule = match rule {
+                RegRule::Undefined => PyTuple::new(py, ["undefined"])?.into_any(),
+                RegRule::SameValue => PyTuple::new(py, ["same_value"])?.into_any(),
+                RegRule::Offset(n) => ("offset", n).into_pyobject(py)?.into_any(),
+                RegRule::ValOffset(n) => ("val_offset", n).into_pyobject(py)?.into_any(),
+                RegRule::Register(r) => ("register", r).into_pyobject(py)?.into_any(),
+                RegRule::Expr(e) => ("expression", expr(e)).into_pyobject(py)?.into_any(),
+                RegRule::ValExpr(e) => ("val_expression", expr(e)).into_pyobject(py)?.into_any(),
+            };
+            registers.set_item(reg, rule)?;
+        }
+        out.set_item("registers", registers)?;
+        out.set_item("signal_frame", row.signal_frame)?;
+        out.set_item("fde_start", range.start)?;
+        out.set_item("fde_end", range.end)?;
+        Ok(Some(out))
+    }
+}
+
+fn extract_registers(arch: Arch, regs: &Bound<'_, PyAny>) -> PyResult<(u64, Registers)> {
+    let mut registers = Registers::new();
+    let mut pc = None;
+    let mut set = |name: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>| -> PyResult<()> {
+        let name = name.extract::<&str>()?;
+        match arch.register_by_name(name) {
+            Some(Some(col)) => registers.set(col, value.extract::<u64>()?),
+            Some(None) => pc = Some(value.extract::<u64>()?),
+            None => {} // flags, segment registers, fs_base...: not used by unwinding
+        }
+        Ok(())
+    };
+    if let Ok(dict) = regs.cast::<PyDict>() {
+        for (k, v) in dict.iter() {
+            set(&k, &v)?;
+        }
+    } else {
+        for item in regs.call_method0("items")?.try_iter()? {
+            let (k, v): (Bound<'_, PyAny>, Bound<'_, PyAny>) = item?.extract()?;
+            set(&k, &v)?;
+        }
+    }
+    let pc_name = if arch == Arch::X86_64 { "rip" } else { "pc" };
+    let pc = pc.ok_or_else(|| StackwalkError::new_err(format!("regs lacks the program counter ({pc_name})")))?;
+    if registers.get(arch.sp()).is_none() {
+        let sp_name = arch.register_name(arch.sp()).unwrap_or("sp");
+        return Err(StackwalkError::new_err(format!("regs lacks the stack pointer ({sp_name})")));
+    }
+    Ok((pc, registers))
+}
+
+fn extract_buffers(memory: &Bound<'_, PyAny>) -> PyResult<Vec<(u64, PyBuffer<u8>)>> {
+    let mut out = Vec::new();
+    for (i, item) in memory.try_iter()?.enumerate() {
+        let item = item?;
+        let (start, data): (u64, Bound<'_, PyAny>) = item.extract().map_err(|_| {
+            MemoryReadError::new_err(format!("memory region {i} is not a (start address, bytes-like) pair"))
+        })?;
+        let buf = PyBuffer::<u8>::get(&data).map_err(|e| {
+            MemoryReadError::new_err(format!("memory region {i} at {start:#x} is not a byte buffer: {e}"))
+        })?;
+        if !buf.is_c_contiguous() {
+            return Err(MemoryReadError::new_err(format!("memory region {i} at {start:#x} is not contiguous")));
+        }
+        out.push((start, buf));
+    }
+    Ok(out)
+}
 
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -18,5 +315,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("CfiError", py.get_type::<CfiError>())?;
     m.add("MemoryReadError", py.get_type::<MemoryReadError>())?;
     m.add("ArchError", py.get_type::<ArchError>())?;
+    m.add_class::<PyUnwinder>()?;
+    m.add_class::<PyTrace>()?;
+    m.add_class::<PyFrame>()?;
     Ok(())
 }

@@ -1,0 +1,193 @@
+//! Architectures: DWARF register numbering, register names, and the ABI's
+//! default rule for registers the CFI says nothing about.
+
+mod aarch64;
+mod x86_64;
+
+use std::fmt;
+use std::str::FromStr;
+
+/// Number of DWARF register columns tracked per frame. x86_64 uses 0..=16
+/// (16 being the return-address column), aarch64 0..=31. Rules for columns
+/// beyond this (vector registers) are ignored: no unwinding rule reads them.
+pub const NUM_REGS: usize = 33;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Arch {
+    X86_64,
+    Aarch64,
+}
+
+/// What a register column becomes in the caller when no CFI rule names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DefaultRule {
+    SameValue,
+    Undefined,
+}
+
+impl Arch {
+    pub const ALL: [Arch; 2] = [Arch::X86_64, Arch::Aarch64];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Arch::X86_64 => "x86_64",
+            Arch::Aarch64 => "aarch64",
+        }
+    }
+
+    /// The DWARF column of the stack pointer.
+    pub fn sp(self) -> u16 {
+        match self {
+            Arch::X86_64 => x86_64::SP,
+            Arch::Aarch64 => aarch64::SP,
+        }
+    }
+
+    /// The DWARF column of the frame pointer.
+    pub fn fp(self) -> u16 {
+        match self {
+            Arch::X86_64 => x86_64::FP,
+            Arch::Aarch64 => aarch64::FP,
+        }
+    }
+
+    /// The return-address column CIEs of this architecture use.
+    pub fn ra(self) -> u16 {
+        match self {
+            Arch::X86_64 => x86_64::RA,
+            Arch::Aarch64 => aarch64::RA,
+        }
+    }
+
+    /// The column that holds the program counter itself, if the ABI gives it
+    /// one (x86_64: 16, `rip`; aarch64 has none).
+    pub fn pc_column(self) -> Option<u16> {
+        match self {
+            Arch::X86_64 => Some(x86_64::RA),
+            Arch::Aarch64 => None,
+        }
+    }
+
+    /// The rule that applies to `reg` in the caller when the CFI gives none.
+    pub fn default_rule(self, reg: u16) -> DefaultRule {
+        let same = match self {
+            Arch::X86_64 => x86_64::CALLEE_SAVED.contains(&reg),
+            Arch::Aarch64 => aarch64::is_callee_saved(reg),
+        };
+        if same {
+            DefaultRule::SameValue
+        } else {
+            DefaultRule::Undefined
+        }
+    }
+
+    /// The register named `name` (as given by users: `rip`, `rsp`, `x29`,
+    /// `fp`, ...): `Some(Some(column))` for a DWARF column, `Some(None)` for
+    /// the program counter, `None` for a name this architecture doesn't know.
+    pub fn register_by_name(self, name: &str) -> Option<Option<u16>> {
+        match self {
+            Arch::X86_64 => x86_64::register_by_name(name),
+            Arch::Aarch64 => aarch64::register_by_name(name),
+        }
+    }
+
+    /// The conventional name of a DWARF column, for messages.
+    pub fn register_name(self, reg: u16) -> Option<&'static str> {
+        match self {
+            Arch::X86_64 => x86_64::NAMES.get(reg as usize).copied(),
+            Arch::Aarch64 => aarch64::NAMES.get(reg as usize).copied(),
+        }
+    }
+
+    /// Turn a recovered return address into a code address: aarch64 return
+    /// addresses may carry pointer-authentication bits above the 48-bit
+    /// user address space.
+    pub fn strip_return_address(self, ra: u64) -> u64 {
+        match self {
+            Arch::X86_64 => ra,
+            Arch::Aarch64 => ra & aarch64::USER_ADDRESS_MASK,
+        }
+    }
+
+    /// The vendor extensions gimli must accept in this architecture's CFI.
+    pub fn gimli_vendor(self) -> gimli::Vendor {
+        match self {
+            Arch::X86_64 => gimli::Vendor::Default,
+            Arch::Aarch64 => gimli::Vendor::AArch64,
+        }
+    }
+
+    /// The ELF `e_machine` value of this architecture.
+    pub fn elf_machine(self) -> u16 {
+        match self {
+            Arch::X86_64 => 62,
+            Arch::Aarch64 => 183,
+        }
+    }
+}
+
+impl fmt::Display for Arch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownArch(pub String);
+
+impl fmt::Display for UnknownArch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "unknown architecture {:?} (supported: x86_64, aarch64)", self.0)
+    }
+}
+
+impl std::error::Error for UnknownArch {}
+
+impl FromStr for Arch {
+    type Err = UnknownArch;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "x86_64" | "x86-64" | "amd64" => Ok(Arch::X86_64),
+            "aarch64" | "arm64" => Ok(Arch::Aarch64),
+            _ => Err(UnknownArch(s.to_owned())),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn register_names_round_trip() {
+        for arch in Arch::ALL {
+            for reg in 0..NUM_REGS as u16 {
+                if let Some(name) = arch.register_name(reg) {
+                    assert_eq!(arch.register_by_name(name), Some(Some(reg)), "{arch} {name}");
+                }
+            }
+        }
+        assert_eq!(Arch::X86_64.register_by_name("rip"), Some(None));
+        assert_eq!(Arch::Aarch64.register_by_name("pc"), Some(None));
+        assert_eq!(Arch::Aarch64.register_by_name("lr"), Some(Some(30)));
+        assert_eq!(Arch::Aarch64.register_by_name("fp"), Some(Some(29)));
+        assert_eq!(Arch::X86_64.register_by_name("eflags"), None);
+    }
+
+    #[test]
+    fn defaults_follow_the_abi() {
+        assert_eq!(Arch::X86_64.default_rule(3), DefaultRule::SameValue); // rbx
+        assert_eq!(Arch::X86_64.default_rule(0), DefaultRule::Undefined); // rax
+        assert_eq!(Arch::X86_64.default_rule(7), DefaultRule::Undefined); // rsp: the CFA
+        assert_eq!(Arch::Aarch64.default_rule(19), DefaultRule::SameValue);
+        assert_eq!(Arch::Aarch64.default_rule(30), DefaultRule::SameValue);
+        assert_eq!(Arch::Aarch64.default_rule(0), DefaultRule::Undefined);
+    }
+
+    #[test]
+    fn pointer_authentication_bits_are_stripped() {
+        assert_eq!(Arch::Aarch64.strip_return_address(0x003f_0000_0040_1234), 0x40_1234);
+        assert_eq!(Arch::X86_64.strip_return_address(0x7fff_1234), 0x7fff_1234);
+    }
+}

@@ -1,0 +1,122 @@
+//! The captured address space: everything the unwinder reads goes through
+//! the one narrow [`Memory`] interface, so cores, perf samples and plain
+//! buffers plug in the same way.
+
+/// Reads of the target's memory. `None` means the address is not captured.
+pub trait Memory {
+    fn read_u64(&mut self, addr: u64) -> Option<u64>;
+
+    /// A little-endian read of `size` (1, 2, 4 or 8) bytes, zero-extended.
+    fn read_sized(&mut self, addr: u64, size: u8) -> Option<u64> {
+        let v = self.read_u64(addr)?;
+        Some(if size >= 8 { v } else { v & ((1u64 << (u32::from(size) * 8)) - 1) })
+    }
+}
+
+impl<F: FnMut(u64) -> Option<u64>> Memory for F {
+    fn read_u64(&mut self, addr: u64) -> Option<u64> {
+        self(addr)
+    }
+}
+
+/// Memory made of captured regions (start address, bytes), e.g. the stack
+/// copied at the time of a sample. Regions may come in any order; a read
+/// must lie inside one region.
+#[derive(Debug, Default, Clone)]
+pub struct Regions<'a> {
+    regions: Vec<(u64, &'a [u8])>,
+    last: usize,
+}
+
+impl<'a> Regions<'a> {
+    pub fn new() -> Self {
+        Regions { regions: Vec::new(), last: 0 }
+    }
+
+    /// Remove all regions, keeping the allocation for reuse.
+    pub fn clear(&mut self) {
+        self.regions.clear();
+        self.last = 0;
+    }
+
+    pub fn add(&mut self, start: u64, bytes: &'a [u8]) {
+        let pos = self.regions.partition_point(|(s, _)| *s < start);
+        self.regions.insert(pos, (start, bytes));
+    }
+
+    pub fn len(&self) -> usize {
+        self.regions.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.regions.is_empty()
+    }
+
+    fn find(&self, addr: u64, size: u64) -> Option<&'a [u8]> {
+        let fits = |&(start, bytes): &(u64, &'a [u8])| {
+            let off = addr.checked_sub(start)?;
+            let end = off.checked_add(size)?;
+            if end <= bytes.len() as u64 {
+                Some(&bytes[off as usize..end as usize])
+            } else {
+                None
+            }
+        };
+        // Unwinding reads neighbouring stack words: try the last region hit first.
+        if let Some(hit) = self.regions.get(self.last).and_then(fits) {
+            return Some(hit);
+        }
+        let idx = self.regions.partition_point(|(s, _)| *s <= addr).checked_sub(1)?;
+        // Regions may overlap: the nearest start below addr may be a short one.
+        self.regions[..=idx].iter().rev().find_map(fits)
+    }
+}
+
+impl Memory for Regions<'_> {
+    fn read_u64(&mut self, addr: u64) -> Option<u64> {
+        let bytes = self.find(addr, 8)?;
+        Some(u64::from_le_bytes(bytes.try_into().ok()?))
+    }
+
+    fn read_sized(&mut self, addr: u64, size: u8) -> Option<u64> {
+        let bytes = self.find(addr, u64::from(size))?;
+        let mut buf = [0u8; 8];
+        buf[..bytes.len()].copy_from_slice(bytes);
+        Some(u64::from_le_bytes(buf))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_inside_regions_only() {
+        let a: Vec<u8> = (0u8..32).collect();
+        let b = [0xffu8; 8];
+        let mut m = Regions::new();
+        m.add(0x2000, &b);
+        m.add(0x1000, &a);
+        assert_eq!(m.read_u64(0x1000), Some(u64::from_le_bytes([0, 1, 2, 3, 4, 5, 6, 7])));
+        assert_eq!(m.read_u64(0x1018), Some(u64::from_le_bytes([24, 25, 26, 27, 28, 29, 30, 31])));
+        assert_eq!(m.read_u64(0x1019), None, "crosses the end of the region");
+        assert_eq!(m.read_u64(0x0fff), None);
+        assert_eq!(m.read_u64(0x2000), Some(u64::MAX));
+        assert_eq!(m.read_u64(u64::MAX - 3), None, "no overflow at the top of memory");
+        assert_eq!(m.read_sized(0x1001, 2), Some(0x0201));
+        assert_eq!(m.read_sized(0x101f, 1), Some(31));
+        assert_eq!(m.read_sized(0x101f, 2), None);
+    }
+
+    #[test]
+    fn overlapping_regions() {
+        let big = [1u8; 64];
+        let small = [2u8; 8];
+        let mut m = Regions::new();
+        m.add(0x1000, &big);
+        m.add(0x1008, &small);
+        // 0x1010 is past the small region but inside the big one.
+        assert_eq!(m.read_u64(0x1010), Some(u64::from_le_bytes([1; 8])));
+        assert_eq!(m.read_u64(0x1008), Some(u64::from_le_bytes([2; 8])));
+    }
+}

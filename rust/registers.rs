@@ -1,0 +1,64 @@
+//! A frame's register file: the DWARF columns whose values are known.
+
+use crate::arch::NUM_REGS;
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Registers {
+    values: [u64; NUM_REGS],
+    known: u64,
+}
+
+impl Default for Registers {
+    fn default() -> Self {
+        Registers { values: [0; NUM_REGS], known: 0 }
+    }
+}
+
+impl Registers {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    #[inline]
+    pub fn get(&self, reg: u16) -> Option<u64> {
+        let i = reg as usize;
+        if i < NUM_REGS && self.known & (1 << i) != 0 {
+            Some(self.values[i])
+        } else {
+            None
+        }
+    }
+
+    /// Set a column's value; columns this file does not track are ignored.
+    #[inline]
+    pub fn set(&mut self, reg: u16, value: u64) {
+        let i = reg as usize;
+        if i < NUM_REGS {
+            self.values[i] = value;
+            self.known |= 1 << i;
+        }
+    }
+
+    #[inline]
+    pub fn forget(&mut self, reg: u16) {
+        let i = reg as usize;
+        if i < NUM_REGS {
+            self.known &= !(1 << i);
+        }
+    }
+
+    /// The known columns, in ascending order.
+    pub fn iter(&self) -> impl Iterator<Item = (u16, u64)> + '_ {
+        (0..NUM_REGS as u16).filter_map(move |r| self.get(r).map(|v| (r, v)))
+    }
+}
+
+impl std::fmt::Debug for Registers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut map = f.debug_map();
+        for (r, v) in self.iter() {
+            map.entry(&r, &format_args!("{v:#x}"));
+        }
+        map.finish()
+    }
+}

@@ -1,0 +1,461 @@
+//! The unwind loop: from a frame's registers, find the rules for its pc,
+//! compute the CFA, recover the caller's registers, repeat.
+
+use std::fmt;
+use std::ops::Range;
+use std::sync::Arc;
+
+use gimli::UnwindContext;
+
+use crate::arch::{Arch, DefaultRule};
+use crate::cfi::{CfaRule, CompactRow, LookupError, Module, RegRule, Row, RuleSet};
+use crate::expr::{self, ExprError};
+use crate::memory::Memory;
+use crate::registers::Registers;
+
+/// How a frame was found, best first (rust-minidump's trust levels).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Trust {
+    /// Frame 0: the registers were given.
+    Context,
+    /// Recovered with call frame information.
+    Cfi,
+}
+
+impl Trust {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Trust::Context => "context",
+            Trust::Cfi => "cfi",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Frame {
+    /// Frame 0: the instruction pointer; later frames: the return address.
+    pub pc: u64,
+    pub sp: u64,
+    /// The canonical frame address, once it was computed.
+    pub cfa: Option<u64>,
+    pub trust: Trust,
+}
+
+/// Why a walk stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum EndReason {
+    /// The return-address rule is undefined: the outermost frame (`_start`, `clone`).
+    EndOfStack,
+    /// The recovered return address is 0.
+    PcZero,
+    /// The caller's stack pointer is not above the frame's.
+    CfaNotIncreasing,
+    /// A read fell outside the captured memory.
+    Memory,
+    /// The pc is in no module that was added.
+    NoModule,
+    /// The pc's module has no FDE covering it.
+    NoUnwindInfo,
+    /// A rule needs a register whose value is not known.
+    MissingRegister,
+    /// The CFI or an expression in it is malformed.
+    BadCfi,
+    /// `max_frames` frames were found and the walk could go on.
+    FrameLimit,
+}
+
+impl EndReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EndReason::EndOfStack => "end_of_stack",
+            EndReason::PcZero => "pc_zero",
+            EndReason::CfaNotIncreasing => "cfa_not_increasing",
+            EndReason::Memory => "memory",
+            EndReason::NoModule => "no_module",
+            EndReason::NoUnwindInfo => "no_unwind_info",
+            EndReason::MissingRegister => "missing_register",
+            EndReason::BadCfi => "bad_cfi",
+            EndReason::FrameLimit => "frame_limit",
+        }
+    }
+
+    /// Whether this is how a complete stack ends.
+    pub fn is_clean(self) -> bool {
+        matches!(self, EndReason::EndOfStack | EndReason::PcZero)
+    }
+}
+
+/// What exactly went wrong, for the message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EndDetail {
+    None,
+    /// The address read or looked up.
+    Address(u64),
+    Register(u16),
+    Expr(ExprError),
+    Lookup(LookupError),
+    /// Caller sp vs this frame's sp.
+    Sp { caller: u64, frame: u64 },
+}
+
+/// How and where the walk ended. Copy, so ending allocates nothing; the
+/// message is made on demand by [`Unwinder::describe`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct End {
+    pub reason: EndReason,
+    /// The index of the frame being unwound when the walk stopped.
+    pub frame: usize,
+    /// The address used to look up that frame's rules.
+    pub lookup_pc: u64,
+    /// The module that address fell in, if any (index into the unwinder's modules).
+    pub module: Option<usize>,
+    pub detail: EndDetail,
+}
+
+/// Slots of the direct-mapped rule cache (a prime, as in framehop).
+const CACHE_SLOTS: usize = 509;
+
+#[derive(Clone, Copy)]
+struct CacheSlot {
+    key: u64,
+    module: u32,
+    row: CompactRow,
+}
+
+const EMPTY_KEY: u64 = u64::MAX;
+
+/// Unwinds stacks for one architecture over a set of modules. One
+/// `Unwinder` keeps its caches warm across calls; it is not `Sync`: use one
+/// per thread (the modules themselves are shared through `Arc`).
+pub struct Unwinder {
+    arch: Arch,
+    /// Sorted by start address; ranges don't overlap.
+    modules: Vec<Arc<Module>>,
+    ctx: Box<UnwindContext<usize>>,
+    cache: Box<[CacheSlot]>,
+    pub stats: Stats,
+}
+
+/// Counters of the rule cache, for benchmarks and tests.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    pub hits: u64,
+    pub misses: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OverlapError {
+    pub name: String,
+    pub other: String,
+    pub range: Range<u64>,
+}
+
+impl fmt::Display for OverlapError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "module {} at {:#x}..{:#x} overlaps module {}",
+            self.name, self.range.start, self.range.end, self.other
+        )
+    }
+}
+
+impl std::error::Error for OverlapError {}
+
+enum Step {
+    Caller { pc: u64, sp: u64, regs: Registers, signal_frame: bool },
+    End(EndReason, EndDetail),
+}
+
+impl Unwinder {
+    pub fn new(arch: Arch) -> Self {
+        let empty = CacheSlot { key: EMPTY_KEY, module: 0, row: CompactRow::new(CfaRule::RegOffset { reg: 0, offset: 0 }, 0, false) };
+        Unwinder {
+            arch,
+            modules: Vec::new(),
+            ctx: Box::new(UnwindContext::new()),
+            cache: vec![empty; CACHE_SLOTS].into_boxed_slice(),
+            stats: Stats::default(),
+        }
+    }
+
+    pub fn arch(&self) -> Arch {
+        self.arch
+    }
+
+    pub fn modules(&self) -> &[Arc<Module>] {
+        &self.modules
+    }
+
+    /// Add a module; its runtime range must not overlap one already added.
+    pub fn add_module(&mut self, module: Arc<Module>) -> Result<(), OverlapError> {
+        let pos = self.modules.partition_point(|m| m.range.start < module.range.start);
+        let overlaps = |m: &Arc<Module>| m.range.start < module.range.end && module.range.start < m.range.end;
+        if let Some(other) = [pos.checked_sub(1), Some(pos)]
+            .into_iter()
+            .flatten()
+            .filter_map(|i| self.modules.get(i))
+            .find(|m| overlaps(m))
+        {
+            return Err(OverlapError {
+                name: module.name.clone(),
+                other: other.name.clone(),
+                range: module.range.clone(),
+            });
+        }
+        self.modules.insert(pos, module);
+        self.clear_cache();
+        Ok(())
+    }
+
+    fn clear_cache(&mut self) {
+        for slot in self.cache.iter_mut() {
+            slot.key = EMPTY_KEY;
+        }
+    }
+
+    /// The index of the module whose range holds `pc`.
+    pub fn module_index(&self, pc: u64) -> Option<usize> {
+        let i = self.modules.partition_point(|m| m.range.start <= pc).checked_sub(1)?;
+        (pc < self.modules[i].range.end).then_some(i)
+    }
+
+    /// The rules in force at runtime address `pc`, with the FDE's runtime
+    /// range: for introspection and tests (bypasses the cache).
+    pub fn row_at(&mut self, pc: u64) -> Result<(usize, Row, Range<u64>), LookupError> {
+        let index = self.module_index(pc).ok_or(LookupError::NoFde)?;
+        let module = &self.modules[index];
+        let (row, range) = module.find_row(pc.wrapping_sub(module.bias), &mut self.ctx)?;
+        let bias = module.bias;
+        Ok((index, row, range.start.wrapping_add(bias)..range.end.wrapping_add(bias)))
+    }
+
+    /// Unwind from `pc` and `regs` (which must hold the stack pointer),
+    /// reading memory through `mem`. The frames go into `frames` (cleared
+    /// first, so one vector can be reused without allocating).
+    pub fn unwind<M: Memory + ?Sized>(
+        &mut self,
+        pc: u64,
+        regs: &Registers,
+        mem: &mut M,
+        max_frames: usize,
+        frames: &mut Vec<Frame>,
+    ) -> End {
+        frames.clear();
+        let arch = self.arch;
+        let mut end = End { reason: EndReason::FrameLimit, frame: 0, lookup_pc: pc, module: None, detail: EndDetail::None };
+        let Some(mut sp) = regs.get(arch.sp()) else {
+            end.reason = EndReason::MissingRegister;
+            end.detail = EndDetail::Register(arch.sp());
+            return end;
+        };
+        if max_frames == 0 {
+            return end;
+        }
+        let mut regs = *regs;
+        let mut pc = pc;
+        if let Some(col) = arch.pc_column() {
+            regs.set(col, pc);
+        }
+        frames.push(Frame { pc, sp, cfa: None, trust: Trust::Context });
+        // Frame 0 and frames interrupted by a signal are looked up at their
+        // pc; the others at pc - 1, inside the call that made them.
+        let mut interrupted = true;
+        loop {
+            let lookup = if interrupted { pc } else { pc.wrapping_sub(1) };
+            end.frame = frames.len() - 1;
+            end.lookup_pc = lookup;
+            end.module = self.module_index(lookup);
+            let step = match end.module {
+                None => Step::End(EndReason::NoModule, EndDetail::Address(lookup)),
+                Some(m) => self.step(m, lookup, sp, interrupted, &regs, mem, frames),
+            };
+            match step {
+                Step::End(reason, detail) => {
+                    end.reason = reason;
+                    end.detail = detail;
+                    return end;
+                }
+                Step::Caller { pc: caller_pc, sp: caller_sp, regs: caller_regs, signal_frame } => {
+                    if frames.len() >= max_frames {
+                        end.reason = EndReason::FrameLimit;
+                        end.detail = EndDetail::None;
+                        return end;
+                    }
+                    frames.push(Frame { pc: caller_pc, sp: caller_sp, cfa: None, trust: Trust::Cfi });
+                    pc = caller_pc;
+                    sp = caller_sp;
+                    regs = caller_regs;
+                    interrupted = signal_frame;
+                }
+            }
+        }
+    }
+
+    /// Unwind one frame: the caller of the frame at `lookup` in module `m`.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    fn step<M: Memory + ?Sized>(
+        &mut self,
+        m: usize,
+        lookup: u64,
+        sp: u64,
+        interrupted: bool,
+        regs: &Registers,
+        mem: &mut M,
+        frames: &mut [Frame],
+    ) -> Step {
+        let slot = (lookup % CACHE_SLOTS as u64) as usize;
+        let cached = &self.cache[slot];
+        if cached.key == lookup && cached.module as usize == m {
+            self.stats.hits += 1;
+            let row = cached.row;
+            return self.apply(m, &row, sp, interrupted, regs, mem, frames);
+        }
+        self.stats.misses += 1;
+        let module = &self.modules[m];
+        let row = match module.find_row(lookup.wrapping_sub(module.bias), &mut self.ctx) {
+            Ok((row, _)) => row,
+            Err(LookupError::NoFde) => {
+                return Step::End(EndReason::NoUnwindInfo, EndDetail::Lookup(LookupError::NoFde))
+            }
+            Err(e) => return Step::End(EndReason::BadCfi, EndDetail::Lookup(e)),
+        };
+        if let Some(compact) = row.resize::<8>() {
+            self.cache[slot] = CacheSlot { key: lookup, module: m as u32, row: compact };
+        }
+        self.apply(m, &row, sp, interrupted, regs, mem, frames)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    fn apply<M: Memory + ?Sized, const N: usize>(
+        &self,
+        m: usize,
+        row: &RuleSet<N>,
+        sp: u64,
+        interrupted: bool,
+        regs: &Registers,
+        mem: &mut M,
+        frames: &mut [Frame],
+    ) -> Step {
+        let arch = self.arch;
+        let module = &self.modules[m];
+        let expr_end = |e: ExprError| match e {
+            ExprError::Memory(a) => Step::End(EndReason::Memory, EndDetail::Address(a)),
+            ExprError::MissingRegister(r) => Step::End(EndReason::MissingRegister, EndDetail::Register(r)),
+            e => Step::End(EndReason::BadCfi, EndDetail::Expr(e)),
+        };
+        let cfa = match row.cfa {
+            CfaRule::RegOffset { reg, offset } => match regs.get(reg) {
+                Some(v) => v.wrapping_add(offset as u64),
+                None => return Step::End(EndReason::MissingRegister, EndDetail::Register(reg)),
+            },
+            CfaRule::Expr(e) => match expr::evaluate(module.expr_bytes(e), None, regs, mem) {
+                Ok(v) => v,
+                Err(e) => return expr_end(e),
+            },
+        };
+        if let Some(f) = frames.last_mut() {
+            f.cfa = Some(cfa);
+        }
+        // Columns the CFI says nothing about take the ABI default.
+        let mut caller = Registers::new();
+        for (reg, value) in regs.iter() {
+            if arch.default_rule(reg) == DefaultRule::SameValue {
+                caller.set(reg, value);
+            }
+        }
+        caller.set(arch.sp(), cfa);
+        let mut ra_undefined = false;
+        for &(reg, rule) in row.rules() {
+            let value = match rule {
+                RegRule::Undefined => None,
+                RegRule::SameValue => regs.get(reg),
+                RegRule::Offset(n) => {
+                    let addr = cfa.wrapping_add(n as u64);
+                    match mem.read_u64(addr) {
+                        Some(v) => Some(v),
+                        None => return Step::End(EndReason::Memory, EndDetail::Address(addr)),
+                    }
+                }
+                RegRule::ValOffset(n) => Some(cfa.wrapping_add(n as u64)),
+                RegRule::Register(r) => match regs.get(r) {
+                    Some(v) => Some(v),
+                    None => return Step::End(EndReason::MissingRegister, EndDetail::Register(r)),
+                },
+                RegRule::Expr(e) => {
+                    let addr = match expr::evaluate(module.expr_bytes(e), Some(cfa), regs, mem) {
+                        Ok(a) => a,
+                        Err(e) => return expr_end(e),
+                    };
+                    match mem.read_u64(addr) {
+                        Some(v) => Some(v),
+                        None => return Step::End(EndReason::Memory, EndDetail::Address(addr)),
+                    }
+                }
+                RegRule::ValExpr(e) => match expr::evaluate(module.expr_bytes(e), Some(cfa), regs, mem) {
+                    Ok(v) => Some(v),
+                    Err(e) => return expr_end(e),
+                },
+            };
+            match value {
+                Some(v) => caller.set(reg, v),
+                None => {
+                    caller.forget(reg);
+                    if reg == row.ra {
+                        ra_undefined = true;
+                    }
+                }
+            }
+        }
+        let ra = match caller.get(row.ra) {
+            Some(ra) if !ra_undefined => ra,
+            _ => return Step::End(EndReason::EndOfStack, EndDetail::None),
+        };
+        let caller_pc = arch.strip_return_address(ra);
+        if caller_pc == 0 {
+            return Step::End(EndReason::PcZero, EndDetail::None);
+        }
+        let caller_sp = caller.get(arch.sp()).unwrap_or(cfa);
+        if caller_sp < sp || (caller_sp == sp && !interrupted) {
+            return Step::End(EndReason::CfaNotIncreasing, EndDetail::Sp { caller: caller_sp, frame: sp });
+        }
+        if let Some(col) = arch.pc_column() {
+            caller.set(col, caller_pc);
+        }
+        Step::Caller { pc: caller_pc, sp: caller_sp, regs: caller, signal_frame: row.signal_frame }
+    }
+
+    /// A one-line account of how a walk ended.
+    pub fn describe(&self, end: &End) -> String {
+        let module = end.module.and_then(|m| self.modules.get(m)).map(|m| m.name.as_str());
+        let place = match module {
+            Some(name) => format!("pc {:#x} in {}", end.lookup_pc, name),
+            None => format!("pc {:#x}", end.lookup_pc),
+        };
+        let frame = end.frame;
+        let reg = |r: u16| self.arch.register_name(r).map(str::to_owned).unwrap_or_else(|| format!("r{r}"));
+        match (end.reason, end.detail) {
+            (EndReason::EndOfStack, _) => format!("frame {frame}: return address undefined at {place} (outermost frame)"),
+            (EndReason::PcZero, _) => format!("frame {frame}: return address 0 at {place}"),
+            (EndReason::CfaNotIncreasing, EndDetail::Sp { caller, frame: fsp }) => format!(
+                "frame {frame}: caller's sp {caller:#x} is not above this frame's sp {fsp:#x} at {place}"
+            ),
+            (EndReason::Memory, EndDetail::Address(a)) => {
+                format!("frame {frame}: read of {a:#x} outside captured memory at {place}")
+            }
+            (EndReason::NoModule, _) => format!("frame {frame}: {place} is in no known module"),
+            (EndReason::NoUnwindInfo, _) => format!("frame {frame}: no unwind info for {place}"),
+            (EndReason::MissingRegister, EndDetail::Register(r)) => {
+                format!("frame {frame}: register {} unknown at {place}", reg(r))
+            }
+            (EndReason::BadCfi, EndDetail::Expr(e)) => format!("frame {frame}: {e} at {place}"),
+            (EndReason::BadCfi, EndDetail::Lookup(e)) => format!("frame {frame}: {e} at {place}"),
+            (EndReason::FrameLimit, _) => format!("stopped after {} frames (frame limit)", frame + 1),
+            (reason, _) => format!("frame {frame}: {} at {place}", reason.as_str()),
+        }
+    }
+}
