@@ -67,7 +67,13 @@ pub type CompactRow = RuleSet<8>;
 
 impl<const N: usize> RuleSet<N> {
     pub fn new(cfa: CfaRule, ra: u16, signal_frame: bool) -> Self {
-        RuleSet { cfa, ra, signal_frame, len: 0, rules: [(0, RegRule::Undefined); N] }
+        RuleSet {
+            cfa,
+            ra,
+            signal_frame,
+            len: 0,
+            rules: [(0, RegRule::Undefined); N],
+        }
     }
 
     #[inline]
@@ -87,7 +93,10 @@ impl<const N: usize> RuleSet<N> {
     }
 
     pub fn rule(&self, reg: u16) -> Option<RegRule> {
-        self.rules().iter().find(|(r, _)| *r == reg).map(|(_, rule)| *rule)
+        self.rules()
+            .iter()
+            .find(|(r, _)| *r == reg)
+            .map(|(_, rule)| *rule)
     }
 
     /// The same rules in a set of another capacity, if they fit.
@@ -142,7 +151,12 @@ pub struct ModuleSections {
 #[non_exhaustive]
 pub enum ModuleError {
     /// A section lies (partly) outside the file.
-    SectionOutOfFile { section: &'static str, offset: u64, size: u64, file_size: u64 },
+    SectionOutOfFile {
+        section: &'static str,
+        offset: u64,
+        size: u64,
+        file_size: u64,
+    },
     /// The address range of the module is empty or inverted.
     BadRange { start: u64, end: u64 },
 }
@@ -150,7 +164,12 @@ pub enum ModuleError {
 impl fmt::Display for ModuleError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ModuleError::SectionOutOfFile { section, offset, size, file_size } => write!(
+            ModuleError::SectionOutOfFile {
+                section,
+                offset,
+                size,
+                file_size,
+            } => write!(
                 f,
                 "section {section} at file offset {offset:#x} size {size:#x} lies outside the \
                  file ({file_size:#x} bytes)"
@@ -236,7 +255,10 @@ impl Module {
         bias: u64,
     ) -> Result<Module, ModuleError> {
         if range.start >= range.end {
-            return Err(ModuleError::BadRange { start: range.start, end: range.end });
+            return Err(ModuleError::BadRange {
+                start: range.start,
+                end: range.end,
+            });
         }
         for (name, s) in [
             (".eh_frame", sections.eh_frame),
@@ -244,7 +266,10 @@ impl Module {
             (".debug_frame", sections.debug_frame),
         ] {
             if let Some(s) = s {
-                let fits = s.file_offset.checked_add(s.size).is_some_and(|e| e <= data.len() as u64);
+                let fits = s
+                    .file_offset
+                    .checked_add(s.size)
+                    .is_some_and(|e| e <= data.len() as u64);
                 if !fits {
                     return Err(ModuleError::SectionOutOfFile {
                         section: name,
@@ -287,13 +312,17 @@ impl Module {
             if let Some(eh) = module.eh_frame() {
                 let (index, err) = build_index(&eh, &module.bases);
                 module.eh_index = index;
-                module.index_errors.extend(err.map(|e| (SectionKind::EhFrame, e)));
+                module
+                    .index_errors
+                    .extend(err.map(|e| (SectionKind::EhFrame, e)));
             }
         }
         if let Some(df) = module.debug_frame() {
             let (index, err) = build_index(&df, &module.bases);
             module.debug_index = index;
-            module.index_errors.extend(err.map(|e| (SectionKind::DebugFrame, e)));
+            module
+                .index_errors
+                .extend(err.map(|e| (SectionKind::DebugFrame, e)));
         }
         Ok(module)
     }
@@ -360,7 +389,13 @@ impl Module {
             other => return other,
         }
         match self.debug_frame() {
-            Some(df) => self.find_indexed(&df, SectionKind::DebugFrame, &self.debug_index, address, ctx),
+            Some(df) => self.find_indexed(
+                &df,
+                SectionKind::DebugFrame,
+                &self.debug_index,
+                address,
+                ctx,
+            ),
             None => Err(LookupError::NoFde),
         }
     }
@@ -377,7 +412,8 @@ impl Module {
         let Some(hdr) = self.sections.eh_frame_hdr else {
             return Err(LookupError::NoFde);
         };
-        let parsed = EhFrameHdr::new(self.section_bytes(hdr), LittleEndian).parse(&self.bases, 8)?;
+        let parsed =
+            EhFrameHdr::new(self.section_bytes(hdr), LittleEndian).parse(&self.bases, 8)?;
         let table = parsed.table().ok_or(LookupError::NoFde)?;
         let fde = table.fde_for_address(eh, &self.bases, address, EhFrame::cie_from_offset)?;
         let row = fde.unwind_info_for_address(eh, &self.bases, ctx, address)?;
@@ -399,7 +435,11 @@ impl Module {
             if address >= entry.end {
                 continue;
             }
-            let fde = section.fde_from_offset(&self.bases, S::Offset::from(entry.offset), S::cie_from_offset)?;
+            let fde = section.fde_from_offset(
+                &self.bases,
+                S::Offset::from(entry.offset),
+                S::cie_from_offset,
+            )?;
             let row = fde.unwind_info_for_address(section, &self.bases, ctx, address)?;
             let out = convert_row(row, fde.cie(), kind)?;
             return Ok((out, fde.initial_address()..fde.end_address()));
@@ -436,7 +476,10 @@ fn build_index<'d, S: UnwindSection<Slice<'d>>>(
     (index, error)
 }
 
-fn expr_ref(e: &gimli::UnwindExpression<usize>, section: SectionKind) -> Result<ExprRef, LookupError> {
+fn expr_ref(
+    e: &gimli::UnwindExpression<usize>,
+    section: SectionKind,
+) -> Result<ExprRef, LookupError> {
     let too_big = || LookupError::Cfi(gimli::Error::UnsupportedOffset);
     Ok(ExprRef {
         section,
@@ -455,9 +498,10 @@ fn convert_row(
         return Err(LookupError::BadReturnColumn(ra));
     }
     let cfa = match row.cfa() {
-        gimli::CfaRule::RegisterAndOffset { register, offset } => {
-            CfaRule::RegOffset { reg: register.0, offset: *offset }
-        }
+        gimli::CfaRule::RegisterAndOffset { register, offset } => CfaRule::RegOffset {
+            reg: register.0,
+            offset: *offset,
+        },
         gimli::CfaRule::Expression(e) => CfaRule::Expr(expr_ref(e, section)?),
     };
     let mut out = Row::new(cfa, ra, cie.is_signal_trampoline());

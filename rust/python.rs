@@ -17,11 +17,36 @@ use crate::memory::Regions;
 use crate::registers::Registers;
 use crate::unwind::{self, Frame as RsFrame, Unwinder as RsUnwinder};
 
-create_exception!(stackwalk._core, StackwalkError, PyException, "Base class of every error stackwalk raises.");
-create_exception!(stackwalk._core, ElfError, StackwalkError, "An ELF file could not be read or lacks what is needed.");
-create_exception!(stackwalk._core, CfiError, StackwalkError, "Call frame information is malformed.");
-create_exception!(stackwalk._core, MemoryReadError, StackwalkError, "Captured memory is missing or malformed.");
-create_exception!(stackwalk._core, ArchError, StackwalkError, "Unknown or mismatched architecture.");
+create_exception!(
+    stackwalk._core,
+    StackwalkError,
+    PyException,
+    "Base class of every error stackwalk raises."
+);
+create_exception!(
+    stackwalk._core,
+    ElfError,
+    StackwalkError,
+    "An ELF file could not be read or lacks what is needed."
+);
+create_exception!(
+    stackwalk._core,
+    CfiError,
+    StackwalkError,
+    "Call frame information is malformed."
+);
+create_exception!(
+    stackwalk._core,
+    MemoryReadError,
+    StackwalkError,
+    "Captured memory is missing or malformed."
+);
+create_exception!(
+    stackwalk._core,
+    ArchError,
+    StackwalkError,
+    "Unknown or mismatched architecture."
+);
 
 /// One frame of a trace.
 #[pyclass(module = "stackwalk._core", name = "Frame", frozen, eq, hash)]
@@ -48,13 +73,23 @@ impl PyFrame {
 
     fn __repr__(&self) -> String {
         let cfa = self.cfa.map_or("None".to_owned(), |c| format!("{c:#x}"));
-        format!("Frame(pc={:#x}, sp={:#x}, cfa={cfa}, trust={:?})", self.pc, self.sp, self.trust.as_str())
+        format!(
+            "Frame(pc={:#x}, sp={:#x}, cfa={cfa}, trust={:?})",
+            self.pc,
+            self.sp,
+            self.trust.as_str()
+        )
     }
 }
 
 impl From<&RsFrame> for PyFrame {
     fn from(f: &RsFrame) -> Self {
-        PyFrame { pc: f.pc, sp: f.sp, cfa: f.cfa, trust: f.trust }
+        PyFrame {
+            pc: f.pc,
+            sp: f.sp,
+            cfa: f.cfa,
+            trust: f.trust,
+        }
     }
 }
 
@@ -98,14 +133,22 @@ impl PyTrace {
     }
 
     fn __repr__(&self) -> String {
-        format!("<Trace {} frames, end={:?}>", self.frames.len(), self.end.as_str())
+        format!(
+            "<Trace {} frames, end={:?}>",
+            self.frames.len(),
+            self.end.as_str()
+        )
     }
 }
 
 type SectionTuple = (u64, u64, u64);
 
 fn section(t: Option<SectionTuple>) -> Option<SectionInfo> {
-    t.map(|(file_offset, size, address)| SectionInfo { file_offset, size, address })
+    t.map(|(file_offset, size, address)| SectionInfo {
+        file_offset,
+        size,
+        address,
+    })
 }
 
 /// Unwinds native stacks for one architecture.
@@ -120,8 +163,13 @@ impl PyUnwinder {
     #[new]
     #[pyo3(signature = (arch = "x86_64"))]
     fn new(arch: &str) -> PyResult<Self> {
-        let arch: Arch = arch.parse().map_err(|e: crate::arch::UnknownArch| ArchError::new_err(e.to_string()))?;
-        Ok(PyUnwinder { inner: RsUnwinder::new(arch), frames: Vec::with_capacity(64) })
+        let arch: Arch = arch
+            .parse()
+            .map_err(|e: crate::arch::UnknownArch| ArchError::new_err(e.to_string()))?;
+        Ok(PyUnwinder {
+            inner: RsUnwinder::new(arch),
+            frames: Vec::with_capacity(64),
+        })
     }
 
     #[getter]
@@ -132,7 +180,11 @@ impl PyUnwinder {
     /// The modules added: (name, start, end, bias), sorted by address.
     #[getter]
     fn modules(&self) -> Vec<(String, u64, u64, u64)> {
-        self.inner.modules().iter().map(|m| (m.name.clone(), m.range.start, m.range.end, m.bias)).collect()
+        self.inner
+            .modules()
+            .iter()
+            .map(|m| (m.name.clone(), m.range.start, m.range.end, m.bias))
+            .collect()
     }
 
     /// (hits, misses) of the rule cache since the unwinder was made.
@@ -164,7 +216,8 @@ impl PyUnwinder {
     ) -> PyResult<()> {
         let data = match (path, image) {
             (Some(path), None) => {
-                let file = File::open(&path).map_err(|e| ElfError::new_err(format!("{path}: {e}")))?;
+                let file =
+                    File::open(&path).map_err(|e| ElfError::new_err(format!("{path}: {e}")))?;
                 // SAFETY: the file is mapped read-only; like every tool that
                 // maps its input (gdb, eu-stack), we assume it is not
                 // truncated while in use.
@@ -176,7 +229,11 @@ impl PyUnwinder {
                 let buf = PyBuffer::<u8>::get(image)?;
                 Data::Owned(buf.to_vec(image.py())?)
             }
-            _ => return Err(StackwalkError::new_err("_add_elf takes exactly one of path and image")),
+            _ => {
+                return Err(StackwalkError::new_err(
+                    "_add_elf takes exactly one of path and image",
+                ))
+            }
         };
         let sections = ModuleSections {
             eh_frame: section(eh_frame),
@@ -212,12 +269,19 @@ impl PyUnwinder {
             // SAFETY: each PyBuffer is C-contiguous (checked) and is held,
             // keeping the exporter's memory alive and in place, until the
             // end of this call; the GIL is held, so no Python code runs.
-            let bytes = unsafe { std::slice::from_raw_parts(buf.buf_ptr() as *const u8, buf.len_bytes()) };
+            let bytes =
+                unsafe { std::slice::from_raw_parts(buf.buf_ptr() as *const u8, buf.len_bytes()) };
             regions.add(*start, bytes);
         }
-        let end = self.inner.unwind(pc, &registers, &mut regions, max_frames, &mut self.frames);
+        let end = self
+            .inner
+            .unwind(pc, &registers, &mut regions, max_frames, &mut self.frames);
         let end_detail = self.inner.describe(&end);
-        Ok(PyTrace { frames: self.frames.clone(), end: end.reason, end_detail })
+        Ok(PyTrace {
+            frames: self.frames.clone(),
+            end: end.reason,
+            end_detail,
+        })
     }
 
     /// The CFI row in force at runtime address `pc` (no pc−1 adjustment), or
@@ -232,7 +296,9 @@ impl PyUnwinder {
         let expr = |e| PyBytes::new(py, module.expr_bytes(e));
         let out = PyDict::new(py);
         let cfa = match row.cfa {
-            CfaRule::RegOffset { reg, offset } => ("reg", reg, offset).into_pyobject(py)?.into_any(),
+            CfaRule::RegOffset { reg, offset } => {
+                ("reg", reg, offset).into_pyobject(py)?.into_any()
+            }
             CfaRule::Expr(e) => ("expr", expr(e)).into_pyobject(py)?.into_any(),
         };
         out.set_item("cfa", cfa)?;
@@ -281,10 +347,14 @@ fn extract_registers(arch: Arch, regs: &Bound<'_, PyAny>) -> PyResult<(u64, Regi
         }
     }
     let pc_name = if arch == Arch::X86_64 { "rip" } else { "pc" };
-    let pc = pc.ok_or_else(|| StackwalkError::new_err(format!("regs lacks the program counter ({pc_name})")))?;
+    let pc = pc.ok_or_else(|| {
+        StackwalkError::new_err(format!("regs lacks the program counter ({pc_name})"))
+    })?;
     if registers.get(arch.sp()).is_none() {
         let sp_name = arch.register_name(arch.sp()).unwrap_or("sp");
-        return Err(StackwalkError::new_err(format!("regs lacks the stack pointer ({sp_name})")));
+        return Err(StackwalkError::new_err(format!(
+            "regs lacks the stack pointer ({sp_name})"
+        )));
     }
     Ok((pc, registers))
 }
@@ -294,13 +364,19 @@ fn extract_buffers(memory: &Bound<'_, PyAny>) -> PyResult<Vec<(u64, PyBuffer<u8>
     for (i, item) in memory.try_iter()?.enumerate() {
         let item = item?;
         let (start, data): (u64, Bound<'_, PyAny>) = item.extract().map_err(|_| {
-            MemoryReadError::new_err(format!("memory region {i} is not a (start address, bytes-like) pair"))
+            MemoryReadError::new_err(format!(
+                "memory region {i} is not a (start address, bytes-like) pair"
+            ))
         })?;
         let buf = PyBuffer::<u8>::get(&data).map_err(|e| {
-            MemoryReadError::new_err(format!("memory region {i} at {start:#x} is not a byte buffer: {e}"))
+            MemoryReadError::new_err(format!(
+                "memory region {i} at {start:#x} is not a byte buffer: {e}"
+            ))
         })?;
         if !buf.is_c_contiguous() {
-            return Err(MemoryReadError::new_err(format!("memory region {i} at {start:#x} is not contiguous")));
+            return Err(MemoryReadError::new_err(format!(
+                "memory region {i} at {start:#x} is not contiguous"
+            )));
         }
         out.push((start, buf));
     }

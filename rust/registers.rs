@@ -10,7 +10,10 @@ pub struct Registers {
 
 impl Default for Registers {
     fn default() -> Self {
-        Registers { values: [0; NUM_REGS], known: 0 }
+        Registers {
+            values: [0; NUM_REGS],
+            known: 0,
+        }
     }
 }
 

@@ -97,7 +97,10 @@ pub enum EndDetail {
     Expr(ExprError),
     Lookup(LookupError),
     /// Caller sp vs this frame's sp.
-    Sp { caller: u64, frame: u64 },
+    Sp {
+        caller: u64,
+        frame: u64,
+    },
 }
 
 /// How and where the walk ended. Copy, so ending allocates nothing; the
@@ -164,14 +167,32 @@ impl fmt::Display for OverlapError {
 
 impl std::error::Error for OverlapError {}
 
-enum Step {
-    Caller { pc: u64, sp: u64, regs: Registers, signal_frame: bool },
-    End(EndReason, EndDetail),
+/// The frame being unwound.
+struct FrameState {
+    pc: u64,
+    sp: u64,
+    regs: Registers,
+    /// Frame 0, or interrupted by a signal: its pc was not a return address.
+    interrupted: bool,
 }
+
+/// The caller found by one step (its registers are written in place).
+struct Caller {
+    pc: u64,
+    sp: u64,
+    /// The callee's CIE marks a signal frame: the caller was interrupted.
+    interrupted: bool,
+}
+
+type Step = Result<Caller, (EndReason, EndDetail)>;
 
 impl Unwinder {
     pub fn new(arch: Arch) -> Self {
-        let empty = CacheSlot { key: EMPTY_KEY, module: 0, row: CompactRow::new(CfaRule::RegOffset { reg: 0, offset: 0 }, 0, false) };
+        let empty = CacheSlot {
+            key: EMPTY_KEY,
+            module: 0,
+            row: CompactRow::new(CfaRule::RegOffset { reg: 0, offset: 0 }, 0, false),
+        };
         Unwinder {
             arch,
             modules: Vec::new(),
@@ -191,8 +212,11 @@ impl Unwinder {
 
     /// Add a module; its runtime range must not overlap one already added.
     pub fn add_module(&mut self, module: Arc<Module>) -> Result<(), OverlapError> {
-        let pos = self.modules.partition_point(|m| m.range.start < module.range.start);
-        let overlaps = |m: &Arc<Module>| m.range.start < module.range.end && module.range.start < m.range.end;
+        let pos = self
+            .modules
+            .partition_point(|m| m.range.start < module.range.start);
+        let overlaps =
+            |m: &Arc<Module>| m.range.start < module.range.end && module.range.start < m.range.end;
         if let Some(other) = [pos.checked_sub(1), Some(pos)]
             .into_iter()
             .flatten()
@@ -218,7 +242,10 @@ impl Unwinder {
 
     /// The index of the module whose range holds `pc`.
     pub fn module_index(&self, pc: u64) -> Option<usize> {
-        let i = self.modules.partition_point(|m| m.range.start <= pc).checked_sub(1)?;
+        let i = self
+            .modules
+            .partition_point(|m| m.range.start <= pc)
+            .checked_sub(1)?;
         (pc < self.modules[i].range.end).then_some(i)
     }
 
@@ -229,7 +256,11 @@ impl Unwinder {
         let module = &self.modules[index];
         let (row, range) = module.find_row(pc.wrapping_sub(module.bias), &mut self.ctx)?;
         let bias = module.bias;
-        Ok((index, row, range.start.wrapping_add(bias)..range.end.wrapping_add(bias)))
+        Ok((
+            index,
+            row,
+            range.start.wrapping_add(bias)..range.end.wrapping_add(bias),
+        ))
     }
 
     /// Unwind from `pc` and `regs` (which must hold the stack pointer),
@@ -245,8 +276,14 @@ impl Unwinder {
     ) -> End {
         frames.clear();
         let arch = self.arch;
-        let mut end = End { reason: EndReason::FrameLimit, frame: 0, lookup_pc: pc, module: None, detail: EndDetail::None };
-        let Some(mut sp) = regs.get(arch.sp()) else {
+        let mut end = End {
+            reason: EndReason::FrameLimit,
+            frame: 0,
+            lookup_pc: pc,
+            module: None,
+            detail: EndDetail::None,
+        };
+        let Some(sp) = regs.get(arch.sp()) else {
             end.reason = EndReason::MissingRegister;
             end.detail = EndDetail::Register(arch.sp());
             return end;
@@ -254,56 +291,73 @@ impl Unwinder {
         if max_frames == 0 {
             return end;
         }
-        let mut regs = *regs;
-        let mut pc = pc;
+        let mut callee = FrameState {
+            pc,
+            sp,
+            regs: *regs,
+            interrupted: true,
+        };
         if let Some(col) = arch.pc_column() {
-            regs.set(col, pc);
+            callee.regs.set(col, pc);
         }
-        frames.push(Frame { pc, sp, cfa: None, trust: Trust::Context });
-        // Frame 0 and frames interrupted by a signal are looked up at their
-        // pc; the others at pc - 1, inside the call that made them.
-        let mut interrupted = true;
+        let mut caller_regs = Registers::new();
+        frames.push(Frame {
+            pc,
+            sp,
+            cfa: None,
+            trust: Trust::Context,
+        });
         loop {
-            let lookup = if interrupted { pc } else { pc.wrapping_sub(1) };
+            // Frame 0 and frames interrupted by a signal are looked up at
+            // their pc; the others at pc - 1, inside the call that made them.
+            let lookup = if callee.interrupted {
+                callee.pc
+            } else {
+                callee.pc.wrapping_sub(1)
+            };
             end.frame = frames.len() - 1;
             end.lookup_pc = lookup;
             end.module = self.module_index(lookup);
             let step = match end.module {
-                None => Step::End(EndReason::NoModule, EndDetail::Address(lookup)),
-                Some(m) => self.step(m, lookup, sp, interrupted, &regs, mem, frames),
+                None => Err((EndReason::NoModule, EndDetail::Address(lookup))),
+                Some(m) => self.step(m, lookup, &callee, &mut caller_regs, mem, frames),
             };
             match step {
-                Step::End(reason, detail) => {
+                Err((reason, detail)) => {
                     end.reason = reason;
                     end.detail = detail;
                     return end;
                 }
-                Step::Caller { pc: caller_pc, sp: caller_sp, regs: caller_regs, signal_frame } => {
+                Ok(caller) => {
                     if frames.len() >= max_frames {
                         end.reason = EndReason::FrameLimit;
                         end.detail = EndDetail::None;
                         return end;
                     }
-                    frames.push(Frame { pc: caller_pc, sp: caller_sp, cfa: None, trust: Trust::Cfi });
-                    pc = caller_pc;
-                    sp = caller_sp;
-                    regs = caller_regs;
-                    interrupted = signal_frame;
+                    frames.push(Frame {
+                        pc: caller.pc,
+                        sp: caller.sp,
+                        cfa: None,
+                        trust: Trust::Cfi,
+                    });
+                    callee.pc = caller.pc;
+                    callee.sp = caller.sp;
+                    callee.interrupted = caller.interrupted;
+                    std::mem::swap(&mut callee.regs, &mut caller_regs);
                 }
             }
         }
     }
 
-    /// Unwind one frame: the caller of the frame at `lookup` in module `m`.
-    #[allow(clippy::too_many_arguments)]
+    /// Unwind one frame: find the rules for `lookup` in module `m` (cached),
+    /// then recover the caller into `caller_regs`.
     #[inline]
     fn step<M: Memory + ?Sized>(
         &mut self,
         m: usize,
         lookup: u64,
-        sp: u64,
-        interrupted: bool,
-        regs: &Registers,
+        callee: &FrameState,
+        caller_regs: &mut Registers,
         mem: &mut M,
         frames: &mut [Frame],
     ) -> Step {
@@ -312,46 +366,57 @@ impl Unwinder {
         if cached.key == lookup && cached.module as usize == m {
             self.stats.hits += 1;
             let row = cached.row;
-            return self.apply(m, &row, sp, interrupted, regs, mem, frames);
+            return self.apply(m, &row, callee, caller_regs, mem, frames);
         }
         self.stats.misses += 1;
         let module = &self.modules[m];
         let row = match module.find_row(lookup.wrapping_sub(module.bias), &mut self.ctx) {
             Ok((row, _)) => row,
             Err(LookupError::NoFde) => {
-                return Step::End(EndReason::NoUnwindInfo, EndDetail::Lookup(LookupError::NoFde))
+                return Err((
+                    EndReason::NoUnwindInfo,
+                    EndDetail::Lookup(LookupError::NoFde),
+                ))
             }
-            Err(e) => return Step::End(EndReason::BadCfi, EndDetail::Lookup(e)),
+            Err(e) => return Err((EndReason::BadCfi, EndDetail::Lookup(e))),
         };
         if let Some(compact) = row.resize::<8>() {
-            self.cache[slot] = CacheSlot { key: lookup, module: m as u32, row: compact };
+            self.cache[slot] = CacheSlot {
+                key: lookup,
+                module: m as u32,
+                row: compact,
+            };
         }
-        self.apply(m, &row, sp, interrupted, regs, mem, frames)
+        self.apply(m, &row, callee, caller_regs, mem, frames)
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// Apply a row's rules to the callee's state; the frame's CFA goes into
+    /// the last of `frames`.
     #[inline]
     fn apply<M: Memory + ?Sized, const N: usize>(
         &self,
         m: usize,
         row: &RuleSet<N>,
-        sp: u64,
-        interrupted: bool,
-        regs: &Registers,
+        callee: &FrameState,
+        caller: &mut Registers,
         mem: &mut M,
         frames: &mut [Frame],
     ) -> Step {
+        let regs = &callee.regs;
+        let sp = callee.sp;
         let arch = self.arch;
         let module = &self.modules[m];
         let expr_end = |e: ExprError| match e {
-            ExprError::Memory(a) => Step::End(EndReason::Memory, EndDetail::Address(a)),
-            ExprError::MissingRegister(r) => Step::End(EndReason::MissingRegister, EndDetail::Register(r)),
-            e => Step::End(EndReason::BadCfi, EndDetail::Expr(e)),
+            ExprError::Memory(a) => Err((EndReason::Memory, EndDetail::Address(a))),
+            ExprError::MissingRegister(r) => {
+                Err((EndReason::MissingRegister, EndDetail::Register(r)))
+            }
+            e => Err((EndReason::BadCfi, EndDetail::Expr(e))),
         };
         let cfa = match row.cfa {
             CfaRule::RegOffset { reg, offset } => match regs.get(reg) {
                 Some(v) => v.wrapping_add(offset as u64),
-                None => return Step::End(EndReason::MissingRegister, EndDetail::Register(reg)),
+                None => return Err((EndReason::MissingRegister, EndDetail::Register(reg))),
             },
             CfaRule::Expr(e) => match expr::evaluate(module.expr_bytes(e), None, regs, mem) {
                 Ok(v) => v,
@@ -362,7 +427,7 @@ impl Unwinder {
             f.cfa = Some(cfa);
         }
         // Columns the CFI says nothing about take the ABI default.
-        let mut caller = Registers::new();
+        *caller = Registers::new();
         for (reg, value) in regs.iter() {
             if arch.default_rule(reg) == DefaultRule::SameValue {
                 caller.set(reg, value);
@@ -378,13 +443,13 @@ impl Unwinder {
                     let addr = cfa.wrapping_add(n as u64);
                     match mem.read_u64(addr) {
                         Some(v) => Some(v),
-                        None => return Step::End(EndReason::Memory, EndDetail::Address(addr)),
+                        None => return Err((EndReason::Memory, EndDetail::Address(addr))),
                     }
                 }
                 RegRule::ValOffset(n) => Some(cfa.wrapping_add(n as u64)),
                 RegRule::Register(r) => match regs.get(r) {
                     Some(v) => Some(v),
-                    None => return Step::End(EndReason::MissingRegister, EndDetail::Register(r)),
+                    None => return Err((EndReason::MissingRegister, EndDetail::Register(r))),
                 },
                 RegRule::Expr(e) => {
                     let addr = match expr::evaluate(module.expr_bytes(e), Some(cfa), regs, mem) {
@@ -393,13 +458,15 @@ impl Unwinder {
                     };
                     match mem.read_u64(addr) {
                         Some(v) => Some(v),
-                        None => return Step::End(EndReason::Memory, EndDetail::Address(addr)),
+                        None => return Err((EndReason::Memory, EndDetail::Address(addr))),
                     }
                 }
-                RegRule::ValExpr(e) => match expr::evaluate(module.expr_bytes(e), Some(cfa), regs, mem) {
-                    Ok(v) => Some(v),
-                    Err(e) => return expr_end(e),
-                },
+                RegRule::ValExpr(e) => {
+                    match expr::evaluate(module.expr_bytes(e), Some(cfa), regs, mem) {
+                        Ok(v) => Some(v),
+                        Err(e) => return expr_end(e),
+                    }
+                }
             };
             match value {
                 Some(v) => caller.set(reg, v),
@@ -413,31 +480,49 @@ impl Unwinder {
         }
         let ra = match caller.get(row.ra) {
             Some(ra) if !ra_undefined => ra,
-            _ => return Step::End(EndReason::EndOfStack, EndDetail::None),
+            _ => return Err((EndReason::EndOfStack, EndDetail::None)),
         };
         let caller_pc = arch.strip_return_address(ra);
         if caller_pc == 0 {
-            return Step::End(EndReason::PcZero, EndDetail::None);
+            return Err((EndReason::PcZero, EndDetail::None));
         }
         let caller_sp = caller.get(arch.sp()).unwrap_or(cfa);
-        if caller_sp < sp || (caller_sp == sp && !interrupted) {
-            return Step::End(EndReason::CfaNotIncreasing, EndDetail::Sp { caller: caller_sp, frame: sp });
+        if caller_sp < sp || (caller_sp == sp && !callee.interrupted) {
+            return Err((
+                EndReason::CfaNotIncreasing,
+                EndDetail::Sp {
+                    caller: caller_sp,
+                    frame: sp,
+                },
+            ));
         }
         if let Some(col) = arch.pc_column() {
             caller.set(col, caller_pc);
         }
-        Step::Caller { pc: caller_pc, sp: caller_sp, regs: caller, signal_frame: row.signal_frame }
+        Ok(Caller {
+            pc: caller_pc,
+            sp: caller_sp,
+            interrupted: row.signal_frame,
+        })
     }
 
     /// A one-line account of how a walk ended.
     pub fn describe(&self, end: &End) -> String {
-        let module = end.module.and_then(|m| self.modules.get(m)).map(|m| m.name.as_str());
+        let module = end
+            .module
+            .and_then(|m| self.modules.get(m))
+            .map(|m| m.name.as_str());
         let place = match module {
             Some(name) => format!("pc {:#x} in {}", end.lookup_pc, name),
             None => format!("pc {:#x}", end.lookup_pc),
         };
         let frame = end.frame;
-        let reg = |r: u16| self.arch.register_name(r).map(str::to_owned).unwrap_or_else(|| format!("r{r}"));
+        let reg = |r: u16| {
+            self.arch
+                .register_name(r)
+                .map(str::to_owned)
+                .unwrap_or_else(|| format!("r{r}"))
+        };
         match (end.reason, end.detail) {
             (EndReason::EndOfStack, _) => format!("frame {frame}: return address undefined at {place} (outermost frame)"),
             (EndReason::PcZero, _) => format!("frame {frame}: return address 0 at {place}"),

@@ -138,7 +138,11 @@ pub struct UnknownArch(pub String);
 
 impl fmt::Display for UnknownArch {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "unknown architecture {:?} (supported: x86_64, aarch64)", self.0)
+        write!(
+            f,
+            "unknown architecture {:?} (supported: x86_64, aarch64)",
+            self.0
+        )
     }
 }
 
@@ -163,8 +167,15 @@ mod tests {
     fn register_names_round_trip() {
         for arch in Arch::ALL {
             for reg in 0..NUM_REGS as u16 {
+                if arch.pc_column() == Some(reg) {
+                    continue; // x86_64 "rip" names the pc, given apart from the columns
+                }
                 if let Some(name) = arch.register_name(reg) {
-                    assert_eq!(arch.register_by_name(name), Some(Some(reg)), "{arch} {name}");
+                    assert_eq!(
+                        arch.register_by_name(name),
+                        Some(Some(reg)),
+                        "{arch} {name}"
+                    );
                 }
             }
         }
@@ -187,7 +198,10 @@ mod tests {
 
     #[test]
     fn pointer_authentication_bits_are_stripped() {
-        assert_eq!(Arch::Aarch64.strip_return_address(0x003f_0000_0040_1234), 0x40_1234);
+        assert_eq!(
+            Arch::Aarch64.strip_return_address(0x003f_0000_0040_1234),
+            0x40_1234
+        );
         assert_eq!(Arch::X86_64.strip_return_address(0x7fff_1234), 0x7fff_1234);
     }
 }

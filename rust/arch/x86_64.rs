@@ -8,13 +8,16 @@ pub const RA: u16 = 16;
 pub const CALLEE_SAVED: [u16; 6] = [3, 6, 12, 13, 14, 15];
 
 pub const NAMES: [&str; 17] = [
-    "rax", "rdx", "rcx", "rbx", "rsi", "rdi", "rbp", "rsp", "r8", "r9", "r10", "r11", "r12",
-    "r13", "r14", "r15", "rip",
+    "rax", "rdx", "rcx", "rbx", "rsi", "rdi", "rbp", "rsp", "r8", "r9", "r10", "r11", "r12", "r13",
+    "r14", "r15", "rip",
 ];
 
 pub fn register_by_name(name: &str) -> Option<Option<u16>> {
     if name == "rip" {
         return Some(None);
     }
-    NAMES.iter().position(|n| *n == name).map(|i| Some(i as u16))
+    NAMES
+        .iter()
+        .position(|n| *n == name)
+        .map(|i| Some(i as u16))
 }
