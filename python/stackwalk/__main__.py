@@ -1,0 +1,5 @@
+import sys
+
+from stackwalk.cli import main
+
+sys.exit(main())

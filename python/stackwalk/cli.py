@@ -1,0 +1,148 @@
+"""The ``stackwalk`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from importlib import resources
+
+from stackwalk.errors import StackwalkError
+
+EXIT_OK, EXIT_PARTIAL, EXIT_FAILED = 0, 1, 2
+
+
+def _error(message: str) -> None:
+    red = sys.stderr.isatty() and "NO_COLOR" not in os.environ
+    prefix = "\033[31mstackwalk: error:\033[0m" if red else "stackwalk: error:"
+    print(f"{prefix} {message}", file=sys.stderr)
+
+
+def _unwind_capture(cap, use_baseline: bool, max_frames: int):  # type: ignore[no-untyped-def]
+    if use_baseline:
+        from stackwalk.baseline import Unwinder
+    else:
+        from stackwalk import Unwinder
+    uw = Unwinder(cap.arch)
+    cap.add_modules_to(uw)
+    return uw, uw.unwind(cap.regs, cap.memory, max_frames=max_frames)
+
+
+def _symbolizer(cap, uw):  # type: ignore[no-untyped-def]
+    from stackwalk.render import ModuleInfo, Symbolizer
+
+    images = {"[vdso]": cap.vdso[1]} if cap.vdso else {}
+    return Symbolizer((ModuleInfo(*m) for m in uw.modules), images)
+
+
+def _print_trace(cap, uw, trace, as_json: bool) -> None:  # type: ignore[no-untyped-def]
+    from stackwalk.render import frame_dicts, frame_lines
+
+    sym = _symbolizer(cap, uw)
+    if as_json:
+        doc = {
+            "arch": cap.arch,
+            "tid": cap.tid,
+            "end": trace.end,
+            "end_detail": trace.end_detail,
+            "frames": frame_dicts(trace.frames, sym),
+        }
+        print(json.dumps(doc, indent=2))
+        return
+    print(f"Thread {cap.tid} ({cap.arch}):")
+    for line in frame_lines(trace.frames, sym):
+        print(line)
+    print(f"-- {trace.end}: {trace.end_detail}")
+
+
+def cmd_capture(args: argparse.Namespace) -> int:
+    from stackwalk.capture import capture
+
+    cap = capture(args.program, args.breakpoint, arch=args.arch, sysroot=args.sysroot)
+    cap.save(args.output)
+    print(f"captured {cap.arch} thread {cap.tid} at {args.breakpoint}: "
+          f"{sum(len(m) for _, m in cap.memory)} bytes of stack, {len(cap.modules)} modules "
+          f"-> {args.output}", file=sys.stderr)
+    return EXIT_OK
+
+
+def cmd_unwind(args: argparse.Namespace) -> int:
+    from stackwalk.capture import Capture
+
+    cap = Capture.load(args.capture)
+    uw, trace = _unwind_capture(cap, args.baseline, args.max_frames)
+    _print_trace(cap, uw, trace, args.json)
+    if not trace.frames:
+        return EXIT_FAILED
+    return EXIT_OK if trace.end in ("end_of_stack", "pc_zero") else EXIT_PARTIAL
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from stackwalk.capture import capture
+
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None or shutil.which("gdb") is None:
+        raise StackwalkError("the demo needs a C compiler (cc) and gdb on PATH")
+    with tempfile.TemporaryDirectory(prefix="stackwalk-demo-") as tmp:
+        exe = os.path.join(tmp, "demo")
+        src = resources.files("stackwalk.examples").joinpath("demo.c")
+        with resources.as_file(src) as src_path:
+            subprocess.run([cc, "-O2", "-fomit-frame-pointer", "-o", exe, str(src_path)], check=True)
+        print(f"Built {exe} at -O2 -fomit-frame-pointer; stopping it in demo_stop() under gdb...\n")
+        cap = capture([exe], "demo_stop")
+        uw, trace = _unwind_capture(cap, False, args.max_frames)
+        _print_trace(cap, uw, trace, args.json)
+    same = trace.pcs == cap.gdb_pcs
+    verdict = "the same" if same else "DIFFERENT"
+    print(f"\ngdb's backtrace of the same stop has {len(cap.gdb_pcs)} frames: {verdict}.",
+          file=sys.stderr)
+    return EXIT_OK if same else EXIT_PARTIAL
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="stackwalk", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+
+    d = sub.add_parser("demo", help="build a sample program, stop it under gdb, unwind its stack")
+    d.add_argument("--json", action="store_true", help="print the trace as JSON")
+    d.add_argument("--max-frames", type=int, default=256)
+    d.set_defaults(func=cmd_demo)
+
+    c = sub.add_parser("capture", help="run a program under gdb to a breakpoint, save its stack")
+    c.add_argument("-b", "--breakpoint", required=True, help="function or file:line")
+    c.add_argument("-o", "--output", required=True, help="capture file to write (JSON)")
+    c.add_argument("--arch", choices=["x86_64", "aarch64"], help="default: the program's")
+    c.add_argument("--sysroot", help="for aarch64 programs run under qemu")
+    c.add_argument("program", nargs="+", help="the program and its arguments")
+    c.set_defaults(func=cmd_capture)
+
+    u = sub.add_parser("unwind", help="unwind a saved capture")
+    u.add_argument("capture", help="a file written by 'stackwalk capture'")
+    u.add_argument("--json", action="store_true", help="print the trace as JSON")
+    u.add_argument("--baseline", action="store_true", help="use the pure-Python unwinder")
+    u.add_argument("--max-frames", type=int, default=256)
+    u.set_defaults(func=cmd_unwind)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except StackwalkError as e:
+        _error(str(e))
+        return EXIT_FAILED
+    except subprocess.CalledProcessError as e:
+        _error(f"{e.cmd[0]} failed with exit status {e.returncode}")
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

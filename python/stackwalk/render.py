@@ -1,0 +1,118 @@
+"""Rendering traces as text and JSON: the one place that formats output."""
+
+from __future__ import annotations
+
+import bisect
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from stackwalk.errors import ElfError
+from stackwalk.symbols import SymbolTable
+
+
+class FrameLike(Protocol):
+    @property
+    def pc(self) -> int: ...
+    @property
+    def sp(self) -> int: ...
+    @property
+    def cfa(self) -> int | None: ...
+    @property
+    def trust(self) -> str: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ModuleInfo:
+    path: str
+    start: int  # runtime range
+    end: int
+    bias: int
+
+
+@dataclass(frozen=True, slots=True)
+class Location:
+    module: ModuleInfo | None
+    module_offset: int | None  # ELF address: pc − bias
+    function: str | None
+    function_offset: int | None
+
+
+class Symbolizer:
+    """Maps runtime addresses to module, ELF address and function. Symbol
+    tables are loaded once per module, on first use."""
+
+    def __init__(self, modules: Iterable[ModuleInfo], images: dict[str, bytes] | None = None):
+        self._modules = sorted(modules, key=lambda m: m.start)
+        self._starts = [m.start for m in self._modules]
+        self._tables: dict[str, SymbolTable | None] = {}
+        self._images = images or {}
+
+    def module_for(self, address: int) -> ModuleInfo | None:
+        i = bisect.bisect_right(self._starts, address) - 1
+        if i >= 0 and address < self._modules[i].end:
+            return self._modules[i]
+        return None
+
+    def _table(self, module: ModuleInfo) -> SymbolTable | None:
+        if module.path not in self._tables:
+            try:
+                image = self._images.get(module.path)
+                if image is not None:
+                    table = SymbolTable.from_image(image, module.path)
+                else:
+                    table = SymbolTable.from_file(module.path)
+            except ElfError:
+                table = None
+            self._tables[module.path] = table
+        return self._tables[module.path]
+
+    def locate(self, pc: int, is_return_address: bool) -> Location:
+        # A return address may be just past the end of a noreturn call's
+        # function: look the function up at pc − 1, as gdb and eu-stack do.
+        lookup = pc - 1 if is_return_address else pc
+        module = self.module_for(lookup)
+        if module is None:
+            return Location(None, None, None, None)
+        elf_address = pc - module.bias
+        table = self._table(module)
+        sym = table.lookup(lookup - module.bias) if table is not None else None
+        if sym is None:
+            return Location(module, elf_address, None, None)
+        return Location(module, elf_address, sym.name, sym.offset + (pc - lookup))
+
+
+def _hex(v: int | None) -> str | None:
+    return None if v is None else f"{v:#x}"
+
+
+def frame_dicts(frames: Sequence[FrameLike], symbolizer: Symbolizer) -> list[dict[str, Any]]:
+    out = []
+    for i, f in enumerate(frames):
+        loc = symbolizer.locate(f.pc, is_return_address=i > 0 and f.trust != "context")
+        out.append(
+            {
+                "index": i,
+                "pc": _hex(f.pc),
+                "sp": _hex(f.sp),
+                "cfa": _hex(f.cfa),
+                "trust": f.trust,
+                "module": loc.module.path if loc.module else None,
+                "module_offset": _hex(loc.module_offset),
+                "function": loc.function,
+                "function_offset": _hex(loc.function_offset),
+            }
+        )
+    return out
+
+
+def frame_lines(frames: Sequence[FrameLike], symbolizer: Symbolizer) -> list[str]:
+    lines = []
+    for d in frame_dicts(frames, symbolizer):
+        where = d["function"] or "??"
+        if d["function"] and d["function_offset"] != "0x0":
+            where += f"+{d['function_offset']}"
+        module = f" ({os.path.basename(d['module'])})" if d["module"] else ""
+        lines.append(f"#{d['index']:<3} {int(d['pc'], 16):#018x} in {where}{module}  [{d['trust']}]")
+    return lines
