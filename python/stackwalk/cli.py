@@ -65,9 +65,12 @@ def cmd_capture(args: argparse.Namespace) -> int:
 
     cap = capture(args.program, args.breakpoint, arch=args.arch, sysroot=args.sysroot)
     cap.save(args.output)
-    print(f"captured {cap.arch} thread {cap.tid} at {args.breakpoint}: "
-          f"{sum(len(m) for _, m in cap.memory)} bytes of stack, {len(cap.modules)} modules "
-          f"-> {args.output}", file=sys.stderr)
+    print(
+        f"captured {cap.arch} thread {cap.tid} at {args.breakpoint}: "
+        f"{sum(len(m) for _, m in cap.memory)} bytes of stack, {len(cap.modules)} modules "
+        f"-> {args.output}",
+        file=sys.stderr,
+    )
     return EXIT_OK
 
 
@@ -92,15 +95,19 @@ def cmd_demo(args: argparse.Namespace) -> int:
         exe = os.path.join(tmp, "demo")
         src = resources.files("stackwalk.examples").joinpath("demo.c")
         with resources.as_file(src) as src_path:
-            subprocess.run([cc, "-O2", "-fomit-frame-pointer", "-o", exe, str(src_path)], check=True)
+            subprocess.run(
+                [cc, "-O2", "-fomit-frame-pointer", "-o", exe, str(src_path)], check=True
+            )
         print(f"Built {exe} at -O2 -fomit-frame-pointer; stopping it in demo_stop() under gdb...\n")
         cap = capture([exe], "demo_stop")
         uw, trace = _unwind_capture(cap, False, args.max_frames)
         _print_trace(cap, uw, trace, args.json)
     same = trace.pcs == cap.gdb_pcs
     verdict = "the same" if same else "DIFFERENT"
-    print(f"\ngdb's backtrace of the same stop has {len(cap.gdb_pcs)} frames: {verdict}.",
-          file=sys.stderr)
+    print(
+        f"\ngdb's backtrace of the same stop has {len(cap.gdb_pcs)} frames: {verdict}.",
+        file=sys.stderr,
+    )
     return EXIT_OK if same else EXIT_PARTIAL
 
 

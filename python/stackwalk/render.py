@@ -114,5 +114,7 @@ def frame_lines(frames: Sequence[FrameLike], symbolizer: Symbolizer) -> list[str
         if d["function"] and d["function_offset"] != "0x0":
             where += f"+{d['function_offset']}"
         module = f" ({os.path.basename(d['module'])})" if d["module"] else ""
-        lines.append(f"#{d['index']:<3} {int(d['pc'], 16):#018x} in {where}{module}  [{d['trust']}]")
+        lines.append(
+            f"#{d['index']:<3} {int(d['pc'], 16):#018x} in {where}{module}  [{d['trust']}]"
+        )
     return lines

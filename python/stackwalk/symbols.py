@@ -42,7 +42,10 @@ class SymbolTable:
             if isinstance(table, SymbolTableSection):
                 for sym in table.iter_symbols():
                     entry = sym.entry
-                    if entry["st_info"]["type"] not in _CODE_TYPES or entry["st_shndx"] == "SHN_UNDEF":
+                    if (
+                        entry["st_info"]["type"] not in _CODE_TYPES
+                        or entry["st_shndx"] == "SHN_UNDEF"
+                    ):
                         continue
                     name = sym.name
                     if not name or name.startswith("$"):  # ARM mapping symbols ($x, $d)

@@ -1,0 +1,271 @@
+//! The warm unwind path allocates nothing (blazesym's `tests/allocs.rs`
+//! idea): this test binary stops itself, copies its own stack, and unwinds it
+//! with its own `.eh_frame` under a counting global allocator.
+
+#![cfg(all(target_arch = "x86_64", target_os = "linux"))]
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::arch::asm;
+use std::cell::Cell;
+use std::sync::Arc;
+
+use _core::arch::Arch;
+use _core::cfi::{Data, Module, ModuleSections, SectionInfo};
+use _core::memory::Regions;
+use _core::registers::Registers;
+use _core::unwind::{EndReason, Frame, Unwinder};
+
+thread_local! {
+    static COUNTING: Cell<bool> = const { Cell::new(false) };
+    static ALLOCATIONS: Cell<usize> = const { Cell::new(0) };
+}
+
+struct CountingAllocator;
+
+unsafe impl GlobalAlloc for CountingAllocator {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if COUNTING.with(Cell::get) {
+            ALLOCATIONS.with(|n| n.set(n.get() + 1));
+        }
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        if COUNTING.with(Cell::get) {
+            ALLOCATIONS.with(|n| n.set(n.get() + 1));
+        }
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: CountingAllocator = CountingAllocator;
+
+/// Allocations made by `f` on this thread.
+fn allocations<T>(f: impl FnOnce() -> T) -> (T, usize) {
+    ALLOCATIONS.with(|n| n.set(0));
+    COUNTING.with(|c| c.set(true));
+    let out = f();
+    COUNTING.with(|c| c.set(false));
+    (out, ALLOCATIONS.with(Cell::get))
+}
+
+struct Stop {
+    pc: u64,
+    regs: Registers,
+    stack_start: u64,
+    stack: Vec<u8>,
+}
+
+/// Read the registers unwinding needs, then copy the stack above rsp up to
+/// the end of its mapping.
+#[inline(never)]
+fn stop_here() -> Stop {
+    let (rip, rsp, rbp, rbx, r12, r13, r14, r15): (u64, u64, u64, u64, u64, u64, u64, u64);
+    // SAFETY: only reads registers.
+    unsafe {
+        asm!(
+            "lea {rip}, [rip]",
+            "mov {rsp}, rsp",
+            "mov {rbp}, rbp",
+            "mov {rbx}, rbx",
+            "mov {r12}, r12",
+            "mov {r13}, r13",
+            "mov {r14}, r14",
+            "mov {r15}, r15",
+            rip = out(reg) rip, rsp = out(reg) rsp, rbp = out(reg) rbp, rbx = out(reg) rbx,
+            r12 = out(reg) r12, r13 = out(reg) r13, r14 = out(reg) r14, r15 = out(reg) r15,
+        );
+    }
+    let mut regs = Registers::new();
+    for (col, v) in [
+        (7, rsp),
+        (6, rbp),
+        (3, rbx),
+        (12, r12),
+        (13, r13),
+        (14, r14),
+        (15, r15),
+    ] {
+        regs.set(col, v);
+    }
+    let (_, end) = mapping_containing(rsp).expect("the stack is mapped");
+    let len = (end - rsp).min(1 << 20) as usize;
+    // SAFETY: [rsp, rsp + len) lies inside this thread's mapped stack.
+    let stack = unsafe { std::slice::from_raw_parts(rsp as *const u8, len) }.to_vec();
+    Stop {
+        pc: rip,
+        regs,
+        stack_start: rsp,
+        stack,
+    }
+}
+
+#[inline(never)]
+fn middle(depth: u32) -> Stop {
+    let stop = if depth == 0 {
+        stop_here()
+    } else {
+        middle(depth - 1)
+    };
+    std::hint::black_box(stop)
+}
+
+/// (start, end) of the /proc/self/maps line holding `addr`.
+fn mapping_containing(addr: u64) -> Option<(u64, u64)> {
+    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    maps.lines().find_map(|line| {
+        let (range, _) = line.split_once(' ')?;
+        let (s, e) = range.split_once('-')?;
+        let (s, e) = (
+            u64::from_str_radix(s, 16).ok()?,
+            u64::from_str_radix(e, 16).ok()?,
+        );
+        (s <= addr && addr < e).then_some((s, e))
+    })
+}
+
+/// The load address of the first mapping of this executable (file offset 0).
+fn exe_load_address(exe: &str) -> u64 {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    let line = maps
+        .lines()
+        .find(|l| l.ends_with(exe) && l.split_whitespace().nth(2) == Some("00000000"))
+        .expect("the executable is mapped at offset 0");
+    u64::from_str_radix(line.split('-').next().unwrap(), 16).unwrap()
+}
+
+fn u16_at(d: &[u8], o: usize) -> u16 {
+    u16::from_le_bytes(d[o..o + 2].try_into().unwrap())
+}
+fn u32_at(d: &[u8], o: usize) -> u32 {
+    u32::from_le_bytes(d[o..o + 4].try_into().unwrap())
+}
+fn u64_at(d: &[u8], o: usize) -> u64 {
+    u64::from_le_bytes(d[o..o + 8].try_into().unwrap())
+}
+
+/// The unwind sections and PT_LOAD range of a little-endian ELF64 file: just
+/// enough of an ELF reader for this test (the library leaves ELF to Python).
+fn elf_sections(d: &[u8]) -> (ModuleSections, std::ops::Range<u64>) {
+    let (phoff, phentsize, phnum) = (
+        u64_at(d, 0x20) as usize,
+        u16_at(d, 0x36) as usize,
+        u16_at(d, 0x38) as usize,
+    );
+    let (mut lo, mut hi) = (u64::MAX, 0);
+    for i in 0..phnum {
+        let ph = phoff + i * phentsize;
+        if u32_at(d, ph) == 1 {
+            let (vaddr, memsz) = (u64_at(d, ph + 0x10), u64_at(d, ph + 0x28));
+            lo = lo.min(vaddr);
+            hi = hi.max(vaddr + memsz);
+        }
+    }
+    let (shoff, shentsize, shnum, shstrndx) = (
+        u64_at(d, 0x28) as usize,
+        u16_at(d, 0x3a) as usize,
+        u16_at(d, 0x3c) as usize,
+        u16_at(d, 0x3e) as usize,
+    );
+    let strtab = u64_at(d, shoff + shstrndx * shentsize + 0x18) as usize;
+    let mut sections = ModuleSections::default();
+    for i in 0..shnum {
+        let sh = shoff + i * shentsize;
+        let name_off = strtab + u32_at(d, sh) as usize;
+        let name_len = d[name_off..].iter().position(|&b| b == 0).unwrap();
+        let name = std::str::from_utf8(&d[name_off..name_off + name_len]).unwrap();
+        let info = SectionInfo {
+            address: u64_at(d, sh + 0x10),
+            file_offset: u64_at(d, sh + 0x18),
+            size: u64_at(d, sh + 0x20),
+        };
+        match name {
+            ".eh_frame" => sections.eh_frame = Some(info),
+            ".eh_frame_hdr" => sections.eh_frame_hdr = Some(info),
+            ".text" => sections.text = Some(info.address),
+            ".got" => sections.got = Some(info.address),
+            _ => {}
+        }
+    }
+    (sections, lo..hi)
+}
+
+#[test]
+fn warm_unwind_allocates_nothing() {
+    let stop = middle(5);
+
+    let exe = std::fs::read_link("/proc/self/exe")
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    let data = std::fs::read(&exe).unwrap();
+    let (sections, range) = elf_sections(&data);
+    assert!(
+        sections.eh_frame_hdr.is_some(),
+        "rustc links with --eh-frame-hdr"
+    );
+    let bias = exe_load_address(&exe) - (range.start & !0xfff);
+    let module = Module::new(
+        exe.clone(),
+        Arch::X86_64,
+        Data::Owned(data),
+        sections,
+        range,
+        bias,
+    )
+    .unwrap();
+    let mut unwinder = Unwinder::new(Arch::X86_64);
+    unwinder.add_module(Arc::new(module)).unwrap();
+
+    let mut memory = Regions::new();
+    memory.add(stop.stack_start, &stop.stack);
+    let mut frames: Vec<Frame> = Vec::with_capacity(256);
+
+    let (cold, cold_allocs) =
+        allocations(|| unwinder.unwind(stop.pc, &stop.regs, &mut memory, 256, &mut frames));
+    let cold_frames = frames.clone();
+    // stop_here, middle x6, the test function, then the harness: all in this executable.
+    assert!(
+        cold_frames.len() >= 8,
+        "only {} frames: {}",
+        cold_frames.len(),
+        unwinder.describe(&cold)
+    );
+    let exe_range = unwinder.modules()[0].range.clone();
+    // The walk leaves the executable into libc's thread start, which was not
+    // added: every frame but that last one is in the executable.
+    let (last, inner) = cold_frames.split_last().unwrap();
+    assert!(
+        inner.iter().all(|f| exe_range.contains(&f.pc)),
+        "{cold_frames:#x?}"
+    );
+    assert!(!exe_range.contains(&last.pc));
+    assert_eq!(
+        cold.reason,
+        EndReason::NoModule,
+        "{}",
+        unwinder.describe(&cold)
+    );
+    // The six `middle` frames return to the same call site.
+    let middle_returns = cold_frames
+        .windows(2)
+        .filter(|w| w[0].pc == w[1].pc)
+        .count();
+    assert!(middle_returns >= 4, "{cold_frames:#x?}");
+
+    let misses = unwinder.stats.misses;
+    let (warm, warm_allocs) =
+        allocations(|| unwinder.unwind(stop.pc, &stop.regs, &mut memory, 256, &mut frames));
+    assert_eq!(warm, cold);
+    assert_eq!(frames, cold_frames);
+    assert_eq!(
+        unwinder.stats.misses, misses,
+        "the second walk is served from the rule cache"
+    );
+    assert_eq!(warm_allocs, 0, "the warm path allocated");
+    // Parsing CFI on a cache miss reuses the UnwindContext: no allocation either.
+    assert_eq!(cold_allocs, 0, "the cold path allocated");
+}
