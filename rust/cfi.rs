@@ -67,13 +67,7 @@ pub type CompactRow = RuleSet<8>;
 
 impl<const N: usize> RuleSet<N> {
     pub fn new(cfa: CfaRule, ra: u16, signal_frame: bool) -> Self {
-        RuleSet {
-            cfa,
-            ra,
-            signal_frame,
-            len: 0,
-            rules: [(0, RegRule::Undefined); N],
-        }
+        RuleSet { cfa, ra, signal_frame, len: 0, rules: [(0, RegRule::Undefined); N] }
     }
 
     #[inline]
@@ -93,10 +87,7 @@ impl<const N: usize> RuleSet<N> {
     }
 
     pub fn rule(&self, reg: u16) -> Option<RegRule> {
-        self.rules()
-            .iter()
-            .find(|(r, _)| *r == reg)
-            .map(|(_, rule)| *rule)
+        self.rules().iter().find(|(r, _)| *r == reg).map(|(_, rule)| *rule)
     }
 
     /// The same rules in a set of another capacity, if they fit.
@@ -151,12 +142,7 @@ pub struct ModuleSections {
 #[non_exhaustive]
 pub enum ModuleError {
     /// A section lies (partly) outside the file.
-    SectionOutOfFile {
-        section: &'static str,
-        offset: u64,
-        size: u64,
-        file_size: u64,
-    },
+    SectionOutOfFile { section: &'static str, offset: u64, size: u64, file_size: u64 },
     /// The address range of the module is empty or inverted.
     BadRange { start: u64, end: u64 },
 }
@@ -164,12 +150,7 @@ pub enum ModuleError {
 impl fmt::Display for ModuleError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ModuleError::SectionOutOfFile {
-                section,
-                offset,
-                size,
-                file_size,
-            } => write!(
+            ModuleError::SectionOutOfFile { section, offset, size, file_size } => write!(
                 f,
                 "section {section} at file offset {offset:#x} size {size:#x} lies outside the \
                  file ({file_size:#x} bytes)"
@@ -255,10 +236,7 @@ impl Module {
         bias: u64,
     ) -> Result<Module, ModuleError> {
         if range.start >= range.end {
-            return Err(ModuleError::BadRange {
-                start: range.start,
-                end: range.end,
-            });
+            return Err(ModuleError::BadRange { start: range.start, end: range.end });
         }
         for (name, s) in [
             (".eh_frame", sections.eh_frame),
@@ -266,10 +244,8 @@ impl Module {
             (".debug_frame", sections.debug_frame),
         ] {
             if let Some(s) = s {
-                let fits = s
-                    .file_offset
-                    .checked_add(s.size)
-                    .is_some_and(|e| e <= data.len() as u64);
+                let fits =
+                    s.file_offset.checked_add(s.size).is_some_and(|e| e <= data.len() as u64);
                 if !fits {
                     return Err(ModuleError::SectionOutOfFile {
                         section: name,
@@ -312,17 +288,13 @@ impl Module {
             if let Some(eh) = module.eh_frame() {
                 let (index, err) = build_index(&eh, &module.bases);
                 module.eh_index = index;
-                module
-                    .index_errors
-                    .extend(err.map(|e| (SectionKind::EhFrame, e)));
+                module.index_errors.extend(err.map(|e| (SectionKind::EhFrame, e)));
             }
         }
         if let Some(df) = module.debug_frame() {
             let (index, err) = build_index(&df, &module.bases);
             module.debug_index = index;
-            module
-                .index_errors
-                .extend(err.map(|e| (SectionKind::DebugFrame, e)));
+            module.index_errors.extend(err.map(|e| (SectionKind::DebugFrame, e)));
         }
         Ok(module)
     }
@@ -389,13 +361,9 @@ impl Module {
             other => return other,
         }
         match self.debug_frame() {
-            Some(df) => self.find_indexed(
-                &df,
-                SectionKind::DebugFrame,
-                &self.debug_index,
-                address,
-                ctx,
-            ),
+            Some(df) => {
+                self.find_indexed(&df, SectionKind::DebugFrame, &self.debug_index, address, ctx)
+            }
             None => Err(LookupError::NoFde),
         }
     }
@@ -498,10 +466,9 @@ fn convert_row(
         return Err(LookupError::BadReturnColumn(ra));
     }
     let cfa = match row.cfa() {
-        gimli::CfaRule::RegisterAndOffset { register, offset } => CfaRule::RegOffset {
-            reg: register.0,
-            offset: *offset,
-        },
+        gimli::CfaRule::RegisterAndOffset { register, offset } => {
+            CfaRule::RegOffset { reg: register.0, offset: *offset }
+        }
         gimli::CfaRule::Expression(e) => CfaRule::Expr(expr_ref(e, section)?),
     };
     let mut out = Row::new(cfa, ra, cie.is_signal_trampoline());

@@ -89,11 +89,7 @@ impl Stack {
     }
 }
 
-const ENCODING: Encoding = Encoding {
-    format: Format::Dwarf32,
-    version: 4,
-    address_size: 8,
-};
+const ENCODING: Encoding = Encoding { format: Format::Dwarf32, version: 4, address_size: 8 };
 
 /// Evaluate `bytes`; `initial` is pushed first (the CFA, for register rules).
 /// The result is the top of the stack.
@@ -103,10 +99,7 @@ pub fn evaluate<M: Memory + ?Sized>(
     regs: &Registers,
     mem: &mut M,
 ) -> Result<u64, ExprError> {
-    let mut stack = Stack {
-        items: [0; STACK_LIMIT],
-        len: 0,
-    };
+    let mut stack = Stack { items: [0; STACK_LIMIT], len: 0 };
     if let Some(v) = initial {
         stack.push(v)?;
     }
@@ -131,22 +124,14 @@ pub fn evaluate<M: Memory + ?Sized>(
             Operation::UnsignedConstant { value } => stack.push(value)?,
             Operation::SignedConstant { value } => stack.push(value as u64)?,
             Operation::Register { register } => {
-                let v = regs
-                    .get(register.0)
-                    .ok_or(ExprError::MissingRegister(register.0))?;
+                let v = regs.get(register.0).ok_or(ExprError::MissingRegister(register.0))?;
                 stack.push(v)?
             }
-            Operation::RegisterOffset {
-                register, offset, ..
-            } => {
-                let v = regs
-                    .get(register.0)
-                    .ok_or(ExprError::MissingRegister(register.0))?;
+            Operation::RegisterOffset { register, offset, .. } => {
+                let v = regs.get(register.0).ok_or(ExprError::MissingRegister(register.0))?;
                 stack.push(v.wrapping_add(offset as u64))?
             }
-            Operation::Deref {
-                size, space: false, ..
-            } => {
+            Operation::Deref { size, space: false, .. } => {
                 let addr = stack.pop()?;
                 let v = mem.read_sized(addr, size).ok_or(ExprError::Memory(addr))?;
                 stack.push(v)?
@@ -260,31 +245,13 @@ mod tests {
         assert_eq!(eval(&[lit(7), lit(5), DW_OP_minus.0], None, &r), Ok(2));
         assert_eq!(eval(&[lit(2), lit(5), DW_OP_shl.0], None, &r), Ok(64));
         assert_eq!(eval(&[lit(3), DW_OP_neg.0, DW_OP_abs.0], None, &r), Ok(3));
+        assert_eq!(eval(&[lit(1), lit(2), DW_OP_swap.0, DW_OP_minus.0], None, &r), Ok(1));
         assert_eq!(
-            eval(&[lit(1), lit(2), DW_OP_swap.0, DW_OP_minus.0], None, &r),
-            Ok(1)
-        );
-        assert_eq!(
-            eval(
-                &[
-                    lit(1),
-                    lit(2),
-                    lit(3),
-                    DW_OP_rot.0,
-                    DW_OP_drop.0,
-                    DW_OP_drop.0
-                ],
-                None,
-                &r
-            ),
+            eval(&[lit(1), lit(2), lit(3), DW_OP_rot.0, DW_OP_drop.0, DW_OP_drop.0], None, &r),
             Ok(3)
         );
         assert_eq!(
-            eval(
-                &[lit(4), lit(9), DW_OP_over.0, DW_OP_div.0, DW_OP_plus.0],
-                None,
-                &r
-            ),
+            eval(&[lit(4), lit(9), DW_OP_over.0, DW_OP_div.0, DW_OP_plus.0], None, &r),
             Ok(6)
         );
         assert_eq!(
@@ -292,18 +259,8 @@ mod tests {
             Ok(1),
             "signed compare"
         );
-        assert_eq!(
-            eval(&[DW_OP_plus_uconst.0, 0x10], Some(0x1000), &r),
-            Ok(0x1010)
-        );
-        assert_eq!(
-            eval(
-                &[DW_OP_const2u.0, 0x34, 0x12, DW_OP_dup.0, DW_OP_xor.0],
-                None,
-                &r
-            ),
-            Ok(0)
-        );
+        assert_eq!(eval(&[DW_OP_plus_uconst.0, 0x10], Some(0x1000), &r), Ok(0x1010));
+        assert_eq!(eval(&[DW_OP_const2u.0, 0x34, 0x12, DW_OP_dup.0, DW_OP_xor.0], None, &r), Ok(0));
     }
 
     #[test]
@@ -311,16 +268,9 @@ mod tests {
         let mut r = Registers::new();
         r.set(7, 0x7000);
         assert_eq!(eval(&[DW_OP_breg7.0, 0x10], None, &r), Ok(0x7010));
-        assert_eq!(
-            eval(&[DW_OP_breg7.0, 0x70], None, &r),
-            Ok(0x7000 - 0x10),
-            "sleb -16"
-        );
+        assert_eq!(eval(&[DW_OP_breg7.0, 0x70], None, &r), Ok(0x7000 - 0x10), "sleb -16");
         assert_eq!(eval(&[DW_OP_bregx.0, 7, 0x08], None, &r), Ok(0x7008));
-        assert_eq!(
-            eval(&[DW_OP_breg6.0, 0], None, &r),
-            Err(ExprError::MissingRegister(6))
-        );
+        assert_eq!(eval(&[DW_OP_breg6.0, 0], None, &r), Err(ExprError::MissingRegister(6)));
     }
 
     /// binutils' lazy PLT CFA: rsp + 8 + ((rip & 15) >= 11 ? 8 : 0).
@@ -359,10 +309,7 @@ mod tests {
         let bytes = [DW_OP_breg6.0, 0x58, DW_OP_deref_size.0, 2];
         assert_eq!(evaluate(&bytes, None, &r, &mut mem), Ok(0xbeef));
         let bytes = [DW_OP_breg6.0, 0, DW_OP_deref.0];
-        assert_eq!(
-            evaluate(&bytes, None, &r, &mut mem),
-            Err(ExprError::Memory(0x1028))
-        );
+        assert_eq!(evaluate(&bytes, None, &r, &mut mem), Err(ExprError::Memory(0x1028)));
     }
 
     #[test]
@@ -372,35 +319,17 @@ mod tests {
         let bytes = [DW_OP_lit1.0, DW_OP_bra.0, 1, 0, DW_OP_lit5.0, DW_OP_lit9.0];
         assert_eq!(eval(&bytes, None, &r), Ok(9));
         // skip -3: jumps back onto itself forever
-        assert_eq!(
-            eval(&[DW_OP_skip.0, 0xfd, 0xff], None, &r),
-            Err(ExprError::StepLimit)
-        );
-        assert_eq!(
-            eval(&[DW_OP_skip.0, 0x10, 0], None, &r),
-            Err(ExprError::BranchOutOfRange)
-        );
-        assert_eq!(
-            eval(&[DW_OP_plus.0], Some(1), &r),
-            Err(ExprError::StackUnderflow)
-        );
+        assert_eq!(eval(&[DW_OP_skip.0, 0xfd, 0xff], None, &r), Err(ExprError::StepLimit));
+        assert_eq!(eval(&[DW_OP_skip.0, 0x10, 0], None, &r), Err(ExprError::BranchOutOfRange));
+        assert_eq!(eval(&[DW_OP_plus.0], Some(1), &r), Err(ExprError::StackUnderflow));
         assert_eq!(eval(&[], None, &r), Err(ExprError::StackUnderflow));
         assert_eq!(
             eval(&[DW_OP_lit1.0, DW_OP_lit0.0, DW_OP_div.0], None, &r),
             Err(ExprError::DivisionByZero)
         );
-        assert_eq!(
-            eval(&[DW_OP_dup.0; 100], Some(1), &r),
-            Err(ExprError::StackOverflow)
-        );
-        assert!(matches!(
-            eval(&[DW_OP_const8u.0, 1, 2], None, &r),
-            Err(ExprError::Malformed(_))
-        ));
-        assert!(matches!(
-            eval(&[0xff], None, &r),
-            Err(ExprError::Malformed(_))
-        ));
+        assert_eq!(eval(&[DW_OP_dup.0; 100], Some(1), &r), Err(ExprError::StackOverflow));
+        assert!(matches!(eval(&[DW_OP_const8u.0, 1, 2], None, &r), Err(ExprError::Malformed(_))));
+        assert!(matches!(eval(&[0xff], None, &r), Err(ExprError::Malformed(_))));
         assert_eq!(
             eval(&[DW_OP_lit1.0, DW_OP_piece.0, 8], None, &r),
             Err(ExprError::Unsupported("piece"))

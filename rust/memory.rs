@@ -9,11 +9,7 @@ pub trait Memory {
     /// A little-endian read of `size` (1, 2, 4 or 8) bytes, zero-extended.
     fn read_sized(&mut self, addr: u64, size: u8) -> Option<u64> {
         let v = self.read_u64(addr)?;
-        Some(if size >= 8 {
-            v
-        } else {
-            v & ((1u64 << (u32::from(size) * 8)) - 1)
-        })
+        Some(if size >= 8 { v } else { v & ((1u64 << (u32::from(size) * 8)) - 1) })
     }
 }
 
@@ -33,9 +29,7 @@ pub struct Regions<'a> {
 
 impl<'a> Regions<'a> {
     pub fn new() -> Self {
-        Regions {
-            regions: Vec::new(),
-        }
+        Regions { regions: Vec::new() }
     }
 
     /// Remove all regions, keeping the allocation for reuse.
@@ -66,10 +60,7 @@ impl<'a> Regions<'a> {
                 None
             }
         };
-        let idx = self
-            .regions
-            .partition_point(|(s, _)| *s <= addr)
-            .checked_sub(1)?;
+        let idx = self.regions.partition_point(|(s, _)| *s <= addr).checked_sub(1)?;
         // Where regions overlap, the one starting highest wins; the nearest
         // start below addr may be a short region that ends before it.
         self.regions[..=idx].iter().rev().find_map(fits)
@@ -101,22 +92,12 @@ mod tests {
         let mut m = Regions::new();
         m.add(0x2000, &b);
         m.add(0x1000, &a);
-        assert_eq!(
-            m.read_u64(0x1000),
-            Some(u64::from_le_bytes([0, 1, 2, 3, 4, 5, 6, 7]))
-        );
-        assert_eq!(
-            m.read_u64(0x1018),
-            Some(u64::from_le_bytes([24, 25, 26, 27, 28, 29, 30, 31]))
-        );
+        assert_eq!(m.read_u64(0x1000), Some(u64::from_le_bytes([0, 1, 2, 3, 4, 5, 6, 7])));
+        assert_eq!(m.read_u64(0x1018), Some(u64::from_le_bytes([24, 25, 26, 27, 28, 29, 30, 31])));
         assert_eq!(m.read_u64(0x1019), None, "crosses the end of the region");
         assert_eq!(m.read_u64(0x0fff), None);
         assert_eq!(m.read_u64(0x2000), Some(u64::MAX));
-        assert_eq!(
-            m.read_u64(u64::MAX - 3),
-            None,
-            "no overflow at the top of memory"
-        );
+        assert_eq!(m.read_u64(u64::MAX - 3), None, "no overflow at the top of memory");
         assert_eq!(m.read_sized(0x1001, 2), Some(0x0201));
         assert_eq!(m.read_sized(0x101f, 1), Some(31));
         assert_eq!(m.read_sized(0x101f, 2), None);

@@ -84,12 +84,7 @@ impl PyFrame {
 
 impl From<&RsFrame> for PyFrame {
     fn from(f: &RsFrame) -> Self {
-        PyFrame {
-            pc: f.pc,
-            sp: f.sp,
-            cfa: f.cfa,
-            trust: f.trust,
-        }
+        PyFrame { pc: f.pc, sp: f.sp, cfa: f.cfa, trust: f.trust }
     }
 }
 
@@ -97,9 +92,10 @@ impl From<&RsFrame> for PyFrame {
 #[pyclass(module = "stackwalk._core", name = "Trace", frozen)]
 pub struct PyTrace {
     frames: Vec<RsFrame>,
-    end: unwind::EndReason,
-    #[pyo3(get)]
-    end_detail: String,
+    end: unwind::End,
+    arch: Arch,
+    /// The module the end refers to, for the message (made on demand).
+    end_module: Option<Arc<Module>>,
 }
 
 #[pymethods]
@@ -119,13 +115,19 @@ impl PyTrace {
     /// memory, no_module, no_unwind_info, missing_register, bad_cfi, frame_limit.
     #[getter]
     fn end(&self) -> &'static str {
-        self.end.as_str()
+        self.end.reason.as_str()
+    }
+
+    /// A one-line account of where and why the walk stopped.
+    #[getter]
+    fn end_detail(&self) -> String {
+        self.end.describe(self.arch, self.end_module.as_ref().map(|m| m.name.as_str()))
     }
 
     /// True when the walk reached the outermost frame.
     #[getter]
     fn complete(&self) -> bool {
-        self.end.is_clean()
+        self.end.reason.is_clean()
     }
 
     fn __len__(&self) -> usize {
@@ -133,22 +135,14 @@ impl PyTrace {
     }
 
     fn __repr__(&self) -> String {
-        format!(
-            "<Trace {} frames, end={:?}>",
-            self.frames.len(),
-            self.end.as_str()
-        )
+        format!("<Trace {} frames, end={:?}>", self.frames.len(), self.end.reason.as_str())
     }
 }
 
 type SectionTuple = (u64, u64, u64);
 
 fn section(t: Option<SectionTuple>) -> Option<SectionInfo> {
-    t.map(|(file_offset, size, address)| SectionInfo {
-        file_offset,
-        size,
-        address,
-    })
+    t.map(|(file_offset, size, address)| SectionInfo { file_offset, size, address })
 }
 
 /// Unwinds native stacks for one architecture.
@@ -166,10 +160,7 @@ impl PyUnwinder {
         let arch: Arch = arch
             .parse()
             .map_err(|e: crate::arch::UnknownArch| ArchError::new_err(e.to_string()))?;
-        Ok(PyUnwinder {
-            inner: RsUnwinder::new(arch),
-            frames: Vec::with_capacity(64),
-        })
+        Ok(PyUnwinder { inner: RsUnwinder::new(arch), frames: Vec::with_capacity(64) })
     }
 
     #[getter]
@@ -230,9 +221,7 @@ impl PyUnwinder {
                 Data::Owned(buf.to_vec(image.py())?)
             }
             _ => {
-                return Err(StackwalkError::new_err(
-                    "_add_elf takes exactly one of path and image",
-                ))
+                return Err(StackwalkError::new_err("_add_elf takes exactly one of path and image"))
             }
         };
         let sections = ModuleSections {
@@ -247,9 +236,7 @@ impl PyUnwinder {
         let arch = self.inner.arch();
         let module = Module::new(name.clone(), arch, data, sections, start..end, bias)
             .map_err(|e| ElfError::new_err(format!("{name}: {e}")))?;
-        self.inner
-            .add_module(Arc::new(module))
-            .map_err(|e| StackwalkError::new_err(e.to_string()))
+        self.inner.add_module(Arc::new(module)).map_err(|e| StackwalkError::new_err(e.to_string()))
     }
 
     /// Unwind from `regs` (register name -> value) over `memory` (an
@@ -273,14 +260,12 @@ impl PyUnwinder {
                 unsafe { std::slice::from_raw_parts(buf.buf_ptr() as *const u8, buf.len_bytes()) };
             regions.add(*start, bytes);
         }
-        let end = self
-            .inner
-            .unwind(pc, &registers, &mut regions, max_frames, &mut self.frames);
-        let end_detail = self.inner.describe(&end);
+        let end = self.inner.unwind(pc, &registers, &mut regions, max_frames, &mut self.frames);
         Ok(PyTrace {
             frames: self.frames.clone(),
-            end: end.reason,
-            end_detail,
+            end,
+            arch,
+            end_module: self.inner.end_module(&end),
         })
     }
 
@@ -385,9 +370,7 @@ fn extract_registers(arch: Arch, regs: &Bound<'_, PyAny>) -> PyResult<(u64, Regi
     })?;
     if registers.get(arch.sp()).is_none() {
         let sp_name = arch.register_name(arch.sp()).unwrap_or("sp");
-        return Err(StackwalkError::new_err(format!(
-            "regs lacks the stack pointer ({sp_name})"
-        )));
+        return Err(StackwalkError::new_err(format!("regs lacks the stack pointer ({sp_name})")));
     }
     Ok((pc, registers))
 }

@@ -10,10 +10,7 @@ pub struct Registers {
 
 impl Default for Registers {
     fn default() -> Self {
-        Registers {
-            values: [0; NUM_REGS],
-            known: 0,
-        }
+        Registers { values: [0; NUM_REGS], known: 0 }
     }
 }
 
@@ -48,6 +45,12 @@ impl Registers {
         if i < NUM_REGS {
             self.known &= !(1 << i);
         }
+    }
+
+    /// The same file with only the columns in `mask` (bit n = column n) known.
+    #[inline]
+    pub fn keep(&self, mask: u64) -> Registers {
+        Registers { values: self.values, known: self.known & mask }
     }
 
     /// The known columns, in ascending order.

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use gimli::UnwindContext;
 
-use crate::arch::{Arch, DefaultRule};
+use crate::arch::Arch;
 use crate::cfi::{CfaRule, CompactRow, LookupError, Module, RegRule, Row, RuleSet};
 use crate::expr::{self, ExprError};
 use crate::memory::Memory;
@@ -171,7 +171,6 @@ impl std::error::Error for OverlapError {}
 struct FrameState {
     pc: u64,
     sp: u64,
-    regs: Registers,
     /// Frame 0, or interrupted by a signal: its pc was not a return address.
     interrupted: bool,
 }
@@ -212,9 +211,7 @@ impl Unwinder {
 
     /// Add a module; its runtime range must not overlap one already added.
     pub fn add_module(&mut self, module: Arc<Module>) -> Result<(), OverlapError> {
-        let pos = self
-            .modules
-            .partition_point(|m| m.range.start < module.range.start);
+        let pos = self.modules.partition_point(|m| m.range.start < module.range.start);
         let overlaps =
             |m: &Arc<Module>| m.range.start < module.range.end && module.range.start < m.range.end;
         if let Some(other) = [pos.checked_sub(1), Some(pos)]
@@ -242,10 +239,7 @@ impl Unwinder {
 
     /// The index of the module whose range holds `pc`.
     pub fn module_index(&self, pc: u64) -> Option<usize> {
-        let i = self
-            .modules
-            .partition_point(|m| m.range.start <= pc)
-            .checked_sub(1)?;
+        let i = self.modules.partition_point(|m| m.range.start <= pc).checked_sub(1)?;
         (pc < self.modules[i].range.end).then_some(i)
     }
 
@@ -256,11 +250,7 @@ impl Unwinder {
         let module = &self.modules[index];
         let (row, range) = module.find_row(pc.wrapping_sub(module.bias), &mut self.ctx)?;
         let bias = module.bias;
-        Ok((
-            index,
-            row,
-            range.start.wrapping_add(bias)..range.end.wrapping_add(bias),
-        ))
+        Ok((index, row, range.start.wrapping_add(bias)..range.end.wrapping_add(bias)))
     }
 
     /// Unwind from `pc` and `regs` (which must hold the stack pointer),
@@ -291,36 +281,29 @@ impl Unwinder {
         if max_frames == 0 {
             return end;
         }
-        let mut callee = FrameState {
-            pc,
-            sp,
-            regs: *regs,
-            interrupted: true,
-        };
+        let mut callee = FrameState { pc, sp, interrupted: true };
+        // Two register files, the callee's and the caller's, swapped by
+        // index rather than by copying.
+        let mut files = [*regs, Registers::new()];
+        let mut current = 0;
         if let Some(col) = arch.pc_column() {
-            callee.regs.set(col, pc);
+            files[0].set(col, pc);
         }
-        let mut caller_regs = Registers::new();
-        frames.push(Frame {
-            pc,
-            sp,
-            cfa: None,
-            trust: Trust::Context,
-        });
+        frames.push(Frame { pc, sp, cfa: None, trust: Trust::Context });
         loop {
             // Frame 0 and frames interrupted by a signal are looked up at
             // their pc; the others at pc - 1, inside the call that made them.
-            let lookup = if callee.interrupted {
-                callee.pc
-            } else {
-                callee.pc.wrapping_sub(1)
-            };
+            let lookup = if callee.interrupted { callee.pc } else { callee.pc.wrapping_sub(1) };
             end.frame = frames.len() - 1;
             end.lookup_pc = lookup;
             end.module = self.module_index(lookup);
             let step = match end.module {
                 None => Err((EndReason::NoModule, EndDetail::Address(lookup))),
-                Some(m) => self.step(m, lookup, &callee, &mut caller_regs, mem, frames),
+                Some(m) => {
+                    let [a, b] = &mut files;
+                    let (callee_regs, caller_regs) = if current == 0 { (&*a, b) } else { (&*b, a) };
+                    self.step(m, lookup, &callee, callee_regs, caller_regs, mem, frames)
+                }
             };
             match step {
                 Err((reason, detail)) => {
@@ -343,7 +326,7 @@ impl Unwinder {
                     callee.pc = caller.pc;
                     callee.sp = caller.sp;
                     callee.interrupted = caller.interrupted;
-                    std::mem::swap(&mut callee.regs, &mut caller_regs);
+                    current ^= 1;
                 }
             }
         }
@@ -351,12 +334,16 @@ impl Unwinder {
 
     /// Unwind one frame: find the rules for `lookup` in module `m` (cached),
     /// then recover the caller into `caller_regs`.
+    // The hot path: the state is passed as borrowed pieces rather than
+    // bundled, so that the two register files can be borrowed apart.
+    #[allow(clippy::too_many_arguments)]
     #[inline]
     fn step<M: Memory + ?Sized>(
         &mut self,
         m: usize,
         lookup: u64,
         callee: &FrameState,
+        callee_regs: &Registers,
         caller_regs: &mut Registers,
         mem: &mut M,
         frames: &mut [Frame],
@@ -365,164 +352,146 @@ impl Unwinder {
         let cached = &self.cache[slot];
         if cached.key == lookup && cached.module as usize == m {
             self.stats.hits += 1;
-            let row = cached.row;
-            return self.apply(m, &row, callee, caller_regs, mem, frames);
+            let (arch, module, row) = (self.arch, &*self.modules[m], &self.cache[slot].row);
+            return apply(arch, module, row, callee, callee_regs, caller_regs, mem, frames);
         }
         self.stats.misses += 1;
         let module = &self.modules[m];
         let row = match module.find_row(lookup.wrapping_sub(module.bias), &mut self.ctx) {
             Ok((row, _)) => row,
             Err(LookupError::NoFde) => {
-                return Err((
-                    EndReason::NoUnwindInfo,
-                    EndDetail::Lookup(LookupError::NoFde),
-                ))
+                return Err((EndReason::NoUnwindInfo, EndDetail::Lookup(LookupError::NoFde)))
             }
             Err(e) => return Err((EndReason::BadCfi, EndDetail::Lookup(e))),
         };
         if let Some(compact) = row.resize::<8>() {
-            self.cache[slot] = CacheSlot {
-                key: lookup,
-                module: m as u32,
-                row: compact,
-            };
+            self.cache[slot] = CacheSlot { key: lookup, module: m as u32, row: compact };
         }
-        self.apply(m, &row, callee, caller_regs, mem, frames)
-    }
-
-    /// Apply a row's rules to the callee's state; the frame's CFA goes into
-    /// the last of `frames`.
-    #[inline]
-    fn apply<M: Memory + ?Sized, const N: usize>(
-        &self,
-        m: usize,
-        row: &RuleSet<N>,
-        callee: &FrameState,
-        caller: &mut Registers,
-        mem: &mut M,
-        frames: &mut [Frame],
-    ) -> Step {
-        let regs = &callee.regs;
-        let sp = callee.sp;
-        let arch = self.arch;
-        let module = &self.modules[m];
-        let expr_end = |e: ExprError| match e {
-            ExprError::Memory(a) => Err((EndReason::Memory, EndDetail::Address(a))),
-            ExprError::MissingRegister(r) => {
-                Err((EndReason::MissingRegister, EndDetail::Register(r)))
-            }
-            e => Err((EndReason::BadCfi, EndDetail::Expr(e))),
-        };
-        let cfa = match row.cfa {
-            CfaRule::RegOffset { reg, offset } => match regs.get(reg) {
-                Some(v) => v.wrapping_add(offset as u64),
-                None => return Err((EndReason::MissingRegister, EndDetail::Register(reg))),
-            },
-            CfaRule::Expr(e) => match expr::evaluate(module.expr_bytes(e), None, regs, mem) {
-                Ok(v) => v,
-                Err(e) => return expr_end(e),
-            },
-        };
-        if let Some(f) = frames.last_mut() {
-            f.cfa = Some(cfa);
-        }
-        // Columns the CFI says nothing about take the ABI default.
-        *caller = Registers::new();
-        for (reg, value) in regs.iter() {
-            if arch.default_rule(reg) == DefaultRule::SameValue {
-                caller.set(reg, value);
-            }
-        }
-        caller.set(arch.sp(), cfa);
-        let mut ra_undefined = false;
-        for &(reg, rule) in row.rules() {
-            let value = match rule {
-                RegRule::Undefined => None,
-                RegRule::SameValue => regs.get(reg),
-                RegRule::Offset(n) => {
-                    let addr = cfa.wrapping_add(n as u64);
-                    match mem.read_u64(addr) {
-                        Some(v) => Some(v),
-                        None => return Err((EndReason::Memory, EndDetail::Address(addr))),
-                    }
-                }
-                RegRule::ValOffset(n) => Some(cfa.wrapping_add(n as u64)),
-                RegRule::Register(r) => match regs.get(r) {
-                    Some(v) => Some(v),
-                    None => return Err((EndReason::MissingRegister, EndDetail::Register(r))),
-                },
-                RegRule::Expr(e) => {
-                    let addr = match expr::evaluate(module.expr_bytes(e), Some(cfa), regs, mem) {
-                        Ok(a) => a,
-                        Err(e) => return expr_end(e),
-                    };
-                    match mem.read_u64(addr) {
-                        Some(v) => Some(v),
-                        None => return Err((EndReason::Memory, EndDetail::Address(addr))),
-                    }
-                }
-                RegRule::ValExpr(e) => {
-                    match expr::evaluate(module.expr_bytes(e), Some(cfa), regs, mem) {
-                        Ok(v) => Some(v),
-                        Err(e) => return expr_end(e),
-                    }
-                }
-            };
-            match value {
-                Some(v) => caller.set(reg, v),
-                None => {
-                    caller.forget(reg);
-                    if reg == row.ra {
-                        ra_undefined = true;
-                    }
-                }
-            }
-        }
-        let ra = match caller.get(row.ra) {
-            Some(ra) if !ra_undefined => ra,
-            _ => return Err((EndReason::EndOfStack, EndDetail::None)),
-        };
-        let caller_pc = arch.strip_return_address(ra);
-        if caller_pc == 0 {
-            return Err((EndReason::PcZero, EndDetail::None));
-        }
-        let caller_sp = caller.get(arch.sp()).unwrap_or(cfa);
-        if caller_sp < sp || (caller_sp == sp && !callee.interrupted) {
-            return Err((
-                EndReason::CfaNotIncreasing,
-                EndDetail::Sp {
-                    caller: caller_sp,
-                    frame: sp,
-                },
-            ));
-        }
-        if let Some(col) = arch.pc_column() {
-            caller.set(col, caller_pc);
-        }
-        Ok(Caller {
-            pc: caller_pc,
-            sp: caller_sp,
-            interrupted: row.signal_frame,
-        })
+        apply(self.arch, &self.modules[m], &row, callee, callee_regs, caller_regs, mem, frames)
     }
 
     /// A one-line account of how a walk ended.
     pub fn describe(&self, end: &End) -> String {
-        let module = end
-            .module
-            .and_then(|m| self.modules.get(m))
-            .map(|m| m.name.as_str());
+        let module = end.module.and_then(|m| self.modules.get(m));
+        end.describe(self.arch, module.map(|m| m.name.as_str()))
+    }
+
+    /// The module a walk's end refers to, if any.
+    pub fn end_module(&self, end: &End) -> Option<Arc<Module>> {
+        end.module.and_then(|m| self.modules.get(m)).cloned()
+    }
+}
+
+/// Apply a row's rules to the callee's state; the frame's CFA goes into
+/// the last of `frames`.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+fn apply<M: Memory + ?Sized, const N: usize>(
+    arch: Arch,
+    module: &Module,
+    row: &RuleSet<N>,
+    callee: &FrameState,
+    regs: &Registers,
+    caller: &mut Registers,
+    mem: &mut M,
+    frames: &mut [Frame],
+) -> Step {
+    let sp = callee.sp;
+    let expr_end = |e: ExprError| match e {
+        ExprError::Memory(a) => Err((EndReason::Memory, EndDetail::Address(a))),
+        ExprError::MissingRegister(r) => Err((EndReason::MissingRegister, EndDetail::Register(r))),
+        e => Err((EndReason::BadCfi, EndDetail::Expr(e))),
+    };
+    let cfa = match row.cfa {
+        CfaRule::RegOffset { reg, offset } => match regs.get(reg) {
+            Some(v) => v.wrapping_add(offset as u64),
+            None => return Err((EndReason::MissingRegister, EndDetail::Register(reg))),
+        },
+        CfaRule::Expr(e) => match expr::evaluate(module.expr_bytes(e), None, regs, mem) {
+            Ok(v) => v,
+            Err(e) => return expr_end(e),
+        },
+    };
+    if let Some(f) = frames.last_mut() {
+        f.cfa = Some(cfa);
+    }
+    // Columns the CFI says nothing about take the ABI default.
+    *caller = regs.keep(arch.same_value_mask());
+    caller.set(arch.sp(), cfa);
+    let mut ra_undefined = false;
+    for &(reg, rule) in row.rules() {
+        let value = match rule {
+            RegRule::Undefined => None,
+            RegRule::SameValue => regs.get(reg),
+            RegRule::Offset(n) => {
+                let addr = cfa.wrapping_add(n as u64);
+                match mem.read_u64(addr) {
+                    Some(v) => Some(v),
+                    None => return Err((EndReason::Memory, EndDetail::Address(addr))),
+                }
+            }
+            RegRule::ValOffset(n) => Some(cfa.wrapping_add(n as u64)),
+            RegRule::Register(r) => match regs.get(r) {
+                Some(v) => Some(v),
+                None => return Err((EndReason::MissingRegister, EndDetail::Register(r))),
+            },
+            RegRule::Expr(e) => {
+                let addr = match expr::evaluate(module.expr_bytes(e), Some(cfa), regs, mem) {
+                    Ok(a) => a,
+                    Err(e) => return expr_end(e),
+                };
+                match mem.read_u64(addr) {
+                    Some(v) => Some(v),
+                    None => return Err((EndReason::Memory, EndDetail::Address(addr))),
+                }
+            }
+            RegRule::ValExpr(e) => {
+                match expr::evaluate(module.expr_bytes(e), Some(cfa), regs, mem) {
+                    Ok(v) => Some(v),
+                    Err(e) => return expr_end(e),
+                }
+            }
+        };
+        match value {
+            Some(v) => caller.set(reg, v),
+            None => {
+                caller.forget(reg);
+                if reg == row.ra {
+                    ra_undefined = true;
+                }
+            }
+        }
+    }
+    let ra = match caller.get(row.ra) {
+        Some(ra) if !ra_undefined => ra,
+        _ => return Err((EndReason::EndOfStack, EndDetail::None)),
+    };
+    let caller_pc = arch.strip_return_address(ra);
+    if caller_pc == 0 {
+        return Err((EndReason::PcZero, EndDetail::None));
+    }
+    let caller_sp = caller.get(arch.sp()).unwrap_or(cfa);
+    if caller_sp < sp || (caller_sp == sp && !callee.interrupted) {
+        return Err((EndReason::CfaNotIncreasing, EndDetail::Sp { caller: caller_sp, frame: sp }));
+    }
+    if let Some(col) = arch.pc_column() {
+        caller.set(col, caller_pc);
+    }
+    Ok(Caller { pc: caller_pc, sp: caller_sp, interrupted: row.signal_frame })
+}
+
+impl End {
+    /// A one-line account of how the walk ended; `module` is the name of
+    /// the module at `lookup_pc`.
+    pub fn describe(&self, arch: Arch, module: Option<&str>) -> String {
+        let end = self;
         let place = match module {
             Some(name) => format!("pc {:#x} in {}", end.lookup_pc, name),
             None => format!("pc {:#x}", end.lookup_pc),
         };
         let frame = end.frame;
-        let reg = |r: u16| {
-            self.arch
-                .register_name(r)
-                .map(str::to_owned)
-                .unwrap_or_else(|| format!("r{r}"))
-        };
+        let reg =
+            |r: u16| arch.register_name(r).map(str::to_owned).unwrap_or_else(|| format!("r{r}"));
         match (end.reason, end.detail) {
             (EndReason::EndOfStack, _) => format!("frame {frame}: return address undefined at {place} (outermost frame)"),
             (EndReason::PcZero, _) => format!("frame {frame}: return address 0 at {place}"),

@@ -5,6 +5,10 @@ pub const SP: u16 = 31;
 pub const FP: u16 = 29;
 pub const RA: u16 = 30;
 
+// x19-x29 are callee-saved, and x30 keeps its value when the CIE says
+// nothing (a leaf function's return address is still in lr): see
+// `Arch::same_value_mask`.
+
 /// User-space addresses fit in 48 bits; bits above hold PAC signatures.
 pub const USER_ADDRESS_MASK: u64 = (1 << 48) - 1;
 
@@ -14,20 +18,11 @@ pub const NAMES: [&str; 32] = [
     "x28", "x29", "x30", "sp",
 ];
 
-/// x19-x29 are callee-saved; x30 keeps its value when the CIE says nothing
-/// (a leaf function's return address is still in lr).
-pub fn is_callee_saved(reg: u16) -> bool {
-    (19..=30).contains(&reg)
-}
-
 pub fn register_by_name(name: &str) -> Option<Option<u16>> {
     match name {
         "pc" => Some(None),
         "fp" => Some(Some(FP)),
         "lr" => Some(Some(RA)),
-        _ => NAMES
-            .iter()
-            .position(|n| *n == name)
-            .map(|i| Some(i as u16)),
+        _ => NAMES.iter().position(|n| *n == name).map(|i| Some(i as u16)),
     }
 }

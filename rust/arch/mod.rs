@@ -71,14 +71,19 @@ impl Arch {
 
     /// The rule that applies to `reg` in the caller when the CFI gives none.
     pub fn default_rule(self, reg: u16) -> DefaultRule {
-        let same = match self {
-            Arch::X86_64 => x86_64::CALLEE_SAVED.contains(&reg),
-            Arch::Aarch64 => aarch64::is_callee_saved(reg),
-        };
-        if same {
+        if reg < 64 && self.same_value_mask() & (1 << reg) != 0 {
             DefaultRule::SameValue
         } else {
             DefaultRule::Undefined
+        }
+    }
+
+    /// The columns whose default rule is "same value", as a bit mask.
+    #[inline]
+    pub fn same_value_mask(self) -> u64 {
+        match self {
+            Arch::X86_64 => x86_64::CALLEE_SAVED.iter().fold(0, |m, r| m | 1 << r),
+            Arch::Aarch64 => (19..=30).fold(0, |m, r| m | 1 << r),
         }
     }
 
@@ -138,11 +143,7 @@ pub struct UnknownArch(pub String);
 
 impl fmt::Display for UnknownArch {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "unknown architecture {:?} (supported: x86_64, aarch64)",
-            self.0
-        )
+        write!(f, "unknown architecture {:?} (supported: x86_64, aarch64)", self.0)
     }
 }
 
@@ -171,11 +172,7 @@ mod tests {
                     continue; // x86_64 "rip" names the pc, given apart from the columns
                 }
                 if let Some(name) = arch.register_name(reg) {
-                    assert_eq!(
-                        arch.register_by_name(name),
-                        Some(Some(reg)),
-                        "{arch} {name}"
-                    );
+                    assert_eq!(arch.register_by_name(name), Some(Some(reg)), "{arch} {name}");
                 }
             }
         }
@@ -198,10 +195,7 @@ mod tests {
 
     #[test]
     fn pointer_authentication_bits_are_stripped() {
-        assert_eq!(
-            Arch::Aarch64.strip_return_address(0x003f_0000_0040_1234),
-            0x40_1234
-        );
+        assert_eq!(Arch::Aarch64.strip_return_address(0x003f_0000_0040_1234), 0x40_1234);
         assert_eq!(Arch::X86_64.strip_return_address(0x7fff_1234), 0x7fff_1234);
     }
 }

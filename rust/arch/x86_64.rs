@@ -16,8 +16,5 @@ pub fn register_by_name(name: &str) -> Option<Option<u16>> {
     if name == "rip" {
         return Some(None);
     }
-    NAMES
-        .iter()
-        .position(|n| *n == name)
-        .map(|i| Some(i as u16))
+    NAMES.iter().position(|n| *n == name).map(|i| Some(i as u16))
 }

@@ -80,36 +80,19 @@ fn stop_here() -> Stop {
         );
     }
     let mut regs = Registers::new();
-    for (col, v) in [
-        (7, rsp),
-        (6, rbp),
-        (3, rbx),
-        (12, r12),
-        (13, r13),
-        (14, r14),
-        (15, r15),
-    ] {
+    for (col, v) in [(7, rsp), (6, rbp), (3, rbx), (12, r12), (13, r13), (14, r14), (15, r15)] {
         regs.set(col, v);
     }
     let (_, end) = mapping_containing(rsp).expect("the stack is mapped");
     let len = (end - rsp).min(1 << 20) as usize;
     // SAFETY: [rsp, rsp + len) lies inside this thread's mapped stack.
     let stack = unsafe { std::slice::from_raw_parts(rsp as *const u8, len) }.to_vec();
-    Stop {
-        pc: rip,
-        regs,
-        stack_start: rsp,
-        stack,
-    }
+    Stop { pc: rip, regs, stack_start: rsp, stack }
 }
 
 #[inline(never)]
 fn middle(depth: u32) -> Stop {
-    let stop = if depth == 0 {
-        stop_here()
-    } else {
-        middle(depth - 1)
-    };
+    let stop = if depth == 0 { stop_here() } else { middle(depth - 1) };
     std::hint::black_box(stop)
 }
 
@@ -119,10 +102,7 @@ fn mapping_containing(addr: u64) -> Option<(u64, u64)> {
     maps.lines().find_map(|line| {
         let (range, _) = line.split_once(' ')?;
         let (s, e) = range.split_once('-')?;
-        let (s, e) = (
-            u64::from_str_radix(s, 16).ok()?,
-            u64::from_str_radix(e, 16).ok()?,
-        );
+        let (s, e) = (u64::from_str_radix(s, 16).ok()?, u64::from_str_radix(e, 16).ok()?);
         (s <= addr && addr < e).then_some((s, e))
     })
 }
@@ -150,11 +130,8 @@ fn u64_at(d: &[u8], o: usize) -> u64 {
 /// The unwind sections and PT_LOAD range of a little-endian ELF64 file: just
 /// enough of an ELF reader for this test (the library leaves ELF to Python).
 fn elf_sections(d: &[u8]) -> (ModuleSections, std::ops::Range<u64>) {
-    let (phoff, phentsize, phnum) = (
-        u64_at(d, 0x20) as usize,
-        u16_at(d, 0x36) as usize,
-        u16_at(d, 0x38) as usize,
-    );
+    let (phoff, phentsize, phnum) =
+        (u64_at(d, 0x20) as usize, u16_at(d, 0x36) as usize, u16_at(d, 0x38) as usize);
     let (mut lo, mut hi) = (u64::MAX, 0);
     for i in 0..phnum {
         let ph = phoff + i * phentsize;
@@ -197,26 +174,13 @@ fn elf_sections(d: &[u8]) -> (ModuleSections, std::ops::Range<u64>) {
 fn warm_unwind_allocates_nothing() {
     let stop = middle(5);
 
-    let exe = std::fs::read_link("/proc/self/exe")
-        .unwrap()
-        .to_string_lossy()
-        .into_owned();
+    let exe = std::fs::read_link("/proc/self/exe").unwrap().to_string_lossy().into_owned();
     let data = std::fs::read(&exe).unwrap();
     let (sections, range) = elf_sections(&data);
-    assert!(
-        sections.eh_frame_hdr.is_some(),
-        "rustc links with --eh-frame-hdr"
-    );
+    assert!(sections.eh_frame_hdr.is_some(), "rustc links with --eh-frame-hdr");
     let bias = exe_load_address(&exe) - (range.start & !0xfff);
-    let module = Module::new(
-        exe.clone(),
-        Arch::X86_64,
-        Data::Owned(data),
-        sections,
-        range,
-        bias,
-    )
-    .unwrap();
+    let module =
+        Module::new(exe.clone(), Arch::X86_64, Data::Owned(data), sections, range, bias).unwrap();
     let mut unwinder = Unwinder::new(Arch::X86_64);
     unwinder.add_module(Arc::new(module)).unwrap();
 
@@ -238,22 +202,11 @@ fn warm_unwind_allocates_nothing() {
     // The walk leaves the executable into libc's thread start, which was not
     // added: every frame but that last one is in the executable.
     let (last, inner) = cold_frames.split_last().unwrap();
-    assert!(
-        inner.iter().all(|f| exe_range.contains(&f.pc)),
-        "{cold_frames:#x?}"
-    );
+    assert!(inner.iter().all(|f| exe_range.contains(&f.pc)), "{cold_frames:#x?}");
     assert!(!exe_range.contains(&last.pc));
-    assert_eq!(
-        cold.reason,
-        EndReason::NoModule,
-        "{}",
-        unwinder.describe(&cold)
-    );
+    assert_eq!(cold.reason, EndReason::NoModule, "{}", unwinder.describe(&cold));
     // The six `middle` frames return to the same call site.
-    let middle_returns = cold_frames
-        .windows(2)
-        .filter(|w| w[0].pc == w[1].pc)
-        .count();
+    let middle_returns = cold_frames.windows(2).filter(|w| w[0].pc == w[1].pc).count();
     assert!(middle_returns >= 4, "{cold_frames:#x?}");
 
     let misses = unwinder.stats.misses;
@@ -261,10 +214,7 @@ fn warm_unwind_allocates_nothing() {
         allocations(|| unwinder.unwind(stop.pc, &stop.regs, &mut memory, 256, &mut frames));
     assert_eq!(warm, cold);
     assert_eq!(frames, cold_frames);
-    assert_eq!(
-        unwinder.stats.misses, misses,
-        "the second walk is served from the rule cache"
-    );
+    assert_eq!(unwinder.stats.misses, misses, "the second walk is served from the rule cache");
     assert_eq!(warm_allocs, 0, "the warm path allocated");
     // Parsing CFI on a cache miss reuses the UnwindContext: no allocation either.
     assert_eq!(cold_allocs, 0, "the cold path allocated");
