@@ -8,6 +8,7 @@ mod python;
 
 pub mod arch;
 pub mod cfi;
+pub mod elf;
 pub mod expr;
 pub mod memory;
 pub mod registers;

@@ -3,6 +3,7 @@
 //! their file offsets here; the file itself is mapped, never copied.
 
 use std::fs::File;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use pyo3::buffer::PyBuffer;
@@ -12,7 +13,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyTuple};
 
 use crate::arch::Arch;
-use crate::cfi::{CfaRule, Data, Module, ModuleSections, RegRule, SectionInfo};
+use crate::cfi::{CfaRule, Data, Module, RegRule};
+use crate::elf::read_elf;
 use crate::memory::Regions;
 use crate::registers::Registers;
 use crate::unwind::{self, Frame as RsFrame, Unwinder as RsUnwinder};
@@ -139,12 +141,6 @@ impl PyTrace {
     }
 }
 
-type SectionTuple = (u64, u64, u64);
-
-fn section(t: Option<SectionTuple>) -> Option<SectionInfo> {
-    t.map(|(file_offset, size, address)| SectionInfo { file_offset, size, address })
-}
-
 /// Unwinds native stacks for one architecture.
 #[pyclass(module = "stackwalk._core", name = "Unwinder", subclass)]
 pub struct PyUnwinder {
@@ -184,59 +180,31 @@ impl PyUnwinder {
         (self.inner.stats.hits, self.inner.stats.misses)
     }
 
-    /// Add a module from the pieces the ELF reader found: either `path` (the
-    /// file is mapped) or `image` (bytes of an ELF image, copied).
-    /// `start`/`end` are the ELF address range of the loadable segments;
-    /// sections are (file offset, size, ELF address) tuples.
-    #[pyo3(signature = (name, bias, start, end, *, path = None, image = None, eh_frame = None,
-                        eh_frame_hdr = None, debug_frame = None, text = None, got = None))]
-    #[allow(clippy::too_many_arguments)]
-    fn _add_elf(
+    /// Add the ELF file at `path`, loaded at `bias` (runtime address − ELF
+    /// virtual address). The file is mapped, not read: only its headers are
+    /// touched now, and CFI is parsed on demand.
+    #[pyo3(signature = (path, bias = 0))]
+    fn add_module(&mut self, path: PathBuf, bias: i128) -> PyResult<()> {
+        let name = path.to_string_lossy().into_owned();
+        let file = File::open(&path).map_err(|e| ElfError::new_err(format!("{name}: {e}")))?;
+        // SAFETY: the file is mapped read-only; like every tool that maps its
+        // input (gdb, eu-stack), we assume it is not truncated while in use.
+        let map = unsafe { memmap2::Mmap::map(&file) }
+            .map_err(|e| ElfError::new_err(format!("{name}: cannot map: {e}")))?;
+        self.add(name, Data::Mapped(map), bias)
+    }
+
+    /// Add an ELF image held in memory (e.g. the vdso read from a process),
+    /// loaded at `bias`. The bytes are copied.
+    fn add_module_image(
         &mut self,
         name: String,
+        image: &Bound<'_, PyAny>,
         bias: i128,
-        start: u64,
-        end: u64,
-        path: Option<String>,
-        image: Option<&Bound<'_, PyAny>>,
-        eh_frame: Option<SectionTuple>,
-        eh_frame_hdr: Option<SectionTuple>,
-        debug_frame: Option<SectionTuple>,
-        text: Option<u64>,
-        got: Option<u64>,
     ) -> PyResult<()> {
-        let data = match (path, image) {
-            (Some(path), None) => {
-                let file =
-                    File::open(&path).map_err(|e| ElfError::new_err(format!("{path}: {e}")))?;
-                // SAFETY: the file is mapped read-only; like every tool that
-                // maps its input (gdb, eu-stack), we assume it is not
-                // truncated while in use.
-                let map = unsafe { memmap2::Mmap::map(&file) }
-                    .map_err(|e| ElfError::new_err(format!("{path}: cannot map: {e}")))?;
-                Data::Mapped(map)
-            }
-            (None, Some(image)) => {
-                let buf = PyBuffer::<u8>::get(image)?;
-                Data::Owned(buf.to_vec(image.py())?)
-            }
-            _ => {
-                return Err(StackwalkError::new_err("_add_elf takes exactly one of path and image"))
-            }
-        };
-        let sections = ModuleSections {
-            eh_frame: section(eh_frame),
-            eh_frame_hdr: section(eh_frame_hdr),
-            debug_frame: section(debug_frame),
-            text,
-            got,
-        };
-        // Bias is runtime − ELF address, taken modulo 2^64 (it may be negative).
-        let bias = bias as u64;
-        let arch = self.inner.arch();
-        let module = Module::new(name.clone(), arch, data, sections, start..end, bias)
-            .map_err(|e| ElfError::new_err(format!("{name}: {e}")))?;
-        self.inner.add_module(Arc::new(module)).map_err(|e| StackwalkError::new_err(e.to_string()))
+        let buf = PyBuffer::<u8>::get(image)?;
+        let bytes = buf.to_vec(image.py())?;
+        self.add(name, Data::Owned(bytes), bias)
     }
 
     /// Unwind from `regs` (register name -> value) over `memory` (an
@@ -339,6 +307,25 @@ impl PyUnwinder {
         out.set_item("fde_start", range.start)?;
         out.set_item("fde_end", range.end)?;
         Ok(Some(out))
+    }
+}
+
+impl PyUnwinder {
+    fn add(&mut self, name: String, data: Data, bias: i128) -> PyResult<()> {
+        let arch = self.inner.arch();
+        let info = read_elf(&data).map_err(|e| ElfError::new_err(format!("{name}: {e}")))?;
+        if info.machine != arch.elf_machine() {
+            let theirs = Arch::from_elf_machine(info.machine)
+                .map_or_else(|| format!("e_machine {}", info.machine), |a| a.to_string());
+            return Err(ArchError::new_err(format!(
+                "{name}: the file is for {theirs}, the unwinder for {arch}"
+            )));
+        }
+        // Bias is runtime − ELF address, taken modulo 2^64 (it may be negative).
+        let bias = bias as u64;
+        let module = Module::new(name.clone(), arch, data, info.sections, info.range, bias)
+            .map_err(|e| ElfError::new_err(format!("{name}: {e}")))?;
+        self.inner.add_module(Arc::new(module)).map_err(|e| StackwalkError::new_err(e.to_string()))
     }
 }
 

@@ -1,6 +1,7 @@
 """Type stubs of stackwalk's native core (checked with `python -m mypy.stubtest stackwalk._core`)."""
 
 from collections.abc import Iterable, Mapping
+from os import PathLike
 from typing import Any, final
 
 from typing_extensions import Buffer, disjoint_base
@@ -49,21 +50,8 @@ class Unwinder:
     def modules(self) -> list[tuple[str, int, int, int]]: ...
     @property
     def cache_stats(self) -> tuple[int, int]: ...
-    def _add_elf(
-        self,
-        name: str,
-        bias: int,
-        start: int,
-        end: int,
-        *,
-        path: str | None = None,
-        image: Buffer | None = None,
-        eh_frame: tuple[int, int, int] | None = None,
-        eh_frame_hdr: tuple[int, int, int] | None = None,
-        debug_frame: tuple[int, int, int] | None = None,
-        text: int | None = None,
-        got: int | None = None,
-    ) -> None: ...
+    def add_module(self, path: str | PathLike[str], bias: int = 0) -> None: ...
+    def add_module_image(self, name: str, image: Buffer, bias: int) -> None: ...
     def unwind(
         self,
         regs: Mapping[str, int],

@@ -126,9 +126,14 @@ impl Arch {
     /// The ELF `e_machine` value of this architecture.
     pub fn elf_machine(self) -> u16 {
         match self {
-            Arch::X86_64 => 62,
-            Arch::Aarch64 => 183,
+            Arch::X86_64 => object::elf::EM_X86_64,
+            Arch::Aarch64 => object::elf::EM_AARCH64,
         }
+    }
+
+    /// The architecture of an ELF `e_machine` value.
+    pub fn from_elf_machine(machine: u16) -> Option<Arch> {
+        Arch::ALL.into_iter().find(|a| a.elf_machine() == machine)
     }
 }
 

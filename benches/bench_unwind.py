@@ -1,0 +1,100 @@
+"""Unwinding speed: the Rust core against the pure-Python baseline on the same
+captured stacks, through the public Python API, and the core alone.
+
+Run for real with ``make bench``; in ``make test`` they run once as smoke
+tests (``--benchmark-disable``), still checking the answers against gdb."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from conftest import Stack, library_path
+
+import stackwalk
+import stackwalk.baseline
+
+STACKS = ["c-O2", "python3"]
+MAX_FRAMES = 4096
+
+
+def _unwinder(cls: Any, stack: Stack) -> Any:
+    uw = cls(stack.cap.arch)
+    stack.cap.add_modules_to(uw)
+    return uw
+
+
+def _check(trace: Any, stack: Stack) -> None:
+    assert trace.pcs == stack.cap.gdb_pcs, "the benchmark's answer differs from gdb's"
+
+
+@pytest.mark.benchmark(group="unwind")
+@pytest.mark.parametrize("name", STACKS)
+def test_unwind_rust(benchmark: Any, stacks: dict[str, Stack], name: str) -> None:
+    stack = stacks[name]
+    uw = _unwinder(stackwalk.Unwinder, stack)
+    cap = stack.cap
+    trace = benchmark(uw.unwind, cap.regs, cap.memory, MAX_FRAMES)
+    _check(trace, stack)
+    benchmark.extra_info["frames"] = len(trace.pcs)
+
+
+@pytest.mark.benchmark(group="unwind")
+@pytest.mark.parametrize("name", STACKS)
+def test_unwind_baseline(benchmark: Any, stacks: dict[str, Stack], name: str) -> None:
+    stack = stacks[name]
+    uw = _unwinder(stackwalk.baseline.Unwinder, stack)
+    cap = stack.cap
+    uw.unwind(cap.regs, cap.memory, MAX_FRAMES)  # decoded tables cached, as the Rust core's rule cache is
+    trace = benchmark(uw.unwind, cap.regs, cap.memory, MAX_FRAMES)
+    _check(trace, stack)
+    benchmark.extra_info["frames"] = len(trace.pcs)
+
+
+ITERATIONS = 500
+
+
+@pytest.mark.benchmark(group="core")
+@pytest.mark.parametrize("name", STACKS)
+def test_core_per_frame(benchmark: Any, stacks: dict[str, Stack], name: str) -> None:
+    """The Rust loop alone: the same stack unwound ITERATIONS times inside Rust."""
+    stack = stacks[name]
+    uw = _unwinder(stackwalk.Unwinder, stack)
+    cap = stack.cap
+    frames, _ = benchmark(uw._bench_unwind, cap.regs, cap.memory, ITERATIONS, MAX_FRAMES)
+    assert frames == ITERATIONS * len(cap.gdb_pcs)
+    if benchmark.stats:
+        benchmark.extra_info["ns_per_frame"] = benchmark.stats.stats.median * 1e9 / frames
+
+
+def _libraries() -> dict[str, str]:
+    # Debian's python3.11 has libpython linked in: 400 KB of .eh_frame, against libc's 150 KB.
+    return {"libc": str(library_path("libc.so.6")), "python3.11": "/usr/bin/python3.11"}
+
+
+@pytest.mark.benchmark(group="add_module")
+@pytest.mark.parametrize("what", ["libc", "python3.11"])
+def test_add_module_rust(benchmark: Any, what: str) -> None:
+    """With .eh_frame_hdr, adding a module reads headers only, whatever .eh_frame's size."""
+    path = _libraries()[what]
+
+    def add() -> Any:
+        uw = stackwalk.Unwinder("x86_64")
+        uw.add_module(path, 0)
+        return uw
+
+    uw = benchmark(add)
+    assert uw.modules[0][0] == path
+
+
+@pytest.mark.benchmark(group="add_module")
+@pytest.mark.parametrize("what", ["libc", "python3.11"])
+def test_add_module_baseline(benchmark: Any, what: str) -> None:
+    path = _libraries()[what]
+
+    def add() -> Any:
+        uw = stackwalk.baseline.Unwinder("x86_64")
+        uw.add_module(path, 0)
+        return uw
+
+    benchmark.pedantic(add, rounds=3, iterations=1)

@@ -1,0 +1,112 @@
+//! Finding what unwinding needs in an ELF file: the loadable address range,
+//! the machine, and where `.eh_frame`, `.eh_frame_hdr` and `.debug_frame`
+//! are. The `object` crate reads only the headers, in place, so adding a
+//! module costs microseconds whatever the size of its CFI.
+
+use std::fmt;
+use std::ops::Range;
+
+use object::elf::{PT_GNU_EH_FRAME, PT_LOAD};
+use object::read::elf::{ElfFile64, FileHeader, ProgramHeader};
+use object::{LittleEndian, Object, ObjectSection};
+
+use crate::cfi::{ModuleSections, SectionInfo};
+
+/// What an ELF file offers the unwinder.
+#[derive(Clone, Debug)]
+pub struct ElfInfo {
+    /// `e_machine`.
+    pub machine: u16,
+    /// ELF address range of the PT_LOAD segments.
+    pub range: Range<u64>,
+    pub sections: ModuleSections,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ElfError {
+    /// Not a little-endian 64-bit ELF file, or its headers are damaged.
+    Parse(String),
+    /// No PT_LOAD segment with a size.
+    NoLoadSegment,
+}
+
+impl fmt::Display for ElfError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ElfError::Parse(e) => write!(f, "not a readable little-endian 64-bit ELF file: {e}"),
+            ElfError::NoLoadSegment => f.write_str("no loadable segment (PT_LOAD)"),
+        }
+    }
+}
+
+impl std::error::Error for ElfError {}
+
+pub fn read_elf(data: &[u8]) -> Result<ElfInfo, ElfError> {
+    let file = ElfFile64::<LittleEndian, &[u8]>::parse(data)
+        .map_err(|e| ElfError::Parse(e.to_string()))?;
+    let endian = file.endian();
+    let machine = file.elf_header().e_machine(endian);
+    let (mut start, mut end) = (u64::MAX, 0u64);
+    let mut hdr_segment = None;
+    for ph in file.elf_program_headers() {
+        let (vaddr, memsz) = (ph.p_vaddr(endian), ph.p_memsz(endian));
+        match ph.p_type(endian) {
+            PT_LOAD if memsz > 0 => {
+                start = start.min(vaddr);
+                end = end.max(vaddr.saturating_add(memsz));
+            }
+            PT_GNU_EH_FRAME => {
+                hdr_segment = Some(SectionInfo {
+                    file_offset: ph.p_offset(endian),
+                    size: ph.p_filesz(endian),
+                    address: vaddr,
+                })
+            }
+            _ => {}
+        }
+    }
+    if start >= end {
+        return Err(ElfError::NoLoadSegment);
+    }
+    let section = |name: &str| {
+        let s = file.section_by_name(name)?;
+        let (file_offset, size) = s.file_range()?; // None for SHT_NOBITS
+        (size > 0).then_some(SectionInfo { file_offset, size, address: s.address() })
+    };
+    let address = |name: &str| file.section_by_name(name).map(|s| s.address());
+    let sections = ModuleSections {
+        eh_frame: section(".eh_frame"),
+        // Files without section headers still have PT_GNU_EH_FRAME.
+        eh_frame_hdr: section(".eh_frame_hdr").or(hdr_segment),
+        debug_frame: section(".debug_frame"),
+        text: address(".text"),
+        got: address(".got"),
+    };
+    Ok(ElfInfo { machine, range: start..end, sections })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rejects_what_is_not_elf() {
+        assert!(matches!(read_elf(b"not an ELF file"), Err(ElfError::Parse(_))));
+        assert!(matches!(read_elf(&[]), Err(ElfError::Parse(_))));
+        let mut header = vec![0u8; 64];
+        header[..4].copy_from_slice(b"\x7fELF");
+        assert!(read_elf(&header).is_err(), "class and data bytes unset");
+    }
+
+    #[test]
+    fn reads_its_own_executable() {
+        let exe = std::fs::read("/proc/self/exe").unwrap();
+        let info = read_elf(&exe).unwrap();
+        assert!(info.range.start < info.range.end);
+        let eh = info.sections.eh_frame.expect("rustc emits .eh_frame");
+        assert!(eh.file_offset + eh.size <= exe.len() as u64);
+        assert!(info.sections.eh_frame_hdr.is_some());
+        assert!(info.sections.text.is_some());
+    }
+}
