@@ -9,10 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from conftest import Stack, library_path
-
 import stackwalk
 import stackwalk.baseline
+from conftest import Stack, library_path
 
 STACKS = ["c-O2", "python3"]
 MAX_FRAMES = 4096
@@ -45,7 +44,9 @@ def test_unwind_baseline(benchmark: Any, stacks: dict[str, Stack], name: str) ->
     stack = stacks[name]
     uw = _unwinder(stackwalk.baseline.Unwinder, stack)
     cap = stack.cap
-    uw.unwind(cap.regs, cap.memory, MAX_FRAMES)  # decoded tables cached, as the Rust core's rule cache is
+    uw.unwind(
+        cap.regs, cap.memory, MAX_FRAMES
+    )  # decoded tables cached, as the Rust core's rule cache is
     trace = benchmark(uw.unwind, cap.regs, cap.memory, MAX_FRAMES)
     _check(trace, stack)
     benchmark.extra_info["frames"] = len(trace.pcs)

@@ -10,7 +10,6 @@ from importlib import resources
 from pathlib import Path
 
 import pytest
-
 from stackwalk.capture import Capture, capture
 
 PYTHON_SCRIPT = """
@@ -40,18 +39,22 @@ def stacks(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Stack]:
     exe = tmp / "demo"
     src = resources.files("stackwalk.examples").joinpath("demo.c")
     with resources.as_file(src) as src_path:
-        subprocess.run([cc, "-O2", "-fomit-frame-pointer", "-o", str(exe), str(src_path)],
-                       check=True)
+        subprocess.run(
+            [cc, "-O2", "-fomit-frame-pointer", "-o", str(exe), str(src_path)], check=True
+        )
     script = tmp / "descend.py"
     script.write_text(PYTHON_SCRIPT.format(depth=40))
     return {
         "c-O2": Stack("c-O2", capture([str(exe)], "demo_stop")),
-        "python3": Stack("python3", capture(["/usr/bin/python3", "-I", "-S", str(script)],
-                                            "math_gcd")),
+        "python3": Stack(
+            "python3", capture(["/usr/bin/python3", "-I", "-S", str(script)], "math_gcd")
+        ),
     }
 
 
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+def pytest_terminal_summary(
+    terminalreporter: pytest.TerminalReporter, config: pytest.Config
+) -> None:
     session = getattr(config, "_benchmarksession", None)
     if session is None or session.disabled:
         return
@@ -61,24 +64,32 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: p
         info = bench.extra_info
         if "frames" in info:
             fps = info["frames"] / bench.stats.median
-            lines.append(f"{key}: {info['frames']} frames, {bench.stats.median * 1e6:.2f} us "
-                         f"per unwind, {fps:,.0f} frames/s")
+            lines.append(
+                f"{key}: {info['frames']} frames, {bench.stats.median * 1e6:.2f} us "
+                f"per unwind, {fps:,.0f} frames/s"
+            )
         if "ns_per_frame" in info:
             lines.append(f"{key}: {info['ns_per_frame']:.1f} ns per frame inside Rust (warm cache)")
     for stack in ("c-O2", "python3"):
         rust = by_name.get(f"test_unwind_rust[{stack}]")
         base = by_name.get(f"test_unwind_baseline[{stack}]")
         if rust and base:
-            lines.append(f"ratio baseline/rust through the Python API, {stack}: "
-                         f"{base.stats.median / rust.stats.median:.0f}x")
+            lines.append(
+                f"ratio baseline/rust through the Python API, {stack}: "
+                f"{base.stats.median / rust.stats.median:.0f}x"
+            )
     for what in ("libc", "python3.11"):
         rust = by_name.get(f"test_add_module_rust[{what}]")
         base = by_name.get(f"test_add_module_baseline[{what}]")
         if rust and base:
-            lines.append(f"add_module {what}: rust {rust.stats.median * 1e3:.3f} ms, baseline "
-                         f"{base.stats.median * 1e3:.1f} ms ({base.stats.median / rust.stats.median:.0f}x)")
+            lines.append(
+                f"add_module {what}: rust {rust.stats.median * 1e3:.3f} ms, baseline "
+                f"{base.stats.median * 1e3:.1f} ms ({base.stats.median / rust.stats.median:.0f}x)"
+            )
     if lines:
-        terminalreporter.write_sep("=", "stackwalk benchmark figures (medians, one run, same machine)")
+        terminalreporter.write_sep(
+            "=", "stackwalk benchmark figures (medians, one run, same machine)"
+        )
         for line in lines:
             terminalreporter.write_line(line)
 

@@ -6,13 +6,15 @@ use std::fmt;
 use std::ops::Range;
 
 use gimli::{
-    BaseAddresses, CieOrFde, DebugFrame, EhFrame, EhFrameHdr, EndianSlice, LittleEndian,
-    UnwindContext, UnwindSection, UnwindTableRow,
+    BaseAddresses, CieOrFde, DebugFrame, EhFrame, EndianSlice, LittleEndian, UnwindContext,
+    UnwindSection, UnwindTableRow,
 };
 
 use crate::arch::{Arch, NUM_REGS};
 
 type Slice<'a> = EndianSlice<'a, LittleEndian>;
+type Cie<'a> = gimli::CommonInformationEntry<Slice<'a>>;
+type Fde<'a> = gimli::FrameDescriptionEntry<Slice<'a>>;
 
 /// Which section an expression's bytes live in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -100,6 +102,15 @@ impl<const N: usize> RuleSet<N> {
         }
         Some(out)
     }
+}
+
+/// Every rule of a row, tracked column or not (see [`Module::find_full_row`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FullRow {
+    pub cfa: CfaRule,
+    pub ra: u16,
+    pub signal_frame: bool,
+    pub rules: Vec<(u16, RegRule)>,
 }
 
 /// A file's bytes: mapped from disk (zero-copy) or owned (e.g. a vdso image
@@ -194,6 +205,31 @@ impl From<gimli::Error> for LookupError {
     }
 }
 
+/// `DW_EH_PE_datarel | DW_EH_PE_sdata4`: the search table's encoding.
+const DW_EH_PE_DATAREL_SDATA4: u8 = 0x3b;
+
+/// The size of a `DW_EH_PE_*`-encoded value of fixed size, whatever its
+/// application (pcrel, datarel...); None for LEB128, omitted or indirect.
+fn encoded_len(enc: u8) -> Option<usize> {
+    if enc & 0x80 != 0 {
+        return None;
+    }
+    match enc & 0x0f {
+        0x02 | 0x0a => Some(2),
+        0x03 | 0x0b => Some(4),
+        0x04 | 0x0c => Some(8),
+        _ => None,
+    }
+}
+
+/// Where `.eh_frame_hdr`'s search table is: byte offset in the section and
+/// number of 8-byte rows (checked to fit).
+#[derive(Clone, Copy, Debug)]
+struct HdrTable {
+    offset: usize,
+    rows: usize,
+}
+
 /// An FDE's address range and its offset in its section, for the sorted
 /// index built when a section has no `.eh_frame_hdr` search table.
 #[derive(Clone, Copy, Debug)]
@@ -214,8 +250,8 @@ pub struct Module {
     data: Data,
     sections: ModuleSections,
     bases: BaseAddresses,
-    /// Whether `.eh_frame_hdr` has a usable binary-search table.
-    eh_hdr_table: bool,
+    /// `.eh_frame_hdr`'s binary-search table, when it has one we can use.
+    hdr_table: Option<HdrTable>,
     /// Sorted FDE index of `.eh_frame`, built only when there is no table.
     eh_index: Vec<IndexEntry>,
     /// Sorted FDE index of `.debug_frame`.
@@ -278,13 +314,13 @@ impl Module {
             data,
             sections,
             bases,
-            eh_hdr_table: false,
+            hdr_table: None,
             eh_index: Vec::new(),
             debug_index: Vec::new(),
             index_errors: Vec::new(),
         };
-        module.eh_hdr_table = module.has_hdr_table();
-        if !module.eh_hdr_table {
+        module.hdr_table = module.parse_hdr_table();
+        if module.hdr_table.is_none() {
             if let Some(eh) = module.eh_frame() {
                 let (index, err) = build_index(&eh, &module.bases);
                 module.eh_index = index;
@@ -320,12 +356,56 @@ impl Module {
         Some(df)
     }
 
-    fn has_hdr_table(&self) -> bool {
-        let (Some(hdr), Some(_)) = (self.sections.eh_frame_hdr, self.sections.eh_frame) else {
-            return false;
+    /// Find `.eh_frame_hdr`'s search table. Every linker (ld, gold, lld,
+    /// mold) writes it as `DW_EH_PE_datarel | DW_EH_PE_sdata4` pairs; other
+    /// encodings, or a table that claims more rows than the section holds,
+    /// are not used (the FDEs are indexed instead). Checked once, in O(1).
+    fn parse_hdr_table(&self) -> Option<HdrTable> {
+        let hdr = self.sections.eh_frame_hdr?;
+        self.sections.eh_frame?;
+        let bytes = self.section_bytes(hdr);
+        let (&[version, ptr_enc, count_enc, table_enc], rest) = bytes.split_first_chunk::<4>()?;
+        if version != 1 || table_enc != DW_EH_PE_DATAREL_SDATA4 {
+            return None;
+        }
+        let ptr_len = encoded_len(ptr_enc)?;
+        let count_len = encoded_len(count_enc)?;
+        let count_bytes = rest.get(ptr_len..ptr_len + count_len)?;
+        let count = match count_enc & 0x0f {
+            0x03 | 0x0b => u64::from(u32::from_le_bytes(count_bytes.try_into().ok()?)),
+            0x04 | 0x0c => u64::from_le_bytes(count_bytes.try_into().ok()?),
+            _ => return None,
         };
-        let hdr = EhFrameHdr::new(self.section_bytes(hdr), LittleEndian);
-        hdr.parse(&self.bases, 8).is_ok_and(|p| p.table().is_some())
+        let table_offset = 4 + ptr_len + count_len;
+        let available = (bytes.len() - table_offset) as u64 / 8;
+        (count <= available && count > 0)
+            .then_some(HdrTable { offset: table_offset, rows: count as usize })
+    }
+
+    /// The `.eh_frame` offset of the FDE whose row in the search table is
+    /// the last starting at or below `address`.
+    fn hdr_lookup(&self, table: HdrTable, address: u64) -> Option<usize> {
+        let hdr = self.sections.eh_frame_hdr?;
+        let eh = self.sections.eh_frame?;
+        let bytes = &self.section_bytes(hdr)[table.offset..table.offset + table.rows * 8];
+        let field = |row: usize, col: usize| {
+            let at = row * 8 + col * 4;
+            let rel = i32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
+            hdr.address.wrapping_add(i64::from(rel) as u64)
+        };
+        // Rows are sorted by start address: the first row starting above.
+        let (mut lo, mut hi) = (0, table.rows);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if field(mid, 0) <= address {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        let row = lo.checked_sub(1)?;
+        let offset = field(row, 1).checked_sub(eh.address)?;
+        (offset < eh.size).then_some(offset as usize)
     }
 
     /// Whether the module has any call frame information at all.
@@ -346,73 +426,105 @@ impl Module {
 
     /// The rules in force at `address` (an ELF address, bias removed), with
     /// the FDE's ELF address range. `.eh_frame` is tried first, then
-    /// `.debug_frame`.
+    /// `.debug_frame`. Columns the unwinder does not track (vector
+    /// registers) are left out.
     pub fn find_row(
         &self,
         address: u64,
         ctx: &mut UnwindContext<usize>,
     ) -> Result<(Row, Range<u64>), LookupError> {
-        let eh_result = match self.eh_frame() {
-            Some(eh) => self.find_in_eh_frame(&eh, address, ctx),
-            None => Err(LookupError::NoFde),
-        };
-        match eh_result {
-            Err(LookupError::NoFde) => {}
-            other => return other,
-        }
-        match self.debug_frame() {
-            Some(df) => {
-                self.find_indexed(&df, SectionKind::DebugFrame, &self.debug_index, address, ctx)
-            }
-            None => Err(LookupError::NoFde),
-        }
+        self.with_row(address, ctx, |row, cie, kind| {
+            let mut out =
+                Row::new(convert_cfa(row, kind)?, return_column(cie)?, cie.is_signal_trampoline());
+            convert_rules(row, kind, |reg, rule| {
+                // A row holds each column once and at most NUM_REGS tracked
+                // ones, so there is always room.
+                if (reg as usize) < NUM_REGS {
+                    out.push(reg, rule);
+                }
+            })?;
+            Ok(out)
+        })
     }
 
-    fn find_in_eh_frame(
+    /// Like [`Module::find_row`], but with every column the CFI gives a rule
+    /// for, tracked or not: for introspection.
+    pub fn find_full_row(
         &self,
-        eh: &EhFrame<Slice<'_>>,
         address: u64,
         ctx: &mut UnwindContext<usize>,
-    ) -> Result<(Row, Range<u64>), LookupError> {
-        if !self.eh_hdr_table {
-            return self.find_indexed(eh, SectionKind::EhFrame, &self.eh_index, address, ctx);
-        }
-        let Some(hdr) = self.sections.eh_frame_hdr else {
-            return Err(LookupError::NoFde);
-        };
-        let parsed =
-            EhFrameHdr::new(self.section_bytes(hdr), LittleEndian).parse(&self.bases, 8)?;
-        let table = parsed.table().ok_or(LookupError::NoFde)?;
-        let fde = table.fde_for_address(eh, &self.bases, address, EhFrame::cie_from_offset)?;
-        let row = fde.unwind_info_for_address(eh, &self.bases, ctx, address)?;
-        let out = convert_row(row, fde.cie(), SectionKind::EhFrame)?;
-        Ok((out, fde.initial_address()..fde.end_address()))
+    ) -> Result<(FullRow, Range<u64>), LookupError> {
+        self.with_row(address, ctx, |row, cie, kind| {
+            let mut rules = Vec::new();
+            convert_rules(row, kind, |reg, rule| rules.push((reg, rule)))?;
+            Ok(FullRow {
+                cfa: convert_cfa(row, kind)?,
+                ra: cie.return_address_register().0,
+                signal_frame: cie.is_signal_trampoline(),
+                rules,
+            })
+        })
     }
 
-    fn find_indexed<'d, S: UnwindSection<Slice<'d>>>(
+    /// Find the FDE covering `address`, run its instructions up to it, and
+    /// hand the row to `convert`.
+    fn with_row<T>(
+        &self,
+        address: u64,
+        ctx: &mut UnwindContext<usize>,
+        convert: impl FnOnce(&UnwindTableRow<usize>, &Cie<'_>, SectionKind) -> Result<T, LookupError>,
+    ) -> Result<(T, Range<u64>), LookupError> {
+        if let Some(eh) = self.eh_frame() {
+            let found = match self.hdr_table {
+                Some(table) => match self.hdr_lookup(table, address) {
+                    Some(offset) => {
+                        let fde = eh.fde_from_offset(
+                            &self.bases,
+                            offset.into(),
+                            EhFrame::cie_from_offset,
+                        )?;
+                        fde.contains(address).then_some(fde)
+                    }
+                    None => None,
+                },
+                None => self.indexed_fde(&eh, &self.eh_index, address)?,
+            };
+            if let Some(fde) = found {
+                let row = fde.unwind_info_for_address(&eh, &self.bases, ctx, address)?;
+                let out = convert(row, fde.cie(), SectionKind::EhFrame)?;
+                return Ok((out, fde.initial_address()..fde.end_address()));
+            }
+        }
+        if let Some(df) = self.debug_frame() {
+            if let Some(fde) = self.indexed_fde(&df, &self.debug_index, address)? {
+                let row = fde.unwind_info_for_address(&df, &self.bases, ctx, address)?;
+                let out = convert(row, fde.cie(), SectionKind::DebugFrame)?;
+                return Ok((out, fde.initial_address()..fde.end_address()));
+            }
+        }
+        Err(LookupError::NoFde)
+    }
+
+    /// The FDE covering `address` according to a sorted index.
+    fn indexed_fde<'d, S: UnwindSection<Slice<'d>>>(
         &'d self,
         section: &S,
-        kind: SectionKind,
         index: &[IndexEntry],
         address: u64,
-        ctx: &mut UnwindContext<usize>,
-    ) -> Result<(Row, Range<u64>), LookupError> {
+    ) -> Result<Option<Fde<'d>>, LookupError> {
         let pos = index.partition_point(|e| e.start <= address);
         // Overlapping FDEs are rare; look at the nearest few that start below.
         for entry in index[..pos].iter().rev().take(4) {
-            if address >= entry.end {
-                continue;
+            if address < entry.end {
+                let offset = S::Offset::from(entry.offset);
+                return Ok(Some(section.fde_from_offset(
+                    &self.bases,
+                    offset,
+                    S::cie_from_offset,
+                )?));
             }
-            let fde = section.fde_from_offset(
-                &self.bases,
-                S::Offset::from(entry.offset),
-                S::cie_from_offset,
-            )?;
-            let row = fde.unwind_info_for_address(section, &self.bases, ctx, address)?;
-            let out = convert_row(row, fde.cie(), kind)?;
-            return Ok((out, fde.initial_address()..fde.end_address()));
         }
-        Err(LookupError::NoFde)
+        Ok(None)
     }
 }
 
@@ -456,26 +568,29 @@ fn expr_ref(
     })
 }
 
-fn convert_row(
-    row: &UnwindTableRow<usize>,
-    cie: &gimli::CommonInformationEntry<Slice<'_>>,
-    section: SectionKind,
-) -> Result<Row, LookupError> {
+fn return_column(cie: &Cie<'_>) -> Result<u16, LookupError> {
     let ra = cie.return_address_register().0;
     if ra as usize >= NUM_REGS {
         return Err(LookupError::BadReturnColumn(ra));
     }
-    let cfa = match row.cfa() {
+    Ok(ra)
+}
+
+fn convert_cfa(row: &UnwindTableRow<usize>, section: SectionKind) -> Result<CfaRule, LookupError> {
+    Ok(match row.cfa() {
         gimli::CfaRule::RegisterAndOffset { register, offset } => {
             CfaRule::RegOffset { reg: register.0, offset: *offset }
         }
         gimli::CfaRule::Expression(e) => CfaRule::Expr(expr_ref(e, section)?),
-    };
-    let mut out = Row::new(cfa, ra, cie.is_signal_trampoline());
+    })
+}
+
+fn convert_rules(
+    row: &UnwindTableRow<usize>,
+    section: SectionKind,
+    mut sink: impl FnMut(u16, RegRule),
+) -> Result<(), LookupError> {
     for (register, rule) in row.registers() {
-        if register.0 as usize >= NUM_REGS {
-            continue; // vector registers, pointer-authentication state: never needed
-        }
         let rule = match rule {
             gimli::RegisterRule::Undefined => RegRule::Undefined,
             gimli::RegisterRule::SameValue => RegRule::SameValue,
@@ -484,12 +599,11 @@ fn convert_row(
             gimli::RegisterRule::Register(r) => RegRule::Register(r.0),
             gimli::RegisterRule::Expression(e) => RegRule::Expr(expr_ref(e, section)?),
             gimli::RegisterRule::ValExpression(e) => RegRule::ValExpr(expr_ref(e, section)?),
-            // Augmenter-defined rules have no meaning we can apply.
-            _ => RegRule::Undefined,
+            // Pseudo-registers (aarch64's pointer-authentication state) and
+            // augmenter-defined rules: nothing to recover.
+            gimli::RegisterRule::Constant(_) | gimli::RegisterRule::Architectural => continue,
         };
-        // Each register appears once in a row, and a row holds at most
-        // NUM_REGS tracked columns, so this cannot run out of room.
-        out.push(register.0, rule);
+        sink(register.0, rule);
     }
-    Ok(out)
+    Ok(())
 }

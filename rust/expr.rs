@@ -132,6 +132,9 @@ pub fn evaluate<M: Memory + ?Sized>(
                 stack.push(v.wrapping_add(offset as u64))?
             }
             Operation::Deref { size, space: false, .. } => {
+                if size == 0 || size > 8 {
+                    return Err(ExprError::Unsupported("deref_size wider than 8 bytes"));
+                }
                 let addr = stack.pop()?;
                 let v = mem.read_sized(addr, size).ok_or(ExprError::Memory(addr))?;
                 stack.push(v)?

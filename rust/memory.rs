@@ -8,6 +8,9 @@ pub trait Memory {
 
     /// A little-endian read of `size` (1, 2, 4 or 8) bytes, zero-extended.
     fn read_sized(&mut self, addr: u64, size: u8) -> Option<u64> {
+        if size == 0 || size > 8 {
+            return None;
+        }
         let v = self.read_u64(addr)?;
         Some(if size >= 8 { v } else { v & ((1u64 << (u32::from(size) * 8)) - 1) })
     }
@@ -25,21 +28,38 @@ impl<F: FnMut(u64) -> Option<u64>> Memory for F {
 #[derive(Debug, Default, Clone)]
 pub struct Regions<'a> {
     regions: Vec<(u64, &'a [u8])>,
+    /// The region the last read was served from: unwinding reads
+    /// neighbouring stack words, so it is tried first. Used only while the
+    /// regions are disjoint, where any region holding a read is the answer.
+    last: usize,
+    disjoint: bool,
 }
 
 impl<'a> Regions<'a> {
     pub fn new() -> Self {
-        Regions { regions: Vec::new() }
+        Regions { regions: Vec::new(), last: 0, disjoint: true }
     }
 
     /// Remove all regions, keeping the allocation for reuse.
     pub fn clear(&mut self) {
         self.regions.clear();
+        self.last = 0;
+        self.disjoint = true;
     }
 
     pub fn add(&mut self, start: u64, bytes: &'a [u8]) {
         let pos = self.regions.partition_point(|(s, _)| *s < start);
+        let end = start.saturating_add(bytes.len() as u64);
+        let overlaps_prev = pos > 0 && {
+            let (s, b) = self.regions[pos - 1];
+            s.saturating_add(b.len() as u64) > start
+        };
+        let overlaps_next = self.regions.get(pos).is_some_and(|(s, _)| *s < end);
+        if overlaps_prev || overlaps_next {
+            self.disjoint = false;
+        }
         self.regions.insert(pos, (start, bytes));
+        self.last = 0;
     }
 
     pub fn len(&self) -> usize {
@@ -50,7 +70,8 @@ impl<'a> Regions<'a> {
         self.regions.is_empty()
     }
 
-    fn find(&self, addr: u64, size: u64) -> Option<&'a [u8]> {
+    #[inline]
+    fn find(&mut self, addr: u64, size: u64) -> Option<&'a [u8]> {
         let fits = |&(start, bytes): &(u64, &'a [u8])| {
             let off = addr.checked_sub(start)?;
             let end = off.checked_add(size)?;
@@ -60,7 +81,16 @@ impl<'a> Regions<'a> {
                 None
             }
         };
+        if self.disjoint {
+            if let Some(hit) = self.regions.get(self.last).and_then(fits) {
+                return Some(hit);
+            }
+        }
         let idx = self.regions.partition_point(|(s, _)| *s <= addr).checked_sub(1)?;
+        if self.disjoint {
+            self.last = idx;
+            return fits(&self.regions[idx]);
+        }
         // Where regions overlap, the one starting highest wins; the nearest
         // start below addr may be a short region that ends before it.
         self.regions[..=idx].iter().rev().find_map(fits)
@@ -74,6 +104,9 @@ impl Memory for Regions<'_> {
     }
 
     fn read_sized(&mut self, addr: u64, size: u8) -> Option<u64> {
+        if size == 0 || size > 8 {
+            return None;
+        }
         let bytes = self.find(addr, u64::from(size))?;
         let mut buf = [0u8; 8];
         buf[..bytes.len()].copy_from_slice(bytes);

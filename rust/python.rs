@@ -290,7 +290,7 @@ impl PyUnwinder {
         out.set_item("cfa", cfa)?;
         out.set_item("ra_column", row.ra)?;
         let registers = PyDict::new(py);
-        for &(reg, rule) in row.rules() {
+        for &(reg, rule) in &row.rules {
             let rule = match rule {
                 RegRule::Undefined => PyTuple::new(py, ["undefined"])?.into_any(),
                 RegRule::SameValue => PyTuple::new(py, ["same_value"])?.into_any(),

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use gimli::UnwindContext;
 
 use crate::arch::Arch;
-use crate::cfi::{CfaRule, CompactRow, LookupError, Module, RegRule, Row, RuleSet};
+use crate::cfi::{CfaRule, CompactRow, FullRow, LookupError, Module, RegRule, RuleSet};
 use crate::expr::{self, ExprError};
 use crate::memory::Memory;
 use crate::registers::Registers;
@@ -245,10 +245,10 @@ impl Unwinder {
 
     /// The rules in force at runtime address `pc`, with the FDE's runtime
     /// range: for introspection and tests (bypasses the cache).
-    pub fn row_at(&mut self, pc: u64) -> Result<(usize, Row, Range<u64>), LookupError> {
+    pub fn row_at(&mut self, pc: u64) -> Result<(usize, FullRow, Range<u64>), LookupError> {
         let index = self.module_index(pc).ok_or(LookupError::NoFde)?;
         let module = &self.modules[index];
-        let (row, range) = module.find_row(pc.wrapping_sub(module.bias), &mut self.ctx)?;
+        let (row, range) = module.find_full_row(pc.wrapping_sub(module.bias), &mut self.ctx)?;
         let bias = module.bias;
         Ok((index, row, range.start.wrapping_add(bias)..range.end.wrapping_add(bias)))
     }
@@ -420,37 +420,36 @@ fn apply<M: Memory + ?Sized, const N: usize>(
     caller.set(arch.sp(), cfa);
     let mut ra_undefined = false;
     for &(reg, rule) in row.rules() {
+        // A saved register outside the captured memory is unknown in the
+        // caller (epilogue CFI still points at slots already popped below
+        // sp); only the return address and the stack pointer are essential.
+        let essential = reg == row.ra || reg == arch.sp();
         let value = match rule {
             RegRule::Undefined => None,
             RegRule::SameValue => regs.get(reg),
             RegRule::Offset(n) => {
                 let addr = cfa.wrapping_add(n as u64);
                 match mem.read_u64(addr) {
-                    Some(v) => Some(v),
-                    None => return Err((EndReason::Memory, EndDetail::Address(addr))),
+                    None if essential => return Err((EndReason::Memory, EndDetail::Address(addr))),
+                    v => v,
                 }
             }
             RegRule::ValOffset(n) => Some(cfa.wrapping_add(n as u64)),
-            RegRule::Register(r) => match regs.get(r) {
-                Some(v) => Some(v),
-                None => return Err((EndReason::MissingRegister, EndDetail::Register(r))),
+            RegRule::Register(r) => regs.get(r),
+            RegRule::Expr(e) => match expr::evaluate(module.expr_bytes(e), Some(cfa), regs, mem) {
+                Ok(addr) => match mem.read_u64(addr) {
+                    None if essential => return Err((EndReason::Memory, EndDetail::Address(addr))),
+                    v => v,
+                },
+                Err(ExprError::Memory(_)) if !essential => None,
+                Err(e) => return expr_end(e),
             },
-            RegRule::Expr(e) => {
-                let addr = match expr::evaluate(module.expr_bytes(e), Some(cfa), regs, mem) {
-                    Ok(a) => a,
-                    Err(e) => return expr_end(e),
-                };
-                match mem.read_u64(addr) {
-                    Some(v) => Some(v),
-                    None => return Err((EndReason::Memory, EndDetail::Address(addr))),
-                }
-            }
-            RegRule::ValExpr(e) => {
-                match expr::evaluate(module.expr_bytes(e), Some(cfa), regs, mem) {
-                    Ok(v) => Some(v),
-                    Err(e) => return expr_end(e),
-                }
-            }
+            RegRule::ValExpr(e) => match expr::evaluate(module.expr_bytes(e), Some(cfa), regs, mem)
+            {
+                Ok(v) => Some(v),
+                Err(ExprError::Memory(_)) if !essential => None,
+                Err(e) => return expr_end(e),
+            },
         };
         match value {
             Some(v) => caller.set(reg, v),

@@ -1,4 +1,6 @@
-"""Type stubs of stackwalk's native core (checked with `python -m mypy.stubtest stackwalk._core`)."""
+"""Type stubs of stackwalk's native core.
+
+Checked with `python -m mypy.stubtest stackwalk._core`."""
 
 from collections.abc import Iterable, Mapping
 from os import PathLike
@@ -6,7 +8,16 @@ from typing import Any, final
 
 from typing_extensions import Buffer, disjoint_base
 
-__all__ = ["StackwalkError", "ElfError", "CfiError", "MemoryReadError", "ArchError", "Frame", "Trace", "Unwinder"]
+__all__ = [
+    "StackwalkError",
+    "ElfError",
+    "CfiError",
+    "MemoryReadError",
+    "ArchError",
+    "Frame",
+    "Trace",
+    "Unwinder",
+]
 
 class StackwalkError(Exception): ...
 class ElfError(StackwalkError): ...
