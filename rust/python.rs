@@ -228,7 +228,9 @@ impl PyUnwinder {
                 unsafe { std::slice::from_raw_parts(buf.buf_ptr() as *const u8, buf.len_bytes()) };
             regions.add(*start, bytes);
         }
-        let end = self.inner.unwind(pc, &registers, &mut regions, max_frames, &mut self.frames);
+        let (inner, frames) = (&mut self.inner, &mut self.frames);
+        let end =
+            guard("unwinding", || inner.unwind(pc, &registers, &mut regions, max_frames, frames))?;
         Ok(PyTrace {
             frames: self.frames.clone(),
             end,
@@ -273,7 +275,8 @@ impl PyUnwinder {
     /// The CFI row in force at runtime address `pc` (no pc−1 adjustment), or
     /// None if no FDE covers it. For introspection and differential tests.
     fn rule_at<'py>(&mut self, py: Python<'py>, pc: u64) -> PyResult<Option<Bound<'py, PyDict>>> {
-        let (index, row, range) = match self.inner.row_at(pc) {
+        let inner = &mut self.inner;
+        let (index, row, range) = match guard("looking up CFI", || inner.row_at(pc))? {
             Ok(found) => found,
             Err(crate::cfi::LookupError::NoFde) => return Ok(None),
             Err(e) => return Err(CfiError::new_err(format!("at {pc:#x}: {e}"))),
@@ -323,10 +326,25 @@ impl PyUnwinder {
         }
         // Bias is runtime − ELF address, taken modulo 2^64 (it may be negative).
         let bias = bias as u64;
-        let module = Module::new(name.clone(), arch, data, info.sections, info.range, bias)
-            .map_err(|e| ElfError::new_err(format!("{name}: {e}")))?;
+        let module = guard("indexing CFI", || {
+            Module::new(name.clone(), arch, data, info.sections, info.range, bias)
+        })?
+        .map_err(|e| ElfError::new_err(format!("{name}: {e}")))?;
         self.inner.add_module(Arc::new(module)).map_err(|e| StackwalkError::new_err(e.to_string()))
     }
+}
+
+/// Run `f`, turning a panic (a bug: the core is written not to panic on any
+/// input) into a StackwalkError instead of letting it cross into Python.
+fn guard<T>(what: &str, f: impl FnOnce() -> T) -> PyResult<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|payload| {
+        let msg = payload
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        StackwalkError::new_err(format!("internal error while {what}: {msg} (please report)"))
+    })
 }
 
 fn extract_registers(arch: Arch, regs: &Bound<'_, PyAny>) -> PyResult<(u64, Registers)> {
