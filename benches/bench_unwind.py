@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import stackwalk
 import stackwalk.baseline
-from conftest import Stack, library_path
+from benchstacks import Stack, library_path
 
 STACKS = ["c-O2", "python3"]
 MAX_FRAMES = 4096

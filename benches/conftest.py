@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-from dataclasses import dataclass
 from importlib import resources
-from pathlib import Path
 
 import pytest
-from stackwalk.capture import Capture, capture
+from benchstacks import Stack
+from stackwalk.capture import capture
 
 PYTHON_SCRIPT = """
 import math
@@ -22,12 +21,6 @@ def descend(n):
 
 descend({depth})
 """
-
-
-@dataclass(frozen=True)
-class Stack:
-    name: str
-    cap: Capture
 
 
 @pytest.fixture(scope="session")
@@ -92,12 +85,3 @@ def pytest_terminal_summary(
         )
         for line in lines:
             terminalreporter.write_line(line)
-
-
-def library_path(name: str) -> Path:
-    """The file the dynamic linker would load for ``name`` (e.g. libc.so.6)."""
-    out = subprocess.run(["/sbin/ldconfig", "-p"], capture_output=True, text=True, check=True)
-    for line in out.stdout.splitlines():
-        if line.strip().startswith(name + " ") and "x86-64" in line:
-            return Path(line.rsplit("=>", 1)[1].strip()).resolve()
-    raise LookupError(name)

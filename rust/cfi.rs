@@ -528,17 +528,20 @@ impl Module {
     }
 }
 
-/// Index every FDE of a section once, sorted by start address. Returns the
-/// entries found before any damage, and the error that stopped the walk.
+/// Index every FDE of a section once, sorted by start address. An FDE that
+/// does not parse (a bad CIE pointer, say) is skipped, since its length still
+/// leads to the next entry; an entry whose length is damaged stops the walk.
+/// Returns the entries found and the first error met.
 fn build_index<'d, S: UnwindSection<Slice<'d>>>(
     section: &S,
     bases: &BaseAddresses,
 ) -> (Vec<IndexEntry>, Option<gimli::Error>) {
     let mut index = Vec::new();
     let mut entries = section.entries(bases);
-    let error = loop {
+    let mut error = None;
+    loop {
         match entries.next() {
-            Ok(None) => break None,
+            Ok(None) => break,
             Ok(Some(CieOrFde::Cie(_))) => {}
             Ok(Some(CieOrFde::Fde(partial))) => match partial.parse(S::cie_from_offset) {
                 Ok(fde) if fde.len() > 0 => index.push(IndexEntry {
@@ -547,11 +550,16 @@ fn build_index<'d, S: UnwindSection<Slice<'d>>>(
                     offset: fde.offset(),
                 }),
                 Ok(_) => {}
-                Err(e) => break Some(e),
+                Err(e) => {
+                    error.get_or_insert(e);
+                }
             },
-            Err(e) => break Some(e),
+            Err(e) => {
+                error.get_or_insert(e);
+                break;
+            }
         }
-    };
+    }
     index.sort_unstable_by_key(|e| (e.start, e.end));
     (index, error)
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use gimli::UnwindContext;
 
-use crate::arch::Arch;
+use crate::arch::{Arch, DefaultRule};
 use crate::cfi::{CfaRule, CompactRow, FullRow, LookupError, Module, RegRule, RuleSet};
 use crate::expr::{self, ExprError};
 use crate::memory::Memory;
@@ -418,7 +418,7 @@ fn apply<M: Memory + ?Sized, const N: usize>(
     // Columns the CFI says nothing about take the ABI default.
     *caller = regs.keep(arch.same_value_mask());
     caller.set(arch.sp(), cfa);
-    let mut ra_undefined = false;
+    let mut ra_rule = None;
     for &(reg, rule) in row.rules() {
         // A saved register outside the captured memory is unknown in the
         // caller (epilogue CFI still points at slots already popped below
@@ -453,23 +453,37 @@ fn apply<M: Memory + ?Sized, const N: usize>(
         };
         match value {
             Some(v) => caller.set(reg, v),
-            None => {
-                caller.forget(reg);
-                if reg == row.ra {
-                    ra_undefined = true;
-                }
-            }
+            None => caller.forget(reg),
+        }
+        if reg == row.ra {
+            ra_rule = Some(rule);
         }
     }
+    // The outermost frame says so with an undefined return-address rule (or,
+    // where the ABI default is "undefined", with no rule at all); a return
+    // address that merely could not be recovered is not the end.
     let ra = match caller.get(row.ra) {
-        Some(ra) if !ra_undefined => ra,
-        _ => return Err((EndReason::EndOfStack, EndDetail::None)),
+        Some(ra) => ra,
+        None => {
+            let no_caller = match ra_rule {
+                Some(rule) => rule == RegRule::Undefined,
+                None => arch.default_rule(row.ra) == DefaultRule::Undefined,
+            };
+            return Err(if no_caller {
+                (EndReason::EndOfStack, EndDetail::None)
+            } else {
+                (EndReason::MissingRegister, EndDetail::Register(row.ra))
+            });
+        }
     };
     let caller_pc = arch.strip_return_address(ra);
     if caller_pc == 0 {
         return Err((EndReason::PcZero, EndDetail::None));
     }
-    let caller_sp = caller.get(arch.sp()).unwrap_or(cfa);
+    // SP = CFA was set above, unless the row's own sp rule left it unknown.
+    let Some(caller_sp) = caller.get(arch.sp()) else {
+        return Err((EndReason::MissingRegister, EndDetail::Register(arch.sp())));
+    };
     if caller_sp < sp || (caller_sp == sp && !callee.interrupted) {
         return Err((EndReason::CfaNotIncreasing, EndDetail::Sp { caller: caller_sp, frame: sp }));
     }

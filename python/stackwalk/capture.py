@@ -1,0 +1,721 @@
+"""Capture a stopped process's registers and stack with gdb.
+
+``capture()`` runs a program under gdb (natively, or under qemu-user with ``gdb-multiarch`` and
+``target remote`` for another architecture), stops it at a breakpoint and records what an
+unwinder needs: the registers of the stopped thread, the stack from the stack pointer upwards,
+the loaded modules with their load biases, the vdso image, gdb's own backtrace at that stop, and
+optionally a core file written by ``gcore``.
+
+gdb is driven in batch mode by a script run in gdb's embedded Python (only its standard library
+is used there); the script writes one JSON file that this module turns into a ``Capture``.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import os
+import platform
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from elftools.common.exceptions import ELFError as PyElfError
+from elftools.elf.elffile import ELFFile
+
+from stackwalk.errors import ArchError, ElfError, StackwalkError
+
+__all__ = [
+    "Capture",
+    "CaptureError",
+    "BreakpointNotHitError",
+    "CaptureTimeoutError",
+    "capture",
+]
+
+PAGE_SIZE = 4096
+
+# The registers read at the stop, named as the unwinders take them. Anything else gdb knows
+# (flags, segment and vector registers) is of no use to an unwinder and is left out.
+_REGISTERS: dict[str, tuple[str, ...]] = {
+    "x86_64": (
+        "rax", "rdx", "rcx", "rbx", "rsi", "rdi", "rbp", "rsp",
+        "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15", "rip",
+    ),
+    "aarch64": tuple(f"x{i}" for i in range(31)) + ("sp", "pc"),
+}  # fmt: skip
+_ELF_MACHINES = {"EM_X86_64": "x86_64", "EM_AARCH64": "aarch64"}
+_GDB_ARCHITECTURES = {"i386:x86-64": "x86_64", "aarch64": "aarch64"}
+_HOST_ARCHITECTURES = {
+    "x86_64": "x86_64",
+    "amd64": "x86_64",
+    "aarch64": "aarch64",
+    "arm64": "aarch64",
+}
+# Signals a test program may use for itself: gdb must hand them to the program without stopping.
+_PASS_SIGNALS = ("SIGALRM", "SIGVTALRM", "SIGPROF", "SIGUSR1", "SIGUSR2", "SIGCHLD", "SIGPIPE")
+_QEMU_PORT_ATTEMPTS = 3
+
+
+class CaptureError(StackwalkError):
+    """gdb (or qemu) could not stop the program and record its state."""
+
+
+class BreakpointNotHitError(CaptureError):
+    """The program ran to its end (or was stopped by something else) without hitting the
+    breakpoint."""
+
+
+class CaptureTimeoutError(CaptureError):
+    """gdb, qemu or the program did not finish within the time allowed."""
+
+
+class _ModuleSink(Protocol):
+    def add_module(self, path: str, bias: int = 0) -> None: ...
+
+    def add_module_image(self, name: str, image: bytes, bias: int) -> None: ...
+
+
+@dataclass(frozen=True)
+class Capture:
+    """A thread stopped at a breakpoint, as gdb saw it."""
+
+    arch: str
+    """``"x86_64"`` or ``"aarch64"``."""
+    regs: dict[str, int]
+    """Register values of the stopped thread's innermost frame, by the unwinders' names."""
+    memory: list[tuple[int, bytes]]
+    """(start address, bytes): the stack from the stack pointer upwards."""
+    modules: list[tuple[str, int]]
+    """(path, bias) for the executable and each shared library; bias = runtime − ELF vaddr."""
+    vdso: tuple[int, bytes] | None
+    """(load address, whole ELF image) of the vdso, if the process has one."""
+    gdb_frames: list[dict[str, Any]]
+    """gdb's backtrace without its inline and tail-call frames: ``pc`` (frame 0 the instruction
+    pointer, callers the return address), ``sp`` (the frame's stack pointer: its callee's CFA),
+    ``function`` (name or None) and ``kind`` (gdb's frame type, e.g. ``"NORMAL_FRAME"``,
+    ``"SIGTRAMP_FRAME"``)."""
+    gdb_stop_reason: str
+    """Why gdb's backtrace ended (``gdb.frame_stop_reason_string``), e.g. ``"outermost"`` when
+    the outermost frame's return address is undefined."""
+    tid: int
+    """Thread (LWP) id of the stopped thread, as the kernel and core files number it."""
+    core: str | None = None
+    """Path of the core file ``gcore`` wrote at the same stop, if one was asked for."""
+
+    @property
+    def gdb_pcs(self) -> list[int]:
+        return [frame["pc"] for frame in self.gdb_frames]
+
+    def vdso_bias(self) -> int | None:
+        """Load address minus the vdso image's lowest PT_LOAD vaddr (None without a vdso)."""
+        if self.vdso is None:
+            return None
+        address, image = self.vdso
+        try:
+            elf = ELFFile(io.BytesIO(image))
+            vaddrs = [seg["p_vaddr"] for seg in elf.iter_segments() if seg["p_type"] == "PT_LOAD"]
+        except PyElfError as exc:
+            raise ElfError(f"vdso image at {address:#x}: not a valid ELF image: {exc}") from exc
+        if not vaddrs:
+            raise ElfError(f"vdso image at {address:#x}: no PT_LOAD segment")
+        return address - min(vaddrs)
+
+    def add_modules_to(self, unwinder: _ModuleSink) -> None:
+        """Register every module (and the vdso image) of this capture with an unwinder."""
+        for path, bias in self.modules:
+            unwinder.add_module(path, bias)
+        vdso_bias = self.vdso_bias()
+        if self.vdso is not None and vdso_bias is not None:
+            unwinder.add_module_image("[vdso]", self.vdso[1], vdso_bias)
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the capture as one JSON file (byte strings base64-encoded)."""
+        data = {
+            "format": "stackwalk-capture-1",
+            "arch": self.arch,
+            "regs": self.regs,
+            "memory": [[start, _b64(data)] for start, data in self.memory],
+            "modules": [[module, bias] for module, bias in self.modules],
+            "vdso": None if self.vdso is None else [self.vdso[0], _b64(self.vdso[1])],
+            "gdb_frames": self.gdb_frames,
+            "gdb_stop_reason": self.gdb_stop_reason,
+            "tid": self.tid,
+            "core": self.core,
+        }
+        Path(path).write_text(json.dumps(data, indent=1))
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> Capture:
+        """Read a capture written by ``save``."""
+        try:
+            data = json.loads(Path(path).read_text())
+            if data.get("format") != "stackwalk-capture-1":
+                raise ValueError("missing format marker 'stackwalk-capture-1'")
+            vdso = data["vdso"]
+            return cls(
+                arch=data["arch"],
+                regs={name: int(value) for name, value in data["regs"].items()},
+                memory=[(int(start), base64.b64decode(blob)) for start, blob in data["memory"]],
+                modules=[(str(module), int(bias)) for module, bias in data["modules"]],
+                vdso=None if vdso is None else (int(vdso[0]), base64.b64decode(vdso[1])),
+                gdb_frames=list(data["gdb_frames"]),
+                gdb_stop_reason=str(data["gdb_stop_reason"]),
+                tid=int(data["tid"]),
+                core=data["core"],
+            )
+        except (OSError, ValueError, KeyError, TypeError, IndexError) as exc:
+            raise StackwalkError(f"{path}: not a readable stackwalk capture: {exc}") from exc
+
+
+def capture(
+    argv: Sequence[str | os.PathLike[str]],
+    breakpoint: str,
+    *,
+    arch: str | None = None,
+    gdb: str | None = None,
+    qemu: str | None = None,
+    sysroot: str | os.PathLike[str] | None = None,
+    core_path: str | os.PathLike[str] | None = None,
+    max_stack: int = 1 << 20,
+    timeout: float = 60,
+    env: Mapping[str, str] | None = None,
+) -> Capture:
+    """Run ``argv`` under gdb, stop at ``breakpoint`` and capture the stopped thread.
+
+    ``breakpoint`` is any gdb location: a function name, ``file:line`` or ``*address``.
+    ``arch`` defaults to the executable's ELF machine; when it differs from the host's, the
+    program runs under ``qemu`` (default ``qemu-<arch>``) and ``gdb`` (default
+    ``gdb-multiarch``) attaches to qemu's gdb stub; ``sysroot`` (used for qemu runs only) is
+    then both qemu's ``-L`` and gdb's sysroot, where it finds the target's libraries.
+    ``core_path``: also write a core file there with ``gcore``. ``max_stack``: at most this
+    many bytes of stack are read. ``env``: the program's whole environment (default: this
+    process's). Nothing runs longer than ``timeout`` seconds; every process started here is
+    killed before returning. (Natively, gdb starts the program through ``/bin/sh``, which adds
+    ``PWD`` to its environment; with ``env=None`` the program also sees ``SHELL=/bin/sh``.)
+    """
+    if not argv:
+        raise CaptureError("capture: empty argv")
+    args = [os.fspath(arg) for arg in argv]
+    program = shutil.which(args[0]) if os.sep not in args[0] else args[0]
+    if program is None or not os.path.isfile(program):
+        raise CaptureError(f"capture: program {args[0]!r} not found")
+    args[0] = os.path.abspath(program)
+    program_arch = _elf_arch(args[0])
+    if arch is not None and arch != program_arch:
+        raise ArchError(f"{args[0]}: an {program_arch} executable, but arch={arch!r} was asked for")
+    native = program_arch == _HOST_ARCHITECTURES.get(platform.machine())
+    gdb_exe = _find_tool(gdb or ("gdb" if native else "gdb-multiarch"))
+    config: dict[str, Any] = {
+        "breakpoint": breakpoint,
+        "registers": list(_REGISTERS[program_arch]),
+        "stack_pointer": "rsp" if program_arch == "x86_64" else "sp",
+        "max_stack": max_stack,
+        "page_size": PAGE_SIZE,
+        "pass_signals": list(_PASS_SIGNALS),
+        "core": None if core_path is None else os.path.abspath(core_path),
+        "env": None if env is None or not native else dict(env),
+        "remote": None,
+    }
+    if native and env is not None:
+        bad = [name for name, value in env.items() if "\n" in name + value or "=" in name]
+        if bad:
+            raise CaptureError(f"capture: gdb cannot pass environment variables {bad}")
+    deadline = time.monotonic() + timeout
+    with tempfile.TemporaryDirectory(prefix="stackwalk-capture-") as tmp:
+        if native:
+            result = _run_gdb(gdb_exe, args, config, None, Path(tmp), deadline)
+        else:
+            qemu_exe = _find_tool(qemu or f"qemu-{program_arch}")
+            result = _run_under_qemu(
+                gdb_exe, qemu_exe, args, config, sysroot, env, Path(tmp), deadline
+            )
+    return _to_capture(result, args[0], breakpoint)
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def _find_tool(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        raise CaptureError(f"capture: {name!r} is not installed (not found on PATH)")
+    return path
+
+
+def _elf_arch(path: str) -> str:
+    try:
+        with open(path, "rb") as f:
+            machine = ELFFile(f).header["e_machine"]
+    except (OSError, PyElfError) as exc:
+        raise ElfError(f"{path}: cannot read as ELF: {exc}") from exc
+    if machine not in _ELF_MACHINES:
+        raise ArchError(f"{path}: unsupported ELF machine {machine}")
+    return _ELF_MACHINES[machine]
+
+
+def _text_address(path: str) -> int:
+    """The ELF virtual address (sh_addr) of a module's .text section."""
+    try:
+        with open(path, "rb") as f:
+            text = ELFFile(f).get_section_by_name(".text")
+            if text is None:
+                raise ElfError(f"{path}: no .text section")
+            return int(text["sh_addr"])
+    except (OSError, PyElfError) as exc:
+        raise ElfError(f"{path}: cannot read as ELF: {exc}") from exc
+
+
+def _tail(text: str, lines: int = 15) -> str:
+    return "\n".join(text.strip().splitlines()[-lines:])
+
+
+def _kill_session(session_id: int) -> None:
+    """SIGKILL every process in the session started for a capture (gdb or qemu, and the
+    program gdb forked), so that a program left running by a dying debugger cannot linger."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2 :].split()
+        if int(fields[3]) == session_id:
+            try:
+                os.kill(int(entry.name), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def _run_gdb(
+    gdb_exe: str,
+    args: list[str],
+    config: dict[str, Any],
+    sysroot: str | None,
+    tmp: Path,
+    deadline: float,
+) -> dict[str, Any]:
+    """Run gdb on the capture script and return the JSON it wrote (data or error)."""
+    result_path = tmp / "result.json"
+    result_path.unlink(missing_ok=True)
+    config = {**config, "result": str(result_path)}
+    config_path = tmp / "config.json"
+    config_path.write_text(json.dumps(config))
+    script_path = tmp / "capture_gdb.py"
+    script_path.write_text(f"CONFIG_PATH = {str(config_path)!r}\n{_GDB_SCRIPT}")
+    early = [
+        "set debuginfod enabled off",
+        "set auto-load python-scripts off",
+        "set auto-load gdb-scripts off",
+    ]
+    if sysroot is not None:
+        early.append(f"set sysroot {sysroot}")
+    cmd = [gdb_exe, "-batch", "-nx"]
+    for command in early:
+        cmd += ["-iex", command]
+    cmd += ["-x", str(script_path), "--args", *args]
+    # gdb starts the program through $SHELL (the shell undoes gdb's quoting of the arguments;
+    # gdb 13 without a shell splits arguments that contain spaces): make that a POSIX shell.
+    environment = {key: value for key, value in os.environ.items() if key != "DEBUGINFOD_URLS"}
+    environment["SHELL"] = "/bin/sh"
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:
+        raise CaptureTimeoutError(f"capture of {args[0]}: no time left to start gdb")
+    proc = subprocess.Popen(
+        cmd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=environment,
+        start_new_session=True,
+        text=True,
+        errors="replace",
+    )
+    try:
+        stdout, stderr = proc.communicate(timeout=remaining)
+    except subprocess.TimeoutExpired:
+        _kill_session(proc.pid)
+        stdout, stderr = proc.communicate()
+        raise CaptureTimeoutError(
+            f"capture of {args[0]} at {config['breakpoint']!r}: gdb did not finish within the "
+            f"timeout; gdb's output:\n{_tail(stdout + stderr)}"
+        ) from None
+    finally:
+        _kill_session(proc.pid)
+    if not result_path.exists():
+        raise CaptureError(
+            f"capture of {args[0]} at {config['breakpoint']!r}: gdb exited with code "
+            f"{proc.returncode} without writing a capture; gdb's stderr:\n{_tail(stderr)}"
+        )
+    result: dict[str, Any] = json.loads(result_path.read_text())
+    result["gdb_stderr"] = stderr
+    return result
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _listening(port: int, pid: int) -> bool:
+    """Whether process ``pid`` has a socket listening on TCP ``port``: a LISTEN entry for the
+    port in /proc/net/tcp{,6} whose inode is one of the process's open files."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            # local "address:port" (hex), remote, state (0A is LISTEN), ..., inode
+            fields = line.split()
+            if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == "0A":
+                inodes.add(f"socket:[{fields[9]}]")
+    if not inodes:
+        return False
+    try:
+        fds = list(Path(f"/proc/{pid}/fd").iterdir())
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            if os.readlink(fd) in inodes:
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def _wait_for_listener(port: int, proc: subprocess.Popen[bytes], deadline: float) -> bool:
+    """Wait until qemu listens on ``port``; False if it exits first or time runs out."""
+    while time.monotonic() < deadline:
+        if _listening(port, proc.pid):
+            return True
+        if proc.poll() is not None:
+            return False
+        time.sleep(0.01)
+    return False
+
+
+def _run_under_qemu(
+    gdb_exe: str,
+    qemu_exe: str,
+    args: list[str],
+    config: dict[str, Any],
+    sysroot: str | os.PathLike[str] | None,
+    env: Mapping[str, str] | None,
+    tmp: Path,
+    deadline: float,
+) -> dict[str, Any]:
+    """Start the program under qemu-user's gdb stub and capture it with gdb over TCP."""
+    root = None if sysroot is None else os.path.abspath(sysroot)
+    qemu_env = dict(os.environ if env is None else env)
+    for attempt in range(_QEMU_PORT_ATTEMPTS):
+        port = _free_port()
+        qemu_cmd = [qemu_exe, "-g", str(port)]
+        if root is not None:
+            qemu_cmd += ["-L", root]
+        qemu_cmd += args
+        log_path = tmp / f"qemu-{attempt}.log"
+        with open(log_path, "wb") as log:
+            qemu_proc = subprocess.Popen(
+                qemu_cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                env=qemu_env,
+                start_new_session=True,
+            )
+        try:
+            if not _wait_for_listener(port, qemu_proc, deadline):
+                qemu_log = log_path.read_text(errors="replace")
+                if qemu_proc.poll() is None:
+                    raise CaptureTimeoutError(
+                        f"capture of {args[0]}: qemu did not open its gdb port {port} within "
+                        f"the timeout; qemu's output:\n{_tail(qemu_log)}"
+                    )
+                if "could not open gdbserver" in qemu_log:
+                    continue  # another process took the port between probe and bind
+                raise CaptureError(
+                    f"capture of {args[0]}: qemu exited with code {qemu_proc.returncode} "
+                    f"before gdb could attach; qemu's output:\n{_tail(qemu_log)}"
+                )
+            remote = {**config, "remote": f"127.0.0.1:{port}"}
+            try:
+                result = _run_gdb(gdb_exe, args, remote, root or "", tmp, deadline)
+            except CaptureError as exc:
+                qemu_log = log_path.read_text(errors="replace")
+                raise type(exc)(f"{exc}\nqemu's output:\n{_tail(qemu_log)}") from exc
+            try:
+                qemu_proc.wait(timeout=max(0.1, min(5.0, deadline - time.monotonic())))
+            except subprocess.TimeoutExpired:
+                pass  # killed below
+            return result
+        finally:
+            _kill_session(qemu_proc.pid)
+            qemu_proc.wait()
+    raise CaptureError(
+        f"capture of {args[0]}: qemu could not open a gdb port in {_QEMU_PORT_ATTEMPTS} attempts"
+    )
+
+
+def _to_capture(result: dict[str, Any], program: str, breakpoint: str) -> Capture:
+    error = result.get("error")
+    if error is not None:
+        kind = BreakpointNotHitError if error["kind"] == "not_hit" else CaptureError
+        raise kind(
+            f"capture of {program} at {breakpoint!r}: {error['message']}"
+            f"\ngdb's stderr:\n{_tail(result['gdb_stderr'])}"
+        )
+    arch = _GDB_ARCHITECTURES.get(result["arch"])
+    if arch is None:
+        raise ArchError(
+            f"capture of {program}: gdb reports unsupported architecture {result['arch']!r}"
+        )
+    modules = []
+    for path, text_runtime in result["modules"]:
+        local = path.removeprefix("target:")
+        bias = text_runtime - _text_address(local)
+        if bias % PAGE_SIZE:
+            raise CaptureError(
+                f"capture of {program}: {local}: .text is at {text_runtime:#x} at run time, "
+                f"giving a load bias {bias:#x} that is not page-aligned"
+            )
+        modules.append((local, bias))
+    vdso = result["vdso"]
+    return Capture(
+        arch=arch,
+        regs=result["regs"],
+        memory=[(start, base64.b64decode(blob)) for start, blob in result["memory"]],
+        modules=modules,
+        vdso=None if vdso is None else (vdso[0], base64.b64decode(vdso[1])),
+        gdb_frames=result["frames"],
+        gdb_stop_reason=result["stop_reason"],
+        tid=result["tid"],
+        core=result["core"],
+    )
+
+
+# The script gdb runs. It sees CONFIG_PATH (prepended when written) and uses only gdb's
+# module and the standard library of gdb's embedded Python.
+_GDB_SCRIPT = r'''
+import base64
+import json
+import re
+import struct
+import traceback
+
+import gdb
+
+with open(CONFIG_PATH) as _f:
+    CONFIG = json.load(_f)
+
+_SECTION_LINE = re.compile(r"^\s*0x([0-9a-f]+) - 0x([0-9a-f]+) is (\S+)(?: in (.+?))?\s*$")
+_VDSO = re.compile(r"^system-supplied DSO at (0x[0-9a-f]+)$")
+_FRAME_KINDS = {
+    getattr(gdb, name): name
+    for name in ("NORMAL_FRAME", "DUMMY_FRAME", "INLINE_FRAME", "TAILCALL_FRAME",
+                 "SIGTRAMP_FRAME", "ARCH_FRAME", "SENTINEL_FRAME")
+}
+
+
+class Failure(Exception):
+    def __init__(self, kind, message):
+        super().__init__(message)
+        self.kind = kind
+
+
+def write_result(obj):
+    with open(CONFIG["result"], "w") as f:
+        json.dump(obj, f)
+
+
+def run_to_breakpoint():
+    stops = []
+    exits = []
+    gdb.events.stop.connect(stops.append)
+    gdb.events.exited.connect(exits.append)
+    for command in ("set pagination off", "set confirm off", "set width 0", "set height 0",
+                    "set breakpoint pending on",
+                    "set backtrace past-main on", "set backtrace past-entry on",
+                    "set backtrace limit unlimited", "set tcp auto-retry on",
+                    "set tcp connect-timeout 20"):
+        gdb.execute(command, to_string=True)
+    for sig in CONFIG["pass_signals"]:
+        gdb.execute("handle %s nostop noprint pass" % sig, to_string=True)
+    if CONFIG["env"] is not None:
+        gdb.execute("unset environment", to_string=True)
+        for name, value in CONFIG["env"].items():
+            gdb.execute("set environment %s=%s" % (name, value), to_string=True)
+    if CONFIG["remote"] is not None:
+        gdb.execute("target remote " + CONFIG["remote"], to_string=True)
+    bp = gdb.Breakpoint(CONFIG["breakpoint"])
+    gdb.execute("run" if CONFIG["remote"] is None else "continue", to_string=True)
+    if exits or gdb.selected_inferior().pid == 0:
+        code = getattr(exits[-1], "exit_code", None) if exits else None
+        why = ("gdb found no such location" if bp.pending
+               else "the location exists but was never reached")
+        raise Failure("not_hit", "the program exited (code %s) without hitting the breakpoint: "
+                      "%s" % (code, why))
+    event = stops[-1] if stops else None
+    if not (isinstance(event, gdb.BreakpointEvent) and bp in event.breakpoints):
+        if isinstance(event, gdb.SignalEvent):
+            why = "signal %s" % event.stop_signal
+        else:
+            why = type(event).__name__
+        raise Failure("not_hit", "the program stopped on %s, not at the breakpoint" % why)
+
+
+def read_registers(frame):
+    u64 = frame.architecture().integer_type(64, False)
+    regs = {}
+    for name in CONFIG["registers"]:
+        try:
+            regs[name] = int(frame.read_register(name).cast(u64))
+        except (gdb.error, ValueError) as exc:
+            raise Failure("gdb", "cannot read register %s: %s" % (name, exc))
+    return regs
+
+
+def read_stack(sp):
+    inferior = gdb.selected_inferior()
+    page = CONFIG["page_size"]
+    end = sp + CONFIG["max_stack"]
+    address = sp
+    chunks = []
+    while address < end:
+        size = min((address // page + 1) * page, end) - address
+        try:
+            chunks.append(bytes(inferior.read_memory(address, size)))
+        except gdb.MemoryError:
+            break
+        address += size
+    if not chunks:
+        raise Failure("gdb", "cannot read the stack at sp=%#x" % sp)
+    return [[sp, base64.b64encode(b"".join(chunks)).decode("ascii")]]
+
+
+def loaded_modules():
+    """[path, runtime address of .text] for the executable and each shared library, and the
+    vdso's address, from `info files` (gdb lists every section at its run-time address)."""
+    executable = gdb.current_progspace().filename
+    modules = []
+    seen = set()
+    vdso = None
+    for line in gdb.execute("info files", to_string=True).splitlines():
+        match = _SECTION_LINE.match(line)
+        if match is None:
+            continue
+        start, _end, section, owner = match.groups()
+        owner_vdso = _VDSO.match(owner) if owner else None
+        if owner_vdso:
+            vdso = int(owner_vdso.group(1), 16)
+        elif section == ".text" and (owner or executable) not in seen:
+            # A remote target lists each file's sections twice (target and exec file).
+            seen.add(owner or executable)
+            modules.append([owner or executable, int(start, 16)])
+    if vdso is None:
+        vdso = auxv_vdso()
+    return modules, vdso
+
+
+def auxv_vdso():
+    try:
+        auxv = gdb.execute("info auxv", to_string=True)
+    except gdb.error:
+        return None
+    for line in auxv.splitlines():
+        if "AT_SYSINFO_EHDR" in line:
+            return int(line.split()[-1], 16)
+    return None
+
+
+def read_vdso(address):
+    """The whole vdso ELF image: up to the end of its section headers or of its last
+    segment's file contents, whichever is further."""
+    inferior = gdb.selected_inferior()
+    header = bytes(inferior.read_memory(address, 64))
+    if header[:4] != b"\x7fELF" or header[4] != 2 or header[5] != 1:
+        raise Failure("gdb", "no little-endian ELF64 header at the vdso address %#x" % address)
+    phoff, shoff = struct.unpack_from("<QQ", header, 0x20)
+    phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHH", header, 0x36)
+    size = shoff + shnum * shentsize
+    phdrs = bytes(inferior.read_memory(address + phoff, phnum * phentsize))
+    for i in range(phnum):
+        _type, _flags, offset, _vaddr, _paddr, filesz = struct.unpack_from(
+            "<IIQQQQ", phdrs, i * phentsize)
+        size = max(size, offset + filesz)
+    return [address, base64.b64encode(bytes(inferior.read_memory(address, size))).decode("ascii")]
+
+
+def backtrace():
+    """gdb's frames, leaving out inline and tail-call frames (gdb's own inventions from debug
+    information: they share a real frame's stack and have no return address of their own)."""
+    frames = []
+    frame = gdb.newest_frame()
+    u64 = frame.architecture().integer_type(64, False)
+    reason = None
+    while frame is not None:
+        kind = frame.type()
+        if kind not in (gdb.INLINE_FRAME, gdb.TAILCALL_FRAME):
+            sp = frame.read_register("sp").cast(u64)
+            frames.append({"pc": frame.pc(), "sp": int(sp), "function": frame.name(),
+                           "kind": _FRAME_KINDS.get(kind, str(kind))})
+        try:
+            older = frame.older()
+        except gdb.error as exc:
+            reason = str(exc)
+            break
+        if older is None:
+            reason = gdb.frame_stop_reason_string(frame.unwind_stop_reason())
+        frame = older
+    return frames, reason
+
+
+def main():
+    try:
+        run_to_breakpoint()
+        frame = gdb.newest_frame()
+        regs = read_registers(frame)
+        modules, vdso = loaded_modules()
+        frames, reason = backtrace()
+        result = {
+            "arch": frame.architecture().name(),
+            "regs": regs,
+            "memory": read_stack(regs[CONFIG["stack_pointer"]]),
+            "modules": modules,
+            "vdso": None if vdso is None else read_vdso(vdso),
+            "frames": frames,
+            "stop_reason": reason,
+            "tid": gdb.selected_thread().ptid[1] or gdb.selected_inferior().pid,
+            "core": None,
+        }
+        if CONFIG["core"] is not None:
+            gdb.execute("gcore " + CONFIG["core"], to_string=True)
+            result["core"] = CONFIG["core"]
+        write_result(result)
+    except Failure as exc:
+        write_result({"error": {"kind": exc.kind, "message": str(exc)}})
+    except Exception as exc:
+        write_result({"error": {"kind": "gdb", "message": "%s: %s\n%s" % (
+            type(exc).__name__, exc, traceback.format_exc())}})
+    finally:
+        try:
+            gdb.execute("kill", to_string=True)
+        except gdb.error:
+            pass
+
+
+main()
+'''

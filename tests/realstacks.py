@@ -1,0 +1,108 @@
+"""Helpers shared by the integration tests: test programs compiled at test time, captures of
+them stopped under gdb, and the two unwinder implementations compared with gdb and eu-stack."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from elftools.elf.elffile import ELFFile
+from stackwalk.capture import Capture, capture
+
+PROGRAMS = Path(__file__).parent / "programs"
+
+# Debian's interpreter: its symbols (python3.11-dbg's /usr/lib/debug) let gdb break on static
+# interpreter functions such as math_gcd.
+SYSTEM_PYTHON = "/usr/bin/python3"
+
+# A small fixed environment for every program run, so that runs do not depend on the caller's.
+PROGRAM_ENV = {"PATH": "/usr/bin:/bin", "LC_ALL": "C"}
+
+# The implementations under test: the Rust core and its pure-Python twin.
+IMPLEMENTATIONS = {
+    "rust": ("stackwalk", "Unwinder"),
+    "baseline": ("stackwalk.baseline", "Unwinder"),
+}
+
+
+def marker_location(source: str, marker: str) -> str:
+    """``file:line`` of the line of tests/programs/<source> with the comment ``BREAK:<marker>``."""
+    lines = (PROGRAMS / source).read_text().splitlines()
+    for number, line in enumerate(lines, 1):
+        if f"BREAK:{marker}" in line:
+            return f"{source}:{number}"
+    raise LookupError(f"{PROGRAMS / source}: no line marked BREAK:{marker}")
+
+
+def module_ranges(cap: Capture) -> list[tuple[str, int, int]]:
+    """(path, start, end) at run time of every module of a capture, from its PT_LOAD segments
+    (and the vdso's), as [min p_vaddr, max p_vaddr + p_memsz) + bias."""
+    ranges = []
+    for path, bias in cap.modules:
+        with open(path, "rb") as f:
+            loads = [s for s in ELFFile(f).iter_segments() if s["p_type"] == "PT_LOAD"]
+            start = min(s["p_vaddr"] for s in loads)
+            end = max(s["p_vaddr"] + s["p_memsz"] for s in loads)
+        ranges.append((path, start + bias, end + bias))
+    if cap.vdso is not None:
+        ranges.append(("[vdso]", cap.vdso[0], cap.vdso[0] + len(cap.vdso[1])))
+    return ranges
+
+
+def module_of(cap: Capture, pc: int) -> str | None:
+    for path, start, end in module_ranges(cap):
+        if start <= pc < end:
+            return path
+    return None
+
+
+class Builder:
+    """Compiles tests/programs sources once per session (with -g, so gdb can name frames)."""
+
+    def __init__(self, directory: Path) -> None:
+        self._directory = directory
+        self._built: dict[tuple[str, str, tuple[str, ...]], Path] = {}
+
+    def __call__(self, source: str, *flags: str, compiler: str = "gcc") -> Path:
+        key = (source, compiler, flags)
+        if key not in self._built:
+            output = self._directory / f"{Path(source).stem}-{len(self._built)}"
+            cmd = [compiler, "-g", *flags, str(PROGRAMS / source), "-o", str(output)]
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+            if proc.returncode != 0:
+                pytest.fail(f"{' '.join(cmd)} failed:\n{proc.stderr}")
+            self._built[key] = output
+        return self._built[key]
+
+
+class Captures:
+    """Captures programs stopped at a breakpoint, once per session per (argv, breakpoint)."""
+
+    def __init__(self, directory: Path) -> None:
+        self._directory = directory
+        self._done: dict[tuple[Any, ...], Capture] = {}
+
+    def __call__(
+        self,
+        argv: Sequence[str | os.PathLike[str]],
+        breakpoint: str,
+        *,
+        core: bool = False,
+        sysroot: str | None = None,
+    ) -> Capture:
+        key = (tuple(map(str, argv)), breakpoint, core, sysroot)
+        if key not in self._done:
+            core_path = self._directory / f"core-{len(self._done)}" if core else None
+            self._done[key] = capture(
+                argv,
+                breakpoint,
+                core_path=core_path,
+                sysroot=sysroot,
+                env=PROGRAM_ENV,
+                timeout=90,
+            )
+        return self._done[key]

@@ -1,0 +1,280 @@
+"""Unwind real x86_64 stacks and compare with gdb and eu-stack.
+
+Each case compiles a program from tests/programs (or runs the system Python on a script), stops
+it under gdb at a breakpoint, and captures registers, stack, modules and the vdso, gdb's own
+backtrace and a gcore core file. Both unwinder implementations must reproduce gdb's frames
+exactly (every pc and every stack pointer) and eu-stack's pcs for the same stop.
+
+gdb and eu-stack agree on every case here (``test_gdb_and_eu_stack_agree``). One place where
+they could differ is handled in capture(): gdb invents frames from debug information that are
+not on the stack -- inline frames, and "tail call frames" rebuilt from DWARF call-site
+information (deep.c's recurse() reaches with_alloca() with a jmp at -O2, and gdb shows a
+recurse frame for it). capture() leaves both out, which is what eu-stack and a CFI unwinder see.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from realstacks import (
+    PROGRAM_ENV,
+    PROGRAMS,
+    SYSTEM_PYTHON,
+    Builder,
+    Captures,
+    marker_location,
+    module_of,
+)
+from stackwalk.capture import (
+    BreakpointNotHitError,
+    Capture,
+    CaptureError,
+    CaptureTimeoutError,
+    capture,
+)
+
+O2 = ("-O2", "-fomit-frame-pointer")
+
+# How gdb's backtrace ended -> how stackwalk's must end. "outermost": the return-address rule
+# of the last frame (_start's `.cfi_undefined rip`) is undefined.
+EXPECTED_END = {"outermost": "end_of_stack"}
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    source: str
+    flags: tuple[str, ...]
+    breakpoint: str
+    compiler: str = "gcc"
+
+
+CASES = [
+    Case("deep-O2", "deep.c", O2, "stop_here"),
+    # Frame 0 at a function's first instruction: nothing pushed yet, CFA = rsp + 8.
+    Case("deep-O2-entry", "deep.c", O2, "*stop_here"),
+    # Stopped in the VLA function itself, whose CFA is computed from rbp.
+    Case("deep-O2-vla-line", "deep.c", O2, marker_location("deep.c", "vla")),
+    Case("deep-O0", "deep.c", ("-O0",), "stop_here"),
+    # No .eh_frame for the program's own functions: their CFI is only in .debug_frame.
+    Case("deep-debug-frame", "deep.c", (*O2, "-fno-asynchronous-unwind-tables"), "stop_here"),
+    Case("deep-no-pie", "deep.c", (*O2, "-no-pie"), "stop_here"),
+    Case("deep-static", "deep.c", (*O2, "-static"), "stop_here"),
+    Case("cxx-O2", "cxx.cpp", ("-O2",), "stop_here", compiler="g++"),
+    Case("qsort", "qsort.c", ("-O2",), "compare_ints"),
+    Case("signal", "signal.c", ("-O2",), "handler_leaf"),
+    Case("vdso", "vdso.c", ("-O2",), "__vdso_clock_gettime"),
+    Case("python", "pyrecurse.py", (), "math_gcd"),
+]
+
+
+def argv_for(case: Case, build: Builder) -> list[str]:
+    if case.source.endswith(".py"):
+        return [SYSTEM_PYTHON, "-I", "-S", str(PROGRAMS / case.source)]
+    return [str(build(case.source, *case.flags, compiler=case.compiler))]
+
+
+def captured(case: Case, build: Builder, captures: Captures) -> Capture:
+    return captures(argv_for(case, build), case.breakpoint, core=True)
+
+
+@functools.cache
+def eu_stack_pcs(core: str, executable: str, tid: int) -> list[int]:
+    """eu-stack's pcs for thread ``tid`` of a core (frame 0 the pc, then return addresses)."""
+    cmd = ["eu-stack", "-q", "-n", "0", f"--core={core}", "-e", executable]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stderr}"
+    threads: dict[int, list[int]] = {}
+    current: list[int] = []
+    for line in proc.stdout.splitlines():
+        if match := re.match(r"TID (\d+):", line):
+            current = threads.setdefault(int(match.group(1)), [])
+        elif match := re.match(r"#\d+\s+0x([0-9a-f]+)", line):
+            current.append(int(match.group(1), 16))
+    assert tid in threads, f"eu-stack printed no thread {tid}:\n{proc.stdout}"
+    return threads[tid]
+
+
+def unwind(unwinder_class: Any, cap: Capture) -> Any:
+    unwinder = unwinder_class(arch="x86_64")
+    cap.add_modules_to(unwinder)
+    return unwinder.unwind(cap.regs, cap.memory)
+
+
+def describe(cap: Capture, pcs: list[int]) -> str:
+    """Side-by-side listing of gdb's frames and another list of pcs, for failure messages."""
+    rows = []
+    for i in range(max(len(cap.gdb_frames), len(pcs))):
+        ours = f"{pcs[i]:#x}" if i < len(pcs) else "-"
+        gdb = cap.gdb_frames[i] if i < len(cap.gdb_frames) else None
+        theirs = f"{gdb['pc']:#x} {gdb['function']} ({gdb['kind']})" if gdb else "-"
+        rows.append(f"#{i:<3} {ours:>18}   gdb: {theirs}")
+    return "\n".join(rows)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda case: case.id)
+def test_gdb_and_eu_stack_agree(case: Case, build: Builder, captures: Captures) -> None:
+    """The two references give the same pcs for the same stop, and gdb ends cleanly."""
+    cap = captured(case, build, captures)
+    assert cap.core is not None
+    executable = argv_for(case, build)[0]
+    assert eu_stack_pcs(cap.core, executable, cap.tid) == cap.gdb_pcs, describe(
+        cap, eu_stack_pcs(cap.core, executable, cap.tid)
+    )
+    assert cap.gdb_stop_reason in EXPECTED_END
+    assert cap.gdb_frames[-1]["function"] == "_start"
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda case: case.id)
+def test_unwind_matches_gdb(
+    unwinder_class: Any, case: Case, build: Builder, captures: Captures
+) -> None:
+    cap = captured(case, build, captures)
+    trace = unwind(unwinder_class, cap)
+    assert trace.pcs == cap.gdb_pcs, f"{trace.end}: {trace.end_detail}\n{describe(cap, trace.pcs)}"
+    assert [frame.pc for frame in trace.frames] == trace.pcs
+    assert [frame.sp for frame in trace.frames] == [frame["sp"] for frame in cap.gdb_frames]
+    assert [frame.trust for frame in trace.frames] == ["context"] + ["cfi"] * (len(cap.gdb_pcs) - 1)
+    assert trace.end == EXPECTED_END[cap.gdb_stop_reason], trace.end_detail
+    # Each frame's CFA is where its caller's stack pointer is, as gdb has it.
+    assert [frame.cfa for frame in trace.frames[:-1]] == [f["sp"] for f in cap.gdb_frames[1:]]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda case: case.id)
+def test_unwind_matches_eu_stack(
+    unwinder_class: Any, case: Case, build: Builder, captures: Captures
+) -> None:
+    cap = captured(case, build, captures)
+    assert cap.core is not None
+    trace = unwind(unwinder_class, cap)
+    assert trace.pcs == eu_stack_pcs(cap.core, argv_for(case, build)[0], cap.tid)
+
+
+def case_named(name: str) -> Case:
+    return next(case for case in CASES if case.id == name)
+
+
+def test_debug_frame_case_has_no_eh_frame_for_its_functions(build: Builder) -> None:
+    """deep-debug-frame tests .debug_frame only if readelf finds stop_here's FDE there alone."""
+    case = case_named("deep-debug-frame")
+    program = build(case.source, *case.flags, compiler=case.compiler)
+    symbols = subprocess.run(["nm", program], capture_output=True, text=True, check=True).stdout
+    address = next(
+        int(line.split()[0], 16) for line in symbols.splitlines() if line.endswith(" T stop_here")
+    )
+    frames = subprocess.run(
+        ["readelf", "--debug-dump=frames", program], capture_output=True, text=True, check=True
+    ).stdout
+    covering = []
+    section = None
+    for line in frames.splitlines():
+        if match := re.match(r"Contents of the (\S+) section:", line):
+            section = match.group(1)
+        elif match := re.search(r"FDE cie=\S+ pc=([0-9a-f]+)\.\.([0-9a-f]+)", line):
+            if int(match.group(1), 16) <= address < int(match.group(2), 16):
+                covering.append(section)
+    assert covering == [".debug_frame"]
+
+
+def test_signal_stack_crosses_the_signal_frame(build: Builder, captures: Captures) -> None:
+    cap = captured(case_named("signal"), build, captures)
+    kinds = [frame["kind"] for frame in cap.gdb_frames]
+    assert kinds.count("SIGTRAMP_FRAME") == 1
+    trampoline = kinds.index("SIGTRAMP_FRAME")
+    names = [frame["function"] for frame in cap.gdb_frames]
+    assert names[:trampoline] == ["handler_leaf", "on_alarm"]
+    assert names[trampoline] == "__restore_rt"
+    # The interrupted code: normally spin() at the bottom of depth()'s recursion (gdb's pc there
+    # is the interrupted instruction, not a return address).
+    assert "main" in names[trampoline + 1 :]
+
+
+def test_qsort_stack_runs_through_libc(build: Builder, captures: Captures) -> None:
+    cap = captured(case_named("qsort"), build, captures)
+    names = [frame["function"] for frame in cap.gdb_frames]
+    between = cap.gdb_pcs[1 : names.index("main")]
+    assert len(between) >= 3
+    assert all(os.path.basename(module_of(cap, pc) or "") == "libc.so.6" for pc in between)
+
+
+def test_vdso_frame_needs_the_vdso_image(
+    unwinder_class: Any, build: Builder, captures: Captures
+) -> None:
+    """Frame 0 is in the vdso; without the image read from memory the unwinder cannot leave it."""
+    cap = captured(case_named("vdso"), build, captures)
+    assert module_of(cap, cap.gdb_pcs[0]) == "[vdso]"
+    unwinder = unwinder_class(arch="x86_64")
+    for path, bias in cap.modules:
+        unwinder.add_module(path, bias)
+    trace = unwinder.unwind(cap.regs, cap.memory)
+    assert trace.pcs == cap.gdb_pcs[:1]
+    assert trace.end == "no_module"
+
+
+def test_python_recursion_crosses_c(build: Builder, captures: Captures) -> None:
+    """The interpreter's stack alternates Python evaluation and C (sorted's key callbacks)."""
+    cap = captured(case_named("python"), build, captures)
+    names = [frame["function"] for frame in cap.gdb_frames]
+    assert names[0] == "math_gcd"
+    assert names.count("builtin_sorted") == 6
+    assert names.count("_PyEval_EvalFrameDefault") == 7
+    assert module_of(cap, cap.gdb_pcs[0]) == os.path.realpath(SYSTEM_PYTHON)
+
+
+def test_python_startup_does_not_reach_the_breakpoint() -> None:
+    """math_gcd runs only because pyrecurse.py calls it, so the stop is at the script's depth."""
+    # The exit code shows the interpreter started and ran the whole -c program.
+    argv = [SYSTEM_PYTHON, "-I", "-S", "-c", "import math; raise SystemExit(7)"]
+    with pytest.raises(BreakpointNotHitError, match=r"math_gcd'.*exited \(code 7\)"):
+        capture(argv, "math_gcd", env=PROGRAM_ENV, timeout=60)
+
+
+def test_capture_round_trips_through_a_file(
+    tmp_path: Path, build: Builder, captures: Captures
+) -> None:
+    cap = captured(case_named("vdso"), build, captures)
+    cap.save(tmp_path / "stop.json")
+    assert Capture.load(tmp_path / "stop.json") == cap
+
+
+def test_capture_times_out_and_kills_the_program() -> None:
+    marker = "31.4159"
+    with pytest.raises(CaptureTimeoutError):
+        capture(["/bin/sleep", marker], "no_such_function_anywhere", timeout=3)
+    for entry in Path("/proc").iterdir():
+        try:
+            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        assert marker.encode() not in cmdline, f"sleep {marker} outlived its capture"
+
+
+def test_capture_of_a_missing_program_fails_clearly(tmp_path: Path) -> None:
+    with pytest.raises(CaptureError, match="not found"):
+        capture([str(tmp_path / "nope")], "main")
+
+
+def test_capture_passes_arguments_and_environment_intact(tmp_path: Path) -> None:
+    report = tmp_path / "seen.json"
+    code = (
+        "import json, math, os, sys; "
+        f"json.dump([sys.argv[1:], dict(os.environ)], open({str(report)!r}, 'w')); "
+        "math.gcd(4, 6)"
+    )
+    args = ["a b", "$HOME", "'q' \"x\" \\y", "*", ""]
+    env = {"PATH": "/usr/bin:/bin", "PROBE": "one two=$three"}
+    cap = capture([SYSTEM_PYTHON, "-I", "-S", "-c", code, *args], "math_gcd", env=env)
+    assert cap.gdb_frames[0]["function"] == "math_gcd"
+    seen_args, seen_env = json.loads(report.read_text())
+    assert seen_args == args
+    # Added on the way: PWD by the /bin/sh gdb starts programs with, LC_CTYPE by Python's
+    # coercion of the C locale (PEP 538).
+    assert {name: seen_env[name] for name in seen_env.keys() - {"PWD", "LC_CTYPE"}} == env
