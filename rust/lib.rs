@@ -12,4 +12,5 @@ pub mod elf;
 pub mod expr;
 pub mod memory;
 pub mod registers;
+pub mod rule_cache;
 pub mod unwind;

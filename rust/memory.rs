@@ -70,8 +70,25 @@ impl<'a> Regions<'a> {
         self.regions.is_empty()
     }
 
-    #[inline]
+    /// The `size` bytes at `addr`, if one region holds them all.
+    #[inline(always)]
     fn find(&mut self, addr: u64, size: u64) -> Option<&'a [u8]> {
+        // Unwinding reads neighbouring stack words: the region of the last
+        // read usually holds this one too.
+        if self.disjoint {
+            if let Some(&(start, bytes)) = self.regions.get(self.last) {
+                let off = addr.wrapping_sub(start);
+                if off < bytes.len() as u64 && bytes.len() as u64 - off >= size {
+                    return Some(&bytes[off as usize..(off + size) as usize]);
+                }
+            }
+        }
+        self.find_slow(addr, size)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn find_slow(&mut self, addr: u64, size: u64) -> Option<&'a [u8]> {
         let fits = |&(start, bytes): &(u64, &'a [u8])| {
             let off = addr.checked_sub(start)?;
             let end = off.checked_add(size)?;
@@ -81,11 +98,6 @@ impl<'a> Regions<'a> {
                 None
             }
         };
-        if self.disjoint {
-            if let Some(hit) = self.regions.get(self.last).and_then(fits) {
-                return Some(hit);
-            }
-        }
         let idx = self.regions.partition_point(|(s, _)| *s <= addr).checked_sub(1)?;
         if self.disjoint {
             self.last = idx;

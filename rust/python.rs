@@ -177,7 +177,8 @@ impl PyUnwinder {
     /// (hits, misses) of the rule cache since the unwinder was made.
     #[getter]
     fn cache_stats(&self) -> (u64, u64) {
-        (self.inner.stats.hits, self.inner.stats.misses)
+        let stats = self.inner.cache_stats();
+        (stats.hits, stats.misses)
     }
 
     /// Add the ELF file at `path`, loaded at `bias` (runtime address − ELF

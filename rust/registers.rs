@@ -47,10 +47,18 @@ impl Registers {
         }
     }
 
-    /// The same file with only the columns in `mask` (bit n = column n) known.
+    /// Make this file hold `from`'s known columns among those in `mask`
+    /// (bit n = column n), and nothing else. Only those values are copied:
+    /// the values of unknown columns are never read.
     #[inline]
-    pub fn keep(&self, mask: u64) -> Registers {
-        Registers { values: self.values, known: self.known & mask }
+    pub fn inherit(&mut self, from: &Registers, mask: u64) {
+        self.known = from.known & mask;
+        let mut bits = self.known;
+        while bits != 0 {
+            let i = bits.trailing_zeros() as usize;
+            self.values[i] = from.values[i];
+            bits &= bits - 1;
+        }
     }
 
     /// The known columns, in ascending order.

@@ -8,10 +8,12 @@ use std::sync::Arc;
 use gimli::UnwindContext;
 
 use crate::arch::{Arch, DefaultRule};
-use crate::cfi::{CfaRule, CompactRow, FullRow, LookupError, Module, RegRule, RuleSet};
+use crate::cfi::{CfaRule, FullRow, LookupError, Module, RegRule, RuleSet};
 use crate::expr::{self, ExprError};
 use crate::memory::Memory;
 use crate::registers::Registers;
+use crate::rule_cache::RuleCache;
+pub use crate::rule_cache::Stats;
 
 /// How a frame was found, best first (rust-minidump's trust levels).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -117,18 +119,6 @@ pub struct End {
     pub detail: EndDetail,
 }
 
-/// Slots of the direct-mapped rule cache (a prime, as in framehop).
-const CACHE_SLOTS: usize = 509;
-
-#[derive(Clone, Copy)]
-struct CacheSlot {
-    key: u64,
-    module: u32,
-    row: CompactRow,
-}
-
-const EMPTY_KEY: u64 = u64::MAX;
-
 /// Unwinds stacks for one architecture over a set of modules. One
 /// `Unwinder` keeps its caches warm across calls; it is not `Sync`: use one
 /// per thread (the modules themselves are shared through `Arc`).
@@ -137,15 +127,7 @@ pub struct Unwinder {
     /// Sorted by start address; ranges don't overlap.
     modules: Vec<Arc<Module>>,
     ctx: Box<UnwindContext<usize>>,
-    cache: Box<[CacheSlot]>,
-    pub stats: Stats,
-}
-
-/// Counters of the rule cache, for benchmarks and tests.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Stats {
-    pub hits: u64,
-    pub misses: u64,
+    cache: RuleCache,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -187,17 +169,11 @@ type Step = Result<Caller, (EndReason, EndDetail)>;
 
 impl Unwinder {
     pub fn new(arch: Arch) -> Self {
-        let empty = CacheSlot {
-            key: EMPTY_KEY,
-            module: 0,
-            row: CompactRow::new(CfaRule::RegOffset { reg: 0, offset: 0 }, 0, false),
-        };
         Unwinder {
             arch,
             modules: Vec::new(),
             ctx: Box::new(UnwindContext::new()),
-            cache: vec![empty; CACHE_SLOTS].into_boxed_slice(),
-            stats: Stats::default(),
+            cache: RuleCache::new(),
         }
     }
 
@@ -232,9 +208,12 @@ impl Unwinder {
     }
 
     fn clear_cache(&mut self) {
-        for slot in self.cache.iter_mut() {
-            slot.key = EMPTY_KEY;
-        }
+        self.cache.clear();
+    }
+
+    /// Hits and misses of the rule cache since the unwinder was made.
+    pub fn cache_stats(&self) -> Stats {
+        self.cache.stats
     }
 
     /// The index of the module whose range holds `pc`.
@@ -296,17 +275,11 @@ impl Unwinder {
             let lookup = if callee.interrupted { callee.pc } else { callee.pc.wrapping_sub(1) };
             end.frame = frames.len() - 1;
             end.lookup_pc = lookup;
-            end.module = self.module_index(lookup);
-            let step = match end.module {
-                None => Err((EndReason::NoModule, EndDetail::Address(lookup))),
-                Some(m) => {
-                    let [a, b] = &mut files;
-                    let (callee_regs, caller_regs) = if current == 0 { (&*a, b) } else { (&*b, a) };
-                    self.step(m, lookup, &callee, callee_regs, caller_regs, mem, frames)
-                }
-            };
-            match step {
+            let [a, b] = &mut files;
+            let (callee_regs, caller_regs) = if current == 0 { (&*a, b) } else { (&*b, a) };
+            match self.step(lookup, &callee, callee_regs, caller_regs, mem, frames) {
                 Err((reason, detail)) => {
+                    end.module = self.module_index(lookup);
                     end.reason = reason;
                     end.detail = detail;
                     return end;
@@ -340,7 +313,6 @@ impl Unwinder {
     #[inline]
     fn step<M: Memory + ?Sized>(
         &mut self,
-        m: usize,
         lookup: u64,
         callee: &FrameState,
         callee_regs: &Registers,
@@ -348,14 +320,16 @@ impl Unwinder {
         mem: &mut M,
         frames: &mut [Frame],
     ) -> Step {
-        let slot = (lookup % CACHE_SLOTS as u64) as usize;
-        let cached = &self.cache[slot];
-        if cached.key == lookup && cached.module as usize == m {
-            self.stats.hits += 1;
-            let (arch, module, row) = (self.arch, &*self.modules[m], &self.cache[slot].row);
-            return apply(arch, module, row, callee, callee_regs, caller_regs, mem, frames);
+        // The cache is keyed by address alone: it is cleared whenever the
+        // modules change, so a hit also names the module, without a search.
+        if let Some((m, row)) = self.cache.get(lookup) {
+            let module = &*self.modules[m];
+            return apply(self.arch, module, row, callee, callee_regs, caller_regs, mem, frames);
         }
-        self.stats.misses += 1;
+        let Some(m) = self.module_index(lookup) else {
+            return Err((EndReason::NoModule, EndDetail::Address(lookup)));
+        };
+        self.cache.record_miss();
         let module = &self.modules[m];
         let row = match module.find_row(lookup.wrapping_sub(module.bias), &mut self.ctx) {
             Ok((row, _)) => row,
@@ -365,7 +339,7 @@ impl Unwinder {
             Err(e) => return Err((EndReason::BadCfi, EndDetail::Lookup(e))),
         };
         if let Some(compact) = row.resize::<8>() {
-            self.cache[slot] = CacheSlot { key: lookup, module: m as u32, row: compact };
+            self.cache.insert(lookup, m, compact);
         }
         apply(self.arch, &self.modules[m], &row, callee, callee_regs, caller_regs, mem, frames)
     }
@@ -416,7 +390,7 @@ fn apply<M: Memory + ?Sized, const N: usize>(
         f.cfa = Some(cfa);
     }
     // Columns the CFI says nothing about take the ABI default.
-    *caller = regs.keep(arch.same_value_mask());
+    caller.inherit(regs, arch.same_value_mask());
     caller.set(arch.sp(), cfa);
     let mut ra_rule = None;
     for &(reg, rule) in row.rules() {

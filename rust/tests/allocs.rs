@@ -209,12 +209,16 @@ fn warm_unwind_allocates_nothing() {
     let middle_returns = cold_frames.windows(2).filter(|w| w[0].pc == w[1].pc).count();
     assert!(middle_returns >= 4, "{cold_frames:#x?}");
 
-    let misses = unwinder.stats.misses;
+    let misses = unwinder.cache_stats().misses;
     let (warm, warm_allocs) =
         allocations(|| unwinder.unwind(stop.pc, &stop.regs, &mut memory, 256, &mut frames));
     assert_eq!(warm, cold);
     assert_eq!(frames, cold_frames);
-    assert_eq!(unwinder.stats.misses, misses, "the second walk is served from the rule cache");
+    assert_eq!(
+        unwinder.cache_stats().misses,
+        misses,
+        "the second walk is served from the rule cache"
+    );
     assert_eq!(warm_allocs, 0, "the warm path allocated");
     // Parsing CFI on a cache miss reuses the UnwindContext: no allocation either.
     assert_eq!(cold_allocs, 0, "the cold path allocated");

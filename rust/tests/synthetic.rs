@@ -1536,17 +1536,17 @@ fn cfa_reg_offset(rule: CfaRule) -> Option<(u16, i64)> {
 fn the_rule_cache_gives_identical_walks() {
     let mut uw = eh_unwinder(&chain_cfi());
     let first = walk_chain(&mut uw);
-    let after_first = uw.stats;
+    let after_first = uw.cache_stats();
     let second = walk_chain(&mut uw);
     assert_eq!(first, second);
     assert_chain(&second);
     assert!(
-        uw.stats.hits >= after_first.hits + 4,
+        uw.cache_stats().hits >= after_first.hits + 4,
         "every frame of the second walk hits: {:?} then {:?}",
         after_first,
-        uw.stats
+        uw.cache_stats()
     );
-    assert_eq!(uw.stats.misses, after_first.misses);
+    assert_eq!(uw.cache_stats().misses, after_first.misses);
 }
 
 #[test]
@@ -1576,7 +1576,7 @@ fn adding_a_module_clears_the_cache() {
     let mut uw = eh_unwinder(&chain_cfi());
     walk_chain(&mut uw);
     walk_chain(&mut uw);
-    let warm = uw.stats;
+    let warm = uw.cache_stats();
 
     // Another module below the first: the first one's index changes.
     let mut other = CfiBuilder::new(Arch::X86_64);
@@ -1586,7 +1586,7 @@ fn adding_a_module_clears_the_cache() {
     uw.add_module(Arc::new(module)).expect("no overlap");
     let w = walk_chain(&mut uw);
     assert_chain(&w);
-    assert_eq!(uw.stats.misses, warm.misses + 4, "every row is looked up again");
+    assert_eq!(uw.cache_stats().misses, warm.misses + 4, "every row is looked up again");
     assert_eq!(w.end.module, Some(1));
 }
 

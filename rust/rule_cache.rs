@@ -1,0 +1,124 @@
+//! The rule cache: unwind rules by address, so that the warm path does no
+//! CFI parsing and no allocation. Two-way set-associative over a prime
+//! number of sets (framehop's cache has 509 direct-mapped slots; with two
+//! ways, two hot addresses that share a set no longer evict each other on
+//! every walk).
+
+use crate::cfi::{CfaRule, CompactRow};
+
+/// Sets in the cache (a prime, so that addresses spread evenly).
+const SETS: usize = 509;
+
+const EMPTY_KEY: u64 = u64::MAX;
+
+#[derive(Clone, Copy)]
+struct Entry {
+    key: u64,
+    module: u32,
+    row: CompactRow,
+}
+
+#[derive(Clone, Copy)]
+struct Set {
+    ways: [Entry; 2],
+    /// The way to replace next: the one not used most recently.
+    victim: u8,
+}
+
+/// Hit and miss counts, for benchmarks and tests.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    pub hits: u64,
+    pub misses: u64,
+}
+
+pub struct RuleCache {
+    sets: Box<[Set]>,
+    pub stats: Stats,
+}
+
+impl Default for RuleCache {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl RuleCache {
+    pub fn new() -> Self {
+        let empty = Entry {
+            key: EMPTY_KEY,
+            module: 0,
+            row: CompactRow::new(CfaRule::RegOffset { reg: 0, offset: 0 }, 0, false),
+        };
+        let set = Set { ways: [empty; 2], victim: 0 };
+        RuleCache { sets: vec![set; SETS].into_boxed_slice(), stats: Stats::default() }
+    }
+
+    /// Forget every entry (the modules changed).
+    pub fn clear(&mut self) {
+        for set in self.sets.iter_mut() {
+            set.ways[0].key = EMPTY_KEY;
+            set.ways[1].key = EMPTY_KEY;
+        }
+    }
+
+    /// The module index and rules cached for `key` (counted as a hit).
+    #[inline]
+    pub fn get(&mut self, key: u64) -> Option<(usize, &CompactRow)> {
+        let set = &mut self.sets[(key % SETS as u64) as usize];
+        let way = if set.ways[0].key == key {
+            0
+        } else if set.ways[1].key == key {
+            1
+        } else {
+            return None;
+        };
+        self.stats.hits += 1;
+        set.victim = 1 - way as u8;
+        let entry = &set.ways[way];
+        Some((entry.module as usize, &entry.row))
+    }
+
+    /// Count a lookup that had to parse CFI (an address in no module, or
+    /// one without unwind info, is no miss: there was nothing to cache).
+    pub fn record_miss(&mut self) {
+        self.stats.misses += 1;
+    }
+
+    /// Cache `row` for `key` (an address never cached with other rules).
+    pub fn insert(&mut self, key: u64, module: usize, row: CompactRow) {
+        let set = &mut self.sets[(key % SETS as u64) as usize];
+        let way = set.victim as usize;
+        set.ways[way] = Entry { key, module: module as u32, row };
+        set.victim = 1 - set.victim;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(offset: i64) -> CompactRow {
+        CompactRow::new(CfaRule::RegOffset { reg: 7, offset }, 16, false)
+    }
+
+    #[test]
+    fn two_addresses_sharing_a_set_both_stay() {
+        let mut cache = RuleCache::new();
+        let (a, b, c) = (0x1000, 0x1000 + SETS as u64, 0x1000 + 2 * SETS as u64);
+        cache.insert(a, 1, row(8));
+        cache.insert(b, 2, row(16));
+        for _ in 0..3 {
+            assert_eq!(cache.get(a).map(|(m, r)| (m, r.cfa)), Some((1, row(8).cfa)));
+            assert_eq!(cache.get(b).map(|(m, r)| (m, r.cfa)), Some((2, row(16).cfa)));
+        }
+        // A third evicts the least recently used (a), not the one just used.
+        cache.insert(c, 3, row(24));
+        assert!(cache.get(a).is_none());
+        assert!(cache.get(b).is_some());
+        assert!(cache.get(c).is_some());
+        assert_eq!(cache.stats, Stats { hits: 8, misses: 0 }, "misses are the caller's to count");
+        cache.clear();
+        assert!(cache.get(b).is_none());
+    }
+}
