@@ -106,3 +106,21 @@ class Captures:
                 timeout=90,
             )
         return self._done[key]
+
+
+def unwind(unwinder_class: Any, cap: Capture) -> Any:
+    """Unwind a capture with one of the implementations, its modules added."""
+    unwinder = unwinder_class(arch=cap.arch)
+    cap.add_modules_to(unwinder)
+    return unwinder.unwind(cap.regs, cap.memory)
+
+
+def describe(cap: Capture, pcs: list[int]) -> str:
+    """Side-by-side listing of gdb's frames and another list of pcs, for failure messages."""
+    rows = []
+    for i in range(max(len(cap.gdb_frames), len(pcs))):
+        ours = f"{pcs[i]:#x}" if i < len(pcs) else "-"
+        gdb = cap.gdb_frames[i] if i < len(cap.gdb_frames) else None
+        theirs = f"{gdb['pc']:#x} {gdb['function']} ({gdb['kind']})" if gdb else "-"
+        rows.append(f"#{i:<3} {ours:>18}   gdb: {theirs}")
+    return "\n".join(rows)

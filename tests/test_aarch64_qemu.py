@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from realstacks import Builder, Captures, module_of
+from realstacks import Builder, Captures, describe, module_of, unwind
 from stackwalk.capture import Capture
 
 SYSROOT = "/usr/aarch64-linux-gnu"
@@ -57,22 +57,6 @@ def captured(case: Case, build: Builder, captures: Captures) -> Capture:
     cap = captures([program], case.breakpoint, sysroot=SYSROOT)
     assert cap.arch == "aarch64"
     return cap
-
-
-def unwind(unwinder_class: Any, cap: Capture) -> Any:
-    unwinder = unwinder_class(arch="aarch64")
-    cap.add_modules_to(unwinder)
-    return unwinder.unwind(cap.regs, cap.memory)
-
-
-def describe(cap: Capture, pcs: list[int]) -> str:
-    rows = []
-    for i in range(max(len(cap.gdb_frames), len(pcs))):
-        ours = f"{pcs[i]:#x}" if i < len(pcs) else "-"
-        gdb = cap.gdb_frames[i] if i < len(cap.gdb_frames) else None
-        theirs = f"{gdb['pc']:#x} {gdb['function']} ({gdb['kind']})" if gdb else "-"
-        rows.append(f"#{i:<3} {ours:>18}   gdb: {theirs}")
-    return "\n".join(rows)
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda case: case.id)

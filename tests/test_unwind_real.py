@@ -30,8 +30,10 @@ from realstacks import (
     SYSTEM_PYTHON,
     Builder,
     Captures,
+    describe,
     marker_location,
     module_of,
+    unwind,
 )
 from stackwalk.capture import (
     BreakpointNotHitError,
@@ -101,23 +103,6 @@ def eu_stack_pcs(core: str, executable: str, tid: int) -> list[int]:
             current.append(int(match.group(1), 16))
     assert tid in threads, f"eu-stack printed no thread {tid}:\n{proc.stdout}"
     return threads[tid]
-
-
-def unwind(unwinder_class: Any, cap: Capture) -> Any:
-    unwinder = unwinder_class(arch="x86_64")
-    cap.add_modules_to(unwinder)
-    return unwinder.unwind(cap.regs, cap.memory)
-
-
-def describe(cap: Capture, pcs: list[int]) -> str:
-    """Side-by-side listing of gdb's frames and another list of pcs, for failure messages."""
-    rows = []
-    for i in range(max(len(cap.gdb_frames), len(pcs))):
-        ours = f"{pcs[i]:#x}" if i < len(pcs) else "-"
-        gdb = cap.gdb_frames[i] if i < len(cap.gdb_frames) else None
-        theirs = f"{gdb['pc']:#x} {gdb['function']} ({gdb['kind']})" if gdb else "-"
-        rows.append(f"#{i:<3} {ours:>18}   gdb: {theirs}")
-    return "\n".join(rows)
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda case: case.id)
