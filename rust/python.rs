@@ -233,7 +233,12 @@ impl PyUnwinder {
         let end =
             guard("unwinding", || inner.unwind(pc, &registers, &mut regions, max_frames, frames))?;
         Ok(PyTrace {
-            frames: self.frames.clone(),
+            // Hand the buffer over rather than copying it; the next walk gets
+            // a fresh one of the same capacity (one allocation either way).
+            frames: {
+                let capacity = self.frames.len().max(64);
+                std::mem::replace(&mut self.frames, Vec::with_capacity(capacity))
+            },
             end,
             arch,
             end_module: self.inner.end_module(&end),
