@@ -11,6 +11,7 @@ use gimli::{
 };
 
 use crate::arch::{Arch, NUM_REGS};
+pub use crate::memory::Data;
 
 type Slice<'a> = EndianSlice<'a, LittleEndian>;
 type Cie<'a> = gimli::CommonInformationEntry<Slice<'a>>;
@@ -111,23 +112,6 @@ pub struct FullRow {
     pub ra: u16,
     pub signal_frame: bool,
     pub rules: Vec<(u16, RegRule)>,
-}
-
-/// A file's bytes: mapped from disk (zero-copy) or owned (e.g. a vdso image
-/// copied out of a core).
-pub enum Data {
-    Mapped(memmap2::Mmap),
-    Owned(Vec<u8>),
-}
-
-impl std::ops::Deref for Data {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        match self {
-            Data::Mapped(m) => m,
-            Data::Owned(v) => v,
-        }
-    }
 }
 
 /// A section as found by the ELF reader: where its bytes are in the file

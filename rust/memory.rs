@@ -2,6 +2,23 @@
 //! the one narrow [`Memory`] interface, so cores, perf samples and plain
 //! buffers plug in the same way.
 
+/// A file's bytes: mapped from disk (zero-copy) or owned (e.g. a vdso image
+/// copied out of a core).
+pub enum Data {
+    Mapped(memmap2::Mmap),
+    Owned(Vec<u8>),
+}
+
+impl std::ops::Deref for Data {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Data::Mapped(m) => m,
+            Data::Owned(v) => v,
+        }
+    }
+}
+
 /// Reads of the target's memory. `None` means the address is not captured.
 pub trait Memory {
     fn read_u64(&mut self, addr: u64) -> Option<u64>;
@@ -45,6 +62,22 @@ impl<'a> Regions<'a> {
         self.regions.clear();
         self.last = 0;
         self.disjoint = true;
+    }
+
+    /// Regions already sorted by start address, e.g. a core's segments.
+    pub fn from_sorted(regions: impl IntoIterator<Item = (u64, &'a [u8])>) -> Self {
+        let regions: Vec<_> = regions.into_iter().collect();
+        let disjoint = regions
+            .windows(2)
+            .all(|w| w[0].0 <= w[1].0 && w[0].0.saturating_add(w[0].1.len() as u64) <= w[1].0);
+        if regions.windows(2).any(|w| w[0].0 > w[1].0) {
+            let mut out = Regions::new();
+            for (start, bytes) in regions {
+                out.add(start, bytes);
+            }
+            return out;
+        }
+        Regions { regions, last: 0, disjoint }
     }
 
     pub fn add(&mut self, start: u64, bytes: &'a [u8]) {
@@ -126,6 +159,63 @@ impl Memory for Regions<'_> {
     }
 }
 
+/// A part of a file that is memory of the target: `size` bytes at `offset`
+/// in the file hold the memory at `address` (a core file's PT_LOAD).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Segment {
+    pub address: u64,
+    pub offset: u64,
+    pub size: u64,
+}
+
+/// A file's segments as the target's memory, e.g. a core file mapped once
+/// and read in place. Segments that run past the end of the file (a
+/// truncated core) are cut to what the file holds.
+pub struct SegmentMemory {
+    data: Data,
+    /// Sorted by address: (address, byte range in `data`).
+    segments: Vec<(u64, std::ops::Range<usize>)>,
+    /// Bytes of the segments the file lacks.
+    pub missing_bytes: u64,
+}
+
+impl SegmentMemory {
+    pub fn new(data: Data, segments: &[Segment]) -> Self {
+        let len = data.len() as u64;
+        let mut missing_bytes = 0;
+        let mut out: Vec<(u64, std::ops::Range<usize>)> = segments
+            .iter()
+            .filter_map(|s| {
+                let start = s.offset.min(len);
+                let end = s.offset.saturating_add(s.size).min(len);
+                missing_bytes += s.size - (end - start);
+                (end > start).then_some((s.address, start as usize..end as usize))
+            })
+            .collect();
+        out.sort_by_key(|(a, _)| *a);
+        SegmentMemory { data, segments: out, missing_bytes }
+    }
+
+    /// The segments as regions, for one walk.
+    pub fn regions(&self) -> Regions<'_> {
+        Regions::from_sorted(self.segments.iter().map(|(a, r)| (*a, &self.data[r.clone()])))
+    }
+
+    /// The `size` bytes at `address`, if one segment holds them all.
+    pub fn bytes(&self, address: u64, size: usize) -> Option<&[u8]> {
+        let i = self.segments.partition_point(|(a, _)| *a <= address).checked_sub(1)?;
+        let (start, range) = &self.segments[i];
+        let off = usize::try_from(address - start).ok()?;
+        let bytes = &self.data[range.clone()];
+        bytes.get(off..off.checked_add(size)?)
+    }
+
+    /// (address, size) of every segment the file holds bytes for.
+    pub fn ranges(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.segments.iter().map(|(a, r)| (*a, r.len() as u64))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -146,6 +236,27 @@ mod tests {
         assert_eq!(m.read_sized(0x1001, 2), Some(0x0201));
         assert_eq!(m.read_sized(0x101f, 1), Some(31));
         assert_eq!(m.read_sized(0x101f, 2), None);
+    }
+
+    #[test]
+    fn segments_of_a_truncated_file_are_cut() {
+        let file: Vec<u8> = (0u8..64).collect();
+        let segments = [
+            Segment { address: 0x2000, offset: 32, size: 64 }, // runs 32 bytes past the end
+            Segment { address: 0x1000, offset: 0, size: 16 },
+            Segment { address: 0x3000, offset: 100, size: 8 }, // wholly past the end
+        ];
+        let mem = SegmentMemory::new(Data::Owned(file), &segments);
+        assert_eq!(mem.missing_bytes, 32 + 8);
+        assert_eq!(mem.ranges().collect::<Vec<_>>(), [(0x1000, 16), (0x2000, 32)]);
+        assert_eq!(mem.bytes(0x2000, 2), Some(&[32u8, 33][..]));
+        assert_eq!(mem.bytes(0x201f, 2), None, "past what the file holds");
+        let mut regions = mem.regions();
+        assert_eq!(
+            regions.read_u64(0x1008),
+            Some(u64::from_le_bytes([8, 9, 10, 11, 12, 13, 14, 15]))
+        );
+        assert_eq!(regions.read_u64(0x3000), None);
     }
 
     #[test]

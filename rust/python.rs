@@ -15,7 +15,7 @@ use pyo3::types::{PyBytes, PyDict, PyTuple};
 use crate::arch::Arch;
 use crate::cfi::{CfaRule, Data, Module, RegRule};
 use crate::elf::read_elf;
-use crate::memory::Regions;
+use crate::memory::{Regions, Segment, SegmentMemory};
 use crate::registers::Registers;
 use crate::unwind::{self, Frame as RsFrame, Unwinder as RsUnwinder};
 
@@ -141,6 +141,58 @@ impl PyTrace {
     }
 }
 
+/// Memory made of a file's segments, mapped once and read in place: a core
+/// file's PT_LOADs. Pass it as the `memory` of `Unwinder.unwind`.
+#[pyclass(module = "stackwalk._core", name = "MappedMemory", frozen)]
+pub struct PyMappedMemory {
+    inner: Arc<SegmentMemory>,
+    path: String,
+}
+
+#[pymethods]
+impl PyMappedMemory {
+    /// Map `path`; `segments` are (address, file offset, size) triples.
+    #[new]
+    fn new(path: PathBuf, segments: Vec<(u64, u64, u64)>) -> PyResult<Self> {
+        let name = path.to_string_lossy().into_owned();
+        let file =
+            File::open(&path).map_err(|e| MemoryReadError::new_err(format!("{name}: {e}")))?;
+        // SAFETY: read-only mapping; the file is assumed not to be truncated
+        // while in use, as every tool that maps its input assumes.
+        let map = unsafe { memmap2::Mmap::map(&file) }
+            .map_err(|e| MemoryReadError::new_err(format!("{name}: cannot map: {e}")))?;
+        let segments: Vec<Segment> = segments
+            .into_iter()
+            .map(|(address, offset, size)| Segment { address, offset, size })
+            .collect();
+        Ok(PyMappedMemory {
+            inner: Arc::new(SegmentMemory::new(Data::Mapped(map), &segments)),
+            path: name,
+        })
+    }
+
+    /// The `size` bytes at `address`, or None where they are not all captured.
+    fn read<'py>(&self, py: Python<'py>, address: u64, size: usize) -> Option<Bound<'py, PyBytes>> {
+        self.inner.bytes(address, size).map(|b| PyBytes::new(py, b))
+    }
+
+    /// (address, size) of every segment the file holds bytes for.
+    #[getter]
+    fn ranges(&self) -> Vec<(u64, u64)> {
+        self.inner.ranges().collect()
+    }
+
+    /// Bytes the segments should have that the file lacks (a truncated file).
+    #[getter]
+    fn missing_bytes(&self) -> u64 {
+        self.inner.missing_bytes
+    }
+
+    fn __repr__(&self) -> String {
+        format!("<MappedMemory {} ({} segments)>", self.path, self.inner.ranges().count())
+    }
+}
+
 /// Unwinds native stacks for one architecture.
 #[pyclass(module = "stackwalk._core", name = "Unwinder", subclass)]
 pub struct PyUnwinder {
@@ -219,8 +271,12 @@ impl PyUnwinder {
     ) -> PyResult<PyTrace> {
         let arch = self.inner.arch();
         let (pc, registers) = extract_registers(arch, regs)?;
-        let buffers = extract_buffers(memory)?;
-        let mut regions = Regions::new();
+        let mapped = memory.cast::<PyMappedMemory>().ok().map(|m| m.get().inner.clone());
+        let buffers = if mapped.is_some() { Vec::new() } else { extract_buffers(memory)? };
+        let mut regions = match &mapped {
+            Some(m) => m.regions(),
+            None => Regions::new(),
+        };
         for (start, buf) in &buffers {
             // SAFETY: each PyBuffer is C-contiguous (checked) and is held,
             // keeping the exporter's memory alive and in place, until the
@@ -421,5 +477,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyUnwinder>()?;
     m.add_class::<PyTrace>()?;
     m.add_class::<PyFrame>()?;
+    m.add_class::<PyMappedMemory>()?;
     Ok(())
 }

@@ -8,12 +8,13 @@
 """
 
 from stackwalk.errors import ArchError, CfiError, ElfError, MemoryReadError, StackwalkError
-from stackwalk.unwinder import Frame, Trace, Unwinder
+from stackwalk.unwinder import Frame, MappedMemory, Trace, Unwinder
 
 __all__ = [
     "Unwinder",
     "Trace",
     "Frame",
+    "MappedMemory",
     "StackwalkError",
     "ElfError",
     "CfiError",

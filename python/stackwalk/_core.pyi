@@ -17,6 +17,7 @@ __all__ = [
     "Frame",
     "Trace",
     "Unwinder",
+    "MappedMemory",
 ]
 
 class StackwalkError(Exception): ...
@@ -52,6 +53,17 @@ class Trace:
     def complete(self) -> bool: ...
     def __len__(self) -> int: ...
 
+@final
+class MappedMemory:
+    def __new__(
+        cls, path: str | PathLike[str], segments: list[tuple[int, int, int]]
+    ) -> MappedMemory: ...
+    def read(self, address: int, size: int) -> bytes | None: ...
+    @property
+    def ranges(self) -> list[tuple[int, int]]: ...
+    @property
+    def missing_bytes(self) -> int: ...
+
 @disjoint_base
 class Unwinder:
     def __new__(cls, arch: str = "x86_64") -> Unwinder: ...
@@ -66,7 +78,7 @@ class Unwinder:
     def unwind(
         self,
         regs: Mapping[str, int],
-        memory: Iterable[tuple[int, Buffer]],
+        memory: Iterable[tuple[int, Buffer]] | MappedMemory,
         max_frames: int = 256,
     ) -> Trace: ...
     def _bench_unwind(
