@@ -110,3 +110,64 @@ mod tests {
         assert!(info.sections.text.is_some());
     }
 }
+
+/// What the program headers of an ELF file or image say: enough to place a
+/// module from a core file and to check its build id. Reads no section
+/// headers, so it also works on the first page of a module dumped in a core.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ElfSummary {
+    pub machine: u16,
+    pub e_type: u16,
+    pub entry: u64,
+    pub build_id: Option<Vec<u8>>,
+    /// PT_LOAD segments in file order: (p_vaddr, p_memsz, p_offset, p_filesz, p_flags).
+    pub loads: Vec<(u64, u64, u64, u64, u32)>,
+    /// p_vaddr of PT_DYNAMIC.
+    pub dynamic: Option<u64>,
+    /// (e_phoff, e_phnum).
+    pub phdr: (u64, u16),
+}
+
+pub fn summarize(data: &[u8]) -> Result<ElfSummary, ElfError> {
+    use object::read::elf::FileHeader as _;
+    let parse = |e: object::Error| ElfError::Parse(e.to_string());
+    let header = object::elf::FileHeader64::<LittleEndian>::parse(data).map_err(parse)?;
+    let endian = header.endian().map_err(parse)?;
+    let phdrs = header.program_headers(endian, data).map_err(parse)?;
+    let mut summary = ElfSummary {
+        machine: header.e_machine(endian),
+        e_type: header.e_type(endian),
+        entry: header.e_entry(endian),
+        build_id: None,
+        loads: Vec::new(),
+        dynamic: None,
+        phdr: (header.e_phoff(endian), header.e_phnum(endian)),
+    };
+    for ph in phdrs {
+        match ph.p_type(endian) {
+            PT_LOAD => summary.loads.push((
+                ph.p_vaddr(endian),
+                ph.p_memsz(endian),
+                ph.p_offset(endian),
+                ph.p_filesz(endian),
+                ph.p_flags(endian),
+            )),
+            object::elf::PT_DYNAMIC => summary.dynamic = Some(ph.p_vaddr(endian)),
+            _ => {}
+        }
+        if summary.build_id.is_none() {
+            // A note segment outside the bytes given (a partial image) is skipped.
+            if let Ok(Some(mut notes)) = ph.notes(endian, data) {
+                while let Ok(Some(note)) = notes.next() {
+                    if note.name() == object::elf::ELF_NOTE_GNU
+                        && note.n_type(endian) == object::elf::NT_GNU_BUILD_ID
+                    {
+                        summary.build_id = Some(note.desc().to_vec());
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    Ok(summary)
+}

@@ -13,4 +13,5 @@ pub mod expr;
 pub mod memory;
 pub mod registers;
 pub mod rule_cache;
+pub mod symbols;
 pub mod unwind;

@@ -466,6 +466,89 @@ fn extract_buffers(memory: &Bound<'_, PyAny>) -> PyResult<Vec<(u64, PyBuffer<u8>
     Ok(out)
 }
 
+/// An ELF file's bytes: a path (mapped) or a bytes-like image (copied).
+fn elf_bytes(source: &Bound<'_, PyAny>) -> PyResult<(String, Data)> {
+    if let Ok(buf) = PyBuffer::<u8>::get(source) {
+        return Ok(("<image>".to_owned(), Data::Owned(buf.to_vec(source.py())?)));
+    }
+    let path: PathBuf = source.extract()?;
+    let name = path.to_string_lossy().into_owned();
+    let file = File::open(&path).map_err(|e| ElfError::new_err(format!("{name}: {e}")))?;
+    // SAFETY: read-only mapping of a file assumed not to shrink while in use.
+    let map = unsafe { memmap2::Mmap::map(&file) }
+        .map_err(|e| ElfError::new_err(format!("{name}: cannot map: {e}")))?;
+    Ok((name, Data::Mapped(map)))
+}
+
+fn machine_name(machine: u16) -> String {
+    Arch::from_elf_machine(machine).map_or_else(|| machine.to_string(), |a| a.name().to_owned())
+}
+
+/// The program headers of an ELF file (a path) or image (bytes-like, which
+/// may be just its first page): machine, type, entry, GNU build id, PT_LOAD
+/// segments, PT_DYNAMIC. Reads no section headers.
+#[pyfunction]
+fn elf_summary<'py>(py: Python<'py>, source: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyDict>> {
+    let (name, data) = elf_bytes(source)?;
+    let summary =
+        crate::elf::summarize(&data).map_err(|e| ElfError::new_err(format!("{name}: {e}")))?;
+    let out = PyDict::new(py);
+    out.set_item("machine", machine_name(summary.machine))?;
+    let e_type = match summary.e_type {
+        object::elf::ET_REL => "REL".to_owned(),
+        object::elf::ET_EXEC => "EXEC".to_owned(),
+        object::elf::ET_DYN => "DYN".to_owned(),
+        object::elf::ET_CORE => "CORE".to_owned(),
+        other => other.to_string(),
+    };
+    out.set_item("type", e_type)?;
+    out.set_item("entry", summary.entry)?;
+    let build_id: Option<String> =
+        summary.build_id.map(|id| id.iter().map(|b| format!("{b:02x}")).collect());
+    out.set_item("build_id", build_id)?;
+    out.set_item("loads", summary.loads)?;
+    out.set_item("dynamic", summary.dynamic)?;
+    out.set_item("phdr", summary.phdr)?;
+    Ok(out)
+}
+
+/// Demangle a C++ or Rust symbol name; other names are returned unchanged.
+#[pyfunction]
+fn demangle(name: &str) -> String {
+    crate::symbols::demangle(name).into_owned()
+}
+
+/// The function symbols of one ELF file (`.symtab`, else `.dynsym`), read
+/// once into sorted arrays.
+#[pyclass(module = "stackwalk._core", name = "SymbolTable", frozen)]
+pub struct PySymbolTable {
+    inner: crate::symbols::SymbolTable,
+}
+
+#[pymethods]
+impl PySymbolTable {
+    /// `source` is a path or a bytes-like ELF image.
+    #[new]
+    fn new(source: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let (name, data) = elf_bytes(source)?;
+        let inner = crate::symbols::SymbolTable::from_elf(&data)
+            .map_err(|e| ElfError::new_err(format!("{name}: {e}")))?;
+        Ok(PySymbolTable { inner })
+    }
+
+    /// (demangled name, offset) of the function holding ELF address
+    /// `address`, or None: a distant symbol is never borrowed.
+    fn lookup(&self, address: u64) -> Option<(String, u64)> {
+        self.inner
+            .lookup(address)
+            .map(|(name, off)| (crate::symbols::demangle(name).into_owned(), off))
+    }
+
+    fn __len__(&self) -> usize {
+        self.inner.len()
+    }
+}
+
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
@@ -478,5 +561,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyTrace>()?;
     m.add_class::<PyFrame>()?;
     m.add_class::<PyMappedMemory>()?;
+    m.add_class::<PySymbolTable>()?;
+    m.add_function(wrap_pyfunction!(elf_summary, m)?)?;
+    m.add_function(wrap_pyfunction!(demangle, m)?)?;
     Ok(())
 }

@@ -8,8 +8,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from stackwalk._core import SymbolTable
 from stackwalk.errors import ElfError
-from stackwalk.symbols import SymbolTable
 
 
 class FrameLike(Protocol):
@@ -41,7 +41,8 @@ class Location:
 
 class Symbolizer:
     """Maps runtime addresses to module, ELF address and function. Symbol
-    tables are loaded once per module, on first use."""
+    tables (the native SymbolTable: .symtab else .dynsym, names demangled)
+    are loaded once per module, on first use."""
 
     def __init__(self, modules: Iterable[ModuleInfo], images: dict[str, bytes] | None = None):
         self._modules = sorted(modules, key=lambda m: m.start)
@@ -58,14 +59,9 @@ class Symbolizer:
     def _table(self, module: ModuleInfo) -> SymbolTable | None:
         if module.path not in self._tables:
             try:
-                image = self._images.get(module.path)
-                if image is not None:
-                    table = SymbolTable.from_image(image, module.path)
-                else:
-                    table = SymbolTable.from_file(module.path)
-            except ElfError:
-                table = None
-            self._tables[module.path] = table
+                self._tables[module.path] = SymbolTable(self._images.get(module.path, module.path))
+            except (ElfError, OSError):
+                self._tables[module.path] = None
         return self._tables[module.path]
 
     def locate(self, pc: int, is_return_address: bool) -> Location:
@@ -77,10 +73,11 @@ class Symbolizer:
             return Location(None, None, None, None)
         elf_address = pc - module.bias
         table = self._table(module)
-        sym = table.lookup(lookup - module.bias) if table is not None else None
-        if sym is None:
+        found = table.lookup(lookup - module.bias) if table is not None else None
+        if found is None:
             return Location(module, elf_address, None, None)
-        return Location(module, elf_address, sym.name, sym.offset + (pc - lookup))
+        name, offset = found
+        return Location(module, elf_address, name, offset + (pc - lookup))
 
 
 def _hex(v: int | None) -> str | None:
