@@ -5,12 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
 from collections.abc import Sequence
-from importlib import resources
 
 from stackwalk.errors import StackwalkError
 
@@ -86,6 +82,11 @@ def cmd_unwind(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    import shutil
+    import subprocess
+    import tempfile
+    from importlib import resources
+
     from stackwalk.capture import capture
 
     cc = shutil.which("cc") or shutil.which("gcc")
@@ -95,9 +96,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
         exe = os.path.join(tmp, "demo")
         src = resources.files("stackwalk.examples").joinpath("demo.c")
         with resources.as_file(src) as src_path:
-            subprocess.run(
-                [cc, "-O2", "-fomit-frame-pointer", "-o", exe, str(src_path)], check=True
-            )
+            built = subprocess.run([cc, "-O2", "-fomit-frame-pointer", "-o", exe, str(src_path)])
+        if built.returncode != 0:
+            raise StackwalkError(f"{cc} could not build the demo program")
         print(f"Built {exe} at -O2 -fomit-frame-pointer; stopping it in demo_stop() under gdb...\n")
         cap = capture([exe], "demo_stop")
         uw, trace = _unwind_capture(cap, False, args.max_frames)
@@ -109,6 +110,35 @@ def cmd_demo(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     return EXIT_OK if same else EXIT_PARTIAL
+
+
+def cmd_core(args: argparse.Namespace) -> int:
+    from stackwalk.core import Core
+    from stackwalk.render import core_lines
+
+    search = [d for d in (args.lib_search_path or "").split(":") if d]
+    core = Core.open(
+        args.core, args.executable, sysroot=args.sysroot, lib_search_path=search or None
+    )
+    doc = core.to_dict(max_frames=args.max_frames)
+    if args.thread is not None:
+        doc["threads"] = [t for t in doc["threads"] if t["tid"] == args.thread]
+        if not doc["threads"]:
+            tids = ", ".join(str(t.tid) for t in core.threads)
+            raise StackwalkError(f"{args.core}: no thread {args.thread} (threads: {tids})")
+    for warning in core.warnings:
+        print(f"stackwalk: warning: {warning}", file=sys.stderr)
+    if args.json:
+        for thread in doc["threads"]:
+            thread.pop("end_detail", None)
+        print(json.dumps(doc, indent=2))
+    else:
+        print("\n".join(core_lines(doc)))
+    threads = doc["threads"]
+    if not any(t["frames"] for t in threads):
+        return EXIT_FAILED
+    clean = all(t["end"] in ("end_of_stack", "pc_zero") for t in threads)
+    return EXIT_OK if clean else EXIT_PARTIAL
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -128,6 +158,18 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("program", nargs="+", help="the program and its arguments")
     c.set_defaults(func=cmd_capture)
 
+    k = sub.add_parser("core", help="backtraces of every thread of an ELF core file")
+    k.add_argument("core", help="the core file (the kernel's, systemd-coredump's, gdb's gcore)")
+    k.add_argument("executable", nargs="?", help="the program (default: found from the core)")
+    k.add_argument("--json", action="store_true", help="one JSON document")
+    k.add_argument("--sysroot", help="prefix every module path with DIR")
+    k.add_argument(
+        "--lib-search-path", metavar="PATHS", help="DIR[:DIR...] to find modules by name"
+    )
+    k.add_argument("--thread", type=int, metavar="TID", help="only this thread")
+    k.add_argument("--max-frames", type=int, default=256)
+    k.set_defaults(func=cmd_core)
+
     u = sub.add_parser("unwind", help="unwind a saved capture")
     u.add_argument("capture", help="a file written by 'stackwalk capture'")
     u.add_argument("--json", action="store_true", help="print the trace as JSON")
@@ -143,9 +185,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args))
     except StackwalkError as e:
         _error(str(e))
-        return EXIT_FAILED
-    except subprocess.CalledProcessError as e:
-        _error(f"{e.cmd[0]} failed with exit status {e.returncode}")
         return EXIT_FAILED
     except KeyboardInterrupt:
         return 130

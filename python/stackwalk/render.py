@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import bisect
-import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -105,13 +104,37 @@ def frame_dicts(frames: Sequence[FrameLike], symbolizer: Symbolizer) -> list[dic
 
 
 def frame_lines(frames: Sequence[FrameLike], symbolizer: Symbolizer) -> list[str]:
-    lines = []
-    for d in frame_dicts(frames, symbolizer):
-        where = d["function"] or "??"
-        if d["function"] and d["function_offset"] != "0x0":
-            where += f"+{d['function_offset']}"
-        module = f" ({os.path.basename(d['module'])})" if d["module"] else ""
-        lines.append(
-            f"#{d['index']:<3} {int(d['pc'], 16):#018x} in {where}{module}  [{d['trust']}]"
-        )
+    """Frames as text, with how each was found."""
+    return [f"{frame_text(d)}  [{d['trust']}]" for d in frame_dicts(frames, symbolizer)]
+
+
+def frame_text(d: dict[str, Any]) -> str:
+    """One frame as gdb and eu-stack print it, e.g.
+    ``#3  0x00007f1c2a83c24a in __libc_start_call_main+0x7a (/usr/lib/.../libc.so.6)``."""
+    where = d["function"] or "??"
+    if d["function"] and d["function_offset"] not in (None, "0x0"):
+        where += f"+{d['function_offset']}"
+    module = f" ({d['module']})" if d["module"] else ""
+    return f"#{d['index']:<2} {int(d['pc'], 16):#018x} in {where}{module}"
+
+
+def core_lines(doc: dict[str, Any]) -> list[str]:
+    """The text report of ``stackwalk core``, from the same document ``--json`` prints."""
+    sig = doc.get("signal")
+    what = f"Core {doc['core']}"
+    if doc.get("pid") is not None:
+        what += f", pid {doc['pid']}"
+    if doc.get("executable"):
+        what += f", {doc['executable']}"
+    lines = [what]
+    if sig:
+        at = f" at address {sig['address']}" if sig.get("address") else ""
+        lines.append(f"Killed by {sig['name']} (signal {sig['number']}){at}")
+    for thread in doc["threads"]:
+        crashed = " (crashed)" if thread["tid"] == doc.get("crashing_thread") else ""
+        lines.append("")
+        lines.append(f"Thread {thread['tid']}{crashed}:")
+        lines.extend(frame_text(f) for f in thread["frames"])
+        if thread["end"] not in ("end_of_stack", "pc_zero"):
+            lines.append(f"   (stopped early: {thread['end']}: {thread.get('end_detail', '')})")
     return lines

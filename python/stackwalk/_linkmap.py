@@ -1,0 +1,144 @@
+"""Reading a crashed process's memory as a core file captured it: words, C strings, whole
+regions, and the dynamic linker's link map (``DT_DEBUG`` -> ``r_debug`` -> ``link_map``), which is
+how the libraries of a core without ``NT_FILE`` (qemu-user writes those) are found, as libdwfl and
+gdb find them."""
+
+from __future__ import annotations
+
+import bisect
+import struct
+from dataclasses import dataclass
+
+from stackwalk.unwinder import MappedMemory
+
+MAX_ENTRIES = 4096  # bound on every walk through pointers found in the core
+_DT_NULL, _DT_DEBUG = 0, 21
+_WORD = struct.Struct("<Q")
+_DYN = struct.Struct("<qQ")  # Elf64_Dyn: d_tag, d_val
+_LINK_MAP = struct.Struct("<5Q")  # l_addr, l_name, l_ld, l_next, l_prev
+_STRING_CHUNK = 256
+
+
+class MemoryReader:
+    """Typed reads of a ``MappedMemory``; every read answers None where the core has no bytes."""
+
+    def __init__(self, memory: MappedMemory) -> None:
+        self.memory = memory
+        ranges = sorted(memory.ranges)
+        self._starts = [start for start, _ in ranges]
+        self._ends = [start + size for start, size in ranges]
+
+    def available(self, address: int) -> int:
+        """How many bytes the core holds contiguously from ``address`` on (0: none)."""
+        i = bisect.bisect_right(self._starts, address) - 1
+        if i < 0 or address >= self._ends[i]:
+            return 0
+        end = self._ends[i]
+        # The kernel writes adjacent mappings as separate segments: join them.
+        while i + 1 < len(self._starts) and self._starts[i + 1] == end:
+            i += 1
+            end = self._ends[i]
+        return end - address
+
+    def read(self, address: int, size: int) -> bytes | None:
+        if address < 0 or size <= 0 or size > self.available(address):
+            return None
+        data = self.memory.read(address, size)
+        if data is not None:
+            return data
+        # Adjacent segments: read piece by piece.
+        parts = []
+        while size > 0:
+            i = bisect.bisect_right(self._starts, address) - 1
+            n = min(size, self._ends[i] - address)
+            part = self.memory.read(address, n)
+            if part is None:
+                return None
+            parts.append(part)
+            address, size = address + n, size - n
+        return b"".join(parts)
+
+    def word(self, address: int) -> int | None:
+        data = self.read(address, 8)
+        return None if data is None else _WORD.unpack(data)[0]
+
+    def string(self, address: int, limit: int = 4096) -> str | None:
+        """The NUL-terminated string at ``address`` (None if unreadable or unterminated)."""
+        parts: list[bytes] = []
+        taken = 0
+        while taken < limit:
+            n = min(_STRING_CHUNK, limit - taken, self.available(address + taken))
+            chunk = self.read(address + taken, n) if n else None
+            if chunk is None:
+                return None
+            end = chunk.find(b"\0")
+            if end >= 0:
+                parts.append(chunk[:end])
+                return b"".join(parts).decode("utf-8", "surrogateescape")
+            parts.append(chunk)
+            taken += n
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class LinkMapEntry:
+    name: str  # l_name: the path the dynamic linker opened
+    bias: int  # l_addr
+    dynamic: int  # l_ld: runtime address of the module's PT_DYNAMIC
+
+
+def read_link_map(reader: MemoryReader, dynamic: int) -> tuple[list[LinkMapEntry], list[str]]:
+    """The link map of a process whose executable has its PT_DYNAMIC at runtime address
+    ``dynamic``: (entries with a name, in load order; warnings). The executable's own entry
+    (empty name) is left out. No ``DT_DEBUG`` value (a static program, or a core written before
+    the dynamic linker ran) gives no entries and no warning."""
+    r_debug = _dt_debug(reader, dynamic)
+    if r_debug is None:
+        return [], [f"link map: cannot read the executable's dynamic section at {dynamic:#x}"]
+    if r_debug == 0:
+        return [], []
+    entries: list[LinkMapEntry] = []
+    warnings: list[str] = []
+    seen_namespaces: set[int] = set()
+    seen_maps: set[int] = set()
+    # glibc >= 2.35 chains one r_debug per link-map namespace (r_version >= 2: r_next).
+    while r_debug and r_debug not in seen_namespaces and len(seen_namespaces) < MAX_ENTRIES:
+        seen_namespaces.add(r_debug)
+        header = reader.read(r_debug, 16)  # r_version (int, padded), r_map
+        if header is None:
+            warnings.append(f"link map: cannot read r_debug at {r_debug:#x}")
+            break
+        version = struct.unpack_from("<i", header)[0]
+        link = _WORD.unpack_from(header, 8)[0]
+        while link and len(seen_maps) < MAX_ENTRIES:
+            if link in seen_maps:
+                warnings.append(f"link map: cycle at {link:#x}")
+                break
+            seen_maps.add(link)
+            raw = reader.read(link, _LINK_MAP.size)
+            if raw is None:
+                warnings.append(f"link map: cannot read entry at {link:#x}")
+                break
+            l_addr, l_name, l_ld, l_next, _ = _LINK_MAP.unpack(raw)
+            name = reader.string(l_name) if l_name else ""
+            if name is None:
+                warnings.append(f"link map: cannot read the name of entry {link:#x}")
+            elif name:
+                entries.append(LinkMapEntry(name, l_addr, l_ld))
+            link = l_next
+        r_debug = (reader.word(r_debug + 40) or 0) if version >= 2 else 0
+    return entries, warnings
+
+
+def _dt_debug(reader: MemoryReader, dynamic: int) -> int | None:
+    """DT_DEBUG's value in the dynamic section at ``dynamic``: 0 if absent, None if unreadable."""
+    for i in range(MAX_ENTRIES):
+        raw = reader.read(dynamic + i * _DYN.size, _DYN.size)
+        if raw is None:
+            return None
+        tag, value = _DYN.unpack(raw)
+        if tag == _DT_DEBUG:
+            return value
+        if tag == _DT_NULL:
+            return 0
+    return 0
