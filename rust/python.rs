@@ -547,6 +547,13 @@ impl PySymbolTable {
     fn __len__(&self) -> usize {
         self.inner.len()
     }
+
+    /// True when the names come from `.symtab` (every function), False for
+    /// `.dynsym` (exported functions only).
+    #[getter]
+    fn full(&self) -> bool {
+        self.inner.full
+    }
 }
 
 #[pymodule]

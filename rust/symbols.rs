@@ -9,6 +9,9 @@ use object::{Object, ObjectSymbol, SymbolKind};
 use crate::elf::ElfError;
 
 pub struct SymbolTable {
+    /// Whether the names come from `.symtab` (all functions) rather than
+    /// `.dynsym` (exported ones only).
+    pub full: bool,
     starts: Vec<u64>,
     ends: Vec<u64>,
     names: Vec<Box<str>>,
@@ -22,11 +25,13 @@ impl SymbolTable {
         let file = object::read::elf::ElfFile64::<object::LittleEndian, &[u8]>::parse(data)
             .map_err(|e| ElfError::Parse(e.to_string()))?;
         let mut symbols = functions(file.symbols());
-        if symbols.is_empty() {
+        let full = !symbols.is_empty();
+        if !full {
             symbols = functions(file.dynamic_symbols());
         }
         symbols.sort_unstable_by_key(|s| (s.0, s.1));
         let mut table = SymbolTable {
+            full,
             starts: Vec::with_capacity(symbols.len()),
             ends: Vec::with_capacity(symbols.len()),
             names: Vec::with_capacity(symbols.len()),

@@ -4,13 +4,27 @@
     uw.add_module("/usr/lib/x86_64-linux-gnu/libc.so.6", bias=0x7f0000000000)
     trace = uw.unwind(regs, [(rsp, stack_bytes)])
 
-``stackwalk.baseline`` has the same API in pure Python.
+``stackwalk.baseline`` has the same API in pure Python; ``stackwalk.Core``
+reads ELF core files.
 """
 
 from stackwalk.errors import ArchError, CfiError, ElfError, MemoryReadError, StackwalkError
 from stackwalk.unwinder import Frame, MappedMemory, Trace, Unwinder
 
+
+def __getattr__(name: str) -> object:
+    # The core-file reader is imported on first use, so that commands and
+    # programs that only unwind start fast.
+    if name in ("Core", "CoreError"):
+        from stackwalk import core
+
+        return getattr(core, name)
+    raise AttributeError(f"module 'stackwalk' has no attribute {name!r}")
+
+
 __all__ = [
+    "Core",
+    "CoreError",
     "Unwinder",
     "Trace",
     "Frame",

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import bisect
 import struct
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from stackwalk.unwinder import MappedMemory
 
@@ -17,6 +17,7 @@ _WORD = struct.Struct("<Q")
 _DYN = struct.Struct("<qQ")  # Elf64_Dyn: d_tag, d_val
 _LINK_MAP = struct.Struct("<5Q")  # l_addr, l_name, l_ld, l_next, l_prev
 _STRING_CHUNK = 256
+_ADDRESS_LIMIT = 1 << 64
 
 
 class MemoryReader:
@@ -33,30 +34,12 @@ class MemoryReader:
         i = bisect.bisect_right(self._starts, address) - 1
         if i < 0 or address >= self._ends[i]:
             return 0
-        end = self._ends[i]
-        # The kernel writes adjacent mappings as separate segments: join them.
-        while i + 1 < len(self._starts) and self._starts[i + 1] == end:
-            i += 1
-            end = self._ends[i]
-        return end - address
+        return self._ends[i] - address
 
     def read(self, address: int, size: int) -> bytes | None:
-        if address < 0 or size <= 0 or size > self.available(address):
+        if size <= 0 or not 0 <= address <= _ADDRESS_LIMIT - size:
             return None
-        data = self.memory.read(address, size)
-        if data is not None:
-            return data
-        # Adjacent segments: read piece by piece.
-        parts = []
-        while size > 0:
-            i = bisect.bisect_right(self._starts, address) - 1
-            n = min(size, self._ends[i] - address)
-            part = self.memory.read(address, n)
-            if part is None:
-                return None
-            parts.append(part)
-            address, size = address + n, size - n
-        return b"".join(parts)
+        return self.memory.read(address, size)
 
     def word(self, address: int) -> int | None:
         data = self.read(address, 8)
@@ -80,18 +63,18 @@ class MemoryReader:
         return None
 
 
-@dataclass(frozen=True, slots=True)
-class LinkMapEntry:
-    name: str  # l_name: the path the dynamic linker opened
+class LinkMapEntry(NamedTuple):
+    name: str | None  # l_name: the path the dynamic linker opened (None: not in the core)
     bias: int  # l_addr
     dynamic: int  # l_ld: runtime address of the module's PT_DYNAMIC
 
 
 def read_link_map(reader: MemoryReader, dynamic: int) -> tuple[list[LinkMapEntry], list[str]]:
     """The link map of a process whose executable has its PT_DYNAMIC at runtime address
-    ``dynamic``: (entries with a name, in load order; warnings). The executable's own entry
-    (empty name) is left out. No ``DT_DEBUG`` value (a static program, or a core written before
-    the dynamic linker ran) gives no entries and no warning."""
+    ``dynamic``: (entries in load order, warnings). The executable's own entry is left out; a
+    name the core does not hold is None (the dynamic linker's own name points into the
+    executable's ``.interp``, a page cores often leave out). No ``DT_DEBUG`` value (a static
+    program, or a core written before the dynamic linker ran) gives no entries, no warning."""
     r_debug = _dt_debug(reader, dynamic)
     if r_debug is None:
         return [], [f"link map: cannot read the executable's dynamic section at {dynamic:#x}"]
@@ -120,11 +103,8 @@ def read_link_map(reader: MemoryReader, dynamic: int) -> tuple[list[LinkMapEntry
                 warnings.append(f"link map: cannot read entry at {link:#x}")
                 break
             l_addr, l_name, l_ld, l_next, _ = _LINK_MAP.unpack(raw)
-            name = reader.string(l_name) if l_name else ""
-            if name is None:
-                warnings.append(f"link map: cannot read the name of entry {link:#x}")
-            elif name:
-                entries.append(LinkMapEntry(name, l_addr, l_ld))
+            if l_ld != dynamic:  # not the executable's own entry
+                entries.append(LinkMapEntry(reader.string(l_name), l_addr, l_ld))
             link = l_next
         r_debug = (reader.word(r_debug + 40) or 0) if version >= 2 else 0
     return entries, warnings
@@ -138,7 +118,7 @@ def _dt_debug(reader: MemoryReader, dynamic: int) -> int | None:
             return None
         tag, value = _DYN.unpack(raw)
         if tag == _DT_DEBUG:
-            return value
+            return int(value)
         if tag == _DT_NULL:
             return 0
     return 0

@@ -120,7 +120,7 @@ def cmd_core(args: argparse.Namespace) -> int:
     core = Core.open(
         args.core, args.executable, sysroot=args.sysroot, lib_search_path=search or None
     )
-    doc = core.to_dict(max_frames=args.max_frames)
+    doc = core.to_dict(max_frames=args.max_frames, end_details=not args.json)
     if args.thread is not None:
         doc["threads"] = [t for t in doc["threads"] if t["tid"] == args.thread]
         if not doc["threads"]:
@@ -129,8 +129,6 @@ def cmd_core(args: argparse.Namespace) -> int:
     for warning in core.warnings:
         print(f"stackwalk: warning: {warning}", file=sys.stderr)
     if args.json:
-        for thread in doc["threads"]:
-            thread.pop("end_detail", None)
         print(json.dumps(doc, indent=2))
     else:
         print("\n".join(core_lines(doc)))

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import bisect
+import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from stackwalk._core import SymbolTable
+from stackwalk._core import SymbolTable, elf_summary
 from stackwalk.errors import ElfError
 
 
@@ -57,11 +58,26 @@ class Symbolizer:
 
     def _table(self, module: ModuleInfo) -> SymbolTable | None:
         if module.path not in self._tables:
-            try:
-                self._tables[module.path] = SymbolTable(self._images.get(module.path, module.path))
-            except (ElfError, OSError):
-                self._tables[module.path] = None
+            self._tables[module.path] = self._load_table(module.path)
         return self._tables[module.path]
+
+    def _load_table(self, path: str) -> SymbolTable | None:
+        image = self._images.get(path)
+        try:
+            table = SymbolTable(image if image is not None else path)
+        except (ElfError, OSError):
+            return None
+        if table.full or image is not None:
+            return table
+        # Only exported names: the distribution's separate debug file, found
+        # by build id as gdb and eu-stack find it, has them all.
+        debug = _debug_file(path)
+        if debug is not None:
+            try:
+                return SymbolTable(debug)
+            except (ElfError, OSError):
+                pass
+        return table
 
     def locate(self, pc: int, is_return_address: bool) -> Location:
         # A return address may be just past the end of a noreturn call's
@@ -77,6 +93,21 @@ class Symbolizer:
             return Location(module, elf_address, None, None)
         name, offset = found
         return Location(module, elf_address, name, offset + (pc - lookup))
+
+
+DEBUG_ROOT = "/usr/lib/debug"
+
+
+def _debug_file(path: str) -> str | None:
+    """``/usr/lib/debug/.build-id/xx/yyyy.debug`` for the ELF file at ``path``, if installed."""
+    try:
+        build_id = elf_summary(path)["build_id"]
+    except (ElfError, OSError):
+        return None
+    if not build_id or len(build_id) < 3:
+        return None
+    debug = os.path.join(DEBUG_ROOT, ".build-id", build_id[:2], build_id[2:] + ".debug")
+    return debug if os.path.exists(debug) else None
 
 
 def _hex(v: int | None) -> str | None:
