@@ -53,40 +53,57 @@ create_exception!(
 /// One frame of a trace.
 #[pyclass(module = "stackwalk._core", name = "Frame", frozen, eq, hash)]
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub struct PyFrame {
-    /// Frame 0: the instruction pointer; later frames: the return address.
-    #[pyo3(get)]
-    pc: u64,
-    #[pyo3(get)]
-    sp: u64,
-    /// The canonical frame address, or None where it could not be computed.
-    #[pyo3(get)]
-    cfa: Option<u64>,
-    trust: unwind::Trust,
-}
+pub struct PyFrame(RsFrame);
 
 #[pymethods]
 impl PyFrame {
+    /// Frame 0: the instruction pointer; later frames: the return address.
+    #[getter]
+    fn pc(&self) -> u64 {
+        self.0.pc
+    }
+
+    #[getter]
+    fn sp(&self) -> u64 {
+        self.0.sp
+    }
+
+    /// The canonical frame address, or None where it could not be computed.
+    #[getter]
+    fn cfa(&self) -> Option<u64> {
+        self.0.cfa
+    }
+
     /// How the frame was found: "context" (given registers) or "cfi".
     #[getter]
     fn trust(&self) -> &'static str {
-        self.trust.as_str()
+        self.0.trust.as_str()
+    }
+
+    /// The pc is where the thread was stopped (frame 0, or interrupted by a
+    /// signal), not a return address.
+    #[getter]
+    fn interrupted(&self) -> bool {
+        self.0.interrupted
+    }
+
+    /// The frame is a signal trampoline (its CIE has the `S` augmentation).
+    #[getter]
+    fn signal_frame(&self) -> bool {
+        self.0.signal_frame
+    }
+
+    /// The address to look up the frame's function and line at: the pc where
+    /// it was not reached by a call, else pc − 1 (inside the call).
+    #[getter]
+    fn lookup_pc(&self) -> u64 {
+        self.0.lookup_pc()
     }
 
     fn __repr__(&self) -> String {
-        let cfa = self.cfa.map_or("None".to_owned(), |c| format!("{c:#x}"));
-        format!(
-            "Frame(pc={:#x}, sp={:#x}, cfa={cfa}, trust={:?})",
-            self.pc,
-            self.sp,
-            self.trust.as_str()
-        )
-    }
-}
-
-impl From<&RsFrame> for PyFrame {
-    fn from(f: &RsFrame) -> Self {
-        PyFrame { pc: f.pc, sp: f.sp, cfa: f.cfa, trust: f.trust }
+        let f = &self.0;
+        let cfa = f.cfa.map_or("None".to_owned(), |c| format!("{c:#x}"));
+        format!("Frame(pc={:#x}, sp={:#x}, cfa={cfa}, trust={:?})", f.pc, f.sp, f.trust.as_str())
     }
 }
 
@@ -104,7 +121,7 @@ pub struct PyTrace {
 impl PyTrace {
     #[getter]
     fn frames(&self) -> Vec<PyFrame> {
-        self.frames.iter().map(PyFrame::from).collect()
+        self.frames.iter().copied().map(PyFrame).collect()
     }
 
     /// The frames' pcs (faster than going through `frames`).

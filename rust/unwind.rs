@@ -34,7 +34,7 @@ impl Trust {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Frame {
     /// Frame 0: the instruction pointer; later frames: the return address.
     pub pc: u64,
@@ -42,6 +42,25 @@ pub struct Frame {
     /// The canonical frame address, once it was computed.
     pub cfa: Option<u64>,
     pub trust: Trust,
+    /// The pc is not a return address but where the thread was stopped:
+    /// frame 0, and the frame a signal interrupted.
+    pub interrupted: bool,
+    /// This frame's own CIE has the `S` augmentation: a signal trampoline
+    /// (glibc's `__restore_rt`), whose pc the kernel set, not a call.
+    pub signal_frame: bool,
+}
+
+impl Frame {
+    /// The address to look up this frame's function and line at: the pc
+    /// itself where it was not reached by a call, else pc − 1, inside the
+    /// call instruction (a call can be the last instruction of a function).
+    pub fn lookup_pc(&self) -> u64 {
+        if self.interrupted || self.signal_frame {
+            self.pc
+        } else {
+            self.pc.wrapping_sub(1)
+        }
+    }
 }
 
 /// Why a walk stopped.
@@ -268,7 +287,14 @@ impl Unwinder {
         if let Some(col) = arch.pc_column() {
             files[0].set(col, pc);
         }
-        frames.push(Frame { pc, sp, cfa: None, trust: Trust::Context });
+        frames.push(Frame {
+            pc,
+            sp,
+            cfa: None,
+            trust: Trust::Context,
+            interrupted: true,
+            signal_frame: false,
+        });
         loop {
             // Frame 0 and frames interrupted by a signal are looked up at
             // their pc; the others at pc - 1, inside the call that made them.
@@ -295,6 +321,8 @@ impl Unwinder {
                         sp: caller.sp,
                         cfa: None,
                         trust: Trust::Cfi,
+                        interrupted: caller.interrupted,
+                        signal_frame: false,
                     });
                     callee.pc = caller.pc;
                     callee.sp = caller.sp;
@@ -370,6 +398,9 @@ fn apply<M: Memory + ?Sized, const N: usize>(
     mem: &mut M,
     frames: &mut [Frame],
 ) -> Step {
+    if let Some(f) = frames.last_mut() {
+        f.signal_frame = row.signal_frame;
+    }
     let sp = callee.sp;
     let expr_end = |e: ExprError| match e {
         ExprError::Memory(a) => Err((EndReason::Memory, EndDetail::Address(a))),

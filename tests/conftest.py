@@ -6,6 +6,7 @@ import importlib
 from typing import Any
 
 import pytest
+from corefiles import Cores
 from realstacks import IMPLEMENTATIONS, Builder, Captures
 
 
@@ -23,3 +24,9 @@ def build(tmp_path_factory: pytest.TempPathFactory) -> Builder:
 @pytest.fixture(scope="session")
 def captures(tmp_path_factory: pytest.TempPathFactory) -> Captures:
     return Captures(tmp_path_factory.mktemp("captures"))
+
+
+@pytest.fixture(scope="session")
+def cores(tmp_path_factory: pytest.TempPathFactory, build: Builder) -> Cores:
+    """Core files made at test time (tests/corefiles.py), once per session."""
+    return Cores(tmp_path_factory.mktemp("cores"), build)

@@ -45,6 +45,13 @@ class Frame:
     sp: int
     cfa: int | None
     trust: str
+    interrupted: bool = False  # frame 0, or interrupted by a signal: pc is no return address
+    signal_frame: bool = False  # this frame's CIE has the 'S' augmentation
+
+    @property
+    def lookup_pc(self) -> int:
+        """Where to look up the frame's function: pc, or pc - 1 inside the call."""
+        return self.pc if self.interrupted or self.signal_frame else self.pc - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -292,6 +299,8 @@ class Unwinder:
         pcs = [pc]
         sps = [sp]
         cfas: list[int | None] = [None]
+        no_adjusts = [True]
+        signal_frames = [False]
         no_adjust = True  # frame 0, or the callee was a signal frame: pc was not a call
         try:
             while True:
@@ -304,6 +313,7 @@ class Unwinder:
                 if isinstance(row, tuple):
                     raise UnwindStop(*row)
                 bias = row.bias
+                signal_frames[-1] = row.signal_frame
 
                 # Rule 4: the CFA.
                 if row.cfa_expr is None:
@@ -387,10 +397,15 @@ class Unwinder:
                 pc = caller_pc
                 sp = caller_sp
                 no_adjust = row.signal_frame
+                no_adjusts.append(no_adjust)
+                signal_frames.append(False)
         except UnwindStop as stop:
             end = stop.reason
             detail = f"frame {len(pcs) - 1} (pc {pc:#x}): {stop.detail}"
         frames = [
-            Frame(pcs[i], sps[i], cfas[i], "cfi" if i else "context") for i in range(len(pcs))
+            Frame(
+                pcs[i], sps[i], cfas[i], "cfi" if i else "context", no_adjusts[i], signal_frames[i]
+            )
+            for i in range(len(pcs))
         ]
         return Trace(frames, end, detail)

@@ -120,6 +120,9 @@ def cmd_core(args: argparse.Namespace) -> int:
     core = Core.open(
         args.core, args.executable, sysroot=args.sysroot, lib_search_path=search or None
     )
+    if not core.threads:
+        reasons = "; ".join(core.warnings) or "it has no NT_PRSTATUS note"
+        raise StackwalkError(f"{args.core}: no thread could be read ({reasons})")
     doc = core.to_dict(max_frames=args.max_frames, end_details=not args.json)
     if args.thread is not None:
         doc["threads"] = [t for t in doc["threads"] if t["tid"] == args.thread]
@@ -184,6 +187,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except StackwalkError as e:
         _error(str(e))
         return EXIT_FAILED
+    except BrokenPipeError:
+        # The reader went away (`stackwalk core ... | head`): not an error of
+        # ours. Point stdout at /dev/null so that the interpreter's final
+        # flush does not fail again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_PARTIAL
     except KeyboardInterrupt:
         return 130
 

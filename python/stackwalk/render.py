@@ -21,6 +21,8 @@ class FrameLike(Protocol):
     def cfa(self) -> int | None: ...
     @property
     def trust(self) -> str: ...
+    @property
+    def lookup_pc(self) -> int: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,10 +81,10 @@ class Symbolizer:
                 pass
         return table
 
-    def locate(self, pc: int, is_return_address: bool) -> Location:
-        # A return address may be just past the end of a noreturn call's
-        # function: look the function up at pc − 1, as gdb and eu-stack do.
-        lookup = pc - 1 if is_return_address else pc
+    def locate(self, pc: int, lookup: int) -> Location:
+        """Where ``pc`` is, its function looked up at ``lookup`` (a frame's
+        ``lookup_pc``: pc − 1 for a return address, which may lie just past
+        the end of a noreturn call's function, as gdb and eu-stack do)."""
         module = self.module_for(lookup)
         if module is None:
             return Location(None, None, None, None)
@@ -117,7 +119,7 @@ def _hex(v: int | None) -> str | None:
 def frame_dicts(frames: Sequence[FrameLike], symbolizer: Symbolizer) -> list[dict[str, Any]]:
     out = []
     for i, f in enumerate(frames):
-        loc = symbolizer.locate(f.pc, is_return_address=i > 0 and f.trust != "context")
+        loc = symbolizer.locate(f.pc, f.lookup_pc)
         out.append(
             {
                 "index": i,

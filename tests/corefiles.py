@@ -1,0 +1,759 @@
+"""Helpers of the core-file tests: crash programs, real core files made at test time, and the
+independent references read from them (eu-stack, eu-unstrip, eu-readelf, gdb, nm).
+
+x86_64 cores: the program runs under gdb to its crash and gdb writes the core
+(``generate-core-file``), so the machine's core settings (``ulimit -c``, ``core_pattern``) do not
+matter. gdb then reads the core back for its backtrace of every thread.
+
+aarch64 cores: the cross-built program runs under ``qemu-aarch64 -g PORT``; ``gdb-multiarch``
+attaches to qemu's gdb stub, lets the program run to its crash, records its backtrace of every
+thread there, and continues, so that qemu writes the guest's core (``qemu_<prog>_<...>.core`` in
+qemu's working directory; ``ulimit -c unlimited`` is set for it). gdb's live view is the reference
+for these cores: eu-stack finds no module at all in qemu's cores (they have no ``NT_FILE``, and a
+static executable has no link map either), so it falls back to following frame pointers, and gdb
+cannot relocate a position-independent executable from such a core (qemu does not dump the
+executable's first page, where gdb looks for the program headers). A directory named ``core``
+in qemu's working directory stops the kernel from also writing a core of qemu itself (qemu
+re-raises the signal after writing the guest's core; with the usual ``core_pattern`` of
+``core`` the kernel cannot replace a directory).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from elftools.elf.elffile import ELFFile
+from elftools.elf.segments import NoteSegment
+from realstacks import PROGRAM_ENV, PROGRAMS, SYSTEM_PYTHON, Builder
+
+AARCH64_SYSROOT = "/usr/aarch64-linux-gnu"
+O2 = ("-O2", "-fomit-frame-pointer")
+# Every program runs with this environment (gdb passes its own environment on). One malloc arena
+# keeps threads from reserving 64 MiB each, which gdb would write into the core.
+CRASH_ENV = {**PROGRAM_ENV, "MALLOC_ARENA_MAX": "1"}
+GDB_EARLY = ("set debuginfod enabled off", "set auto-load off", "set pagination off")
+# Programs run with a 1 MiB stack limit (which is also each thread's stack size, and qemu's
+# guest stack): the cores hold every thread's whole stack, and they stay small.
+SMALL_STACKS = 'ulimit -s 1024; exec "$@"'
+
+TIMEOUT = 120
+VDSO_ATTEMPTS = 8
+# The vdso's name in eu-unstrip's and eu-stack's listings.
+EU_VDSO = "linux-vdso.so.1"
+# Where the distribution's separate debug files are, by build id (libc6-dbg, python3-dbg).
+DEBUG_ROOT = Path("/usr/lib/debug/.build-id")
+
+
+@dataclass(frozen=True)
+class Spec:
+    """A crash program and how to build and run it."""
+
+    id: str
+    source: str
+    flags: tuple[str, ...] = ()
+    compiler: str = "gcc"
+    arch: str = "x86_64"
+    signal: str = "SIGSEGV"
+
+    @property
+    def static(self) -> bool:
+        return "-static" in self.flags
+
+
+SPECS = {
+    spec.id: spec
+    for spec in (
+        Spec("deep", "crash_deep.c", O2),
+        Spec("threads", "crash_threads.c", ("-O2", "-pthread")),
+        Spec("libc", "crash_libc.c", ("-O2",)),
+        Spec("signal", "crash_signal.c", ("-O2",)),
+        Spec("cxx", "crash_cxx.cpp", ("-O2",), compiler="g++", signal="SIGABRT"),
+        Spec("python", "crash_py.py"),
+        Spec("vdso", "crash_vdso.c", ("-O2", "-pthread")),
+        Spec("lib", "crash_lib.c", ("-O2",)),
+        Spec("deep-moved", "crash_deep.c", O2),
+        Spec("a64-deep-static", "crash_deep.c", (*O2, "-static"), "aarch64-linux-gnu-gcc",
+             "aarch64"),
+        Spec("a64-deep", "crash_deep.c", O2, "aarch64-linux-gnu-gcc", "aarch64"),
+        Spec("a64-deep-O0-static", "crash_deep.c", ("-O0", "-static"), "aarch64-linux-gnu-gcc",
+             "aarch64"),
+        Spec("a64-libc-static", "crash_libc.c", ("-O2", "-static"), "aarch64-linux-gnu-gcc",
+             "aarch64"),
+        Spec("a64-libc", "crash_libc.c", ("-O2",), "aarch64-linux-gnu-gcc", "aarch64"),
+        Spec("a64-threads-static", "crash_threads.c", ("-O2", "-pthread", "-static"),
+             "aarch64-linux-gnu-gcc", "aarch64"),
+        Spec("a64-threads", "crash_threads.c", ("-O2", "-pthread"), "aarch64-linux-gnu-gcc",
+             "aarch64"),
+        Spec("a64-cxx", "crash_cxx.cpp", ("-O2",), "aarch64-linux-gnu-g++", "aarch64",
+             "SIGABRT"),
+    )
+}  # fmt: skip
+# deep-moved is for the tests of a missing executable only.
+X86_CASES = [i for i, spec in SPECS.items() if spec.arch == "x86_64" and i != "deep-moved"]
+A64_CASES = [spec_id for spec_id, spec in SPECS.items() if spec.arch == "aarch64"]
+
+
+# --- references -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GdbFrame:
+    pc: int
+    sp: int
+    function: str | None
+    solib: str | None  # the shared library's path (None: the executable or no file)
+    kind: str  # gdb's frame type: NORMAL_FRAME, SIGTRAMP_FRAME, ...
+
+
+@dataclass(frozen=True)
+class GdbThread:
+    tid: int
+    frames: list[GdbFrame]
+    stop_reason: str | None
+
+    @property
+    def pcs(self) -> list[int]:
+        return [frame.pc for frame in self.frames]
+
+
+@dataclass(frozen=True)
+class GdbView:
+    """gdb's backtrace of every thread (in gdb's order) and its shared libraries: (path,
+    address of the library's .text at run time)."""
+
+    threads: list[GdbThread]
+    solibs: list[tuple[str, int]]
+
+    def thread(self, tid: int) -> GdbThread:
+        for thread in self.threads:
+            if thread.tid == tid:
+                return thread
+        raise AssertionError(f"gdb shows no thread {tid}: {[t.tid for t in self.threads]}")
+
+
+@dataclass(frozen=True)
+class EuFrame:
+    pc: int
+    function: str | None  # None: eu-stack printed no name
+    module: str | None  # eu-stack's module name (a file name, or linux-vdso.so.1)
+    build_id: str | None
+    module_start: int | None  # the module's lowest address
+    offset: int | None  # eu-stack's "+0x..": (pc, less one for a caller frame) - module_start
+
+
+@dataclass(frozen=True)
+class EuStack:
+    """``eu-stack -n 0`` on a core: every thread (in eu-stack's order, the core's) by tid."""
+
+    pid: int
+    threads: dict[int, list[EuFrame]]
+    returncode: int
+    stderr: str
+
+    def pcs(self, tid: int) -> list[int]:
+        return [frame.pc for frame in self.threads[tid]]
+
+
+@dataclass(frozen=True)
+class UnstripModule:
+    """A line of ``eu-unstrip -n --core``: the module's range, build id (read from the core's
+    memory) and name."""
+
+    start: int
+    end: int
+    build_id: str | None
+    file: str | None
+    name: str
+
+
+@dataclass(frozen=True)
+class Notes:
+    """A core's notes as ``eu-readelf -n`` decodes them."""
+
+    pid: int
+    tids: list[int]  # NT_PRSTATUS pids, in core order
+    cursig: list[int]
+    signo: int | None  # NT_SIGINFO
+    si_code: int | None
+    fault_address: int | None
+    psargs: str | None
+    files: list[tuple[int, int, int, str]]  # NT_FILE: (start, end, file offset in bytes, path)
+    auxv: dict[str, int]
+
+    def file_range(self, path: str) -> tuple[int, int]:
+        """Lowest start and highest end of the NT_FILE mappings of ``path``."""
+        ranges = [(start, end) for start, end, _offset, name in self.files if name == path]
+        assert ranges, f"NT_FILE has no mapping of {path}"
+        return min(s for s, _ in ranges), max(e for _, e in ranges)
+
+
+@dataclass
+class MadeCore:
+    """A core made at test time, with what the references say about it."""
+
+    spec: Spec
+    path: Path
+    executable: Path
+    argv: list[str]
+    gdb: GdbView
+    sysroot: str | None = None  # what stackwalk needs to find the modules
+    lib_search_path: list[str] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def arch(self) -> str:
+        return self.spec.arch
+
+    @property
+    def open_options(self) -> dict[str, Any]:
+        """Keyword arguments of ``Core.open`` that find every module of this core."""
+        return {"sysroot": self.sysroot, "lib_search_path": self.lib_search_path or None}
+
+    @property
+    def cli_options(self) -> list[str]:
+        """The same as ``stackwalk core`` options."""
+        options = [] if self.sysroot is None else ["--sysroot", self.sysroot]
+        if self.lib_search_path:
+            options += ["--lib-search-path", ":".join(self.lib_search_path)]
+        return options
+
+    def eu_stack(self, *, symbols: bool = False) -> EuStack:
+        """eu-stack on this core (for a core whose files were moved after it was made: what
+        eu-stack said before)."""
+        key = "eu_stack_symbols" if symbols else "eu_stack"
+        if key in self.extra:
+            return self.extra[key]  # type: ignore[no-any-return]
+        return eu_stack(str(self.path), str(self.executable), symbols=symbols)
+
+    def eu_unstrip(self) -> list[UnstripModule]:
+        if "eu_unstrip" in self.extra:
+            return self.extra["eu_unstrip"]  # type: ignore[no-any-return]
+        return eu_unstrip(str(self.path), str(self.executable))
+
+    def reference_pcs(self) -> dict[int, list[int]]:
+        """Every thread's pcs as the reference sees them: eu-stack for x86_64 cores (gdb agrees,
+        see test_core_files.py), gdb's live view for qemu's aarch64 cores."""
+        if self.arch == "x86_64":
+            stack = self.eu_stack()
+            return {tid: stack.pcs(tid) for tid in stack.threads}
+        return {thread.tid: thread.pcs for thread in self.gdb.threads}
+
+    def notes(self) -> Notes:
+        return core_notes(str(self.path))
+
+    def executable_bias(self) -> int:
+        """Where the program was loaded: AT_ENTRY (from the core's NT_AUXV) - its e_entry."""
+        with open(self.executable, "rb") as f:
+            return self.notes().auxv["ENTRY"] - int(ELFFile(f).header["e_entry"])
+
+
+def run(cmd: Sequence[str | os.PathLike[str]], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    kwargs.setdefault("timeout", TIMEOUT)
+    return subprocess.run(
+        [os.fspath(c) for c in cmd], capture_output=True, text=True, errors="replace", **kwargs
+    )
+
+
+@functools.cache
+def eu_stack(core: str, executable: str, *, symbols: bool = False) -> EuStack:
+    """``eu-stack -n 0`` (every frame) of every thread. ``symbols``: also each frame's function
+    (``-m``: from the module's symbol table, or its separate debug file's, see symbol_file()),
+    build id and module offset (``-b``)."""
+    cmd = ["eu-stack", "-n", "0", f"--core={core}", "-e", executable]
+    cmd += ["-m", "-b"] if symbols else ["-q"]
+    proc = run(cmd)
+    pid = None
+    threads: dict[int, list[EuFrame]] = {}
+    current: list[EuFrame] | None = None
+    frame_re = re.compile(r"#\d+\s+0x([0-9a-f]+)(?:\s+(.*?))??(?:\s+-\s+(\S+))?\s*$")
+    where_re = re.compile(r"\s+\[([0-9a-f]+)\]@0x([0-9a-f]+)\+0x([0-9a-f]+)\s*$")
+    for line in proc.stdout.splitlines():
+        if match := re.match(r"PID (\d+) - core", line):
+            pid = int(match.group(1))
+        elif match := re.match(r"TID (\d+):", line):
+            current = threads.setdefault(int(match.group(1)), [])
+        elif current is not None and (match := frame_re.match(line)):
+            function = match.group(2) or None
+            current.append(EuFrame(int(match.group(1), 16), function, match.group(3),
+                                   None, None, None))  # fmt: skip
+        elif current and (match := where_re.match(line)):
+            last = current[-1]
+            current[-1] = EuFrame(last.pc, last.function, last.module, match.group(1),
+                                  int(match.group(2), 16), int(match.group(3), 16))  # fmt: skip
+    assert pid is not None and threads, f"{' '.join(cmd)}: no stack printed\n{proc.stderr}"
+    return EuStack(pid, threads, proc.returncode, proc.stderr)
+
+
+@functools.cache
+def eu_unstrip(core: str, executable: str) -> list[UnstripModule]:
+    proc = run(["eu-unstrip", "-n", f"--core={core}", "-e", executable])
+    assert proc.returncode == 0, proc.stderr
+    modules = []
+    for line in proc.stdout.splitlines():
+        match = re.fullmatch(
+            r"0x([0-9a-f]+)\+0x([0-9a-f]+) (?:([0-9a-f]+)@0x[0-9a-f]+|-) (\S+) \S+ (\S+)", line
+        )
+        assert match, f"unexpected eu-unstrip line: {line!r}"
+        start, size, build_id, file, name = match.groups()
+        modules.append(
+            UnstripModule(
+                int(start, 16),
+                int(start, 16) + int(size, 16),
+                build_id,
+                None if file in ("-", ".") else file,
+                name,
+            )
+        )
+    return modules
+
+
+@functools.cache
+def core_notes(core: str) -> Notes:
+    """The notes of a core, decoded by eu-readelf."""
+    text = run(["eu-readelf", "-n", core]).stdout
+    tids, cursig = [], []
+    pid = signo = si_code = fault = None
+    psargs = None
+    files: list[tuple[int, int, int, str]] = []
+    auxv: dict[str, int] = {}
+    section = None
+    for line in text.splitlines():
+        if match := re.match(r"\s+CORE\s+\d+\s+(\w+)\s*$", line):
+            section = match.group(1)
+            continue
+        if section == "PRSTATUS":
+            if match := re.search(r"cursig: (\d+)", line):
+                cursig.append(int(match.group(1)))
+            if match := re.match(r"\s+pid: (\d+),", line):
+                tids.append(int(match.group(1)))
+        elif section == "PRPSINFO":
+            if match := re.match(r"\s+uid: \d+, gid: \d+, pid: (\d+),", line):
+                pid = int(match.group(1))
+            if match := re.search(r"psargs: (.*)$", line):
+                psargs = match.group(1).strip()
+        elif section == "SIGINFO":
+            if match := re.search(r"si_signo: (\d+), si_errno: \d+, si_code: (-?\d+)", line):
+                signo, si_code = int(match.group(1)), int(match.group(2))
+            if match := re.search(r"fault address: (0x[0-9a-f]+|\d+)", line):
+                fault = int(match.group(1), 0)
+        elif section == "FILE":
+            if match := re.match(r"\s+([0-9a-f]+)-([0-9a-f]+) ([0-9a-f]+) \d+\s+(.*)$", line):
+                start, end, offset, path = match.groups()
+                files.append((int(start, 16), int(end, 16), int(offset, 16), path.strip()))
+        elif section == "AUXV":
+            if match := re.match(r"\s+(\w+): (0x[0-9a-f]+|\d+)", line):
+                auxv[match.group(1)] = int(match.group(2), 0)
+    assert tids, f"eu-readelf shows no NT_PRSTATUS in {core}"
+    return Notes(pid or tids[0], tids, cursig, signo, si_code, fault, psargs, files, auxv)
+
+
+@functools.cache
+def symbol_file(path: str) -> str:
+    """Where the symbols of an ELF file are: its separate debug file, installed by build id
+    (where eu-stack and gdb look too), else the file itself."""
+    match = re.search(r"Build ID: ([0-9a-f]+)", run(["readelf", "-n", path]).stdout)
+    if match:
+        build_id = match.group(1)
+        debug = DEBUG_ROOT / build_id[:2] / f"{build_id[2:]}.debug"
+        if debug.exists():
+            return str(debug)
+    return path
+
+
+def unversioned(name: str) -> str:
+    """A symbol name without its version (``__libc_start_main@@GLIBC_2.34``: a debug file's
+    .symtab spells versioned names out)."""
+    return name.split("@", 1)[0]
+
+
+@functools.cache
+def nm_symbols(path: str) -> dict[str, frozenset[int]]:
+    """Function symbols of an ELF file (its debug file's, see symbol_file()) by name, unversioned
+    and demangled -> addresses, from binutils' nm: ``.symtab``, or ``.dynsym`` when there is no
+    ``.symtab``."""
+    symbols: dict[str, set[int]] = {}
+    for dynamic in (False, True):
+        cmd = ["nm", "--defined-only", "-C", "--without-symbol-versions"]
+        proc = run([*cmd, *(["-D"] if dynamic else []), symbol_file(path)])
+        for line in proc.stdout.splitlines():
+            match = re.match(r"([0-9a-f]+) ([TtWwiI]) (.+)$", line)
+            if match:
+                name = unversioned(match.group(3))
+                symbols.setdefault(name, set()).add(int(match.group(1), 16))
+        if symbols:
+            break
+    return {name: frozenset(addresses) for name, addresses in symbols.items()}
+
+
+def same_function(path: str, ours: str | None, theirs: str | None) -> bool:
+    """Whether two names denote the same function of ``path``: equal but for a symbol version,
+    or aliases (symbols at one address, e.g. glibc's ``read``/``__read``, the vdso's
+    ``clock_gettime``/``__vdso_clock_gettime``)."""
+    if ours is None or theirs is None:
+        return ours == theirs
+    ours, theirs = unversioned(ours), unversioned(theirs)
+    if ours == theirs:
+        return True
+    symbols = nm_symbols(path)
+    return bool(symbols.get(ours, frozenset()) & symbols.get(theirs, frozenset()))
+
+
+def first_load_vaddr(path: str) -> int:
+    """Page-aligned p_vaddr of an ELF file's first PT_LOAD (load bias = start - this)."""
+    with open(path, "rb") as f:
+        vaddr = min(s["p_vaddr"] for s in ELFFile(f).iter_segments() if s["p_type"] == "PT_LOAD")
+    return int(vaddr) & ~0xFFF
+
+
+def text_address(path: str) -> int:
+    with open(path, "rb") as f:
+        text = ELFFile(f).get_section_by_name(".text")
+        assert text is not None, f"{path} has no .text"
+        return int(text["sh_addr"])
+
+
+def build_id_of(path: str) -> str:
+    """The GNU build id of an ELF file, as readelf prints it."""
+    match = re.search(r"Build ID: ([0-9a-f]+)", run(["readelf", "-n", path]).stdout)
+    assert match, f"{path} has no build id"
+    return match.group(1)
+
+
+def extract_memory(core: str, start: int, end: int, output: Path) -> Path:
+    """Write the bytes of [start, end) of a core's memory (its PT_LOAD contents) to a file."""
+    data = bytearray(end - start)
+    with open(core, "rb") as f:
+        for seg in ELFFile(f).iter_segments():
+            if seg["p_type"] != "PT_LOAD":
+                continue
+            lo, hi = seg["p_vaddr"], seg["p_vaddr"] + seg["p_filesz"]
+            a, b = max(lo, start), min(hi, end)
+            if a < b:
+                f.seek(seg["p_offset"] + a - lo)
+                data[a - start : b - start] = f.read(b - a)
+    output.write_bytes(bytes(data))
+    return output
+
+
+def truncated_copy(source: Path, size: int, directory: Path, name: str) -> Path:
+    """A copy of the first ``size`` bytes of a file."""
+    copy = directory / name
+    with open(source, "rb") as f:
+        copy.write_bytes(f.read(size))
+    return copy
+
+
+def note_span(core: Path, note_type: str) -> tuple[int, int]:
+    """File offsets of the start and end of a core's first note of a type ("NT_PRSTATUS")."""
+    with open(core, "rb") as f:
+        for segment in ELFFile(f).iter_segments():
+            if isinstance(segment, NoteSegment):
+                for note in segment.iter_notes():
+                    if note["n_type"] == note_type:
+                        return note["n_offset"], note["n_offset"] + note["n_size"]
+    raise AssertionError(f"{core} has no {note_type}")
+
+
+def file_offset(core: Path, address: int) -> tuple[int, int]:
+    """(file offset of a memory address in a core, bytes the core's PT_LOAD segments lose when
+    the file is cut there)."""
+    with open(core, "rb") as f:
+        loads = [s for s in ELFFile(f).iter_segments() if s["p_type"] == "PT_LOAD"]
+    (offset,) = [
+        s["p_offset"] + address - s["p_vaddr"]
+        for s in loads
+        if s["p_vaddr"] <= address < s["p_vaddr"] + s["p_filesz"]
+    ]
+    lost = sum(max(0, s["p_offset"] + s["p_filesz"] - max(s["p_offset"], offset)) for s in loads)
+    return offset, lost
+
+
+def addr2line_function(path: str, address: int) -> str:
+    proc = run(["addr2line", "-f", "-e", path, f"{address:#x}"])
+    return proc.stdout.splitlines()[0]
+
+
+def demangle(names: Iterable[str]) -> list[str]:
+    proc = run(["c++filt"], input="\n".join(names) + "\n")
+    return proc.stdout.splitlines()
+
+
+# --- gdb ------------------------------------------------------------------------------------
+
+# Run inside gdb: every thread's frames (without gdb's inline and tail-call frames, which have
+# no return address of their own), and the shared libraries, written to RESULT as JSON.
+_GDB_DUMP = r"""
+import json
+import re
+import gdb
+
+KINDS = {gdb.NORMAL_FRAME: "NORMAL_FRAME", gdb.SIGTRAMP_FRAME: "SIGTRAMP_FRAME",
+         gdb.ARCH_FRAME: "ARCH_FRAME", gdb.DUMMY_FRAME: "DUMMY_FRAME"}
+
+
+def dump():
+    threads = []
+    for thread in sorted(gdb.selected_inferior().threads(), key=lambda t: t.num):
+        thread.switch()
+        frames = []
+        frame = gdb.newest_frame()
+        u64 = frame.architecture().integer_type(64, False)
+        reason = None
+        while frame is not None:
+            if frame.type() not in (gdb.INLINE_FRAME, gdb.TAILCALL_FRAME):
+                frames.append({
+                    "pc": frame.pc(),
+                    "sp": int(frame.read_register("sp").cast(u64)),
+                    "function": frame.name(),
+                    "solib": gdb.solib_name(frame.pc()),
+                    "kind": KINDS.get(frame.type(), str(frame.type())),
+                })
+            try:
+                older = frame.older()
+            except gdb.error as exc:
+                reason = str(exc)
+                break
+            if older is None:
+                reason = gdb.frame_stop_reason_string(frame.unwind_stop_reason())
+            frame = older
+        threads.append({"tid": thread.ptid[1] or gdb.selected_inferior().pid,
+                        "frames": frames, "reason": reason})
+    solibs = []
+    for line in gdb.execute("info sharedlibrary", to_string=True).splitlines():
+        match = re.match(r"(0x[0-9a-f]+)\s+0x[0-9a-f]+\s+\S+(?:\s+\(\*\))?\s+(/\S+)$", line)
+        if match:
+            solibs.append([match.group(2), int(match.group(1), 16)])
+    with open(RESULT, "w") as f:
+        json.dump({"threads": threads, "solibs": solibs}, f)
+
+dump()
+"""
+
+
+def _gdb_script(directory: Path) -> tuple[Path, Path]:
+    result = directory / "gdb-view.json"
+    result.unlink(missing_ok=True)
+    script = directory / "gdb_dump.py"
+    script.write_text(f"RESULT = {str(result)!r}\n{_GDB_DUMP}")
+    return script, result
+
+
+def _gdb_view(result: Path, what: str, output: str) -> GdbView:
+    assert result.exists(), f"gdb wrote no backtrace for {what}:\n{output[-3000:]}"
+    data = json.loads(result.read_text())
+    threads = [
+        GdbThread(
+            t["tid"],
+            [GdbFrame(f["pc"], f["sp"], f["function"], f["solib"], f["kind"]) for f in t["frames"]],
+            t["reason"],
+        )
+        for t in data["threads"]
+    ]
+    return GdbView(threads, [(path, address) for path, address in data["solibs"]])
+
+
+def _gdb_command(gdb: str, sysroot: str | None) -> list[str]:
+    cmd = [gdb, "-batch", "-nx"]
+    for command in GDB_EARLY:
+        cmd += ["-iex", command]
+    if sysroot is not None:
+        cmd += ["-iex", f"set sysroot {sysroot}"]
+    for command in ("set backtrace past-main on", "set backtrace past-entry on",
+                    "set backtrace limit unlimited"):  # fmt: skip
+        cmd += ["-ex", command]
+    return cmd
+
+
+def gdb_on_core(executable: str, core: str, directory: Path, *, sysroot: str | None = None,
+                gdb: str = "gdb") -> GdbView:  # fmt: skip
+    """gdb's backtrace of every thread of a core file."""
+    script, result = _gdb_script(directory)
+    cmd = [*_gdb_command(gdb, sysroot), "-x", str(script), executable, core]
+    proc = run(cmd, env=CRASH_ENV)
+    return _gdb_view(result, f"{core}", proc.stdout + proc.stderr)
+
+
+def gdb_crash_core(argv: Sequence[str], core: Path, env: Mapping[str, str]) -> None:
+    """Run ``argv`` under gdb to its fatal signal and write the core there."""
+    cmd = ["sh", "-c", SMALL_STACKS, "sh", *_gdb_command("gdb", None)]
+    cmd += ["-ex", "run", "-ex", f"generate-core-file {core}", "--args", *argv]
+    proc = run(cmd, env=dict(env), stdin=subprocess.DEVNULL)
+    if not core.exists() or "received signal" not in proc.stdout:
+        pytest.fail(f"gdb made no core of {argv}:\n{(proc.stdout + proc.stderr)[-3000:]}")
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def qemu_crash_core(argv: Sequence[str], directory: Path, sysroot: str) -> tuple[Path, GdbView]:
+    """Run an aarch64 program under qemu-aarch64 to its crash with gdb-multiarch attached:
+    gdb's live backtrace of every thread at the fatal signal, and the core qemu writes then."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "core").mkdir(exist_ok=True)  # no core of qemu itself (see the docstring)
+    script, result = _gdb_script(directory)
+    port = _free_port()
+    qemu = subprocess.Popen(
+        ["sh", "-c", f"ulimit -c unlimited; {SMALL_STACKS}", "sh",
+         "qemu-aarch64", "-s", "1M", "-g", str(port), "-L", sysroot, *argv],
+        cwd=directory, env=CRASH_ENV, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    try:
+        cmd = _gdb_command("gdb-multiarch", sysroot)
+        cmd += ["-ex", "set tcp auto-retry on", "-ex", "set tcp connect-timeout 20",
+                "-ex", f"target remote 127.0.0.1:{port}", "-ex", "continue",
+                "-x", str(script), "-ex", "continue", argv[0]]  # fmt: skip
+        proc = run(cmd, env=CRASH_ENV, stdin=subprocess.DEVNULL)
+        view = _gdb_view(result, f"{argv} under qemu", proc.stdout + proc.stderr)
+        qemu.wait(timeout=TIMEOUT)
+    finally:
+        if qemu.poll() is None:
+            os.killpg(qemu.pid, signal.SIGKILL)
+            qemu.wait()
+    cores = sorted(directory.glob("qemu_*.core"))
+    assert len(cores) == 1, f"qemu wrote {len(cores)} cores for {argv} in {directory}"
+    return cores[0], view
+
+
+# --- the cores ------------------------------------------------------------------------------
+
+
+class Cores:
+    """Makes each core once per session: ``cores("deep")`` -> MadeCore."""
+
+    def __init__(self, directory: Path, build: Builder) -> None:
+        self.directory = directory
+        self._build = build
+        self._made: dict[str, MadeCore] = {}
+
+    def __call__(self, spec_id: str) -> MadeCore:
+        if spec_id not in self._made:
+            spec = SPECS[spec_id]
+            if spec.arch == "aarch64":
+                made = self._qemu(spec)
+            elif spec.id == "vdso":
+                made = self._vdso(spec)
+            elif spec.id == "lib":
+                made = self._lib(spec)
+            elif spec.id == "deep-moved":
+                made = self._moved(spec)
+            else:
+                made = self._gdb(spec, self._argv(spec), self.directory / spec.id)
+            self._made[spec_id] = made
+        return self._made[spec_id]
+
+    def _argv(self, spec: Spec, *extra_flags: str) -> list[str]:
+        if spec.source.endswith(".py"):
+            return [SYSTEM_PYTHON, "-I", "-S", str(PROGRAMS / spec.source)]
+        program = self._build(spec.source, *spec.flags, *extra_flags, compiler=spec.compiler)
+        return [str(program)]
+
+    def _gdb(self, spec: Spec, argv: list[str], directory: Path,
+             env: Mapping[str, str] = CRASH_ENV) -> MadeCore:  # fmt: skip
+        directory.mkdir(parents=True, exist_ok=True)
+        core = directory / f"{spec.id}.core"
+        core.unlink(missing_ok=True)
+        gdb_crash_core(argv, core, env)
+        view = gdb_on_core(argv[0], str(core), directory)
+        return MadeCore(spec, core, Path(argv[0]), argv, view)
+
+    def _vdso(self, spec: Spec) -> MadeCore:
+        """The vdso program's core, made again (at most VDSO_ATTEMPTS times) until the polling
+        thread, stopped wherever it was, is inside the vdso too."""
+        argv = self._argv(spec)
+        for attempt in range(VDSO_ATTEMPTS):
+            made = self._gdb(spec, argv, self.directory / f"vdso-{attempt}")
+            (vdso,) = [m for m in eu_unstrip(str(made.path), argv[0]) if m.name == EU_VDSO]
+            stack = eu_stack(str(made.path), argv[0])
+            if all(vdso.start <= pcs[0] < vdso.end for pcs in map(stack.pcs, stack.threads)):
+                made.extra["vdso"] = vdso
+                return made
+        pytest.fail(f"the polling thread was outside the vdso in {VDSO_ATTEMPTS} cores")
+
+    def _lib(self, spec: Spec) -> MadeCore:
+        """crash_lib.c with its libcrashlib.so: the process loads ``run/libcrashlib.so`` (the
+        build in ``v1/``); once the references are taken, ``run/`` is renamed, so the path the
+        core names no longer exists. ``v2/`` holds a rebuilt library with another build id."""
+        directory = self.directory / "lib"
+        lib_flags = ("-O2", "-shared", "-fPIC", "-Wl,-soname,libcrashlib.so")
+        builds = {
+            "v1": self._build("crash_lib_so.c", *lib_flags),
+            "v2": self._build(
+                "crash_lib_so.c", *lib_flags, "-DREBUILT", "-g0", "-fno-asynchronous-unwind-tables"
+            ),  # fmt: skip
+        }
+        for name, built in builds.items():
+            (directory / name).mkdir(parents=True, exist_ok=True)
+            shutil.copy(built, directory / name / "libcrashlib.so")
+        shutil.copytree(directory / "v1", directory / "run")
+        argv = self._argv(spec, "-Wl,--no-as-needed", f"-L{directory / 'v1'}", "-lcrashlib")
+        made = self._gdb(
+            spec, argv, directory, {**CRASH_ENV, "LD_LIBRARY_PATH": str(directory / "run")}
+        )
+        made.lib_search_path = [str(directory / "v1")]
+        made.extra.update(
+            library=str(directory / "run" / "libcrashlib.so"),
+            v1=str(directory / "v1" / "libcrashlib.so"),
+            v2=str(directory / "v2" / "libcrashlib.so"),
+        )
+        _take_references(made)
+        (directory / "run").rename(directory / "run.gone")
+        return made
+
+    def _moved(self, spec: Spec) -> MadeCore:
+        """crash_deep.c built into a directory of its own; once the references are taken, the
+        program is renamed, so the executable the core names no longer exists."""
+        directory = self.directory / spec.id
+        directory.mkdir(parents=True, exist_ok=True)
+        program = directory / "crash_deep"
+        shutil.copy(self._argv(spec)[0], program)
+        made = self._gdb(spec, [str(program)], directory)
+        _take_references(made)
+        moved = directory / "crash_deep.moved"
+        program.rename(moved)
+        made.extra["original"] = str(program)
+        made.executable = moved
+        return made
+
+    def _qemu(self, spec: Spec) -> MadeCore:
+        program = self._build(spec.source, *spec.flags, compiler=spec.compiler)
+        sysroot = AARCH64_SYSROOT
+        core, view = qemu_crash_core([str(program)], self.directory / spec.id, sysroot)
+        return MadeCore(spec, core, program, [str(program)], view,
+                        sysroot=None if spec.static else sysroot)  # fmt: skip
+
+
+def _take_references(made: MadeCore) -> None:
+    """Keep what eu-stack and eu-unstrip say of a core while its files are still in place."""
+    core, exe = str(made.path), str(made.executable)
+    made.extra.update(
+        eu_stack=eu_stack(core, exe),
+        eu_stack_symbols=eu_stack(core, exe, symbols=True),
+        eu_unstrip=eu_unstrip(core, exe),
+    )
+
+
+
+
+# --- stackwalk ------------------------------------------------------------------------------
+
+
+def stackwalk_core(*args: str | os.PathLike[str]) -> subprocess.CompletedProcess[str]:
+    """``python -m stackwalk core ARGS`` in a process of its own."""
+    return run([sys.executable, "-m", "stackwalk", "core", *args])

@@ -1,0 +1,621 @@
+"""``python -m stackwalk core`` on real core files made at test time (see corefiles.py).
+
+The JSON document must follow the issue's schema key for key, with every thread's pcs equal to
+the reference's (eu-stack for gdb's x86_64 cores, gdb's live view for qemu's aarch64 cores), and
+every frame's module, module offset, function and function offset what eu-stack, gdb, nm,
+addr2line and c++filt relate to that address. The text output shows the same frames. Exit
+status: 0 when every thread reaches a clean end, 1 when some thread stops early, 2 when there is
+nothing to show -- with one clear line on stderr and never a traceback.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from corefiles import (
+    A64_CASES,
+    AARCH64_SYSROOT,
+    EU_VDSO,
+    SPECS,
+    X86_CASES,
+    Cores,
+    MadeCore,
+    addr2line_function,
+    demangle,
+    extract_memory,
+    file_offset,
+    first_load_vaddr,
+    nm_symbols,
+    note_span,
+    run,
+    same_function,
+    stackwalk_core,
+    text_address,
+    truncated_copy,
+    unversioned,
+)
+from realstacks import Builder
+from stackwalk.core import Core
+
+ALL_CASES = X86_CASES + A64_CASES
+HEX = re.compile(r"0x(0|[1-9a-f][0-9a-f]*)")
+TOP_KEYS = {"core", "executable", "pid", "signal", "crashing_thread", "modules", "threads"}
+SIGNAL_KEYS = {"number", "name", "address"}
+MODULE_KEYS = {"path", "start", "end", "bias", "build_id", "found", "build_id_matches"}
+THREAD_KEYS = {"tid", "end", "frames"}
+FRAME_KEYS = {"index", "pc", "sp", "cfa", "trust", "module", "module_offset", "function",
+              "function_offset"}  # fmt: skip
+# A frame line of the text output: "#3  0x00007f1c2a83c24a in name+0x7a (/path/to/module)".
+FRAME_LINE = re.compile(r"#(\d+)\s+0x([0-9a-f]{16}) in (.+?)(?: \(([^()]+)\))?")
+
+
+@functools.cache
+def _stackwalk(*args: str) -> subprocess.CompletedProcess[str]:
+    return stackwalk_core(*args)
+
+
+def cli(made: MadeCore, *options: str, executable: bool = True) -> subprocess.CompletedProcess[str]:
+    """``stackwalk core`` on a made core (with what it needs to find every module), once."""
+    args = [str(made.path)] + ([str(made.executable)] if executable else [])
+    return _stackwalk(*args, *made.cli_options, *options)
+
+
+def cli_json(made: MadeCore, *options: str, executable: bool = True) -> dict[str, Any]:
+    proc = cli(made, "--json", *options, executable=executable)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    doc: dict[str, Any] = json.loads(proc.stdout)
+    return doc
+
+
+def h(value: str | None) -> int:
+    assert value is not None and HEX.fullmatch(value), value
+    return int(value, 16)
+
+
+def pcs_of(thread: dict[str, Any]) -> list[int]:
+    return [h(frame["pc"]) for frame in thread["frames"]]
+
+
+def no_traceback(proc: subprocess.CompletedProcess[str]) -> None:
+    assert "Traceback" not in proc.stderr and "Traceback" not in proc.stdout, proc.stderr
+
+
+def one_error_line(proc: subprocess.CompletedProcess[str], *mentions: str) -> None:
+    """Exit status 2 and exactly one line on stderr, naming what is wrong."""
+    no_traceback(proc)
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    for mention in mentions:
+        assert mention in lines[0]
+
+
+# --- the JSON document ------------------------------------------------------------------------
+
+
+def check_schema(doc: dict[str, Any]) -> None:
+    assert set(doc) == TOP_KEYS
+    assert isinstance(doc["core"], str) and isinstance(doc["executable"], str)
+    assert isinstance(doc["pid"], int) and isinstance(doc["crashing_thread"], int)
+    assert set(doc["signal"]) == SIGNAL_KEYS
+    assert isinstance(doc["signal"]["number"], int) and isinstance(doc["signal"]["name"], str)
+    if doc["signal"]["address"] is not None:
+        h(doc["signal"]["address"])
+    for module in doc["modules"]:
+        assert set(module) == MODULE_KEYS
+        assert isinstance(module["path"], str)
+        assert h(module["start"]) < h(module["end"])
+        h(module["bias"])
+        assert module["build_id"] is None or re.fullmatch(r"[0-9a-f]{8,}", module["build_id"])
+        assert isinstance(module["found"], bool)
+        assert module["build_id_matches"] in (True, False, None)
+    starts = [h(m["start"]) for m in doc["modules"]]
+    assert starts == sorted(starts)
+    for thread in doc["threads"]:
+        assert set(thread) == THREAD_KEYS and isinstance(thread["tid"], int)
+        assert isinstance(thread["end"], str)
+        for index, frame in enumerate(thread["frames"]):
+            assert set(frame) == FRAME_KEYS
+            assert frame["index"] == index
+            h(frame["pc"])
+            h(frame["sp"])
+            if frame["cfa"] is not None:
+                h(frame["cfa"])
+            assert frame["trust"] == ("context" if index == 0 else "cfi")
+            assert (frame["module"] is None) == (frame["module_offset"] is None)
+            if frame["module"] is not None:
+                h(frame["module_offset"])
+            assert (frame["function"] is None) == (frame["function_offset"] is None)
+            if frame["function"] is not None:
+                assert isinstance(frame["function"], str) and frame["function"]
+                h(frame["function_offset"])
+
+
+@pytest.mark.parametrize("case", ALL_CASES)
+def test_json_matches_the_references(case: str, cores: Cores) -> None:
+    """The whole document: schema, process facts, and every thread's pcs and stack pointers,
+    crashing thread first; exit status 0 and nothing on stderr for a core read cleanly."""
+    made = cores(case)
+    proc = cli(made, "--json")
+    no_traceback(proc)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    doc = cli_json(made)
+    check_schema(doc)
+    notes = made.notes()
+    assert doc["core"] == str(made.path)
+    assert os.path.samefile(doc["executable"], made.executable)
+    assert doc["pid"] == notes.pid
+    assert doc["crashing_thread"] == notes.tids[0]
+    number = signal.Signals[made.spec.signal]
+    assert (doc["signal"]["number"], doc["signal"]["name"]) == (number, made.spec.signal)
+    if notes.signo == signal.SIGSEGV and notes.si_code and notes.si_code > 0:
+        assert h(doc["signal"]["address"]) == notes.fault_address
+    if notes.signo is None:
+        assert doc["signal"]["address"] is None
+    assert [thread["tid"] for thread in doc["threads"]] == notes.tids
+    reference = made.reference_pcs()
+    for thread in doc["threads"]:
+        assert pcs_of(thread) == reference[thread["tid"]]
+        gdb = made.gdb.thread(thread["tid"])
+        assert [h(frame["sp"]) for frame in thread["frames"]] == [f.sp for f in gdb.frames]
+        assert thread["end"] == "end_of_stack"
+
+
+@pytest.mark.parametrize("case", ["deep", "threads", "a64-cxx"])
+def test_json_is_core_to_dict(case: str, cores: Cores) -> None:
+    """The same thing from Python: Core.to_dict() is the document the command prints."""
+    made = cores(case)
+    core = Core.open(str(made.path), str(made.executable), **made.open_options)
+    assert json.loads(json.dumps(core.to_dict())) == cli_json(made)
+
+
+def adjust(made: MadeCore, tid: int, index: int) -> int:
+    """1 where the pc is a return address after a call (looked up at pc - 1); 0 for frame 0, for
+    a frame interrupted by a signal (the one above gdb's SIGTRAMP_FRAME), and for the signal
+    trampoline itself (glibc's __restore_rt: the handler "returns" to its first instruction).
+    eu-stack adjusts the same way (its "activation" frames)."""
+    frames = made.gdb.thread(tid).frames
+    if index == 0 or "SIGTRAMP_FRAME" in (frames[index].kind, frames[index - 1].kind):
+        return 0
+    return 1
+
+
+def module_file(made: MadeCore, frame: dict[str, Any], tmp_path: Path) -> str:
+    """The file whose symbols a frame's module holds (the vdso: its image from the core)."""
+    if frame["module"] != "[vdso]":
+        return str(frame["module"])
+    (vdso,) = [m for m in made.eu_unstrip() if m.name == EU_VDSO]
+    image = tmp_path / "vdso.so"
+    if not image.exists():
+        extract_memory(str(made.path), vdso.start, vdso.end, image)
+    return str(image)
+
+
+def check_function(file: str, frame: dict[str, Any]) -> None:
+    """The function and its offset are a symbol of the module's file (by nm) at
+    module_offset - function_offset."""
+    if frame["function"] is None:
+        return
+    start = h(frame["module_offset"]) - h(frame["function_offset"])
+    addresses = nm_symbols(file).get(unversioned(frame["function"]), frozenset())
+    assert start in addresses, f"{frame['function']} at {start:#x} in {file}: nm has {addresses}"
+
+
+@pytest.mark.parametrize("case", X86_CASES)
+def test_frames_symbolized_as_eu_stack(case: str, cores: Cores, tmp_path: Path) -> None:
+    """Every frame's module, module offset and function, as eu-stack -m -b gives them (both
+    read the symbols of the distribution's separate debug file where one is installed, else the
+    file's own .symtab/.dynsym): the same module, the same function (or an alias at the same
+    address), no function where eu-stack has none; module_offset = pc - bias, eu-stack's offset
+    from the module's start; the function offset as nm places the symbol."""
+    made = cores(case)
+    doc = cli_json(made)
+    stack = made.eu_stack(symbols=True)
+    modules = {m.start: m for m in made.eu_unstrip()}
+    for thread in doc["threads"]:
+        theirs = stack.threads[thread["tid"]]
+        assert len(thread["frames"]) == len(theirs)
+        for frame, eu in zip(thread["frames"], theirs, strict=True):
+            where = f"thread {thread['tid']} frame {frame['index']}: {frame} vs {eu}"
+            assert eu.module_start is not None and eu.offset is not None, where
+            expected = modules[eu.module_start]
+            if expected.name == EU_VDSO:
+                assert frame["module"] == "[vdso]", where
+                bias = eu.module_start
+            else:
+                assert expected.file is not None
+                if os.path.exists(expected.file):
+                    assert os.path.samefile(frame["module"], expected.file), where
+                bias = eu.module_start - first_load_vaddr(frame["module"])
+            pc = h(frame["pc"])
+            assert h(frame["module_offset"]) == pc - bias, where
+            lookup = pc - adjust(made, thread["tid"], frame["index"])
+            assert eu.offset == lookup - eu.module_start, where
+            file = module_file(made, frame, tmp_path)
+            assert same_function(file, frame["function"], eu.function), where
+            check_function(file, frame)
+
+
+@pytest.mark.parametrize("case", A64_CASES)
+def test_frames_symbolized_as_gdb(case: str, cores: Cores) -> None:
+    """aarch64: every frame in the module gdb found it in (the executable or a library from
+    the sysroot), the function gdb names (by the files' symbols; gdb's C++ names come from debug
+    information and are spelt differently, so those are checked with nm only), no function where
+    gdb has none, and no ARM mapping symbol ($x, $d) for a name."""
+    made = cores(case)
+    doc = cli_json(made)
+    solib_text = {path: text for path, text in made.gdb.solibs}
+    exe_bias = made.executable_bias()
+    for thread in doc["threads"]:
+        gdb = made.gdb.thread(thread["tid"])
+        for frame, theirs in zip(thread["frames"], gdb.frames, strict=True):
+            where = f"thread {thread['tid']} frame {frame['index']}: {frame} vs {theirs}"
+            file = theirs.solib or str(made.executable)
+            assert os.path.samefile(frame["module"], file), where
+            bias = (
+                exe_bias
+                if theirs.solib is None
+                else (solib_text[theirs.solib] - text_address(theirs.solib))
+            )
+            assert h(frame["pc"]) - h(frame["module_offset"]) == bias, where
+            assert not (frame["function"] or "").startswith("$"), where
+            if SPECS[case].compiler.endswith("g++") and theirs.solib is None:
+                assert frame["function"] is not None, where
+            else:
+                assert same_function(file, frame["function"], theirs.function), where
+            check_function(file, frame)
+
+
+def test_signal_trampoline_is_named(cores: Cores) -> None:
+    """The handler returns to the first instruction of glibc's __restore_rt: that frame is
+    named __restore_rt, as eu-stack and gdb name it (a lookup at pc - 1 would land before the
+    function), and the interrupted frame above it is looked up at its pc."""
+    made = cores("signal")
+    frames = cli_json(made)["threads"][0]["frames"]
+    functions = [frame["function"] for frame in frames]
+    assert functions[:4] == ["crash_in_handler", "on_alarm", "__restore_rt", "spin"]
+    assert frames[2]["function_offset"] == "0x0"
+
+
+# Frame by frame, by hand: (function, module) of the crashing thread of the aarch64 programs
+# linked against the cross libc (whose .dynsym names neither strlen's implementation nor
+# __libc_start_call_main). EXE stands for the program.
+EXE = "program"
+BY_HAND = {
+    "a64-deep": [
+        ("crash_here", EXE), ("small_frame", EXE), ("big_frame", EXE),
+        *[("recurse", EXE)] * 5, ("many_saved", EXE), ("main", EXE),
+        (None, "libc.so.6"), ("__libc_start_main", "libc.so.6"), ("_start", EXE),
+    ],
+    "a64-libc": [
+        (None, "libc.so.6"), ("measure", EXE), *[("outer", EXE)] * 4, ("main", EXE),
+        (None, "libc.so.6"), ("__libc_start_main", "libc.so.6"), ("_start", EXE),
+    ],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(BY_HAND))
+def test_aarch64_dynamic_frames_by_hand(case: str, cores: Cores) -> None:
+    made = cores(case)
+    frames = cli_json(made)["threads"][0]["frames"]
+    shown = []
+    for frame in frames:
+        module = frame["module"]
+        in_exe = os.path.samefile(module, made.executable)
+        if not in_exe:
+            assert module.startswith(AARCH64_SYSROOT + "/"), module
+        shown.append((frame["function"], EXE if in_exe else os.path.basename(module)))
+    assert shown == BY_HAND[case]
+
+
+def test_cxx_names_are_demangled(cores: Cores) -> None:
+    """C++ frames read as c++filt prints the mangled symbol at the same address (templates,
+    lambdas, std::function, a .cold clone), and as eu-stack does."""
+    made = cores("cxx")
+    doc = cli_json(made)
+    exe = str(made.executable)
+    mangled: dict[int, list[str]] = {}
+    for line in run(["nm", "--defined-only", exe]).stdout.splitlines():
+        address, _kind, name = line.split(" ", 2)
+        mangled.setdefault(int(address, 16), []).append(name)
+    frames = [f for f in doc["threads"][0]["frames"] if f["module"] == doc["executable"]]
+    names = {f["function"] for f in frames}
+    assert any("std::function<int (int)>" in n for n in names), names
+    assert any("{lambda(int)#1}" in n for n in names), names
+    assert any(n.endswith("[clone .cold]") for n in names), names
+    for frame in frames:
+        start = h(frame["module_offset"]) - h(frame["function_offset"])
+        assert frame["function"] in demangle(mangled[start]), frame
+
+
+@pytest.mark.parametrize("case", ["deep", "libc", "threads", "signal", "lib", "a64-deep",
+                                  "a64-deep-static", "a64-threads"])  # fmt: skip
+def test_module_offsets_with_addr2line(case: str, cores: Cores) -> None:
+    """module_offset is the address addr2line takes: for each frame in the program (built with
+    -g), addr2line -f names the function stackwalk names (a return address looked up one byte
+    earlier)."""
+    made = cores(case)
+    doc = cli_json(made)
+    checked = 0
+    for thread in doc["threads"]:
+        for frame in thread["frames"]:
+            if frame["module"] is None or not os.path.samefile(frame["module"], made.executable):
+                continue
+            address = h(frame["module_offset"]) - adjust(made, thread["tid"], frame["index"])
+            named = addr2line_function(str(made.executable), address)
+            assert same_function(str(made.executable), frame["function"], named), (named, frame)
+            checked += 1
+    assert checked >= 3
+
+
+# --- text -------------------------------------------------------------------------------------
+
+
+def parse_text(text: str, tids: list[int]) -> tuple[list[str], dict[int, list[re.Match[str]]]]:
+    """(the lines before the first frame line, the frame lines of each thread) of the text
+    output. A thread's frames start at a "#0" line; the thread is the one the last other line
+    before it names (its header)."""
+    before: list[str] = []
+    threads: dict[int, list[re.Match[str]]] = {}
+    named: int | None = None
+    current: list[re.Match[str]] = []
+    for line in text.splitlines():
+        if match := FRAME_LINE.fullmatch(line):
+            if match.group(1) == "0":
+                assert named is not None and named not in threads, f"no header before {line!r}"
+                current = threads[named] = []
+            current.append(match)
+            continue
+        if not threads:
+            before.append(line)
+        tids_named = [tid for tid in tids if re.search(rf"\b{tid}\b", line)]
+        if tids_named:
+            named = tids_named[-1]
+    return before, threads
+
+
+@pytest.mark.parametrize("case", ["threads", "cxx", "signal", "vdso", "lib", "a64-threads"])
+def test_text_output(case: str, cores: Cores) -> None:
+    """Per thread a header and one line per frame, crashing thread first, the signal named
+    before any frame: each line the JSON frame's pc, function+offset (?? without one) and
+    module path."""
+    made = cores(case)
+    doc = cli_json(made)
+    proc = cli(made)
+    no_traceback(proc)
+    assert proc.returncode == 0 and proc.stderr == ""
+    tids = [thread["tid"] for thread in doc["threads"]]
+    preamble, threads = parse_text(proc.stdout, tids)
+    assert list(threads) == tids
+    assert made.spec.signal in "\n".join(preamble), preamble  # named before the first frame
+    for thread in doc["threads"]:
+        lines = threads[thread["tid"]]
+        assert len(lines) == len(thread["frames"])
+        for line, frame in zip(lines, thread["frames"], strict=True):
+            index, pc, where, module = line.groups()
+            assert (int(index), int(pc, 16)) == (frame["index"], h(frame["pc"]))
+            assert module == frame["module"]
+            if frame["function"] is None:
+                assert where == "??"
+            elif h(frame["function_offset"]) == 0:
+                assert where in (frame["function"], f"{frame['function']}+0x0")
+            else:
+                assert where == f"{frame['function']}+{frame['function_offset']}"
+
+
+# --- options ----------------------------------------------------------------------------------
+
+
+def test_thread_option(cores: Cores) -> None:
+    """--thread TID: that thread only, in text and JSON."""
+    made = cores("threads")
+    notes = made.notes()
+    tid = notes.tids[3]
+    doc = cli_json(made, "--thread", str(tid))
+    assert [thread["tid"] for thread in doc["threads"]] == [tid]
+    assert pcs_of(doc["threads"][0]) == made.reference_pcs()[tid]
+    assert doc["crashing_thread"] == notes.tids[0]
+    proc = cli(made, "--thread", str(tid))
+    assert proc.returncode == 0
+    _, threads = parse_text(proc.stdout, notes.tids)
+    assert list(threads) == [tid] and len(threads[tid]) == len(made.reference_pcs()[tid])
+
+
+def test_thread_option_unknown_tid(cores: Cores) -> None:
+    made = cores("threads")
+    missing = max(made.notes().tids) + 100000
+    one_error_line(cli(made, "--thread", str(missing)), str(missing))
+
+
+@pytest.mark.parametrize("case", ["deep", "python"])
+def test_max_frames(case: str, cores: Cores) -> None:
+    """--max-frames N: no thread longer than N; the ones cut short end with frame_limit, which
+    is not a clean end (exit status 1)."""
+    made = cores(case)
+    limit = 4
+    proc = cli(made, "--json", "--max-frames", str(limit))
+    no_traceback(proc)
+    assert proc.returncode == 1
+    doc = json.loads(proc.stdout)
+    reference = made.reference_pcs()
+    for thread in doc["threads"]:
+        expected = reference[thread["tid"]]
+        assert pcs_of(thread) == expected[:limit]
+        assert thread["end"] == ("frame_limit" if len(expected) > limit else "end_of_stack")
+
+
+def test_executable_found_from_the_core(cores: Cores) -> None:
+    made = cores("deep")
+    doc = cli_json(made, executable=False)
+    assert os.path.samefile(doc["executable"], made.executable)
+    assert cli(made, executable=False).returncode == 0
+    assert pcs_of(doc["threads"][0]) == made.reference_pcs()[doc["crashing_thread"]]
+
+
+# --- partial results: exit status 1 -----------------------------------------------------------
+
+
+def partial(proc: subprocess.CompletedProcess[str], *warned: str) -> None:
+    """Exit status 1, frames on stdout, and a warning on stderr naming each of ``warned``."""
+    no_traceback(proc)
+    assert proc.returncode == 1, (proc.returncode, proc.stderr)
+    assert proc.stdout.strip()
+    for mention in warned:
+        assert mention in proc.stderr, proc.stderr
+
+
+def test_missing_library(cores: Cores) -> None:
+    """The library is gone: warned about by name, its frame still shown by path and offset."""
+    made = cores("lib")
+    library = made.extra["library"]
+    args = (str(made.path), str(made.executable))
+    partial(_stackwalk(*args), library)
+    proc = _stackwalk(*args, "--json")
+    partial(proc, library)
+    doc = json.loads(proc.stdout)
+    check_schema(doc)
+    (module,) = [m for m in doc["modules"] if m["path"] == library]
+    assert module["found"] is False and module["build_id_matches"] is None
+    frame = doc["threads"][0]["frames"][0]
+    assert frame["module"] == library and frame["function"] is None
+    assert h(frame["module_offset"]) == h(frame["pc"]) - h(module["bias"])
+    (eu_module,) = [m for m in made.eu_unstrip() if m.name == "libcrashlib.so"]
+    assert h(module["bias"]) == eu_module.start - first_load_vaddr(made.extra["v1"])
+    assert doc["threads"][0]["end"] != "end_of_stack"
+
+
+def test_library_with_another_build_id(cores: Cores) -> None:
+    made = cores("lib")
+    v2_dir = os.path.dirname(made.extra["v2"])
+    args = (str(made.path), str(made.executable), "--lib-search-path", f"/nonexistent:{v2_dir}")
+    partial(_stackwalk(*args), "libcrashlib.so")
+    assert "build" in _stackwalk(*args).stderr.lower()
+    proc = _stackwalk(*args, "--json")
+    partial(proc, "libcrashlib.so")
+    doc = json.loads(proc.stdout)
+    (module,) = [m for m in doc["modules"] if m["path"] == made.extra["library"]]
+    assert module["found"] is True and module["build_id_matches"] is False
+
+
+def test_missing_executable(cores: Cores) -> None:
+    made = cores("deep-moved")
+    original = made.extra["original"]
+    partial(_stackwalk(str(made.path)), original)
+    proc = _stackwalk(str(made.path), "--json")
+    partial(proc, original)
+    doc = json.loads(proc.stdout)
+    reference = made.extra["eu_stack"].pcs(doc["crashing_thread"])
+    assert pcs_of(doc["threads"][0]) == reference[:1]
+    assert doc["threads"][0]["frames"][0]["module"] == original
+    # Given explicitly, the moved program is used.
+    proc = _stackwalk(str(made.path), str(made.executable), "--json")
+    assert proc.returncode == 0 and pcs_of(json.loads(proc.stdout)["threads"][0]) == reference
+
+
+def test_aarch64_libraries_without_sysroot(cores: Cores) -> None:
+    """The link map names /lib/aarch64-linux-gnu/...: not on this machine without --sysroot
+    (exit status 1, warnings), found by name with --lib-search-path."""
+    made = cores("a64-cxx")
+    args = (str(made.path), str(made.executable))
+    partial(_stackwalk(*args), "libc.so.6", "libstdc++.so.6")
+    proc = _stackwalk(*args, "--json", "--lib-search-path", f"{AARCH64_SYSROOT}/lib")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert pcs_of(doc["threads"][0]) == made.reference_pcs()[doc["crashing_thread"]]
+
+
+def test_truncated_in_the_notes(cores: Cores, tmp_path: Path) -> None:
+    """Threads intact, modules lost: frame 0 shown, exit status 1, the damage said."""
+    made = cores("deep")
+    _, end = note_span(made.path, "NT_PRSTATUS")
+    damaged = truncated_copy(made.path, end + 40, tmp_path, "notes.core")
+    proc = stackwalk_core(damaged, made.executable, "--json")
+    partial(proc, "truncated")
+    doc = json.loads(proc.stdout)
+    reference = made.reference_pcs()[doc["crashing_thread"]]
+    pcs = pcs_of(doc["threads"][0])
+    assert 1 <= len(pcs) and pcs == reference[: len(pcs)]
+
+
+def test_truncated_in_the_stack(cores: Cores, tmp_path: Path) -> None:
+    made = cores("a64-deep-static")
+    sp = made.gdb.thread(made.notes().tids[0]).frames[0].sp
+    offset, _ = file_offset(made.path, sp)
+    damaged = truncated_copy(made.path, offset + 16, tmp_path, "stack.core")
+    proc = stackwalk_core(damaged, made.executable, "--json")
+    partial(proc, "truncated")
+    doc = json.loads(proc.stdout)
+    reference = made.reference_pcs()[doc["crashing_thread"]]
+    pcs = pcs_of(doc["threads"][0])
+    assert 1 <= len(pcs) < len(reference) and pcs == reference[: len(pcs)]
+    assert doc["threads"][0]["end"] == "memory"
+
+
+# --- nothing to show: exit status 2 -----------------------------------------------------------
+
+
+def test_truncated_in_the_first_thread(cores: Cores, tmp_path: Path) -> None:
+    made = cores("deep")
+    start, end = note_span(made.path, "NT_PRSTATUS")
+    damaged = truncated_copy(made.path, (start + end) // 2, tmp_path, "prstatus.core")
+    proc = stackwalk_core(damaged, made.executable)
+    no_traceback(proc)
+    assert proc.returncode == 2
+    assert "truncated" in proc.stderr and "thread" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("size", [10, 100])
+def test_truncated_in_the_headers(size: int, cores: Cores, tmp_path: Path) -> None:
+    damaged = truncated_copy(cores("deep").path, size, tmp_path, f"headers-{size}.core")
+    one_error_line(stackwalk_core(damaged), str(damaged))
+
+
+@pytest.mark.parametrize("kind", ["text", "empty", "executable", "missing", "directory"])
+def test_not_a_core(kind: str, build: Builder, tmp_path: Path) -> None:
+    paths = {
+        "text": tmp_path / "notes.txt",
+        "empty": tmp_path / "empty",
+        "executable": build("crash_deep.c", *SPECS["deep"].flags),
+        "missing": tmp_path / "missing.core",
+        "directory": tmp_path,
+    }
+    paths["text"].write_text("not an ELF file\n" * 100)
+    paths["empty"].write_bytes(b"")
+    one_error_line(stackwalk_core(paths[kind]), str(paths[kind]))
+    one_error_line(stackwalk_core(paths[kind], "--json"), str(paths[kind]))
+
+
+def test_executable_of_another_architecture(cores: Cores) -> None:
+    """An aarch64 core given an x86_64 program: the program is not used (a warning), and the
+    mismatch is not a crash."""
+    made = cores("a64-deep-static")
+    other = cores("deep").executable
+    proc = stackwalk_core(made.path, other)
+    no_traceback(proc)
+    assert proc.returncode in (1, 2)
+    assert proc.stderr.strip()
+
+
+def test_closed_output_pipe(cores: Cores) -> None:
+    """`stackwalk core --json CORE | head -1`: a reader that goes away early (here before the
+    document, more than a pipe holds, is written) is no traceback."""
+    made = cores("python")
+    command = [sys.executable, "-m", "stackwalk", "core", "--json", str(made.path),
+               str(made.executable)]  # fmt: skip
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+        assert proc.stdout is not None and proc.stderr is not None
+        proc.stdout.readline()
+        proc.stdout.close()
+        stderr = proc.stderr.read().decode(errors="replace")
+        proc.wait(timeout=120)
+    assert "Traceback" not in stderr and "BrokenPipeError" not in stderr, stderr

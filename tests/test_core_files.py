@@ -1,0 +1,506 @@
+"""``stackwalk.core.Core`` on real core files made at test time, against eu-stack, eu-unstrip,
+eu-readelf and gdb.
+
+x86_64: cores written by gdb at the crash of programs from tests/programs (and of the system
+Python); every thread's pcs must be eu-stack's exactly, and every frame's stack pointer gdb's.
+aarch64: cores written by qemu-aarch64 (no NT_FILE: a dynamically linked program's libraries
+come from the link map in the core's memory); the reference is gdb-multiarch's live backtrace at
+the crash, taken through qemu's gdb stub just before qemu wrote the core (see corefiles.py for
+why neither eu-stack nor gdb reads those cores right by itself).
+
+Damaged input -- truncated cores, missing files, a library with another build id, files that
+are not cores -- must give what can still be given, a warning naming the problem, and
+StackwalkError subclasses only.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from corefiles import (
+    A64_CASES,
+    AARCH64_SYSROOT,
+    EU_VDSO,
+    SPECS,
+    X86_CASES,
+    Cores,
+    MadeCore,
+    build_id_of,
+    eu_stack,
+    file_offset,
+    first_load_vaddr,
+    gdb_on_core,
+    note_span,
+    run,
+    text_address,
+    truncated_copy,
+)
+from realstacks import Builder
+from stackwalk.core import Core, CoreError
+from stackwalk.errors import StackwalkError
+
+PAGE = 4096
+ALL_CASES = X86_CASES + A64_CASES
+FAULT_SIGNALS = {signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE}
+
+
+def open_core(made: MadeCore, **options: Any) -> Core:
+    return Core.open(made.path, made.executable, **{**made.open_options, **options})
+
+
+def page_up(address: int) -> int:
+    return (address + PAGE - 1) // PAGE * PAGE
+
+
+def listing(pcs: list[int], reference: list[int]) -> str:
+    rows = []
+    for i in range(max(len(pcs), len(reference))):
+        ours = f"{pcs[i]:#x}" if i < len(pcs) else "-"
+        theirs = f"{reference[i]:#x}" if i < len(reference) else "-"
+        rows.append(f"#{i:<3} {ours:>18} {theirs:>18}{'' if ours == theirs else '   <--'}")
+    return "stackwalk vs reference:\n" + "\n".join(rows)
+
+
+# --- the references themselves ----------------------------------------------------------------
+
+# A function each aarch64 program's crashing thread must show.
+A64_CRASH_FUNCTION = {
+    "a64-deep": "crash_here",
+    "a64-libc": "measure",
+    "a64-threads": "crash_middle",
+    "a64-cxx": "_Unwind_RaiseException",
+}
+
+
+def names(made: MadeCore, tid: int) -> list[str | None]:
+    return [frame.function for frame in made.gdb.thread(tid).frames]
+
+
+@pytest.mark.parametrize("case", X86_CASES)
+def test_gdb_and_eu_stack_agree(case: str, cores: Cores) -> None:
+    """The x86_64 references: gdb and eu-stack read the same pcs from every thread of the core
+    and both end cleanly, and the core shows the situation its program was written for."""
+    made = cores(case)
+    stack = made.eu_stack()
+    notes = made.notes()
+    assert stack.returncode == 0, stack.stderr
+    assert list(stack.threads) == notes.tids
+    assert [thread.tid for thread in made.gdb.threads] == notes.tids
+    for thread in made.gdb.threads:
+        assert thread.pcs == stack.pcs(thread.tid), listing(stack.pcs(thread.tid), thread.pcs)
+        assert thread.stop_reason == "outermost"
+    crashing = made.gdb.threads[0]
+    assert notes.cursig[0] == signal.Signals[made.spec.signal]
+    functions = [frame.function for frame in crashing.frames]
+    solibs = [os.path.basename(frame.solib or "") for frame in crashing.frames]
+    if case == "deep":
+        assert functions[0] == "crash_here" and functions.count("recurse") == 5
+    elif case == "threads":
+        assert len(notes.tids) == 6
+        blocked = {f.function for thread in made.gdb.threads[1:] for f in thread.frames}
+        assert {"sleep_deep", "wait_forever", "reader", "joiner", "main"} <= blocked
+        assert functions[:2] == ["crash_here", "crash_middle"]
+    elif case == "libc":
+        # strlen is called through the PLT (a JUMP_SLOT relocation) and faults inside libc.
+        relocations = run(["readelf", "-rW", str(made.executable)]).stdout
+        assert re.search(r"R_X86_64_JUMP_SLOT\s.*\bstrlen\b", relocations)
+        assert solibs[0] == "libc.so.6" and functions[1] == "measure"
+    elif case == "signal":
+        kinds = [frame.kind for frame in crashing.frames]
+        assert functions[:2] == ["crash_in_handler", "on_alarm"]
+        assert kinds[2] == "SIGTRAMP_FRAME" and functions[3] == "spin"
+    elif case == "cxx":
+        assert {"_Unwind_RaiseException", "__cxa_throw"} <= set(functions)
+        assert any((f or "").endswith("abort") for f in functions)  # __GI_abort
+        assert any("std::function" in (f or "") or "_Function_handler" in (f or "")
+                   for f in functions)  # fmt: skip
+    elif case == "python":
+        assert len(crashing.frames) > 200 and solibs[0] == "libc.so.6"
+        assert len(made.eu_unstrip()) >= 20 and len(notes.tids) == 3
+    elif case == "vdso":
+        vdso = made.extra["vdso"]
+        assert all(vdso.start <= t.frames[0].pc < vdso.end for t in made.gdb.threads)
+    elif case == "lib":
+        assert solibs[0] == "libcrashlib.so" and functions[0] == "lib_crash"
+
+
+@pytest.mark.parametrize("case", A64_CASES)
+def test_qemu_cores_and_gdb(case: str, cores: Cores, tmp_path: Path) -> None:
+    """The aarch64 references: gdb's live backtrace ends cleanly in every thread; for a static
+    executable gdb-multiarch reads exactly the same pcs and stack pointers back from the core
+    qemu wrote (so the core holds the state gdb saw); the core has no NT_FILE."""
+    made = cores(case)
+    notes = made.notes()
+    assert notes.files == [], "qemu now writes NT_FILE"
+    assert sorted(t.tid for t in made.gdb.threads) == sorted(notes.tids)
+    assert notes.cursig[0] == signal.Signals[made.spec.signal]
+    for thread in made.gdb.threads:
+        assert thread.stop_reason == "outermost", thread
+    assert A64_CRASH_FUNCTION[case.replace("-static", "").replace("-O0", "")] in names(
+        made, notes.tids[0]
+    )
+    if made.spec.static:
+        assert made.gdb.solibs == []
+        on_core = gdb_on_core(str(made.executable), str(made.path), tmp_path,
+                              gdb="gdb-multiarch")  # fmt: skip
+        for thread in made.gdb.threads:
+            again = on_core.thread(thread.tid)
+            assert again.pcs == thread.pcs
+            assert [f.sp for f in again.frames] == [f.sp for f in thread.frames]
+    else:
+        assert {os.path.basename(path) for path, _ in made.gdb.solibs} >= {"libc.so.6"}
+    if case == "a64-deep-O0-static":
+        # Frame records everywhere: eu-stack, which finds no module in qemu's cores and only
+        # follows frame pointers, agrees with gdb here (and nowhere else at -O2).
+        stack = eu_stack(str(made.path), str(made.executable))
+        assert stack.pcs(notes.tids[0]) == made.gdb.thread(notes.tids[0]).pcs
+
+
+# --- threads, registers, unwinding ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", ALL_CASES)
+def test_every_thread_matches_the_reference(case: str, cores: Cores) -> None:
+    """Every thread, crashing thread first then in core order, unwinds to exactly the
+    reference's pcs, with gdb's stack pointers, and ends cleanly."""
+    made = cores(case)
+    core = open_core(made)
+    notes = made.notes()
+    reference = made.reference_pcs()
+    assert core.crashing_tid == notes.tids[0]
+    assert [thread.tid for thread in core.threads] == notes.tids
+    for thread in core.threads:
+        trace = thread.unwind()
+        assert trace.pcs == reference[thread.tid], (
+            f"thread {thread.tid}: {trace.end}: {trace.end_detail}\n"
+            + listing(trace.pcs, reference[thread.tid])
+        )
+        gdb_frames = made.gdb.thread(thread.tid).frames
+        assert [frame.sp for frame in trace.frames] == [frame.sp for frame in gdb_frames]
+        assert [frame.trust for frame in trace.frames] == ["context"] + ["cfi"] * (
+            len(trace.frames) - 1
+        )
+        # A frame's CFA is its caller's stack pointer (but a signal frame's caller gets its
+        # stack pointer from the context the kernel saved).
+        for i, (frame, caller) in enumerate(zip(trace.frames, trace.frames[1:], strict=False)):
+            if gdb_frames[i].kind != "SIGTRAMP_FRAME":
+                assert frame.cfa == caller.sp, f"frame {i}"
+        assert trace.end == "end_of_stack", trace.end_detail
+    assert [thread.signal for thread in core.threads] == notes.cursig
+
+
+@pytest.mark.parametrize("case", ALL_CASES)
+def test_registers_of_every_thread(case: str, cores: Cores) -> None:
+    """Frame 0 of every thread: the pc and stack pointer gdb reads from the core's
+    NT_PRSTATUS (gdb's live view for qemu's cores)."""
+    made = cores(case)
+    core = open_core(made)
+    pc, sp = ("rip", "rsp") if made.arch == "x86_64" else ("pc", "sp")
+    for thread in core.threads:
+        first = made.gdb.thread(thread.tid).frames[0]
+        assert (thread.regs[pc], thread.regs[sp]) == (first.pc, first.sp)
+
+
+@pytest.mark.parametrize("case", ALL_CASES)
+def test_process_facts(case: str, cores: Cores) -> None:
+    """pid, architecture, command line, executable and signal, as eu-readelf decodes the
+    notes."""
+    made = cores(case)
+    core = open_core(made)
+    notes = made.notes()
+    assert core.path == str(made.path)
+    assert core.arch == made.arch
+    assert core.pid == notes.pid
+    if made.arch == "x86_64":
+        assert core.pid == made.eu_stack().pid
+    assert (core.command_line or "").strip() == notes.psargs
+    assert core.executable is not None
+    assert os.path.samefile(core.executable, made.executable)
+    sig = core.signal
+    assert sig is not None
+    assert (sig.number, sig.name) == (signal.Signals[made.spec.signal], made.spec.signal)
+    if notes.signo is None:  # qemu writes no NT_SIGINFO: no faulting address to give
+        assert sig.address is None
+    elif notes.signo in FAULT_SIGNALS and notes.si_code and notes.si_code > 0:
+        assert sig.address == notes.fault_address
+        assert sig.code == notes.si_code
+
+
+def test_vdso_fault_address(cores: Cores) -> None:
+    """The faulting address comes from NT_SIGINFO: the vdso's store through the pointer 16."""
+    core = open_core(cores("vdso"))
+    assert core.signal is not None and core.signal.address == 16
+
+
+# --- modules ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", X86_CASES)
+def test_modules_match_eu_unstrip(case: str, cores: Cores) -> None:
+    """One module per file mapped (from NT_FILE) plus the vdso: the range eu-unstrip and the
+    NT_FILE note give, the load bias, and the build id read from the core's memory, equal to the
+    file's."""
+    made = cores(case)
+    core = open_core(made)
+    notes = made.notes()
+    ours = {module.start: module for module in core.modules}
+    theirs = {module.start: module for module in made.eu_unstrip()}
+    assert sorted(ours) == sorted(theirs)
+    assert [m.start for m in core.modules] == sorted(ours)
+    for start, expected in theirs.items():
+        module = ours[start]
+        assert module.build_id == expected.build_id
+        if expected.name == EU_VDSO:
+            assert module.path == "[vdso]"
+            assert module.end == page_up(expected.end)
+            assert module.found
+            continue
+        assert expected.file is not None
+        assert module.found and module.file is not None
+        if os.path.exists(expected.file):
+            assert os.path.samefile(module.file, expected.file)
+        else:  # the library that was loaded is gone: the search path found its twin
+            assert os.path.basename(module.file) == os.path.basename(expected.file)
+        assert module.bias == start - first_load_vaddr(module.file)
+        assert (module.start, module.end) == notes.file_range(module.path)
+        assert module.build_id_matches is True
+        assert module.build_id == build_id_of(module.file)
+    assert core.warnings == []
+
+
+@pytest.mark.parametrize("case", [c for c in A64_CASES if not SPECS[c].static])
+def test_link_map_modules(case: str, cores: Cores) -> None:
+    """qemu's cores have no NT_FILE: the libraries come from the dynamic linker's link map in
+    the core's memory, placed where gdb found them (gdb gives each library's .text address), and
+    the position-independent executable where AT_ENTRY puts it."""
+    made = cores(case)
+    core = open_core(made)
+    by_file = {os.path.realpath(m.file): m for m in core.modules if m.file is not None}
+    for path, text in made.gdb.solibs:
+        module = by_file.get(os.path.realpath(path))
+        assert module is not None, f"{path} missing from {core.modules}"
+        assert module.bias == text - text_address(path)
+        assert module.found
+        assert module.path.startswith("/") and not module.path.startswith(AARCH64_SYSROOT)
+    exe = by_file[os.path.realpath(made.executable)]
+    assert exe.bias == made.executable_bias()
+    assert len(by_file) == len(made.gdb.solibs) + 1
+
+
+@pytest.mark.parametrize("case", [c for c in A64_CASES if SPECS[c].static])
+def test_static_executable_alone(case: str, cores: Cores) -> None:
+    """A static executable without NT_FILE: the one module, at its link address."""
+    made = cores(case)
+    core = open_core(made)
+    files = [m for m in core.modules if m.file is not None]
+    assert len(files) == 1 and os.path.samefile(files[0].file or "", made.executable)
+    assert files[0].bias == 0
+
+
+def test_vdso_unwinds_with_the_cores_image(cores: Cores) -> None:
+    """Both threads stopped inside the vdso; its CFI exists only in the core's memory."""
+    made = cores("vdso")
+    core = open_core(made)
+    (vdso,) = [m for m in core.modules if m.path == "[vdso]"]
+    expected = made.extra["vdso"]
+    assert (vdso.start, vdso.end) == (expected.start, page_up(expected.end))
+    for thread in core.threads:
+        trace = thread.unwind()
+        assert vdso.start <= trace.pcs[0] < vdso.end
+        assert core.unwinder.rule_at(trace.pcs[0]) is not None
+        assert len(trace.pcs) > 3 and trace.end == "end_of_stack"
+
+
+def test_executable_found_from_the_core(cores: Cores) -> None:
+    """Without an executable argument the program is the file AT_EXECFN names."""
+    made = cores("deep")
+    core = Core.open(made.path)
+    assert core.executable is not None and os.path.samefile(core.executable, made.executable)
+    assert core.threads[0].unwind().pcs == made.reference_pcs()[core.crashing_tid or 0]
+    assert core.warnings == []
+
+
+# --- damaged or incomplete input --------------------------------------------------------------
+
+
+def test_missing_executable(cores: Cores) -> None:
+    """The program is gone from where the core says it was: it stays a module (by path), the
+    frame in it is shown, unwinding stops there, and a warning names it. Given explicitly, the
+    moved file is used."""
+    made = cores("deep-moved")
+    original = made.extra["original"]
+    core = Core.open(made.path)
+    (exe,) = [m for m in core.modules if m.path == original]
+    assert not exe.found and exe.file is None
+    assert any("not found" in w and original in w for w in core.warnings), core.warnings
+    trace = core.threads[0].unwind()
+    reference = made.reference_pcs()[core.threads[0].tid]
+    assert trace.pcs == reference[:1]
+    assert trace.end != "end_of_stack"
+
+    core = Core.open(made.path, made.executable)
+    assert os.path.samefile(core.executable or "", made.executable)
+    assert core.threads[0].unwind().pcs == reference
+
+
+def test_missing_library(cores: Cores) -> None:
+    """The library the process loaded is gone: a warning names it, it stays in the modules with
+    its range and bias (from its ELF header in the core's memory), and the crashing thread
+    shows the frame inside it before it stops."""
+    made = cores("lib")
+    core = Core.open(made.path, made.executable)
+    library = made.extra["library"]
+    (module,) = [m for m in core.modules if m.path == library]
+    (expected,) = [m for m in made.eu_unstrip() if m.name == "libcrashlib.so"]
+    assert not module.found and module.file is None
+    assert module.start == expected.start
+    assert module.bias == expected.start - first_load_vaddr(made.extra["v1"])
+    assert module.build_id == expected.build_id == build_id_of(made.extra["v1"])
+    assert module.build_id_matches is None
+    assert any("not found" in w and library in w for w in core.warnings), core.warnings
+    trace = core.threads[0].unwind()
+    assert trace.pcs == made.reference_pcs()[core.threads[0].tid][:1]
+    assert module.start <= trace.pcs[0] < module.end
+    assert trace.end in ("no_module", "no_unwind_info")
+
+
+def test_library_found_on_the_search_path(cores: Cores) -> None:
+    made = cores("lib")
+    core = open_core(made)
+    (module,) = [m for m in core.modules if m.path == made.extra["library"]]
+    assert module.found and os.path.samefile(module.file or "", made.extra["v1"])
+    assert module.build_id_matches is True
+    assert core.warnings == []
+
+
+def test_library_with_another_build_id(cores: Cores) -> None:
+    """A rebuilt library (no CFI, functions moved) in place of the one the process loaded: it
+    is used, but flagged -- a warning with both build ids, build_id_matches False -- and the
+    stack it cannot unwind stops early instead of going wrong silently."""
+    made = cores("lib")
+    core = Core.open(made.path, made.executable,
+                     lib_search_path=[os.path.dirname(made.extra["v2"])])  # fmt: skip
+    (module,) = [m for m in core.modules if m.path == made.extra["library"]]
+    in_core, on_disk = build_id_of(made.extra["v1"]), build_id_of(made.extra["v2"])
+    assert in_core != on_disk
+    assert module.found and os.path.samefile(module.file or "", made.extra["v2"])
+    assert module.build_id == in_core and module.build_id_matches is False
+    (warning,) = [w for w in core.warnings if "build-id" in w.lower() or "build id" in w.lower()]
+    assert "libcrashlib.so" in warning
+    assert in_core[:8] in warning and on_disk[:8] in warning
+    trace = core.threads[0].unwind()
+    reference = made.reference_pcs()[core.threads[0].tid]
+    assert trace.pcs == reference[: len(trace.pcs)]
+    assert len(trace.pcs) < len(reference) and trace.end != "end_of_stack"
+
+
+def test_libraries_need_the_sysroot(cores: Cores) -> None:
+    """aarch64 libraries named by the link map (/lib/aarch64-linux-gnu/...) are not on this
+    machine: without --sysroot each is a warning and the stack stops in libc; the search path
+    finds them by file name as the sysroot does."""
+    made = cores("a64-libc")
+    reference = made.reference_pcs()
+    core = Core.open(made.path, made.executable)
+    libc = [m for m in core.modules if os.path.basename(m.path) == "libc.so.6"]
+    assert len(libc) == 1 and not libc[0].found
+    assert any("not found" in w and "libc.so.6" in w for w in core.warnings), core.warnings
+    trace = core.threads[0].unwind()
+    assert trace.pcs == reference[core.threads[0].tid][: len(trace.pcs)]
+    assert trace.end != "end_of_stack"
+
+    core = Core.open(made.path, made.executable, lib_search_path=[f"{AARCH64_SYSROOT}/lib"])
+    assert core.threads[0].unwind().pcs == reference[core.threads[0].tid]
+
+
+def test_truncated_inside_the_notes(cores: Cores, tmp_path: Path) -> None:
+    """gdb writes the notes last: cut after the first NT_PRSTATUS, the thread and its registers
+    are still there, the modules (NT_AUXV, NT_FILE) are not. The core opens with a warning
+    and frame 0 is still right."""
+    made = cores("deep")
+    _, end = note_span(made.path, "NT_PRSTATUS")
+    cut = truncated_copy(made.path, end + 40, tmp_path, "notes.core")
+    core = Core.open(cut, made.executable)
+    assert any("truncat" in w for w in core.warnings), core.warnings
+    assert [t.tid for t in core.threads] == made.notes().tids
+    trace = core.threads[0].unwind()
+    reference = made.reference_pcs()[core.threads[0].tid]
+    assert 1 <= len(trace.pcs) and trace.pcs == reference[: len(trace.pcs)]
+
+
+def test_truncated_inside_the_first_thread(cores: Cores, tmp_path: Path) -> None:
+    """Cut inside the only NT_PRSTATUS: no thread to show, said clearly."""
+    made = cores("deep")
+    start, end = note_span(made.path, "NT_PRSTATUS")
+    cut = truncated_copy(made.path, (start + end) // 2, tmp_path, "prstatus.core")
+    try:
+        core = Core.open(cut, made.executable)
+    except CoreError as e:
+        assert str(cut) in str(e)
+    else:
+        assert core.threads == []
+        assert any("truncat" in w for w in core.warnings), core.warnings
+
+
+def test_truncated_inside_the_stack(cores: Cores, tmp_path: Path) -> None:
+    """qemu writes the notes first: cut a few bytes above the crashing thread's stack pointer,
+    the registers are whole but the stack is not. Unwinding stops with a memory error after
+    the frames it could still find; the warning says how much of the core is missing."""
+    made = cores("a64-deep-static")
+    sp = made.gdb.thread(made.notes().tids[0]).frames[0].sp
+    offset, lost = file_offset(made.path, sp)
+    cut = truncated_copy(made.path, offset + 16, tmp_path, "stack.core")
+    core = Core.open(cut, made.executable)
+    missing = [w for w in core.warnings if "truncat" in w]
+    assert missing and str(lost - 16) in missing[0], core.warnings
+    trace = core.threads[0].unwind()
+    reference = made.reference_pcs()[core.threads[0].tid]
+    assert 1 <= len(trace.pcs) < len(reference)
+    assert trace.pcs == reference[: len(trace.pcs)]
+    assert trace.end == "memory", trace.end_detail
+
+
+@pytest.mark.parametrize("cut", [10, 100])
+def test_truncated_in_the_headers(cut: int, cores: Cores, tmp_path: Path) -> None:
+    """Cut inside the ELF header or the program headers: not a readable core."""
+    made = cores("deep")
+    damaged = truncated_copy(made.path, cut, tmp_path, f"headers-{cut}.core")
+    with pytest.raises(CoreError) as excinfo:
+        Core.open(damaged)
+    assert str(damaged) in str(excinfo.value)
+
+
+def not_cores(directory: Path, build: Builder) -> dict[str, Path]:
+    text = directory / "notes.txt"
+    text.write_text("this is not an ELF file\n" * 50)
+    empty = directory / "empty"
+    empty.write_bytes(b"")
+    elf_header_only = directory / "header-only"
+    with open(build("crash_deep.c", *SPECS["deep"].flags), "rb") as f:
+        elf_header_only.write_bytes(f.read(64))
+    return {
+        "text": text,
+        "empty": empty,
+        "executable": build("crash_deep.c", *SPECS["deep"].flags),
+        "shared-library": Path("/usr/lib/x86_64-linux-gnu/libc.so.6"),
+        "elf-header-only": elf_header_only,
+        "missing": directory / "does-not-exist.core",
+        "directory": directory,
+    }
+
+
+@pytest.mark.parametrize(
+    "kind",
+    ["text", "empty", "executable", "shared-library", "elf-header-only", "missing", "directory"],
+)
+def test_not_a_core(kind: str, build: Builder, tmp_path: Path) -> None:
+    path = not_cores(tmp_path, build)[kind]
+    with pytest.raises(StackwalkError) as excinfo:
+        Core.open(path)
+    assert str(path) in str(excinfo.value)
+    if kind not in ("missing", "directory"):
+        assert isinstance(excinfo.value, CoreError)
