@@ -13,5 +13,6 @@ pub mod expr;
 pub mod memory;
 pub mod registers;
 pub mod rule_cache;
+pub mod stackdb;
 pub mod symbols;
 pub mod unwind;

@@ -573,6 +573,87 @@ impl PySymbolTable {
     }
 }
 
+/// A stack-trace database: traces (sequences of pcs) stored once each, by
+/// hash, with a count and a stable index.
+#[pyclass(module = "stackwalk._core", name = "StackDB")]
+#[derive(Default)]
+pub struct PyStackDb {
+    inner: crate::stackdb::StackDb,
+}
+
+/// The pcs of a trace given as a Trace or as a sequence of ints.
+fn trace_pcs(trace: &Bound<'_, PyAny>) -> PyResult<Vec<u64>> {
+    if let Ok(t) = trace.cast::<PyTrace>() {
+        return Ok(t.get().frames.iter().map(|f| f.pc).collect());
+    }
+    trace.extract()
+}
+
+#[pymethods]
+impl PyStackDb {
+    #[new]
+    fn new() -> Self {
+        Self::default()
+    }
+
+    /// Add a trace (a Trace, or a sequence of pcs) `count` times; its index,
+    /// the same for the same trace every time.
+    #[pyo3(signature = (trace, count = 1))]
+    fn add(&mut self, trace: &Bound<'_, PyAny>, count: u64) -> PyResult<u32> {
+        Ok(self.inner.add_n(&trace_pcs(trace)?, count))
+    }
+
+    /// How many times the trace at `index` was added.
+    fn count(&self, index: u32) -> PyResult<u64> {
+        self.inner.count(index).ok_or_else(|| StackwalkError::new_err(format!("no trace {index}")))
+    }
+
+    /// The pcs of the trace at `index`.
+    fn trace(&self, index: u32) -> PyResult<Vec<u64>> {
+        self.inner
+            .trace(index)
+            .map(<[u64]>::to_vec)
+            .ok_or_else(|| StackwalkError::new_err(format!("no trace {index}")))
+    }
+
+    /// The `n` most frequent traces: (index, pcs, count), most frequent first.
+    fn top(&self, n: usize) -> Vec<(u32, Vec<u64>, u64)> {
+        self.inner
+            .top(n)
+            .into_iter()
+            .filter_map(|i| Some((i, self.inner.trace(i)?.to_vec(), self.inner.count(i)?)))
+            .collect()
+    }
+
+    /// Traces added, duplicates included.
+    #[getter]
+    fn total(&self) -> u64 {
+        self.inner.total()
+    }
+
+    /// Bytes the database holds.
+    #[getter]
+    fn memory_bytes(&self) -> usize {
+        self.inner.memory_bytes()
+    }
+
+    fn __len__(&self) -> usize {
+        self.inner.len()
+    }
+
+    /// (index, pcs, count) for every distinct trace, in index order.
+    fn __iter__(slf: PyRef<'_, Self>) -> PyResult<Py<PyAny>> {
+        let py = slf.py();
+        let items: Vec<(u32, Vec<u64>, u64)> =
+            slf.inner.iter().map(|(i, t, c)| (i, t.to_vec(), c)).collect();
+        Ok(items.into_pyobject(py)?.call_method0("__iter__")?.unbind())
+    }
+
+    fn __repr__(&self) -> String {
+        format!("<StackDB {} traces, {} added>", self.inner.len(), self.inner.total())
+    }
+}
+
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
@@ -586,6 +667,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyFrame>()?;
     m.add_class::<PyMappedMemory>()?;
     m.add_class::<PySymbolTable>()?;
+    m.add_class::<PyStackDb>()?;
     m.add_function(wrap_pyfunction!(elf_summary, m)?)?;
     m.add_function(wrap_pyfunction!(demangle, m)?)?;
     Ok(())

@@ -9,7 +9,7 @@ reads ELF core files.
 """
 
 from stackwalk.errors import ArchError, CfiError, ElfError, MemoryReadError, StackwalkError
-from stackwalk.unwinder import Frame, MappedMemory, Trace, Unwinder
+from stackwalk.unwinder import Frame, MappedMemory, StackDB, Trace, Unwinder
 
 
 def __getattr__(name: str) -> object:
@@ -29,6 +29,7 @@ __all__ = [
     "Trace",
     "Frame",
     "MappedMemory",
+    "StackDB",
     "StackwalkError",
     "ElfError",
     "CfiError",

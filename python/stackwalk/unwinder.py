@@ -2,6 +2,6 @@
 ELF file and reads its headers in Rust (the ``object`` crate), so adding a
 module costs microseconds; CFI is parsed on demand."""
 
-from stackwalk._core import Frame, MappedMemory, Trace, Unwinder
+from stackwalk._core import Frame, MappedMemory, StackDB, Trace, Unwinder
 
-__all__ = ["Frame", "MappedMemory", "Trace", "Unwinder"]
+__all__ = ["Frame", "MappedMemory", "StackDB", "Trace", "Unwinder"]
