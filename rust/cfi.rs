@@ -223,13 +223,10 @@ struct IndexEntry {
     offset: usize,
 }
 
-/// One loaded ELF module with its unwind tables.
-pub struct Module {
-    pub name: String,
-    /// Runtime address range (ELF addresses + bias).
-    pub range: Range<u64>,
-    /// Runtime address − ELF virtual address.
-    pub bias: u64,
+/// One ELF file's unwind tables: its bytes, where its CFI sections are,
+/// and the FDE indexes built once. Shared (`Arc`) by every place the file is
+/// loaded at, in every process.
+pub struct UnwindInfo {
     arch: Arch,
     data: Data,
     sections: ModuleSections,
@@ -244,6 +241,24 @@ pub struct Module {
     pub index_errors: Vec<(SectionKind, gimli::Error)>,
 }
 
+/// A module as loaded in one address space: its unwind info, placed at a
+/// runtime range. Dereferences to its [`UnwindInfo`].
+pub struct Module {
+    pub name: String,
+    /// Runtime address range (ELF addresses + bias).
+    pub range: Range<u64>,
+    /// Runtime address − ELF virtual address.
+    pub bias: u64,
+    pub info: std::sync::Arc<UnwindInfo>,
+}
+
+impl std::ops::Deref for Module {
+    type Target = UnwindInfo;
+    fn deref(&self) -> &UnwindInfo {
+        &self.info
+    }
+}
+
 impl Module {
     /// Build a module. `range` is the ELF address range of its loadable
     /// segments; runtime addresses are those plus `bias`.
@@ -255,9 +270,33 @@ impl Module {
         range: Range<u64>,
         bias: u64,
     ) -> Result<Module, ModuleError> {
+        let info = std::sync::Arc::new(UnwindInfo::new(arch, data, sections)?);
+        Module::place(name, info, range, bias)
+    }
+
+    /// Place unwind info already read at `range` (ELF addresses) + `bias`.
+    pub fn place(
+        name: String,
+        info: std::sync::Arc<UnwindInfo>,
+        range: Range<u64>,
+        bias: u64,
+    ) -> Result<Module, ModuleError> {
         if range.start >= range.end {
             return Err(ModuleError::BadRange { start: range.start, end: range.end });
         }
+        let runtime = range.start.wrapping_add(bias)..range.end.wrapping_add(bias);
+        Ok(Module { name, range: runtime, bias, info })
+    }
+}
+
+impl UnwindInfo {
+    /// Check that the sections lie inside `data`, and index the FDEs where
+    /// there is no `.eh_frame_hdr` search table.
+    pub fn new(
+        arch: Arch,
+        data: Data,
+        sections: ModuleSections,
+    ) -> Result<UnwindInfo, ModuleError> {
         for (name, s) in [
             (".eh_frame", sections.eh_frame),
             (".eh_frame_hdr", sections.eh_frame_hdr),
@@ -289,11 +328,7 @@ impl Module {
         if let Some(g) = sections.got {
             bases = bases.set_got(g);
         }
-        let runtime = range.start.wrapping_add(bias)..range.end.wrapping_add(bias);
-        let mut module = Module {
-            name,
-            range: runtime,
-            bias,
+        let mut info = UnwindInfo {
             arch,
             data,
             sections,
@@ -303,20 +338,20 @@ impl Module {
             debug_index: Vec::new(),
             index_errors: Vec::new(),
         };
-        module.hdr_table = module.parse_hdr_table();
-        if module.hdr_table.is_none() {
-            if let Some(eh) = module.eh_frame() {
-                let (index, err) = build_index(&eh, &module.bases);
-                module.eh_index = index;
-                module.index_errors.extend(err.map(|e| (SectionKind::EhFrame, e)));
+        info.hdr_table = info.parse_hdr_table();
+        if info.hdr_table.is_none() {
+            if let Some(eh) = info.eh_frame() {
+                let (index, err) = build_index(&eh, &info.bases);
+                info.eh_index = index;
+                info.index_errors.extend(err.map(|e| (SectionKind::EhFrame, e)));
             }
         }
-        if let Some(df) = module.debug_frame() {
-            let (index, err) = build_index(&df, &module.bases);
-            module.debug_index = index;
-            module.index_errors.extend(err.map(|e| (SectionKind::DebugFrame, e)));
+        if let Some(df) = info.debug_frame() {
+            let (index, err) = build_index(&df, &info.bases);
+            info.debug_index = index;
+            info.index_errors.extend(err.map(|e| (SectionKind::DebugFrame, e)));
         }
-        Ok(module)
+        Ok(info)
     }
 
     fn section_bytes(&self, s: SectionInfo) -> &[u8] {

@@ -11,6 +11,7 @@ pub mod cfi;
 pub mod elf;
 pub mod expr;
 pub mod memory;
+pub mod modules;
 pub mod registers;
 pub mod rule_cache;
 pub mod stackdb;

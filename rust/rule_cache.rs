@@ -14,6 +14,8 @@ const EMPTY_KEY: u64 = u64::MAX;
 #[derive(Clone, Copy)]
 struct Entry {
     key: u64,
+    /// The module set the entry was made for (`ModuleSet::generation`).
+    generation: u64,
     module: u32,
     row: CompactRow,
 }
@@ -47,6 +49,7 @@ impl RuleCache {
     pub fn new() -> Self {
         let empty = Entry {
             key: EMPTY_KEY,
+            generation: 0,
             module: 0,
             row: CompactRow::new(CfaRule::RegOffset { reg: 0, offset: 0 }, 0, false),
         };
@@ -62,13 +65,15 @@ impl RuleCache {
         }
     }
 
-    /// The module index and rules cached for `key` (counted as a hit).
+    /// The module index and rules cached for `key` in the module set of
+    /// `generation` (counted as a hit).
     #[inline]
-    pub fn get(&mut self, key: u64) -> Option<(usize, &CompactRow)> {
+    pub fn get(&mut self, key: u64, generation: u64) -> Option<(usize, &CompactRow)> {
         let set = &mut self.sets[(key % SETS as u64) as usize];
-        let way = if set.ways[0].key == key {
+        let hit = |e: &Entry| e.key == key && e.generation == generation;
+        let way = if hit(&set.ways[0]) {
             0
-        } else if set.ways[1].key == key {
+        } else if hit(&set.ways[1]) {
             1
         } else {
             return None;
@@ -85,11 +90,11 @@ impl RuleCache {
         self.stats.misses += 1;
     }
 
-    /// Cache `row` for `key` (an address never cached with other rules).
-    pub fn insert(&mut self, key: u64, module: usize, row: CompactRow) {
+    /// Cache `row` for `key` in the module set of `generation`.
+    pub fn insert(&mut self, key: u64, generation: u64, module: usize, row: CompactRow) {
         let set = &mut self.sets[(key % SETS as u64) as usize];
         let way = set.victim as usize;
-        set.ways[way] = Entry { key, module: module as u32, row };
+        set.ways[way] = Entry { key, generation, module: module as u32, row };
         set.victim = 1 - set.victim;
     }
 }
@@ -106,19 +111,20 @@ mod tests {
     fn two_addresses_sharing_a_set_both_stay() {
         let mut cache = RuleCache::new();
         let (a, b, c) = (0x1000, 0x1000 + SETS as u64, 0x1000 + 2 * SETS as u64);
-        cache.insert(a, 1, row(8));
-        cache.insert(b, 2, row(16));
+        cache.insert(a, 7, 1, row(8));
+        cache.insert(b, 7, 2, row(16));
         for _ in 0..3 {
-            assert_eq!(cache.get(a).map(|(m, r)| (m, r.cfa)), Some((1, row(8).cfa)));
-            assert_eq!(cache.get(b).map(|(m, r)| (m, r.cfa)), Some((2, row(16).cfa)));
+            assert_eq!(cache.get(a, 7).map(|(m, r)| (m, r.cfa)), Some((1, row(8).cfa)));
+            assert_eq!(cache.get(b, 7).map(|(m, r)| (m, r.cfa)), Some((2, row(16).cfa)));
         }
         // A third evicts the least recently used (a), not the one just used.
-        cache.insert(c, 3, row(24));
-        assert!(cache.get(a).is_none());
-        assert!(cache.get(b).is_some());
-        assert!(cache.get(c).is_some());
+        cache.insert(c, 7, 3, row(24));
+        assert!(cache.get(a, 7).is_none());
+        assert!(cache.get(b, 7).is_some());
+        assert!(cache.get(c, 7).is_some());
         assert_eq!(cache.stats, Stats { hits: 8, misses: 0 }, "misses are the caller's to count");
+        assert!(cache.get(b, 8).is_none(), "another module set");
         cache.clear();
-        assert!(cache.get(b).is_none());
+        assert!(cache.get(b, 7).is_none());
     }
 }

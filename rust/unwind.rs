@@ -1,7 +1,6 @@
 //! The unwind loop: from a frame's registers, find the rules for its pc,
 //! compute the CFA, recover the caller's registers, repeat.
 
-use std::fmt;
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -11,6 +10,8 @@ use crate::arch::{Arch, DefaultRule};
 use crate::cfi::{CfaRule, FullRow, LookupError, Module, RegRule, RuleSet};
 use crate::expr::{self, ExprError};
 use crate::memory::Memory;
+use crate::modules::ModuleSet;
+pub use crate::modules::OverlapError;
 use crate::registers::Registers;
 use crate::rule_cache::RuleCache;
 pub use crate::rule_cache::Stats;
@@ -143,30 +144,10 @@ pub struct End {
 /// per thread (the modules themselves are shared through `Arc`).
 pub struct Unwinder {
     arch: Arch,
-    /// Sorted by start address; ranges don't overlap.
-    modules: Vec<Arc<Module>>,
+    modules: Arc<ModuleSet>,
     ctx: Box<UnwindContext<usize>>,
     cache: RuleCache,
 }
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OverlapError {
-    pub name: String,
-    pub other: String,
-    pub range: Range<u64>,
-}
-
-impl fmt::Display for OverlapError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "module {} at {:#x}..{:#x} overlaps module {}",
-            self.name, self.range.start, self.range.end, self.other
-        )
-    }
-}
-
-impl std::error::Error for OverlapError {}
 
 /// The frame being unwound.
 struct FrameState {
@@ -190,7 +171,7 @@ impl Unwinder {
     pub fn new(arch: Arch) -> Self {
         Unwinder {
             arch,
-            modules: Vec::new(),
+            modules: Arc::new(ModuleSet::new()),
             ctx: Box::new(UnwindContext::new()),
             cache: RuleCache::new(),
         }
@@ -201,33 +182,24 @@ impl Unwinder {
     }
 
     pub fn modules(&self) -> &[Arc<Module>] {
+        self.modules.modules()
+    }
+
+    /// The module set walks use now.
+    pub fn module_set(&self) -> &Arc<ModuleSet> {
         &self.modules
+    }
+
+    /// Walk over another set of modules (another process of a profile). The
+    /// rule cache is keyed by set, so nothing cached is lost or misused.
+    pub fn set_modules(&mut self, modules: Arc<ModuleSet>) {
+        self.modules = modules;
     }
 
     /// Add a module; its runtime range must not overlap one already added.
     pub fn add_module(&mut self, module: Arc<Module>) -> Result<(), OverlapError> {
-        let pos = self.modules.partition_point(|m| m.range.start < module.range.start);
-        let overlaps =
-            |m: &Arc<Module>| m.range.start < module.range.end && module.range.start < m.range.end;
-        if let Some(other) = [pos.checked_sub(1), Some(pos)]
-            .into_iter()
-            .flatten()
-            .filter_map(|i| self.modules.get(i))
-            .find(|m| overlaps(m))
-        {
-            return Err(OverlapError {
-                name: module.name.clone(),
-                other: other.name.clone(),
-                range: module.range.clone(),
-            });
-        }
-        self.modules.insert(pos, module);
-        self.clear_cache();
+        self.modules = Arc::new(self.modules.with_module(module)?);
         Ok(())
-    }
-
-    fn clear_cache(&mut self) {
-        self.cache.clear();
     }
 
     /// Hits and misses of the rule cache since the unwinder was made.
@@ -237,15 +209,14 @@ impl Unwinder {
 
     /// The index of the module whose range holds `pc`.
     pub fn module_index(&self, pc: u64) -> Option<usize> {
-        let i = self.modules.partition_point(|m| m.range.start <= pc).checked_sub(1)?;
-        (pc < self.modules[i].range.end).then_some(i)
+        self.modules.index_of(pc)
     }
 
     /// The rules in force at runtime address `pc`, with the FDE's runtime
     /// range: for introspection and tests (bypasses the cache).
     pub fn row_at(&mut self, pc: u64) -> Result<(usize, FullRow, Range<u64>), LookupError> {
         let index = self.module_index(pc).ok_or(LookupError::NoFde)?;
-        let module = &self.modules[index];
+        let module = &self.modules.modules()[index];
         let (row, range) = module.find_full_row(pc.wrapping_sub(module.bias), &mut self.ctx)?;
         let bias = module.bias;
         Ok((index, row, range.start.wrapping_add(bias)..range.end.wrapping_add(bias)))
@@ -350,15 +321,16 @@ impl Unwinder {
     ) -> Step {
         // The cache is keyed by address alone: it is cleared whenever the
         // modules change, so a hit also names the module, without a search.
-        if let Some((m, row)) = self.cache.get(lookup) {
-            let module = &*self.modules[m];
+        let generation = self.modules.generation();
+        if let Some((m, row)) = self.cache.get(lookup, generation) {
+            let module = &*self.modules.modules()[m];
             return apply(self.arch, module, row, callee, callee_regs, caller_regs, mem, frames);
         }
         let Some(m) = self.module_index(lookup) else {
             return Err((EndReason::NoModule, EndDetail::Address(lookup)));
         };
         self.cache.record_miss();
-        let module = &self.modules[m];
+        let module = &self.modules.modules()[m];
         let row = match module.find_row(lookup.wrapping_sub(module.bias), &mut self.ctx) {
             Ok((row, _)) => row,
             Err(LookupError::NoFde) => {
@@ -367,20 +339,29 @@ impl Unwinder {
             Err(e) => return Err((EndReason::BadCfi, EndDetail::Lookup(e))),
         };
         if let Some(compact) = row.resize::<8>() {
-            self.cache.insert(lookup, m, compact);
+            self.cache.insert(lookup, generation, m, compact);
         }
-        apply(self.arch, &self.modules[m], &row, callee, callee_regs, caller_regs, mem, frames)
+        apply(
+            self.arch,
+            &self.modules.modules()[m],
+            &row,
+            callee,
+            callee_regs,
+            caller_regs,
+            mem,
+            frames,
+        )
     }
 
     /// A one-line account of how a walk ended.
     pub fn describe(&self, end: &End) -> String {
-        let module = end.module.and_then(|m| self.modules.get(m));
+        let module = end.module.and_then(|m| self.modules().get(m));
         end.describe(self.arch, module.map(|m| m.name.as_str()))
     }
 
     /// The module a walk's end refers to, if any.
     pub fn end_module(&self, end: &End) -> Option<Arc<Module>> {
-        end.module.and_then(|m| self.modules.get(m)).cloned()
+        end.module.and_then(|m| self.modules().get(m)).cloned()
     }
 }
 
