@@ -553,6 +553,18 @@ impl PySymbolTable {
         Ok(PySymbolTable { inner })
     }
 
+    /// The symbols of the ELF file at `path`, completed from its separate
+    /// debug file (`DEBUG_ROOT/.build-id/xx/yyyy.debug`) when the file itself
+    /// has only exported names, as gdb and eu-stack do.
+    #[staticmethod]
+    #[pyo3(signature = (path, debug_root = PathBuf::from("/usr/lib/debug")))]
+    fn for_file(path: &Bound<'_, PyAny>, debug_root: PathBuf) -> PyResult<Self> {
+        let (name, data) = elf_bytes(path)?;
+        let inner = crate::symbols::SymbolTable::for_file(&data, &debug_root)
+            .map_err(|e| ElfError::new_err(format!("{name}: {e}")))?;
+        Ok(PySymbolTable { inner })
+    }
+
     /// (demangled name, offset) of the function holding ELF address
     /// `address`, or None: a distant symbol is never borrowed.
     fn lookup(&self, address: u64) -> Option<(String, u64)> {

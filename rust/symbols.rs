@@ -44,6 +44,31 @@ impl SymbolTable {
         Ok(table)
     }
 
+    /// The symbols for the ELF file at `path`: its own `.symtab`, else, when
+    /// it has only `.dynsym` (exported names), the `.symtab` of its separate
+    /// debug file under `debug_root` (`.build-id/xx/yyyy.debug`, found by
+    /// build id as gdb and eu-stack find it), else its `.dynsym`.
+    pub fn for_file(data: &[u8], debug_root: &std::path::Path) -> Result<SymbolTable, ElfError> {
+        let table = SymbolTable::from_elf(data)?;
+        if table.full {
+            return Ok(table);
+        }
+        let debug = crate::elf::summarize(data).ok().and_then(|s| s.build_id).and_then(|id| {
+            let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+            (hex.len() > 2).then(|| {
+                debug_root.join(".build-id").join(&hex[..2]).join(format!("{}.debug", &hex[2..]))
+            })
+        });
+        if let Some(bytes) = debug.and_then(|p| std::fs::read(p).ok()) {
+            if let Ok(full) = SymbolTable::from_elf(&bytes) {
+                if full.full {
+                    return Ok(full);
+                }
+            }
+        }
+        Ok(table)
+    }
+
     /// The function containing `address` (an ELF address) and the offset
     /// into it, or None: a distant symbol is never borrowed.
     pub fn lookup(&self, address: u64) -> Option<(&str, u64)> {

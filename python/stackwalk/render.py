@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import bisect
-import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from stackwalk._core import SymbolTable, elf_summary
+from stackwalk._core import SymbolTable
 from stackwalk.errors import ElfError
 
 
@@ -43,8 +42,8 @@ class Location:
 
 class Symbolizer:
     """Maps runtime addresses to module, ELF address and function. Symbol
-    tables (the native SymbolTable: .symtab else .dynsym, names demangled)
-    are loaded once per module, on first use."""
+    tables (the native SymbolTable: .symtab, else the build-id debug file's,
+    else .dynsym; names demangled) are loaded once per module, on first use."""
 
     def __init__(self, modules: Iterable[ModuleInfo], images: dict[str, bytes] | None = None):
         self._modules = sorted(modules, key=lambda m: m.start)
@@ -66,20 +65,9 @@ class Symbolizer:
     def _load_table(self, path: str) -> SymbolTable | None:
         image = self._images.get(path)
         try:
-            table = SymbolTable(image if image is not None else path)
+            return SymbolTable(image) if image is not None else SymbolTable.for_file(path)
         except (ElfError, OSError):
             return None
-        if table.full or image is not None:
-            return table
-        # Only exported names: the distribution's separate debug file, found
-        # by build id as gdb and eu-stack find it, has them all.
-        debug = _debug_file(path)
-        if debug is not None:
-            try:
-                return SymbolTable(debug)
-            except (ElfError, OSError):
-                pass
-        return table
 
     def locate(self, pc: int, lookup: int) -> Location:
         """Where ``pc`` is, its function looked up at ``lookup`` (a frame's
@@ -95,21 +83,6 @@ class Symbolizer:
             return Location(module, elf_address, None, None)
         name, offset = found
         return Location(module, elf_address, name, offset + (pc - lookup))
-
-
-DEBUG_ROOT = "/usr/lib/debug"
-
-
-def _debug_file(path: str) -> str | None:
-    """``/usr/lib/debug/.build-id/xx/yyyy.debug`` for the ELF file at ``path``, if installed."""
-    try:
-        build_id = elf_summary(path)["build_id"]
-    except (ElfError, OSError):
-        return None
-    if not build_id or len(build_id) < 3:
-        return None
-    debug = os.path.join(DEBUG_ROOT, ".build-id", build_id[:2], build_id[2:] + ".debug")
-    return debug if os.path.exists(debug) else None
 
 
 def _hex(v: int | None) -> str | None:
