@@ -228,7 +228,7 @@ struct IndexEntry {
 /// loaded at, in every process.
 pub struct UnwindInfo {
     arch: Arch,
-    data: Data,
+    data: std::sync::Arc<Data>,
     sections: ModuleSections,
     bases: BaseAddresses,
     /// `.eh_frame_hdr`'s binary-search table, when it has one we can use.
@@ -270,7 +270,7 @@ impl Module {
         range: Range<u64>,
         bias: u64,
     ) -> Result<Module, ModuleError> {
-        let info = std::sync::Arc::new(UnwindInfo::new(arch, data, sections)?);
+        let info = std::sync::Arc::new(UnwindInfo::new(arch, std::sync::Arc::new(data), sections)?);
         Module::place(name, info, range, bias)
     }
 
@@ -294,7 +294,7 @@ impl UnwindInfo {
     /// there is no `.eh_frame_hdr` search table.
     pub fn new(
         arch: Arch,
-        data: Data,
+        data: std::sync::Arc<Data>,
         sections: ModuleSections,
     ) -> Result<UnwindInfo, ModuleError> {
         for (name, s) in [
@@ -352,6 +352,11 @@ impl UnwindInfo {
             info.index_errors.extend(err.map(|e| (SectionKind::DebugFrame, e)));
         }
         Ok(info)
+    }
+
+    /// The file's bytes (shared, e.g. with a symbol table reader).
+    pub fn data(&self) -> &std::sync::Arc<Data> {
+        &self.data
     }
 
     fn section_bytes(&self, s: SectionInfo) -> &[u8] {
