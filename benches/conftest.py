@@ -87,6 +87,18 @@ def pytest_terminal_summary(
             f"whole command on a python3 core: stackwalk core {o * 1e3:.0f} ms, "
             f"eu-stack {t * 1e3:.0f} ms ({t / o:.1f}x)"
         )
+    pairs = [
+        ("perf script", "test_perf_script", "stackwalk perf", "test_stackwalk_perf"),
+        ("cat", "test_cat", "stackwalk perf --collapsed", "test_stackwalk_collapsed[1]"),
+        ("1 job", "test_stackwalk_collapsed[1]", "2 jobs", "test_stackwalk_collapsed[2]"),
+    ]
+    for their_name, theirs_key, our_name, ours_key in pairs:
+        ours, theirs = by_name.get(ours_key), by_name.get(theirs_key)
+        if ours and theirs:
+            o, t = ours.stats.median, theirs.stats.median
+            lines.append(
+                f"{our_name} {o * 1e3:.0f} ms vs {their_name} {t * 1e3:.0f} ms ({t / o:.2f}x)"
+            )
     if lines:
         terminalreporter.write_sep(
             "=", "stackwalk benchmark figures (medians, one run, same machine)"

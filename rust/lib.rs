@@ -12,6 +12,8 @@ pub mod elf;
 pub mod expr;
 pub mod memory;
 pub mod modules;
+pub mod perf;
+pub mod profile;
 pub mod registers;
 pub mod rule_cache;
 pub mod stackdb;

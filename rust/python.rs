@@ -666,6 +666,93 @@ impl PyStackDb {
     }
 }
 
+/// Unwind and symbolize every sample of a perf.data file recorded with
+/// `--call-graph dwarf`, writing them to `output` (a path) or stdout as
+/// "text" (perf script's shape), "json" (JSON Lines) or "collapsed" (folded
+/// stacks). Runs without the GIL on `jobs` threads (0: one per core).
+/// Returns a summary dict; a damaged file stops the reading with
+/// summary["error"] set, after the samples before the damage were written.
+#[pyfunction]
+#[pyo3(signature = (path, format = "text", *, output = None, jobs = 0, max_frames = 512,
+                    debug_root = PathBuf::from("/usr/lib/debug")))]
+fn perf_report<'py>(
+    py: Python<'py>,
+    path: PathBuf,
+    format: &str,
+    output: Option<PathBuf>,
+    jobs: usize,
+    max_frames: usize,
+    debug_root: PathBuf,
+) -> PyResult<Bound<'py, PyDict>> {
+    use crate::profile::{Format, Options, Profiler};
+    let format = match format {
+        "text" => Format::Text,
+        "json" => Format::JsonLines,
+        "collapsed" => Format::Collapsed,
+        other => return Err(StackwalkError::new_err(format!("unknown format {other:?}"))),
+    };
+    let name = path.to_string_lossy().into_owned();
+    let file = File::open(&path).map_err(|e| StackwalkError::new_err(format!("{name}: {e}")))?;
+    let mut perf = crate::perf::PerfFile::new(std::io::BufReader::with_capacity(1 << 20, file))
+        .map_err(|e| StackwalkError::new_err(format!("{name}: {e}")))?;
+    let arch = perf.header().arch().ok_or_else(|| {
+        let said = perf.header().arch.clone().unwrap_or_else(|| "nothing".to_owned());
+        ArchError::new_err(format!("{name}: cannot unwind its samples: its arch is {said}"))
+    })?;
+    let options = Options { format, max_frames, debug_root, ..Options::default() };
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(jobs)
+        .build()
+        .map_err(|e| StackwalkError::new_err(format!("cannot start worker threads: {e}")))?;
+    let mut profiler = Profiler::new(arch, options);
+    let written: std::io::Result<()> = py.detach(|| {
+        pool.install(|| match &output {
+            Some(out) => {
+                let file = File::create(out)?;
+                profiler.run(&mut perf, &mut std::io::BufWriter::with_capacity(1 << 20, file))
+            }
+            None => {
+                let stdout = std::io::stdout();
+                profiler
+                    .run(&mut perf, &mut std::io::BufWriter::with_capacity(1 << 20, stdout.lock()))
+            }
+        })
+    });
+    if let Err(e) = written {
+        return Err(match e.kind() {
+            std::io::ErrorKind::BrokenPipe => {
+                pyo3::exceptions::PyBrokenPipeError::new_err(e.to_string())
+            }
+            _ => StackwalkError::new_err(format!("writing the samples: {e}")),
+        });
+    }
+    let s = &profiler.summary;
+    let out = PyDict::new(py);
+    out.set_item("arch", arch.name())?;
+    out.set_item("samples", s.samples)?;
+    out.set_item("complete", s.complete)?;
+    out.set_item("frames", s.frames)?;
+    out.set_item("processes", s.processes)?;
+    out.set_item("modules_missing", s.modules_missing.clone())?;
+    out.set_item("error", s.error.as_ref().map(|e| format!("{name}: {e}")))?;
+    Ok(out)
+}
+
+/// Draw an interactive SVG flame graph (inferno) from a file of folded
+/// stacks (`comm;outer;...;inner count` lines).
+#[pyfunction]
+#[pyo3(signature = (folded, svg, title = "Flame Graph"))]
+fn flamegraph(py: Python<'_>, folded: PathBuf, svg: PathBuf, title: &str) -> PyResult<()> {
+    let drawn: std::io::Result<()> = py.detach(|| {
+        let mut options = inferno::flamegraph::Options::default();
+        options.title = title.to_owned();
+        options.count_name = "samples".to_owned();
+        let out = std::io::BufWriter::new(File::create(&svg)?);
+        inferno::flamegraph::from_files(&mut options, &[folded], out)
+    });
+    drawn.map_err(|e| StackwalkError::new_err(format!("{}: {e}", svg.display())))
+}
+
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
@@ -682,5 +769,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyStackDb>()?;
     m.add_function(wrap_pyfunction!(elf_summary, m)?)?;
     m.add_function(wrap_pyfunction!(demangle, m)?)?;
+    m.add_function(wrap_pyfunction!(perf_report, m)?)?;
+    m.add_function(wrap_pyfunction!(flamegraph, m)?)?;
     Ok(())
 }

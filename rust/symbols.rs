@@ -29,7 +29,17 @@ impl SymbolTable {
         if !full {
             symbols = functions(file.dynamic_symbols());
         }
-        symbols.sort_unstable_by_key(|s| (s.0, s.1));
+        // Aliases (same range) are ordered so that the name a lookup returns
+        // (the last) is the one people use: unversioned, else the default
+        // version (`name@@VERSION`), else an old version (`name@VERSION`).
+        let rank = |name: &str| match name.find('@') {
+            None => 2,
+            Some(i) if name[i..].starts_with("@@") => 1,
+            Some(_) => 0,
+        };
+        symbols.sort_unstable_by(|a, b| {
+            (a.0, a.1, rank(&a.2), &a.2).cmp(&(b.0, b.1, rank(&b.2), &b.2))
+        });
         let mut table = SymbolTable {
             full,
             starts: Vec::with_capacity(symbols.len()),

@@ -22,6 +22,8 @@ __all__ = [
     "StackDB",
     "elf_summary",
     "demangle",
+    "perf_report",
+    "flamegraph",
 ]
 
 class StackwalkError(Exception): ...
@@ -102,6 +104,18 @@ class StackDB:
 
 def elf_summary(source: str | PathLike[str] | Buffer) -> dict[str, Any]: ...
 def demangle(name: str) -> str: ...
+def flamegraph(
+    folded: str | PathLike[str], svg: str | PathLike[str], title: str = "Flame Graph"
+) -> None: ...
+def perf_report(
+    path: str | PathLike[str],
+    format: str = "text",
+    *,
+    output: str | PathLike[str] | None = None,
+    jobs: int = 0,
+    max_frames: int = 512,
+    debug_root: str | PathLike[str] = ...,
+) -> dict[str, Any]: ...
 
 @disjoint_base
 class Unwinder:

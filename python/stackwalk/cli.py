@@ -142,6 +142,37 @@ def cmd_core(args: argparse.Namespace) -> int:
     return EXIT_OK if clean else EXIT_PARTIAL
 
 
+def cmd_perf(args: argparse.Namespace) -> int:
+    from stackwalk._core import perf_report
+
+    fmt = "json" if args.json else "collapsed" if args.collapsed or args.flamegraph else "text"
+    output = None
+    if args.flamegraph:
+        import tempfile
+
+        folded = tempfile.NamedTemporaryFile(prefix="stackwalk-", suffix=".folded", delete=False)
+        folded.close()
+        output = folded.name
+    sys.stdout.flush()
+    summary = perf_report(args.perf_data, fmt, output=output, jobs=args.jobs,
+                          max_frames=args.max_frames)  # fmt: skip
+    if args.flamegraph:
+        from stackwalk._core import flamegraph
+
+        assert output is not None
+        try:
+            if summary["samples"]:
+                flamegraph(output, args.flamegraph, title=os.path.basename(args.perf_data))
+        finally:
+            os.unlink(output)
+    for path in summary["modules_missing"]:
+        print(f"stackwalk: warning: cannot read {path}: its frames stop there", file=sys.stderr)
+    if summary["error"]:
+        _error(f"{summary['error']} (after {summary['samples']} samples)")
+        return EXIT_PARTIAL if summary["samples"] else EXIT_FAILED
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="stackwalk", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
@@ -170,6 +201,16 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--thread", type=int, metavar="TID", help="only this thread")
     k.add_argument("--max-frames", type=int, default=256)
     k.set_defaults(func=cmd_core)
+
+    pf = sub.add_parser("perf", help="unwind every sample of a perf record --call-graph dwarf file")
+    pf.add_argument("perf_data", metavar="PERF.DATA")
+    out = pf.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="JSON Lines, one object per sample")
+    out.add_argument("--collapsed", action="store_true", help="folded stacks with counts")
+    out.add_argument("--flamegraph", metavar="OUT.svg", help="write an interactive SVG flame graph")
+    pf.add_argument("--jobs", type=int, default=0, help="worker threads (default: one per core)")
+    pf.add_argument("--max-frames", type=int, default=512)
+    pf.set_defaults(func=cmd_perf)
 
     u = sub.add_parser("unwind", help="unwind a saved capture")
     u.add_argument("capture", help="a file written by 'stackwalk capture'")
