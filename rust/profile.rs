@@ -22,8 +22,8 @@ use crate::cfi::{Data, Module, UnwindInfo};
 use crate::memory::Regions;
 use crate::modules::ModuleSet;
 use crate::perf::{
-    sample_registers, Event, PerfFile, Sample, PERF_CONTEXT_KERNEL, PERF_CONTEXT_MAX,
-    PERF_SAMPLE_REGS_ABI_NONE,
+    sample_registers, Event, PerfFile, Sample, PERF_CONTEXT_HV, PERF_CONTEXT_KERNEL,
+    PERF_CONTEXT_USER, PERF_SAMPLE_REGS_ABI_NONE,
 };
 use crate::registers::Registers;
 use crate::stackdb::StackDb;
@@ -91,6 +91,8 @@ struct FileInfo {
 struct Placed {
     range: Range<u64>,
     bias: u64,
+    /// File offset the mapping starts at.
+    pgoff: u64,
     file: Arc<FileInfo>,
 }
 
@@ -101,6 +103,50 @@ struct Process {
     placed: Arc<Vec<Placed>>,
 }
 
+/// An event taken out of the reader's buffer, to be applied in time order.
+enum Owned {
+    Sample { pid: i32, tid: i32, time: u64, kernel: Vec<u64>, user: Option<Box<UserState>> },
+    Mmap { pid: i32, start: u64, len: u64, pgoff: u64, filename: Vec<u8> },
+    Comm { tid: i32, comm: Vec<u8> },
+    Fork { pid: i32, ppid: i32, tid: i32, ptid: i32 },
+}
+
+impl Owned {
+    fn from_event(arch: Arch, event: &Event<'_>) -> Option<Owned> {
+        Some(match event {
+            Event::Sample(s) => Owned::Sample {
+                pid: s.pid,
+                tid: s.tid,
+                time: s.time.unwrap_or(0),
+                kernel: kernel_callchain(s.callchain.unwrap_or(&[])),
+                user: user_state(arch, s).map(Box::new),
+            },
+            Event::Mmap(m) if m.executable() => Owned::Mmap {
+                pid: m.pid,
+                start: m.start,
+                len: m.len,
+                pgoff: m.pgoff,
+                filename: m.filename.to_vec(),
+            },
+            Event::Comm { tid, comm, .. } => Owned::Comm { tid: *tid, comm: comm.to_vec() },
+            Event::Fork { pid, ppid, tid, ptid, .. } => {
+                Owned::Fork { pid: *pid, ppid: *ppid, tid: *tid, ptid: *ptid }
+            }
+            _ => return None,
+        })
+    }
+}
+
+struct Queued {
+    time: u64,
+    /// File order, to keep events of equal time in it.
+    seq: u64,
+    event: Owned,
+}
+
+/// A sample's user pc, registers, sp and stack copy.
+type UserState = (u64, Registers, u64, Vec<u8>);
+
 /// A sample waiting in a batch.
 struct Pending {
     pid: i32,
@@ -109,7 +155,7 @@ struct Pending {
     comm: Arc<str>,
     process: Process,
     kernel: Vec<u64>,
-    user: Option<(u64, Registers, u64, Vec<u8>)>,
+    user: Option<Box<UserState>>,
 }
 
 /// An unwound sample.
@@ -161,6 +207,12 @@ impl Profiler {
         out: &mut W,
     ) -> std::io::Result<()> {
         let mut batch: Vec<Pending> = Vec::with_capacity(self.options.batch);
+        // Events are written per CPU buffer, so a thread's samples can come
+        // before its FORK in the file. As perf does, events are queued and,
+        // at each FINISHED_ROUND, those up to the highest time seen before
+        // the previous round marker are processed in time order.
+        let mut queue: Vec<Queued> = Vec::new();
+        let (mut seq, mut last_time, mut round_max, mut flush_limit) = (0u64, 0u64, 0u64, None);
         loop {
             let event = match perf.next_event() {
                 Ok(Some(event)) => event,
@@ -170,36 +222,26 @@ impl Profiler {
                     break;
                 }
             };
-            match event {
-                Event::Sample(sample) => {
-                    let pending = self.pending(&sample);
-                    batch.push(pending);
-                    if batch.len() >= self.options.batch {
-                        self.flush(&mut batch, out)?;
+            if let Event::FinishedRound = event {
+                if let Some(limit) = flush_limit {
+                    queue.sort_by_key(|q| (q.time, q.seq));
+                    let ready = queue.partition_point(|q| q.time <= limit);
+                    for q in queue.drain(..ready) {
+                        self.process(q.event, &mut batch, out)?;
                     }
                 }
-                Event::Mmap(m) if m.executable() => {
-                    self.map(m.pid, m.start, m.len, m.pgoff, m.filename);
-                }
-                Event::Comm { pid, tid, comm, exec, .. } => {
-                    let comm: Arc<str> = String::from_utf8_lossy(comm).into();
-                    if exec {
-                        // A new program: its mappings follow.
-                        self.processes.insert(pid, Process::default());
-                    }
-                    self.comms.insert(tid, comm);
-                }
-                Event::Fork { pid, ppid, tid, ptid, .. } => {
-                    if let Some(comm) = self.comms.get(&ptid).cloned() {
-                        self.comms.insert(tid, comm);
-                    }
-                    if pid != ppid {
-                        let parent = self.processes.get(&ppid).cloned().unwrap_or_default();
-                        self.processes.insert(pid, parent);
-                    }
-                }
-                _ => {}
+                flush_limit = Some(round_max);
+                continue;
             }
+            last_time = event.time().unwrap_or(last_time);
+            let Some(owned) = Owned::from_event(self.arch, &event) else { continue };
+            round_max = round_max.max(last_time);
+            queue.push(Queued { time: last_time, seq, event: owned });
+            seq += 1;
+        }
+        queue.sort_by_key(|q| (q.time, q.seq));
+        for q in queue {
+            self.process(q.event, &mut batch, out)?;
         }
         self.flush(&mut batch, out)?;
         self.summary.processes = self.processes.len();
@@ -209,18 +251,48 @@ impl Profiler {
         out.flush()
     }
 
-    fn pending(&self, s: &Sample<'_>) -> Pending {
-        let kernel = kernel_callchain(s.callchain.unwrap_or(&[]));
-        let user = user_state(self.arch, s);
-        Pending {
-            pid: s.pid,
-            tid: s.tid,
-            time: s.time.unwrap_or(0),
-            comm: self.comms.get(&s.tid).cloned().unwrap_or_else(|| Arc::from(":-1")),
-            process: self.processes.get(&s.pid).cloned().unwrap_or_default(),
-            kernel,
-            user,
+    /// Apply one event, in time order.
+    fn process<W: Write>(
+        &mut self,
+        event: Owned,
+        batch: &mut Vec<Pending>,
+        out: &mut W,
+    ) -> std::io::Result<()> {
+        match event {
+            Owned::Sample { pid, tid, time, kernel, user } => {
+                batch.push(Pending {
+                    pid,
+                    tid,
+                    time,
+                    comm: self.comms.get(&tid).cloned().unwrap_or_else(|| Arc::from(":-1")),
+                    process: self.processes.get(&pid).cloned().unwrap_or_default(),
+                    kernel,
+                    user,
+                });
+                if batch.len() >= self.options.batch {
+                    self.flush(batch, out)?;
+                }
+            }
+            Owned::Mmap { pid, start, len, pgoff, filename } => {
+                self.map(pid, start, len, pgoff, &filename);
+            }
+            // An exec's new mappings replace the old ones they overlap (as
+            // perf keeps them): the process's modules are not cleared here,
+            // since mmaps of the new program may sort before the COMM.
+            Owned::Comm { tid, comm, .. } => {
+                self.comms.insert(tid, String::from_utf8_lossy(&comm).into());
+            }
+            Owned::Fork { pid, ppid, tid, ptid } => {
+                if let Some(comm) = self.comms.get(&ptid).cloned() {
+                    self.comms.insert(tid, comm);
+                }
+                if pid != ppid {
+                    let parent = self.processes.get(&ppid).cloned().unwrap_or_default();
+                    self.processes.insert(pid, parent);
+                }
+            }
         }
+        Ok(())
     }
 
     /// A new executable mapping in process `pid`.
@@ -253,7 +325,7 @@ impl Profiler {
             }
         }
         let at = placed.partition_point(|p| p.range.start < range.start);
-        placed.insert(at, Placed { range, bias, file });
+        placed.insert(at, Placed { range, bias, pgoff, file });
         *process = Process { modules: Arc::new(modules), placed: Arc::new(placed) };
     }
 
@@ -367,7 +439,7 @@ impl Profiler {
 }
 
 fn unwind_one(arch: Arch, max_frames: usize, p: &Pending) -> Done {
-    let Some((pc, regs, sp, stack)) = &p.user else {
+    let Some((pc, regs, sp, stack)) = p.user.as_deref() else {
         return Done { frames: Vec::new(), end: None };
     };
     UNWINDER.with(|cell| {
@@ -385,22 +457,25 @@ fn unwind_one(arch: Arch, max_frames: usize, p: &Pending) -> Done {
     })
 }
 
-/// The kernel part of a raw callchain (after PERF_CONTEXT_KERNEL).
+/// The kernel part of a raw callchain (after PERF_CONTEXT_KERNEL). Only the
+/// context markers switch context; any other value, even one in the marker
+/// range, is an entry of the current context, as perf script shows it.
 fn kernel_callchain(chain: &[u64]) -> Vec<u64> {
     let mut out = Vec::new();
     let mut in_kernel = false;
     for &ip in chain {
-        if ip >= PERF_CONTEXT_MAX {
-            in_kernel = ip == PERF_CONTEXT_KERNEL;
-        } else if in_kernel {
-            out.push(ip);
+        match ip {
+            PERF_CONTEXT_KERNEL => in_kernel = true,
+            PERF_CONTEXT_HV | PERF_CONTEXT_USER => in_kernel = false,
+            _ if in_kernel => out.push(ip),
+            _ => {}
         }
     }
     out
 }
 
 /// The user registers and stack of a sample (None for a kernel thread).
-fn user_state(arch: Arch, s: &Sample<'_>) -> Option<(u64, Registers, u64, Vec<u8>)> {
+fn user_state(arch: Arch, s: &Sample<'_>) -> Option<UserState> {
     if s.regs_abi == PERF_SAMPLE_REGS_ABI_NONE {
         return None;
     }
@@ -413,6 +488,8 @@ struct Location {
     file: Option<Arc<FileInfo>>,
     /// ELF address (pc − bias).
     offset: u64,
+    /// Where the lookup address is in the file, as perf script prints it.
+    file_offset: u64,
     function: Option<(String, u64)>,
 }
 
@@ -420,7 +497,7 @@ fn locate(process: &Process, pc: u64, lookup: u64, debug_root: &std::path::Path)
     let placed = &process.placed;
     let i = placed.partition_point(|p| p.range.start <= lookup);
     let Some(p) = i.checked_sub(1).map(|i| &placed[i]).filter(|p| lookup < p.range.end) else {
-        return Location { file: None, offset: pc, function: None };
+        return Location { file: None, offset: pc, file_offset: lookup, function: None };
     };
     let table = p.file.symbols.get_or_init(|| {
         let data = p.file.data.as_ref()?;
@@ -430,7 +507,8 @@ fn locate(process: &Process, pc: u64, lookup: u64, debug_root: &std::path::Path)
         let (name, off) = t.lookup(lookup.wrapping_sub(p.bias))?;
         Some((crate::symbols::demangle(name).into_owned(), off + (pc - lookup)))
     });
-    Location { file: Some(p.file.clone()), offset: pc.wrapping_sub(p.bias), function }
+    let file_offset = lookup.wrapping_sub(p.range.start).wrapping_add(p.pgoff);
+    Location { file: Some(p.file.clone()), offset: pc.wrapping_sub(p.bias), file_offset, function }
 }
 
 /// `/proc/kallsyms`, read once if a sample has kernel frames.
@@ -488,14 +566,17 @@ fn render(
                     }
                 }
             }
+            // As perf script prints them: a caller at its return address
+            // minus one (inside the call), addresses as offsets in the file.
             for f in &d.frames {
-                let loc = locate(&p.process, f.pc, f.lookup_pc(), debug_root);
+                let lookup = f.lookup_pc();
+                let loc = locate(&p.process, f.pc, lookup, debug_root);
                 let func = match &loc.function {
-                    Some((name, off)) => format!("{name}+{off:#x}"),
+                    Some((name, off)) => format!("{name}+{:#x}", off - (f.pc - lookup)),
                     None => "[unknown]".to_owned(),
                 };
                 let module = loc.file.as_ref().map_or("[unknown]", |f| &f.path);
-                let _ = writeln!(s, "\t{:>16x} {func} ({module})", loc.offset);
+                let _ = writeln!(s, "\t{:>16x} {func} ({module})", loc.file_offset);
             }
             s.push('\n');
         }

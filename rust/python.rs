@@ -628,13 +628,19 @@ impl PyStackDb {
             .ok_or_else(|| StackwalkError::new_err(format!("no trace {index}")))
     }
 
-    /// The `n` most frequent traces: (index, pcs, count), most frequent first.
-    fn top(&self, n: usize) -> Vec<(u32, Vec<u64>, u64)> {
-        self.inner
-            .top(n)
-            .into_iter()
-            .filter_map(|i| Some((i, self.inner.trace(i)?.to_vec(), self.inner.count(i)?)))
-            .collect()
+    /// The `n` most frequent traces: (index, pcs tuple, count), most frequent first.
+    fn top<'py>(
+        &self,
+        py: Python<'py>,
+        n: usize,
+    ) -> PyResult<Vec<(u32, Bound<'py, PyTuple>, u64)>> {
+        let mut out = Vec::with_capacity(n.min(self.inner.len()));
+        for i in self.inner.top(n) {
+            if let (Some(trace), Some(count)) = (self.inner.trace(i), self.inner.count(i)) {
+                out.push((i, PyTuple::new(py, trace)?, count));
+            }
+        }
+        Ok(out)
     }
 
     /// Traces added, duplicates included.
@@ -653,11 +659,13 @@ impl PyStackDb {
         self.inner.len()
     }
 
-    /// (index, pcs, count) for every distinct trace, in index order.
+    /// (index, pcs tuple, count) for every distinct trace, in index order.
     fn __iter__(slf: PyRef<'_, Self>) -> PyResult<Py<PyAny>> {
         let py = slf.py();
-        let items: Vec<(u32, Vec<u64>, u64)> =
-            slf.inner.iter().map(|(i, t, c)| (i, t.to_vec(), c)).collect();
+        let mut items = Vec::with_capacity(slf.inner.len());
+        for (i, trace, count) in slf.inner.iter() {
+            items.push((i, PyTuple::new(py, trace)?, count));
+        }
         Ok(items.into_pyobject(py)?.call_method0("__iter__")?.unbind())
     }
 
