@@ -178,12 +178,19 @@ pub struct Profiler {
     folded: StackDb,
     names: Vec<String>,
     name_ids: HashMap<String, u64>,
+    /// The vdso image the recording's processes had, when known.
+    vdso: Option<Arc<Data>>,
     pub summary: Summary,
 }
 
 impl Profiler {
-    pub fn new(arch: Arch, options: Options) -> Self {
+    /// `vdso_build_id`: the build id perf.data records for `[vdso]`; if this
+    /// process's own vdso has the same (a recording made on this kernel),
+    /// its image serves for the recording's.
+    pub fn new(arch: Arch, options: Options, vdso_build_id: Option<&[u8]>) -> Self {
+        let vdso = vdso_build_id.and_then(own_vdso).map(Arc::new);
         Profiler {
+            vdso,
             arch,
             options,
             files: HashMap::new(),
@@ -334,11 +341,15 @@ impl Profiler {
             return f.clone();
         }
         let path: Arc<str> = String::from_utf8_lossy(filename).into();
-        let data = std::fs::File::open(&*path)
-            .ok()
-            // SAFETY: read-only mapping of a file assumed not to shrink while in use.
-            .and_then(|f| unsafe { memmap2::Mmap::map(&f) }.ok())
-            .map(|m| Arc::new(Data::Mapped(m)));
+        let data = if filename == b"[vdso]" {
+            self.vdso.clone()
+        } else {
+            std::fs::File::open(&*path)
+                .ok()
+                // SAFETY: read-only mapping of a file assumed not to shrink while in use.
+                .and_then(|f| unsafe { memmap2::Mmap::map(&f) }.ok())
+                .map(|m| Arc::new(Data::Mapped(m)))
+        };
         let mut unwind = None;
         let mut loads = Vec::new();
         if let Some(data) = &data {
@@ -352,7 +363,7 @@ impl Profiler {
                 loads = summary.loads.iter().map(|l| (l.0, l.2, l.3)).collect();
             }
         }
-        if unwind.is_none() && !path.starts_with('[') && !path.starts_with("//") {
+        if unwind.is_none() && path.starts_with('/') {
             self.summary.modules_missing.push(path.to_string());
         }
         let info = Arc::new(FileInfo { path, unwind, loads, data, symbols: OnceLock::new() });
@@ -436,6 +447,22 @@ impl Profiler {
         }
         Ok(())
     }
+}
+
+/// This process's vdso image, if its build id is `build_id`.
+fn own_vdso(build_id: &[u8]) -> Option<Data> {
+    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    let line = maps.lines().find(|l| l.ends_with("[vdso]"))?;
+    let (range, _) = line.split_once(' ')?;
+    let (start, end) = range.split_once('-')?;
+    let (start, end) =
+        (usize::from_str_radix(start, 16).ok()?, usize::from_str_radix(end, 16).ok()?);
+    // SAFETY: the kernel maps the vdso readable for the life of the process.
+    let image = unsafe { std::slice::from_raw_parts(start as *const u8, end.checked_sub(start)?) };
+    let ours = crate::elf::summarize(image).ok()?.build_id?;
+    // perf pads build ids to 20 bytes.
+    (build_id.starts_with(&ours) && build_id[ours.len()..].iter().all(|&b| b == 0))
+        .then(|| Data::Owned(image.to_vec()))
 }
 
 fn unwind_one(arch: Arch, max_frames: usize, p: &Pending) -> Done {

@@ -712,7 +712,8 @@ fn perf_report<'py>(
         .num_threads(jobs)
         .build()
         .map_err(|e| StackwalkError::new_err(format!("cannot start worker threads: {e}")))?;
-    let mut profiler = Profiler::new(arch, options);
+    let vdso_id = perf.header().build_ids.iter().find(|b| b.filename == "[vdso]");
+    let mut profiler = Profiler::new(arch, options, vdso_id.map(|b| b.build_id.as_slice()));
     let written: std::io::Result<()> = py.detach(|| {
         pool.install(|| match &output {
             Some(out) => {

@@ -11,7 +11,7 @@ included: perf unwinds nothing when a sample has no stack copy). Every other sam
 exactly, save one more failure of perf's, checked against objdump where it happens (see
 perf_skipped_frames), and at least 99% of each workload's samples must agree exactly. perf 6.1
 often stops early in a program exec'd by a process it already knew (the fork workload); those
-samples are checked against perf on the same program recorded on its own (reexec_early).
+samples are checked against perf on the same program recorded on its own (reexec_excused).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from elftools.elf.elffile import ELFFile
 from perfdata import (
     WORKLOADS,
     Key,
@@ -187,7 +188,7 @@ def stopped_without_cfi(
         return False
     user = [f for f in frames if not f["kernel"]]
     last = user[-1]
-    if last["module"] is None:
+    if last["module"] is None or not os.path.isfile(last["module"]):
         return False
     address = int(last["module_offset"], 16) - (1 if len(user) > 1 else 0)
     return readelf_row(last["module"], address) is None
@@ -268,21 +269,28 @@ def agreement(recording: Recording) -> dict[str, list[Pair]]:
     return out
 
 
-def reexec_early(recordings: Recordings, recording: Recording, early: list[Pair]) -> list[Pair]:
-    """The samples where perf stopped early in a program exec'd by a process perf already knew
-    (perf 6.1's limitation, see perfdata.py), each checked against perf itself on the same
-    program recorded on its own: the frames ours has beyond perf's are in modules perf shows
-    there, and ours end where a fully unwound stack ends, in ``_start`` (the program's, or the
-    dynamic loader's while it starts the program)."""
+def is_reexec(recording: Recording, theirs: ScriptSample) -> bool:
+    """A sample of the program exec'd by a process perf already knew (see perfdata.py)."""
+    return recording.reexec is not None and theirs.comm == recording.reexec[0]
+
+
+def reexec_excused(recordings: Recordings, recording: Recording, pairs: list[Pair]) -> list[Pair]:
+    """The samples of a program exec'd by a process perf already knew, where perf 6.1 is
+    unreliable (it stops early, or right after the exec unwinds with the mappings of the
+    program that exec'd, perf itself), each checked against perf on the same program recorded
+    on its own: our frames are in modules perf shows there or in the program's dynamic loader
+    (PT_INTERP, while it starts the program), and ours end where a fully unwound stack ends, in
+    ``_start`` (the program's or the loader's)."""
     if recording.reexec is None:
         return []
     comm, workload = recording.reexec
-    modules = {module for s in recordings(workload).script() for module, _ in s.user_addresses()}
-    found = [(theirs, ours) for theirs, ours in early if theirs.comm == comm]
+    alone = recordings(workload)
+    modules = {module for s in alone.script() for module, _ in s.user_addresses()}
+    modules |= {interpreter(alone.argv[0])}
+    found = [(theirs, ours) for theirs, ours in pairs if is_reexec(recording, theirs)]
     for theirs, ours in found:
-        frames = our_user_addresses(ours["frames"])
-        beyond = {module for module, _ in frames[len(theirs.user_frames) :]}
-        assert beyond <= modules, f"{theirs.key}: frames in {beyond - modules}"
+        ours_modules = {module for module, _ in our_user_addresses(ours["frames"])}
+        assert ours_modules <= modules, f"{theirs.key}: frames in {ours_modules - modules}"
         last = [f for f in ours["frames"] if not f["kernel"]][-1]
         starts = symbol_values(last["module"] or "", "_start")
         offset = h(last["module_offset"]) - 1
@@ -290,6 +298,15 @@ def reexec_early(recordings: Recordings, recording: Recording, early: list[Pair]
             f"{theirs.key}: ours ends at {last}, not in _start"
         )
     return found
+
+
+def interpreter(executable: str) -> str:
+    """The real path of a program's dynamic loader (its PT_INTERP)."""
+    with open(executable, "rb") as f:
+        for segment in ELFFile(f).iter_segments():
+            if segment["p_type"] == "PT_INTERP":
+                return os.path.realpath(segment.get_interp_name())
+    return ""
 
 
 @pytest.mark.parametrize("workload", WORKLOADS)
@@ -303,17 +320,21 @@ def test_user_frames_match_perf_script(
     program recorded alone, and those samples are left out of the rate."""
     recording = recordings(workload)
     groups = agreement(recording)
-    excused = reexec_early(recordings, recording, groups[PERF_STOPPED_EARLY])
-    total = sum(map(len, groups.values())) - len(excused)
+    inexact = [pair for kind, pairs in groups.items() if kind != EXACT for pair in pairs]
+    excused = reexec_excused(recordings, recording, inexact)
+    for kind in groups:
+        if kind != EXACT:
+            groups[kind] = [p for p in groups[kind] if not is_reexec(recording, p[0])]
+    total = sum(map(len, groups.values()))
     exact = len(groups[EXACT])
     rate = exact / total
-    early = len(groups[PERF_STOPPED_EARLY]) - len(excused)
+    early = len(groups[PERF_STOPPED_EARLY])
     summary = (f"{workload}: {exact}/{total} samples ({rate:.2%}) exactly as perf script, "
                f"perf stopped early on {early}, skipped frames on "
                f"{len(groups[PERF_SKIPPED_FRAMES])}, ours stopped without CFI on "
                f"{len(groups[OURS_NO_CFI])}, {len(groups[DISAGREE])} disagree")  # fmt: skip
     if excused:
-        summary += f"; {len(excused)} more after the exec, where perf stopped early"
+        summary += f"; {len(excused)} more after the exec, where perf is unreliable"
     print(summary)
     record_property("agreement", summary)
     assert not groups[DISAGREE], "\n\n".join(
@@ -405,7 +426,7 @@ def parse_folded(text: str) -> Counter[str]:
 def perf_folded(recording: Recording) -> tuple[Counter[str], Counter[str], Counter[str], int]:
     """Folded stacks from perf script's samples: (all, those of the samples where perf
     stopped early or skipped frames, ours for those same samples, how many of these are not
-    excused by reexec_early).
+    excused by reexec_excused).
 
     Naming: the two tools name some functions differently (perf script shows libc's
     ``__GI___qsort_r`` and ``__libc_start_main@@GLIBC_2.34``, from the debug file's local
@@ -437,12 +458,13 @@ def perf_folded(recording: Recording) -> tuple[Counter[str], Counter[str], Count
         stack = fold(theirs.comm, names)
         everything[stack] += 1
         kind = classify(theirs, ours)
-        if kind in (PERF_STOPPED_EARLY, PERF_SKIPPED_FRAMES, OURS_NO_CFI):
+        reexec = is_reexec(recording, theirs)
+        if kind in (PERF_STOPPED_EARLY, PERF_SKIPPED_FRAMES, OURS_NO_CFI) or (
+            reexec and kind != EXACT
+        ):
             early[stack] += 1
             ours_for_early[fold(ours["comm"], [folded_name(f) for f in ours["frames"]])] += 1
-            excused = kind == PERF_STOPPED_EARLY and recording.reexec is not None and (
-                theirs.comm == recording.reexec[0])  # fmt: skip
-            unexcused += not excused
+            unexcused += not reexec
     return everything, early, ours_for_early, unexcused
 
 
@@ -450,7 +472,7 @@ def perf_folded(recording: Recording) -> tuple[Counter[str], Counter[str], Count
 def test_collapsed_matches_perf_script(recordings: Recordings, workload: str) -> None:
     """``--collapsed`` gives the counts per stack that folding perf script's output gives;
     the stacks of the samples where perf stopped early or skipped frames (at most 1%, besides
-    the fork workload's exec'd program, see reexec_early) are ours."""
+    the fork workload's exec'd program, see reexec_excused) are ours."""
     recording = recordings(workload)
     proc = cli(recording, "--collapsed")
     check_clean_exit(proc, f"stackwalk perf --collapsed {recording.path}")
