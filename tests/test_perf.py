@@ -289,6 +289,11 @@ def reexec_excused(recordings: Recordings, recording: Recording, pairs: list[Pai
     modules |= {interpreter(alone.argv[0])}
     found = [(theirs, ours) for theirs, ours in pairs if is_reexec(recording, theirs)]
     for theirs, ours in found:
+        user = [f for f in ours["frames"] if not f["kernel"]]
+        if user and user[0]["function"] == "execve":
+            # Taken inside the execve system call: the comm is already the new program's, the
+            # user stack still the old one's, which has nothing more to show perf's way.
+            continue
         ours_modules = {module for module, _ in our_user_addresses(ours["frames"])}
         assert ours_modules <= modules, f"{theirs.key}: frames in {ours_modules - modules}"
         last = [f for f in ours["frames"] if not f["kernel"]][-1]
