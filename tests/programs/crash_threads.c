@@ -86,26 +86,31 @@ NOINLINE void *joiner(void *arg)
     return NULL;
 }
 
-/* Whether every blocked thread has announced itself and sleeps in the kernel. */
+/* Whether the thread `tid` sleeps in the kernel. */
+static int asleep(pid_t tid)
+{
+    char path[64], stat[512];
+    snprintf(path, sizeof path, "/proc/self/task/%d/stat", (int)tid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return 0;
+    size_t n = fread(stat, 1, sizeof stat - 1, f);
+    fclose(f);
+    stat[n] = '\0';
+    char *state = strrchr(stat, ')');
+    return state != NULL && state[2] == 'S';
+}
+
+/* Whether every blocked thread has announced itself and sleeps in the kernel, and so does the
+ * main thread (in pthread_join: until then it may still be inside pthread_create). */
 static int all_asleep(void)
 {
     for (int i = 0; i < BLOCKED; i++) {
         pid_t tid = __atomic_load_n(&tids[i], __ATOMIC_SEQ_CST);
-        if (tid == 0)
-            return 0;
-        char path[64], stat[512];
-        snprintf(path, sizeof path, "/proc/self/task/%d/stat", (int)tid);
-        FILE *f = fopen(path, "r");
-        if (f == NULL)
-            return 0;
-        size_t n = fread(stat, 1, sizeof stat - 1, f);
-        fclose(f);
-        stat[n] = '\0';
-        char *state = strrchr(stat, ')');
-        if (state == NULL || state[2] != 'S')
+        if (tid == 0 || !asleep(tid))
             return 0;
     }
-    return 1;
+    return asleep(getpid());
 }
 
 NOINLINE int crash_here(int x)
