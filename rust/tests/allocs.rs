@@ -4,9 +4,7 @@
 
 #![cfg(all(target_arch = "x86_64", target_os = "linux"))]
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::arch::asm;
-use std::cell::Cell;
 use std::sync::Arc;
 
 use _core::arch::Arch;
@@ -15,42 +13,11 @@ use _core::memory::Regions;
 use _core::registers::Registers;
 use _core::unwind::{EndReason, Frame, Unwinder};
 
-thread_local! {
-    static COUNTING: Cell<bool> = const { Cell::new(false) };
-    static ALLOCATIONS: Cell<usize> = const { Cell::new(0) };
-}
-
-struct CountingAllocator;
-
-unsafe impl GlobalAlloc for CountingAllocator {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if COUNTING.with(Cell::get) {
-            ALLOCATIONS.with(|n| n.set(n.get() + 1));
-        }
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if COUNTING.with(Cell::get) {
-            ALLOCATIONS.with(|n| n.set(n.get() + 1));
-        }
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
+mod alloc_counter;
+use alloc_counter::{allocations, CountingAllocator};
 
 #[global_allocator]
 static ALLOCATOR: CountingAllocator = CountingAllocator;
-
-/// Allocations made by `f` on this thread.
-fn allocations<T>(f: impl FnOnce() -> T) -> (T, usize) {
-    ALLOCATIONS.with(|n| n.set(0));
-    COUNTING.with(|c| c.set(true));
-    let out = f();
-    COUNTING.with(|c| c.set(false));
-    (out, ALLOCATIONS.with(Cell::get))
-}
 
 struct Stop {
     pc: u64,

@@ -6,8 +6,6 @@
 //! perf (Debian's `linux-perf`) must be installed: without it this test
 //! fails, it does not skip.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::BufReader;
@@ -16,26 +14,8 @@ use std::process::{Command, Output};
 
 use _core::perf::{Event, PerfFile, PERF_RECORD_MISC_MMAP_DATA};
 
-thread_local! {
-    static COUNTING: Cell<bool> = const { Cell::new(false) };
-    static ALLOCATIONS: Cell<usize> = const { Cell::new(0) };
-}
-
-/// Counts this thread's allocations while `COUNTING` is set.
-struct CountingAllocator;
-
-unsafe impl GlobalAlloc for CountingAllocator {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if COUNTING.with(Cell::get) {
-            ALLOCATIONS.with(|n| n.set(n.get() + 1));
-        }
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
+mod alloc_counter;
+use alloc_counter::{allocations, CountingAllocator};
 
 #[global_allocator]
 static ALLOCATOR: CountingAllocator = CountingAllocator;
@@ -383,14 +363,15 @@ fn check_against_perf(pipe: bool) {
     assert_eq!(ours, theirs);
     // Streaming the whole file again allocates nothing.
     let mut reader = PerfFile::new(BufReader::new(File::open(&data).unwrap())).unwrap();
-    let mut total = 0u64;
-    COUNTING.with(|c| c.set(true));
-    while let Some(event) = reader.next_event().unwrap() {
-        total += event.time().unwrap_or(1) % 7;
-    }
-    COUNTING.with(|c| c.set(false));
+    let (total, allocated) = allocations(|| {
+        let mut total = 0u64;
+        while let Some(event) = reader.next_event().unwrap() {
+            total += event.time().unwrap_or(1) % 7;
+        }
+        total
+    });
     std::hint::black_box(total);
-    assert_eq!(ALLOCATIONS.with(Cell::get), 0, "allocations while reading {seen} records");
+    assert_eq!(allocated, 0, "allocations while reading {seen} records");
 
     let info = String::from_utf8(perf(&["report", "--header-only", "-i", path]).stdout).unwrap();
     let field = |name: &str| {
