@@ -15,6 +15,12 @@ from stackwalk.capture import Capture, capture
 
 PROGRAMS = Path(__file__).parent / "programs"
 
+O2 = ("-O2", "-fomit-frame-pointer")
+
+# How gdb's backtrace ended -> how stackwalk's must end. "outermost": the return-address rule
+# of the last frame (_start's `.cfi_undefined rip`) is undefined.
+EXPECTED_END = {"outermost": "end_of_stack"}
+
 # Debian's interpreter: its symbols (python3.11-dbg's /usr/lib/debug) let gdb break on static
 # interpreter functions such as math_gcd.
 SYSTEM_PYTHON = "/usr/bin/python3"

@@ -18,14 +18,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from realstacks import Builder, Captures, describe, module_of, unwind
+from realstacks import EXPECTED_END, O2, Builder, Captures, describe, module_of, unwind
 from stackwalk.capture import Capture
 
 SYSROOT = "/usr/aarch64-linux-gnu"
 CC = "aarch64-linux-gnu-gcc"
 CXX = "aarch64-linux-gnu-g++"
-O2 = ("-O2", "-fomit-frame-pointer")
-EXPECTED_END = {"outermost": "end_of_stack"}
 
 
 @dataclass(frozen=True)

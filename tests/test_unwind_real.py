@@ -25,6 +25,8 @@ from typing import Any
 
 import pytest
 from realstacks import (
+    EXPECTED_END,
+    O2,
     PROGRAM_ENV,
     PROGRAMS,
     SYSTEM_PYTHON,
@@ -42,12 +44,6 @@ from stackwalk.capture import (
     CaptureTimeoutError,
     capture,
 )
-
-O2 = ("-O2", "-fomit-frame-pointer")
-
-# How gdb's backtrace ended -> how stackwalk's must end. "outermost": the return-address rule
-# of the last frame (_start's `.cfi_undefined rip`) is undefined.
-EXPECTED_END = {"outermost": "end_of_stack"}
 
 
 @dataclass(frozen=True)
