@@ -9,6 +9,8 @@ use gimli::UnwindContext;
 use crate::arch::{Arch, DefaultRule};
 use crate::cfi::{CfaRule, FullRow, LookupError, Module, RegRule, RuleSet};
 use crate::expr::{self, ExprError};
+use crate::fallback::{self, Strategies};
+pub use crate::fallback::{FpProblem, RaProblem, Strategy, UnknownStrategy};
 use crate::memory::Memory;
 use crate::modules::ModuleSet;
 pub use crate::modules::OverlapError;
@@ -24,6 +26,15 @@ pub enum Trust {
     Context,
     /// Recovered with call frame information.
     Cfi,
+    /// Recovered from the frame-pointer chain (or, for an aarch64 leaf
+    /// frame 0 without CFI, from lr).
+    FramePointer,
+    /// Recovered with call frame information applied to a frame found by
+    /// scanning: the CFI is right, but the registers it started from were
+    /// guessed (the registers a scan cannot recover are the callee's).
+    CfiScan,
+    /// A plausible return address found by scanning the stack.
+    Scan,
 }
 
 impl Trust {
@@ -31,6 +42,9 @@ impl Trust {
         match self {
             Trust::Context => "context",
             Trust::Cfi => "cfi",
+            Trust::FramePointer => "frame_pointer",
+            Trust::CfiScan => "cfi_scan",
+            Trust::Scan => "scan",
         }
     }
 }
@@ -86,6 +100,13 @@ pub enum EndReason {
     BadCfi,
     /// `max_frames` frames were found and the walk could go on.
     FrameLimit,
+    /// The frame-pointer step was refused: fp zero, misaligned, outside the
+    /// stack, below sp, or not above the previous one (a loop).
+    FpInvalid,
+    /// The return address a fallback step found is not plausible.
+    BadReturnAddress,
+    /// Stack scanning found no plausible return address in its window.
+    ScanFailed,
 }
 
 impl EndReason {
@@ -100,6 +121,9 @@ impl EndReason {
             EndReason::MissingRegister => "missing_register",
             EndReason::BadCfi => "bad_cfi",
             EndReason::FrameLimit => "frame_limit",
+            EndReason::FpInvalid => "fp_invalid",
+            EndReason::BadReturnAddress => "bad_return_address",
+            EndReason::ScanFailed => "scan_failed",
         }
     }
 
@@ -122,6 +146,21 @@ pub enum EndDetail {
     Sp {
         caller: u64,
         frame: u64,
+    },
+    /// The frame pointer a frame-pointer step refused.
+    FramePointer {
+        fp: u64,
+        problem: FpProblem,
+    },
+    /// The return address a fallback step refused.
+    ReturnAddress {
+        address: u64,
+        problem: RaProblem,
+    },
+    /// The stack words scanned, `from..to`.
+    Scan {
+        from: u64,
+        to: u64,
     },
 }
 
@@ -147,7 +186,12 @@ pub struct Unwinder {
     modules: Arc<ModuleSet>,
     ctx: Box<UnwindContext<usize>>,
     cache: RuleCache,
+    strategies: Strategies,
+    scan_words: usize,
 }
+
+/// How many stack words a scan looks at by default.
+pub const DEFAULT_SCAN_WORDS: usize = 1024;
 
 /// The frame being unwound.
 struct FrameState {
@@ -155,6 +199,10 @@ struct FrameState {
     sp: u64,
     /// Frame 0, or interrupted by a signal: its pc was not a return address.
     interrupted: bool,
+    /// False where sp is only a lower bound (an aarch64 frame found by its
+    /// callee's frame record or by scanning).
+    sp_exact: bool,
+    trust: Trust,
 }
 
 /// The caller found by one step (its registers are written in place).
@@ -163,6 +211,7 @@ struct Caller {
     sp: u64,
     /// The callee's CIE marks a signal frame: the caller was interrupted.
     interrupted: bool,
+    sp_exact: bool,
 }
 
 type Step = Result<Caller, (EndReason, EndDetail)>;
@@ -174,7 +223,31 @@ impl Unwinder {
             modules: Arc::new(ModuleSet::new()),
             ctx: Box::new(UnwindContext::new()),
             cache: RuleCache::new(),
+            strategies: Strategies::new(&[Strategy::Cfi]),
+            scan_words: DEFAULT_SCAN_WORDS,
         }
+    }
+
+    /// The ways a frame's caller is looked for, tried in this order for
+    /// every frame (CFI first wherever it covers the pc, as crash processors
+    /// do: `[Cfi, FramePointer, Scan]`). A new unwinder uses CFI alone.
+    /// Repeats are dropped; an empty list leaves only frame 0.
+    pub fn set_strategies(&mut self, order: &[Strategy]) {
+        self.strategies = Strategies::new(order);
+    }
+
+    pub fn strategies(&self) -> &[Strategy] {
+        self.strategies.as_slice()
+    }
+
+    /// How many stack words a scan looks at above a frame's sp (default
+    /// [`DEFAULT_SCAN_WORDS`]).
+    pub fn set_scan_words(&mut self, words: usize) {
+        self.scan_words = words;
+    }
+
+    pub fn scan_words(&self) -> usize {
+        self.scan_words
     }
 
     pub fn arch(&self) -> Arch {
@@ -250,7 +323,10 @@ impl Unwinder {
         if max_frames == 0 {
             return end;
         }
-        let mut callee = FrameState { pc, sp, interrupted: true };
+        let mut callee =
+            FrameState { pc, sp, interrupted: true, sp_exact: true, trust: Trust::Context };
+        let stack = mem.region_of(sp);
+        let mut last_fp = None;
         // Two register files, the callee's and the caller's, swapped by
         // index rather than by copying.
         let mut files = [*regs, Registers::new()];
@@ -274,14 +350,81 @@ impl Unwinder {
             end.lookup_pc = lookup;
             let [a, b] = &mut files;
             let (callee_regs, caller_regs) = if current == 0 { (&*a, b) } else { (&*b, a) };
-            match self.step(lookup, &callee, callee_regs, caller_regs, mem, frames) {
+            // Each strategy in turn, until one finds the caller or one says
+            // the stack ends here; the last failure is the walk's end.
+            let mut outcome: Result<(Caller, Trust), _> =
+                Err((EndReason::NoUnwindInfo, EndDetail::None));
+            let strategies = self.strategies;
+            for &strategy in strategies.as_slice() {
+                let found = match strategy {
+                    Strategy::Cfi => {
+                        self.step(lookup, &callee, callee_regs, caller_regs, mem, frames).map(|c| {
+                            (
+                                c,
+                                if callee.trust == Trust::Scan {
+                                    Trust::CfiScan
+                                } else {
+                                    Trust::Cfi
+                                },
+                            )
+                        })
+                    }
+                    Strategy::FramePointer | Strategy::Scan => {
+                        let mut ctx = fallback::Context {
+                            arch,
+                            modules: &self.modules,
+                            stack,
+                            last_fp,
+                            scan_words: self.scan_words,
+                        };
+                        let frame = fallback::Callee {
+                            index: frames.len() - 1,
+                            pc: callee.pc,
+                            sp: callee.sp,
+                        };
+                        let found = if strategy == Strategy::Scan {
+                            ctx.scan(&frame, callee_regs, caller_regs, mem)
+                                .map(|f| (f, Trust::Scan))
+                        } else {
+                            ctx.frame_pointer(&frame, callee_regs, caller_regs, mem)
+                                .map(|f| (f, Trust::FramePointer))
+                        };
+                        last_fp = ctx.last_fp;
+                        found.map(|(f, trust)| {
+                            let caller = Caller {
+                                pc: f.pc,
+                                sp: f.sp,
+                                interrupted: false,
+                                sp_exact: f.sp_exact,
+                            };
+                            (caller, trust)
+                        })
+                    }
+                };
+                let stop = match &found {
+                    Ok(_) => true,
+                    Err((reason, _)) => reason.is_clean(),
+                };
+                outcome = found;
+                if stop {
+                    break;
+                }
+            }
+            match outcome {
                 Err((reason, detail)) => {
                     end.module = self.module_index(lookup);
                     end.reason = reason;
                     end.detail = detail;
                     return end;
                 }
-                Ok(caller) => {
+                Ok((caller, trust)) => {
+                    // A fallback step knows the frame's CFA where it knows
+                    // the caller's sp exactly: it is that sp.
+                    if matches!(trust, Trust::FramePointer | Trust::Scan) && caller.sp_exact {
+                        if let Some(f) = frames.last_mut() {
+                            f.cfa = Some(caller.sp);
+                        }
+                    }
                     if frames.len() >= max_frames {
                         end.reason = EndReason::FrameLimit;
                         end.detail = EndDetail::None;
@@ -291,13 +434,15 @@ impl Unwinder {
                         pc: caller.pc,
                         sp: caller.sp,
                         cfa: None,
-                        trust: Trust::Cfi,
+                        trust,
                         interrupted: caller.interrupted,
                         signal_frame: false,
                     });
                     callee.pc = caller.pc;
                     callee.sp = caller.sp;
                     callee.interrupted = caller.interrupted;
+                    callee.sp_exact = caller.sp_exact;
+                    callee.trust = trust;
                     current ^= 1;
                 }
             }
@@ -389,6 +534,17 @@ fn apply<M: Memory + ?Sized, const N: usize>(
         e => Err((EndReason::BadCfi, EndDetail::Expr(e))),
     };
     let cfa = match row.cfa {
+        // This frame's sp is a guess (found from its callee's frame record
+        // or by scanning, on aarch64): where the frame saved its fp and fp
+        // points at that saved copy (a frame record, AAPCS64), the CFA is
+        // exact from fp instead.
+        CfaRule::RegOffset { reg, .. }
+            if !callee.sp_exact
+                && reg == arch.sp()
+                && fp_based_cfa(arch, row, regs).is_some_and(|c| c >= sp) =>
+        {
+            fp_based_cfa(arch, row, regs).unwrap_or(sp)
+        }
         CfaRule::RegOffset { reg, offset } => match regs.get(reg) {
             Some(v) => v.wrapping_add(offset as u64),
             None => return Err((EndReason::MissingRegister, EndDetail::Register(reg))),
@@ -476,7 +632,15 @@ fn apply<M: Memory + ?Sized, const N: usize>(
     if let Some(col) = arch.pc_column() {
         caller.set(col, caller_pc);
     }
-    Ok(Caller { pc: caller_pc, sp: caller_sp, interrupted: row.signal_frame })
+    Ok(Caller { pc: caller_pc, sp: caller_sp, interrupted: row.signal_frame, sp_exact: true })
+}
+
+/// The CFA as `fp − n` where the row saves fp at CFA + n.
+fn fp_based_cfa<const N: usize>(arch: Arch, row: &RuleSet<N>, regs: &Registers) -> Option<u64> {
+    match row.rule(arch.fp())? {
+        RegRule::Offset(n) => Some(regs.get(arch.fp())?.wrapping_sub(n as u64)),
+        _ => None,
+    }
 }
 
 impl End {
@@ -508,6 +672,15 @@ impl End {
             (EndReason::BadCfi, EndDetail::Expr(e)) => format!("frame {frame}: {e} at {place}"),
             (EndReason::BadCfi, EndDetail::Lookup(e)) => format!("frame {frame}: {e} at {place}"),
             (EndReason::FrameLimit, _) => format!("stopped after {} frames (frame limit)", frame + 1),
+            (EndReason::FpInvalid, EndDetail::FramePointer { fp, problem }) => {
+                format!("frame {frame}: frame pointer {fp:#x} {problem} at {place}")
+            }
+            (EndReason::BadReturnAddress, EndDetail::ReturnAddress { address, problem }) => {
+                format!("frame {frame}: return address {address:#x} {problem} at {place}")
+            }
+            (EndReason::ScanFailed, EndDetail::Scan { from, to }) => format!(
+                "frame {frame}: no plausible return address in the stack words {from:#x}..{to:#x} at {place}"
+            ),
             (reason, _) => format!("frame {frame}: {} at {place}", reason.as_str()),
         }
     }
