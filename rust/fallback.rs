@@ -273,8 +273,8 @@ impl Context<'_> {
     }
 
     /// One frame-pointer step: the frame record at fp gives the caller's pc
-    /// and fp; the caller's sp is just above the record. On aarch64, frame
-    /// 0 may be a leaf that made no record: its return address is still in lr.
+    /// and fp; the caller's sp is just above the record. Frame 0 may be a
+    /// leaf that made no record (see `leaf`).
     pub fn frame_pointer<M: Memory + ?Sized>(
         &mut self,
         callee: &Callee,
@@ -321,12 +321,14 @@ impl Context<'_> {
         Ok(Found { pc: ra, sp, sp_exact: arch.frame_record_gives_exact_sp() })
     }
 
-    /// aarch64 frame 0 without CFI: a leaf function keeps its return address
-    /// in lr and the caller's frame record in x29. Taken when lr is a
-    /// plausible return address that the record at x29 does not repeat and
-    /// the `bl` before it calls the function holding the pc (its target is
-    /// at or below the pc, and the `bl` itself lies outside
-    /// [target, pc]: a non-leaf's lr points after a call inside itself).
+    /// Frame 0 without CFI may be a leaf that made no frame record: its fp
+    /// is still its caller's, and its return address is in lr (aarch64) or
+    /// at sp (x86_64, where a call pushes it). Taken when that is a
+    /// plausible return address that the record at fp does not repeat, and
+    /// either it is in another module than the pc, or the direct call
+    /// before it calls the function holding the pc: its target is at or
+    /// below the pc, and the call itself lies outside [target, pc] (a
+    /// non-leaf's lr points after a call inside itself).
     fn leaf<M: Memory + ?Sized>(
         &self,
         callee: &Callee,
@@ -336,24 +338,35 @@ impl Context<'_> {
         mem: &mut M,
     ) -> Option<Found> {
         let arch = self.arch;
-        let lr = arch.strip_return_address(regs.get(arch.link_register()?)?);
-        self.check_return_address(lr).ok()?;
         let w = arch.word_size();
+        let (raw, sp) = match arch.link_register() {
+            Some(lr) => (regs.get(lr)?, callee.sp),
+            None => (mem.read_sized(callee.sp, w as u8)?, callee.sp.checked_add(w)?),
+        };
+        let ra = arch.strip_return_address(raw);
+        self.check_return_address(ra).ok()?;
         let in_record = fp.and_then(|fp| mem.read_sized(fp.checked_add(w)?, w as u8));
-        if in_record.map(|r| arch.strip_return_address(r)) == Some(lr) {
+        if in_record.map(|r| arch.strip_return_address(r)) == Some(ra) {
             return None;
         }
-        let module = &self.modules.modules()[self.modules.index_of(lr.wrapping_sub(1))?];
-        let code = module.code_before(lr.wrapping_sub(module.bias), arch.call_window())?;
-        let target = arch.direct_call_target(lr.wrapping_sub(module.bias), code)?;
-        let target = target.wrapping_add(module.bias);
-        let call = lr - code.len() as u64;
-        let calls_this_function = target <= callee.pc && callee.pc - target < 1 << 20;
-        if !calls_this_function || (target <= call && call <= callee.pc) {
-            return None;
+        let ra_module = self.modules.index_of(ra.wrapping_sub(1))?;
+        // A call the frame made would have left a return address into its
+        // own module: one into another module (or a pc in no module) is
+        // the one it was called with. Within one module, the direct call
+        // before it must call the pc's function.
+        if self.modules.index_of(callee.pc) == Some(ra_module) {
+            let module = &self.modules.modules()[ra_module];
+            let code = module.code_before(ra.wrapping_sub(module.bias), arch.call_window())?;
+            let target = arch.direct_call_target(ra.wrapping_sub(module.bias), code)?;
+            let target = target.wrapping_add(module.bias);
+            let call = ra - 1; // the call's last byte
+            let calls_this_function = target <= callee.pc && callee.pc - target < 1 << 20;
+            if !calls_this_function || (target <= call && call <= callee.pc) {
+                return None;
+            }
         }
-        self.set_caller(regs, caller, lr, callee.sp, fp);
-        Some(Found { pc: lr, sp: callee.sp, sp_exact: false })
+        self.set_caller(regs, caller, ra, sp, fp);
+        Some(Found { pc: ra, sp, sp_exact: arch.link_register().is_none() })
     }
 
     /// Scan up to `scan_words` stack words from the frame's sp for the first

@@ -401,11 +401,21 @@ impl Unwinder {
                         })
                     }
                 };
+                // The walk's end is the first failure of a strategy that
+                // applied to the frame: CFI where an FDE covers the pc (a
+                // memory error there says more than a failed scan after
+                // it), the frame-pointer step where there is an fp.
                 let stop = match &found {
                     Ok(_) => true,
                     Err((reason, _)) => reason.is_clean(),
                 };
-                outcome = found;
+                let replace = match &outcome {
+                    Err(failure) => !applied(arch, failure),
+                    Ok(_) => true,
+                };
+                if stop || replace {
+                    outcome = found;
+                }
                 if stop {
                     break;
                 }
@@ -633,6 +643,16 @@ fn apply<M: Memory + ?Sized, const N: usize>(
         caller.set(col, caller_pc);
     }
     Ok(Caller { pc: caller_pc, sp: caller_sp, interrupted: row.signal_frame, sp_exact: true })
+}
+
+/// Whether a strategy's failure means it applied to the frame (and failed),
+/// rather than that it had nothing to go on (no module, no FDE, no fp).
+fn applied(arch: Arch, (reason, detail): &(EndReason, EndDetail)) -> bool {
+    match reason {
+        EndReason::NoModule | EndReason::NoUnwindInfo => false,
+        EndReason::MissingRegister => *detail != EndDetail::Register(arch.fp()),
+        _ => true,
+    }
 }
 
 /// The CFA as `fp − n` where the row saves fp at CFA + n.

@@ -372,10 +372,13 @@ fn a_scan_over_garbage_alone_ends_with_scan_failed() {
         s.set(SP + 8 * i as u64, *v);
     }
     let module = Image::new(Arch::X86_64).module(None);
-    let w = walk(Arch::X86_64, module, &ALL, rt(PC0), &[(RSP, SP), (RBP, 3)], &s);
+    let w = walk(Arch::X86_64, module.clone(), &ALL, rt(PC0), &[(RSP, SP)], &s);
     assert_eq!(w.pcs(), [rt(PC0)]);
     assert_eq!(w.end.reason, EndReason::ScanFailed, "{}", w.message);
     assert_eq!(w.end.detail, EndDetail::Scan { from: SP, to: STACK_END });
+    // With an fp, its step applied and failed first: that is the reason given.
+    let w = walk(Arch::X86_64, module, &ALL, rt(PC0), &[(RSP, SP), (RBP, 3)], &s);
+    assert_eq!(fp_problem(&w), (3, FpProblem::Misaligned));
     // A bounded window: with 4 words, the scan stops at SP + 32.
     let module = Image::new(Arch::X86_64).module(None);
     let mut uw = Unwinder::new(Arch::X86_64);
@@ -434,6 +437,32 @@ fn a_frame_pointer_step_after_cfi_uses_the_fp_the_cfi_recovered() {
     assert_eq!(w.pcs(), [rt(f.start + 8), rt(R1), rt(R2)], "{}", w.message);
     assert_eq!(w.trusts(), [Context, Cfi, FramePointer]);
     assert_eq!(w.end.reason, EndReason::PcZero);
+}
+
+#[test]
+fn x86_64_leaf_frame_zero_returns_through_the_word_at_sp() {
+    // Frame 0 in LEAF, which pushed nothing: [sp] is R1, after a call to
+    // LEAF; rbp is still the caller's, whose record leads on.
+    let mut image = Image::new(Arch::X86_64);
+    image.call_before(R1, LEAF);
+    let mut s = Stack::new();
+    s.set(SP, rt(R1)).record(FP1, FP2, rt(R2)).record(FP2, FP3, rt(R3)).record(FP3, 0, 0);
+    let regs = [(RSP, SP), (RBP, FP1)];
+    let w = walk(Arch::X86_64, image.module(None), &FP_ONLY, rt(LEAF + 7), &regs, &s);
+    assert_eq!(w.pcs(), [rt(LEAF + 7), rt(R1), rt(R2), rt(R3)], "{}", w.message);
+    assert_eq!(w.sps(), [SP, SP + 8, FP1 + 16, FP2 + 16]);
+    assert_eq!(w.end.reason, EndReason::PcZero);
+    // The same word after a call to another function: not a leaf of LEAF's,
+    // so the record at rbp is followed (and R1 is not a frame).
+    let w = walk(
+        Arch::X86_64,
+        Image::new(Arch::X86_64).module(None),
+        &FP_ONLY,
+        rt(LEAF + 7),
+        &regs,
+        &s,
+    );
+    assert_eq!(w.pcs(), [rt(LEAF + 7), rt(R2), rt(R3)], "{}", w.message);
 }
 
 // --- aarch64 -----------------------------------------------------------------------------
