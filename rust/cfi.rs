@@ -69,7 +69,7 @@ pub type Row = RuleSet<NUM_REGS>;
 pub type CompactRow = RuleSet<8>;
 
 impl<const N: usize> RuleSet<N> {
-    pub fn new(cfa: CfaRule, ra: u16, signal_frame: bool) -> Self {
+    pub const fn new(cfa: CfaRule, ra: u16, signal_frame: bool) -> Self {
         RuleSet { cfa, ra, signal_frame, len: 0, rules: [(0, RegRule::Undefined); N] }
     }
 

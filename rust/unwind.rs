@@ -7,7 +7,7 @@ use std::sync::Arc;
 use gimli::UnwindContext;
 
 use crate::arch::{Arch, DefaultRule};
-use crate::cfi::{CfaRule, FullRow, LookupError, Module, RegRule, RuleSet};
+use crate::cfi::{CfaRule, CompactRow, FullRow, LookupError, Module, RegRule, RuleSet};
 use crate::expr::{self, ExprError};
 use crate::fallback::{self, Strategies};
 pub use crate::fallback::{FpProblem, RaProblem, Strategy, UnknownStrategy};
@@ -189,6 +189,10 @@ pub struct Unwinder {
     strategies: Strategies,
     scan_words: usize,
 }
+
+/// The module index the rule cache records for an address no FDE covers.
+const NO_FDE: usize = u32::MAX as usize;
+const NO_FDE_ROW: CompactRow = CompactRow::new(CfaRule::RegOffset { reg: 0, offset: 0 }, 0, false);
 
 /// How many stack words a scan looks at by default.
 pub const DEFAULT_SCAN_WORDS: usize = 1024;
@@ -478,6 +482,9 @@ impl Unwinder {
         // modules change, so a hit also names the module, without a search.
         let generation = self.modules.generation();
         if let Some((m, row)) = self.cache.get(lookup, generation) {
+            if m == NO_FDE {
+                return Err((EndReason::NoUnwindInfo, EndDetail::Lookup(LookupError::NoFde)));
+            }
             let module = &*self.modules.modules()[m];
             return apply(self.arch, module, row, callee, callee_regs, caller_regs, mem, frames);
         }
@@ -489,7 +496,11 @@ impl Unwinder {
         let row = match module.find_row(lookup.wrapping_sub(module.bias), &mut self.ctx) {
             Ok((row, _)) => row,
             Err(LookupError::NoFde) => {
-                return Err((EndReason::NoUnwindInfo, EndDetail::Lookup(LookupError::NoFde)))
+                // Remembered too: code without CFI is walked by the
+                // fallback strategies, which should not search for an FDE
+                // again at every frame.
+                self.cache.insert(lookup, generation, NO_FDE, NO_FDE_ROW);
+                return Err((EndReason::NoUnwindInfo, EndDetail::Lookup(LookupError::NoFde)));
             }
             Err(e) => return Err((EndReason::BadCfi, EndDetail::Lookup(e))),
         };

@@ -545,3 +545,24 @@ fn aarch64_scan_takes_the_callers_fp_from_the_record() {
     assert_eq!(w.trusts(), [Context, Scan, FramePointer]);
     assert_eq!(w.end.reason, EndReason::PcZero);
 }
+
+#[test]
+fn addresses_without_cfi_are_looked_up_once() {
+    // The frame-pointer walk asks CFI first at every frame: the rule cache
+    // remembers that no FDE covers those addresses.
+    let mut uw = Unwinder::new(Arch::X86_64);
+    uw.add_module(Image::new(Arch::X86_64).module(Some(x86_eh_frame(&[])))).unwrap();
+    uw.set_strategies(&FP_ONLY);
+    let stack = x86_chain();
+    let mut regs = Registers::new();
+    regs.set(RSP, SP);
+    regs.set(RBP, FP0);
+    let mut frames = Vec::new();
+    let first = uw.unwind(rt(PC0), &regs, &mut stack.memory(), 64, &mut frames);
+    let cold = uw.cache_stats();
+    let second = uw.unwind(rt(PC0), &regs, &mut stack.memory(), 64, &mut frames);
+    assert_eq!(first, second);
+    assert_eq!(frames.len(), 4);
+    assert_eq!(uw.cache_stats().misses, cold.misses, "no lookup parsed CFI again");
+    assert!(uw.cache_stats().hits >= cold.hits + 3);
+}
