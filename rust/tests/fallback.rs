@@ -136,18 +136,29 @@ impl Image {
 /// x86_64 `.eh_frame` covering WITH_CFI with the entry rules (CFA = rsp + 8,
 /// return address at CFA − 8), plus `rows` for other functions.
 fn x86_eh_frame(rows: &[(Range<u64>, Vec<Insn>)]) -> Vec<u8> {
+    let mut all = vec![(WITH_CFI, vec![])];
+    all.extend_from_slice(rows);
+    eh_frame(Arch::X86_64, &all)
+}
+
+/// `.eh_frame` with one FDE per range: the architecture's entry rules
+/// (x86_64 CFA = rsp + 8 and the return address at CFA − 8; aarch64 CFA =
+/// sp), then the range's instructions.
+fn eh_frame(arch: Arch, rows: &[(Range<u64>, Vec<Insn>)]) -> Vec<u8> {
     let encoding = Encoding { format: Format::Dwarf32, version: 1, address_size: 8 };
-    let mut cie = CommonInformationEntry::new(encoding, 1, -8, Register(RIP));
-    cie.add_instruction(Insn::Cfa(Register(RSP), 8));
-    cie.add_instruction(Insn::Offset(Register(RIP), -8));
+    let (code_align, sp) = if arch == Arch::X86_64 { (1, RSP) } else { (4, A64_SP) };
+    let mut cie = CommonInformationEntry::new(encoding, code_align, -8, Register(arch.ra()));
+    cie.add_instruction(Insn::Cfa(Register(sp), if arch == Arch::X86_64 { 8 } else { 0 }));
+    if arch == Arch::X86_64 {
+        cie.add_instruction(Insn::Offset(Register(RIP), -8));
+    }
     let mut table = FrameTable::default();
     let id = table.add_cie(cie);
-    let fde = |r: &Range<u64>| {
-        FrameDescriptionEntry::new(Address::Constant(r.start), (r.end - r.start) as u32)
-    };
-    table.add_fde(id, fde(&WITH_CFI));
     for (range, insns) in rows {
-        let mut f = fde(range);
+        let mut f = FrameDescriptionEntry::new(
+            Address::Constant(range.start),
+            (range.end - range.start) as u32,
+        );
         for insn in insns {
             f.add_instruction(0, insn.clone());
         }
@@ -565,4 +576,29 @@ fn addresses_without_cfi_are_looked_up_once() {
     assert_eq!(frames.len(), 4);
     assert_eq!(uw.cache_stats().misses, cold.misses, "no lookup parsed CFI again");
     assert!(uw.cache_stats().hits >= cold.hits + 3);
+}
+
+#[test]
+fn aarch64_cfi_after_a_frame_record_takes_its_cfa_from_x29() {
+    // Frame 0 has no CFI; its record gives R3, in a function with CFI that
+    // saved x29 and x30 at CFA − 32 and CFA − 24 (`stp x29, x30, [sp, #-32]!;
+    // mov x29, sp`). The record only bounds R3's sp (FP0 + 16); its CFA is
+    // x29 + 32, x29 being the address of its own record, FP1.
+    let rows = vec![
+        Insn::CfaOffset(32),
+        Insn::Offset(Register(X29), -32),
+        Insn::Offset(Register(X30), -24),
+    ];
+    let module =
+        Image::new(Arch::Aarch64).module(Some(eh_frame(Arch::Aarch64, &[(WITH_CFI, rows)])));
+    let mut s = Stack::new();
+    s.record(FP0, FP1, rt(R3)).record(FP1, FP2, rt(R2)).record(FP2, 0, 0);
+    let regs = [(A64_SP, SP), (X29, FP0)];
+    let w = walk(Arch::Aarch64, module, &FP_ONLY, rt(PC0), &regs, &s);
+    use Trust::*;
+    assert_eq!(w.pcs(), [rt(PC0), rt(R3), rt(R2)], "{}", w.message);
+    assert_eq!(w.trusts(), [Context, FramePointer, Cfi]);
+    assert_eq!(w.sps(), [SP, FP0 + 16, FP1 + 32]);
+    assert_eq!(w.frames[1].cfa, Some(FP1 + 32));
+    assert_eq!(w.end.reason, EndReason::PcZero, "{}", w.message);
 }
