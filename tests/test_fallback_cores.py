@@ -18,7 +18,7 @@ import pytest
 import readelf_frames
 from corefiles import Cores, MadeCore, is_subsequence, nm_symbols, stackwalk_core
 from realstacks import Captures
-from stackwalk import Trace
+from stackwalk import CRASH_STRATEGIES, StackwalkError, Trace, Unwinder
 from stackwalk.core import Core
 
 # The functions of crash_nocfi.c, which are built without CFI.
@@ -63,6 +63,17 @@ def functions(thread: dict[str, Any]) -> list[str | None]:
 
 def pcs_of(thread: dict[str, Any]) -> list[int]:
     return [int(frame["pc"], 16) for frame in thread["frames"]]
+
+
+def test_unwinder_strategies() -> None:
+    """CFI alone unless asked; the order kept; bad lists are StackwalkErrors."""
+    assert Unwinder("x86_64").strategies == ["cfi"]
+    assert list(CRASH_STRATEGIES) == ["cfi", "frame_pointer", "scan"]
+    uw = Unwinder("aarch64", strategies=("scan", "cfi"), scan_words=40)
+    assert (uw.strategies, uw.scan_words) == (["scan", "cfi"], 40)
+    for bad, message in [((), "empty"), (("cfi", "cfi"), "twice"), (("fp",), "fp")]:
+        with pytest.raises(StackwalkError, match=message):
+            Unwinder("x86_64", strategies=bad)
 
 
 @pytest.mark.parametrize("case", ["nocfi", "a64-nocfi", "a64-nocfi-static"])
@@ -136,9 +147,7 @@ def test_asm_function_with_a_frame_record(cores: Cores) -> None:
     assert trust[3] == "frame_pointer" and trust.count("frame_pointer") == 1
 
 
-def test_asm_function_breaking_the_chain_is_scanned_past(
-    cores: Cores, captures: Captures
-) -> None:
+def test_asm_function_breaking_the_chain_is_scanned_past(cores: Cores, captures: Captures) -> None:
     """An assembly function without CFI that puts garbage in rbp: gdb and eu-stack stop in it;
     the scan finds its return address, and CFI goes on from there (cfi_scan). The frames found
     are gdb's at the entry of that function, before it touched rbp."""
