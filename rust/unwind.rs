@@ -26,8 +26,8 @@ pub enum Trust {
     Context,
     /// Recovered with call frame information.
     Cfi,
-    /// Recovered from the frame-pointer chain (or, for an aarch64 leaf
-    /// frame 0 without CFI, from lr).
+    /// Recovered from the frame-pointer chain (or, for a leaf frame 0
+    /// without CFI, from lr on aarch64 or the word at sp on x86_64).
     FramePointer,
     /// Recovered with call frame information applied to a frame found by
     /// scanning: the CFI is right, but the registers it started from were
@@ -355,60 +355,44 @@ impl Unwinder {
             let [a, b] = &mut files;
             let (callee_regs, caller_regs) = if current == 0 { (&*a, b) } else { (&*b, a) };
             // Each strategy in turn, until one finds the caller or one says
-            // the stack ends here; the last failure is the walk's end.
+            // the stack ends here. The walk's end is the first failure of a
+            // strategy that applied to the frame: CFI where an FDE covers
+            // the pc (a memory error there says more than a failed scan
+            // after it), the frame-pointer step where there is an fp.
             let mut outcome: Result<(Caller, Trust), _> =
                 Err((EndReason::NoUnwindInfo, EndDetail::None));
             let strategies = self.strategies;
             for &strategy in strategies.as_slice() {
-                let found = match strategy {
-                    Strategy::Cfi => {
-                        self.step(lookup, &callee, callee_regs, caller_regs, mem, frames).map(|c| {
-                            (
-                                c,
-                                if callee.trust == Trust::Scan {
-                                    Trust::CfiScan
-                                } else {
-                                    Trust::Cfi
-                                },
-                            )
-                        })
-                    }
-                    Strategy::FramePointer | Strategy::Scan => {
-                        let mut ctx = fallback::Context {
-                            arch,
-                            modules: &self.modules,
-                            stack,
-                            last_fp,
-                            scan_words: self.scan_words,
-                        };
-                        let frame = fallback::Callee {
-                            index: frames.len() - 1,
-                            pc: callee.pc,
-                            sp: callee.sp,
-                        };
-                        let found = if strategy == Strategy::Scan {
-                            ctx.scan(&frame, callee_regs, caller_regs, mem)
-                                .map(|f| (f, Trust::Scan))
-                        } else {
-                            ctx.frame_pointer(&frame, callee_regs, caller_regs, mem)
-                                .map(|f| (f, Trust::FramePointer))
-                        };
-                        last_fp = ctx.last_fp;
-                        found.map(|(f, trust)| {
-                            let caller = Caller {
-                                pc: f.pc,
-                                sp: f.sp,
-                                interrupted: false,
-                                sp_exact: f.sp_exact,
-                            };
-                            (caller, trust)
-                        })
-                    }
+                let found = if strategy == Strategy::Cfi {
+                    let trust =
+                        if callee.trust == Trust::Scan { Trust::CfiScan } else { Trust::Cfi };
+                    self.step(lookup, &callee, callee_regs, caller_regs, mem, frames)
+                        .map(|c| (c, trust))
+                } else {
+                    let mut ctx = fallback::Context {
+                        arch,
+                        modules: &self.modules,
+                        stack,
+                        last_fp,
+                        scan_words: self.scan_words,
+                    };
+                    let frame =
+                        fallback::Callee { index: frames.len() - 1, pc: callee.pc, sp: callee.sp };
+                    let found = match strategy {
+                        Strategy::Scan => ctx
+                            .scan(&frame, callee_regs, caller_regs, mem)
+                            .map(|f| (f, Trust::Scan)),
+                        _ => ctx
+                            .frame_pointer(&frame, callee_regs, caller_regs, mem)
+                            .map(|f| (f, Trust::FramePointer)),
+                    };
+                    last_fp = ctx.last_fp;
+                    found.map(|(f, trust)| {
+                        let caller =
+                            Caller { pc: f.pc, sp: f.sp, interrupted: false, sp_exact: f.sp_exact };
+                        (caller, trust)
+                    })
                 };
-                // The walk's end is the first failure of a strategy that
-                // applied to the frame: CFI where an FDE covers the pc (a
-                // memory error there says more than a failed scan after
-                // it), the frame-pointer step where there is an fp.
                 let stop = match &found {
                     Ok(_) => true,
                     Err((reason, _)) => reason.is_clean(),
@@ -554,17 +538,14 @@ fn apply<M: Memory + ?Sized, const N: usize>(
         ExprError::MissingRegister(r) => Err((EndReason::MissingRegister, EndDetail::Register(r))),
         e => Err((EndReason::BadCfi, EndDetail::Expr(e))),
     };
+    // Where this frame's sp is a guess (an aarch64 frame found from its
+    // callee's frame record or by scanning) and the frame saved its fp,
+    // which points at that saved copy (a frame record, AAPCS64), the CFA is
+    // exact from fp instead of sp.
+    let fp_cfa = if callee.sp_exact { None } else { fp_based_cfa(arch, row, regs) };
     let cfa = match row.cfa {
-        // This frame's sp is a guess (found from its callee's frame record
-        // or by scanning, on aarch64): where the frame saved its fp and fp
-        // points at that saved copy (a frame record, AAPCS64), the CFA is
-        // exact from fp instead.
-        CfaRule::RegOffset { reg, .. }
-            if !callee.sp_exact
-                && reg == arch.sp()
-                && fp_based_cfa(arch, row, regs).is_some_and(|c| c >= sp) =>
-        {
-            fp_based_cfa(arch, row, regs).unwrap_or(sp)
+        CfaRule::RegOffset { reg, .. } if reg == arch.sp() && fp_cfa.is_some_and(|c| c >= sp) => {
+            fp_cfa.unwrap_or(sp)
         }
         CfaRule::RegOffset { reg, offset } => match regs.get(reg) {
             Some(v) => v.wrapping_add(offset as u64),
