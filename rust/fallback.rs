@@ -95,6 +95,10 @@ impl Strategies {
     pub fn as_slice(&self) -> &[Strategy] {
         &self.list[..self.len as usize]
     }
+
+    pub fn first(&self) -> Option<Strategy> {
+        self.as_slice().first().copied()
+    }
 }
 
 /// Why a frame pointer was refused.

@@ -197,6 +197,15 @@ const NO_FDE_ROW: CompactRow = CompactRow::new(CfaRule::RegOffset { reg: 0, offs
 /// How many stack words a scan looks at by default.
 pub const DEFAULT_SCAN_WORDS: usize = 1024;
 
+/// What the fallback strategies keep across the frames of one walk.
+struct WalkState<'a> {
+    /// The captured region holding frame 0's sp (None inside: unknown),
+    /// once a fallback needed it.
+    stack: &'a mut Option<Option<(u64, u64)>>,
+    /// The frame pointer the last frame-pointer step used.
+    last_fp: &'a mut Option<u64>,
+}
+
 /// The frame being unwound.
 struct FrameState {
     pc: u64,
@@ -327,14 +336,11 @@ impl Unwinder {
         if max_frames == 0 {
             return end;
         }
-        let mut callee =
+        let callee =
             FrameState { pc, sp, interrupted: true, sp_exact: true, trust: Trust::Context };
-        let stack = mem.region_of(sp);
-        let mut last_fp = None;
         // Two register files, the callee's and the caller's, swapped by
         // index rather than by copying.
         let mut files = [*regs, Registers::new()];
-        let mut current = 0;
         if let Some(col) = arch.pc_column() {
             files[0].set(col, pc);
         }
@@ -346,6 +352,30 @@ impl Unwinder {
             interrupted: true,
             signal_frame: false,
         });
+        // CFI alone (the profiler's walk) is compiled without the fallback
+        // path, so it costs nothing there.
+        if self.strategies.as_slice() == [Strategy::Cfi] {
+            self.walk::<M, false>(callee, files, mem, max_frames, frames, end)
+        } else {
+            self.walk::<M, true>(callee, files, mem, max_frames, frames, end)
+        }
+    }
+
+    /// The walk from frame 0 (in `frames`, its registers in `files[0]`) on.
+    /// `FALLBACK`: the strategies are not CFI alone.
+    fn walk<M: Memory + ?Sized, const FALLBACK: bool>(
+        &mut self,
+        mut callee: FrameState,
+        mut files: [Registers; 2],
+        mem: &mut M,
+        max_frames: usize,
+        frames: &mut Vec<Frame>,
+        mut end: End,
+    ) -> End {
+        // The captured stack's bounds, looked up when a fallback first needs them.
+        let mut stack = None;
+        let mut last_fp = None;
+        let mut current = 0;
         loop {
             // Frame 0 and frames interrupted by a signal are looked up at
             // their pc; the others at pc - 1, inside the call that made them.
@@ -354,60 +384,30 @@ impl Unwinder {
             end.lookup_pc = lookup;
             let [a, b] = &mut files;
             let (callee_regs, caller_regs) = if current == 0 { (&*a, b) } else { (&*b, a) };
-            // Each strategy in turn, until one finds the caller or one says
-            // the stack ends here. The walk's end is the first failure of a
-            // strategy that applied to the frame: CFI where an FDE covers
-            // the pc (a memory error there says more than a failed scan
-            // after it), the frame-pointer step where there is an fp.
-            let mut outcome: Result<(Caller, Trust), _> =
-                Err((EndReason::NoUnwindInfo, EndDetail::None));
+            // CFI first (the usual case, kept on the hot path); the other
+            // strategies only where it fails without saying the stack ends.
             let strategies = self.strategies;
-            for &strategy in strategies.as_slice() {
-                let found = if strategy == Strategy::Cfi {
+            let cfi_first = !FALLBACK || strategies.first() == Some(Strategy::Cfi);
+            let stepped = if cfi_first {
+                self.step(lookup, &callee, callee_regs, caller_regs, mem, frames)
+            } else {
+                Err((EndReason::NoUnwindInfo, EndDetail::None))
+            };
+            let outcome = match stepped {
+                Ok(caller) => {
                     let trust =
                         if callee.trust == Trust::Scan { Trust::CfiScan } else { Trust::Cfi };
-                    self.step(lookup, &callee, callee_regs, caller_regs, mem, frames)
-                        .map(|c| (c, trust))
-                } else {
-                    let mut ctx = fallback::Context {
-                        arch,
-                        modules: &self.modules,
-                        stack,
-                        last_fp,
-                        scan_words: self.scan_words,
-                    };
-                    let frame =
-                        fallback::Callee { index: frames.len() - 1, pc: callee.pc, sp: callee.sp };
-                    let found = match strategy {
-                        Strategy::Scan => ctx
-                            .scan(&frame, callee_regs, caller_regs, mem)
-                            .map(|f| (f, Trust::Scan)),
-                        _ => ctx
-                            .frame_pointer(&frame, callee_regs, caller_regs, mem)
-                            .map(|f| (f, Trust::FramePointer)),
-                    };
-                    last_fp = ctx.last_fp;
-                    found.map(|(f, trust)| {
-                        let caller =
-                            Caller { pc: f.pc, sp: f.sp, interrupted: false, sp_exact: f.sp_exact };
-                        (caller, trust)
-                    })
-                };
-                let stop = match &found {
-                    Ok(_) => true,
-                    Err((reason, _)) => reason.is_clean(),
-                };
-                let replace = match &outcome {
-                    Err(failure) => !applied(arch, failure),
-                    Ok(_) => true,
-                };
-                if stop || replace {
-                    outcome = found;
+                    Ok((caller, trust))
                 }
-                if stop {
-                    break;
+                Err(e) if !FALLBACK || e.0.is_clean() => Err(e),
+                Err(e) => {
+                    let rest = &strategies.as_slice()[usize::from(cfi_first)..];
+                    let failure = if cfi_first { Some(e) } else { None };
+                    let walk = WalkState { stack: &mut stack, last_fp: &mut last_fp };
+                    let frame = (lookup, &callee, callee_regs);
+                    self.fall_back(failure, rest, frame, caller_regs, mem, frames, walk)
                 }
-            }
+            };
             match outcome {
                 Err((reason, detail)) => {
                     end.module = self.module_index(lookup);
@@ -416,13 +416,6 @@ impl Unwinder {
                     return end;
                 }
                 Ok((caller, trust)) => {
-                    // A fallback step knows the frame's CFA where it knows
-                    // the caller's sp exactly: it is that sp.
-                    if matches!(trust, Trust::FramePointer | Trust::Scan) && caller.sp_exact {
-                        if let Some(f) = frames.last_mut() {
-                            f.cfa = Some(caller.sp);
-                        }
-                    }
                     if frames.len() >= max_frames {
                         end.reason = EndReason::FrameLimit;
                         end.detail = EndDetail::None;
@@ -447,12 +440,104 @@ impl Unwinder {
         }
     }
 
+    /// Try `strategies` in turn for one frame, after `failure` (CFI's, if it
+    /// was tried first), until one finds the caller or one says the stack
+    /// ends here. The walk's end is the first failure of a strategy that
+    /// applied to the frame: CFI where an FDE covers the pc (a memory error
+    /// there says more than a failed scan after it), the frame-pointer step
+    /// where there is an fp.
+    #[cold]
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    fn fall_back<M: Memory + ?Sized>(
+        &mut self,
+        failure: Option<(EndReason, EndDetail)>,
+        strategies: &[Strategy],
+        (lookup, callee, callee_regs): (u64, &FrameState, &Registers),
+        caller_regs: &mut Registers,
+        mem: &mut M,
+        frames: &mut [Frame],
+        walk: WalkState<'_>,
+    ) -> Result<(Caller, Trust), (EndReason, EndDetail)> {
+        let arch = self.arch;
+        let stack =
+            *walk.stack.get_or_insert_with(|| frames.first().and_then(|f| mem.region_of(f.sp)));
+        let mut outcome = Err(failure.unwrap_or((EndReason::NoUnwindInfo, EndDetail::None)));
+        for &strategy in strategies {
+            let found = if strategy == Strategy::Cfi {
+                let trust = if callee.trust == Trust::Scan { Trust::CfiScan } else { Trust::Cfi };
+                self.step_cold(lookup, callee, callee_regs, caller_regs, mem, frames)
+                    .map(|c| (c, trust))
+            } else {
+                let mut ctx = fallback::Context {
+                    arch,
+                    modules: &self.modules,
+                    stack,
+                    last_fp: *walk.last_fp,
+                    scan_words: self.scan_words,
+                };
+                let frame =
+                    fallback::Callee { index: frames.len() - 1, pc: callee.pc, sp: callee.sp };
+                let found = match strategy {
+                    Strategy::Scan => {
+                        ctx.scan(&frame, callee_regs, caller_regs, mem).map(|f| (f, Trust::Scan))
+                    }
+                    _ => ctx
+                        .frame_pointer(&frame, callee_regs, caller_regs, mem)
+                        .map(|f| (f, Trust::FramePointer)),
+                };
+                *walk.last_fp = ctx.last_fp;
+                found.map(|(f, trust)| {
+                    // Where the step knows the caller's sp exactly, that is
+                    // the frame's CFA.
+                    if f.sp_exact {
+                        if let Some(frame) = frames.last_mut() {
+                            frame.cfa = Some(f.sp);
+                        }
+                    }
+                    let caller =
+                        Caller { pc: f.pc, sp: f.sp, interrupted: false, sp_exact: f.sp_exact };
+                    (caller, trust)
+                })
+            };
+            let stop = match &found {
+                Ok(_) => true,
+                Err((reason, _)) => reason.is_clean(),
+            };
+            let replace = match &outcome {
+                Err(failure) => !applied(arch, failure),
+                Ok(_) => true,
+            };
+            if stop || replace {
+                outcome = found;
+            }
+            if stop {
+                break;
+            }
+        }
+        outcome
+    }
+
+    /// [`Unwinder::step`] out of line, for the fallback path.
+    #[inline(never)]
+    fn step_cold<M: Memory + ?Sized>(
+        &mut self,
+        lookup: u64,
+        callee: &FrameState,
+        callee_regs: &Registers,
+        caller_regs: &mut Registers,
+        mem: &mut M,
+        frames: &mut [Frame],
+    ) -> Step {
+        self.step(lookup, callee, callee_regs, caller_regs, mem, frames)
+    }
+
     /// Unwind one frame: find the rules for `lookup` in module `m` (cached),
     /// then recover the caller into `caller_regs`.
     // The hot path: the state is passed as borrowed pieces rather than
     // bundled, so that the two register files can be borrowed apart.
     #[allow(clippy::too_many_arguments)]
-    #[inline]
+    #[inline(always)]
     fn step<M: Memory + ?Sized>(
         &mut self,
         lookup: u64,
