@@ -682,7 +682,8 @@ impl PyStackDb {
 /// summary["error"] set, after the samples before the damage were written.
 #[pyfunction]
 #[pyo3(signature = (path, format = "text", *, output = None, jobs = 0, max_frames = 512,
-                    debug_root = PathBuf::from("/usr/lib/debug")))]
+                    debug_root = PathBuf::from("/usr/lib/debug"), progress = false))]
+#[allow(clippy::too_many_arguments)]
 fn perf_report<'py>(
     py: Python<'py>,
     path: PathBuf,
@@ -691,8 +692,9 @@ fn perf_report<'py>(
     jobs: usize,
     max_frames: usize,
     debug_root: PathBuf,
+    progress: bool,
 ) -> PyResult<Bound<'py, PyDict>> {
-    use crate::profile::{Format, Options, Profiler};
+    use crate::profile::{Format, Options};
     let format = match format {
         "text" => Format::Text,
         "json" => Format::JsonLines,
@@ -701,50 +703,92 @@ fn perf_report<'py>(
     };
     let name = path.to_string_lossy().into_owned();
     let file = File::open(&path).map_err(|e| StackwalkError::new_err(format!("{name}: {e}")))?;
-    let mut perf = crate::perf::PerfFile::new(std::io::BufReader::with_capacity(1 << 20, file))
-        .map_err(|e| StackwalkError::new_err(format!("{name}: {e}")))?;
-    let arch = perf.header().arch().ok_or_else(|| {
-        let said = perf.header().arch.clone().unwrap_or_else(|| "nothing".to_owned());
-        ArchError::new_err(format!("{name}: cannot unwind its samples: its arch is {said}"))
-    })?;
-    let options = Options { format, max_frames, debug_root, ..Options::default() };
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(jobs)
-        .build()
-        .map_err(|e| StackwalkError::new_err(format!("cannot start worker threads: {e}")))?;
-    let vdso_id = perf.header().build_ids.iter().find(|b| b.filename == "[vdso]");
-    let mut profiler = Profiler::new(arch, options, vdso_id.map(|b| b.build_id.as_slice()));
-    let written: std::io::Result<()> = py.detach(|| {
-        pool.install(|| match &output {
-            Some(out) => {
-                let file = File::create(out)?;
-                profiler.run(&mut perf, &mut std::io::BufWriter::with_capacity(1 << 20, file))
-            }
-            None => {
-                let stdout = std::io::stdout();
-                profiler
-                    .run(&mut perf, &mut std::io::BufWriter::with_capacity(1 << 20, stdout.lock()))
-            }
-        })
-    });
-    if let Err(e) = written {
-        return Err(match e.kind() {
-            std::io::ErrorKind::BrokenPipe => {
-                pyo3::exceptions::PyBrokenPipeError::new_err(e.to_string())
-            }
-            _ => StackwalkError::new_err(format!("writing the samples: {e}")),
-        });
+    let options = Options { format, max_frames, debug_root, progress, ..Options::default() };
+    let run = Run { name: &name, output, jobs, options };
+    let open_error = |e: crate::perf::PerfError| StackwalkError::new_err(format!("{name}: {e}"));
+    // A regular file is mapped and its records read in place; anything else
+    // (a FIFO) is streamed.
+    let is_file = file.metadata().is_ok_and(|m| m.is_file());
+    // SAFETY: read-only mapping; a perf.data file is not changed while read.
+    match is_file.then(|| unsafe { memmap2::Mmap::map(&file) }.ok()).flatten() {
+        Some(map) => {
+            let data = Arc::new(Data::Mapped(map));
+            run.profile(py, crate::perf::PerfFile::from_data(data).map_err(open_error)?)
+        }
+        None => {
+            let reader = std::io::BufReader::with_capacity(1 << 20, file);
+            run.profile(py, crate::perf::PerfFile::new(reader).map_err(open_error)?)
+        }
     }
-    let s = &profiler.summary;
-    let out = PyDict::new(py);
-    out.set_item("arch", arch.name())?;
-    out.set_item("samples", s.samples)?;
-    out.set_item("complete", s.complete)?;
-    out.set_item("frames", s.frames)?;
-    out.set_item("processes", s.processes)?;
-    out.set_item("modules_missing", s.modules_missing.clone())?;
-    out.set_item("error", s.error.as_ref().map(|e| format!("{name}: {e}")))?;
-    Ok(out)
+}
+
+/// The output buffer: smaller than a chunk of formatted samples, which are
+/// then written as they are rather than copied into it.
+const OUT_BUFFER: usize = 32 << 10;
+
+/// A `perf_report` call, once its file is open.
+struct Run<'n> {
+    name: &'n str,
+    output: Option<PathBuf>,
+    jobs: usize,
+    options: crate::profile::Options,
+}
+
+impl Run<'_> {
+    fn profile<'py, R: std::io::Read + std::io::Seek + Send>(
+        self,
+        py: Python<'py>,
+        mut perf: crate::perf::PerfFile<R>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let name = self.name;
+        let arch = perf.header().arch().ok_or_else(|| {
+            let said = perf.header().arch.clone().unwrap_or_else(|| "nothing".to_owned());
+            ArchError::new_err(format!("{name}: cannot unwind its samples: its arch is {said}"))
+        })?;
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(self.jobs)
+            .build()
+            .map_err(|e| StackwalkError::new_err(format!("cannot start worker threads: {e}")))?;
+        let vdso_id = perf.header().build_ids.iter().find(|b| b.filename == "[vdso]");
+        let mut profiler = crate::profile::Profiler::new(
+            arch,
+            self.options,
+            vdso_id.map(|b| b.build_id.as_slice()),
+        );
+        let output = self.output;
+        let written: std::io::Result<()> = py.detach(|| {
+            pool.install(|| match &output {
+                Some(out) => {
+                    let file = File::create(out)?;
+                    profiler
+                        .run(&mut perf, &mut std::io::BufWriter::with_capacity(OUT_BUFFER, file))
+                }
+                None => {
+                    let stdout = std::io::stdout();
+                    let mut out = std::io::BufWriter::with_capacity(OUT_BUFFER, stdout.lock());
+                    profiler.run(&mut perf, &mut out)
+                }
+            })
+        });
+        if let Err(e) = written {
+            return Err(match e.kind() {
+                std::io::ErrorKind::BrokenPipe => {
+                    pyo3::exceptions::PyBrokenPipeError::new_err(e.to_string())
+                }
+                _ => StackwalkError::new_err(format!("writing the samples: {e}")),
+            });
+        }
+        let s = &profiler.summary;
+        let out = PyDict::new(py);
+        out.set_item("arch", arch.name())?;
+        out.set_item("samples", s.samples)?;
+        out.set_item("complete", s.complete)?;
+        out.set_item("frames", s.frames)?;
+        out.set_item("processes", s.processes)?;
+        out.set_item("modules_missing", s.modules_missing.clone())?;
+        out.set_item("error", s.error.as_ref().map(|e| format!("{name}: {e}")))?;
+        Ok(out)
+    }
 }
 
 /// Draw an interactive SVG flame graph (inferno) from a file of folded

@@ -115,6 +115,7 @@ def perf_report(
     jobs: int = 0,
     max_frames: int = 512,
     debug_root: str | PathLike[str] = ...,
+    progress: bool = False,
 ) -> dict[str, Any]: ...
 
 @disjoint_base
