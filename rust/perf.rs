@@ -436,6 +436,20 @@ fn perf_reg(arch: Arch, index: u32) -> PerfReg {
             16..=23 => PerfReg::Column(index as u16 - 8),
             _ => PerfReg::Ignored,
         },
+        // The same perf indexes (a 32-bit process sampled by an x86_64
+        // kernel), to i386's DWARF numbering: eax ecx edx ebx esp ebp esi edi.
+        Arch::I386 => match index {
+            0 => PerfReg::Column(0),
+            1 => PerfReg::Column(3),
+            2 => PerfReg::Column(1),
+            3 => PerfReg::Column(2),
+            4 => PerfReg::Column(6),
+            5 => PerfReg::Column(7),
+            6 => PerfReg::Column(5),
+            7 => PerfReg::Column(4),
+            8 => PerfReg::Pc,
+            _ => PerfReg::Ignored,
+        },
         // perf: x0..x30, sp, pc, with the DWARF numbering of x0..x30, sp.
         Arch::Aarch64 => match index {
             0..=31 => PerfReg::Column(index as u16),
