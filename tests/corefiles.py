@@ -5,10 +5,13 @@ x86_64 cores: the program runs under gdb to its crash and gdb writes the core
 (``generate-core-file``), so the machine's core settings (``ulimit -c``, ``core_pattern``) do not
 matter. gdb then reads the core back for its backtrace of every thread.
 
-i386 cores: programs cross-built with Debian's ``i686-linux-gnu-gcc -static`` (no 32-bit libc is
-needed to run them; ``gcc-multilib`` conflicts with the aarch64 cross compiler) run natively on
-the x86_64 kernel, and gdb writes their cores as for x86_64: ELFCLASS32 cores with the kernel's
-32-bit note layouts. eu-stack reads them (so it is the reference, as for x86_64), and gdb agrees.
+i386 cores: programs cross-built with Debian's ``i686-linux-gnu-gcc`` (``gcc-multilib`` conflicts
+with the aarch64 cross compiler) run natively on the x86_64 kernel -- static ones, and a
+dynamically linked one whose interpreter and run path are the cross libc's
+(``/usr/i686-linux-gnu/lib``) -- and gdb writes their cores as for x86_64: ELFCLASS32 cores with
+the kernel's 32-bit note layouts. eu-stack reads them (so it is the reference, as for x86_64), and
+gdb agrees. (Under qemu-i386, gdb's live view finds no shared library through qemu's gdb stub, so
+there is no i386 counterpart of the aarch64 cores below.)
 
 aarch64 cores: the cross-built program runs under ``qemu-aarch64 -g PORT``; ``gdb-multiarch``
 attaches to qemu's gdb stub, lets the program run to its crash, records its backtrace of every
@@ -46,6 +49,10 @@ from realstacks import PROGRAM_ENV, PROGRAMS, SYSTEM_PYTHON, Builder
 
 AARCH64_SYSROOT = "/usr/aarch64-linux-gnu"
 I386_GCC = "i686-linux-gnu-gcc"
+I386_SYSROOT = "/usr/i686-linux-gnu"
+# A dynamically linked i386 program that runs natively: the cross libc's loader and libraries.
+I386_NATIVE_DYNAMIC = (f"-Wl,--dynamic-linker={I386_SYSROOT}/lib/ld-linux.so.2",
+                       f"-Wl,-rpath,{I386_SYSROOT}/lib")  # fmt: skip
 O2 = ("-O2", "-fomit-frame-pointer")
 # Every program runs with this environment (gdb passes its own environment on). One malloc arena
 # keeps threads from reserving 64 MiB each, which gdb would write into the core.
@@ -96,6 +103,8 @@ SPECS = {
              "i386"),
         Spec("i386-signal", "crash_signal.c", ("-O2", "-static"), I386_GCC, "i386"),
         Spec("i386-libc", "crash_libc.c", ("-O2", "-static"), I386_GCC, "i386"),
+        Spec("i386-libc-shared", "crash_libc.c", ("-O2", *I386_NATIVE_DYNAMIC), I386_GCC,
+             "i386"),
         Spec("a64-deep-static", "crash_deep.c", (*O2, "-static"), "aarch64-linux-gnu-gcc",
              "aarch64"),
         Spec("a64-deep", "crash_deep.c", O2, "aarch64-linux-gnu-gcc", "aarch64"),

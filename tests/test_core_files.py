@@ -3,9 +3,10 @@ eu-readelf and gdb.
 
 x86_64: cores written by gdb at the crash of programs from tests/programs (and of the system
 Python); every thread's pcs must be eu-stack's exactly, and every frame's stack pointer gdb's.
-i386: the same, for static 32-bit programs (ELFCLASS32 cores, 4-byte words, threads blocked in
-the kernel through the vdso's ``__kernel_vsyscall``, a signal frame returning to the vdso's
-``__kernel_sigreturn``).
+i386: the same, for 32-bit programs, static and one dynamically linked (ELFCLASS32 cores, 4-byte
+words, threads blocked in the kernel through the vdso's ``__kernel_vsyscall``, a signal frame
+returning to the vdso's ``__kernel_sigreturn``); and the dynamically linked one's core without
+its NT_FILE note, whose libraries then come from the 32-bit link map.
 aarch64: cores written by qemu-aarch64 (no NT_FILE: a dynamically linked program's libraries
 come from the link map in the core's memory); the reference is gdb-multiarch's live backtrace at
 the crash, taken through qemu's gdb stub just before qemu wrote the core (see corefiles.py for
@@ -21,6 +22,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import struct
 from pathlib import Path
 from typing import Any
 
@@ -95,7 +97,7 @@ def test_gdb_and_eu_stack_agree(case: str, cores: Cores) -> None:
     for."""
     made = cores(case)
     i386 = made.arch == "i386"
-    case = case.removeprefix("i386-")
+    case = case.removeprefix("i386-").removesuffix("-shared")
     stack = made.eu_stack()
     notes = made.notes()
     assert stack.returncode == 0, stack.stderr
@@ -118,13 +120,14 @@ def test_gdb_and_eu_stack_agree(case: str, cores: Cores) -> None:
         if i386:  # 32-bit glibc enters the kernel through the vdso: `call *%gs:0x10`
             for thread in made.gdb.threads[1:]:
                 assert thread.frames[0].function == "__kernel_vsyscall"
-    elif case == "libc" and i386:  # static: strlen is libc code inside the executable
+    elif case == "libc" and made.spec.static:  # strlen is libc code inside the executable
         assert functions[0] == "strlen" and functions[1] == "measure"
         assert solibs == [""] * len(functions)
     elif case == "libc":
         # strlen is called through the PLT (a JUMP_SLOT relocation) and faults inside libc.
         relocations = run(["readelf", "-rW", str(made.executable)]).stdout
-        assert re.search(r"R_X86_64_JUMP_SLOT\s.*\bstrlen\b", relocations)
+        slot = "R_386_JUMP_SLOT" if i386 else "R_X86_64_JUMP_SLOT"
+        assert re.search(rf"{slot}\s.*\bstrlen\b", relocations)
         assert solibs[0] == "libc.so.6" and functions[1] == "measure"
     elif case == "signal":
         kinds = [frame.kind for frame in crashing.frames]
@@ -320,6 +323,41 @@ def test_static_executable_alone(case: str, cores: Cores) -> None:
     files = [m for m in core.modules if m.file is not None]
     assert len(files) == 1 and os.path.samefile(files[0].file or "", made.executable)
     assert files[0].bias == 0
+
+
+def test_i386_link_map_without_nt_file(cores: Cores, tmp_path: Path) -> None:
+    """The dynamically linked i386 core with its NT_FILE note renamed: the libraries come from
+    the dynamic linker's link map in the core's memory (32-bit r_debug and link_map), each at the
+    place and with the build id eu-unstrip gives in the original core, and every thread unwinds
+    to eu-stack's pcs there."""
+    made = cores("i386-libc-shared")
+    start, _ = note_span(made.path, "NT_FILE")
+    data = bytearray(made.path.read_bytes())
+    assert struct.unpack_from("<I", data, start + 8) == (0x46494C45,)  # n_type NT_FILE
+    data[start + 8 : start + 12] = struct.pack("<I", 0x4E4F4E45)  # an unknown type
+    copy = tmp_path / "no-nt-file.core"
+    copy.write_bytes(data)
+    core = Core.open(copy, made.executable)
+    assert core.warnings == []
+    ours = {module.start: module for module in core.modules}
+    theirs = {module.start: module for module in made.eu_unstrip()}
+    assert sorted(ours) == sorted(theirs)
+    assert len(theirs) == 4  # the program, ld-linux.so.2, libc.so.6, the vdso
+    for start, expected in theirs.items():
+        module = ours[start]
+        assert module.found and module.build_id == expected.build_id
+        if expected.name in EU_VDSO:
+            assert module.path == "[vdso]"
+            continue
+        assert module.file is not None and module.build_id_matches is True
+        if expected.file is not None:
+            assert os.path.samefile(module.file, expected.file)
+        assert module.bias == start - first_load_vaddr(module.file)
+    reference = made.reference_pcs()
+    for thread in core.threads:
+        trace = thread.unwind()
+        assert trace.pcs == reference[thread.tid], listing(trace.pcs, reference[thread.tid])
+        assert trace.end == "end_of_stack"
 
 
 def test_vdso_unwinds_with_the_cores_image(cores: Cores) -> None:
