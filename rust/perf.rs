@@ -1906,6 +1906,14 @@ mod tests {
             assert_eq!(regs.get(col), Some(value), "column {col}");
         }
         assert_eq!(regs.get(16), None, "the pc is given apart");
+        // The same perf registers (ax bx cx dx si di bp sp ip) in i386's DWARF numbering.
+        let (pc, regs) = sample_registers(Arch::I386, &s);
+        assert_eq!(pc, Some(0x1008));
+        let i386 = [(0, 0x1000), (3, 0x1001), (1, 0x1002), (2, 0x1003), (6, 0x1004), (7, 0x1005)];
+        for (col, value) in i386.into_iter().chain([(5, 0x1006), (4, 0x1007)]) {
+            assert_eq!(regs.get(col), Some(value), "i386 column {col}");
+        }
+        assert_eq!(regs.iter().count(), 8, "r8-r15 have no i386 column");
 
         let fork = f.next_event().unwrap();
         assert_eq!(
