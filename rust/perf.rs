@@ -471,6 +471,20 @@ fn perf_reg(arch: Arch, index: u32) -> PerfReg {
             16..=23 => PerfReg::Column(index as u16 - 8),
             _ => PerfReg::Ignored,
         },
+        // The same perf indexes (a 32-bit process sampled by an x86_64
+        // kernel), to i386's DWARF numbering: eax ecx edx ebx esp ebp esi edi.
+        Arch::I386 => match index {
+            0 => PerfReg::Column(0),
+            1 => PerfReg::Column(3),
+            2 => PerfReg::Column(1),
+            3 => PerfReg::Column(2),
+            4 => PerfReg::Column(6),
+            5 => PerfReg::Column(7),
+            6 => PerfReg::Column(5),
+            7 => PerfReg::Column(4),
+            8 => PerfReg::Pc,
+            _ => PerfReg::Ignored,
+        },
         // perf: x0..x30, sp, pc, with the DWARF numbering of x0..x30, sp.
         Arch::Aarch64 => match index {
             0..=31 => PerfReg::Column(index as u16),
@@ -2135,6 +2149,14 @@ mod tests {
             assert_eq!(regs.get(col), Some(value), "column {col}");
         }
         assert_eq!(regs.get(16), None, "the pc is given apart");
+        // The same perf registers (ax bx cx dx si di bp sp ip) in i386's DWARF numbering.
+        let (pc, regs) = sample_registers(Arch::I386, &s);
+        assert_eq!(pc, Some(0x1008));
+        let i386 = [(0, 0x1000), (3, 0x1001), (1, 0x1002), (2, 0x1003), (6, 0x1004), (7, 0x1005)];
+        for (col, value) in i386.into_iter().chain([(5, 0x1006), (4, 0x1007)]) {
+            assert_eq!(regs.get(col), Some(value), "i386 column {col}");
+        }
+        assert_eq!(regs.iter().count(), 8, "r8-r15 have no i386 column");
 
         let fork = f.next_event().unwrap();
         assert_eq!(

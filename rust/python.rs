@@ -448,7 +448,11 @@ fn extract_registers(arch: Arch, regs: &Bound<'_, PyAny>) -> PyResult<(u64, Regi
             set(&k, &v)?;
         }
     }
-    let pc_name = if arch == Arch::X86_64 { "rip" } else { "pc" };
+    let pc_name = match arch {
+        Arch::X86_64 => "rip",
+        Arch::I386 => "eip",
+        _ => "pc",
+    };
     let pc = pc.ok_or_else(|| {
         StackwalkError::new_err(format!("regs lacks the program counter ({pc_name})"))
     })?;

@@ -25,13 +25,11 @@ impl SymbolTable {
     /// `.dynsym`. ARM mapping symbols (`$x`, `$d`) and undefined symbols are
     /// left out.
     pub fn from_elf(data: &[u8]) -> Result<SymbolTable, ElfError> {
-        let file = object::read::elf::ElfFile64::<object::LittleEndian, &[u8]>::parse(data)
-            .map_err(|e| ElfError::Parse(e.to_string()))?;
-        let mut symbols = functions(file.symbols());
-        let full = !symbols.is_empty();
-        if !full {
-            symbols = functions(file.dynamic_symbols());
-        }
+        let (mut symbols, full) = if crate::elf::is_elf32(data) {
+            read_functions::<object::elf::FileHeader32<object::LittleEndian>>(data)?
+        } else {
+            read_functions::<object::elf::FileHeader64<object::LittleEndian>>(data)?
+        };
         // Aliases (same range) are ordered so that the name a lookup returns
         // (the last) is the one people use: unversioned, else the default
         // version (`name@@VERSION`), else an old version (`name@VERSION`).
@@ -138,9 +136,23 @@ impl SymbolTable {
 
 /// (start, end, name) of the defined function symbols, bar ARM mapping
 /// symbols (`$x`, `$d`).
-fn functions<'d, S: ObjectSymbol<'d>>(
-    symbols: impl Iterator<Item = S>,
-) -> Vec<(u64, u64, Box<str>)> {
+type Functions = Vec<(u64, u64, Box<str>)>;
+
+/// The function symbols of an ELF file of one class: `.symtab`'s, and
+/// whether there were any, else `.dynsym`'s.
+fn read_functions<Elf: object::read::elf::FileHeader<Endian = object::LittleEndian>>(
+    data: &[u8],
+) -> Result<(Functions, bool), ElfError> {
+    let file = object::read::elf::ElfFile::<Elf, &[u8]>::parse(data)
+        .map_err(|e| ElfError::Parse(e.to_string()))?;
+    let symbols = functions(file.symbols());
+    if !symbols.is_empty() {
+        return Ok((symbols, true));
+    }
+    Ok((functions(file.dynamic_symbols()), false))
+}
+
+fn functions<'d, S: ObjectSymbol<'d>>(symbols: impl Iterator<Item = S>) -> Functions {
     symbols
         .filter(|s| s.kind() == SymbolKind::Text && !s.is_undefined())
         .filter_map(|s| {

@@ -388,15 +388,20 @@ fn apply<M: Memory + ?Sized, const N: usize>(
         ExprError::MissingRegister(r) => Err((EndReason::MissingRegister, EndDetail::Register(r))),
         e => Err((EndReason::BadCfi, EndDetail::Expr(e))),
     };
+    // Addresses wrap at the width of the address space (32 bits on i386).
+    let mask = arch.address_mask();
+    let address_size = arch.word_size() as u8;
     let cfa = match row.cfa {
         CfaRule::RegOffset { reg, offset } => match regs.get(reg) {
-            Some(v) => v.wrapping_add(offset as u64),
+            Some(v) => v.wrapping_add(offset as u64) & mask,
             None => return Err((EndReason::MissingRegister, EndDetail::Register(reg))),
         },
-        CfaRule::Expr(e) => match expr::evaluate(module.expr_bytes(e), None, regs, mem) {
-            Ok(v) => v,
-            Err(e) => return expr_end(e),
-        },
+        CfaRule::Expr(e) => {
+            match expr::evaluate(module.expr_bytes(e), None, regs, mem, address_size) {
+                Ok(v) => v,
+                Err(e) => return expr_end(e),
+            }
+        }
     };
     if let Some(f) = frames.last_mut() {
         f.cfa = Some(cfa);
@@ -414,28 +419,33 @@ fn apply<M: Memory + ?Sized, const N: usize>(
             RegRule::Undefined => None,
             RegRule::SameValue => regs.get(reg),
             RegRule::Offset(n) => {
-                let addr = cfa.wrapping_add(n as u64);
-                match mem.read_u64(addr) {
+                let addr = cfa.wrapping_add(n as u64) & mask;
+                match read_word(mem, arch, addr) {
                     None if essential => return Err((EndReason::Memory, EndDetail::Address(addr))),
                     v => v,
                 }
             }
-            RegRule::ValOffset(n) => Some(cfa.wrapping_add(n as u64)),
+            RegRule::ValOffset(n) => Some(cfa.wrapping_add(n as u64) & mask),
             RegRule::Register(r) => regs.get(r),
-            RegRule::Expr(e) => match expr::evaluate(module.expr_bytes(e), Some(cfa), regs, mem) {
-                Ok(addr) => match mem.read_u64(addr) {
-                    None if essential => return Err((EndReason::Memory, EndDetail::Address(addr))),
-                    v => v,
-                },
-                Err(ExprError::Memory(_)) if !essential => None,
-                Err(e) => return expr_end(e),
-            },
-            RegRule::ValExpr(e) => match expr::evaluate(module.expr_bytes(e), Some(cfa), regs, mem)
-            {
-                Ok(v) => Some(v),
-                Err(ExprError::Memory(_)) if !essential => None,
-                Err(e) => return expr_end(e),
-            },
+            RegRule::Expr(e) => {
+                match expr::evaluate(module.expr_bytes(e), Some(cfa), regs, mem, address_size) {
+                    Ok(addr) => match read_word(mem, arch, addr) {
+                        None if essential => {
+                            return Err((EndReason::Memory, EndDetail::Address(addr)))
+                        }
+                        v => v,
+                    },
+                    Err(ExprError::Memory(_)) if !essential => None,
+                    Err(e) => return expr_end(e),
+                }
+            }
+            RegRule::ValExpr(e) => {
+                match expr::evaluate(module.expr_bytes(e), Some(cfa), regs, mem, address_size) {
+                    Ok(v) => Some(v),
+                    Err(ExprError::Memory(_)) if !essential => None,
+                    Err(e) => return expr_end(e),
+                }
+            }
         };
         match value {
             Some(v) => caller.set(reg, v),
@@ -477,6 +487,15 @@ fn apply<M: Memory + ?Sized, const N: usize>(
         caller.set(col, caller_pc);
     }
     Ok(Caller { pc: caller_pc, sp: caller_sp, interrupted: row.signal_frame })
+}
+
+/// A word of the target at `addr`: 8 bytes, or 4 on i386 (zero-extended).
+#[inline(always)]
+fn read_word<M: Memory + ?Sized>(mem: &mut M, arch: Arch, addr: u64) -> Option<u64> {
+    match arch.word_size() {
+        8 => mem.read_u64(addr),
+        size => mem.read_sized(addr, size as u8),
+    }
 }
 
 impl End {

@@ -187,7 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("capture", help="run a program under gdb to a breakpoint, save its stack")
     c.add_argument("-b", "--breakpoint", required=True, help="function or file:line")
     c.add_argument("-o", "--output", required=True, help="capture file to write (JSON)")
-    c.add_argument("--arch", choices=["x86_64", "aarch64"], help="default: the program's")
+    c.add_argument("--arch", choices=["x86_64", "aarch64", "i386"], help="default: the program's")
     c.add_argument("--sysroot", help="for aarch64 programs run under qemu")
     c.add_argument("program", nargs="+", help="the program and its arguments")
     c.set_defaults(func=cmd_capture)

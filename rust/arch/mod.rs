@@ -2,13 +2,14 @@
 //! default rule for registers the CFI says nothing about.
 
 mod aarch64;
+mod i386;
 mod x86_64;
 
 use std::fmt;
 use std::str::FromStr;
 
 /// Number of DWARF register columns tracked per frame. x86_64 uses 0..=16
-/// (16 being the return-address column), aarch64 0..=31. Rules for columns
+/// (16 being the return-address column), aarch64 0..=31, i386 0..=8. Rules for columns
 /// beyond this (vector registers) are ignored: no unwinding rule reads them.
 pub const NUM_REGS: usize = 33;
 
@@ -17,6 +18,8 @@ pub const NUM_REGS: usize = 33;
 pub enum Arch {
     X86_64,
     Aarch64,
+    /// 32-bit x86.
+    I386,
 }
 
 /// What a register column becomes in the caller when no CFI rule names it.
@@ -27,12 +30,32 @@ pub enum DefaultRule {
 }
 
 impl Arch {
-    pub const ALL: [Arch; 2] = [Arch::X86_64, Arch::Aarch64];
+    pub const ALL: [Arch; 3] = [Arch::X86_64, Arch::Aarch64, Arch::I386];
 
     pub fn name(self) -> &'static str {
         match self {
             Arch::X86_64 => "x86_64",
             Arch::Aarch64 => "aarch64",
+            Arch::I386 => "i386",
+        }
+    }
+
+    /// The size of a machine word, a pointer and a return address, in bytes.
+    #[inline]
+    pub fn word_size(self) -> u64 {
+        match self {
+            Arch::X86_64 | Arch::Aarch64 => 8,
+            Arch::I386 => 4,
+        }
+    }
+
+    /// The mask of the address space: addresses and words computed while
+    /// unwinding wrap at this width (32 bits on i386).
+    #[inline]
+    pub fn address_mask(self) -> u64 {
+        match self {
+            Arch::X86_64 | Arch::Aarch64 => u64::MAX,
+            Arch::I386 => i386::ADDRESS_MASK,
         }
     }
 
@@ -41,6 +64,7 @@ impl Arch {
         match self {
             Arch::X86_64 => x86_64::SP,
             Arch::Aarch64 => aarch64::SP,
+            Arch::I386 => i386::SP,
         }
     }
 
@@ -49,6 +73,7 @@ impl Arch {
         match self {
             Arch::X86_64 => x86_64::FP,
             Arch::Aarch64 => aarch64::FP,
+            Arch::I386 => i386::FP,
         }
     }
 
@@ -57,14 +82,16 @@ impl Arch {
         match self {
             Arch::X86_64 => x86_64::RA,
             Arch::Aarch64 => aarch64::RA,
+            Arch::I386 => i386::RA,
         }
     }
 
     /// The column that holds the program counter itself, if the ABI gives it
-    /// one (x86_64: 16, `rip`; aarch64 has none).
+    /// one (x86_64: 16, `rip`; i386: 8, `eip`; aarch64 has none).
     pub fn pc_column(self) -> Option<u16> {
         match self {
             Arch::X86_64 => Some(x86_64::RA),
+            Arch::I386 => Some(i386::RA),
             Arch::Aarch64 => None,
         }
     }
@@ -84,6 +111,7 @@ impl Arch {
         match self {
             Arch::X86_64 => x86_64::CALLEE_SAVED.iter().fold(0, |m, r| m | 1 << r),
             Arch::Aarch64 => (19..=30).fold(0, |m, r| m | 1 << r),
+            Arch::I386 => i386::CALLEE_SAVED.iter().fold(0, |m, r| m | 1 << r),
         }
     }
 
@@ -94,6 +122,7 @@ impl Arch {
         match self {
             Arch::X86_64 => x86_64::register_by_name(name),
             Arch::Aarch64 => aarch64::register_by_name(name),
+            Arch::I386 => i386::register_by_name(name),
         }
     }
 
@@ -102,23 +131,25 @@ impl Arch {
         match self {
             Arch::X86_64 => x86_64::NAMES.get(reg as usize).copied(),
             Arch::Aarch64 => aarch64::NAMES.get(reg as usize).copied(),
+            Arch::I386 => i386::NAMES.get(reg as usize).copied(),
         }
     }
 
     /// Turn a recovered return address into a code address: aarch64 return
     /// addresses may carry pointer-authentication bits above the 48-bit
-    /// user address space.
+    /// user address space; i386 ones are 32 bits.
     pub fn strip_return_address(self, ra: u64) -> u64 {
         match self {
             Arch::X86_64 => ra,
             Arch::Aarch64 => ra & aarch64::USER_ADDRESS_MASK,
+            Arch::I386 => ra & i386::ADDRESS_MASK,
         }
     }
 
     /// The vendor extensions gimli must accept in this architecture's CFI.
     pub fn gimli_vendor(self) -> gimli::Vendor {
         match self {
-            Arch::X86_64 => gimli::Vendor::Default,
+            Arch::X86_64 | Arch::I386 => gimli::Vendor::Default,
             Arch::Aarch64 => gimli::Vendor::AArch64,
         }
     }
@@ -128,6 +159,7 @@ impl Arch {
         match self {
             Arch::X86_64 => object::elf::EM_X86_64,
             Arch::Aarch64 => object::elf::EM_AARCH64,
+            Arch::I386 => object::elf::EM_386,
         }
     }
 
@@ -148,7 +180,7 @@ pub struct UnknownArch(pub String);
 
 impl fmt::Display for UnknownArch {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "unknown architecture {:?} (supported: x86_64, aarch64)", self.0)
+        write!(f, "unknown architecture {:?} (supported: x86_64, aarch64, i386)", self.0)
     }
 }
 
@@ -160,6 +192,7 @@ impl FromStr for Arch {
         match s {
             "x86_64" | "x86-64" | "amd64" => Ok(Arch::X86_64),
             "aarch64" | "arm64" => Ok(Arch::Aarch64),
+            "i386" | "i686" | "x86" => Ok(Arch::I386),
             _ => Err(UnknownArch(s.to_owned())),
         }
     }
@@ -186,6 +219,10 @@ mod tests {
         assert_eq!(Arch::Aarch64.register_by_name("lr"), Some(Some(30)));
         assert_eq!(Arch::Aarch64.register_by_name("fp"), Some(Some(29)));
         assert_eq!(Arch::X86_64.register_by_name("eflags"), None);
+        assert_eq!(Arch::I386.register_by_name("eip"), Some(None));
+        assert_eq!(Arch::I386.register_by_name("esp"), Some(Some(4)));
+        assert_eq!(Arch::I386.register_by_name("ebp"), Some(Some(5)));
+        assert_eq!(Arch::I386.register_by_name("rsp"), None);
     }
 
     #[test]
@@ -196,6 +233,23 @@ mod tests {
         assert_eq!(Arch::Aarch64.default_rule(19), DefaultRule::SameValue);
         assert_eq!(Arch::Aarch64.default_rule(30), DefaultRule::SameValue);
         assert_eq!(Arch::Aarch64.default_rule(0), DefaultRule::Undefined);
+        for callee_saved in [3, 5, 6, 7] {
+            // ebx, ebp, esi, edi
+            assert_eq!(Arch::I386.default_rule(callee_saved), DefaultRule::SameValue);
+        }
+        for scratch in [0, 1, 2, 4, 8] {
+            // eax, ecx, edx; esp is the CFA; eip is the return address
+            assert_eq!(Arch::I386.default_rule(scratch), DefaultRule::Undefined);
+        }
+    }
+
+    #[test]
+    fn words_and_addresses() {
+        assert_eq!([Arch::X86_64, Arch::Aarch64, Arch::I386].map(Arch::word_size), [8, 8, 4]);
+        assert_eq!(Arch::I386.address_mask(), 0xffff_ffff);
+        assert_eq!(Arch::I386.strip_return_address(0x1_0804_9745), 0x0804_9745);
+        assert_eq!("i386".parse::<Arch>(), Ok(Arch::I386));
+        assert_eq!(Arch::from_elf_machine(3), Some(Arch::I386));
     }
 
     #[test]
