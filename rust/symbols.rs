@@ -25,7 +25,7 @@ impl SymbolTable {
     /// `.dynsym`. ARM mapping symbols (`$x`, `$d`) and undefined symbols are
     /// left out.
     pub fn from_elf(data: &[u8]) -> Result<SymbolTable, ElfError> {
-        let (mut symbols, full) = if crate::elf::is_elf32(data) {
+        let (symbols, full) = if crate::elf::is_elf32(data) {
             read_functions::<object::elf::FileHeader32<object::LittleEndian>>(data)?
         } else {
             read_functions::<object::elf::FileHeader64<object::LittleEndian>>(data)?
