@@ -58,8 +58,8 @@ pub struct Options {
     pub batch: usize,
     /// Where separate debug files are (`/usr/lib/debug`).
     pub debug_root: std::path::PathBuf,
-    /// Draw a progress bar on stderr.
-    pub progress: bool,
+    /// Draw a progress bar on stderr once a run has lasted this long.
+    pub progress: Option<Duration>,
 }
 
 impl Default for Options {
@@ -67,9 +67,9 @@ impl Default for Options {
         Options {
             format: Format::Text,
             max_frames: 512,
-            batch: 4096,
+            batch: 1024,
             debug_root: "/usr/lib/debug".into(),
-            progress: false,
+            progress: None,
         }
     }
 }
@@ -278,7 +278,7 @@ impl Profiler {
         }
         let data_end = header.data_offset.saturating_add(header.data_size);
         let mut progress =
-            self.options.progress.then(|| Progress::new(header.data_offset, data_end));
+            self.options.progress.map(|after| Progress::new(header.data_offset, data_end, after));
         let map = perf.mapped().cloned();
         let map: Option<&[u8]> = map.as_deref().map(|d| &**d);
         let mut batch: Vec<Pending<'_>> = Vec::with_capacity(self.options.batch);
@@ -288,6 +288,7 @@ impl Profiler {
         // the previous round marker are processed in time order.
         let mut queue: Vec<Queued<'_>> = Vec::new();
         let (mut seq, mut last_time, mut round_max, mut flush_limit) = (0u64, 0u64, 0u64, None);
+        let mut samples_read = 0u64;
         loop {
             let (offset, size) = match perf.next_record() {
                 Ok(Some(record)) => record,
@@ -315,7 +316,7 @@ impl Profiler {
                         let oldest = queued.chain(batch.iter().map(|p| p.offset)).min();
                         perf.release_before(oldest.unwrap_or(offset));
                         if let Some(p) = &mut progress {
-                            p.show(offset, self.summary.samples);
+                            p.show(offset, samples_read);
                         }
                     }
                     flush_limit = Some(round_max);
@@ -326,6 +327,7 @@ impl Profiler {
                         Event::Sample(s) => Some((s.pid, s.tid)),
                         _ => None,
                     };
+                    samples_read += u64::from(sample.is_some());
                     (event.time(), keeps(&event), sample)
                 }
                 Err(e) => {
@@ -641,7 +643,7 @@ fn own_vdso(build_id: &[u8]) -> Option<Data> {
 fn work(ctx: &Context<'_>, chunk: &[Pending<'_>]) -> ChunkOut {
     let mut out = ChunkOut::default();
     if ctx.format != Format::Collapsed {
-        out.text.reserve(chunk.len() * 1024);
+        out.text.reserve(chunk.len() * 2048);
     }
     WORKER.with(|cell| {
         let worker = &mut *cell.borrow_mut();
@@ -1033,24 +1035,26 @@ impl KernelSymbolsLoader {
     }
 }
 
-/// A progress bar on stderr: the share of the data section read.
+/// A progress bar on stderr: the share of the data section read, drawn
+/// once a run has lasted a while (short runs show none), then every 100 ms.
 struct Progress {
     start: u64,
     end: u64,
-    shown: Instant,
+    next_draw: Instant,
     drawn: bool,
 }
 
 impl Progress {
-    fn new(start: u64, end: u64) -> Self {
-        Progress { start, end, shown: Instant::now(), drawn: false }
+    fn new(start: u64, end: u64, after: Duration) -> Self {
+        Progress { start, end, next_draw: Instant::now() + after, drawn: false }
     }
 
     fn show(&mut self, offset: u64, samples: u64) {
-        if self.shown.elapsed() < Duration::from_millis(100) {
+        let now = Instant::now();
+        if now < self.next_draw {
             return;
         }
-        self.shown = Instant::now();
+        self.next_draw = now + Duration::from_millis(100);
         let span = self.end.saturating_sub(self.start).max(1);
         let done = offset.saturating_sub(self.start).min(span);
         self.draw(done as f64 / span as f64, samples);
@@ -1064,6 +1068,7 @@ impl Progress {
         self.drawn = true;
     }
 
+    /// The bar at 100%, and the line ended, if it was drawn at all.
     fn finish(&mut self, samples: u64) {
         if self.drawn {
             self.draw(1.0, samples);

@@ -682,11 +682,13 @@ impl PyStackDb {
 /// `--call-graph dwarf`, writing them to `output` (a path) or stdout as
 /// "text" (perf script's shape), "json" (JSON Lines) or "collapsed" (folded
 /// stacks). Runs without the GIL on `jobs` threads (0: one per core).
-/// Returns a summary dict; a damaged file stops the reading with
-/// summary["error"] set, after the samples before the damage were written.
+/// `progress`: draw a progress bar on stderr once the run has lasted that
+/// many seconds (None: never). Returns a summary dict; a damaged file stops
+/// the reading with summary["error"] set, after the samples before the
+/// damage were written.
 #[pyfunction]
 #[pyo3(signature = (path, format = "text", *, output = None, jobs = 0, max_frames = 512,
-                    debug_root = PathBuf::from("/usr/lib/debug"), progress = false))]
+                    debug_root = PathBuf::from("/usr/lib/debug"), progress = None))]
 #[allow(clippy::too_many_arguments)]
 fn perf_report<'py>(
     py: Python<'py>,
@@ -696,9 +698,10 @@ fn perf_report<'py>(
     jobs: usize,
     max_frames: usize,
     debug_root: PathBuf,
-    progress: bool,
+    progress: Option<f64>,
 ) -> PyResult<Bound<'py, PyDict>> {
     use crate::profile::{Format, Options};
+    let progress = progress.map(|s| std::time::Duration::from_secs_f64(s.clamp(0.0, 1e6)));
     let format = match format {
         "text" => Format::Text,
         "json" => Format::JsonLines,
@@ -724,6 +727,63 @@ fn perf_report<'py>(
             run.profile(py, crate::perf::PerfFile::new(reader).map_err(open_error)?)
         }
     }
+}
+
+/// The executable mappings and the first `max_samples` user samples of a
+/// perf.data file, as Python values, for unwinding samples one at a time
+/// (the pure-Python baseline, tests): `{"arch", "mmaps": [(pid, start,
+/// len, pgoff, filename)], "samples": [(pid, tid, time, regs, sp,
+/// stack)]}`, `regs` as `Unwinder.unwind` takes them, `stack` the bytes
+/// captured from `sp` up. Reading stops at damage, as `perf_report` does.
+#[pyfunction]
+#[pyo3(signature = (path, max_samples = 1000))]
+fn perf_samples<'py>(
+    py: Python<'py>,
+    path: PathBuf,
+    max_samples: usize,
+) -> PyResult<Bound<'py, PyDict>> {
+    use crate::perf::{sample_registers, Event, PerfFile, PERF_SAMPLE_REGS_ABI_NONE};
+    let name = path.to_string_lossy().into_owned();
+    let file = File::open(&path).map_err(|e| StackwalkError::new_err(format!("{name}: {e}")))?;
+    let mut perf = PerfFile::new(std::io::BufReader::new(file))
+        .map_err(|e| StackwalkError::new_err(format!("{name}: {e}")))?;
+    let arch = perf.header().arch().ok_or_else(|| {
+        ArchError::new_err(format!("{name}: samples of an architecture stackwalk does not know"))
+    })?;
+    let pc_name = match arch {
+        Arch::X86_64 => "rip",
+        Arch::I386 => "eip",
+        _ => "pc",
+    };
+    let (mmaps, samples) = (pyo3::types::PyList::empty(py), pyo3::types::PyList::empty(py));
+    while samples.len() < max_samples {
+        let Ok(Some(event)) = perf.next_event() else { break };
+        match event {
+            Event::Mmap(m) if m.executable() => {
+                let filename = String::from_utf8_lossy(m.filename);
+                mmaps.append((m.pid, m.start, m.len, m.pgoff, filename))?;
+            }
+            Event::Sample(s) if s.regs_abi != PERF_SAMPLE_REGS_ABI_NONE => {
+                let (pc, registers) = sample_registers(arch, &s);
+                let (Some(pc), Some(sp)) = (pc, registers.get(arch.sp())) else { continue };
+                let regs = PyDict::new(py);
+                for (col, value) in registers.iter() {
+                    if let Some(reg) = arch.register_name(col) {
+                        regs.set_item(reg, value)?;
+                    }
+                }
+                regs.set_item(pc_name, pc)?;
+                let stack = PyBytes::new(py, s.stack);
+                samples.append((s.pid, s.tid, s.time.unwrap_or(0), regs, sp, stack))?;
+            }
+            _ => {}
+        }
+    }
+    let out = PyDict::new(py);
+    out.set_item("arch", arch.name())?;
+    out.set_item("mmaps", mmaps)?;
+    out.set_item("samples", samples)?;
+    Ok(out)
 }
 
 /// The output buffer: smaller than a chunk of formatted samples, which are
@@ -827,6 +887,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(elf_summary, m)?)?;
     m.add_function(wrap_pyfunction!(demangle, m)?)?;
     m.add_function(wrap_pyfunction!(perf_report, m)?)?;
+    m.add_function(wrap_pyfunction!(perf_samples, m)?)?;
     m.add_function(wrap_pyfunction!(flamegraph, m)?)?;
     Ok(())
 }

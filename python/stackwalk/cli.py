@@ -154,8 +154,9 @@ def cmd_perf(args: argparse.Namespace) -> int:
         folded.close()
         output = folded.name
     sys.stdout.flush()
-    # A progress bar when someone watches stderr, and it is not the output.
-    progress = sys.stderr.isatty() and (output is not None or not sys.stdout.isatty())
+    # A progress bar, after half a second, when someone watches stderr and it is not the output.
+    watched = sys.stderr.isatty() and (output is not None or not sys.stdout.isatty())
+    progress = 0.5 if watched else None
     summary = perf_report(args.perf_data, fmt, output=output, jobs=args.jobs,
                           max_frames=args.max_frames, progress=progress)  # fmt: skip
     if args.flamegraph:
