@@ -378,10 +378,16 @@ impl UnwindInfo {
         &self.data[s.file_offset as usize..(s.file_offset + s.size) as usize]
     }
 
+    /// The size of an address in the CFI (`DW_EH_PE_absptr` pointers,
+    /// `.debug_frame` initial locations): the architecture's word.
+    fn address_size(&self) -> u8 {
+        self.arch.word_size() as u8
+    }
+
     fn eh_frame(&self) -> Option<EhFrame<Slice<'_>>> {
         let s = self.sections.eh_frame?;
         let mut eh = EhFrame::new(self.section_bytes(s), LittleEndian);
-        eh.set_address_size(8);
+        eh.set_address_size(self.address_size());
         eh.set_vendor(self.arch.gimli_vendor());
         Some(eh)
     }
@@ -389,7 +395,7 @@ impl UnwindInfo {
     fn debug_frame(&self) -> Option<DebugFrame<Slice<'_>>> {
         let s = self.sections.debug_frame?;
         let mut df = DebugFrame::new(self.section_bytes(s), LittleEndian);
-        df.set_address_size(8);
+        df.set_address_size(self.address_size());
         df.set_vendor(self.arch.gimli_vendor());
         Some(df)
     }
@@ -426,10 +432,11 @@ impl UnwindInfo {
         let hdr = self.sections.eh_frame_hdr?;
         let eh = self.sections.eh_frame?;
         let bytes = &self.section_bytes(hdr)[table.offset..table.offset + table.rows * 8];
+        let mask = self.arch.address_mask();
         let field = |row: usize, col: usize| {
             let at = row * 8 + col * 4;
             let rel = i32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
-            hdr.address.wrapping_add(i64::from(rel) as u64)
+            hdr.address.wrapping_add(i64::from(rel) as u64) & mask
         };
         // Rows are sorted by start address: the first row starting above.
         let (mut lo, mut hi) = (0, table.rows);

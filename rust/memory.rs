@@ -165,13 +165,48 @@ impl Memory for Regions<'_> {
     }
 
     fn read_sized(&mut self, addr: u64, size: u8) -> Option<u64> {
-        if size == 0 || size > 8 {
-            return None;
-        }
-        let bytes = self.find(addr, u64::from(size))?;
-        let mut buf = [0u8; 8];
-        buf[..bytes.len()].copy_from_slice(bytes);
-        Some(u64::from_le_bytes(buf))
+        read_le(size, |n| self.find(addr, n))
+    }
+}
+
+/// A little-endian value of `size` (1 to 8) bytes, zero-extended, from the
+/// bytes `find(size)` gives.
+#[inline(always)]
+fn read_le<'b>(size: u8, find: impl FnOnce(u64) -> Option<&'b [u8]>) -> Option<u64> {
+    if size == 0 || size > 8 {
+        return None;
+    }
+    let bytes = find(u64::from(size))?;
+    let mut buf = [0u8; 8];
+    buf[..bytes.len()].copy_from_slice(bytes);
+    Some(u64::from_le_bytes(buf))
+}
+
+/// One captured buffer at `start`, e.g. the stack copy of a perf sample:
+/// [`Regions`] without its vector, so a walk over it allocates nothing.
+#[derive(Debug, Clone, Copy)]
+pub struct Buffer<'a> {
+    pub start: u64,
+    pub bytes: &'a [u8],
+}
+
+impl<'a> Buffer<'a> {
+    #[inline(always)]
+    fn find(&self, addr: u64, size: u64) -> Option<&'a [u8]> {
+        let off = addr.checked_sub(self.start)?;
+        let end = off.checked_add(size)?;
+        self.bytes.get(usize::try_from(off).ok()?..usize::try_from(end).ok()?)
+    }
+}
+
+impl Memory for Buffer<'_> {
+    fn read_u64(&mut self, addr: u64) -> Option<u64> {
+        Some(u64::from_le_bytes(self.find(addr, 8)?.try_into().ok()?))
+    }
+
+    fn read_sized(&mut self, addr: u64, size: u8) -> Option<u64> {
+        let this = *self;
+        read_le(size, |n| this.find(addr, n))
     }
 }
 

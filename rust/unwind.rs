@@ -628,18 +628,23 @@ fn apply<M: Memory + ?Sized, const N: usize>(
     // which points at that saved copy (a frame record, AAPCS64), the CFA is
     // exact from fp instead of sp.
     let fp_cfa = if callee.sp_exact { None } else { fp_based_cfa(arch, row, regs) };
+    // Addresses wrap at the width of the address space (32 bits on i386).
+    let mask = arch.address_mask();
+    let address_size = arch.word_size() as u8;
     let cfa = match row.cfa {
         CfaRule::RegOffset { reg, .. } if reg == arch.sp() && fp_cfa.is_some_and(|c| c >= sp) => {
             fp_cfa.unwrap_or(sp)
         }
         CfaRule::RegOffset { reg, offset } => match regs.get(reg) {
-            Some(v) => v.wrapping_add(offset as u64),
+            Some(v) => v.wrapping_add(offset as u64) & mask,
             None => return Err((EndReason::MissingRegister, EndDetail::Register(reg))),
         },
-        CfaRule::Expr(e) => match expr::evaluate(module.expr_bytes(e), None, regs, mem) {
-            Ok(v) => v,
-            Err(e) => return expr_end(e),
-        },
+        CfaRule::Expr(e) => {
+            match expr::evaluate(module.expr_bytes(e), None, regs, mem, address_size) {
+                Ok(v) => v,
+                Err(e) => return expr_end(e),
+            }
+        }
     };
     if let Some(f) = frames.last_mut() {
         f.cfa = Some(cfa);
@@ -657,28 +662,33 @@ fn apply<M: Memory + ?Sized, const N: usize>(
             RegRule::Undefined => None,
             RegRule::SameValue => regs.get(reg),
             RegRule::Offset(n) => {
-                let addr = cfa.wrapping_add(n as u64);
-                match mem.read_u64(addr) {
+                let addr = cfa.wrapping_add(n as u64) & mask;
+                match read_word(mem, arch, addr) {
                     None if essential => return Err((EndReason::Memory, EndDetail::Address(addr))),
                     v => v,
                 }
             }
-            RegRule::ValOffset(n) => Some(cfa.wrapping_add(n as u64)),
+            RegRule::ValOffset(n) => Some(cfa.wrapping_add(n as u64) & mask),
             RegRule::Register(r) => regs.get(r),
-            RegRule::Expr(e) => match expr::evaluate(module.expr_bytes(e), Some(cfa), regs, mem) {
-                Ok(addr) => match mem.read_u64(addr) {
-                    None if essential => return Err((EndReason::Memory, EndDetail::Address(addr))),
-                    v => v,
-                },
-                Err(ExprError::Memory(_)) if !essential => None,
-                Err(e) => return expr_end(e),
-            },
-            RegRule::ValExpr(e) => match expr::evaluate(module.expr_bytes(e), Some(cfa), regs, mem)
-            {
-                Ok(v) => Some(v),
-                Err(ExprError::Memory(_)) if !essential => None,
-                Err(e) => return expr_end(e),
-            },
+            RegRule::Expr(e) => {
+                match expr::evaluate(module.expr_bytes(e), Some(cfa), regs, mem, address_size) {
+                    Ok(addr) => match read_word(mem, arch, addr) {
+                        None if essential => {
+                            return Err((EndReason::Memory, EndDetail::Address(addr)))
+                        }
+                        v => v,
+                    },
+                    Err(ExprError::Memory(_)) if !essential => None,
+                    Err(e) => return expr_end(e),
+                }
+            }
+            RegRule::ValExpr(e) => {
+                match expr::evaluate(module.expr_bytes(e), Some(cfa), regs, mem, address_size) {
+                    Ok(v) => Some(v),
+                    Err(ExprError::Memory(_)) if !essential => None,
+                    Err(e) => return expr_end(e),
+                }
+            }
         };
         match value {
             Some(v) => caller.set(reg, v),
@@ -737,6 +747,15 @@ fn fp_based_cfa<const N: usize>(arch: Arch, row: &RuleSet<N>, regs: &Registers) 
     match row.rule(arch.fp())? {
         RegRule::Offset(n) => Some(regs.get(arch.fp())?.wrapping_sub(n as u64)),
         _ => None,
+    }
+}
+
+/// A word of the target at `addr`: 8 bytes, or 4 on i386 (zero-extended).
+#[inline(always)]
+fn read_word<M: Memory + ?Sized>(mem: &mut M, arch: Arch, addr: u64) -> Option<u64> {
+    match arch.word_size() {
+        8 => mem.read_u64(addr),
+        size => mem.read_sized(addr, size as u8),
     }
 }
 

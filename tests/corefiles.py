@@ -5,6 +5,14 @@ x86_64 cores: the program runs under gdb to its crash and gdb writes the core
 (``generate-core-file``), so the machine's core settings (``ulimit -c``, ``core_pattern``) do not
 matter. gdb then reads the core back for its backtrace of every thread.
 
+i386 cores: programs cross-built with Debian's ``i686-linux-gnu-gcc`` (``gcc-multilib`` conflicts
+with the aarch64 cross compiler) run natively on the x86_64 kernel -- static ones, and a
+dynamically linked one whose interpreter and run path are the cross libc's
+(``/usr/i686-linux-gnu/lib``) -- and gdb writes their cores as for x86_64: ELFCLASS32 cores with
+the kernel's 32-bit note layouts. eu-stack reads them (so it is the reference, as for x86_64), and
+gdb agrees. (Under qemu-i386, gdb's live view finds no shared library through qemu's gdb stub, so
+there is no i386 counterpart of the aarch64 cores below.)
+
 aarch64 cores: the cross-built program runs under ``qemu-aarch64 -g PORT``; ``gdb-multiarch``
 attaches to qemu's gdb stub, lets the program run to its crash, records its backtrace of every
 thread there, and continues, so that qemu writes the guest's core (``qemu_<prog>_<...>.core`` in
@@ -40,6 +48,11 @@ from elftools.elf.segments import NoteSegment
 from realstacks import PROGRAM_ENV, PROGRAMS, SYSTEM_PYTHON, Builder
 
 AARCH64_SYSROOT = "/usr/aarch64-linux-gnu"
+I386_GCC = "i686-linux-gnu-gcc"
+I386_SYSROOT = "/usr/i686-linux-gnu"
+# A dynamically linked i386 program that runs natively: the cross libc's loader and libraries.
+I386_NATIVE_DYNAMIC = (f"-Wl,--dynamic-linker={I386_SYSROOT}/lib/ld-linux.so.2",
+                       f"-Wl,-rpath,{I386_SYSROOT}/lib")  # fmt: skip
 O2 = ("-O2", "-fomit-frame-pointer")
 # Every program runs with this environment (gdb passes its own environment on). One malloc arena
 # keeps threads from reserving 64 MiB each, which gdb would write into the core.
@@ -51,8 +64,8 @@ SMALL_STACKS = 'ulimit -s 1024; exec "$@"'
 
 TIMEOUT = 120
 VDSO_ATTEMPTS = 8
-# The vdso's name in eu-unstrip's and eu-stack's listings.
-EU_VDSO = "linux-vdso.so.1"
+# The vdso's names in eu-unstrip's and eu-stack's listings (its DT_SONAME): 64-bit, 32-bit x86.
+EU_VDSO = frozenset({"linux-vdso.so.1", "linux-gate.so.1"})
 # Where the distribution's separate debug files are, by build id (libc6-dbg, python3-dbg).
 DEBUG_ROOT = Path("/usr/lib/debug/.build-id")
 
@@ -85,6 +98,13 @@ SPECS = {
         Spec("vdso", "crash_vdso.c", ("-O2", "-pthread")),
         Spec("lib", "crash_lib.c", ("-O2",)),
         Spec("deep-moved", "crash_deep.c", O2),
+        Spec("i386-deep", "crash_deep.c", (*O2, "-static"), I386_GCC, "i386"),
+        Spec("i386-threads", "crash_threads.c", ("-O2", "-pthread", "-static"), I386_GCC,
+             "i386"),
+        Spec("i386-signal", "crash_signal.c", ("-O2", "-static"), I386_GCC, "i386"),
+        Spec("i386-libc", "crash_libc.c", ("-O2", "-static"), I386_GCC, "i386"),
+        Spec("i386-libc-shared", "crash_libc.c", ("-O2", *I386_NATIVE_DYNAMIC), I386_GCC,
+             "i386"),
         Spec("a64-deep-static", "crash_deep.c", (*O2, "-static"), "aarch64-linux-gnu-gcc",
              "aarch64"),
         Spec("a64-deep", "crash_deep.c", O2, "aarch64-linux-gnu-gcc", "aarch64"),
@@ -124,6 +144,9 @@ FALLBACK_SPECS = {
 # than CFI, which the tests over every case assume.
 X86_CASES = [i for i, spec in SPECS.items() if spec.arch == "x86_64" and i != "deep-moved"]
 A64_CASES = [spec_id for spec_id, spec in SPECS.items() if spec.arch == "aarch64"]
+I386_CASES = [spec_id for spec_id, spec in SPECS.items() if spec.arch == "i386"]
+# Cores whose reference is eu-stack (gdb writes them, and eu-stack reads them right).
+EU_STACK_CASES = X86_CASES + I386_CASES
 SPECS.update(FALLBACK_SPECS)
 
 
@@ -265,9 +288,9 @@ class MadeCore:
         return eu_unstrip(str(self.path), str(self.executable))
 
     def reference_pcs(self) -> dict[int, list[int]]:
-        """Every thread's pcs as the reference sees them: eu-stack for x86_64 cores (gdb agrees,
-        see test_core_files.py), gdb's live view for qemu's aarch64 cores."""
-        if self.arch == "x86_64":
+        """Every thread's pcs as the reference sees them: eu-stack for x86_64 and i386 cores (gdb
+        agrees, see test_core_files.py), gdb's live view for qemu's aarch64 cores."""
+        if self.arch in ("x86_64", "i386"):
             stack = self.eu_stack()
             return {tid: stack.pcs(tid) for tid in stack.threads}
         return {thread.tid: thread.pcs for thread in self.gdb.threads}
@@ -707,7 +730,7 @@ class Cores:
         argv = self._argv(spec)
         for attempt in range(VDSO_ATTEMPTS):
             made = self._gdb(spec, argv, self.directory / f"vdso-{attempt}")
-            (vdso,) = [m for m in eu_unstrip(str(made.path), argv[0]) if m.name == EU_VDSO]
+            (vdso,) = [m for m in eu_unstrip(str(made.path), argv[0]) if m.name in EU_VDSO]
             stack = eu_stack(str(made.path), argv[0])
             if all(vdso.start <= pcs[0] < vdso.end for pcs in map(stack.pcs, stack.threads)):
                 made.extra["vdso"] = vdso

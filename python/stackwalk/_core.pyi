@@ -23,6 +23,7 @@ __all__ = [
     "elf_summary",
     "demangle",
     "perf_report",
+    "perf_samples",
     "flamegraph",
 ]
 
@@ -115,7 +116,9 @@ def perf_report(
     jobs: int = 0,
     max_frames: int = 512,
     debug_root: str | PathLike[str] = ...,
+    progress: float | None = None,
 ) -> dict[str, Any]: ...
+def perf_samples(path: str | PathLike[str], max_samples: int = 1000) -> dict[str, Any]: ...
 
 @disjoint_base
 class Unwinder:

@@ -158,8 +158,11 @@ def cmd_perf(args: argparse.Namespace) -> int:
         folded.close()
         output = folded.name
     sys.stdout.flush()
+    # A progress bar, after half a second, when someone watches stderr and it is not the output.
+    watched = sys.stderr.isatty() and (output is not None or not sys.stdout.isatty())
+    progress = 0.5 if watched else None
     summary = perf_report(args.perf_data, fmt, output=output, jobs=args.jobs,
-                          max_frames=args.max_frames)  # fmt: skip
+                          max_frames=args.max_frames, progress=progress)  # fmt: skip
     if args.flamegraph:
         from stackwalk._core import flamegraph
 
@@ -189,7 +192,7 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("capture", help="run a program under gdb to a breakpoint, save its stack")
     c.add_argument("-b", "--breakpoint", required=True, help="function or file:line")
     c.add_argument("-o", "--output", required=True, help="capture file to write (JSON)")
-    c.add_argument("--arch", choices=["x86_64", "aarch64"], help="default: the program's")
+    c.add_argument("--arch", choices=["x86_64", "aarch64", "i386"], help="default: the program's")
     c.add_argument("--sysroot", help="for aarch64 programs run under qemu")
     c.add_argument("program", nargs="+", help="the program and its arguments")
     c.set_defaults(func=cmd_capture)
