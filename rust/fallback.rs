@@ -177,6 +177,9 @@ pub(crate) struct Callee {
     pub index: usize,
     pub pc: u64,
     pub sp: u64,
+    /// The frame itself was found by a fallback step: its sp may lie below
+    /// its true one.
+    pub guessed: bool,
 }
 
 /// The caller a fallback step found (its registers are written in place).
@@ -373,6 +376,23 @@ impl Context<'_> {
         Some(Found { pc: ra, sp, sp_exact: arch.link_register().is_none() })
     }
 
+    /// Whether return address `ra` is left over from a call the function
+    /// holding `pc` made itself: its direct call lies at or below the pc and
+    /// at or above the called function (a stale word below the frame's true
+    /// sp, e.g. from i386's `call __x86.get_pc_thunk`).
+    fn made_here(&self, ra: u64, pc: u64) -> bool {
+        let Some(m) = self.modules.index_of(ra.wrapping_sub(1)) else { return false };
+        if self.modules.index_of(pc) != Some(m) {
+            return false;
+        }
+        let module = &self.modules.modules()[m];
+        let elf = ra.wrapping_sub(module.bias);
+        let Some(code) = module.code_before(elf, self.arch.call_window()) else { return false };
+        let Some(target) = self.arch.direct_call_target(elf, code) else { return false };
+        let (target, call) = (target.wrapping_add(module.bias), ra - 1);
+        target <= call && call <= pc
+    }
+
     /// Scan up to `scan_words` stack words from the frame's sp for the first
     /// plausible return address; the caller's sp is just above its slot.
     pub fn scan<M: Memory + ?Sized>(
@@ -394,7 +414,16 @@ impl Context<'_> {
                 }
                 let Some(value) = mem.read_sized(slot, w as u8) else { break };
                 let ra = arch.strip_return_address(value);
-                if ra != 0 && self.check_return_address(ra).is_ok() {
+                // A frame found by a fallback step may have come from a copy
+                // of its return address (i386's `main` copies it when it
+                // realigns the stack): the original, above the guessed sp, is
+                // not another frame, even where the call was indirect.
+                let copy = callee.guessed && ra == callee.pc;
+                if ra != 0
+                    && !copy
+                    && self.check_return_address(ra).is_ok()
+                    && !self.made_here(ra, callee.pc)
+                {
                     // The word below a return address is the caller's fp
                     // when the function it returns from made a frame record
                     // (aarch64 always stores lr with x29; x86_64 pushes rbp

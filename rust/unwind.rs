@@ -393,6 +393,21 @@ impl Unwinder {
             } else {
                 Err((EndReason::NoUnwindInfo, EndDetail::None))
             };
+            // CFI applied to a frame that a fallback step found starts from
+            // guessed registers (an i386 `main` that realigned its stack
+            // leaves its frame record away from its caller's sp): the return
+            // address it gives must pass the fallback checks too, else the
+            // other strategies are tried.
+            let stepped = match stepped {
+                Ok(caller)
+                    if FALLBACK
+                        && !caller.interrupted
+                        && !matches!(callee.trust, Trust::Context | Trust::Cfi) =>
+                {
+                    self.check_guess(caller, &mut stack, frames, mem)
+                }
+                other => other,
+            };
             let outcome = match stepped {
                 Ok(caller) => {
                     let trust =
@@ -476,8 +491,12 @@ impl Unwinder {
                     last_fp: *walk.last_fp,
                     scan_words: self.scan_words,
                 };
-                let frame =
-                    fallback::Callee { index: frames.len() - 1, pc: callee.pc, sp: callee.sp };
+                let frame = fallback::Callee {
+                    index: frames.len() - 1,
+                    pc: callee.pc,
+                    sp: callee.sp,
+                    guessed: matches!(callee.trust, Trust::FramePointer | Trust::Scan),
+                };
                 let found = match strategy {
                     Strategy::Scan => {
                         ctx.scan(&frame, callee_regs, caller_regs, mem).map(|f| (f, Trust::Scan))
@@ -516,6 +535,37 @@ impl Unwinder {
             }
         }
         outcome
+    }
+
+    /// `caller`, found by CFI from a frame a fallback found, if its return
+    /// address is plausible.
+    #[cold]
+    #[inline(never)]
+    fn check_guess<M: Memory + ?Sized>(
+        &self,
+        caller: Caller,
+        stack: &mut Option<Option<(u64, u64)>>,
+        frames: &mut [Frame],
+        mem: &mut M,
+    ) -> Step {
+        let stack = *stack.get_or_insert_with(|| frames.first().and_then(|f| mem.region_of(f.sp)));
+        let ctx = fallback::Context {
+            arch: self.arch,
+            modules: &self.modules,
+            stack,
+            last_fp: None,
+            scan_words: self.scan_words,
+        };
+        match ctx.check_return_address(caller.pc) {
+            Ok(()) => Ok(caller),
+            Err(problem) => {
+                if let Some(f) = frames.last_mut() {
+                    f.cfa = None;
+                }
+                let detail = EndDetail::ReturnAddress { address: caller.pc, problem };
+                Err((EndReason::BadReturnAddress, detail))
+            }
+        }
     }
 
     /// [`Unwinder::step`] out of line, for the fallback path.

@@ -138,6 +138,7 @@ FALLBACK_SPECS = {
         Spec("a64-nocfi", "crash_nocfi.c", NO_CFI, "aarch64-linux-gnu-gcc", "aarch64"),
         Spec("a64-nocfi-static", "crash_nocfi.c", (*NO_CFI, "-static"),
              "aarch64-linux-gnu-gcc", "aarch64"),
+        Spec("i386-nocfi", "crash_nocfi.c", (*NO_CFI, "-static"), I386_GCC, "i386"),
     )
 }  # fmt: skip
 # deep-moved is for the tests of a missing executable only; the fallback programs need more

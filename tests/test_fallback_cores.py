@@ -76,7 +76,7 @@ def test_unwinder_strategies() -> None:
             Unwinder("x86_64", strategies=bad)
 
 
-@pytest.mark.parametrize("case", ["nocfi", "a64-nocfi", "a64-nocfi-static"])
+@pytest.mark.parametrize("case", ["nocfi", "a64-nocfi", "a64-nocfi-static", "i386-nocfi"])
 def test_the_program_has_no_cfi(case: str, cores: Cores) -> None:
     """readelf: no FDE (.eh_frame or .debug_frame) covers the program's own functions; the C
     runtime's _start keeps its own."""
@@ -218,3 +218,24 @@ def test_aarch64_without_cfi_unwinds_by_frame_records(case: str, cores: Cores) -
     for frame, reference in zip(trace.frames, gdb.frames, strict=True):
         if frame.trust == "cfi":
             assert frame.sp == reference.sp
+
+
+def test_i386_without_cfi_unwinds_by_frame_pointers(cores: Cores, captures: Captures) -> None:
+    """i386 (static): the program by frame pointers, as gdb shows it. Its main realigns the
+    stack before making its frame record, so the record does not lead to the caller's sp:
+    gdb stops in __libc_start_call_main and eu-stack at main. CFI from such a guessed frame
+    must give a plausible return address, else the scan takes over: the frames past gdb's are
+    those gdb shows from main's entry, down to _start."""
+    made = cores("i386-nocfi")
+    core, trace = crashing(made)
+    gdb = made.gdb.thread(core.threads[0].tid)
+    assert trace.pcs[: len(gdb.pcs)] == gdb.pcs, f"{trace.end}: {trace.end_detail}"
+    trust = [f.trust for f in trace.frames]
+    assert trust[: len(gdb.pcs)] == ["context"] + ["frame_pointer"] * (len(gdb.pcs) - 1)
+    live = captures([made.executable], "*main")
+    assert live.gdb_frames[0]["function"] == "main" and live.gdb_frames[-1]["function"] == "_start"
+    # From main's caller on, exactly gdb's frames from main's entry: the scan skips both the
+    # copy main made of its return address and the stale return address of
+    # __x86.get_pc_thunk's call, and CFI goes on from what it found.
+    assert trace.pcs[len(gdb.pcs) - 1 :] == live.gdb_pcs[1:], (trace.pcs, live.gdb_pcs)
+    assert "scan" in trust[len(gdb.pcs) :] and trace.end == "end_of_stack", trace.end_detail

@@ -543,16 +543,10 @@ fn aarch64_non_leaf_frame_zero_uses_its_frame_record() {
 fn aarch64_scan_takes_the_callers_fp_from_the_record() {
     // No fp in frame 0; the scan finds R2 in FP1's record and takes the
     // caller's x29 from the word below it, so the walk goes on by records.
-    let w = walk(
-        Arch::Aarch64,
-        a64_module(),
-        &ALL,
-        rt(0x1900),
-        &[(A64_SP, SP), (X30, 0)],
-        &a64_chain(),
-    );
+    let w =
+        walk(Arch::Aarch64, a64_module(), &ALL, rt(PC0), &[(A64_SP, SP), (X30, 0)], &a64_chain());
     use Trust::*;
-    assert_eq!(w.pcs(), [rt(0x1900), rt(R2), rt(R3)], "{}", w.message);
+    assert_eq!(w.pcs(), [rt(PC0), rt(R2), rt(R3)], "{}", w.message);
     assert_eq!(w.trusts(), [Context, Scan, FramePointer]);
     assert_eq!(w.end.reason, EndReason::PcZero);
 }
@@ -601,4 +595,18 @@ fn aarch64_cfi_after_a_frame_record_takes_its_cfa_from_x29() {
     assert_eq!(w.sps(), [SP, FP0 + 16, FP1 + 32]);
     assert_eq!(w.frames[1].cfa, Some(FP1 + 32));
     assert_eq!(w.end.reason, EndReason::PcZero, "{}", w.message);
+}
+
+#[test]
+fn a_scan_skips_return_addresses_of_calls_the_frame_made_itself() {
+    // Frame 0 at 0x1530 made a call at 0x151b (to 0x1000) that returned:
+    // its return address is still on the stack, stale. The scan takes the
+    // next one, whose call (at 0x161b) lies above the pc.
+    let mut image = Image::new(Arch::X86_64);
+    image.call_before(0x1520, 0x1000).call_before(0x1620, 0x1500);
+    let mut s = Stack::new();
+    s.set(SP, rt(0x1520)).set(SP + 8, rt(0x1620));
+    let w = walk(Arch::X86_64, image.module(None), &ALL, rt(0x1530), &[(RSP, SP)], &s);
+    assert_eq!(w.pcs()[..2], [rt(0x1530), rt(0x1620)], "{}", w.message);
+    assert_eq!(w.sps()[1], SP + 16);
 }
