@@ -389,7 +389,7 @@ impl Unwinder {
             let strategies = self.strategies;
             let cfi_first = !FALLBACK || strategies.first() == Some(Strategy::Cfi);
             let stepped = if cfi_first {
-                self.step(lookup, &callee, callee_regs, caller_regs, mem, frames)
+                self.step::<M, FALLBACK>(lookup, &callee, callee_regs, caller_regs, mem, frames)
             } else {
                 Err((EndReason::NoUnwindInfo, EndDetail::None))
             };
@@ -579,7 +579,7 @@ impl Unwinder {
         mem: &mut M,
         frames: &mut [Frame],
     ) -> Step {
-        self.step(lookup, callee, callee_regs, caller_regs, mem, frames)
+        self.step::<M, true>(lookup, callee, callee_regs, caller_regs, mem, frames)
     }
 
     /// Unwind one frame: find the rules for `lookup` in module `m` (cached),
@@ -588,7 +588,7 @@ impl Unwinder {
     // bundled, so that the two register files can be borrowed apart.
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
-    fn step<M: Memory + ?Sized>(
+    fn step<M: Memory + ?Sized, const FALLBACK: bool>(
         &mut self,
         lookup: u64,
         callee: &FrameState,
@@ -605,7 +605,16 @@ impl Unwinder {
                 return Err((EndReason::NoUnwindInfo, EndDetail::Lookup(LookupError::NoFde)));
             }
             let module = &*self.modules.modules()[m];
-            return apply(self.arch, module, row, callee, callee_regs, caller_regs, mem, frames);
+            return apply::<M, 8, FALLBACK>(
+                self.arch,
+                module,
+                row,
+                callee,
+                callee_regs,
+                caller_regs,
+                mem,
+                frames,
+            );
         }
         let Some(m) = self.module_index(lookup) else {
             return Err((EndReason::NoModule, EndDetail::Address(lookup)));
@@ -626,7 +635,7 @@ impl Unwinder {
         if let Some(compact) = row.resize::<8>() {
             self.cache.insert(lookup, generation, m, compact);
         }
-        apply(
+        apply::<M, { crate::arch::NUM_REGS }, FALLBACK>(
             self.arch,
             &self.modules.modules()[m],
             &row,
@@ -651,10 +660,11 @@ impl Unwinder {
 }
 
 /// Apply a row's rules to the callee's state; the frame's CFA goes into
-/// the last of `frames`.
+/// the last of `frames`. `FALLBACK`: the walk may have guessed the callee's
+/// sp (compiled out of the CFI-only walk).
 #[allow(clippy::too_many_arguments)]
-#[inline]
-fn apply<M: Memory + ?Sized, const N: usize>(
+#[inline(always)]
+fn apply<M: Memory + ?Sized, const N: usize, const FALLBACK: bool>(
     arch: Arch,
     module: &Module,
     row: &RuleSet<N>,
@@ -677,7 +687,7 @@ fn apply<M: Memory + ?Sized, const N: usize>(
     // callee's frame record or by scanning) and the frame saved its fp,
     // which points at that saved copy (a frame record, AAPCS64), the CFA is
     // exact from fp instead of sp.
-    let fp_cfa = if callee.sp_exact { None } else { fp_based_cfa(arch, row, regs) };
+    let fp_cfa = if !FALLBACK || callee.sp_exact { None } else { fp_based_cfa(arch, row, regs) };
     // Addresses wrap at the width of the address space (32 bits on i386).
     let mask = arch.address_mask();
     let address_size = arch.word_size() as u8;
