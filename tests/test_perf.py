@@ -392,7 +392,9 @@ def test_kernel_frames_as_perf_script(recordings: Recordings) -> None:
             kinds = [f["kernel"] for f in frames]
             assert kinds == sorted(kinds, reverse=True), f"{theirs.key}: kernel frames not first"
             ours = [h(f["pc"]) for f in frames if f["kernel"]]
-            perf = [f.address for f in theirs.kernel_frames]
+            # perf script sometimes prints a frame at 0xffffffffffffffff (-1, no code can be
+            # there) that is in no callchain of the file: a placeholder of its own, left out.
+            perf = [f.address for f in theirs.kernel_frames if f.address != 2**64 - 1]
             assert ours == perf, f"{workload} {theirs.key}: {[hex(a) for a in ours]} " \
                                  f"!= perf script's {[hex(a) for a in perf]}"  # fmt: skip
             with_kernel += bool(perf)
