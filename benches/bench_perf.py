@@ -1,7 +1,9 @@
-"""`stackwalk perf` on a perf.data recorded at bench time (a C program under libc's qsort,
-`--call-graph dwarf`, about 15,000 samples), in one run:
+"""`stackwalk perf` on a perf.data recorded at bench time (two threads of a C program under
+libc's qsort, `--call-graph dwarf`, about 50,000 samples) and on one a quarter its length, in one
+run:
 
-- perf-command: the whole command, symbolized, against `perf script --no-inline`;
+- perf-command: the whole command, symbolized, against `perf script --no-inline`, on both
+  recordings (the interpreter's start is a fixed cost, perf script's is per sample);
 - perf-reading: the unwinding alone (in process, folded stacks counted, little output) on 1
   and 2 worker threads, against reading the file (`cat FILE > /dev/null`);
 - perf-baseline: the same 200 samples unwound one by one through the Python API, by the Rust
@@ -24,25 +26,37 @@ from elftools.elf.elffile import ELFFile
 from stackwalk._core import perf_report, perf_samples
 
 WORKLOAD = r"""
+#include <pthread.h>
 #include <stdlib.h>
+static int rounds;
 static int cmp(const void *a, const void *b)
 {
     int x = *(const int *)a, y = *(const int *)b;
     return (x > y) - (x < y);
 }
-int main(int argc, char **argv)
+static void *sort(void *arg)
 {
-    static int v[200000];
-    int rounds = atoi(argv[1]);
+    int *v = malloc(200000 * sizeof *v);
     for (int r = 0; r < rounds; r++) {
         for (int i = 0; i < 200000; i++)
-            v[i] = (i * 7919 + r) % 100003;
+            v[i] = (i * 7919 + r + (int)(long)arg) % 100003;
         qsort(v, 200000, sizeof v[0], cmp);
     }
-    return v[0];
+    return v;
+}
+int main(int argc, char **argv)
+{
+    pthread_t threads[2];
+    rounds = atoi(argv[1]);
+    for (long t = 0; t < 2; t++)
+        pthread_create(&threads[t], NULL, sort, (void *)t);
+    for (int t = 0; t < 2; t++)
+        pthread_join(threads[t], NULL);
+    return 0;
 }
 """
-ROUNDS = 200  # about 3 s of CPU: 15,000 samples at 4999 Hz
+# Two threads of qsort: about 10 s of CPU, some 50,000 samples at 4999 Hz (the full recording).
+ROUNDS = 330
 BASELINE_SAMPLES = 200
 
 
@@ -64,7 +78,9 @@ def recordings(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     src = tmp / "sort.c"
     src.write_text(WORKLOAD)
     exe = tmp / "sort"
-    subprocess.run(["gcc", "-O2", "-fomit-frame-pointer", "-o", str(exe), str(src)], check=True)
+    subprocess.run(
+        ["gcc", "-O2", "-fomit-frame-pointer", "-pthread", "-o", str(exe), str(src)], check=True
+    )
     return {
         "full": _record(tmp, exe, ROUNDS, "perf.data"),
         "quarter": _record(tmp, exe, ROUNDS // 4, "quarter.perf.data"),
@@ -82,14 +98,16 @@ def _stackwalk(*args: str) -> list[str]:
 
 
 @pytest.mark.benchmark(group="perf-command")
-def test_stackwalk_perf(benchmark: Any, recordings: dict[str, Path]) -> None:
-    proc = benchmark.pedantic(_run, args=(_stackwalk(str(recordings["full"])),), rounds=3)
+@pytest.mark.parametrize("size", ["full", "quarter"])
+def test_stackwalk_perf(benchmark: Any, recordings: dict[str, Path], size: str) -> None:
+    proc = benchmark.pedantic(_run, args=(_stackwalk(str(recordings[size])),), rounds=3)
     assert proc.returncode == 0, proc.stderr
 
 
 @pytest.mark.benchmark(group="perf-command")
-def test_perf_script(benchmark: Any, recordings: dict[str, Path]) -> None:
-    argv = ["perf", "script", "--no-inline", "-i", str(recordings["full"])]
+@pytest.mark.parametrize("size", ["full", "quarter"])
+def test_perf_script(benchmark: Any, recordings: dict[str, Path], size: str) -> None:
+    argv = ["perf", "script", "--no-inline", "-i", str(recordings[size])]
     proc = benchmark.pedantic(_run, args=(argv,), rounds=3)
     assert proc.returncode == 0, proc.stderr
 

@@ -88,7 +88,13 @@ def pytest_terminal_summary(
             f"eu-stack {t * 1e3:.0f} ms ({t / o:.1f}x)"
         )
     pairs = [
-        ("perf script", "test_perf_script", "stackwalk perf", "test_stackwalk_perf"),
+        ("perf script", "test_perf_script[full]", "stackwalk perf", "test_stackwalk_perf[full]"),
+        (
+            "perf script",
+            "test_perf_script[quarter]",
+            "stackwalk perf, quarter file",
+            "test_stackwalk_perf[quarter]",
+        ),
         ("cat", "test_cat", "unwinding alone, 1 job", "test_stackwalk_unwinding[1]"),
         ("cat", "test_cat", "unwinding alone, 2 jobs", "test_stackwalk_unwinding[2]"),
         ("1 job", "test_stackwalk_unwinding[1]", "2 jobs", "test_stackwalk_unwinding[2]"),

@@ -686,7 +686,17 @@ impl<R: Read + Seek> PerfFile<R> {
         let (data_offset, data_size) = (word(40), word(48));
         // 56..72: the event_types section, unused since perf 2.6.3x.
         let features = [word(72), word(80), word(88), word(96)];
-        let file_len = self.reader.seek(SeekFrom::End(0)).map_err(|e| io_error(0, e))?;
+        let file_len = self.reader.seek(SeekFrom::End(0)).map_err(|e| {
+            if e.raw_os_error() == Some(29) {
+                // ESPIPE: the file format has its sections at offsets.
+                return PerfError::Unsupported {
+                    offset: 0,
+                    what: "the file format read from a pipe (it is read by seeking); \
+                           record with `perf record -o -` to stream a recording",
+                };
+            }
+            io_error(0, e)
+        })?;
         self.header.data_offset = data_offset;
         self.header.data_size = data_size;
         self.header.features = features;

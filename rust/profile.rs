@@ -14,9 +14,9 @@
 //! by address (process, comm and pcs) as samples come, then each distinct
 //! address trace is symbolized once and counted by name.
 
+use rustc_hash::FxHashMap;
 use std::borrow::Cow;
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::io::{Read, Seek, Write};
 use std::ops::Range;
@@ -211,13 +211,13 @@ struct Context<'p> {
 pub struct Profiler {
     arch: Arch,
     options: Options,
-    files: HashMap<Vec<u8>, Arc<FileInfo>>,
-    processes: HashMap<i32, Process>,
+    files: FxHashMap<Vec<u8>, Arc<FileInfo>>,
+    processes: FxHashMap<i32, Process>,
     next_process_id: u64,
     /// Each thread's comm, as an index into `comm_names`.
-    comms: HashMap<i32, u32>,
+    comms: FxHashMap<i32, u32>,
     comm_names: Vec<Arc<str>>,
-    comm_ids: HashMap<Arc<str>, u32>,
+    comm_ids: FxHashMap<Arc<str>, u32>,
     kernel: KernelSymbolsLoader,
     /// Collapsed: distinct address traces, and the process each was in.
     by_address: StackDb,
@@ -238,12 +238,12 @@ impl Profiler {
             vdso,
             arch,
             options,
-            files: HashMap::new(),
-            processes: HashMap::new(),
+            files: FxHashMap::default(),
+            processes: FxHashMap::default(),
             next_process_id: 1,
-            comms: HashMap::new(),
+            comms: FxHashMap::default(),
             comm_names: Vec::new(),
-            comm_ids: HashMap::new(),
+            comm_ids: FxHashMap::default(),
             kernel: KernelSymbolsLoader::default(),
             by_address: StackDb::new(),
             address_process: Vec::new(),
@@ -542,13 +542,21 @@ impl Profiler {
     fn write_folded<W: Write>(&self, out: &mut W) -> std::io::Result<()> {
         let mut folded = StackDb::new();
         let mut names: Vec<String> = Vec::new();
-        let mut name_ids: HashMap<String, u64> = HashMap::new();
+        let mut name_ids: FxHashMap<String, u64> = FxHashMap::default();
+        // The name of a symbol, comm or kernel function, by what it is, so
+        // that its string is made and hashed once.
+        let mut known: FxHashMap<NameKey, u64> = FxHashMap::default();
+        let mut symbols = SymbolCache::default();
         let mut line = String::new();
         let mut ids = Vec::new();
         for (index, key, count) in self.by_address.iter() {
             let process = &self.address_process[index as usize];
             ids.clear();
-            for_each_folded_name(self, process, key, &mut line, |name| {
+            for_each_folded_name(self, process, key, &mut line, &mut symbols, |key, name| {
+                if let Some(&id) = key.as_ref().and_then(|k| known.get(k)) {
+                    ids.push(id);
+                    return;
+                }
                 let id = match name_ids.get(name) {
                     Some(&id) => id,
                     None => {
@@ -558,6 +566,9 @@ impl Profiler {
                         id
                     }
                 };
+                if let Some(key) = key {
+                    known.insert(key, id);
+                }
                 ids.push(id);
             });
             folded.add_n(&ids, count);
@@ -573,6 +584,16 @@ impl Profiler {
         }
         Ok(())
     }
+}
+
+/// What a folded name is the name of.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+enum NameKey {
+    Comm(u64),
+    /// A file's (its `FileInfo`'s address) symbol, by index.
+    Symbol(usize, usize),
+    /// A kernel symbol, by index.
+    Kernel(usize),
 }
 
 /// Whether a record matters once its time comes.
@@ -591,35 +612,40 @@ fn for_each_folded_name(
     process: &Process,
     key: &[u64],
     buf: &mut String,
-    mut each: impl FnMut(&str),
+    symbols: &mut SymbolCache,
+    mut each: impl FnMut(Option<NameKey>, &str),
 ) {
     let [_, comm, n_user, rest @ ..] = key else { return };
-    each(profiler.comm_names.get(*comm as usize).map_or(":-1", |c| c));
+    each(Some(NameKey::Comm(*comm)), profiler.comm_names.get(*comm as usize).map_or(":-1", |c| c));
     let (user, kernel) = rest.split_at((*n_user as usize).min(rest.len()));
     for &word in user.iter().rev() {
         let pc = word & !(1 << 63);
         let lookup = if word >> 63 != 0 { pc } else { pc.wrapping_sub(1) };
-        let loc = locate(process, pc, lookup, &profiler.options.debug_root, None);
-        buf.clear();
-        match (loc.function, &loc.file) {
-            (Some((name, _)), _) => buf.push_str(name),
-            (None, Some(file)) => {
-                let _ = write!(buf, "[{}+{:#x}]", file.path, loc.offset);
+        let loc = locate(process, pc, lookup, &profiler.options.debug_root, Some(symbols));
+        match (loc.function, loc.file) {
+            (Some((name, _)), Some(file)) => {
+                let key = loc.symbol.map(|i| NameKey::Symbol(Arc::as_ptr(file) as usize, i));
+                each(key, name);
             }
-            (None, None) => buf.push_str("[unknown]"),
+            (_, Some(file)) => {
+                buf.clear();
+                let _ = write!(buf, "[{}+{:#x}]", file.path, loc.offset);
+                each(None, buf);
+            }
+            (_, None) => each(None, "[unknown]"),
         }
-        each(buf);
     }
     for &ip in kernel.iter().rev() {
         buf.clear();
-        match profiler.kernel.lookup(ip) {
-            Some((name, _)) => buf.push_str(name),
+        let found = profiler.kernel.lookup_index(ip);
+        match found {
+            Some((name, _, _)) => buf.push_str(name),
             None => {
                 let _ = write!(buf, "[kernel+{ip:#x}]");
             }
         }
         buf.push_str("_[k]");
-        each(buf);
+        each(found.map(|(_, _, i)| NameKey::Kernel(i)), buf);
     }
 }
 
@@ -877,6 +903,8 @@ struct Location<'p> {
     file_offset: u64,
     /// The function's (demangled) name and the pc's offset in it.
     function: Option<(&'p str, u64)>,
+    /// The function's index in its file's symbol table.
+    symbol: Option<usize>,
 }
 
 fn locate<'p>(
@@ -889,32 +917,37 @@ fn locate<'p>(
     let placed = &process.placed;
     let i = placed.partition_point(|p| p.range.start <= lookup);
     let Some(p) = i.checked_sub(1).map(|i| &placed[i]).filter(|p| lookup < p.range.end) else {
-        return Location { file: None, offset: pc, file_offset: lookup, function: None };
+        return Location {
+            file: None,
+            offset: pc,
+            file_offset: lookup,
+            function: None,
+            symbol: None,
+        };
     };
     let table = p.file.symbols.get_or_init(|| {
         let data = p.file.data.as_ref()?;
         SymbolTable::for_file(data, debug_root).ok()
     });
-    let function = table.as_ref().and_then(|t| {
-        let address = lookup.wrapping_sub(p.bias);
-        let index = match cache {
-            Some(cache) => cache.index(&p.file, t, address),
-            None => t.index(address),
-        };
-        let (name, start) = t.demangled(index?)?;
+    let address = lookup.wrapping_sub(p.bias);
+    let symbol = table.as_ref().and_then(|t| match cache {
+        Some(cache) => cache.index(&p.file, t, address),
+        None => t.index(address),
+    });
+    let function = table.as_ref().zip(symbol).and_then(|(t, i)| {
+        let (name, start) = t.demangled(i)?;
         Some((name, address - start + (pc - lookup)))
     });
     let file_offset = lookup.wrapping_sub(p.range.start).wrapping_add(p.pgoff);
-    Location { file: Some(&p.file), offset: pc.wrapping_sub(p.bias), file_offset, function }
+    Location { file: Some(&p.file), offset: pc.wrapping_sub(p.bias), file_offset, function, symbol }
 }
 
-/// The kernel's function symbols (a kallsyms file), sorted, with their
-/// names in one string.
+/// The kernel's function symbols (a kallsyms file), sorted by address;
+/// names are spans of the file's text, kept whole.
 struct KernelSymbols {
-    starts: Vec<u64>,
-    /// (start, end) of each name in `names`.
-    spans: Vec<(u32, u32)>,
-    names: String,
+    /// (address, start and length of the name in `text`), by address.
+    symbols: Vec<(u64, u32, u32)>,
+    text: String,
 }
 
 impl KernelSymbols {
@@ -923,20 +956,21 @@ impl KernelSymbols {
     fn read(cached: Option<std::path::PathBuf>) -> Option<KernelSymbols> {
         let from_cache = cached.and_then(|path| std::fs::read_to_string(path).ok());
         from_cache
-            .and_then(|text| KernelSymbols::parse(&text))
-            .or_else(|| KernelSymbols::parse(&std::fs::read_to_string("/proc/kallsyms").ok()?))
+            .and_then(KernelSymbols::parse)
+            .or_else(|| KernelSymbols::parse(std::fs::read_to_string("/proc/kallsyms").ok()?))
     }
 
-    fn parse(text: &str) -> Option<KernelSymbols> {
+    fn parse(text: String) -> Option<KernelSymbols> {
         let bytes = text.as_bytes();
-        let mut syms: Vec<(u64, u32, u32)> = Vec::with_capacity(bytes.len() / 40);
-        let mut line_start = 0;
-        for line_end in memchr::memchr_iter(b'\n', bytes).chain([bytes.len()]) {
-            // "ffffffff81000000 T _stext\t[module]"
-            let line = &bytes[line_start..line_end];
-            let at = line_start;
-            line_start = line_end + 1;
-            let Some(space) = memchr::memchr(b' ', line) else { continue };
+        let mut symbols: Vec<(u64, u32, u32)> = Vec::with_capacity(bytes.len() / 40);
+        let mut at = 0;
+        while at < bytes.len() {
+            // "ffffffff81000000 T _stext\t[module]\n"
+            let end = memchr::memchr(b'\n', &bytes[at..]).map_or(bytes.len(), |n| at + n);
+            let line = &bytes[at..end];
+            let start = at;
+            at = end + 1;
+            let Some(space) = line.iter().position(|&b| b == b' ') else { continue };
             if !matches!(line.get(space + 1..space + 3), Some(b"t " | b"T " | b"w " | b"W ")) {
                 continue;
             }
@@ -951,42 +985,36 @@ impl KernelSymbols {
                 addr = addr << 4 | u64::from(value);
             }
             let name = &line[space + 3..];
-            let len = memchr::memchr(b'\t', name).unwrap_or(name.len());
+            let len = name.iter().position(|&b| b == b'\t').unwrap_or(name.len());
             if addr != 0 && len > 0 {
-                syms.push((addr, (at + space + 3) as u32, len as u32));
+                symbols.push((addr, (start + space + 3) as u32, len as u32));
             }
         }
-        if syms.is_empty() {
+        if symbols.is_empty() {
             return None; // kptr_restrict hides the addresses
         }
         // kallsyms is nearly sorted: a stable sort keeps aliases in order.
-        syms.sort_by_key(|s| s.0);
-        let mut table = KernelSymbols {
-            starts: Vec::with_capacity(syms.len()),
-            spans: Vec::with_capacity(syms.len()),
-            names: String::with_capacity(syms.iter().map(|s| s.2 as usize).sum()),
-        };
-        for (addr, at, len) in syms {
-            let start = table.names.len() as u32;
-            table.names.push_str(text.get(at as usize..(at + len) as usize).unwrap_or_default());
-            table.starts.push(addr);
-            table.spans.push((start, table.names.len() as u32));
-        }
-        Some(table)
+        symbols.sort_by_key(|s| s.0);
+        Some(KernelSymbols { symbols, text })
     }
 
     fn name(&self, i: usize) -> &str {
-        let (a, b) = self.spans[i];
-        self.names.get(a as usize..b as usize).unwrap_or_default()
+        let (_, at, len) = self.symbols[i];
+        self.text.get(at as usize..(at + len) as usize).unwrap_or_default()
     }
 
     fn address_of(&self, name: &str) -> Option<u64> {
-        (0..self.starts.len()).find(|&i| self.name(i) == name).map(|i| self.starts[i])
+        (0..self.symbols.len()).find(|&i| self.name(i) == name).map(|i| self.symbols[i].0)
     }
 
+    #[cfg(test)]
     fn lookup(&self, ip: u64) -> Option<(&str, u64)> {
-        let i = self.starts.partition_point(|&s| s <= ip).checked_sub(1)?;
-        Some((self.name(i), ip - self.starts[i]))
+        self.lookup_index(ip).map(|(name, offset, _)| (name, offset))
+    }
+
+    fn lookup_index(&self, ip: u64) -> Option<(&str, u64, usize)> {
+        let i = self.symbols.partition_point(|s| s.0 <= ip).checked_sub(1)?;
+        Some((self.name(i), ip - self.symbols[i].0, i))
     }
 }
 
@@ -1017,6 +1045,11 @@ impl KernelSymbolsLoader {
     }
 
     fn lookup(&self, ip: u64) -> Option<(&str, u64)> {
+        self.lookup_index(ip).map(|(name, offset, _)| (name, offset))
+    }
+
+    /// As `lookup`, with the symbol's index.
+    fn lookup_index(&self, ip: u64) -> Option<(&str, u64, usize)> {
         let table = self
             .table
             .get_or_init(|| {
@@ -1031,7 +1064,7 @@ impl KernelSymbolsLoader {
             let Some((symbol, recorded)) = self.reference.get() else { return 0 };
             table.address_of(symbol).map_or(0, |at| recorded.wrapping_sub(at))
         });
-        table.lookup(ip.wrapping_sub(shift))
+        table.lookup_index(ip.wrapping_sub(shift))
     }
 }
 
@@ -1109,12 +1142,12 @@ mod tests {
         let text = "ffffffff81000000 T _stext\nffffffff81000000 T _text\n\
                     0000000000000000 A fixed_percpu_data\nffffffff81001000 t helper\t[mod]\n\
                     ffffffff81000800 W weak_one\nffffffff81002000 D data_thing\nbad line\n";
-        let table = KernelSymbols::parse(text).unwrap();
+        let table = KernelSymbols::parse(text.to_owned()).unwrap();
         assert_eq!(table.lookup(0xffff_ffff_8100_0004), Some(("_text", 4)));
         assert_eq!(table.lookup(0xffff_ffff_8100_0900), Some(("weak_one", 0x100)));
         assert_eq!(table.lookup(0xffff_ffff_8100_1010), Some(("helper", 0x10)));
         assert_eq!(table.lookup(0xffff_ffff_8000_0000), None);
         assert_eq!(table.address_of("helper"), Some(0xffff_ffff_8100_1000));
-        assert!(KernelSymbols::parse("0000000000000000 T hidden\n").is_none());
+        assert!(KernelSymbols::parse("0000000000000000 T hidden\n".to_owned()).is_none());
     }
 }

@@ -34,6 +34,8 @@ from typing import Any
 import pytest
 from elftools.elf.elffile import ELFFile
 from perfdata import (
+    PERF,
+    RECORD,
     WORKLOADS,
     Key,
     RawRecord,
@@ -44,6 +46,7 @@ from perfdata import (
     disassembly,
     our_user_addresses,
     parse_script,
+    perf_env,
     sized_function,
     stackwalk_perf,
     symbol_values,
@@ -392,7 +395,9 @@ def test_kernel_frames_as_perf_script(recordings: Recordings) -> None:
             kinds = [f["kernel"] for f in frames]
             assert kinds == sorted(kinds, reverse=True), f"{theirs.key}: kernel frames not first"
             ours = [h(f["pc"]) for f in frames if f["kernel"]]
-            perf = [f.address for f in theirs.kernel_frames]
+            # perf script sometimes prints a frame at 0xffffffffffffffff (-1, no code can be
+            # there) that is in no callchain of the file: a placeholder of its own, left out.
+            perf = [f.address for f in theirs.kernel_frames if f.address != 2**64 - 1]
             assert ours == perf, f"{workload} {theirs.key}: {[hex(a) for a in ours]} " \
                                  f"!= perf script's {[hex(a) for a in perf]}"  # fmt: skip
             with_kernel += bool(perf)
@@ -916,3 +921,35 @@ def test_perf_samples(recordings: Recordings) -> None:
         assert (first.dso, first.address) == (name, pc - start + pgoff)
         checked += 1
     assert checked > 50
+
+
+def from_stdin(source: Any, *args: str) -> subprocess.CompletedProcess[str]:
+    """``stackwalk perf /dev/stdin ARGS`` reading `source` through a pipe."""
+    argv = [sys.executable, "-m", "stackwalk", "perf", "/dev/stdin", *args]
+    with subprocess.Popen(["cat"], stdin=source, stdout=subprocess.PIPE) as cat:
+        return subprocess.run(argv, stdin=cat.stdout, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("fmt", ["text", "--json", "--collapsed"])
+def test_pipe_mode_streamed(recordings: Recordings, tmp_path: Path, fmt: str) -> None:
+    """``perf record -o -`` writes the pipe format (attributes and features as records, no
+    sections at offsets). Read from a pipe, it is streamed, its records copied; read from the
+    file it was saved to, it is mapped: the output is the same, byte for byte. The file format
+    through a pipe is one clear error (it is read by seeking)."""
+    recording = recordings("qsort")
+    saved = tmp_path / "pipe.perf.data"
+    with open(saved, "wb") as out:
+        cmd = [PERF, *RECORD, "-o", "-", "--", *recording.argv]
+        proc = subprocess.run(cmd, stdout=out, stderr=subprocess.PIPE, env=perf_env(recording.home))
+    assert proc.returncode == 0, proc.stderr
+    args = [] if fmt == "text" else [fmt]
+    with open(saved, "rb") as pipe_in:
+        streamed = from_stdin(pipe_in, *args)
+    mapped = stackwalk_perf(saved, *args)
+    assert streamed.returncode == mapped.returncode == 0, streamed.stderr
+    assert streamed.stdout == mapped.stdout
+    assert streamed.stdout.count("\n") > 20
+    with open(recording.path, "rb") as file_format:
+        piped = from_stdin(file_format)
+    assert piped.returncode == 2 and piped.stdout == ""
+    assert piped.stderr.count("\n") == 1 and "perf record -o -" in piped.stderr, piped.stderr
