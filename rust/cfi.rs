@@ -69,7 +69,7 @@ pub type Row = RuleSet<NUM_REGS>;
 pub type CompactRow = RuleSet<8>;
 
 impl<const N: usize> RuleSet<N> {
-    pub fn new(cfa: CfaRule, ra: u16, signal_frame: bool) -> Self {
+    pub const fn new(cfa: CfaRule, ra: u16, signal_frame: bool) -> Self {
         RuleSet { cfa, ra, signal_frame, len: 0, rules: [(0, RegRule::Undefined); N] }
     }
 
@@ -123,6 +123,16 @@ pub struct SectionInfo {
     pub address: u64,
 }
 
+/// An executable PT_LOAD segment: ELF addresses `address..address + size`,
+/// the first `file_size` bytes of which are at `file_offset` in the file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CodeSegment {
+    pub address: u64,
+    pub size: u64,
+    pub file_offset: u64,
+    pub file_size: u64,
+}
+
 /// The pieces of an ELF file the unwinder needs.
 #[derive(Clone, Debug, Default)]
 pub struct ModuleSections {
@@ -131,6 +141,10 @@ pub struct ModuleSections {
     pub debug_frame: Option<SectionInfo>,
     pub text: Option<u64>,
     pub got: Option<u64>,
+    /// The executable segments, for the checks of the frame-pointer walk
+    /// and stack scanning. Empty: unknown, the whole module counts as code
+    /// and no code bytes are checked.
+    pub code: Vec<CodeSegment>,
 }
 
 #[derive(Debug)]
@@ -437,6 +451,28 @@ impl UnwindInfo {
         let row = lo.checked_sub(1)?;
         let offset = field(row, 1).checked_sub(eh.address)?;
         (offset < eh.size).then_some(offset as usize)
+    }
+
+    /// Whether ELF address `address` is in an executable segment (anywhere
+    /// in the module when its segments are unknown).
+    pub fn is_code(&self, address: u64) -> bool {
+        let code = &self.sections.code;
+        code.is_empty() || code.iter().any(|s| address.wrapping_sub(s.address) < s.size)
+    }
+
+    /// The (up to) `len` bytes of code right before ELF address `address`,
+    /// from the file: fewer at the start of a segment, None where the file
+    /// does not hold them.
+    pub fn code_before(&self, address: u64, len: usize) -> Option<&[u8]> {
+        let s = self.sections.code.iter().find(|s| {
+            let off = address.wrapping_sub(s.address);
+            off > 0 && off <= s.file_size.min(s.size)
+        })?;
+        let end = address - s.address;
+        let start = end.saturating_sub(len as u64);
+        let file_start = usize::try_from(s.file_offset.checked_add(start)?).ok()?;
+        let file_end = usize::try_from(s.file_offset.checked_add(end)?).ok()?;
+        self.data.get(file_start..file_end)
     }
 
     /// Whether the module has any call frame information at all.

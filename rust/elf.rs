@@ -10,7 +10,7 @@ use object::elf::{FileHeader32, FileHeader64, PT_GNU_EH_FRAME, PT_LOAD};
 use object::read::elf::{ElfFile, FileHeader, ProgramHeader};
 use object::{LittleEndian, Object, ObjectSection};
 
-use crate::cfi::{ModuleSections, SectionInfo};
+use crate::cfi::{CodeSegment, ModuleSections, SectionInfo};
 
 /// What an ELF file offers the unwinder.
 #[derive(Clone, Debug)]
@@ -65,12 +65,21 @@ fn read_elf_class<Elf: FileHeader<Endian = LittleEndian>>(
     let machine = file.elf_header().e_machine(endian);
     let (mut start, mut end) = (u64::MAX, 0u64);
     let mut hdr_segment = None;
+    let mut code = Vec::new();
     for ph in file.elf_program_headers() {
         let (vaddr, memsz) = (ph.p_vaddr(endian).into(), ph.p_memsz(endian).into());
         match ph.p_type(endian) {
             PT_LOAD if memsz > 0 => {
                 start = start.min(vaddr);
                 end = end.max(vaddr.saturating_add(memsz));
+                if ph.p_flags(endian) & object::elf::PF_X != 0 {
+                    code.push(CodeSegment {
+                        address: vaddr,
+                        size: memsz,
+                        file_offset: ph.p_offset(endian).into(),
+                        file_size: ph.p_filesz(endian).into(),
+                    });
+                }
             }
             PT_GNU_EH_FRAME => {
                 hdr_segment = Some(SectionInfo {
@@ -98,6 +107,7 @@ fn read_elf_class<Elf: FileHeader<Endian = LittleEndian>>(
         debug_frame: section(".debug_frame"),
         text: address(".text"),
         got: address(".got"),
+        code,
     };
     Ok(ElfInfo { machine, range: start..end, sections })
 }

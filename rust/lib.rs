@@ -10,6 +10,7 @@ pub mod arch;
 pub mod cfi;
 pub mod elf;
 pub mod expr;
+pub mod fallback;
 pub mod memory;
 pub mod modules;
 pub mod perf;

@@ -31,6 +31,14 @@ pub trait Memory {
         let v = self.read_u64(addr)?;
         Some(if size >= 8 { v } else { v & ((1u64 << (u32::from(size) * 8)) - 1) })
     }
+
+    /// The bounds `(start, end)` of the captured region holding `addr`, if
+    /// this memory knows its regions: the stack the frame-pointer walk and
+    /// stack scanning stay inside. None: unknown (reads alone decide).
+    fn region_of(&mut self, addr: u64) -> Option<(u64, u64)> {
+        let _ = addr;
+        None
+    }
 }
 
 impl<F: FnMut(u64) -> Option<u64>> Memory for F {
@@ -143,6 +151,14 @@ impl<'a> Regions<'a> {
 }
 
 impl Memory for Regions<'_> {
+    fn region_of(&mut self, addr: u64) -> Option<(u64, u64)> {
+        let idx = self.regions.partition_point(|(s, _)| *s <= addr).checked_sub(1)?;
+        self.regions[..=idx].iter().rev().find_map(|&(start, bytes)| {
+            let end = start.saturating_add(bytes.len() as u64);
+            (addr < end).then_some((start, end))
+        })
+    }
+
     fn read_u64(&mut self, addr: u64) -> Option<u64> {
         let bytes = self.find(addr, 8)?;
         Some(u64::from_le_bytes(bytes.try_into().ok()?))
@@ -271,6 +287,10 @@ mod tests {
         assert_eq!(m.read_sized(0x1001, 2), Some(0x0201));
         assert_eq!(m.read_sized(0x101f, 1), Some(31));
         assert_eq!(m.read_sized(0x101f, 2), None);
+        assert_eq!(m.region_of(0x1010), Some((0x1000, 0x1020)));
+        assert_eq!(m.region_of(0x2007), Some((0x2000, 0x2008)));
+        assert_eq!(m.region_of(0x2008), None);
+        assert_eq!(m.region_of(0x0fff), None);
     }
 
     #[test]

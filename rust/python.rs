@@ -17,7 +17,7 @@ use crate::cfi::{CfaRule, Data, Module, RegRule};
 use crate::elf::read_elf;
 use crate::memory::{Regions, Segment, SegmentMemory};
 use crate::registers::Registers;
-use crate::unwind::{self, Frame as RsFrame, Unwinder as RsUnwinder};
+use crate::unwind::{self, Frame as RsFrame, Strategy, Unwinder as RsUnwinder};
 
 create_exception!(
     stackwalk._core,
@@ -74,7 +74,8 @@ impl PyFrame {
         self.0.cfa
     }
 
-    /// How the frame was found: "context" (given registers) or "cfi".
+    /// How the frame was found, best first: "context" (given registers),
+    /// "cfi", "frame_pointer", "cfi_scan" (CFI from a scanned frame), "scan".
     #[getter]
     fn trust(&self) -> &'static str {
         self.0.trust.as_str()
@@ -131,7 +132,8 @@ impl PyTrace {
     }
 
     /// Why the walk stopped: end_of_stack, pc_zero, cfa_not_increasing,
-    /// memory, no_module, no_unwind_info, missing_register, bad_cfi, frame_limit.
+    /// memory, no_module, no_unwind_info, missing_register, bad_cfi,
+    /// frame_limit, fp_invalid, bad_return_address, scan_failed.
     #[getter]
     fn end(&self) -> &'static str {
         self.end.reason.as_str()
@@ -220,17 +222,34 @@ pub struct PyUnwinder {
 #[pymethods]
 impl PyUnwinder {
     #[new]
-    #[pyo3(signature = (arch = "x86_64"))]
-    fn new(arch: &str) -> PyResult<Self> {
+    #[pyo3(signature = (arch = "x86_64", strategies = None, scan_words = 1024))]
+    fn new(arch: &str, strategies: Option<Vec<String>>, scan_words: usize) -> PyResult<Self> {
         let arch: Arch = arch
             .parse()
             .map_err(|e: crate::arch::UnknownArch| ArchError::new_err(e.to_string()))?;
-        Ok(PyUnwinder { inner: RsUnwinder::new(arch), frames: Vec::with_capacity(64) })
+        let mut inner = RsUnwinder::new(arch);
+        if let Some(names) = strategies {
+            inner.set_strategies(&parse_strategies(&names)?);
+        }
+        inner.set_scan_words(scan_words);
+        Ok(PyUnwinder { inner, frames: Vec::with_capacity(64) })
     }
 
     #[getter]
     fn arch(&self) -> &'static str {
         self.inner.arch().name()
+    }
+
+    /// The ways a frame's caller is looked for, in the order tried.
+    #[getter]
+    fn strategies(&self) -> Vec<&'static str> {
+        self.inner.strategies().iter().map(|s| s.as_str()).collect()
+    }
+
+    /// How many stack words a scan looks at above a frame's sp.
+    #[getter]
+    fn scan_words(&self) -> usize {
+        self.inner.scan_words()
     }
 
     /// The modules added: (name, start, end, bias), sorted by address.
@@ -424,6 +443,29 @@ fn guard<T>(what: &str, f: impl FnOnce() -> T) -> PyResult<T> {
             .unwrap_or_default();
         StackwalkError::new_err(format!("internal error while {what}: {msg} (please report)"))
     })
+}
+
+// The default of `scan_words` in `Unwinder.__new__`'s signature (a literal, for its text signature).
+const _: () = assert!(unwind::DEFAULT_SCAN_WORDS == 1024);
+
+/// Strategy names, checked: known, at least one, each once.
+fn parse_strategies(names: &[String]) -> PyResult<Vec<Strategy>> {
+    if names.is_empty() {
+        return Err(StackwalkError::new_err(
+            "strategies is empty: give at least one of cfi, frame_pointer, scan",
+        ));
+    }
+    let mut out = Vec::with_capacity(names.len());
+    for name in names {
+        let s: Strategy = name
+            .parse()
+            .map_err(|e: unwind::UnknownStrategy| StackwalkError::new_err(e.to_string()))?;
+        if out.contains(&s) {
+            return Err(StackwalkError::new_err(format!("strategy {name:?} given twice")));
+        }
+        out.push(s);
+    }
+    Ok(out)
 }
 
 fn extract_registers(arch: Arch, regs: &Bound<'_, PyAny>) -> PyResult<(u64, Registers)> {

@@ -121,12 +121,34 @@ SPECS = {
              "SIGABRT"),
     )
 }  # fmt: skip
-# deep-moved is for the tests of a missing executable only.
+# Programs whose own functions have no CFI at all (-g0: no .debug_frame either), so that only
+# frame pointers lead through them; -fno-schedule-insns2 keeps GCC's prologues in the order
+# gdb's prologue analyzer, the reference for them, recognises. For test_fallback_cores.py.
+NO_CFI = ("-O2", "-fno-omit-frame-pointer", "-fno-schedule-insns2",
+          "-fno-asynchronous-unwind-tables", "-fno-unwind-tables", "-g0")  # fmt: skip
+FALLBACK_SPECS = {
+    spec.id: spec
+    for spec in (
+        Spec("nocfi", "crash_nocfi.c", NO_CFI),
+        Spec("nocfi-loop", "crash_nocfi.c", (*NO_CFI, "-DMODE=1")),
+        Spec("nocfi-backwards", "crash_nocfi.c", (*NO_CFI, "-DMODE=2")),
+        Spec("nocfi-garbage", "crash_nocfi.c", (*NO_CFI, "-DMODE=3")),
+        Spec("asm-fp", "crash_asm.c", ("-O2",)),
+        Spec("asm-no-fp", "crash_asm.c", ("-O2", "-DBREAK_CHAIN")),
+        Spec("a64-nocfi", "crash_nocfi.c", NO_CFI, "aarch64-linux-gnu-gcc", "aarch64"),
+        Spec("a64-nocfi-static", "crash_nocfi.c", (*NO_CFI, "-static"),
+             "aarch64-linux-gnu-gcc", "aarch64"),
+        Spec("i386-nocfi", "crash_nocfi.c", (*NO_CFI, "-static"), I386_GCC, "i386"),
+    )
+}  # fmt: skip
+# deep-moved is for the tests of a missing executable only; the fallback programs need more
+# than CFI, which the tests over every case assume.
 X86_CASES = [i for i, spec in SPECS.items() if spec.arch == "x86_64" and i != "deep-moved"]
 A64_CASES = [spec_id for spec_id, spec in SPECS.items() if spec.arch == "aarch64"]
 I386_CASES = [spec_id for spec_id, spec in SPECS.items() if spec.arch == "i386"]
 # Cores whose reference is eu-stack (gdb writes them, and eu-stack reads them right).
 EU_STACK_CASES = X86_CASES + I386_CASES
+SPECS.update(FALLBACK_SPECS)
 
 
 # --- references -----------------------------------------------------------------------------
@@ -281,6 +303,13 @@ class MadeCore:
         """Where the program was loaded: AT_ENTRY (from the core's NT_AUXV) - its e_entry."""
         with open(self.executable, "rb") as f:
             return self.notes().auxv["ENTRY"] - int(ELFFile(f).header["e_entry"])
+
+
+def is_subsequence(pcs: Sequence[int], reference: Sequence[int]) -> bool:
+    """Whether every pc is the reference's, in its order, some of the reference's left out: what
+    a walk that scanned past frames it could not unwind may show."""
+    rest = iter(reference)
+    return all(any(pc == other for other in rest) for pc in pcs)
 
 
 def run(cmd: Sequence[str | os.PathLike[str]], **kwargs: Any) -> subprocess.CompletedProcess[str]:

@@ -58,7 +58,7 @@ THREAD_KEYS = {"tid", "end", "frames"}
 FRAME_KEYS = {"index", "pc", "sp", "cfa", "trust", "module", "module_offset", "function",
               "function_offset"}  # fmt: skip
 # A frame line of the text output: "#3  0x00007f1c2a83c24a in name+0x7a (/path/to/module)".
-FRAME_LINE = re.compile(r"#(\d+)\s+0x([0-9a-f]{16}) in (.+?)(?: \(([^()]+)\))?")
+FRAME_LINE = re.compile(r"#(\d+)\s+0x([0-9a-f]{16}) in (.+?)(?: \(([^()]+)\))?  \[(\w+)\]")
 
 
 @functools.cache
@@ -399,8 +399,8 @@ def parse_text(text: str, tids: list[int]) -> tuple[list[str], dict[int, list[re
                                   "i386-threads", "i386-signal"])  # fmt: skip
 def test_text_output(case: str, cores: Cores) -> None:
     """Per thread a header and one line per frame, crashing thread first, the signal named
-    before any frame: each line the JSON frame's pc, function+offset (?? without one) and
-    module path."""
+    before any frame: each line the JSON frame's pc, function+offset (?? without one), module
+    path and trust."""
     made = cores(case)
     doc = cli_json(made)
     proc = cli(made)
@@ -414,8 +414,9 @@ def test_text_output(case: str, cores: Cores) -> None:
         lines = threads[thread["tid"]]
         assert len(lines) == len(thread["frames"])
         for line, frame in zip(lines, thread["frames"], strict=True):
-            index, pc, where, module = line.groups()
+            index, pc, where, module, trust = line.groups()
             assert (int(index), int(pc, 16)) == (frame["index"], h(frame["pc"]))
+            assert trust == frame["trust"]
             assert module == frame["module"]
             if frame["function"] is None:
                 assert where == "??"
@@ -490,7 +491,7 @@ def test_missing_library(cores: Cores) -> None:
     """The library is gone: warned about by name, its frame still shown by path and offset."""
     made = cores("lib")
     library = made.extra["library"]
-    args = (str(made.path), str(made.executable))
+    args = (str(made.path), str(made.executable), "--strategies", "cfi")
     partial(_stackwalk(*args), library)
     proc = _stackwalk(*args, "--json")
     partial(proc, library)
@@ -509,7 +510,8 @@ def test_missing_library(cores: Cores) -> None:
 def test_library_with_another_build_id(cores: Cores) -> None:
     made = cores("lib")
     v2_dir = os.path.dirname(made.extra["v2"])
-    args = (str(made.path), str(made.executable), "--lib-search-path", f"/nonexistent:{v2_dir}")
+    args = (str(made.path), str(made.executable), "--lib-search-path", f"/nonexistent:{v2_dir}",
+            "--strategies", "cfi")  # fmt: skip
     partial(_stackwalk(*args), "libcrashlib.so")
     assert "build" in _stackwalk(*args).stderr.lower()
     proc = _stackwalk(*args, "--json")
@@ -522,8 +524,8 @@ def test_library_with_another_build_id(cores: Cores) -> None:
 def test_missing_executable(cores: Cores) -> None:
     made = cores("deep-moved")
     original = made.extra["original"]
-    partial(_stackwalk(str(made.path)), original)
-    proc = _stackwalk(str(made.path), "--json")
+    partial(_stackwalk(str(made.path), "--strategies", "cfi"), original)
+    proc = _stackwalk(str(made.path), "--json", "--strategies", "cfi")
     partial(proc, original)
     doc = json.loads(proc.stdout)
     reference = made.extra["eu_stack"].pcs(doc["crashing_thread"])
@@ -539,7 +541,7 @@ def test_aarch64_libraries_without_sysroot(cores: Cores) -> None:
     (exit status 1, warnings), found by name with --lib-search-path."""
     made = cores("a64-cxx")
     args = (str(made.path), str(made.executable))
-    partial(_stackwalk(*args), "libc.so.6", "libstdc++.so.6")
+    partial(_stackwalk(*args, "--strategies", "cfi"), "libc.so.6", "libstdc++.so.6")
     proc = _stackwalk(*args, "--json", "--lib-search-path", f"{AARCH64_SYSROOT}/lib")
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)

@@ -42,6 +42,7 @@ from corefiles import (
     file_offset,
     first_load_vaddr,
     gdb_on_core,
+    is_subsequence,
     note_span,
     run,
     text_address,
@@ -386,13 +387,23 @@ def test_executable_found_from_the_core(cores: Cores) -> None:
 # --- damaged or incomplete input --------------------------------------------------------------
 
 
+def fallback_frames_are_real(core: Core, reference: list[int]) -> None:
+    """With the fallback strategies (the default), the frames a missing or wrong file keeps CFI
+    from finding are scanned past: every frame shown is one of the reference's, in order, and
+    the first frame after frame 0 that CFI did not find says how it was found."""
+    trace = core.threads[0].unwind()
+    assert trace.pcs[0] == reference[0]
+    assert is_subsequence(trace.pcs, reference), listing(trace.pcs, reference)
+    assert len(trace.pcs) > 1 and trace.frames[1].trust in ("frame_pointer", "scan")
+
+
 def test_missing_executable(cores: Cores) -> None:
     """The program is gone from where the core says it was: it stays a module (by path), the
-    frame in it is shown, unwinding stops there, and a warning names it. Given explicitly, the
-    moved file is used."""
+    frame in it is shown, unwinding by CFI stops there, and a warning names it. Given
+    explicitly, the moved file is used."""
     made = cores("deep-moved")
     original = made.extra["original"]
-    core = Core.open(made.path)
+    core = Core.open(made.path, strategies=["cfi"])
     (exe,) = [m for m in core.modules if m.path == original]
     assert not exe.found and exe.file is None
     assert any("not found" in w and original in w for w in core.warnings), core.warnings
@@ -400,6 +411,7 @@ def test_missing_executable(cores: Cores) -> None:
     reference = made.reference_pcs()[core.threads[0].tid]
     assert trace.pcs == reference[:1]
     assert trace.end != "end_of_stack"
+    fallback_frames_are_real(Core.open(made.path), reference)
 
     core = Core.open(made.path, made.executable)
     assert os.path.samefile(core.executable or "", made.executable)
@@ -411,7 +423,7 @@ def test_missing_library(cores: Cores) -> None:
     its range and bias (from its ELF header in the core's memory), and the crashing thread
     shows the frame inside it before it stops."""
     made = cores("lib")
-    core = Core.open(made.path, made.executable)
+    core = Core.open(made.path, made.executable, strategies=["cfi"])
     library = made.extra["library"]
     (module,) = [m for m in core.modules if m.path == library]
     (expected,) = [m for m in made.eu_unstrip() if m.name == "libcrashlib.so"]
@@ -425,6 +437,8 @@ def test_missing_library(cores: Cores) -> None:
     assert trace.pcs == made.reference_pcs()[core.threads[0].tid][:1]
     assert module.start <= trace.pcs[0] < module.end
     assert trace.end in ("no_module", "no_unwind_info")
+    reference = made.reference_pcs()[core.threads[0].tid]
+    fallback_frames_are_real(Core.open(made.path, made.executable), reference)
 
 
 def test_library_found_on_the_search_path(cores: Cores) -> None:
@@ -441,8 +455,8 @@ def test_library_with_another_build_id(cores: Cores) -> None:
     is used, but flagged -- a warning with both build ids, build_id_matches False -- and the
     stack it cannot unwind stops early instead of going wrong silently."""
     made = cores("lib")
-    core = Core.open(made.path, made.executable,
-                     lib_search_path=[os.path.dirname(made.extra["v2"])])  # fmt: skip
+    search = [os.path.dirname(made.extra["v2"])]
+    core = Core.open(made.path, made.executable, lib_search_path=search, strategies=["cfi"])
     (module,) = [m for m in core.modules if m.path == made.extra["library"]]
     in_core, on_disk = build_id_of(made.extra["v1"]), build_id_of(made.extra["v2"])
     assert in_core != on_disk
@@ -455,6 +469,9 @@ def test_library_with_another_build_id(cores: Cores) -> None:
     reference = made.reference_pcs()[core.threads[0].tid]
     assert trace.pcs == reference[: len(trace.pcs)]
     assert len(trace.pcs) < len(reference) and trace.end != "end_of_stack"
+    fallback_frames_are_real(
+        Core.open(made.path, made.executable, lib_search_path=search), reference
+    )
 
 
 def test_libraries_need_the_sysroot(cores: Cores) -> None:
@@ -463,13 +480,16 @@ def test_libraries_need_the_sysroot(cores: Cores) -> None:
     finds them by file name as the sysroot does."""
     made = cores("a64-libc")
     reference = made.reference_pcs()
-    core = Core.open(made.path, made.executable)
+    core = Core.open(made.path, made.executable, strategies=["cfi"])
     libc = [m for m in core.modules if os.path.basename(m.path) == "libc.so.6"]
     assert len(libc) == 1 and not libc[0].found
     assert any("not found" in w and "libc.so.6" in w for w in core.warnings), core.warnings
     trace = core.threads[0].unwind()
     assert trace.pcs == reference[core.threads[0].tid][: len(trace.pcs)]
     assert trace.end != "end_of_stack"
+    fallback_frames_are_real(
+        Core.open(made.path, made.executable), reference[core.threads[0].tid]
+    )
 
     core = Core.open(made.path, made.executable, lib_search_path=[f"{AARCH64_SYSROOT}/lib"])
     assert core.threads[0].unwind().pcs == reference[core.threads[0].tid]

@@ -122,9 +122,18 @@ def perf_samples(path: str | PathLike[str], max_samples: int = 1000) -> dict[str
 
 @disjoint_base
 class Unwinder:
-    def __new__(cls, arch: str = "x86_64") -> Unwinder: ...
+    def __new__(
+        cls,
+        arch: str = "x86_64",
+        strategies: Sequence[str] | None = None,
+        scan_words: int = 1024,
+    ) -> Unwinder: ...
     @property
     def arch(self) -> str: ...
+    @property
+    def strategies(self) -> list[str]: ...
+    @property
+    def scan_words(self) -> int: ...
     @property
     def modules(self) -> list[tuple[str, int, int, int]]: ...
     @property

@@ -117,9 +117,13 @@ def cmd_core(args: argparse.Namespace) -> int:
     from stackwalk.render import core_lines
 
     search = [d for d in (args.lib_search_path or "").split(":") if d]
+    strategies = [s for s in args.strategies.split(",") if s]
+    if args.no_scan:
+        strategies = [s for s in strategies if s != "scan"]
     core = Core.open(
-        args.core, args.executable, sysroot=args.sysroot, lib_search_path=search or None
-    )
+        args.core, args.executable, sysroot=args.sysroot, lib_search_path=search or None,
+        strategies=strategies,
+    )  # fmt: skip
     if not core.threads:
         reasons = "; ".join(core.warnings) or "it has no NT_PRSTATUS note"
         raise StackwalkError(f"{args.core}: no thread could be read ({reasons})")
@@ -203,6 +207,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     k.add_argument("--thread", type=int, metavar="TID", help="only this thread")
     k.add_argument("--max-frames", type=int, default=256)
+    k.add_argument(
+        "--strategies",
+        default="cfi,frame_pointer,scan",
+        metavar="LIST",
+        help="how each frame's caller is looked for, tried in this order "
+        "(default: cfi,frame_pointer,scan)",
+    )
+    k.add_argument("--no-scan", action="store_true", help="never scan the stack")
     k.set_defaults(func=cmd_core)
 
     pf = sub.add_parser("perf", help="unwind every sample of a perf record --call-graph dwarf file")

@@ -28,7 +28,7 @@ from typing import Any, BinaryIO, NamedTuple
 from stackwalk._core import elf_summary
 from stackwalk._linkmap import MemoryReader, read_link_map
 from stackwalk.errors import ArchError, ElfError, StackwalkError
-from stackwalk.unwinder import MappedMemory, Trace, Unwinder
+from stackwalk.unwinder import CRASH_STRATEGIES, MappedMemory, Trace, Unwinder
 
 __all__ = ["Core", "CoreError", "CoreModule", "Signal", "Thread"]
 
@@ -252,10 +252,16 @@ class Core:
         *,
         sysroot: str | os.PathLike[str] | None = None,
         lib_search_path: Sequence[str | os.PathLike[str]] | None = None,
+        strategies: Sequence[str] = CRASH_STRATEGIES,
     ) -> Core:
         """Read the core at ``path``. ``executable`` overrides the program file; ``sysroot``
-        prefixes every module path; ``lib_search_path`` is searched by file name."""
-        return cls(path, executable, sysroot=sysroot, lib_search_path=lib_search_path)
+        prefixes every module path; ``lib_search_path`` is searched by file name;
+        ``strategies`` are the ways each frame's caller is looked for, in order (CFI, then
+        frame pointers, then stack scanning by default)."""
+        return cls(
+            path, executable, sysroot=sysroot, lib_search_path=lib_search_path,
+            strategies=strategies,
+        )  # fmt: skip
 
     def __init__(
         self,
@@ -264,6 +270,7 @@ class Core:
         *,
         sysroot: str | os.PathLike[str] | None = None,
         lib_search_path: Sequence[str | os.PathLike[str]] | None = None,
+        strategies: Sequence[str] = CRASH_STRATEGIES,
     ) -> None:
         self.path = os.fspath(path)
         self.warnings = []
@@ -287,7 +294,7 @@ class Core:
         notes = self._parse_notes(note_data)
         self.pid = notes.pid
         self.command_line = notes.psargs
-        self.unwinder = Unwinder(self.arch)
+        self.unwinder = Unwinder(self.arch, strategies=tuple(strategies))
         self._finder = _FileFinder(self.arch, sysroot, lib_search_path)
         self._page = notes.page_size
         self._vdso_image: bytes | None = None

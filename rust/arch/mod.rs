@@ -146,6 +146,87 @@ impl Arch {
         }
     }
 
+    /// Whether `addr` (a code address, return-address bits already
+    /// stripped) can be a user-space address at all: x86_64's lower
+    /// canonical half (47 bits), aarch64's 48-bit user range, i386's 32 bits.
+    pub fn is_user_address(self, addr: u64) -> bool {
+        match self {
+            Arch::X86_64 => addr <= x86_64::USER_MAX,
+            Arch::Aarch64 => addr <= aarch64::USER_ADDRESS_MASK,
+            Arch::I386 => addr <= i386::ADDRESS_MASK,
+        }
+    }
+
+    /// A frame record, `[fp]` = the caller's fp and `[fp + word]` = the
+    /// return address, lies at these word offsets from fp. Every
+    /// architecture uses the same layout (x86's `push rbp; mov rbp, rsp`,
+    /// aarch64's `stp x29, x30, [sp, #-n]!; mov x29, sp`).
+    pub fn frame_record(self) -> (u64, u64) {
+        (0, self.word_size())
+    }
+
+    /// Whether the caller's sp is exactly fp + 2 words after a frame-record
+    /// step. On x86 the record sits right below the caller's sp (the call
+    /// pushed the return address, the prologue the frame pointer). On aarch64
+    /// the record is usually at the bottom of the callee's frame, so fp + 2
+    /// words is only a lower bound of the caller's sp.
+    pub fn frame_record_gives_exact_sp(self) -> bool {
+        match self {
+            Arch::X86_64 | Arch::I386 => true,
+            Arch::Aarch64 => false,
+        }
+    }
+
+    /// Whether a return address found on the stack is always the second word
+    /// of a frame record, so the word below it is the caller's fp (aarch64:
+    /// the return address is in lr until a prologue stores it with x29).
+    pub fn return_address_is_in_a_record(self) -> bool {
+        match self {
+            Arch::X86_64 | Arch::I386 => false,
+            Arch::Aarch64 => true,
+        }
+    }
+
+    /// The register that holds the return address in a leaf function that
+    /// has not saved it (aarch64's lr); None where a call pushes it.
+    pub fn link_register(self) -> Option<u16> {
+        match self {
+            Arch::X86_64 | Arch::I386 => None,
+            Arch::Aarch64 => Some(aarch64::RA),
+        }
+    }
+
+    /// How many code bytes before a return address [`Arch::call_before`] looks at.
+    pub fn call_window(self) -> usize {
+        match self {
+            // i386's call instructions are x86_64's, REX prefixes aside.
+            Arch::X86_64 | Arch::I386 => x86_64::CALL_WINDOW,
+            Arch::Aarch64 => aarch64::CALL_WINDOW,
+        }
+    }
+
+    /// Whether the code bytes right before a return address (`code`: the
+    /// last `call_window()` bytes before it, or fewer at the start of a
+    /// segment) end with a call instruction.
+    pub fn call_before(self, code: &[u8]) -> bool {
+        match self {
+            Arch::X86_64 | Arch::I386 => x86_64::call_before(code),
+            Arch::Aarch64 => aarch64::call_before(code),
+        }
+    }
+
+    /// The target of the direct call that made `return_address` (`code`:
+    /// the `call_window()` bytes before it), if that call is direct.
+    pub fn direct_call_target(self, return_address: u64, code: &[u8]) -> Option<u64> {
+        match self {
+            Arch::X86_64 => x86_64::direct_call_target(return_address, code),
+            Arch::I386 => {
+                x86_64::direct_call_target(return_address, code).map(|t| t & i386::ADDRESS_MASK)
+            }
+            Arch::Aarch64 => aarch64::direct_call_target(return_address, code),
+        }
+    }
+
     /// The vendor extensions gimli must accept in this architecture's CFI.
     pub fn gimli_vendor(self) -> gimli::Vendor {
         match self {

@@ -191,6 +191,58 @@ fn warm_unwind_allocates_nothing() {
     assert_eq!(cold_allocs, 0, "the cold path allocated");
 }
 
+#[test]
+fn frame_pointer_walk_and_scan_allocate_nothing() {
+    use _core::unwind::{Strategy, Trust};
+    // A module without CFI (its code segments unknown: all of it is code),
+    // and a stack of 40 frame records; the record of frame 20 is garbage, so
+    // the walk scans past it and resumes by frame pointers.
+    let (bias, range) = (0x5555_0000_0000u64, 0x1000..0x9000);
+    let module = Module::new(
+        "nocfi".into(),
+        Arch::X86_64,
+        Data::Owned(vec![0; 64]),
+        ModuleSections::default(),
+        range.clone(),
+        bias,
+    )
+    .unwrap();
+    let mut unwinder = Unwinder::new(Arch::X86_64);
+    unwinder.add_module(Arc::new(module)).unwrap();
+    unwinder.set_strategies(&[Strategy::Cfi, Strategy::FramePointer, Strategy::Scan]);
+    let sp = 0x7ffd_0000_0000u64;
+    let mut stack = vec![0u8; 0x1000];
+    let mut put = |addr: u64, v: u64| {
+        let at = (addr - sp) as usize;
+        stack[at..at + 8].copy_from_slice(&v.to_le_bytes());
+    };
+    let fp = |i: u64| sp + 0x20 + 0x40 * i;
+    for i in 0..40 {
+        let last = i == 39;
+        put(fp(i), if last { 0 } else { fp(i + 1) });
+        put(fp(i) + 8, if last { 0 } else { bias + 0x2000 + i });
+    }
+    put(fp(20), 0x4141_4141);
+    put(fp(20) + 8, 0x4242_4242);
+    let mut regs = Registers::new();
+    regs.set(7, sp);
+    regs.set(6, fp(0));
+    let mut memory = Regions::new();
+    memory.add(sp, &stack);
+    let mut frames: Vec<Frame> = Vec::with_capacity(256);
+    let pc = bias + 0x1000;
+    let (cold, cold_allocs) =
+        allocations(|| unwinder.unwind(pc, &regs, &mut memory, 256, &mut frames));
+    assert_eq!(cold.reason, EndReason::PcZero, "{}", unwinder.describe(&cold));
+    let trusts: Vec<Trust> = frames.iter().map(|f| f.trust).collect();
+    assert!(trusts.contains(&Trust::Scan), "{trusts:?}");
+    assert!(trusts.iter().filter(|t| **t == Trust::FramePointer).count() >= 30, "{trusts:?}");
+    let (warm, warm_allocs) =
+        allocations(|| unwinder.unwind(pc, &regs, &mut memory, 256, &mut frames));
+    assert_eq!(warm, cold);
+    assert_eq!((cold_allocs, warm_allocs), (0, 0), "the fallback path allocated");
+}
+
 /// i386 (4-byte words, 32-bit address arithmetic) on the same terms: a
 /// function that calls itself (`push ebp; push ebx`: CFA = esp + 12, ebp at
 /// CFA − 8, ebx at CFA − 12), `DEPTH` frames deep on a synthetic stack, under
