@@ -197,15 +197,23 @@ thread_local! {
     static WORKER: RefCell<Worker> = RefCell::new(Worker::default());
 }
 
-/// What workers read, shared.
-struct Context<'p> {
+/// What workers read: a snapshot, shared, taken when a batch is sent off.
+struct Context {
     arch: Arch,
     format: Format,
     max_frames: usize,
-    decoder: &'p Decoder,
-    debug_root: &'p std::path::Path,
-    kernel: &'p KernelSymbolsLoader,
-    comms: &'p [Arc<str>],
+    decoder: Arc<Decoder>,
+    debug_root: Arc<std::path::Path>,
+    kernel: Arc<KernelSymbolsLoader>,
+    comms: Arc<Vec<Arc<str>>>,
+}
+
+/// A batch being unwound while the next one is read: its samples and
+/// chunks' outputs come back on `done`.
+struct InFlight<'a> {
+    done: std::sync::mpsc::Receiver<(Vec<Pending<'a>>, Vec<ChunkOut>)>,
+    /// The file offset of its first sample.
+    oldest: u64,
 }
 
 pub struct Profiler {
@@ -216,9 +224,10 @@ pub struct Profiler {
     next_process_id: u64,
     /// Each thread's comm, as an index into `comm_names`.
     comms: FxHashMap<i32, u32>,
-    comm_names: Vec<Arc<str>>,
+    comm_names: Arc<Vec<Arc<str>>>,
     comm_ids: FxHashMap<Arc<str>, u32>,
-    kernel: KernelSymbolsLoader,
+    kernel: Arc<KernelSymbolsLoader>,
+    debug_root: Arc<std::path::Path>,
     /// Collapsed: distinct address traces, and the process each was in.
     by_address: StackDb,
     address_process: Vec<Process>,
@@ -233,6 +242,7 @@ impl Profiler {
     /// process's own vdso has the same (a recording made on this kernel),
     /// its image serves for the recording's.
     pub fn new(arch: Arch, options: Options, vdso_build_id: Option<&[u8]>) -> Self {
+        let debug_root = options.debug_root.clone();
         let vdso = vdso_build_id.and_then(own_vdso).map(Arc::new);
         let mut profiler = Profiler {
             vdso,
@@ -242,9 +252,10 @@ impl Profiler {
             processes: FxHashMap::default(),
             next_process_id: 1,
             comms: FxHashMap::default(),
-            comm_names: Vec::new(),
+            comm_names: Arc::default(),
             comm_ids: FxHashMap::default(),
-            kernel: KernelSymbolsLoader::default(),
+            kernel: Arc::default(),
+            debug_root: debug_root.into(),
             by_address: StackDb::new(),
             address_process: Vec::new(),
             decoder: Arc::default(),
@@ -281,7 +292,31 @@ impl Profiler {
             self.options.progress.map(|after| Progress::new(header.data_offset, data_end, after));
         let map = perf.mapped().cloned();
         let map: Option<&[u8]> = map.as_deref().map(|d| &**d);
-        let mut batch: Vec<Pending<'_>> = Vec::with_capacity(self.options.batch);
+        rayon::in_place_scope(|scope| self.read(scope, perf, map, progress.as_mut(), out))?;
+        if let Some(p) = &mut progress {
+            p.finish(self.summary.samples);
+        }
+        self.summary.processes = self.processes.len();
+        if self.options.format == Format::Collapsed {
+            self.write_folded(out)?;
+        }
+        out.flush()
+    }
+
+    /// The reading loop of `run`, sending batches off to `scope`.
+    fn read<'a, 's, R: Read + Seek, W: Write>(
+        &mut self,
+        scope: &rayon::Scope<'s>,
+        perf: &mut PerfFile<R>,
+        map: Option<&'a [u8]>,
+        mut progress: Option<&mut Progress>,
+        out: &mut W,
+    ) -> std::io::Result<()>
+    where
+        'a: 's,
+    {
+        let mut batch: Vec<Pending<'a>> = Vec::with_capacity(self.options.batch);
+        let mut inflight: Option<InFlight<'a>> = None;
         // Events are written per CPU buffer, so a thread's samples can come
         // before its FORK in the file. As perf does, events are queued and,
         // at each FINISHED_ROUND, those up to the highest time seen before
@@ -308,14 +343,20 @@ impl Profiler {
                         queue.sort_unstable_by_key(|q| (q.time, q.seq));
                         let ready = queue.partition_point(|q| q.time <= limit);
                         for q in queue.drain(..ready) {
-                            self.process(q, &mut batch, out)?;
+                            self.process(q, &mut batch);
+                            if batch.len() >= self.options.batch {
+                                self.flush(scope, &mut batch, &mut inflight, out)?;
+                            }
                         }
-                        // Records before the oldest still queued or batched
-                        // are done with.
+                        // Records before the oldest still queued, batched or
+                        // being unwound are done with.
                         let queued = queue.iter().map(|q| q.offset);
-                        let oldest = queued.chain(batch.iter().map(|p| p.offset)).min();
+                        let oldest = queued
+                            .chain(batch.iter().map(|p| p.offset))
+                            .chain(inflight.as_ref().map(|f| f.oldest))
+                            .min();
                         perf.release_before(oldest.unwrap_or(offset));
-                        if let Some(p) = &mut progress {
+                        if let Some(p) = progress.as_deref_mut() {
                             p.show(offset, samples_read);
                         }
                     }
@@ -351,34 +392,25 @@ impl Profiler {
         }
         queue.sort_unstable_by_key(|q| (q.time, q.seq));
         for q in queue {
-            self.process(q, &mut batch, out)?;
+            self.process(q, &mut batch);
+            if batch.len() >= self.options.batch {
+                self.flush(scope, &mut batch, &mut inflight, out)?;
+            }
         }
-        self.flush(&mut batch, out)?;
-        if let Some(p) = &mut progress {
-            p.finish(self.summary.samples);
+        self.flush(scope, &mut batch, &mut inflight, out)?;
+        match inflight.take() {
+            Some(last) => self.absorb(last, out),
+            None => Ok(()),
         }
-        self.summary.processes = self.processes.len();
-        if self.options.format == Format::Collapsed {
-            self.write_folded(out)?;
-        }
-        out.flush()
     }
 
-    /// Apply one record, in time order.
-    fn process<'a, W: Write>(
-        &mut self,
-        q: Queued<'a>,
-        batch: &mut Vec<Pending<'a>>,
-        out: &mut W,
-    ) -> std::io::Result<()> {
+    /// Apply one record, in time order: a sample joins the batch.
+    fn process<'a>(&mut self, q: Queued<'a>, batch: &mut Vec<Pending<'a>>) {
         if let Some((pid, tid)) = q.sample {
             let comm = self.comms.get(&tid).copied().unwrap_or(0);
             let process = self.processes.get(&pid).cloned().unwrap_or_default();
             batch.push(Pending { offset: q.offset, rec: q.rec, comm, process });
-            if batch.len() >= self.options.batch {
-                self.flush(batch, out)?;
-            }
-            return Ok(());
+            return;
         }
         let decoder = self.decoder.clone();
         match decoder.decode(&q.rec, q.offset) {
@@ -407,7 +439,6 @@ impl Profiler {
             }
             _ => {}
         }
-        Ok(())
     }
 
     fn comm_id(&mut self, comm: &str) -> u32 {
@@ -416,7 +447,7 @@ impl Profiler {
         }
         let id = self.comm_names.len() as u32;
         let name: Arc<str> = comm.into();
-        self.comm_names.push(name.clone());
+        Arc::make_mut(&mut self.comm_names).push(name.clone());
         self.comm_ids.insert(name, id);
         id
     }
@@ -500,12 +531,18 @@ impl Profiler {
         info
     }
 
-    /// Unwind and format a batch in parallel, then write it in order.
-    fn flush<W: Write>(
+    /// Send a batch off to be unwound and formatted in parallel while the
+    /// reading goes on, and write the batch sent before it (in order).
+    fn flush<'a, 's, W: Write>(
         &mut self,
-        batch: &mut Vec<Pending<'_>>,
+        scope: &rayon::Scope<'s>,
+        batch: &mut Vec<Pending<'a>>,
+        inflight: &mut Option<InFlight<'a>>,
         out: &mut W,
-    ) -> std::io::Result<()> {
+    ) -> std::io::Result<()>
+    where
+        'a: 's,
+    {
         if batch.is_empty() {
             return Ok(());
         }
@@ -513,12 +550,42 @@ impl Profiler {
             arch: self.arch,
             format: self.options.format,
             max_frames: self.options.max_frames,
-            decoder: &self.decoder,
-            debug_root: &self.options.debug_root,
-            kernel: &self.kernel,
-            comms: &self.comm_names,
+            decoder: self.decoder.clone(),
+            debug_root: self.debug_root.clone(),
+            kernel: self.kernel.clone(),
+            comms: self.comm_names.clone(),
         };
-        let chunks: Vec<ChunkOut> = batch.par_chunks(CHUNK).map(|c| work(&ctx, c)).collect();
+        let work = std::mem::replace(batch, Vec::with_capacity(self.options.batch));
+        let oldest = work.first().map_or(0, |p| p.offset);
+        let (send, done) = std::sync::mpsc::channel();
+        scope.spawn(move |_| {
+            let chunks: Vec<ChunkOut> = work.par_chunks(CHUNK).map(|c| ctx.work(c)).collect();
+            let _ = send.send((work, chunks));
+        });
+        match inflight.replace(InFlight { done, oldest }) {
+            Some(previous) => self.absorb(previous, out),
+            None => Ok(()),
+        }
+    }
+
+    /// Wait for a batch sent off (helping the workers meanwhile) and write
+    /// it, or count its stacks.
+    fn absorb<W: Write>(&mut self, batch: InFlight<'_>, out: &mut W) -> std::io::Result<()> {
+        let (batch, chunks) = loop {
+            match batch.done.try_recv() {
+                Ok(done) => break done,
+                Err(std::sync::mpsc::TryRecvError::Disconnected) => {
+                    return Err(std::io::Error::other("a worker thread failed"));
+                }
+                Err(std::sync::mpsc::TryRecvError::Empty) => {
+                    if rayon::yield_now() != Some(rayon::Yield::Executed) {
+                        if let Ok(done) = batch.done.recv_timeout(Duration::from_micros(200)) {
+                            break done;
+                        }
+                    }
+                }
+            }
+        };
         for (chunk, done) in batch.chunks(CHUNK).zip(chunks) {
             self.summary.samples += done.samples;
             self.summary.complete += done.complete;
@@ -534,7 +601,6 @@ impl Profiler {
                 keys = next;
             }
         }
-        batch.clear();
         Ok(())
     }
 
@@ -665,50 +731,54 @@ fn own_vdso(build_id: &[u8]) -> Option<Data> {
         .then(|| Data::Owned(image.to_vec()))
 }
 
-/// Decode, unwind and format (or key) a chunk of samples.
-fn work(ctx: &Context<'_>, chunk: &[Pending<'_>]) -> ChunkOut {
-    let mut out = ChunkOut::default();
-    if ctx.format != Format::Collapsed {
-        out.text.reserve(chunk.len() * 2048);
-    }
-    WORKER.with(|cell| {
-        let worker = &mut *cell.borrow_mut();
-        let Worker { unwinder, frames, symbols } = worker;
-        let unwinder = match unwinder {
-            Some(u) if u.arch() == ctx.arch => u,
-            _ => unwinder.insert(Unwinder::new(ctx.arch)),
-        };
-        for (at, p) in chunk.iter().enumerate() {
-            let Ok(Event::Sample(s)) = ctx.decoder.decode(&p.rec, p.offset) else { continue };
-            frames.clear();
-            out.samples += 1;
-            if let Some((pc, sp)) = user_registers(ctx.arch, &s) {
-                unwinder.set_modules(p.process.modules.clone());
-                let mut stack = Buffer { start: sp.1, bytes: s.stack };
-                let end = unwinder.unwind(pc, &sp.0, &mut stack, ctx.max_frames, frames);
-                out.complete += u64::from(end.reason.is_clean());
-                out.frames += frames.len() as u64;
-            }
-            let kernel = kernel_ips(s.callchain.unwrap_or_default());
-            match ctx.format {
-                Format::Text => {
-                    Unwound { ctx, p, s: &s, frames }.text(kernel, symbols, &mut out.text)
-                }
-                Format::JsonLines => {
-                    Unwound { ctx, p, s: &s, frames }.json(kernel, symbols, &mut out.text)
-                }
-                Format::Collapsed => {
-                    let len_at = out.keys.len() + 1;
-                    out.keys.extend([at as u64, 0, p.process.id, u64::from(p.comm)]);
-                    out.keys.push(frames.len() as u64);
-                    out.keys.extend(frames.iter().map(|f| f.pc | u64::from(f.interrupted) << 63));
-                    out.keys.extend(kernel);
-                    out.keys[len_at] = (out.keys.len() - len_at - 1) as u64;
-                }
-            }
+impl Context {
+    /// Decode, unwind and format (or key) a chunk of samples.
+    fn work(&self, chunk: &[Pending<'_>]) -> ChunkOut {
+        let ctx = self;
+        let mut out = ChunkOut::default();
+        if ctx.format != Format::Collapsed {
+            out.text.reserve(chunk.len() * 2048);
         }
-    });
-    out
+        WORKER.with(|cell| {
+            let worker = &mut *cell.borrow_mut();
+            let Worker { unwinder, frames, symbols } = worker;
+            let unwinder = match unwinder {
+                Some(u) if u.arch() == ctx.arch => u,
+                _ => unwinder.insert(Unwinder::new(ctx.arch)),
+            };
+            for (at, p) in chunk.iter().enumerate() {
+                let Ok(Event::Sample(s)) = ctx.decoder.decode(&p.rec, p.offset) else { continue };
+                frames.clear();
+                out.samples += 1;
+                if let Some((pc, sp)) = user_registers(ctx.arch, &s) {
+                    unwinder.set_modules(p.process.modules.clone());
+                    let mut stack = Buffer { start: sp.1, bytes: s.stack };
+                    let end = unwinder.unwind(pc, &sp.0, &mut stack, ctx.max_frames, frames);
+                    out.complete += u64::from(end.reason.is_clean());
+                    out.frames += frames.len() as u64;
+                }
+                let kernel = kernel_ips(s.callchain.unwrap_or_default());
+                match ctx.format {
+                    Format::Text => {
+                        Unwound { ctx, p, s: &s, frames }.text(kernel, symbols, &mut out.text)
+                    }
+                    Format::JsonLines => {
+                        Unwound { ctx, p, s: &s, frames }.json(kernel, symbols, &mut out.text)
+                    }
+                    Format::Collapsed => {
+                        let len_at = out.keys.len() + 1;
+                        out.keys.extend([at as u64, 0, p.process.id, u64::from(p.comm)]);
+                        out.keys.push(frames.len() as u64);
+                        out.keys
+                            .extend(frames.iter().map(|f| f.pc | u64::from(f.interrupted) << 63));
+                        out.keys.extend(kernel);
+                        out.keys[len_at] = (out.keys.len() - len_at - 1) as u64;
+                    }
+                }
+            }
+        });
+        out
+    }
 }
 
 /// The user pc, and the registers with sp, of a sample (None for a kernel
@@ -742,7 +812,7 @@ fn kernel_ips(chain: Words<'_>) -> impl Iterator<Item = u64> + '_ {
 
 /// A sample and its user frames, to print.
 struct Unwound<'r> {
-    ctx: &'r Context<'r>,
+    ctx: &'r Context,
     p: &'r Pending<'r>,
     s: &'r Sample<'r>,
     frames: &'r [Frame],
@@ -773,7 +843,7 @@ impl Unwound<'_> {
         // (inside the call), addresses as offsets in the file.
         for f in frames {
             let lookup = f.lookup_pc();
-            let loc = locate(&p.process, f.pc, lookup, ctx.debug_root, Some(symbols));
+            let loc = locate(&p.process, f.pc, lookup, &ctx.debug_root, Some(symbols));
             out.push('\t');
             push_hex(out, loc.file_offset, 16);
             out.push(' ');
@@ -821,7 +891,7 @@ impl Unwound<'_> {
             if !std::mem::take(&mut first) {
                 out.push_str(", ");
             }
-            let loc = locate(&p.process, f.pc, f.lookup_pc(), ctx.debug_root, Some(symbols));
+            let loc = locate(&p.process, f.pc, f.lookup_pc(), &ctx.debug_root, Some(symbols));
             out.push_str("{\"pc\": \"");
             push_0x(out, f.pc);
             out.push_str("\", \"module\": ");

@@ -853,6 +853,7 @@ impl Run<'_> {
         })?;
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(self.jobs)
+            .thread_name(|i| format!("stackwalk {i}"))
             .build()
             .map_err(|e| StackwalkError::new_err(format!("cannot start worker threads: {e}")))?;
         let vdso_id = perf.header().build_ids.iter().find(|b| b.filename == "[vdso]");
