@@ -67,6 +67,7 @@ _DEFAULT_PAGE = 4096
 _HEADER_IMAGE_LIMIT = 1 << 16  # bytes of a module's first mapping read for its headers
 _MAX_NOTES = 1 << 26  # a PT_NOTE larger than this is damaged
 _ELF_MAGIC = b"\x7fELF"
+DEBUG_ROOT = "/usr/lib/debug"  # where gdb and eu-stack look for separate debug files
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,6 +200,7 @@ class Core:
     memory: MappedMemory
     unwinder: Unwinder
     warnings: list[str]
+    debug_root: str | None
 
     @classmethod
     def open(
@@ -208,10 +210,20 @@ class Core:
         *,
         sysroot: str | os.PathLike[str] | None = None,
         lib_search_path: Sequence[str | os.PathLike[str]] | None = None,
+        debug_root: str | os.PathLike[str] | None = DEBUG_ROOT,
     ) -> Core:
         """Read the core at ``path``. ``executable`` overrides the program file; ``sysroot``
-        prefixes every module path; ``lib_search_path`` is searched by file name."""
-        return cls(path, executable, sysroot=sysroot, lib_search_path=lib_search_path)
+        prefixes every module path; ``lib_search_path`` is searched by file name;
+        ``debug_root`` is where separate debug files are looked for (by build id, and by
+        ``.gnu_debuglink`` under it as well as next to each module): their ``.debug_frame``
+        unwinds functions that ``.eh_frame`` lacks, their symbols name them."""
+        return cls(
+            path,
+            executable,
+            sysroot=sysroot,
+            lib_search_path=lib_search_path,
+            debug_root=debug_root,
+        )
 
     def __init__(
         self,
@@ -220,8 +232,10 @@ class Core:
         *,
         sysroot: str | os.PathLike[str] | None = None,
         lib_search_path: Sequence[str | os.PathLike[str]] | None = None,
+        debug_root: str | os.PathLike[str] | None = DEBUG_ROOT,
     ) -> None:
         self.path = os.fspath(path)
+        self.debug_root = os.fspath(debug_root) if debug_root is not None else None
         self.warnings = []
         try:
             with open(self.path, "rb") as f:
@@ -607,7 +621,7 @@ class Core:
     ) -> CoreModule:
         if file is not None:
             try:
-                self.unwinder.add_module(file, bias)
+                self.unwinder.add_module(file, bias, debug_root=self.debug_root)
             except (ElfError, ArchError) as e:
                 self.warnings.append(f"module {path}: {e}")
                 file, on_disk = None, None
@@ -633,6 +647,7 @@ class Core:
         symbolizer = Symbolizer(
             (ModuleInfo(m.file or m.path, m.start, m.end, m.bias) for m in self.modules),
             {"[vdso]": self._vdso_image} if self._vdso_image is not None else None,
+            debug_root=self.debug_root,
         )
         sig = self.signal
         threads = []
