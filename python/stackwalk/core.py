@@ -289,13 +289,15 @@ class Core:
             raise CoreError(f"{self.path}: unsupported architecture (ELF machine {machine})")
         if phentsize != _PHDR.size:
             raise CoreError(f"{self.path}: bad program header size {phentsize}")
+        # Offsets are checked against the size before any seek: a damaged one can be past
+        # what a file offset can hold at all.
+        size = os.fstat(f.fileno()).st_size
         if phnum == _PN_XNUM:
-            f.seek(shoff + 44)  # Elf64_Shdr.sh_info of section header 0
-            extended = f.read(4)
-            if len(extended) < 4:
+            if shoff + 48 > size:
                 raise CoreError(f"{self.path}: truncated section header at {shoff:#x}")
-            phnum = struct.unpack("<I", extended)[0]
-        if phoff + phnum * _PHDR.size > os.fstat(f.fileno()).st_size:
+            f.seek(shoff + 44)  # Elf64_Shdr.sh_info of section header 0
+            phnum = struct.unpack("<I", f.read(4))[0]
+        if phoff + phnum * _PHDR.size > size:
             raise CoreError(f"{self.path}: truncated program headers at {phoff:#x}")
         f.seek(phoff)
         table = f.read(phnum * _PHDR.size)
@@ -307,6 +309,9 @@ class Core:
             elif p_type == _PT_NOTE:
                 if filesz > _MAX_NOTES:
                     self.warnings.append(f"note segment at {offset:#x} too large, skipped")
+                    continue
+                if offset >= size:
+                    self.warnings.append(f"note segment at {offset:#x} lies past the end")
                     continue
                 f.seek(offset)
                 data = f.read(filesz)
@@ -622,7 +627,7 @@ class Core:
         if file is not None:
             try:
                 self.unwinder.add_module(file, bias, debug_root=self.debug_root)
-            except (ElfError, ArchError) as e:
+            except StackwalkError as e:  # not ELF, another arch, or over another module
                 self.warnings.append(f"module {path}: {e}")
                 file, on_disk = None, None
         return CoreModule(
@@ -705,7 +710,7 @@ def _interpreter(file: str, phdr: tuple[int, int]) -> str | None:
                 if p_type == _PT_INTERP:
                     f.seek(offset)
                     return _cstring(f.read(min(filesz, 4096))) or None
-    except OSError:
+    except (OSError, ValueError, OverflowError):  # ValueError: an offset no file can have
         return None
     return None
 

@@ -87,13 +87,18 @@ class Symbolizer:
         module = self.module_for(lookup)
         if module is None:
             return Location(None, None, None, None)
-        elf_address = pc - module.bias
+        # Modulo 2**64, as the unwinder takes biases: a module placed by a damaged core can
+        # hold addresses below its bias.
+        elf_address = (pc - module.bias) & _U64
         table = self._table(module)
-        found = table.lookup(lookup - module.bias) if table is not None else None
+        found = table.lookup((lookup - module.bias) & _U64) if table is not None else None
         if found is None:
             return Location(module, elf_address, None, None)
         name, offset = found
         return Location(module, elf_address, name, offset + (pc - lookup))
+
+
+_U64 = (1 << 64) - 1
 
 
 def _hex(v: int | None) -> str | None:

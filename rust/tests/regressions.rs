@@ -1,0 +1,60 @@
+//! The inputs the fuzz targets (`fuzz/`) failed on, kept in
+//! `rust/tests/regressions/<target>/` once the bug was fixed, run through the
+//! same harness as the fuzz target (`fuzz/harness/`): a fixed bug stays fixed
+//! in `cargo test`. Each must now give an error or a clean stop, never a
+//! panic.
+
+#[path = "../../fuzz/harness/mod.rs"]
+mod harness;
+
+use std::path::PathBuf;
+
+fn reproducers(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("rust/tests/regressions").join(target);
+    // A target that has found nothing yet has no directory.
+    let Ok(entries) = std::fs::read_dir(&dir) else { return Vec::new() };
+    let mut out: Vec<_> = entries
+        .map(|entry| entry.unwrap().path())
+        .filter(|p| p.is_file())
+        .map(|p| {
+            let data = std::fs::read(&p).unwrap();
+            (p, data)
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+fn run_all(target: &str, run: fn(&[u8])) {
+    let mut failed = Vec::new();
+    for (path, data) in reproducers(target) {
+        if std::panic::catch_unwind(|| run(&data)).is_err() {
+            failed.push(path.display().to_string());
+        }
+    }
+    assert!(failed.is_empty(), "panicked on {failed:?}");
+}
+
+#[test]
+fn cfi() {
+    run_all("cfi", harness::cfi::run);
+}
+
+#[test]
+fn unwind() {
+    run_all("unwind", harness::unwind::run);
+}
+
+#[test]
+fn perf() {
+    run_all("perf", harness::perf::run);
+}
+
+/// The harness itself on a real file: this test's own executable as an ELF
+/// image, looked up at each of its FDEs.
+#[test]
+fn cfi_harness_on_this_executable() {
+    let mut input = vec![0u8];
+    input.extend(std::fs::read("/proc/self/exe").unwrap());
+    harness::cfi::run(&input);
+}
