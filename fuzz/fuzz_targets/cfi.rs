@@ -5,4 +5,6 @@
 #[path = "../harness/mod.rs"]
 mod harness;
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| harness::cfi::run(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    harness::cfi::run(data);
+});

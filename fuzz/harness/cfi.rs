@@ -22,7 +22,7 @@ use gimli::{
 };
 
 /// Lookups per input, so one input cannot take seconds.
-const MAX_LOOKUPS: usize = 2048;
+pub const MAX_LOOKUPS: usize = 2048;
 
 fn u32_at(data: &[u8], at: usize) -> u32 {
     data.get(at..at + 4).map_or(0, |b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
@@ -66,7 +66,9 @@ fn debug_frame(bytes: &[u8]) -> DebugFrame<EndianSlice<'_, LittleEndian>> {
     df
 }
 
-fn exercise(info: &UnwindInfo, pcs: &[u64]) {
+/// Look rules up at `pcs`; returns how many were found.
+fn exercise(info: &UnwindInfo, pcs: &[u64]) -> usize {
+    let mut found = 0;
     let mut ctx = UnwindContext::new();
     let mut regs = Registers::new();
     for r in 0..33 {
@@ -78,6 +80,7 @@ fn exercise(info: &UnwindInfo, pcs: &[u64]) {
     for &pc in pcs.iter().take(MAX_LOOKUPS) {
         let _ = info.find_full_row(pc, &mut ctx);
         let Ok((row, range)) = info.find_row(pc, &mut ctx) else { continue };
+        found += 1;
         assert!(range.start <= pc && pc < range.end, "FDE {range:x?} does not hold {pc:#x}");
         let cfa = match row.cfa {
             CfaRule::RegOffset { reg, offset } => {
@@ -93,19 +96,25 @@ fn exercise(info: &UnwindInfo, pcs: &[u64]) {
             }
         }
     }
+    found
 }
 
-pub fn run(data: &[u8]) {
-    let Some((&flags, rest)) = data.split_first() else { return };
+/// Returns the number of rules found (for the tests of the harness itself).
+pub fn run(data: &[u8]) -> usize {
+    let Some((&flags, rest)) = data.split_first() else { return 0 };
     let arch = if flags & 1 == 0 { Arch::X86_64 } else { Arch::Aarch64 };
     let mut pcs = Vec::new();
     if flags & 2 == 0 {
-        // A whole ELF image.
+        // A whole ELF image, copied: the `object` crate reads ELF headers in
+        // place and wants them aligned, as a mapped file or a Vec is (the
+        // input slice, one byte in, is not).
+        let data = Arc::new(Data::Owned(rest.to_vec()));
+        let rest: &[u8] = &data;
         let _ = _core::elf::summarize(rest);
         if let Ok(t) = _core::symbols::SymbolTable::from_elf(rest) {
             let _ = t.lookup(0x1000);
         }
-        let Ok(elf) = _core::elf::read_elf(rest) else { return };
+        let Ok(elf) = _core::elf::read_elf(rest) else { return 0 };
         if let Some(df) = elf.sections.debug_frame {
             let start = df.file_offset as usize;
             if let Some(bytes) = rest.get(start..start.saturating_add(df.size as usize)) {
@@ -120,11 +129,8 @@ pub fn run(data: &[u8]) {
         }
         let (s, e) = (elf.range.start, elf.range.end);
         pcs.extend([s, e.wrapping_sub(1), s.wrapping_add((e - s) / 2), e, 0, u64::MAX]);
-        let Ok(info) = UnwindInfo::new(arch, Arc::new(Data::Owned(rest.to_vec())), elf.sections)
-        else {
-            return;
-        };
-        exercise(&info, &pcs);
+        let Ok(info) = UnwindInfo::new(arch, data.clone(), elf.sections) else { return 0 };
+        exercise(&info, &pcs)
     } else {
         let body = rest.get(16..).unwrap_or(&[]);
         let hdr_len = (u32_at(rest, 0) as usize).min(body.len());
@@ -156,8 +162,8 @@ pub fn run(data: &[u8]) {
         );
         pcs.extend([hdr_addr, eh_addr, eh_addr.wrapping_sub(1), 0, u64::MAX]);
         let Ok(info) = UnwindInfo::new(arch, Arc::new(Data::Owned(body.to_vec())), sections) else {
-            return;
+            return 0;
         };
-        exercise(&info, &pcs);
+        exercise(&info, &pcs)
     }
 }

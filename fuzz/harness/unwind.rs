@@ -54,7 +54,10 @@ pub fn run(data: &[u8]) {
     let gap_at = (r.uint(2) as usize).min(r.0.len());
     let (low, high) = r.0.split_at(gap_at);
 
-    let (sections, range) = match _core::elf::read_elf(image) {
+    // An owned copy: the `object` crate reads ELF headers in place and wants
+    // them aligned, as a mapped file or a Vec is (the input slice is not).
+    let image = image.to_vec();
+    let (sections, range) = match _core::elf::read_elf(&image) {
         Ok(elf) => (elf.sections, elf.range),
         Err(_) => {
             let eh = SectionInfo { file_offset: 0, size: image.len() as u64, address: 0x40_0000 };
@@ -62,7 +65,7 @@ pub fn run(data: &[u8]) {
             (sections, 0x40_0000..0x50_0000)
         }
     };
-    let data = Data::Owned(image.to_vec());
+    let data = Data::Owned(image);
     let Ok(module) = Module::new("fuzz".into(), arch, data, sections, range, bias) else { return };
     let mut unwinder = Unwinder::new(arch);
     if unwinder.add_module(Arc::new(module)).is_err() {

@@ -25,7 +25,7 @@ fn reproducers(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
     out
 }
 
-fn run_all(target: &str, run: fn(&[u8])) {
+fn run_all<T>(target: &str, run: fn(&[u8]) -> T) {
     let mut failed = Vec::new();
     for (path, data) in reproducers(target) {
         if std::panic::catch_unwind(|| run(&data)).is_err() {
@@ -51,10 +51,16 @@ fn perf() {
 }
 
 /// The harness itself on a real file: this test's own executable as an ELF
-/// image, looked up at each of its FDEs.
+/// image, looked up at each of its FDEs, which must nearly all be found.
 #[test]
 fn cfi_harness_on_this_executable() {
+    let exe = std::fs::read("/proc/self/exe").unwrap();
     let mut input = vec![0u8];
-    input.extend(std::fs::read("/proc/self/exe").unwrap());
-    harness::cfi::run(&input);
+    input.extend(&exe);
+    let found = harness::cfi::run(&input);
+    let elf = _core::elf::read_elf(&exe).unwrap();
+    let eh = elf.sections.eh_frame.unwrap();
+    // Lookups go to MAX_LOOKUPS at most; an FDE holds at least 16 bytes.
+    let fdes = (eh.size as usize / 16).min(harness::cfi::MAX_LOOKUPS / 3);
+    assert!(found >= fdes / 2, "{found} rows found, {fdes} FDEs at least");
 }
