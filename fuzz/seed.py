@@ -86,7 +86,7 @@ def seed_unwind(work: Path, out: Path) -> None:
     from stackwalk.capture import capture
 
     program = build(work, "deep.c", "-O2", "-fomit-frame-pointer")
-    cap = capture([str(program)], "stop_here", env=ENV, max_stack=32 << 10, timeout=60)
+    cap = capture([str(program)], "stop_here", env=ENV, max_stack=16 << 10, timeout=60)
     image = program.read_bytes()
     bias = dict(cap.modules)[str(program)]
     mask, values = 0, b""
@@ -95,14 +95,16 @@ def seed_unwind(work: Path, out: Path) -> None:
         mask |= 1 << col
         values += struct.pack("<Q", regs[col])
     (start, stack), *_ = cap.memory
-    for name, max_frames, stack_bytes in (
-        ("deep", 256, stack),
-        ("deep-limit", 5, stack),
-        ("deep-cut", 256, stack[: len(stack) // 3]),
+    # (name, max_frames, stack bytes, where the second region starts, 4 KiB higher)
+    for name, max_frames, stack_bytes, gap_at in (
+        ("deep", 256, stack, len(stack)),
+        ("deep-limit", 5, stack, len(stack)),
+        ("deep-cut", 256, stack[: len(stack) // 3], len(stack) // 3),
+        ("deep-gap", 256, stack, len(stack) // 2),
     ):
         head = struct.pack("<BHI", 0, max_frames, len(image)) + image
         head += struct.pack("<QQQ", bias, cap.regs["rip"], mask) + values
-        head += struct.pack("<QH", start, len(stack_bytes) // 2)
+        head += struct.pack("<QH", start, min(gap_at, 0xFFFF))
         (out / name).write_bytes(head + stack_bytes)
 
 
