@@ -81,6 +81,12 @@ pub fn run(data: &[u8]) {
     if end.reason == EndReason::FrameLimit && max_frames > 0 {
         assert_eq!(frames.len(), max_frames);
     }
+    // Every caller is above its callee (or at the same sp, past a signal
+    // frame) and has a pc: what the walk promises to check.
+    for pair in frames.windows(2) {
+        assert!(pair[1].sp >= pair[0].sp, "sp went down: {pair:x?}");
+        assert!(pair[1].pc != 0, "a frame with pc 0: {pair:x?}");
+    }
     let _ = unwinder.describe(&end);
     let mut again = Vec::new();
     let end2 = unwinder.unwind(pc, &regs, &mut memory, max_frames, &mut again);
