@@ -1,8 +1,11 @@
 //! The inputs the fuzz targets (`fuzz/`) failed on, kept in
-//! `rust/tests/regressions/<target>/` once the bug was fixed, run through the
-//! same harness as the fuzz target (`fuzz/harness/`): a fixed bug stays fixed
-//! in `cargo test`. Each must now give an error or a clean stop, never a
-//! panic.
+//! `rust/tests/regressions/<target>/` once the bug was fixed, and a slice of
+//! each target's corpus (`rust/tests/fuzz_corpus/<target>/`: the smallest
+//! inputs of a campaign, each kept by libFuzzer because it reached code or
+//! states no other input had), run through the same harness as the fuzz
+//! target (`fuzz/harness/`): a fixed bug stays fixed, and the paths the
+//! fuzzer explored stay panic-free, in `cargo test`. Each input must give an
+//! error or a clean stop, never a panic.
 
 #[path = "../../fuzz/harness/mod.rs"]
 mod harness;
@@ -10,17 +13,16 @@ mod harness;
 use std::path::PathBuf;
 
 fn reproducers(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("rust/tests/regressions").join(target);
-    // A target that has found nothing yet has no directory.
-    let Ok(entries) = std::fs::read_dir(&dir) else { return Vec::new() };
-    let mut out: Vec<_> = entries
-        .map(|entry| entry.unwrap().path())
-        .filter(|p| p.is_file())
-        .map(|p| {
-            let data = std::fs::read(&p).unwrap();
-            (p, data)
-        })
-        .collect();
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("rust/tests");
+    let mut out = Vec::new();
+    for dir in [root.join("regressions").join(target), root.join("fuzz_corpus").join(target)] {
+        // A target that has found nothing has no regressions directory.
+        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        for path in entries.map(|entry| entry.unwrap().path()).filter(|p| p.is_file()) {
+            let data = std::fs::read(&path).unwrap();
+            out.push((path, data));
+        }
+    }
     out.sort();
     out
 }
