@@ -189,8 +189,14 @@ def check(answer: dict[str, Any], path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def originals(cores: Cores, recordings: Recordings) -> dict[str, Path]:
-    """The real files mutated: a core of four threads, a perf.data of the qsort workload."""
-    return {"core": cores("threads").path, "perf": recordings("qsort").path}
+    """The real files mutated: a core of four threads (gdb's: modules from NT_FILE), qemu's
+    core of a dynamic aarch64 program (no NT_FILE: modules from the link map in its memory),
+    a perf.data of the qsort workload."""
+    return {
+        "core": cores("threads").path,
+        "core-linkmap": cores("a64-deep").path,
+        "perf": recordings("qsort").path,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -198,23 +204,28 @@ def mutated(
     originals: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
 ) -> dict[str, Mutated]:
     hot = {"core": hot_ranges_of_core, "perf": hot_ranges_of_perf}
-    return {
-        kind: Mutated(kind, tmp_path_factory.mktemp(f"mutated-{kind}"), path, hot[kind](path))
-        for kind, path in originals.items()
-    }
+    out = {}
+    for name, path in originals.items():
+        kind = name.split("-")[0]  # the worker's request
+        out[name] = Mutated(kind, tmp_path_factory.mktemp(f"mutated-{name}"), path, hot[kind](path))
+    return out
 
 
 def test_the_worker_reads_the_undamaged_files(worker: Worker, originals: dict[str, Path]) -> None:
     """The harness itself: the real files read whole, with no error."""
-    core = worker.read("core", originals["core"])
-    assert core.get("threads") == len(core_notes(str(originals["core"])).tids), core
+    for name in ("core", "core-linkmap"):
+        core = worker.read("core", originals[name])
+        assert core.get("threads") == len(core_notes(str(originals[name])).tids), core
     perf = worker.read("perf", originals["perf"])
     assert perf.get("samples", 0) > 0 and perf["error"] is None, perf
 
 
+@pytest.mark.parametrize("name", ["core", "core-linkmap"])
 @given(data=st.data())
-def test_mutated_cores(data: st.DataObject, worker: Worker, mutated: dict[str, Mutated]) -> None:
-    mutated["core"].trial(data, worker)
+def test_mutated_cores(
+    name: str, data: st.DataObject, worker: Worker, mutated: dict[str, Mutated]
+) -> None:
+    mutated[name].trial(data, worker)
 
 
 @given(data=st.data())
