@@ -1,59 +1,96 @@
-"""`stackwalk perf` against `perf script --no-inline` on the same perf.data,
-recorded at bench time (a C program under libc's qsort, `--call-graph
-dwarf`): whole commands, symbolized, side by side in one run; the
-unwinding alone (collapsed output) against reading the file (`cat`); and 1
-against 2 worker threads."""
+"""`stackwalk perf` on a perf.data recorded at bench time (two threads of a C program under
+libc's qsort, `--call-graph dwarf`, about 50,000 samples) and on one a quarter its length, in one
+run:
+
+- perf-command: the whole command, symbolized, against `perf script --no-inline`, on both
+  recordings (the interpreter's start is a fixed cost, perf script's is per sample);
+- perf-reading: the unwinding alone (in process, folded stacks counted, little output) on 1
+  and 2 worker threads, against reading the file (`cat FILE > /dev/null`);
+- perf-baseline: the same 200 samples unwound one by one through the Python API, by the Rust
+  core and by the pure-Python baseline;
+- peak memory of the command on that recording and on one a quarter of its length: it must not
+  grow with the number of samples (asserted, so the test run checks it too)."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from elftools.elf.elffile import ELFFile
+from stackwalk._core import perf_report, perf_samples
 
 WORKLOAD = r"""
+#include <pthread.h>
 #include <stdlib.h>
+static int rounds;
 static int cmp(const void *a, const void *b)
 {
     int x = *(const int *)a, y = *(const int *)b;
     return (x > y) - (x < y);
 }
-int main(void)
+static void *sort(void *arg)
 {
-    static int v[200000];
-    for (int r = 0; r < 60; r++) {
+    int *v = malloc(200000 * sizeof *v);
+    for (int r = 0; r < rounds; r++) {
         for (int i = 0; i < 200000; i++)
-            v[i] = (i * 7919 + r) % 100003;
+            v[i] = (i * 7919 + r + (int)(long)arg) % 100003;
         qsort(v, 200000, sizeof v[0], cmp);
     }
-    return v[0];
+    return v;
+}
+int main(int argc, char **argv)
+{
+    pthread_t threads[2];
+    rounds = atoi(argv[1]);
+    for (long t = 0; t < 2; t++)
+        pthread_create(&threads[t], NULL, sort, (void *)t);
+    for (int t = 0; t < 2; t++)
+        pthread_join(threads[t], NULL);
+    return 0;
 }
 """
+# Two threads of qsort: about 10 s of CPU, some 50,000 samples at 4999 Hz (the full recording).
+ROUNDS = 330
+BASELINE_SAMPLES = 200
 
 
-@pytest.fixture(scope="module")
-def perf_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    tmp = tmp_path_factory.mktemp("perf")
-    src = tmp / "sort.c"
-    src.write_text(WORKLOAD)
-    exe = tmp / "sort"
-    subprocess.run(["gcc", "-O2", "-fomit-frame-pointer", "-o", str(exe), str(src)], check=True)
-    data = tmp / "perf.data"
+def _record(tmp: Path, exe: Path, rounds: int, name: str) -> Path:
+    data = tmp / name
     perf = shutil.which("perf")
     assert perf, "linux-perf is installed by .ci/setup"
     subprocess.run(
-        [perf, "record", "-q", "-F", "2999", "-e", "cpu-clock", "--call-graph", "dwarf",
-         "-o", str(data), "--", str(exe)],
-        check=True, capture_output=True, timeout=120,
+        [perf, "record", "-q", "-F", "4999", "-e", "cpu-clock", "--call-graph", "dwarf",
+         "-o", str(data), "--", str(exe), str(rounds)],
+        check=True, capture_output=True, timeout=300,
     )  # fmt: skip
     return data
 
 
+@pytest.fixture(scope="module")
+def recordings(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    tmp = tmp_path_factory.mktemp("perf")
+    src = tmp / "sort.c"
+    src.write_text(WORKLOAD)
+    exe = tmp / "sort"
+    subprocess.run(
+        ["gcc", "-O2", "-fomit-frame-pointer", "-pthread", "-o", str(exe), str(src)], check=True
+    )
+    return {
+        "full": _record(tmp, exe, ROUNDS, "perf.data"),
+        "quarter": _record(tmp, exe, ROUNDS // 4, "quarter.perf.data"),
+    }
+
+
 def _run(argv: list[str]) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run(argv, capture_output=True, timeout=300)
+    """Run a command with its output thrown away (not read through a pipe, which would time
+    the reader too)."""
+    return subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=600)
 
 
 def _stackwalk(*args: str) -> list[str]:
@@ -61,31 +98,121 @@ def _stackwalk(*args: str) -> list[str]:
 
 
 @pytest.mark.benchmark(group="perf-command")
-def test_stackwalk_perf(benchmark: Any, perf_data: Path) -> None:
-    proc = benchmark.pedantic(_run, args=(_stackwalk(str(perf_data)),), rounds=3)
+@pytest.mark.parametrize("size", ["full", "quarter"])
+def test_stackwalk_perf(benchmark: Any, recordings: dict[str, Path], size: str) -> None:
+    proc = benchmark.pedantic(_run, args=(_stackwalk(str(recordings[size])),), rounds=3)
     assert proc.returncode == 0, proc.stderr
-    benchmark.extra_info["samples"] = proc.stdout.count(b":\n\t")
 
 
 @pytest.mark.benchmark(group="perf-command")
-def test_perf_script(benchmark: Any, perf_data: Path) -> None:
-    argv = ["perf", "script", "--no-inline", "-i", str(perf_data)]
+@pytest.mark.parametrize("size", ["full", "quarter"])
+def test_perf_script(benchmark: Any, recordings: dict[str, Path], size: str) -> None:
+    argv = ["perf", "script", "--no-inline", "-i", str(recordings[size])]
     proc = benchmark.pedantic(_run, args=(argv,), rounds=3)
     assert proc.returncode == 0, proc.stderr
-    benchmark.extra_info["samples"] = proc.stdout.count(b"cpu-clock")
 
 
-@pytest.mark.benchmark(group="perf-unwinding")
+@pytest.mark.benchmark(group="perf-reading")
 @pytest.mark.parametrize("jobs", [1, 2])
-def test_stackwalk_collapsed(benchmark: Any, perf_data: Path, jobs: int) -> None:
-    """Unwinding and counting stacks, with little output."""
-    argv = _stackwalk(str(perf_data), "--collapsed", "--jobs", str(jobs))
-    proc = benchmark.pedantic(_run, args=(argv,), rounds=3)
-    assert proc.returncode == 0, proc.stderr
+def test_stackwalk_unwinding(benchmark: Any, recordings: dict[str, Path], jobs: int) -> None:
+    """Reading, unwinding and counting the stacks (folded), in process: no interpreter start,
+    little output."""
+    path = recordings["full"]
+    summary = benchmark.pedantic(
+        perf_report, args=(path, "collapsed"), kwargs={"output": os.devnull, "jobs": jobs},
+        rounds=5,
+    )  # fmt: skip
+    assert summary["error"] is None and summary["samples"] > 1000
+    benchmark.extra_info["samples"] = summary["samples"]
 
 
-@pytest.mark.benchmark(group="perf-unwinding")
-def test_cat(benchmark: Any, perf_data: Path) -> None:
+@pytest.mark.benchmark(group="perf-reading")
+def test_cat(benchmark: Any, recordings: dict[str, Path]) -> None:
     """Reading the file, the floor."""
-    proc = benchmark.pedantic(_run, args=(["cat", str(perf_data)],), rounds=3)
+    proc = benchmark.pedantic(_run, args=(["cat", str(recordings["full"])],), rounds=5)
     assert proc.returncode == 0
+
+
+def _bias(path: str, start: int, pgoff: int) -> int | None:
+    """Runtime − ELF address of an executable mapping of `path` at `start` from file offset
+    `pgoff` (its code segment: the executable PT_LOAD whose pages hold `pgoff`)."""
+    try:
+        with open(path, "rb") as f:
+            for seg in ELFFile(f).iter_segments():
+                h = seg.header
+                if h.p_type == "PT_LOAD" and h.p_flags & 1:
+                    if h.p_offset & ~0xFFF <= pgoff < h.p_offset + h.p_filesz:
+                        return int(start - pgoff - (h.p_vaddr - h.p_offset))
+    except OSError:
+        return None
+    return None
+
+
+def _unwind_each(unwinder_class: type) -> Callable[[dict[str, Any]], int]:
+    def unwind(data: dict[str, Any]) -> int:
+        pid = data["samples"][0][0]
+        uw = unwinder_class(data["arch"])
+        for mpid, start, _len, pgoff, filename in data["mmaps"]:
+            bias = _bias(filename, start, pgoff) if mpid == pid else None
+            if bias is not None:
+                try:
+                    uw.add_module(filename, bias)
+                except Exception:  # overlapping re-mappings: the first one serves
+                    pass
+        frames = 0
+        for spid, _tid, _time, regs, sp, stack in data["samples"]:
+            if spid == pid:
+                frames += len(uw.unwind(regs, [(sp, stack)]).frames)
+        return frames
+
+    return unwind
+
+
+@pytest.mark.benchmark(group="perf-baseline")
+@pytest.mark.parametrize("impl", ["rust", "baseline"])
+def test_unwinding_alone(benchmark: Any, recordings: dict[str, Path], impl: str) -> None:
+    """The same samples (decoded beforehand) unwound one by one, modules added once."""
+    if impl == "rust":
+        from stackwalk import Unwinder
+    else:
+        from stackwalk.baseline import Unwinder  # type: ignore[assignment]
+    data = perf_samples(recordings["full"], BASELINE_SAMPLES)
+    frames = benchmark.pedantic(_unwind_each(Unwinder), args=(data,), rounds=3)
+    assert frames > 2 * len(data["samples"])
+    benchmark.extra_info["samples"] = len(data["samples"])
+    benchmark.extra_info["frames"] = frames
+
+
+# Runs the CLI, then reports the process's peak RSS (VmHWM). Not getrusage's ru_maxrss, which
+# also counts the memory of the process that forked it (this one) before its exec.
+PEAK_OF = """
+import sys
+from stackwalk.cli import main
+status = main(sys.argv[1:])
+with open("/proc/self/status") as f:
+    print(next(line.split()[1] for line in f if line.startswith("VmHWM:")), file=sys.stderr)
+sys.exit(status)
+"""
+
+
+def _peak_rss_kib(path: Path) -> int:
+    argv = [sys.executable, "-c", PEAK_OF, "perf", str(path)]
+    proc = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    return int(proc.stderr.split()[-1])
+
+
+@pytest.mark.benchmark(group="perf-memory")
+def test_peak_memory_is_flat(benchmark: Any, recordings: dict[str, Path]) -> None:
+    """Peak RSS of `stackwalk perf` (text output) on the full recording and on one a quarter
+    its length: reading, unwinding and writing hold no more for more samples."""
+    sizes = {name: path.stat().st_size for name, path in recordings.items()}
+    peaks = benchmark.pedantic(
+        lambda: {name: _peak_rss_kib(path) for name, path in recordings.items()},
+        rounds=1,
+    )
+    benchmark.extra_info.update({f"{k}_file_mib": v >> 20 for k, v in sizes.items()})
+    benchmark.extra_info.update({f"{k}_peak_rss_mib": v >> 10 for k, v in peaks.items()})
+    assert sizes["full"] > 3 * sizes["quarter"]
+    # The pager keeps about 10 MiB of the file mapped ahead of the reading.
+    assert peaks["full"] < peaks["quarter"] + 16 * 1024, (sizes, peaks)

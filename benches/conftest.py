@@ -88,9 +88,17 @@ def pytest_terminal_summary(
             f"eu-stack {t * 1e3:.0f} ms ({t / o:.1f}x)"
         )
     pairs = [
-        ("perf script", "test_perf_script", "stackwalk perf", "test_stackwalk_perf"),
-        ("cat", "test_cat", "stackwalk perf --collapsed", "test_stackwalk_collapsed[1]"),
-        ("1 job", "test_stackwalk_collapsed[1]", "2 jobs", "test_stackwalk_collapsed[2]"),
+        ("perf script", "test_perf_script[full]", "stackwalk perf", "test_stackwalk_perf[full]"),
+        (
+            "perf script",
+            "test_perf_script[quarter]",
+            "stackwalk perf, quarter file",
+            "test_stackwalk_perf[quarter]",
+        ),
+        ("cat", "test_cat", "unwinding alone, 1 job", "test_stackwalk_unwinding[1]"),
+        ("cat", "test_cat", "unwinding alone, 2 jobs", "test_stackwalk_unwinding[2]"),
+        ("1 job", "test_stackwalk_unwinding[1]", "2 jobs", "test_stackwalk_unwinding[2]"),
+        ("baseline", "test_unwinding_alone[baseline]", "rust", "test_unwinding_alone[rust]"),
     ]
     for their_name, theirs_key, our_name, ours_key in pairs:
         ours, theirs = by_name.get(ours_key), by_name.get(theirs_key)
@@ -99,6 +107,18 @@ def pytest_terminal_summary(
             lines.append(
                 f"{our_name} {o * 1e3:.0f} ms vs {their_name} {t * 1e3:.0f} ms ({t / o:.2f}x)"
             )
+    samples = by_name.get("test_stackwalk_unwinding[2]")
+    if samples and "samples" in samples.extra_info:
+        n = samples.extra_info["samples"]
+        lines.append(f"unwinding alone, 2 jobs: {samples.stats.median / n * 1e6:.2f} us per sample")
+    memory = by_name.get("test_peak_memory_is_flat")
+    if memory:
+        info = memory.extra_info
+        lines.append(
+            f"peak RSS of stackwalk perf: {info.get('quarter_peak_rss_mib')} MiB on "
+            f"{info.get('quarter_file_mib')} MiB, {info.get('full_peak_rss_mib')} MiB on "
+            f"{info.get('full_file_mib')} MiB"
+        )
     if lines:
         terminalreporter.write_sep(
             "=", "stackwalk benchmark figures (medians, one run, same machine)"

@@ -95,14 +95,17 @@ def seed_unwind(work: Path, out: Path) -> None:
         mask |= 1 << col
         values += struct.pack("<Q", regs[col])
     (start, stack), *_ = cap.memory
-    # (name, max_frames, stack bytes, where the second region starts, 4 KiB higher)
-    for name, max_frames, stack_bytes, gap_at in (
-        ("deep", 256, stack, len(stack)),
-        ("deep-limit", 5, stack, len(stack)),
-        ("deep-cut", 256, stack[: len(stack) // 3], len(stack) // 3),
-        ("deep-gap", 256, stack, len(stack) // 2),
+    # (name, flags: 8 frame pointers, 16 scanning, max_frames, stack bytes, where the second
+    # region starts, 4 KiB higher)
+    for name, flags, max_frames, stack_bytes, gap_at in (
+        ("deep", 0, 256, stack, len(stack)),
+        ("deep-limit", 0, 5, stack, len(stack)),
+        ("deep-cut", 0, 256, stack[: len(stack) // 3], len(stack) // 3),
+        ("deep-gap", 0, 256, stack, len(stack) // 2),
+        ("deep-fallbacks", 8 | 16, 256, stack, len(stack)),
+        ("deep-gap-fallbacks", 8 | 16, 256, stack, len(stack) // 2),
     ):
-        head = struct.pack("<BHI", 0, max_frames, len(image)) + image
+        head = struct.pack("<BHI", flags, max_frames, len(image)) + image
         head += struct.pack("<QQQ", bias, cap.regs["rip"], mask) + values
         head += struct.pack("<QH", start, min(gap_at, 0xFFFF))
         (out / name).write_bytes(head + stack_bytes)

@@ -69,7 +69,7 @@ pub type Row = RuleSet<NUM_REGS>;
 pub type CompactRow = RuleSet<8>;
 
 impl<const N: usize> RuleSet<N> {
-    pub fn new(cfa: CfaRule, ra: u16, signal_frame: bool) -> Self {
+    pub const fn new(cfa: CfaRule, ra: u16, signal_frame: bool) -> Self {
         RuleSet { cfa, ra, signal_frame, len: 0, rules: [(0, RegRule::Undefined); N] }
     }
 
@@ -123,6 +123,16 @@ pub struct SectionInfo {
     pub address: u64,
 }
 
+/// An executable PT_LOAD segment: ELF addresses `address..address + size`,
+/// the first `file_size` bytes of which are at `file_offset` in the file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CodeSegment {
+    pub address: u64,
+    pub size: u64,
+    pub file_offset: u64,
+    pub file_size: u64,
+}
+
 /// The pieces of an ELF file the unwinder needs.
 #[derive(Clone, Debug, Default)]
 pub struct ModuleSections {
@@ -131,6 +141,10 @@ pub struct ModuleSections {
     pub debug_frame: Option<SectionInfo>,
     pub text: Option<u64>,
     pub got: Option<u64>,
+    /// The executable segments, for the checks of the frame-pointer walk
+    /// and stack scanning. Empty: unknown, the whole module counts as code
+    /// and no code bytes are checked.
+    pub code: Vec<CodeSegment>,
 }
 
 #[derive(Debug)]
@@ -393,10 +407,16 @@ impl UnwindInfo {
         self.debug_data.is_some()
     }
 
+    /// The size of an address in the CFI (`DW_EH_PE_absptr` pointers,
+    /// `.debug_frame` initial locations): the architecture's word.
+    fn address_size(&self) -> u8 {
+        self.arch.word_size() as u8
+    }
+
     fn eh_frame(&self) -> Option<EhFrame<Slice<'_>>> {
         let s = self.sections.eh_frame?;
         let mut eh = EhFrame::new(self.section_bytes(s), LittleEndian);
-        eh.set_address_size(8);
+        eh.set_address_size(self.address_size());
         eh.set_vendor(self.arch.gimli_vendor());
         Some(eh)
     }
@@ -404,7 +424,7 @@ impl UnwindInfo {
     fn debug_frame(&self) -> Option<DebugFrame<Slice<'_>>> {
         let s = self.sections.debug_frame?;
         let mut df = DebugFrame::new(self.debug_frame_bytes(s), LittleEndian);
-        df.set_address_size(8);
+        df.set_address_size(self.address_size());
         df.set_vendor(self.arch.gimli_vendor());
         Some(df)
     }
@@ -441,10 +461,11 @@ impl UnwindInfo {
         let hdr = self.sections.eh_frame_hdr?;
         let eh = self.sections.eh_frame?;
         let bytes = &self.section_bytes(hdr)[table.offset..table.offset + table.rows * 8];
+        let mask = self.arch.address_mask();
         let field = |row: usize, col: usize| {
             let at = row * 8 + col * 4;
             let rel = i32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
-            hdr.address.wrapping_add(i64::from(rel) as u64)
+            hdr.address.wrapping_add(i64::from(rel) as u64) & mask
         };
         // Rows are sorted by start address: the first row starting above.
         let (mut lo, mut hi) = (0, table.rows);
@@ -459,6 +480,28 @@ impl UnwindInfo {
         let row = lo.checked_sub(1)?;
         let offset = field(row, 1).checked_sub(eh.address)?;
         (offset < eh.size).then_some(offset as usize)
+    }
+
+    /// Whether ELF address `address` is in an executable segment (anywhere
+    /// in the module when its segments are unknown).
+    pub fn is_code(&self, address: u64) -> bool {
+        let code = &self.sections.code;
+        code.is_empty() || code.iter().any(|s| address.wrapping_sub(s.address) < s.size)
+    }
+
+    /// The (up to) `len` bytes of code right before ELF address `address`,
+    /// from the file: fewer at the start of a segment, None where the file
+    /// does not hold them.
+    pub fn code_before(&self, address: u64, len: usize) -> Option<&[u8]> {
+        let s = self.sections.code.iter().find(|s| {
+            let off = address.wrapping_sub(s.address);
+            off > 0 && off <= s.file_size.min(s.size)
+        })?;
+        let end = address - s.address;
+        let start = end.saturating_sub(len as u64);
+        let file_start = usize::try_from(s.file_offset.checked_add(start)?).ok()?;
+        let file_end = usize::try_from(s.file_offset.checked_add(end)?).ok()?;
+        self.data.get(file_start..file_end)
     }
 
     /// Whether the module has any call frame information at all.

@@ -6,11 +6,11 @@
 use std::fmt;
 use std::ops::Range;
 
-use object::elf::{PT_GNU_EH_FRAME, PT_LOAD};
-use object::read::elf::{ElfFile64, FileHeader, ProgramHeader};
+use object::elf::{FileHeader32, FileHeader64, PT_GNU_EH_FRAME, PT_LOAD};
+use object::read::elf::{ElfFile, FileHeader, ProgramHeader};
 use object::{LittleEndian, Object, ObjectSection};
 
-use crate::cfi::{ModuleSections, SectionInfo};
+use crate::cfi::{CodeSegment, ModuleSections, SectionInfo};
 
 /// What an ELF file offers the unwinder.
 #[derive(Clone, Debug)]
@@ -25,7 +25,7 @@ pub struct ElfInfo {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ElfError {
-    /// Not a little-endian 64-bit ELF file, or its headers are damaged.
+    /// Not a little-endian ELF file, or its headers are damaged.
     Parse(String),
     /// No PT_LOAD segment with a size.
     NoLoadSegment,
@@ -34,7 +34,7 @@ pub enum ElfError {
 impl fmt::Display for ElfError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ElfError::Parse(e) => write!(f, "not a readable little-endian 64-bit ELF file: {e}"),
+            ElfError::Parse(e) => write!(f, "not a readable little-endian ELF file: {e}"),
             ElfError::NoLoadSegment => f.write_str("no loadable segment (PT_LOAD)"),
         }
     }
@@ -42,24 +42,49 @@ impl fmt::Display for ElfError {
 
 impl std::error::Error for ElfError {}
 
+/// Whether `data` starts like an ELF file of class ELFCLASS32 (byte 4 = 1).
+/// Anything else is read as 64-bit, and rejected there if it is not.
+pub(crate) fn is_elf32(data: &[u8]) -> bool {
+    data.len() > 4 && data[..4] == object::elf::ELFMAG && data[4] == object::elf::ELFCLASS32
+}
+
+/// What unwinding needs from an ELF file, 64-bit or 32-bit (i386).
 pub fn read_elf(data: &[u8]) -> Result<ElfInfo, ElfError> {
-    let file = ElfFile64::<LittleEndian, &[u8]>::parse(data)
-        .map_err(|e| ElfError::Parse(e.to_string()))?;
+    if is_elf32(data) {
+        read_elf_class::<FileHeader32<LittleEndian>>(data)
+    } else {
+        read_elf_class::<FileHeader64<LittleEndian>>(data)
+    }
+}
+
+fn read_elf_class<Elf: FileHeader<Endian = LittleEndian>>(
+    data: &[u8],
+) -> Result<ElfInfo, ElfError> {
+    let file = ElfFile::<Elf, &[u8]>::parse(data).map_err(|e| ElfError::Parse(e.to_string()))?;
     let endian = file.endian();
     let machine = file.elf_header().e_machine(endian);
     let (mut start, mut end) = (u64::MAX, 0u64);
     let mut hdr_segment = None;
+    let mut code = Vec::new();
     for ph in file.elf_program_headers() {
-        let (vaddr, memsz) = (ph.p_vaddr(endian), ph.p_memsz(endian));
+        let (vaddr, memsz) = (ph.p_vaddr(endian).into(), ph.p_memsz(endian).into());
         match ph.p_type(endian) {
             PT_LOAD if memsz > 0 => {
                 start = start.min(vaddr);
                 end = end.max(vaddr.saturating_add(memsz));
+                if ph.p_flags(endian) & object::elf::PF_X != 0 {
+                    code.push(CodeSegment {
+                        address: vaddr,
+                        size: memsz,
+                        file_offset: ph.p_offset(endian).into(),
+                        file_size: ph.p_filesz(endian).into(),
+                    });
+                }
             }
             PT_GNU_EH_FRAME => {
                 hdr_segment = Some(SectionInfo {
-                    file_offset: ph.p_offset(endian),
-                    size: ph.p_filesz(endian),
+                    file_offset: ph.p_offset(endian).into(),
+                    size: ph.p_filesz(endian).into(),
                     address: vaddr,
                 })
             }
@@ -82,6 +107,7 @@ pub fn read_elf(data: &[u8]) -> Result<ElfInfo, ElfError> {
         debug_frame: section(".debug_frame"),
         text: address(".text"),
         got: address(".got"),
+        code,
     };
     Ok(ElfInfo { machine, range: start..end, sections })
 }
@@ -128,31 +154,41 @@ pub struct ElfSummary {
     pub phdr: (u64, u16),
 }
 
+/// The program headers of a 64-bit or 32-bit (i386) ELF file or image.
 pub fn summarize(data: &[u8]) -> Result<ElfSummary, ElfError> {
-    use object::read::elf::FileHeader as _;
+    if is_elf32(data) {
+        summarize_class::<FileHeader32<LittleEndian>>(data)
+    } else {
+        summarize_class::<FileHeader64<LittleEndian>>(data)
+    }
+}
+
+fn summarize_class<Elf: FileHeader<Endian = LittleEndian>>(
+    data: &[u8],
+) -> Result<ElfSummary, ElfError> {
     let parse = |e: object::Error| ElfError::Parse(e.to_string());
-    let header = object::elf::FileHeader64::<LittleEndian>::parse(data).map_err(parse)?;
+    let header = Elf::parse(data).map_err(parse)?;
     let endian = header.endian().map_err(parse)?;
     let phdrs = header.program_headers(endian, data).map_err(parse)?;
     let mut summary = ElfSummary {
         machine: header.e_machine(endian),
         e_type: header.e_type(endian),
-        entry: header.e_entry(endian),
+        entry: header.e_entry(endian).into(),
         build_id: None,
         loads: Vec::new(),
         dynamic: None,
-        phdr: (header.e_phoff(endian), header.e_phnum(endian)),
+        phdr: (header.e_phoff(endian).into(), header.e_phnum(endian)),
     };
     for ph in phdrs {
         match ph.p_type(endian) {
             PT_LOAD => summary.loads.push((
-                ph.p_vaddr(endian),
-                ph.p_memsz(endian),
-                ph.p_offset(endian),
-                ph.p_filesz(endian),
+                ph.p_vaddr(endian).into(),
+                ph.p_memsz(endian).into(),
+                ph.p_offset(endian).into(),
+                ph.p_filesz(endian).into(),
                 ph.p_flags(endian),
             )),
-            object::elf::PT_DYNAMIC => summary.dynamic = Some(ph.p_vaddr(endian)),
+            object::elf::PT_DYNAMIC => summary.dynamic = Some(ph.p_vaddr(endian).into()),
             _ => {}
         }
         if summary.build_id.is_none() {

@@ -54,9 +54,13 @@ impl fmt::Display for ExprError {
 
 impl std::error::Error for ExprError {}
 
+/// The evaluation stack. Its items are of the generic type, as wide as an
+/// address: every value pushed is reduced to that width, so 32-bit
+/// arithmetic wraps at 32 bits.
 struct Stack {
     items: [u64; STACK_LIMIT],
     len: usize,
+    mask: u64,
 }
 
 impl Stack {
@@ -65,9 +69,19 @@ impl Stack {
         if self.len == STACK_LIMIT {
             return Err(ExprError::StackOverflow);
         }
-        self.items[self.len] = v;
+        self.items[self.len] = v & self.mask;
         self.len += 1;
         Ok(())
+    }
+
+    /// A stack value read as a signed number of the generic type's width.
+    #[inline]
+    fn signed(&self, v: u64) -> i64 {
+        if self.mask == u64::MAX {
+            v as i64
+        } else {
+            i64::from(v as u32 as i32)
+        }
     }
 
     #[inline]
@@ -89,17 +103,22 @@ impl Stack {
     }
 }
 
-const ENCODING: Encoding = Encoding { format: Format::Dwarf32, version: 4, address_size: 8 };
+const ENCODING_64: Encoding = Encoding { format: Format::Dwarf32, version: 4, address_size: 8 };
+const ENCODING_32: Encoding = Encoding { format: Format::Dwarf32, version: 4, address_size: 4 };
 
 /// Evaluate `bytes`; `initial` is pushed first (the CFA, for register rules).
-/// The result is the top of the stack.
+/// The result is the top of the stack. `address_size` (8, or 4 on i386) is
+/// the width of `DW_OP_addr`, of `DW_OP_deref` and of the stack's values.
 pub fn evaluate<M: Memory + ?Sized>(
     bytes: &[u8],
     initial: Option<u64>,
     regs: &Registers,
     mem: &mut M,
+    address_size: u8,
 ) -> Result<u64, ExprError> {
-    let mut stack = Stack { items: [0; STACK_LIMIT], len: 0 };
+    let (encoding, mask) =
+        if address_size == 4 { (ENCODING_32, 0xffff_ffff) } else { (ENCODING_64, u64::MAX) };
+    let mut stack = Stack { items: [0; STACK_LIMIT], len: 0, mask };
     if let Some(v) = initial {
         stack.push(v)?;
     }
@@ -111,7 +130,7 @@ pub fn evaluate<M: Memory + ?Sized>(
             return Err(ExprError::StepLimit);
         }
         let mut reader = EndianSlice::new(&bytes[pc..], LittleEndian);
-        let op = Operation::parse(&mut reader, ENCODING).map_err(ExprError::Malformed)?;
+        let op = Operation::parse(&mut reader, encoding).map_err(ExprError::Malformed)?;
         let next = bytes.len() - reader.len();
         pc = next;
         let binary = |stack: &mut Stack, f: fn(u64, u64) -> u64| -> Result<(), ExprError> {
@@ -159,7 +178,7 @@ pub fn evaluate<M: Memory + ?Sized>(
             }
             Operation::Abs => {
                 let a = stack.pop()?;
-                stack.push((a as i64).unsigned_abs())?
+                stack.push(stack.signed(a).unsigned_abs())?
             }
             Operation::Neg => {
                 let a = stack.pop()?;
@@ -181,7 +200,11 @@ pub fn evaluate<M: Memory + ?Sized>(
             Operation::Mul => binary(&mut stack, u64::wrapping_mul)?,
             Operation::Shl => binary(&mut stack, |a, b| if b >= 64 { 0 } else { a << b })?,
             Operation::Shr => binary(&mut stack, |a, b| if b >= 64 { 0 } else { a >> b })?,
-            Operation::Shra => binary(&mut stack, |a, b| ((a as i64) >> b.min(63)) as u64)?,
+            Operation::Shra => {
+                let b = stack.pop()?;
+                let a = stack.pop()?;
+                stack.push((stack.signed(a) >> b.min(63)) as u64)?
+            }
             Operation::Div | Operation::Mod => {
                 let b = stack.pop()?;
                 let a = stack.pop()?;
@@ -189,7 +212,7 @@ pub fn evaluate<M: Memory + ?Sized>(
                     return Err(ExprError::DivisionByZero);
                 }
                 let v = if matches!(op, Operation::Div) {
-                    (a as i64).wrapping_div(b as i64) as u64
+                    stack.signed(a).wrapping_div(stack.signed(b)) as u64
                 } else {
                     a % b
                 };
@@ -197,10 +220,17 @@ pub fn evaluate<M: Memory + ?Sized>(
             }
             Operation::Eq => binary(&mut stack, |a, b| u64::from(a == b))?,
             Operation::Ne => binary(&mut stack, |a, b| u64::from(a != b))?,
-            Operation::Ge => binary(&mut stack, |a, b| u64::from(a as i64 >= b as i64))?,
-            Operation::Gt => binary(&mut stack, |a, b| u64::from(a as i64 > b as i64))?,
-            Operation::Le => binary(&mut stack, |a, b| u64::from(a as i64 <= b as i64))?,
-            Operation::Lt => binary(&mut stack, |a, b| u64::from((a as i64) < b as i64))?,
+            Operation::Ge | Operation::Gt | Operation::Le | Operation::Lt => {
+                let (b, a) = (stack.pop()?, stack.pop()?);
+                let (a, b) = (stack.signed(a), stack.signed(b));
+                let holds = match op {
+                    Operation::Ge => a >= b,
+                    Operation::Gt => a > b,
+                    Operation::Le => a <= b,
+                    _ => a < b,
+                };
+                stack.push(u64::from(holds))?
+            }
             Operation::Skip { target } => pc = branch(next, target, bytes.len())?,
             Operation::Bra { target } => {
                 if stack.pop()? != 0 {
@@ -238,7 +268,7 @@ mod tests {
     }
 
     fn eval(bytes: &[u8], initial: Option<u64>, regs: &Registers) -> Result<u64, ExprError> {
-        evaluate(bytes, initial, regs, &mut no_memory)
+        evaluate(bytes, initial, regs, &mut no_memory, 8)
     }
 
     #[test]
@@ -308,11 +338,50 @@ mod tests {
         let mut mem = |a: u64| (a == 0x1000).then_some(0xdead_beef_u64);
         // glibc getaddrinfo's CFA: breg6 -40; deref
         let bytes = [DW_OP_breg6.0, 0x58, DW_OP_deref.0];
-        assert_eq!(evaluate(&bytes, None, &r, &mut mem), Ok(0xdead_beef));
+        assert_eq!(evaluate(&bytes, None, &r, &mut mem, 8), Ok(0xdead_beef));
         let bytes = [DW_OP_breg6.0, 0x58, DW_OP_deref_size.0, 2];
-        assert_eq!(evaluate(&bytes, None, &r, &mut mem), Ok(0xbeef));
+        assert_eq!(evaluate(&bytes, None, &r, &mut mem, 8), Ok(0xbeef));
         let bytes = [DW_OP_breg6.0, 0, DW_OP_deref.0];
-        assert_eq!(evaluate(&bytes, None, &r, &mut mem), Err(ExprError::Memory(0x1028)));
+        assert_eq!(evaluate(&bytes, None, &r, &mut mem, 8), Err(ExprError::Memory(0x1028)));
+    }
+
+    /// i386: values are 32 bits wide, arithmetic wraps there, comparisons
+    /// are signed at that width, and `DW_OP_deref` reads 4 bytes.
+    #[test]
+    fn i386_values_are_32_bits() {
+        let eval32 = |bytes: &[u8], initial: Option<u64>, regs: &Registers| {
+            evaluate(bytes, initial, regs, &mut no_memory, 4)
+        };
+        let mut r = Registers::new();
+        r.set(4, 0xffff_fff0); // esp near the top of the 32-bit space
+        assert_eq!(eval32(&[DW_OP_breg4.0, 0x20], None, &r), Ok(0x10), "wraps past 2^32");
+        r.set(4, 0x10);
+        assert_eq!(eval32(&[DW_OP_breg4.0, 0x60], None, &r), Ok(0xffff_fff0), "wraps below 0");
+        assert_eq!(eval32(&[DW_OP_lit0.0, DW_OP_lit1.0, DW_OP_minus.0], None, &r), Ok(0xffff_ffff));
+        assert_eq!(eval32(&[DW_OP_lit1.0, DW_OP_neg.0, DW_OP_lit0.0, DW_OP_lt.0], None, &r), Ok(1));
+        assert_eq!(
+            eval32(&[DW_OP_const4u.0, 0, 0, 0, 0x80, DW_OP_lit0.0, DW_OP_lt.0], None, &r),
+            Ok(1)
+        );
+        assert_eq!(
+            eval32(&[DW_OP_const4u.0, 0, 0, 0, 0x80, DW_OP_lit4.0, DW_OP_shra.0], None, &r),
+            Ok(0xf800_0000)
+        );
+        assert_eq!(
+            eval32(&[DW_OP_lit8.0, DW_OP_neg.0, DW_OP_lit2.0, DW_OP_div.0], None, &r),
+            Ok(0xffff_fffc)
+        );
+        // DW_OP_addr takes 4 bytes, not 8.
+        assert_eq!(eval32(&[DW_OP_addr.0, 0x78, 0x56, 0x34, 0x12], None, &r), Ok(0x1234_5678));
+        // the same bytes at 64 bits do not wrap
+        assert_eq!(
+            evaluate(&[DW_OP_lit0.0, DW_OP_lit1.0, DW_OP_minus.0], None, &r, &mut no_memory, 8),
+            Ok(u64::MAX)
+        );
+        let mut mem = |a: u64| (a == 0x2000).then_some(0x1122_3344_5566_7788_u64);
+        r.set(5, 0x2008);
+        let bytes = [DW_OP_breg5.0, 0x78, DW_OP_deref.0];
+        assert_eq!(evaluate(&bytes, None, &r, &mut mem, 4), Ok(0x5566_7788), "a 4-byte deref");
     }
 
     #[test]

@@ -11,6 +11,7 @@ pub mod cfi;
 pub mod debugfile;
 pub mod elf;
 pub mod expr;
+pub mod fallback;
 pub mod memory;
 pub mod modules;
 pub mod perf;

@@ -31,6 +31,14 @@ pub trait Memory {
         let v = self.read_u64(addr)?;
         Some(if size >= 8 { v } else { v & ((1u64 << (u32::from(size) * 8)) - 1) })
     }
+
+    /// The bounds `(start, end)` of the captured region holding `addr`, if
+    /// this memory knows its regions: the stack the frame-pointer walk and
+    /// stack scanning stay inside. None: unknown (reads alone decide).
+    fn region_of(&mut self, addr: u64) -> Option<(u64, u64)> {
+        let _ = addr;
+        None
+    }
 }
 
 impl<F: FnMut(u64) -> Option<u64>> Memory for F {
@@ -143,19 +151,62 @@ impl<'a> Regions<'a> {
 }
 
 impl Memory for Regions<'_> {
+    fn region_of(&mut self, addr: u64) -> Option<(u64, u64)> {
+        let idx = self.regions.partition_point(|(s, _)| *s <= addr).checked_sub(1)?;
+        self.regions[..=idx].iter().rev().find_map(|&(start, bytes)| {
+            let end = start.saturating_add(bytes.len() as u64);
+            (addr < end).then_some((start, end))
+        })
+    }
+
     fn read_u64(&mut self, addr: u64) -> Option<u64> {
         let bytes = self.find(addr, 8)?;
         Some(u64::from_le_bytes(bytes.try_into().ok()?))
     }
 
     fn read_sized(&mut self, addr: u64, size: u8) -> Option<u64> {
-        if size == 0 || size > 8 {
-            return None;
-        }
-        let bytes = self.find(addr, u64::from(size))?;
-        let mut buf = [0u8; 8];
-        buf[..bytes.len()].copy_from_slice(bytes);
-        Some(u64::from_le_bytes(buf))
+        read_le(size, |n| self.find(addr, n))
+    }
+}
+
+/// A little-endian value of `size` (1 to 8) bytes, zero-extended, from the
+/// bytes `find(size)` gives.
+#[inline(always)]
+fn read_le<'b>(size: u8, find: impl FnOnce(u64) -> Option<&'b [u8]>) -> Option<u64> {
+    if size == 0 || size > 8 {
+        return None;
+    }
+    let bytes = find(u64::from(size))?;
+    let mut buf = [0u8; 8];
+    buf[..bytes.len()].copy_from_slice(bytes);
+    Some(u64::from_le_bytes(buf))
+}
+
+/// One captured buffer at `start`, e.g. the stack copy of a perf sample:
+/// [`Regions`] without its vector, so a walk over it allocates nothing.
+#[derive(Debug, Clone, Copy)]
+pub struct Buffer<'a> {
+    pub start: u64,
+    pub bytes: &'a [u8],
+}
+
+impl<'a> Buffer<'a> {
+    #[inline(always)]
+    fn find(&self, addr: u64, size: u64) -> Option<&'a [u8]> {
+        let off = addr.checked_sub(self.start)?;
+        let end = off.checked_add(size)?;
+        self.bytes.get(usize::try_from(off).ok()?..usize::try_from(end).ok()?)
+    }
+}
+
+impl Memory for Buffer<'_> {
+    fn read_u64(&mut self, addr: u64) -> Option<u64> {
+        Some(u64::from_le_bytes(self.find(addr, 8)?.try_into().ok()?))
+    }
+
+    fn read_sized(&mut self, addr: u64, size: u8) -> Option<u64> {
+        let this = *self;
+        read_le(size, |n| this.find(addr, n))
     }
 }
 
@@ -236,6 +287,10 @@ mod tests {
         assert_eq!(m.read_sized(0x1001, 2), Some(0x0201));
         assert_eq!(m.read_sized(0x101f, 1), Some(31));
         assert_eq!(m.read_sized(0x101f, 2), None);
+        assert_eq!(m.region_of(0x1010), Some((0x1000, 0x1020)));
+        assert_eq!(m.region_of(0x2007), Some((0x2000, 0x2008)));
+        assert_eq!(m.region_of(0x2008), None);
+        assert_eq!(m.region_of(0x0fff), None);
     }
 
     #[test]

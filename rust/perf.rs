@@ -22,9 +22,11 @@
 //! (`perf record -z`), which are reported as errors.
 
 use std::fmt;
-use std::io::{self, Read, Seek, SeekFrom};
+use std::io::{self, Cursor, Read, Seek, SeekFrom};
+use std::sync::Arc;
 
 use crate::arch::Arch;
+use crate::memory::Data;
 use crate::registers::Registers;
 
 // Record types (`enum perf_event_type`, and perf's own from 64 on).
@@ -290,7 +292,7 @@ pub struct Sample<'a> {
     pub cpu: Option<u32>,
     pub period: Option<u64>,
     /// The raw callchain, with its `PERF_CONTEXT_*` markers.
-    pub callchain: Option<&'a [u64]>,
+    pub callchain: Option<Words<'a>>,
     /// `PERF_SAMPLE_REGS_ABI_*`: 0 (none: no registers), 1 (32-bit), 2 (64-bit).
     pub regs_abi: u64,
     /// Which perf registers `regs` holds (0 when there are none).
@@ -314,6 +316,39 @@ impl Sample<'_> {
 
     pub fn cpumode(&self) -> u16 {
         self.misc & PERF_RECORD_MISC_CPUMODE_MASK
+    }
+}
+
+/// Little-endian u64s read in place from a record (which need not be
+/// 8-byte aligned in memory): no copy, no allocation.
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
+pub struct Words<'a>(&'a [u8]);
+
+impl<'a> Words<'a> {
+    pub fn len(&self) -> usize {
+        self.0.len() / 8
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.len() < 8
+    }
+
+    pub fn get(&self, i: usize) -> Option<u64> {
+        read_u64(self.0, i.checked_mul(8)?)
+    }
+
+    pub fn iter(&self) -> impl DoubleEndedIterator<Item = u64> + ExactSizeIterator + Clone + 'a {
+        self.0.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default()))
+    }
+
+    pub fn to_vec(&self) -> Vec<u64> {
+        self.iter().collect()
+    }
+}
+
+impl fmt::Debug for Words<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
     }
 }
 
@@ -436,6 +471,20 @@ fn perf_reg(arch: Arch, index: u32) -> PerfReg {
             16..=23 => PerfReg::Column(index as u16 - 8),
             _ => PerfReg::Ignored,
         },
+        // The same perf indexes (a 32-bit process sampled by an x86_64
+        // kernel), to i386's DWARF numbering: eax ecx edx ebx esp ebp esi edi.
+        Arch::I386 => match index {
+            0 => PerfReg::Column(0),
+            1 => PerfReg::Column(3),
+            2 => PerfReg::Column(1),
+            3 => PerfReg::Column(2),
+            4 => PerfReg::Column(6),
+            5 => PerfReg::Column(7),
+            6 => PerfReg::Column(5),
+            7 => PerfReg::Column(4),
+            8 => PerfReg::Pc,
+            _ => PerfReg::Ignored,
+        },
         // perf: x0..x30, sp, pc, with the DWARF numbering of x0..x30, sp.
         Arch::Aarch64 => match index {
             0..=31 => PerfReg::Column(index as u16),
@@ -466,6 +515,26 @@ pub fn sample_registers(arch: Arch, sample: &Sample<'_>) -> (Option<u64>, Regist
         }
     }
     (pc, regs)
+}
+
+/// Decodes records: the attributes and the index of their ids. Shared
+/// read-only (it is `Sync`), so worker threads can decode samples in place.
+#[derive(Debug, Default)]
+pub struct Decoder {
+    attrs: Vec<Attr>,
+    index: AttrIndex,
+}
+
+impl Decoder {
+    fn new(attrs: &[Attr]) -> Decoder {
+        Decoder { attrs: attrs.to_vec(), index: AttrIndex::build(attrs) }
+    }
+
+    /// The event in `rec` (a whole record, header included) found at file
+    /// offset `offset`.
+    pub fn decode<'r>(&self, rec: &'r [u8], offset: u64) -> Result<Event<'r>, PerfError> {
+        decode(rec, offset, &self.attrs, &self.index)
+    }
 }
 
 /// Where the event id sits in records, per the first attribute (perf
@@ -547,17 +616,21 @@ impl AttrIndex {
 pub struct PerfFile<R> {
     reader: R,
     header: PerfHeader,
-    index: AttrIndex,
-    /// The current record, header included.
+    decoder: Arc<Decoder>,
+    /// The whole file, when it is mapped: records are then read in place
+    /// rather than copied into `buf`.
+    map: Option<Arc<Data>>,
+    /// The current record, header included (stream mode).
     buf: Box<[u8]>,
-    /// The current sample's callchain, decoded to words.
-    chain: Vec<u64>,
     /// File offset of the next record to read.
     pos: u64,
     /// End of the data section; `None`: read to the end of the file.
     data_end: Option<u64>,
     /// A record already in `buf` (read ahead in pipe mode): offset, size.
     pending: Option<(u64, usize)>,
+    /// Maps a mapped file's pages ahead of the reading and drops them
+    /// behind it, on a thread of its own.
+    pager: Option<Pager>,
     /// An error met reading ahead, for the next call to report.
     deferred_error: Option<PerfError>,
     done: bool,
@@ -579,9 +652,10 @@ impl<R: Read + Seek> PerfFile<R> {
         let mut file = PerfFile {
             reader,
             header: PerfHeader::default(),
-            index: AttrIndex::default(),
+            decoder: Arc::default(),
+            map: None,
+            pager: None,
             buf: vec![0u8; MAX_RECORD].into_boxed_slice(),
-            chain: Vec::with_capacity(MAX_RECORD / 8),
             pos: 0,
             data_end: None,
             pending: None,
@@ -612,7 +686,17 @@ impl<R: Read + Seek> PerfFile<R> {
         let (data_offset, data_size) = (word(40), word(48));
         // 56..72: the event_types section, unused since perf 2.6.3x.
         let features = [word(72), word(80), word(88), word(96)];
-        let file_len = self.reader.seek(SeekFrom::End(0)).map_err(|e| io_error(0, e))?;
+        let file_len = self.reader.seek(SeekFrom::End(0)).map_err(|e| {
+            if e.raw_os_error() == Some(29) {
+                // ESPIPE: the file format has its sections at offsets.
+                return PerfError::Unsupported {
+                    offset: 0,
+                    what: "the file format read from a pipe (it is read by seeking); \
+                           record with `perf record -o -` to stream a recording",
+                };
+            }
+            io_error(0, e)
+        })?;
         self.header.data_offset = data_offset;
         self.header.data_size = data_size;
         self.header.features = features;
@@ -660,7 +744,7 @@ impl<R: Read + Seek> PerfFile<R> {
             attr.ids = raw.chunks_exact(8).filter_map(|c| read_u64(c, 0)).collect();
             self.header.attrs.push(attr);
         }
-        self.index = AttrIndex::build(&self.header.attrs);
+        self.decoder = Arc::new(Decoder::new(&self.header.attrs));
 
         let data_end = data_offset
             .checked_add(data_size)
@@ -751,7 +835,7 @@ impl<R: Read + Seek> PerfFile<R> {
                     break;
                 }
                 Ok(Some((offset, size))) => {
-                    let type_ = read_u32(&self.buf, 0).unwrap_or(0);
+                    let type_ = read_u32(self.bytes(offset, size), 0).unwrap_or(0);
                     if type_ == PERF_RECORD_HEADER_ATTR || type_ == PERF_RECORD_HEADER_FEATURE {
                         self.absorb_header_record(type_, offset, size)?;
                     } else {
@@ -784,6 +868,29 @@ impl<R: Read + Seek> PerfFile<R> {
     /// The next record, in file order; `Ok(None)` at the end of the data.
     /// After an error every later call returns `Ok(None)`.
     pub fn next_event(&mut self) -> Result<Option<Event<'_>>, PerfError> {
+        let Some((offset, size)) = self.next_record()? else { return Ok(None) };
+        let rec = record_bytes(&self.map, &self.buf, offset, size);
+        match decode(rec, offset, &self.decoder.attrs, &self.decoder.index) {
+            Ok(event) => Ok(Some(event)),
+            Err(e) => {
+                self.done = true;
+                Err(e)
+            }
+        }
+    }
+
+    /// The decoder of this file's records (it changes only when pipe mode
+    /// sends an attribute record).
+    pub fn decoder(&self) -> &Arc<Decoder> {
+        &self.decoder
+    }
+
+    /// The next record, in file order, as `(offset, size)`: its bytes are
+    /// [`bytes`](PerfFile::bytes)`(offset, size)`, to decode with
+    /// [`decoder`](PerfFile::decoder). Header records (attributes, features,
+    /// build ids) have been folded into the header. `Ok(None)` at the end of
+    /// the data; after an error every later call returns `Ok(None)`.
+    pub fn next_record(&mut self) -> Result<Option<(u64, usize)>, PerfError> {
         if self.done {
             return Ok(None);
         }
@@ -805,22 +912,16 @@ impl<R: Read + Seek> PerfFile<R> {
                 }
             },
         };
-        let type_ = read_u32(&self.buf, 0).unwrap_or(0);
+        let type_ = read_u32(self.bytes(offset, size), 0).unwrap_or(0);
         if let Err(e) = self.absorb_header_record(type_, offset, size) {
             self.done = true;
             return Err(e);
         }
-        match decode(&self.buf[..size], offset, &self.header.attrs, &self.index, &mut self.chain) {
-            Ok(event) => Ok(Some(event)),
-            Err(e) => {
-                self.done = true;
-                Err(e)
-            }
-        }
+        Ok(Some((offset, size)))
     }
 
-    /// Read the record at `self.pos` into the buffer: `(offset, size)`, or
-    /// `None` at the end of the data.
+    /// Read the record at `self.pos` (into the buffer, unless the file is
+    /// mapped): `(offset, size)`, or `None` at the end of the data.
     fn read_record(&mut self) -> Result<Option<(u64, usize)>, PerfError> {
         let offset = self.pos;
         if let Some(end) = self.data_end {
@@ -835,16 +936,24 @@ impl<R: Read + Seek> PerfFile<R> {
                 });
             }
         }
-        let got =
-            read_full(&mut self.reader, &mut self.buf[..8]).map_err(|e| io_error(offset, e))?;
+        let mut head = [0u8; 8];
+        let got = match &self.map {
+            Some(map) => {
+                let rest = usize::try_from(offset).ok().and_then(|o| map.get(o..)).unwrap_or(&[]);
+                let n = rest.len().min(8);
+                head[..n].copy_from_slice(&rest[..n]);
+                n
+            }
+            None => read_full(&mut self.reader, &mut head).map_err(|e| io_error(offset, e))?,
+        };
         if got == 0 && self.data_end.is_none() {
             return Ok(None);
         }
         if got < 8 {
             return Err(PerfError::TruncatedRecord { offset });
         }
-        let type_ = read_u32(&self.buf, 0).unwrap_or(0);
-        let size = read_u16(&self.buf, 6).unwrap_or(0);
+        let type_ = read_u32(&head, 0).unwrap_or(0);
+        let size = read_u16(&head, 6).unwrap_or(0);
         if size < 8 {
             return Err(PerfError::RecordTooSmall { offset, size });
         }
@@ -853,18 +962,33 @@ impl<R: Read + Seek> PerfFile<R> {
             return Err(bad(offset, type_, "runs past the end of the data section"));
         }
         let size = usize::from(size);
-        let got = read_full(&mut self.reader, &mut self.buf[8..size])
-            .map_err(|e| io_error(offset.saturating_add(8), e))?;
-        if got < size - 8 {
-            return Err(PerfError::TruncatedRecord { offset });
+        match &self.map {
+            Some(map) => {
+                if end > map.len() as u64 {
+                    return Err(PerfError::TruncatedRecord { offset });
+                }
+                if let Some(pager) = &mut self.pager {
+                    pager.reached(end);
+                }
+            }
+            None => {
+                self.buf[..8].copy_from_slice(&head);
+                let got = read_full(&mut self.reader, &mut self.buf[8..size])
+                    .map_err(|e| io_error(offset.saturating_add(8), e))?;
+                if got < size - 8 {
+                    return Err(PerfError::TruncatedRecord { offset });
+                }
+            }
         }
         self.pos = end;
         // Two record types carry a payload their size does not count.
         let payload = match type_ {
-            PERF_RECORD_AUXTRACE => read_u64(&self.buf, 8),
-            PERF_RECORD_HEADER_TRACING_DATA => {
-                read_u32(&self.buf, 8).map(|n| u64::from(n).next_multiple_of(8))
-            }
+            PERF_RECORD_AUXTRACE => read_u64(self.bytes(offset, size), 8),
+            PERF_RECORD_HEADER_TRACING_DATA => self
+                .bytes(offset, size)
+                .get(8..)
+                .and_then(|b| read_u32(b, 0))
+                .map(|n| u64::from(n).next_multiple_of(8)),
             _ => None,
         };
         if let Some(n) = payload.filter(|&n| n > 0) {
@@ -874,14 +998,30 @@ impl<R: Read + Seek> PerfFile<R> {
                 .ok_or_else(|| {
                     bad(offset, type_, "payload runs past the end of the data section")
                 })?;
-            let skipped = io::copy(&mut (&mut self.reader).take(n), &mut io::sink())
-                .map_err(|e| io_error(end, e))?;
-            if skipped < n {
-                return Err(PerfError::TruncatedRecord { offset });
+            match &self.map {
+                Some(map) if payload_end > map.len() as u64 => {
+                    return Err(PerfError::TruncatedRecord { offset });
+                }
+                Some(_) => {}
+                None => {
+                    let skipped = io::copy(&mut (&mut self.reader).take(n), &mut io::sink())
+                        .map_err(|e| io_error(end, e))?;
+                    if skipped < n {
+                        return Err(PerfError::TruncatedRecord { offset });
+                    }
+                }
             }
             self.pos = payload_end;
         }
         Ok(Some((offset, size)))
+    }
+
+    /// The bytes of a record [`next_record`] returned, while it is the
+    /// current one (or, for a mapped file, at any time).
+    ///
+    /// [`next_record`]: PerfFile::next_record
+    pub fn bytes(&self, offset: u64, size: usize) -> &[u8] {
+        record_bytes(&self.map, &self.buf, offset, size)
     }
 
     /// Fold a header record (attribute, feature, build id: pipe mode sends
@@ -892,7 +1032,13 @@ impl<R: Read + Seek> PerfFile<R> {
         offset: u64,
         size: usize,
     ) -> Result<(), PerfError> {
-        let rec = &self.buf[..size];
+        if !matches!(
+            type_,
+            PERF_RECORD_HEADER_ATTR | PERF_RECORD_HEADER_FEATURE | PERF_RECORD_HEADER_BUILD_ID
+        ) {
+            return Ok(());
+        }
+        let rec = record_bytes(&self.map, &self.buf, offset, size);
         match type_ {
             PERF_RECORD_HEADER_ATTR => {
                 let body = &rec[8..];
@@ -905,7 +1051,7 @@ impl<R: Read + Seek> PerfFile<R> {
                 }
                 attr.ids = ids.chunks_exact(8).filter_map(|c| read_u64(c, 0)).collect();
                 self.header.attrs.push(attr);
-                self.index = AttrIndex::build(&self.header.attrs);
+                self.decoder = Arc::new(Decoder::new(&self.header.attrs));
             }
             PERF_RECORD_HEADER_FEATURE => {
                 let feature = read_u64(rec, 8).unwrap_or(u64::MAX);
@@ -928,6 +1074,133 @@ impl<R: Read + Seek> PerfFile<R> {
             _ => {}
         }
         Ok(())
+    }
+}
+
+/// A multiple of any page size, the unit of mapping advice.
+const GRAIN: usize = 1 << 20;
+
+/// A record's bytes: in the mapping, else the stream's buffer.
+fn record_bytes<'s>(
+    map: &'s Option<Arc<Data>>,
+    buf: &'s [u8],
+    offset: u64,
+    size: usize,
+) -> &'s [u8] {
+    match map {
+        Some(map) => usize::try_from(offset)
+            .ok()
+            .and_then(|o| map.get(o..o.checked_add(size)?))
+            .unwrap_or(&[]),
+        None => buf.get(..size).unwrap_or(&[]),
+    }
+}
+
+/// A file's bytes behind an `Arc`, readable through a `Cursor`.
+#[derive(Clone)]
+pub struct SharedBytes(pub Arc<Data>);
+
+impl AsRef<[u8]> for SharedBytes {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl<R> PerfFile<R> {
+    /// The file's bytes, when it was opened with [`PerfFile::from_data`].
+    pub fn mapped(&self) -> Option<&Arc<Data>> {
+        self.map.as_ref()
+    }
+}
+
+impl<R> PerfFile<R> {
+    /// Records before `offset` will not be read again (through
+    /// [`PerfFile::bytes`] or the caller's own reference to the mapping):
+    /// their pages can leave this process, so that memory stays flat however
+    /// long the file. They stay in the page cache and would be read back in
+    /// if touched again.
+    pub fn release_before(&mut self, offset: u64) {
+        if let Some(pager) = &mut self.pager {
+            pager.release = usize::try_from(offset).unwrap_or(usize::MAX);
+        }
+    }
+}
+
+/// The pager of a mapped perf.data file: told where the reading is, it
+/// maps the next few MiB in one call each (rather than faulting pages in
+/// one by one on the reading thread), and drops the pages released.
+struct Pager {
+    to_thread: std::sync::mpsc::Sender<(usize, usize)>,
+    /// The reading position at which to tell the thread again.
+    next: usize,
+    release: usize,
+}
+
+impl Pager {
+    const AHEAD: usize = 8 << 20;
+
+    fn start(data: Arc<Data>) -> Option<Pager> {
+        if !matches!(*data, Data::Mapped(_)) {
+            return None;
+        }
+        let (to_thread, from_reader) = std::sync::mpsc::channel::<(usize, usize)>();
+        std::thread::Builder::new()
+            .name("perf.data pager".into())
+            .spawn(move || {
+                let Data::Mapped(map) = &*data else { return };
+                let (mut populated, mut released) = (0usize, 0usize);
+                let mut populate = true;
+                while let Ok((reached, release)) = from_reader.recv() {
+                    let end = reached.saturating_add(Pager::AHEAD).min(map.len());
+                    let start = populated.max(reached / GRAIN * GRAIN);
+                    if populate && end > start {
+                        // Not supported before Linux 5.14: pages are then
+                        // faulted in by the reader.
+                        populate = map
+                            .advise_range(memmap2::Advice::PopulateRead, start, end - start)
+                            .is_ok();
+                    }
+                    populated = populated.max(end.next_multiple_of(GRAIN));
+                    let release = release.min(map.len()) / GRAIN * GRAIN;
+                    if release > released {
+                        // SAFETY: a read-only file mapping: dropped pages are
+                        // read back from the file if touched again, so every
+                        // slice of the mapping stays valid.
+                        let _ = unsafe {
+                            map.unchecked_advise_range(
+                                memmap2::UncheckedAdvice::DontNeed,
+                                released,
+                                release - released,
+                            )
+                        };
+                        released = release;
+                    }
+                }
+            })
+            .ok()?;
+        let mut pager = Pager { to_thread, next: 0, release: 0 };
+        pager.reached(0);
+        Some(pager)
+    }
+
+    fn reached(&mut self, pos: u64) {
+        let pos = usize::try_from(pos).unwrap_or(usize::MAX);
+        if pos >= self.next {
+            let _ = self.to_thread.send((pos, self.release));
+            self.next = pos.saturating_add(Pager::AHEAD / 2);
+        }
+    }
+}
+
+impl PerfFile<Cursor<SharedBytes>> {
+    /// A perf.data file already in memory (mapped): records are read in
+    /// place, never copied, and stay readable through [`PerfFile::bytes`]
+    /// (or the caller's own reference to `data`) after later reads.
+    pub fn from_data(data: Arc<Data>) -> Result<Self, PerfError> {
+        let mut file = PerfFile::new(Cursor::new(SharedBytes(data.clone())))?;
+        file.pager = Pager::start(data.clone());
+        file.map = Some(data);
+        Ok(file)
     }
 }
 
@@ -1053,14 +1326,13 @@ fn decode<'a>(
     offset: u64,
     attrs: &[Attr],
     index: &AttrIndex,
-    chain: &'a mut Vec<u64>,
 ) -> Result<Event<'a>, PerfError> {
     let type_ = read_u32(rec, 0).unwrap_or(0);
     let misc = read_u16(rec, 4).unwrap_or(0);
     let short = || bad(offset, type_, "too short for its fields");
     match type_ {
         PERF_RECORD_SAMPLE => match index.for_sample(attrs, rec, offset)? {
-            Some(i) => decode_sample(rec, offset, i, &attrs[i], chain).map(Event::Sample),
+            Some(i) => decode_sample(rec, offset, i, &attrs[i]).map(Event::Sample),
             None => Ok(Event::Other { type_ }),
         },
         PERF_RECORD_MMAP | PERF_RECORD_MMAP2 | PERF_RECORD_COMM | PERF_RECORD_FORK
@@ -1181,7 +1453,6 @@ fn decode_sample<'a>(
     offset: u64,
     attr_index: usize,
     attr: &Attr,
-    chain: &'a mut Vec<u64>,
 ) -> Result<Sample<'a>, PerfError> {
     let short = |what| bad(offset, PERF_RECORD_SAMPLE, what);
     let st = attr.sample_type;
@@ -1250,8 +1521,7 @@ fn decode_sample<'a>(
     if has(PERF_SAMPLE_CALLCHAIN) {
         let nr = f.u64().ok_or_else(|| short(cut))?;
         let ips = f.take_words(Some(nr)).ok_or_else(|| short("callchain runs past the end"))?;
-        chain.clear();
-        chain.extend(ips.chunks_exact(8).filter_map(|c| read_u64(c, 0)));
+        s.callchain = Some(Words(ips));
     }
     if has(PERF_SAMPLE_RAW) {
         let size = f.u32().ok_or_else(|| short(cut))?;
@@ -1284,9 +1554,6 @@ fn decode_sample<'a>(
                 .and_then(|n| data.get(..n))
                 .ok_or_else(|| short("user stack dyn_size larger than its size"))?;
         }
-    }
-    if has(PERF_SAMPLE_CALLCHAIN) {
-        s.callchain = Some(chain.as_slice());
     }
     Ok(s)
 }
@@ -1875,7 +2142,7 @@ mod tests {
         assert_eq!((s.attr_index, s.cpumode(), s.id), (0, PERF_RECORD_MISC_USER, None));
         assert_eq!((s.ip, s.pid, s.tid, s.time), (0x40_0123, 100, 101, Some(1000)));
         assert_eq!((s.addr, s.cpu, s.period), (None, Some(1), Some(1_001_001)));
-        assert_eq!(s.callchain, Some(&[PERF_CONTEXT_USER, 0x40_0123][..]));
+        assert_eq!(s.callchain.map(|c| c.to_vec()), Some(vec![PERF_CONTEXT_USER, 0x40_0123]));
         assert_eq!((s.regs_abi, s.regs_mask, s.regs.len()), (2, X86_MASK, 20 * 8));
         assert_eq!(s.stack, &(0..40).collect::<Vec<u8>>()[..]);
         assert_eq!(s.user_reg(0), Some(0x1000));
@@ -1892,6 +2159,14 @@ mod tests {
             assert_eq!(regs.get(col), Some(value), "column {col}");
         }
         assert_eq!(regs.get(16), None, "the pc is given apart");
+        // The same perf registers (ax bx cx dx si di bp sp ip) in i386's DWARF numbering.
+        let (pc, regs) = sample_registers(Arch::I386, &s);
+        assert_eq!(pc, Some(0x1008));
+        let i386 = [(0, 0x1000), (3, 0x1001), (1, 0x1002), (2, 0x1003), (6, 0x1004), (7, 0x1005)];
+        for (col, value) in i386.into_iter().chain([(5, 0x1006), (4, 0x1007)]) {
+            assert_eq!(regs.get(col), Some(value), "i386 column {col}");
+        }
+        assert_eq!(regs.iter().count(), 8, "r8-r15 have no i386 column");
 
         let fork = f.next_event().unwrap();
         assert_eq!(
@@ -1909,8 +2184,8 @@ mod tests {
             (PERF_RECORD_MISC_KERNEL, 0xffff_ffff_8100_0010, 0, Some(2000), Some(0))
         );
         assert_eq!(
-            s.callchain,
-            Some(&[PERF_CONTEXT_KERNEL, 0xffff_ffff_8100_0010, 0xffff_ffff_8100_0020][..])
+            s.callchain.map(|c| c.to_vec()),
+            Some(vec![PERF_CONTEXT_KERNEL, 0xffff_ffff_8100_0010, 0xffff_ffff_8100_0020])
         );
         assert_eq!((s.regs_abi, s.regs_mask, s.regs, s.stack), (0, 0, &[][..], &[][..]));
         assert_eq!(sample_registers(Arch::X86_64, &s), (None, Registers::new()));
@@ -2119,7 +2394,7 @@ mod tests {
         assert_eq!(s.callchain, None);
         let Some(Event::Sample(s)) = f.next_event().unwrap() else { panic!() };
         assert_eq!((s.attr_index, s.id), (1, Some(20)));
-        assert_eq!(s.callchain, Some(&[PERF_CONTEXT_USER, 0x1234][..]));
+        assert_eq!(s.callchain.map(|c| c.to_vec()), Some(vec![PERF_CONTEXT_USER, 0x1234]));
         assert_eq!(f.next_event().unwrap(), Some(Event::Other { type_: PERF_RECORD_SAMPLE }));
         let comm = f.next_event().unwrap();
         assert_eq!(

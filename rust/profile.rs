@@ -1,34 +1,42 @@
 //! Profiles: every sample of a `perf record --call-graph dwarf` file
 //! unwound against the address space of its process at that moment.
 //!
-//! The events are read in order on one thread, which keeps each process's
-//! modules (an `Arc<ModuleSet>` snapshot per pid, replaced as mmaps, forks
-//! and execs arrive) and gathers samples into batches. A batch is unwound in
-//! parallel (rayon), one `Unwinder` per worker thread switching between the
-//! processes' module sets, then symbolized and formatted in parallel and
-//! written in order.
+//! One thread reads the records in order: in place when the file is mapped
+//! (a sample's 8 KiB stack copy is never copied again), and applies them
+//! in time order: each process's modules (an `Arc<ModuleSet>` snapshot per
+//! pid, replaced as mmaps, forks and execs arrive) and gathers samples into
+//! batches. A batch is split into chunks that worker threads (rayon) decode,
+//! unwind (one `Unwinder` per thread, switching between the processes'
+//! module sets) and symbolize and format or key in one pass, with no
+//! allocation per sample; the chunks are written in order.
+//!
+//! Folded stacks are counted twice, the way a stack-trace database is used:
+//! by address (process, comm and pcs) as samples come, then each distinct
+//! address trace is symbolized once and counted by name.
 
+use rustc_hash::FxHashMap;
+use std::borrow::Cow;
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::io::{Read, Seek, Write};
 use std::ops::Range;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use rayon::prelude::*;
 
 use crate::arch::Arch;
 use crate::cfi::{Data, Module, UnwindInfo};
-use crate::memory::Regions;
+use crate::memory::Buffer;
 use crate::modules::ModuleSet;
 use crate::perf::{
-    sample_registers, Event, PerfFile, Sample, PERF_CONTEXT_HV, PERF_CONTEXT_KERNEL,
-    PERF_CONTEXT_USER, PERF_SAMPLE_REGS_ABI_NONE,
+    sample_registers, Decoder, Event, PerfFile, Sample, Words, PERF_CONTEXT_HV,
+    PERF_CONTEXT_KERNEL, PERF_CONTEXT_USER, PERF_SAMPLE_CALLCHAIN, PERF_SAMPLE_REGS_ABI_NONE,
 };
-use crate::registers::Registers;
 use crate::stackdb::StackDb;
 use crate::symbols::SymbolTable;
-use crate::unwind::{EndReason, Frame, Unwinder};
+use crate::unwind::{Frame, Unwinder};
 
 /// How the samples are printed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,10 +53,13 @@ pub enum Format {
 pub struct Options {
     pub format: Format,
     pub max_frames: usize,
-    /// Samples unwound together; bounds memory (each holds its stack copy).
+    /// Samples unwound together; bounds memory (a stream's samples are
+    /// copies; a mapped file's are read in place).
     pub batch: usize,
     /// Where separate debug files are (`/usr/lib/debug`).
     pub debug_root: std::path::PathBuf,
+    /// Draw a progress bar on stderr once a run has lasted this long.
+    pub progress: Option<Duration>,
 }
 
 impl Default for Options {
@@ -56,11 +67,18 @@ impl Default for Options {
         Options {
             format: Format::Text,
             max_frames: 512,
-            batch: 2048,
+            batch: 1024,
             debug_root: "/usr/lib/debug".into(),
+            progress: None,
         }
     }
 }
+
+/// The executable flag of a PT_LOAD's `p_flags`.
+const PF_X: u32 = 1;
+
+/// Samples a worker takes at a time.
+const CHUNK: usize = 64;
 
 /// What a run did, for the caller's summary and exit status.
 #[derive(Clone, Debug, Default)]
@@ -80,8 +98,8 @@ struct FileInfo {
     path: Arc<str>,
     /// None when the file could not be read (missing, not ELF).
     unwind: Option<Arc<UnwindInfo>>,
-    /// PT_LOADs: (p_vaddr, p_offset, p_filesz), to place mappings.
-    loads: Vec<(u64, u64, u64)>,
+    /// PT_LOADs: (p_vaddr, p_offset, p_filesz, p_flags), to place mappings.
+    loads: Vec<(u64, u64, u64, u32)>,
     data: Option<Arc<Data>>,
     symbols: OnceLock<Option<SymbolTable>>,
 }
@@ -96,90 +114,117 @@ struct Placed {
     file: Arc<FileInfo>,
 }
 
+/// A process's address space at one moment; replaced, never changed.
 #[derive(Clone, Default)]
 struct Process {
+    /// Tells snapshots apart in the folded stacks' address keys (0: none).
+    id: u64,
     modules: Arc<ModuleSet>,
     /// The same modules, for symbolizing (sorted by start).
     placed: Arc<Vec<Placed>>,
 }
 
-/// An event taken out of the reader's buffer, to be applied in time order.
-enum Owned {
-    Sample { pid: i32, tid: i32, time: u64, kernel: Vec<u64>, user: Option<Box<UserState>> },
-    Mmap { pid: i32, start: u64, len: u64, pgoff: u64, filename: Vec<u8> },
-    Comm { tid: i32, comm: Vec<u8> },
-    Fork { pid: i32, ppid: i32, tid: i32, ptid: i32 },
+/// A record kept until its time comes: in the mapping, or a copy.
+struct Queued<'a> {
+    time: u64,
+    /// File order, to keep records of equal time in it.
+    seq: u64,
+    offset: u64,
+    /// A sample's (pid, tid), so it is not decoded again until unwound.
+    sample: Option<(i32, i32)>,
+    rec: Cow<'a, [u8]>,
 }
 
-impl Owned {
-    fn from_event(arch: Arch, event: &Event<'_>) -> Option<Owned> {
-        Some(match event {
-            Event::Sample(s) => Owned::Sample {
-                pid: s.pid,
-                tid: s.tid,
-                time: s.time.unwrap_or(0),
-                kernel: kernel_callchain(s.callchain.unwrap_or(&[])),
-                user: user_state(arch, s).map(Box::new),
-            },
-            Event::Mmap(m) if m.executable() => Owned::Mmap {
-                pid: m.pid,
-                start: m.start,
-                len: m.len,
-                pgoff: m.pgoff,
-                filename: m.filename.to_vec(),
-            },
-            Event::Comm { tid, comm, .. } => Owned::Comm { tid: *tid, comm: comm.to_vec() },
-            Event::Fork { pid, ppid, tid, ptid, .. } => {
-                Owned::Fork { pid: *pid, ppid: *ppid, tid: *tid, ptid: *ptid }
-            }
-            _ => return None,
-        })
+/// A sample waiting in a batch, with its process and comm at its time.
+struct Pending<'a> {
+    offset: u64,
+    rec: Cow<'a, [u8]>,
+    comm: u32,
+    process: Process,
+}
+
+/// What a worker made of a chunk of samples.
+#[derive(Default)]
+struct ChunkOut {
+    text: String,
+    /// Collapsed: per sample, its index in the chunk, the key's length,
+    /// then the key (process id, comm, user frame count, user pcs with
+    /// bit 63 set when interrupted, kernel ips).
+    keys: Vec<u64>,
+    samples: u64,
+    complete: u64,
+    frames: u64,
+}
+
+/// A worker thread's reusable state.
+#[derive(Default)]
+struct Worker {
+    unwinder: Option<Unwinder>,
+    frames: Vec<Frame>,
+    symbols: SymbolCache,
+}
+
+/// Symbol lookups a worker made, direct-mapped by (file, ELF address):
+/// samples hit the same few hundred return addresses over and over.
+struct SymbolCache {
+    /// (file's address, ELF address, symbol index or `NO_SYMBOL`).
+    slots: Box<[(usize, u64, u32)]>,
+}
+
+const NO_SYMBOL: u32 = u32::MAX;
+const SYMBOL_CACHE_SLOTS: usize = 4096;
+
+impl Default for SymbolCache {
+    fn default() -> Self {
+        SymbolCache { slots: vec![(0, 0, NO_SYMBOL); SYMBOL_CACHE_SLOTS].into_boxed_slice() }
     }
 }
 
-struct Queued {
-    time: u64,
-    /// File order, to keep events of equal time in it.
-    seq: u64,
-    event: Owned,
-}
-
-/// A sample's user pc, registers, sp and stack copy.
-type UserState = (u64, Registers, u64, Vec<u8>);
-
-/// A sample waiting in a batch.
-struct Pending {
-    pid: i32,
-    tid: i32,
-    time: u64,
-    comm: Arc<str>,
-    process: Process,
-    kernel: Vec<u64>,
-    user: Option<Box<UserState>>,
-}
-
-/// An unwound sample.
-struct Done {
-    frames: Vec<Frame>,
-    end: Option<EndReason>,
+impl SymbolCache {
+    fn index(&mut self, file: &Arc<FileInfo>, table: &SymbolTable, address: u64) -> Option<usize> {
+        let key = Arc::as_ptr(file) as usize;
+        let hash = (address ^ (key as u64).rotate_left(17)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        let slot = &mut self.slots[(hash >> 52) as usize % SYMBOL_CACHE_SLOTS];
+        if slot.0 != key || slot.1 != address {
+            let index = table.index(address).map_or(NO_SYMBOL, |i| i as u32);
+            *slot = (key, address, index);
+        }
+        (slot.2 != NO_SYMBOL).then_some(slot.2 as usize)
+    }
 }
 
 thread_local! {
-    static UNWINDER: RefCell<Option<Unwinder>> = const { RefCell::new(None) };
+    static WORKER: RefCell<Worker> = RefCell::new(Worker::default());
+}
+
+/// What workers read, shared.
+struct Context<'p> {
+    arch: Arch,
+    format: Format,
+    max_frames: usize,
+    decoder: &'p Decoder,
+    debug_root: &'p std::path::Path,
+    kernel: &'p KernelSymbolsLoader,
+    comms: &'p [Arc<str>],
 }
 
 pub struct Profiler {
     arch: Arch,
     options: Options,
-    files: HashMap<Vec<u8>, Arc<FileInfo>>,
-    processes: HashMap<i32, Process>,
-    comms: HashMap<i32, Arc<str>>,
-    kernel_symbols: OnceLock<Option<KernelSymbols>>,
-    folded: StackDb,
-    names: Vec<String>,
-    name_ids: HashMap<String, u64>,
+    files: FxHashMap<Vec<u8>, Arc<FileInfo>>,
+    processes: FxHashMap<i32, Process>,
+    next_process_id: u64,
+    /// Each thread's comm, as an index into `comm_names`.
+    comms: FxHashMap<i32, u32>,
+    comm_names: Vec<Arc<str>>,
+    comm_ids: FxHashMap<Arc<str>, u32>,
+    kernel: KernelSymbolsLoader,
+    /// Collapsed: distinct address traces, and the process each was in.
+    by_address: StackDb,
+    address_process: Vec<Process>,
     /// The vdso image the recording's processes had, when known.
     vdso: Option<Arc<Data>>,
+    decoder: Arc<Decoder>,
     pub summary: Summary,
 }
 
@@ -189,19 +234,24 @@ impl Profiler {
     /// its image serves for the recording's.
     pub fn new(arch: Arch, options: Options, vdso_build_id: Option<&[u8]>) -> Self {
         let vdso = vdso_build_id.and_then(own_vdso).map(Arc::new);
-        Profiler {
+        let mut profiler = Profiler {
             vdso,
             arch,
             options,
-            files: HashMap::new(),
-            processes: HashMap::new(),
-            comms: HashMap::new(),
-            kernel_symbols: OnceLock::new(),
-            folded: StackDb::new(),
-            names: Vec::new(),
-            name_ids: HashMap::new(),
+            files: FxHashMap::default(),
+            processes: FxHashMap::default(),
+            next_process_id: 1,
+            comms: FxHashMap::default(),
+            comm_names: Vec::new(),
+            comm_ids: FxHashMap::default(),
+            kernel: KernelSymbolsLoader::default(),
+            by_address: StackDb::new(),
+            address_process: Vec::new(),
+            decoder: Arc::default(),
             summary: Summary::default(),
-        }
+        };
+        profiler.comm_id(":-1");
+        profiler
     }
 
     /// Read every event of `perf`, writing the samples to `out` as they are
@@ -213,44 +263,100 @@ impl Profiler {
         perf: &mut PerfFile<R>,
         out: &mut W,
     ) -> std::io::Result<()> {
-        let mut batch: Vec<Pending> = Vec::with_capacity(self.options.batch);
+        let header = perf.header();
+        // Kernel frames need /proc/kallsyms: read it beside the unwinding.
+        if header.attrs.iter().any(|a| a.sample_type & PERF_SAMPLE_CALLCHAIN != 0) {
+            let kernel_id = header.build_ids.iter().find(|b| b.filename == "[kernel.kallsyms]");
+            let cached = kernel_id.zip(std::env::var_os("HOME")).map(|(id, home)| {
+                let hex: String = id.build_id.iter().map(|b| format!("{b:02x}")).collect();
+                std::path::Path::new(&home)
+                    .join(".debug/[kernel.kallsyms]")
+                    .join(hex)
+                    .join("kallsyms")
+            });
+            self.kernel.start(cached);
+        }
+        let data_end = header.data_offset.saturating_add(header.data_size);
+        let mut progress =
+            self.options.progress.map(|after| Progress::new(header.data_offset, data_end, after));
+        let map = perf.mapped().cloned();
+        let map: Option<&[u8]> = map.as_deref().map(|d| &**d);
+        let mut batch: Vec<Pending<'_>> = Vec::with_capacity(self.options.batch);
         // Events are written per CPU buffer, so a thread's samples can come
         // before its FORK in the file. As perf does, events are queued and,
         // at each FINISHED_ROUND, those up to the highest time seen before
         // the previous round marker are processed in time order.
-        let mut queue: Vec<Queued> = Vec::new();
+        let mut queue: Vec<Queued<'_>> = Vec::new();
         let (mut seq, mut last_time, mut round_max, mut flush_limit) = (0u64, 0u64, 0u64, None);
+        let mut samples_read = 0u64;
         loop {
-            let event = match perf.next_event() {
-                Ok(Some(event)) => event,
+            let (offset, size) = match perf.next_record() {
+                Ok(Some(record)) => record,
                 Ok(None) => break,
                 Err(e) => {
                     self.summary.error = Some(e.to_string());
                     break;
                 }
             };
-            if let Event::FinishedRound = event {
-                if let Some(limit) = flush_limit {
-                    queue.sort_by_key(|q| (q.time, q.seq));
-                    let ready = queue.partition_point(|q| q.time <= limit);
-                    for q in queue.drain(..ready) {
-                        self.process(q.event, &mut batch, out)?;
+            if !Arc::ptr_eq(&self.decoder, perf.decoder()) {
+                self.decoder = perf.decoder().clone();
+            }
+            let rec = perf.bytes(offset, size);
+            let (time, keep, sample) = match self.decoder.decode(rec, offset) {
+                Ok(Event::FinishedRound) => {
+                    if let Some(limit) = flush_limit {
+                        queue.sort_unstable_by_key(|q| (q.time, q.seq));
+                        let ready = queue.partition_point(|q| q.time <= limit);
+                        for q in queue.drain(..ready) {
+                            self.process(q, &mut batch, out)?;
+                        }
+                        // Records before the oldest still queued or batched
+                        // are done with.
+                        let queued = queue.iter().map(|q| q.offset);
+                        let oldest = queued.chain(batch.iter().map(|p| p.offset)).min();
+                        perf.release_before(oldest.unwrap_or(offset));
+                        if let Some(p) = &mut progress {
+                            p.show(offset, samples_read);
+                        }
                     }
+                    flush_limit = Some(round_max);
+                    continue;
                 }
-                flush_limit = Some(round_max);
+                Ok(event) => {
+                    let sample = match &event {
+                        Event::Sample(s) => Some((s.pid, s.tid)),
+                        _ => None,
+                    };
+                    samples_read += u64::from(sample.is_some());
+                    (event.time(), keeps(&event), sample)
+                }
+                Err(e) => {
+                    self.summary.error = Some(e.to_string());
+                    break;
+                }
+            };
+            last_time = time.unwrap_or(last_time);
+            if !keep {
                 continue;
             }
-            last_time = event.time().unwrap_or(last_time);
-            let Some(owned) = Owned::from_event(self.arch, &event) else { continue };
             round_max = round_max.max(last_time);
-            queue.push(Queued { time: last_time, seq, event: owned });
-            seq += 1;
+            let rec = match map {
+                Some(map) => map.get(offset as usize..offset as usize + size).map(Cow::Borrowed),
+                None => Some(Cow::Owned(rec.to_vec())),
+            };
+            if let Some(rec) = rec {
+                queue.push(Queued { time: last_time, seq, offset, sample, rec });
+                seq += 1;
+            }
         }
-        queue.sort_by_key(|q| (q.time, q.seq));
+        queue.sort_unstable_by_key(|q| (q.time, q.seq));
         for q in queue {
-            self.process(q.event, &mut batch, out)?;
+            self.process(q, &mut batch, out)?;
         }
         self.flush(&mut batch, out)?;
+        if let Some(p) = &mut progress {
+            p.finish(self.summary.samples);
+        }
         self.summary.processes = self.processes.len();
         if self.options.format == Format::Collapsed {
             self.write_folded(out)?;
@@ -258,39 +364,40 @@ impl Profiler {
         out.flush()
     }
 
-    /// Apply one event, in time order.
-    fn process<W: Write>(
+    /// Apply one record, in time order.
+    fn process<'a, W: Write>(
         &mut self,
-        event: Owned,
-        batch: &mut Vec<Pending>,
+        q: Queued<'a>,
+        batch: &mut Vec<Pending<'a>>,
         out: &mut W,
     ) -> std::io::Result<()> {
-        match event {
-            Owned::Sample { pid, tid, time, kernel, user } => {
-                batch.push(Pending {
-                    pid,
-                    tid,
-                    time,
-                    comm: self.comms.get(&tid).cloned().unwrap_or_else(|| Arc::from(":-1")),
-                    process: self.processes.get(&pid).cloned().unwrap_or_default(),
-                    kernel,
-                    user,
-                });
-                if batch.len() >= self.options.batch {
-                    self.flush(batch, out)?;
-                }
+        if let Some((pid, tid)) = q.sample {
+            let comm = self.comms.get(&tid).copied().unwrap_or(0);
+            let process = self.processes.get(&pid).cloned().unwrap_or_default();
+            batch.push(Pending { offset: q.offset, rec: q.rec, comm, process });
+            if batch.len() >= self.options.batch {
+                self.flush(batch, out)?;
             }
-            Owned::Mmap { pid, start, len, pgoff, filename } => {
-                self.map(pid, start, len, pgoff, &filename);
+            return Ok(());
+        }
+        let decoder = self.decoder.clone();
+        match decoder.decode(&q.rec, q.offset) {
+            Ok(Event::Mmap(m)) => {
+                if let Some(symbol) = m.filename.strip_prefix(b"[kernel.kallsyms]") {
+                    let symbol = String::from_utf8_lossy(symbol).into_owned();
+                    let _ = self.kernel.reference.set((symbol, m.pgoff));
+                }
+                self.map(m.pid, m.start, m.len, m.pgoff, m.filename);
             }
             // An exec's new mappings replace the old ones they overlap (as
             // perf keeps them): the process's modules are not cleared here,
             // since mmaps of the new program may sort before the COMM.
-            Owned::Comm { tid, comm, .. } => {
-                self.comms.insert(tid, String::from_utf8_lossy(&comm).into());
+            Ok(Event::Comm { tid, comm, .. }) => {
+                let id = self.comm_id(&String::from_utf8_lossy(comm));
+                self.comms.insert(tid, id);
             }
-            Owned::Fork { pid, ppid, tid, ptid } => {
-                if let Some(comm) = self.comms.get(&ptid).cloned() {
+            Ok(Event::Fork { pid, ppid, tid, ptid, .. }) => {
+                if let Some(&comm) = self.comms.get(&ptid) {
                     self.comms.insert(tid, comm);
                 }
                 if pid != ppid {
@@ -298,14 +405,28 @@ impl Profiler {
                     self.processes.insert(pid, parent);
                 }
             }
+            _ => {}
         }
         Ok(())
+    }
+
+    fn comm_id(&mut self, comm: &str) -> u32 {
+        if let Some(&id) = self.comm_ids.get(comm) {
+            return id;
+        }
+        let id = self.comm_names.len() as u32;
+        let name: Arc<str> = comm.into();
+        self.comm_names.push(name.clone());
+        self.comm_ids.insert(name, id);
+        id
     }
 
     /// A new executable mapping in process `pid`.
     fn map(&mut self, pid: i32, start: u64, len: u64, pgoff: u64, filename: &[u8]) {
         let file = self.file(filename);
         let range = start..start.saturating_add(len);
+        let id = self.next_process_id;
+        self.next_process_id += 1;
         let process = self.processes.entry(pid).or_default();
         let mut modules = process.modules.without_range(range.clone());
         let mut placed: Vec<Placed> = process
@@ -314,10 +435,18 @@ impl Profiler {
             .filter(|p| p.range.end <= range.start || range.end <= p.range.start)
             .cloned()
             .collect();
-        // bias = runtime - ELF address, from the segment the mapping starts in.
-        let segment = file.loads.iter().find(|(_, off, size)| *off <= pgoff && pgoff < off + size);
+        // bias = runtime - ELF address, from the segment the mapping starts
+        // in. A segment's mapping starts at the page its offset is in, which
+        // may hold the end of the segment before it too (segments packed in
+        // the file, as lld and rustc's cdylibs lay them out): the code
+        // segment is the one an executable mapping maps.
+        let holds = |&&(_, off, size, _): &&(u64, u64, u64, u32)| {
+            off & !0xfff <= pgoff && pgoff < off.saturating_add(size)
+        };
+        let segment =
+            (file.loads.iter().filter(holds)).min_by_key(|(_, _, _, flags)| flags & PF_X == 0);
         let bias = match segment {
-            Some((vaddr, off, _)) => {
+            Some((vaddr, off, _, _)) => {
                 (start.wrapping_sub(pgoff)).wrapping_sub(vaddr.wrapping_sub(*off))
             }
             None => start.wrapping_sub(pgoff),
@@ -333,7 +462,7 @@ impl Profiler {
         }
         let at = placed.partition_point(|p| p.range.start < range.start);
         placed.insert(at, Placed { range, bias, pgoff, file });
-        *process = Process { modules: Arc::new(modules), placed: Arc::new(placed) };
+        *process = Process { id, modules: Arc::new(modules), placed: Arc::new(placed) };
     }
 
     fn file(&mut self, filename: &[u8]) -> Arc<FileInfo> {
@@ -360,7 +489,7 @@ impl Profiler {
                 }
             }
             if let Ok(summary) = crate::elf::summarize(data) {
-                loads = summary.loads.iter().map(|l| (l.0, l.2, l.3)).collect();
+                loads = summary.loads.iter().map(|l| (l.0, l.2, l.3, l.4)).collect();
             }
         }
         if unwind.is_none() && path.starts_with('/') {
@@ -371,81 +500,152 @@ impl Profiler {
         info
     }
 
-    /// Unwind a batch in parallel, then write it in order.
-    fn flush<W: Write>(&mut self, batch: &mut Vec<Pending>, out: &mut W) -> std::io::Result<()> {
+    /// Unwind and format a batch in parallel, then write it in order.
+    fn flush<W: Write>(
+        &mut self,
+        batch: &mut Vec<Pending<'_>>,
+        out: &mut W,
+    ) -> std::io::Result<()> {
         if batch.is_empty() {
             return Ok(());
         }
-        let arch = self.arch;
-        let max_frames = self.options.max_frames;
-        let done: Vec<Done> = batch.par_iter().map(|p| unwind_one(arch, max_frames, p)).collect();
-        for d in &done {
-            self.summary.samples += 1;
-            self.summary.frames += d.frames.len() as u64;
-            if d.end.is_some_and(|e| e.is_clean()) {
-                self.summary.complete += 1;
-            }
-        }
-        match self.options.format {
-            Format::Collapsed => {
-                for (p, d) in batch.iter().zip(&done) {
-                    let names = self.frame_names(p, d);
-                    let ids: Vec<u64> = names.into_iter().map(|n| self.name_id(n)).collect();
-                    self.folded.add(&ids);
+        let ctx = Context {
+            arch: self.arch,
+            format: self.options.format,
+            max_frames: self.options.max_frames,
+            decoder: &self.decoder,
+            debug_root: &self.options.debug_root,
+            kernel: &self.kernel,
+            comms: &self.comm_names,
+        };
+        let chunks: Vec<ChunkOut> = batch.par_chunks(CHUNK).map(|c| work(&ctx, c)).collect();
+        for (chunk, done) in batch.chunks(CHUNK).zip(chunks) {
+            self.summary.samples += done.samples;
+            self.summary.complete += done.complete;
+            self.summary.frames += done.frames;
+            out.write_all(done.text.as_bytes())?;
+            let mut keys = &done.keys[..];
+            while let [at, len, rest @ ..] = keys {
+                let (key, next) = rest.split_at((*len as usize).min(rest.len()));
+                let index = self.by_address.add(key) as usize;
+                if index == self.address_process.len() {
+                    self.address_process.push(chunk[*at as usize].process.clone());
                 }
-            }
-            format => {
-                let debug_root = &self.options.debug_root;
-                let kernel = &self.kernel_symbols;
-                let texts: Vec<String> = batch
-                    .par_iter()
-                    .zip(&done)
-                    .map(|(p, d)| render(format, p, d, debug_root, kernel))
-                    .collect();
-                for t in texts {
-                    out.write_all(t.as_bytes())?;
-                }
+                keys = next;
             }
         }
         batch.clear();
         Ok(())
     }
 
-    fn name_id(&mut self, name: String) -> u64 {
-        if let Some(&id) = self.name_ids.get(&name) {
-            return id;
-        }
-        let id = self.names.len() as u64;
-        self.names.push(name.clone());
-        self.name_ids.insert(name, id);
-        id
-    }
-
-    /// comm, then frames outermost first, as stackcollapse-perf names them.
-    fn frame_names(&self, p: &Pending, d: &Done) -> Vec<String> {
-        let mut names = vec![p.comm.to_string()];
-        for f in d.frames.iter().rev() {
-            let loc = locate(&p.process, f.pc, f.lookup_pc(), &self.options.debug_root);
-            names.push(match (loc.function, loc.file) {
-                (Some((name, _)), _) => name,
-                (None, Some(file)) => format!("[{}+{:#x}]", file.path, loc.offset),
-                (None, None) => "[unknown]".to_owned(),
-            });
-        }
-        for &ip in p.kernel.iter().rev() {
-            let name = kernel_symbol(&self.kernel_symbols, ip)
-                .map_or_else(|| format!("[kernel+{ip:#x}]"), |(n, _)| n.to_owned());
-            names.push(format!("{name}_[k]"));
-        }
-        names
-    }
-
+    /// Each distinct address trace symbolized once, counted by name.
     fn write_folded<W: Write>(&self, out: &mut W) -> std::io::Result<()> {
-        for (_, ids, count) in self.folded.iter() {
-            let line: Vec<&str> = ids.iter().map(|&i| self.names[i as usize].as_str()).collect();
-            writeln!(out, "{} {count}", line.join(";"))?;
+        let mut folded = StackDb::new();
+        let mut names: Vec<String> = Vec::new();
+        let mut name_ids: FxHashMap<String, u64> = FxHashMap::default();
+        // The name of a symbol, comm or kernel function, by what it is, so
+        // that its string is made and hashed once.
+        let mut known: FxHashMap<NameKey, u64> = FxHashMap::default();
+        let mut symbols = SymbolCache::default();
+        let mut line = String::new();
+        let mut ids = Vec::new();
+        for (index, key, count) in self.by_address.iter() {
+            let process = &self.address_process[index as usize];
+            ids.clear();
+            for_each_folded_name(self, process, key, &mut line, &mut symbols, |key, name| {
+                if let Some(&id) = key.as_ref().and_then(|k| known.get(k)) {
+                    ids.push(id);
+                    return;
+                }
+                let id = match name_ids.get(name) {
+                    Some(&id) => id,
+                    None => {
+                        let id = names.len() as u64;
+                        names.push(name.to_owned());
+                        name_ids.insert(name.to_owned(), id);
+                        id
+                    }
+                };
+                if let Some(key) = key {
+                    known.insert(key, id);
+                }
+                ids.push(id);
+            });
+            folded.add_n(&ids, count);
+        }
+        for (_, ids, count) in folded.iter() {
+            for (i, &id) in ids.iter().enumerate() {
+                if i > 0 {
+                    out.write_all(b";")?;
+                }
+                out.write_all(names[id as usize].as_bytes())?;
+            }
+            writeln!(out, " {count}")?;
         }
         Ok(())
+    }
+}
+
+/// What a folded name is the name of.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+enum NameKey {
+    Comm(u64),
+    /// A file's (its `FileInfo`'s address) symbol, by index.
+    Symbol(usize, usize),
+    /// A kernel symbol, by index.
+    Kernel(usize),
+}
+
+/// Whether a record matters once its time comes.
+fn keeps(event: &Event<'_>) -> bool {
+    match event {
+        Event::Sample(_) | Event::Comm { .. } | Event::Fork { .. } => true,
+        Event::Mmap(m) => m.executable(),
+        _ => false,
+    }
+}
+
+/// The names of a folded stack, outermost first, as stackcollapse-perf
+/// gives them: comm, user functions, kernel functions (`_[k]`).
+fn for_each_folded_name(
+    profiler: &Profiler,
+    process: &Process,
+    key: &[u64],
+    buf: &mut String,
+    symbols: &mut SymbolCache,
+    mut each: impl FnMut(Option<NameKey>, &str),
+) {
+    let [_, comm, n_user, rest @ ..] = key else { return };
+    each(Some(NameKey::Comm(*comm)), profiler.comm_names.get(*comm as usize).map_or(":-1", |c| c));
+    let (user, kernel) = rest.split_at((*n_user as usize).min(rest.len()));
+    for &word in user.iter().rev() {
+        let pc = word & !(1 << 63);
+        let lookup = if word >> 63 != 0 { pc } else { pc.wrapping_sub(1) };
+        let loc = locate(process, pc, lookup, &profiler.options.debug_root, Some(symbols));
+        match (loc.function, loc.file) {
+            (Some((name, _)), Some(file)) => {
+                let key = loc.symbol.map(|i| NameKey::Symbol(Arc::as_ptr(file) as usize, i));
+                each(key, name);
+            }
+            (_, Some(file)) => {
+                buf.clear();
+                let _ = write!(buf, "[{}+{:#x}]", file.path, loc.offset);
+                each(None, buf);
+            }
+            (_, None) => each(None, "[unknown]"),
+        }
+    }
+    for &ip in kernel.iter().rev() {
+        buf.clear();
+        let found = profiler.kernel.lookup_index(ip);
+        match found {
+            Some((name, _, _)) => buf.push_str(name),
+            None => {
+                let _ = write!(buf, "[kernel+{ip:#x}]");
+            }
+        }
+        buf.push_str("_[k]");
+        each(found.map(|(_, _, i)| NameKey::Kernel(i)), buf);
     }
 }
 
@@ -465,197 +665,489 @@ fn own_vdso(build_id: &[u8]) -> Option<Data> {
         .then(|| Data::Owned(image.to_vec()))
 }
 
-fn unwind_one(arch: Arch, max_frames: usize, p: &Pending) -> Done {
-    let Some((pc, regs, sp, stack)) = p.user.as_deref() else {
-        return Done { frames: Vec::new(), end: None };
-    };
-    UNWINDER.with(|cell| {
-        let mut slot = cell.borrow_mut();
-        let unwinder = match slot.as_mut() {
-            Some(u) if u.arch() == arch => u,
-            _ => slot.insert(Unwinder::new(arch)),
-        };
-        unwinder.set_modules(p.process.modules.clone());
-        let mut regions = Regions::new();
-        regions.add(*sp, stack);
-        let mut frames = Vec::with_capacity(32);
-        let end = unwinder.unwind(*pc, regs, &mut regions, max_frames, &mut frames);
-        Done { frames, end: Some(end.reason) }
-    })
-}
-
-/// The kernel part of a raw callchain (after PERF_CONTEXT_KERNEL). Only the
-/// context markers switch context; any other value, even one in the marker
-/// range, is an entry of the current context, as perf script shows it.
-fn kernel_callchain(chain: &[u64]) -> Vec<u64> {
-    let mut out = Vec::new();
-    let mut in_kernel = false;
-    for &ip in chain {
-        match ip {
-            PERF_CONTEXT_KERNEL => in_kernel = true,
-            PERF_CONTEXT_HV | PERF_CONTEXT_USER => in_kernel = false,
-            _ if in_kernel => out.push(ip),
-            _ => {}
-        }
+/// Decode, unwind and format (or key) a chunk of samples.
+fn work(ctx: &Context<'_>, chunk: &[Pending<'_>]) -> ChunkOut {
+    let mut out = ChunkOut::default();
+    if ctx.format != Format::Collapsed {
+        out.text.reserve(chunk.len() * 2048);
     }
+    WORKER.with(|cell| {
+        let worker = &mut *cell.borrow_mut();
+        let Worker { unwinder, frames, symbols } = worker;
+        let unwinder = match unwinder {
+            Some(u) if u.arch() == ctx.arch => u,
+            _ => unwinder.insert(Unwinder::new(ctx.arch)),
+        };
+        for (at, p) in chunk.iter().enumerate() {
+            let Ok(Event::Sample(s)) = ctx.decoder.decode(&p.rec, p.offset) else { continue };
+            frames.clear();
+            out.samples += 1;
+            if let Some((pc, sp)) = user_registers(ctx.arch, &s) {
+                unwinder.set_modules(p.process.modules.clone());
+                let mut stack = Buffer { start: sp.1, bytes: s.stack };
+                let end = unwinder.unwind(pc, &sp.0, &mut stack, ctx.max_frames, frames);
+                out.complete += u64::from(end.reason.is_clean());
+                out.frames += frames.len() as u64;
+            }
+            let kernel = kernel_ips(s.callchain.unwrap_or_default());
+            match ctx.format {
+                Format::Text => {
+                    Unwound { ctx, p, s: &s, frames }.text(kernel, symbols, &mut out.text)
+                }
+                Format::JsonLines => {
+                    Unwound { ctx, p, s: &s, frames }.json(kernel, symbols, &mut out.text)
+                }
+                Format::Collapsed => {
+                    let len_at = out.keys.len() + 1;
+                    out.keys.extend([at as u64, 0, p.process.id, u64::from(p.comm)]);
+                    out.keys.push(frames.len() as u64);
+                    out.keys.extend(frames.iter().map(|f| f.pc | u64::from(f.interrupted) << 63));
+                    out.keys.extend(kernel);
+                    out.keys[len_at] = (out.keys.len() - len_at - 1) as u64;
+                }
+            }
+        }
+    });
     out
 }
 
-/// The user registers and stack of a sample (None for a kernel thread).
-fn user_state(arch: Arch, s: &Sample<'_>) -> Option<UserState> {
+/// The user pc, and the registers with sp, of a sample (None for a kernel
+/// thread's sample, which has no user registers).
+fn user_registers(arch: Arch, s: &Sample<'_>) -> Option<(u64, (crate::registers::Registers, u64))> {
     if s.regs_abi == PERF_SAMPLE_REGS_ABI_NONE {
         return None;
     }
     let (pc, regs) = sample_registers(arch, s);
     let sp = regs.get(arch.sp())?;
-    Some((pc?, regs, sp, s.stack.to_vec()))
+    Some((pc?, (regs, sp)))
 }
 
-struct Location {
-    file: Option<Arc<FileInfo>>,
+/// The kernel part of a raw callchain (after PERF_CONTEXT_KERNEL). Only the
+/// context markers switch context; any other value, even one in the marker
+/// range, is an entry of the current context, as perf script shows it.
+fn kernel_ips(chain: Words<'_>) -> impl Iterator<Item = u64> + '_ {
+    let mut in_kernel = false;
+    chain.iter().filter(move |&ip| match ip {
+        PERF_CONTEXT_KERNEL => {
+            in_kernel = true;
+            false
+        }
+        PERF_CONTEXT_HV | PERF_CONTEXT_USER => {
+            in_kernel = false;
+            false
+        }
+        _ => in_kernel,
+    })
+}
+
+/// A sample and its user frames, to print.
+struct Unwound<'r> {
+    ctx: &'r Context<'r>,
+    p: &'r Pending<'r>,
+    s: &'r Sample<'r>,
+    frames: &'r [Frame],
+}
+
+impl Unwound<'_> {
+    fn text(&self, kernel: impl Iterator<Item = u64>, symbols: &mut SymbolCache, out: &mut String) {
+        let Unwound { ctx, p, s, frames } = *self;
+        let time = s.time.unwrap_or(0);
+        let (secs, nanos) = (time / 1_000_000_000, time % 1_000_000_000);
+        let comm = ctx.comms.get(p.comm as usize).map_or(":-1", |c| c);
+        let _ = writeln!(out, "{comm:>16} {:>6} {secs:5}.{:06}:", s.tid, nanos / 1000);
+        for ip in kernel {
+            out.push('\t');
+            push_hex(out, ip, 16);
+            out.push(' ');
+            match ctx.kernel.lookup(ip) {
+                Some((name, off)) => {
+                    out.push_str(name);
+                    out.push('+');
+                    push_0x(out, off);
+                }
+                None => out.push_str("[unknown]"),
+            }
+            out.push_str(" ([kernel.kallsyms])\n");
+        }
+        // As perf script prints them: a caller at its return address minus one
+        // (inside the call), addresses as offsets in the file.
+        for f in frames {
+            let lookup = f.lookup_pc();
+            let loc = locate(&p.process, f.pc, lookup, ctx.debug_root, Some(symbols));
+            out.push('\t');
+            push_hex(out, loc.file_offset, 16);
+            out.push(' ');
+            match loc.function {
+                Some((name, off)) => {
+                    out.push_str(name);
+                    out.push('+');
+                    push_0x(out, off - (f.pc - lookup));
+                }
+                None => out.push_str("[unknown]"),
+            }
+            out.push_str(" (");
+            out.push_str(loc.file.map_or("[unknown]", |f| &f.path));
+            out.push_str(")\n");
+        }
+        out.push('\n');
+    }
+
+    fn json(&self, kernel: impl Iterator<Item = u64>, symbols: &mut SymbolCache, out: &mut String) {
+        let Unwound { ctx, p, s, frames } = *self;
+        let comm = ctx.comms.get(p.comm as usize).map_or(":-1", |c| c);
+        let _ = write!(
+            out,
+            "{{\"pid\": {}, \"tid\": {}, \"time\": {}, \"comm\": ",
+            s.pid,
+            s.tid,
+            s.time.unwrap_or(0)
+        );
+        json_str(out, comm);
+        out.push_str(", \"frames\": [");
+        let mut first = true;
+        for ip in kernel {
+            if !std::mem::take(&mut first) {
+                out.push_str(", ");
+            }
+            out.push_str("{\"pc\": \"");
+            push_0x(out, ip);
+            out.push_str("\", \"module\": \"[kernel.kallsyms]\", \"module_offset\": \"");
+            push_0x(out, ip);
+            out.push_str("\", \"function\": ");
+            json_function(out, ctx.kernel.lookup(ip));
+            out.push_str(", \"kernel\": true}");
+        }
+        for f in frames {
+            if !std::mem::take(&mut first) {
+                out.push_str(", ");
+            }
+            let loc = locate(&p.process, f.pc, f.lookup_pc(), ctx.debug_root, Some(symbols));
+            out.push_str("{\"pc\": \"");
+            push_0x(out, f.pc);
+            out.push_str("\", \"module\": ");
+            match &loc.file {
+                Some(file) => json_str(out, &file.path),
+                None => out.push_str("null"),
+            }
+            out.push_str(", \"module_offset\": \"");
+            push_0x(out, loc.offset);
+            out.push_str("\", \"function\": ");
+            json_function(out, loc.function);
+            out.push_str(", \"kernel\": false}");
+        }
+        out.push_str("]}\n");
+    }
+}
+
+/// `value` in lowercase hex, right-aligned in `width` (at most 16) columns.
+fn push_hex(out: &mut String, value: u64, width: usize) {
+    let digits = (64 - (value | 1).leading_zeros()).div_ceil(4) as usize;
+    let len = digits.max(width.min(16));
+    let mut buf = [b' '; 16];
+    let mut v = value;
+    for slot in buf[len - digits..len].iter_mut().rev() {
+        *slot = b"0123456789abcdef"[(v & 15) as usize];
+        v >>= 4;
+    }
+    out.push_str(std::str::from_utf8(&buf[..len]).unwrap_or_default());
+}
+
+/// `value` as `0x...`, as `{:#x}` writes it.
+fn push_0x(out: &mut String, value: u64) {
+    out.push_str("0x");
+    push_hex(out, value, 0);
+}
+
+/// A frame's `function` and `function_offset` values.
+fn json_function(out: &mut String, function: Option<(&str, u64)>) {
+    match function {
+        Some((name, off)) => {
+            json_str(out, name);
+            out.push_str(", \"function_offset\": \"");
+            push_0x(out, off);
+            out.push('"');
+        }
+        None => out.push_str("null, \"function_offset\": null"),
+    }
+}
+
+/// `value` as a JSON string.
+fn json_str(out: &mut String, value: &str) {
+    out.push('"');
+    if !value.bytes().any(|b| b < 0x20 || b == b'"' || b == b'\\') {
+        out.push_str(value);
+        out.push('"');
+        return;
+    }
+    for c in value.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+struct Location<'p> {
+    file: Option<&'p Arc<FileInfo>>,
     /// ELF address (pc − bias).
     offset: u64,
     /// Where the lookup address is in the file, as perf script prints it.
     file_offset: u64,
-    function: Option<(String, u64)>,
+    /// The function's (demangled) name and the pc's offset in it.
+    function: Option<(&'p str, u64)>,
+    /// The function's index in its file's symbol table.
+    symbol: Option<usize>,
 }
 
-fn locate(process: &Process, pc: u64, lookup: u64, debug_root: &std::path::Path) -> Location {
+fn locate<'p>(
+    process: &'p Process,
+    pc: u64,
+    lookup: u64,
+    debug_root: &std::path::Path,
+    cache: Option<&mut SymbolCache>,
+) -> Location<'p> {
     let placed = &process.placed;
     let i = placed.partition_point(|p| p.range.start <= lookup);
     let Some(p) = i.checked_sub(1).map(|i| &placed[i]).filter(|p| lookup < p.range.end) else {
-        return Location { file: None, offset: pc, file_offset: lookup, function: None };
+        return Location {
+            file: None,
+            offset: pc,
+            file_offset: lookup,
+            function: None,
+            symbol: None,
+        };
     };
     let table = p.file.symbols.get_or_init(|| {
         let data = p.file.data.as_ref()?;
         SymbolTable::for_file(data, debug_root).ok()
     });
-    let function = table.as_ref().and_then(|t| {
-        let (name, off) = t.lookup(lookup.wrapping_sub(p.bias))?;
-        Some((crate::symbols::demangle(name).into_owned(), off + (pc - lookup)))
+    let address = lookup.wrapping_sub(p.bias);
+    let symbol = table.as_ref().and_then(|t| match cache {
+        Some(cache) => cache.index(&p.file, t, address),
+        None => t.index(address),
+    });
+    let function = table.as_ref().zip(symbol).and_then(|(t, i)| {
+        let (name, start) = t.demangled(i)?;
+        Some((name, address - start + (pc - lookup)))
     });
     let file_offset = lookup.wrapping_sub(p.range.start).wrapping_add(p.pgoff);
-    Location { file: Some(p.file.clone()), offset: pc.wrapping_sub(p.bias), file_offset, function }
+    Location { file: Some(&p.file), offset: pc.wrapping_sub(p.bias), file_offset, function, symbol }
 }
 
-/// `/proc/kallsyms`, read once if a sample has kernel frames.
+/// The kernel's function symbols (a kallsyms file), sorted by address;
+/// names are spans of the file's text, kept whole.
 struct KernelSymbols {
-    starts: Vec<u64>,
-    names: Vec<String>,
+    /// (address, start and length of the name in `text`), by address.
+    symbols: Vec<(u64, u32, u32)>,
+    text: String,
 }
 
-fn kernel_symbol(cell: &OnceLock<Option<KernelSymbols>>, ip: u64) -> Option<(&str, u64)> {
-    let table = cell
-        .get_or_init(|| {
-            let text = std::fs::read_to_string("/proc/kallsyms").ok()?;
-            let mut syms: Vec<(u64, String)> = text
-                .lines()
-                .filter_map(|l| {
-                    let mut parts = l.split_whitespace();
-                    let addr = u64::from_str_radix(parts.next()?, 16).ok()?;
-                    let kind = parts.next()?;
-                    let name = parts.next()?;
-                    (addr != 0 && matches!(kind, "t" | "T" | "w" | "W"))
-                        .then(|| (addr, name.to_owned()))
-                })
-                .collect();
-            if syms.is_empty() {
-                return None; // kptr_restrict hides the addresses
-            }
-            syms.sort_unstable();
-            let (starts, names) = syms.into_iter().unzip();
-            Some(KernelSymbols { starts, names })
-        })
-        .as_ref()?;
-    let i = table.starts.partition_point(|&s| s <= ip).checked_sub(1)?;
-    Some((&table.names[i], ip - table.starts[i]))
-}
-
-fn render(
-    format: Format,
-    p: &Pending,
-    d: &Done,
-    debug_root: &std::path::Path,
-    kernel: &OnceLock<Option<KernelSymbols>>,
-) -> String {
-    let mut s = String::with_capacity(64 + 96 * (d.frames.len() + p.kernel.len()));
-    let (secs, nanos) = (p.time / 1_000_000_000, p.time % 1_000_000_000);
-    match format {
-        Format::Text => {
-            let _ = writeln!(s, "{:>16} {:>6} {secs:5}.{:06}:", p.comm, p.tid, nanos / 1000);
-            for &ip in &p.kernel {
-                match kernel_symbol(kernel, ip) {
-                    Some((name, off)) => {
-                        let _ = writeln!(s, "\t{ip:>16x} {name}+{off:#x} ([kernel.kallsyms])");
-                    }
-                    None => {
-                        let _ = writeln!(s, "\t{ip:>16x} [unknown] ([kernel.kallsyms])");
-                    }
-                }
-            }
-            // As perf script prints them: a caller at its return address
-            // minus one (inside the call), addresses as offsets in the file.
-            for f in &d.frames {
-                let lookup = f.lookup_pc();
-                let loc = locate(&p.process, f.pc, lookup, debug_root);
-                let func = match &loc.function {
-                    Some((name, off)) => format!("{name}+{:#x}", off - (f.pc - lookup)),
-                    None => "[unknown]".to_owned(),
-                };
-                let module = loc.file.as_ref().map_or("[unknown]", |f| &f.path);
-                let _ = writeln!(s, "\t{:>16x} {func} ({module})", loc.file_offset);
-            }
-            s.push('\n');
-        }
-        Format::JsonLines => {
-            let comm = serde_json::to_string(&*p.comm).unwrap_or_default();
-            let _ = write!(
-                s,
-                "{{\"pid\": {}, \"tid\": {}, \"time\": {}, \"comm\": {comm}, \"frames\": [",
-                p.pid, p.tid, p.time
-            );
-            let mut first = true;
-            let mut sep = |s: &mut String| {
-                if !first {
-                    s.push_str(", ");
-                }
-                first = false;
-            };
-            for &ip in &p.kernel {
-                sep(&mut s);
-                let (func, off) = match kernel_symbol(kernel, ip) {
-                    Some((n, o)) => {
-                        (serde_json::to_string(n).unwrap_or_default(), format!("\"{o:#x}\""))
-                    }
-                    None => ("null".to_owned(), "null".to_owned()),
-                };
-                let _ = write!(
-                    s,
-                    "{{\"pc\": \"{ip:#x}\", \"module\": \"[kernel.kallsyms]\", \"module_offset\": \"{ip:#x}\", \"function\": {func}, \"function_offset\": {off}, \"kernel\": true}}"
-                );
-            }
-            for f in &d.frames {
-                sep(&mut s);
-                let loc = locate(&p.process, f.pc, f.lookup_pc(), debug_root);
-                let module = loc.file.as_ref().map_or_else(
-                    || "null".to_owned(),
-                    |f| serde_json::to_string(&*f.path).unwrap_or_default(),
-                );
-                let (func, off) = match &loc.function {
-                    Some((n, o)) => {
-                        (serde_json::to_string(n).unwrap_or_default(), format!("\"{o:#x}\""))
-                    }
-                    None => ("null".to_owned(), "null".to_owned()),
-                };
-                let _ = write!(
-                    s,
-                    "{{\"pc\": \"{:#x}\", \"module\": {module}, \"module_offset\": \"{:#x}\", \"function\": {func}, \"function_offset\": {off}, \"kernel\": false}}",
-                    f.pc, loc.offset
-                );
-            }
-            s.push_str("]}\n");
-        }
-        Format::Collapsed => {}
+impl KernelSymbols {
+    /// perf's copy of the recording machine's kallsyms, taken at record time
+    /// (its build-id cache), else this machine's `/proc/kallsyms`.
+    fn read(cached: Option<std::path::PathBuf>) -> Option<KernelSymbols> {
+        let from_cache = cached.and_then(|path| std::fs::read_to_string(path).ok());
+        from_cache
+            .and_then(KernelSymbols::parse)
+            .or_else(|| KernelSymbols::parse(std::fs::read_to_string("/proc/kallsyms").ok()?))
     }
-    s
+
+    fn parse(text: String) -> Option<KernelSymbols> {
+        let bytes = text.as_bytes();
+        let mut symbols: Vec<(u64, u32, u32)> = Vec::with_capacity(bytes.len() / 40);
+        let mut at = 0;
+        while at < bytes.len() {
+            // "ffffffff81000000 T _stext\t[module]\n"
+            let end = memchr::memchr(b'\n', &bytes[at..]).map_or(bytes.len(), |n| at + n);
+            let line = &bytes[at..end];
+            let start = at;
+            at = end + 1;
+            let Some(space) = line.iter().position(|&b| b == b' ') else { continue };
+            if !matches!(line.get(space + 1..space + 3), Some(b"t " | b"T " | b"w " | b"W ")) {
+                continue;
+            }
+            let mut addr = 0u64;
+            for &digit in &line[..space] {
+                let value = match digit {
+                    b'0'..=b'9' => digit - b'0',
+                    b'a'..=b'f' => digit - b'a' + 10,
+                    b'A'..=b'F' => digit - b'A' + 10,
+                    _ => break,
+                };
+                addr = addr << 4 | u64::from(value);
+            }
+            let name = &line[space + 3..];
+            let len = name.iter().position(|&b| b == b'\t').unwrap_or(name.len());
+            if addr != 0 && len > 0 {
+                symbols.push((addr, (start + space + 3) as u32, len as u32));
+            }
+        }
+        if symbols.is_empty() {
+            return None; // kptr_restrict hides the addresses
+        }
+        // kallsyms is nearly sorted: a stable sort keeps aliases in order.
+        symbols.sort_by_key(|s| s.0);
+        Some(KernelSymbols { symbols, text })
+    }
+
+    fn name(&self, i: usize) -> &str {
+        let (_, at, len) = self.symbols[i];
+        self.text.get(at as usize..(at + len) as usize).unwrap_or_default()
+    }
+
+    fn address_of(&self, name: &str) -> Option<u64> {
+        (0..self.symbols.len()).find(|&i| self.name(i) == name).map(|i| self.symbols[i].0)
+    }
+
+    #[cfg(test)]
+    fn lookup(&self, ip: u64) -> Option<(&str, u64)> {
+        self.lookup_index(ip).map(|(name, offset, _)| (name, offset))
+    }
+
+    fn lookup_index(&self, ip: u64) -> Option<(&str, u64, usize)> {
+        let i = self.symbols.partition_point(|s| s.0 <= ip).checked_sub(1)?;
+        Some((self.name(i), ip - self.symbols[i].0, i))
+    }
+}
+
+/// The kernel's symbols, read on a thread of their own as soon as the
+/// recording is known to have kernel callchains, else on first use; and
+/// moved to where the recording's kernel was (KASLR), by the symbol perf
+/// recorded the kernel's mapping at (`[kernel.kallsyms]_text`).
+#[derive(Default)]
+struct KernelSymbolsLoader {
+    table: OnceLock<Option<KernelSymbols>>,
+    reading: Mutex<Option<JoinHandle<Option<KernelSymbols>>>>,
+    /// (symbol, address) of the kernel's mapping in the recording.
+    reference: OnceLock<(String, u64)>,
+    /// Recording address − table address.
+    shift: OnceLock<u64>,
+}
+
+impl KernelSymbolsLoader {
+    fn start(&self, cached: Option<std::path::PathBuf>) {
+        if let Ok(mut reading) = self.reading.lock() {
+            if reading.is_none() && self.table.get().is_none() {
+                *reading = std::thread::Builder::new()
+                    .name("kallsyms".into())
+                    .spawn(move || KernelSymbols::read(cached))
+                    .ok();
+            }
+        }
+    }
+
+    fn lookup(&self, ip: u64) -> Option<(&str, u64)> {
+        self.lookup_index(ip).map(|(name, offset, _)| (name, offset))
+    }
+
+    /// As `lookup`, with the symbol's index.
+    fn lookup_index(&self, ip: u64) -> Option<(&str, u64, usize)> {
+        let table = self
+            .table
+            .get_or_init(|| {
+                let thread = self.reading.lock().ok().and_then(|mut r| r.take());
+                match thread {
+                    Some(thread) => thread.join().ok().flatten(),
+                    None => KernelSymbols::read(None),
+                }
+            })
+            .as_ref()?;
+        let shift = *self.shift.get_or_init(|| {
+            let Some((symbol, recorded)) = self.reference.get() else { return 0 };
+            table.address_of(symbol).map_or(0, |at| recorded.wrapping_sub(at))
+        });
+        table.lookup_index(ip.wrapping_sub(shift))
+    }
+}
+
+/// A progress bar on stderr: the share of the data section read, drawn
+/// once a run has lasted a while (short runs show none), then every 100 ms.
+struct Progress {
+    start: u64,
+    end: u64,
+    next_draw: Instant,
+    drawn: bool,
+}
+
+impl Progress {
+    fn new(start: u64, end: u64, after: Duration) -> Self {
+        Progress { start, end, next_draw: Instant::now() + after, drawn: false }
+    }
+
+    fn show(&mut self, offset: u64, samples: u64) {
+        let now = Instant::now();
+        if now < self.next_draw {
+            return;
+        }
+        self.next_draw = now + Duration::from_millis(100);
+        let span = self.end.saturating_sub(self.start).max(1);
+        let done = offset.saturating_sub(self.start).min(span);
+        self.draw(done as f64 / span as f64, samples);
+    }
+
+    fn draw(&mut self, fraction: f64, samples: u64) {
+        const WIDTH: usize = 40;
+        let filled = ((fraction * WIDTH as f64) as usize).min(WIDTH);
+        let bar: String = "#".repeat(filled) + &"-".repeat(WIDTH - filled);
+        eprint!("\r[{bar}] {:3.0}% {samples} samples", fraction * 100.0);
+        self.drawn = true;
+    }
+
+    /// The bar at 100%, and the line ended, if it was drawn at all.
+    fn finish(&mut self, samples: u64) {
+        if self.drawn {
+            self.draw(1.0, samples);
+            eprintln!();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hex_as_format_writes_it() {
+        for value in [0u64, 1, 0xf, 0x10, 0x1234_5678, u64::MAX, 1 << 63, 0xffff_ffff_8100_0000] {
+            for width in [0, 6, 16] {
+                let mut ours = String::new();
+                push_hex(&mut ours, value, width);
+                assert_eq!(ours, format!("{value:>width$x}"));
+            }
+            let mut ours = String::new();
+            push_0x(&mut ours, value);
+            assert_eq!(ours, format!("{value:#x}"));
+        }
+    }
+
+    #[test]
+    fn json_strings_as_serde_writes_them() {
+        for value in ["main", "a\"b", "back\\slash", "tab\there\nnl", "\u{1}ctl", "naïve ✓"] {
+            let mut ours = String::new();
+            json_str(&mut ours, value);
+            assert_eq!(ours, serde_json::to_string(value).unwrap());
+        }
+    }
+
+    #[test]
+    fn kallsyms_lines() {
+        let text = "ffffffff81000000 T _stext\nffffffff81000000 T _text\n\
+                    0000000000000000 A fixed_percpu_data\nffffffff81001000 t helper\t[mod]\n\
+                    ffffffff81000800 W weak_one\nffffffff81002000 D data_thing\nbad line\n";
+        let table = KernelSymbols::parse(text.to_owned()).unwrap();
+        assert_eq!(table.lookup(0xffff_ffff_8100_0004), Some(("_text", 4)));
+        assert_eq!(table.lookup(0xffff_ffff_8100_0900), Some(("weak_one", 0x100)));
+        assert_eq!(table.lookup(0xffff_ffff_8100_1010), Some(("helper", 0x10)));
+        assert_eq!(table.lookup(0xffff_ffff_8000_0000), None);
+        assert_eq!(table.address_of("helper"), Some(0xffff_ffff_8100_1000));
+        assert!(KernelSymbols::parse("0000000000000000 T hidden\n".to_owned()).is_none());
+    }
 }

@@ -17,7 +17,7 @@ use crate::cfi::{CfaRule, Data, Module, RegRule, UnwindInfo};
 use crate::elf::read_elf;
 use crate::memory::{Regions, Segment, SegmentMemory};
 use crate::registers::Registers;
-use crate::unwind::{self, Frame as RsFrame, Unwinder as RsUnwinder};
+use crate::unwind::{self, Frame as RsFrame, Strategy, Unwinder as RsUnwinder};
 
 create_exception!(
     stackwalk._core,
@@ -74,7 +74,8 @@ impl PyFrame {
         self.0.cfa
     }
 
-    /// How the frame was found: "context" (given registers) or "cfi".
+    /// How the frame was found, best first: "context" (given registers),
+    /// "cfi", "frame_pointer", "cfi_scan" (CFI from a scanned frame), "scan".
     #[getter]
     fn trust(&self) -> &'static str {
         self.0.trust.as_str()
@@ -131,7 +132,8 @@ impl PyTrace {
     }
 
     /// Why the walk stopped: end_of_stack, pc_zero, cfa_not_increasing,
-    /// memory, no_module, no_unwind_info, missing_register, bad_cfi, frame_limit.
+    /// memory, no_module, no_unwind_info, missing_register, bad_cfi,
+    /// frame_limit, fp_invalid, bad_return_address, scan_failed.
     #[getter]
     fn end(&self) -> &'static str {
         self.end.reason.as_str()
@@ -222,21 +224,34 @@ pub struct PyUnwinder {
 #[pymethods]
 impl PyUnwinder {
     #[new]
-    #[pyo3(signature = (arch = "x86_64"))]
-    fn new(arch: &str) -> PyResult<Self> {
+    #[pyo3(signature = (arch = "x86_64", strategies = None, scan_words = 1024))]
+    fn new(arch: &str, strategies: Option<Vec<String>>, scan_words: usize) -> PyResult<Self> {
         let arch: Arch = arch
             .parse()
             .map_err(|e: crate::arch::UnknownArch| ArchError::new_err(e.to_string()))?;
-        Ok(PyUnwinder {
-            inner: RsUnwinder::new(arch),
-            frames: Vec::with_capacity(64),
-            debug_files: Vec::new(),
-        })
+        let mut inner = RsUnwinder::new(arch);
+        if let Some(names) = strategies {
+            inner.set_strategies(&parse_strategies(&names)?);
+        }
+        inner.set_scan_words(scan_words);
+        Ok(PyUnwinder { inner, frames: Vec::with_capacity(64), debug_files: Vec::new() })
     }
 
     #[getter]
     fn arch(&self) -> &'static str {
         self.inner.arch().name()
+    }
+
+    /// The ways a frame's caller is looked for, in the order tried.
+    #[getter]
+    fn strategies(&self) -> Vec<&'static str> {
+        self.inner.strategies().iter().map(|s| s.as_str()).collect()
+    }
+
+    /// How many stack words a scan looks at above a frame's sp.
+    #[getter]
+    fn scan_words(&self) -> usize {
+        self.inner.scan_words()
     }
 
     /// The modules added: (name, start, end, bias), sorted by address.
@@ -471,6 +486,29 @@ fn guard<T>(what: &str, f: impl FnOnce() -> T) -> PyResult<T> {
     })
 }
 
+// The default of `scan_words` in `Unwinder.__new__`'s signature (a literal, for its text signature).
+const _: () = assert!(unwind::DEFAULT_SCAN_WORDS == 1024);
+
+/// Strategy names, checked: known, at least one, each once.
+fn parse_strategies(names: &[String]) -> PyResult<Vec<Strategy>> {
+    if names.is_empty() {
+        return Err(StackwalkError::new_err(
+            "strategies is empty: give at least one of cfi, frame_pointer, scan",
+        ));
+    }
+    let mut out = Vec::with_capacity(names.len());
+    for name in names {
+        let s: Strategy = name
+            .parse()
+            .map_err(|e: unwind::UnknownStrategy| StackwalkError::new_err(e.to_string()))?;
+        if out.contains(&s) {
+            return Err(StackwalkError::new_err(format!("strategy {name:?} given twice")));
+        }
+        out.push(s);
+    }
+    Ok(out)
+}
+
 fn extract_registers(arch: Arch, regs: &Bound<'_, PyAny>) -> PyResult<(u64, Registers)> {
     let mut registers = Registers::new();
     let mut pc = None;
@@ -493,7 +531,11 @@ fn extract_registers(arch: Arch, regs: &Bound<'_, PyAny>) -> PyResult<(u64, Regi
             set(&k, &v)?;
         }
     }
-    let pc_name = if arch == Arch::X86_64 { "rip" } else { "pc" };
+    let pc_name = match arch {
+        Arch::X86_64 => "rip",
+        Arch::I386 => "eip",
+        _ => "pc",
+    };
     let pc = pc.ok_or_else(|| {
         StackwalkError::new_err(format!("regs lacks the program counter ({pc_name})"))
     })?;
@@ -723,11 +765,14 @@ impl PyStackDb {
 /// `--call-graph dwarf`, writing them to `output` (a path) or stdout as
 /// "text" (perf script's shape), "json" (JSON Lines) or "collapsed" (folded
 /// stacks). Runs without the GIL on `jobs` threads (0: one per core).
-/// Returns a summary dict; a damaged file stops the reading with
-/// summary["error"] set, after the samples before the damage were written.
+/// `progress`: draw a progress bar on stderr once the run has lasted that
+/// many seconds (None: never). Returns a summary dict; a damaged file stops
+/// the reading with summary["error"] set, after the samples before the
+/// damage were written.
 #[pyfunction]
 #[pyo3(signature = (path, format = "text", *, output = None, jobs = 0, max_frames = 512,
-                    debug_root = PathBuf::from("/usr/lib/debug")))]
+                    debug_root = PathBuf::from("/usr/lib/debug"), progress = None))]
+#[allow(clippy::too_many_arguments)]
 fn perf_report<'py>(
     py: Python<'py>,
     path: PathBuf,
@@ -736,8 +781,10 @@ fn perf_report<'py>(
     jobs: usize,
     max_frames: usize,
     debug_root: PathBuf,
+    progress: Option<f64>,
 ) -> PyResult<Bound<'py, PyDict>> {
-    use crate::profile::{Format, Options, Profiler};
+    use crate::profile::{Format, Options};
+    let progress = progress.map(|s| std::time::Duration::from_secs_f64(s.clamp(0.0, 1e6)));
     let format = match format {
         "text" => Format::Text,
         "json" => Format::JsonLines,
@@ -746,50 +793,149 @@ fn perf_report<'py>(
     };
     let name = path.to_string_lossy().into_owned();
     let file = File::open(&path).map_err(|e| StackwalkError::new_err(format!("{name}: {e}")))?;
-    let mut perf = crate::perf::PerfFile::new(std::io::BufReader::with_capacity(1 << 20, file))
+    let options = Options { format, max_frames, debug_root, progress, ..Options::default() };
+    let run = Run { name: &name, output, jobs, options };
+    let open_error = |e: crate::perf::PerfError| StackwalkError::new_err(format!("{name}: {e}"));
+    // A regular file is mapped and its records read in place; anything else
+    // (a FIFO) is streamed.
+    let is_file = file.metadata().is_ok_and(|m| m.is_file());
+    // SAFETY: read-only mapping; a perf.data file is not changed while read.
+    match is_file.then(|| unsafe { memmap2::Mmap::map(&file) }.ok()).flatten() {
+        Some(map) => {
+            let data = Arc::new(Data::Mapped(map));
+            run.profile(py, crate::perf::PerfFile::from_data(data).map_err(open_error)?)
+        }
+        None => {
+            let reader = std::io::BufReader::with_capacity(1 << 20, file);
+            run.profile(py, crate::perf::PerfFile::new(reader).map_err(open_error)?)
+        }
+    }
+}
+
+/// The executable mappings and the first `max_samples` user samples of a
+/// perf.data file, as Python values, for unwinding samples one at a time
+/// (the pure-Python baseline, tests): `{"arch", "mmaps": [(pid, start,
+/// len, pgoff, filename)], "samples": [(pid, tid, time, regs, sp,
+/// stack)]}`, `regs` as `Unwinder.unwind` takes them, `stack` the bytes
+/// captured from `sp` up. Reading stops at damage, as `perf_report` does.
+#[pyfunction]
+#[pyo3(signature = (path, max_samples = 1000))]
+fn perf_samples<'py>(
+    py: Python<'py>,
+    path: PathBuf,
+    max_samples: usize,
+) -> PyResult<Bound<'py, PyDict>> {
+    use crate::perf::{sample_registers, Event, PerfFile, PERF_SAMPLE_REGS_ABI_NONE};
+    let name = path.to_string_lossy().into_owned();
+    let file = File::open(&path).map_err(|e| StackwalkError::new_err(format!("{name}: {e}")))?;
+    let mut perf = PerfFile::new(std::io::BufReader::new(file))
         .map_err(|e| StackwalkError::new_err(format!("{name}: {e}")))?;
     let arch = perf.header().arch().ok_or_else(|| {
-        let said = perf.header().arch.clone().unwrap_or_else(|| "nothing".to_owned());
-        ArchError::new_err(format!("{name}: cannot unwind its samples: its arch is {said}"))
+        ArchError::new_err(format!("{name}: samples of an architecture stackwalk does not know"))
     })?;
-    let options = Options { format, max_frames, debug_root, ..Options::default() };
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(jobs)
-        .build()
-        .map_err(|e| StackwalkError::new_err(format!("cannot start worker threads: {e}")))?;
-    let vdso_id = perf.header().build_ids.iter().find(|b| b.filename == "[vdso]");
-    let mut profiler = Profiler::new(arch, options, vdso_id.map(|b| b.build_id.as_slice()));
-    let written: std::io::Result<()> = py.detach(|| {
-        pool.install(|| match &output {
-            Some(out) => {
-                let file = File::create(out)?;
-                profiler.run(&mut perf, &mut std::io::BufWriter::with_capacity(1 << 20, file))
+    let pc_name = match arch {
+        Arch::X86_64 => "rip",
+        Arch::I386 => "eip",
+        _ => "pc",
+    };
+    let (mmaps, samples) = (pyo3::types::PyList::empty(py), pyo3::types::PyList::empty(py));
+    while samples.len() < max_samples {
+        let Ok(Some(event)) = perf.next_event() else { break };
+        match event {
+            Event::Mmap(m) if m.executable() => {
+                let filename = String::from_utf8_lossy(m.filename);
+                mmaps.append((m.pid, m.start, m.len, m.pgoff, filename))?;
             }
-            None => {
-                let stdout = std::io::stdout();
-                profiler
-                    .run(&mut perf, &mut std::io::BufWriter::with_capacity(1 << 20, stdout.lock()))
+            Event::Sample(s) if s.regs_abi != PERF_SAMPLE_REGS_ABI_NONE => {
+                let (pc, registers) = sample_registers(arch, &s);
+                let (Some(pc), Some(sp)) = (pc, registers.get(arch.sp())) else { continue };
+                let regs = PyDict::new(py);
+                for (col, value) in registers.iter() {
+                    if let Some(reg) = arch.register_name(col) {
+                        regs.set_item(reg, value)?;
+                    }
+                }
+                regs.set_item(pc_name, pc)?;
+                let stack = PyBytes::new(py, s.stack);
+                samples.append((s.pid, s.tid, s.time.unwrap_or(0), regs, sp, stack))?;
             }
-        })
-    });
-    if let Err(e) = written {
-        return Err(match e.kind() {
-            std::io::ErrorKind::BrokenPipe => {
-                pyo3::exceptions::PyBrokenPipeError::new_err(e.to_string())
-            }
-            _ => StackwalkError::new_err(format!("writing the samples: {e}")),
-        });
+            _ => {}
+        }
     }
-    let s = &profiler.summary;
     let out = PyDict::new(py);
     out.set_item("arch", arch.name())?;
-    out.set_item("samples", s.samples)?;
-    out.set_item("complete", s.complete)?;
-    out.set_item("frames", s.frames)?;
-    out.set_item("processes", s.processes)?;
-    out.set_item("modules_missing", s.modules_missing.clone())?;
-    out.set_item("error", s.error.as_ref().map(|e| format!("{name}: {e}")))?;
+    out.set_item("mmaps", mmaps)?;
+    out.set_item("samples", samples)?;
     Ok(out)
+}
+
+/// The output buffer: smaller than a chunk of formatted samples, which are
+/// then written as they are rather than copied into it.
+const OUT_BUFFER: usize = 32 << 10;
+
+/// A `perf_report` call, once its file is open.
+struct Run<'n> {
+    name: &'n str,
+    output: Option<PathBuf>,
+    jobs: usize,
+    options: crate::profile::Options,
+}
+
+impl Run<'_> {
+    fn profile<'py, R: std::io::Read + std::io::Seek + Send>(
+        self,
+        py: Python<'py>,
+        mut perf: crate::perf::PerfFile<R>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let name = self.name;
+        let arch = perf.header().arch().ok_or_else(|| {
+            let said = perf.header().arch.clone().unwrap_or_else(|| "nothing".to_owned());
+            ArchError::new_err(format!("{name}: cannot unwind its samples: its arch is {said}"))
+        })?;
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(self.jobs)
+            .build()
+            .map_err(|e| StackwalkError::new_err(format!("cannot start worker threads: {e}")))?;
+        let vdso_id = perf.header().build_ids.iter().find(|b| b.filename == "[vdso]");
+        let mut profiler = crate::profile::Profiler::new(
+            arch,
+            self.options,
+            vdso_id.map(|b| b.build_id.as_slice()),
+        );
+        let output = self.output;
+        let written: std::io::Result<()> = py.detach(|| {
+            pool.install(|| match &output {
+                Some(out) => {
+                    let file = File::create(out)?;
+                    profiler
+                        .run(&mut perf, &mut std::io::BufWriter::with_capacity(OUT_BUFFER, file))
+                }
+                None => {
+                    let stdout = std::io::stdout();
+                    let mut out = std::io::BufWriter::with_capacity(OUT_BUFFER, stdout.lock());
+                    profiler.run(&mut perf, &mut out)
+                }
+            })
+        });
+        if let Err(e) = written {
+            return Err(match e.kind() {
+                std::io::ErrorKind::BrokenPipe => {
+                    pyo3::exceptions::PyBrokenPipeError::new_err(e.to_string())
+                }
+                _ => StackwalkError::new_err(format!("writing the samples: {e}")),
+            });
+        }
+        let s = &profiler.summary;
+        let out = PyDict::new(py);
+        out.set_item("arch", arch.name())?;
+        out.set_item("samples", s.samples)?;
+        out.set_item("complete", s.complete)?;
+        out.set_item("frames", s.frames)?;
+        out.set_item("processes", s.processes)?;
+        out.set_item("modules_missing", s.modules_missing.clone())?;
+        out.set_item("error", s.error.as_ref().map(|e| format!("{name}: {e}")))?;
+        Ok(out)
+    }
 }
 
 /// Draw an interactive SVG flame graph (inferno) from a file of folded
@@ -824,6 +970,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(elf_summary, m)?)?;
     m.add_function(wrap_pyfunction!(demangle, m)?)?;
     m.add_function(wrap_pyfunction!(perf_report, m)?)?;
+    m.add_function(wrap_pyfunction!(perf_samples, m)?)?;
     m.add_function(wrap_pyfunction!(flamegraph, m)?)?;
     Ok(())
 }

@@ -3,6 +3,7 @@
 //! search; names are demangled (C++ and Rust) when looked up.
 
 use std::borrow::Cow;
+use std::sync::OnceLock;
 
 use object::{Object, ObjectSymbol, SymbolKind};
 
@@ -15,6 +16,8 @@ pub struct SymbolTable {
     starts: Vec<u64>,
     ends: Vec<u64>,
     names: Vec<Box<str>>,
+    /// Demangled names, made on first lookup (`None`: same as the name).
+    demangled: Vec<OnceLock<Option<Box<str>>>>,
 }
 
 impl SymbolTable {
@@ -22,13 +25,11 @@ impl SymbolTable {
     /// `.dynsym`. ARM mapping symbols (`$x`, `$d`) and undefined symbols are
     /// left out.
     pub fn from_elf(data: &[u8]) -> Result<SymbolTable, ElfError> {
-        let file = object::read::elf::ElfFile64::<object::LittleEndian, &[u8]>::parse(data)
-            .map_err(|e| ElfError::Parse(e.to_string()))?;
-        let mut symbols = functions(file.symbols());
-        let full = !symbols.is_empty();
-        if !full {
-            symbols = functions(file.dynamic_symbols());
-        }
+        let (symbols, full) = if crate::elf::is_elf32(data) {
+            read_functions::<object::elf::FileHeader32<object::LittleEndian>>(data)?
+        } else {
+            read_functions::<object::elf::FileHeader64<object::LittleEndian>>(data)?
+        };
         // Aliases (same range) are ordered so that the name a lookup returns
         // (the last) is the one people use: unversioned, else the default
         // version (`name@@VERSION`), else an old version (`name@VERSION`).
@@ -37,20 +38,22 @@ impl SymbolTable {
             Some(i) if name[i..].starts_with("@@") => 1,
             Some(_) => 0,
         };
-        symbols.sort_unstable_by(|a, b| {
-            (a.0, a.1, rank(&a.2), &a.2).cmp(&(b.0, b.1, rank(&b.2), &b.2))
-        });
+        let mut symbols: Vec<_> =
+            symbols.into_iter().map(|(s, e, n)| (s, e, rank(&n), n)).collect();
+        symbols.sort_unstable();
         let mut table = SymbolTable {
             full,
             starts: Vec::with_capacity(symbols.len()),
             ends: Vec::with_capacity(symbols.len()),
             names: Vec::with_capacity(symbols.len()),
+            demangled: Vec::new(),
         };
-        for (start, end, name) in symbols {
+        for (start, end, _, name) in symbols {
             table.starts.push(start);
             table.ends.push(end);
             table.names.push(name);
         }
+        table.demangled.resize_with(table.names.len(), OnceLock::new);
         Ok(table)
     }
 
@@ -80,11 +83,38 @@ impl SymbolTable {
     /// The function containing `address` (an ELF address) and the offset
     /// into it, or None: a distant symbol is never borrowed.
     pub fn lookup(&self, address: u64) -> Option<(&str, u64)> {
+        let i = self.index(address)?;
+        Some((&self.names[i], address - self.starts[i]))
+    }
+
+    /// As [`lookup`](SymbolTable::lookup), with the name demangled; each
+    /// name is demangled once, however often it is looked up.
+    pub fn lookup_demangled(&self, address: u64) -> Option<(&str, u64)> {
+        let (name, start) = self.demangled(self.index(address)?)?;
+        Some((name, address - start))
+    }
+
+    /// The demangled name and start of symbol `i` (an index [`index`] gave).
+    ///
+    /// [`index`]: SymbolTable::index
+    pub fn demangled(&self, i: usize) -> Option<(&str, u64)> {
+        let name = self.names.get(i)?;
+        let demangled = self.demangled[i].get_or_init(|| match demangle(name) {
+            Cow::Owned(d) => Some(d.into_boxed_str()),
+            Cow::Borrowed(_) => None,
+        });
+        Some((demangled.as_deref().unwrap_or(name), self.starts[i]))
+    }
+
+    /// The index of the symbol containing `address`, as [`lookup`] finds it.
+    ///
+    /// [`lookup`]: SymbolTable::lookup
+    pub fn index(&self, address: u64) -> Option<usize> {
         let mut i = self.starts.partition_point(|&s| s <= address).checked_sub(1)?;
         // Aliases share a start: look at each of them.
         loop {
             if address < self.ends[i] {
-                return Some((&self.names[i], address - self.starts[i]));
+                return Some(i);
             }
             if i == 0 || self.starts[i - 1] != self.starts[i] {
                 return None;
@@ -104,9 +134,23 @@ impl SymbolTable {
 
 /// (start, end, name) of the defined function symbols, bar ARM mapping
 /// symbols (`$x`, `$d`).
-fn functions<'d, S: ObjectSymbol<'d>>(
-    symbols: impl Iterator<Item = S>,
-) -> Vec<(u64, u64, Box<str>)> {
+type Functions = Vec<(u64, u64, Box<str>)>;
+
+/// The function symbols of an ELF file of one class: `.symtab`'s, and
+/// whether there were any, else `.dynsym`'s.
+fn read_functions<Elf: object::read::elf::FileHeader<Endian = object::LittleEndian>>(
+    data: &[u8],
+) -> Result<(Functions, bool), ElfError> {
+    let file = object::read::elf::ElfFile::<Elf, &[u8]>::parse(data)
+        .map_err(|e| ElfError::Parse(e.to_string()))?;
+    let symbols = functions(file.symbols());
+    if !symbols.is_empty() {
+        return Ok((symbols, true));
+    }
+    Ok((functions(file.dynamic_symbols()), false))
+}
+
+fn functions<'d, S: ObjectSymbol<'d>>(symbols: impl Iterator<Item = S>) -> Functions {
     symbols
         .filter(|s| s.kind() == SymbolKind::Text && !s.is_undefined())
         .filter_map(|s| {

@@ -7,8 +7,10 @@ use std::sync::Arc;
 use gimli::UnwindContext;
 
 use crate::arch::{Arch, DefaultRule};
-use crate::cfi::{CfaRule, FullRow, LookupError, Module, RegRule, RuleSet};
+use crate::cfi::{CfaRule, CompactRow, FullRow, LookupError, Module, RegRule, RuleSet};
 use crate::expr::{self, ExprError};
+use crate::fallback::{self, Strategies};
+pub use crate::fallback::{FpProblem, RaProblem, Strategy, UnknownStrategy};
 use crate::memory::Memory;
 use crate::modules::ModuleSet;
 pub use crate::modules::OverlapError;
@@ -24,6 +26,15 @@ pub enum Trust {
     Context,
     /// Recovered with call frame information.
     Cfi,
+    /// Recovered from the frame-pointer chain (or, for a leaf frame 0
+    /// without CFI, from lr on aarch64 or the word at sp on x86_64).
+    FramePointer,
+    /// Recovered with call frame information applied to a frame found by
+    /// scanning: the CFI is right, but the registers it started from were
+    /// guessed (the registers a scan cannot recover are the callee's).
+    CfiScan,
+    /// A plausible return address found by scanning the stack.
+    Scan,
 }
 
 impl Trust {
@@ -31,6 +42,9 @@ impl Trust {
         match self {
             Trust::Context => "context",
             Trust::Cfi => "cfi",
+            Trust::FramePointer => "frame_pointer",
+            Trust::CfiScan => "cfi_scan",
+            Trust::Scan => "scan",
         }
     }
 }
@@ -86,6 +100,13 @@ pub enum EndReason {
     BadCfi,
     /// `max_frames` frames were found and the walk could go on.
     FrameLimit,
+    /// The frame-pointer step was refused: fp zero, misaligned, outside the
+    /// stack, below sp, or not above the previous one (a loop).
+    FpInvalid,
+    /// The return address a fallback step found is not plausible.
+    BadReturnAddress,
+    /// Stack scanning found no plausible return address in its window.
+    ScanFailed,
 }
 
 impl EndReason {
@@ -100,6 +121,9 @@ impl EndReason {
             EndReason::MissingRegister => "missing_register",
             EndReason::BadCfi => "bad_cfi",
             EndReason::FrameLimit => "frame_limit",
+            EndReason::FpInvalid => "fp_invalid",
+            EndReason::BadReturnAddress => "bad_return_address",
+            EndReason::ScanFailed => "scan_failed",
         }
     }
 
@@ -122,6 +146,21 @@ pub enum EndDetail {
     Sp {
         caller: u64,
         frame: u64,
+    },
+    /// The frame pointer a frame-pointer step refused.
+    FramePointer {
+        fp: u64,
+        problem: FpProblem,
+    },
+    /// The return address a fallback step refused.
+    ReturnAddress {
+        address: u64,
+        problem: RaProblem,
+    },
+    /// The stack words scanned, `from..to`.
+    Scan {
+        from: u64,
+        to: u64,
     },
 }
 
@@ -147,6 +186,24 @@ pub struct Unwinder {
     modules: Arc<ModuleSet>,
     ctx: Box<UnwindContext<usize>>,
     cache: RuleCache,
+    strategies: Strategies,
+    scan_words: usize,
+}
+
+/// The module index the rule cache records for an address no FDE covers.
+const NO_FDE: usize = u32::MAX as usize;
+const NO_FDE_ROW: CompactRow = CompactRow::new(CfaRule::RegOffset { reg: 0, offset: 0 }, 0, false);
+
+/// How many stack words a scan looks at by default.
+pub const DEFAULT_SCAN_WORDS: usize = 1024;
+
+/// What the fallback strategies keep across the frames of one walk.
+struct WalkState<'a> {
+    /// The captured region holding frame 0's sp (None inside: unknown),
+    /// once a fallback needed it.
+    stack: &'a mut Option<Option<(u64, u64)>>,
+    /// The frame pointer the last frame-pointer step used.
+    last_fp: &'a mut Option<u64>,
 }
 
 /// The frame being unwound.
@@ -155,6 +212,10 @@ struct FrameState {
     sp: u64,
     /// Frame 0, or interrupted by a signal: its pc was not a return address.
     interrupted: bool,
+    /// False where sp is only a lower bound (an aarch64 frame found by its
+    /// callee's frame record or by scanning).
+    sp_exact: bool,
+    trust: Trust,
 }
 
 /// The caller found by one step (its registers are written in place).
@@ -163,6 +224,7 @@ struct Caller {
     sp: u64,
     /// The callee's CIE marks a signal frame: the caller was interrupted.
     interrupted: bool,
+    sp_exact: bool,
 }
 
 type Step = Result<Caller, (EndReason, EndDetail)>;
@@ -174,7 +236,31 @@ impl Unwinder {
             modules: Arc::new(ModuleSet::new()),
             ctx: Box::new(UnwindContext::new()),
             cache: RuleCache::new(),
+            strategies: Strategies::new(&[Strategy::Cfi]),
+            scan_words: DEFAULT_SCAN_WORDS,
         }
+    }
+
+    /// The ways a frame's caller is looked for, tried in this order for
+    /// every frame (CFI first wherever it covers the pc, as crash processors
+    /// do: `[Cfi, FramePointer, Scan]`). A new unwinder uses CFI alone.
+    /// Repeats are dropped; an empty list leaves only frame 0.
+    pub fn set_strategies(&mut self, order: &[Strategy]) {
+        self.strategies = Strategies::new(order);
+    }
+
+    pub fn strategies(&self) -> &[Strategy] {
+        self.strategies.as_slice()
+    }
+
+    /// How many stack words a scan looks at above a frame's sp (default
+    /// [`DEFAULT_SCAN_WORDS`]).
+    pub fn set_scan_words(&mut self, words: usize) {
+        self.scan_words = words;
+    }
+
+    pub fn scan_words(&self) -> usize {
+        self.scan_words
     }
 
     pub fn arch(&self) -> Arch {
@@ -250,11 +336,11 @@ impl Unwinder {
         if max_frames == 0 {
             return end;
         }
-        let mut callee = FrameState { pc, sp, interrupted: true };
+        let callee =
+            FrameState { pc, sp, interrupted: true, sp_exact: true, trust: Trust::Context };
         // Two register files, the callee's and the caller's, swapped by
         // index rather than by copying.
         let mut files = [*regs, Registers::new()];
-        let mut current = 0;
         if let Some(col) = arch.pc_column() {
             files[0].set(col, pc);
         }
@@ -266,6 +352,30 @@ impl Unwinder {
             interrupted: true,
             signal_frame: false,
         });
+        // CFI alone (the profiler's walk) is compiled without the fallback
+        // path, so it costs nothing there.
+        if self.strategies.as_slice() == [Strategy::Cfi] {
+            self.walk::<M, false>(callee, files, mem, max_frames, frames, end)
+        } else {
+            self.walk::<M, true>(callee, files, mem, max_frames, frames, end)
+        }
+    }
+
+    /// The walk from frame 0 (in `frames`, its registers in `files[0]`) on.
+    /// `FALLBACK`: the strategies are not CFI alone.
+    fn walk<M: Memory + ?Sized, const FALLBACK: bool>(
+        &mut self,
+        mut callee: FrameState,
+        mut files: [Registers; 2],
+        mem: &mut M,
+        max_frames: usize,
+        frames: &mut Vec<Frame>,
+        mut end: End,
+    ) -> End {
+        // The captured stack's bounds, looked up when a fallback first needs them.
+        let mut stack = None;
+        let mut last_fp = None;
+        let mut current = 0;
         loop {
             // Frame 0 and frames interrupted by a signal are looked up at
             // their pc; the others at pc - 1, inside the call that made them.
@@ -274,14 +384,53 @@ impl Unwinder {
             end.lookup_pc = lookup;
             let [a, b] = &mut files;
             let (callee_regs, caller_regs) = if current == 0 { (&*a, b) } else { (&*b, a) };
-            match self.step(lookup, &callee, callee_regs, caller_regs, mem, frames) {
+            // CFI first (the usual case, kept on the hot path); the other
+            // strategies only where it fails without saying the stack ends.
+            let strategies = self.strategies;
+            let cfi_first = !FALLBACK || strategies.first() == Some(Strategy::Cfi);
+            let stepped = if cfi_first {
+                self.step::<M, FALLBACK>(lookup, &callee, callee_regs, caller_regs, mem, frames)
+            } else {
+                Err((EndReason::NoUnwindInfo, EndDetail::None))
+            };
+            // CFI applied to a frame that a fallback step found starts from
+            // guessed registers (an i386 `main` that realigned its stack
+            // leaves its frame record away from its caller's sp): the return
+            // address it gives must pass the fallback checks too, else the
+            // other strategies are tried.
+            let stepped = match stepped {
+                Ok(caller)
+                    if FALLBACK
+                        && !caller.interrupted
+                        && !matches!(callee.trust, Trust::Context | Trust::Cfi) =>
+                {
+                    self.check_guess(caller, &mut stack, frames, mem)
+                }
+                other => other,
+            };
+            let outcome = match stepped {
+                Ok(caller) => {
+                    let trust =
+                        if callee.trust == Trust::Scan { Trust::CfiScan } else { Trust::Cfi };
+                    Ok((caller, trust))
+                }
+                Err(e) if !FALLBACK || e.0.is_clean() => Err(e),
+                Err(e) => {
+                    let rest = &strategies.as_slice()[usize::from(cfi_first)..];
+                    let failure = if cfi_first { Some(e) } else { None };
+                    let walk = WalkState { stack: &mut stack, last_fp: &mut last_fp };
+                    let frame = (lookup, &callee, callee_regs);
+                    self.fall_back(failure, rest, frame, caller_regs, mem, frames, walk)
+                }
+            };
+            match outcome {
                 Err((reason, detail)) => {
                     end.module = self.module_index(lookup);
                     end.reason = reason;
                     end.detail = detail;
                     return end;
                 }
-                Ok(caller) => {
+                Ok((caller, trust)) => {
                     if frames.len() >= max_frames {
                         end.reason = EndReason::FrameLimit;
                         end.detail = EndDetail::None;
@@ -291,17 +440,146 @@ impl Unwinder {
                         pc: caller.pc,
                         sp: caller.sp,
                         cfa: None,
-                        trust: Trust::Cfi,
+                        trust,
                         interrupted: caller.interrupted,
                         signal_frame: false,
                     });
                     callee.pc = caller.pc;
                     callee.sp = caller.sp;
                     callee.interrupted = caller.interrupted;
+                    callee.sp_exact = caller.sp_exact;
+                    callee.trust = trust;
                     current ^= 1;
                 }
             }
         }
+    }
+
+    /// Try `strategies` in turn for one frame, after `failure` (CFI's, if it
+    /// was tried first), until one finds the caller or one says the stack
+    /// ends here. The walk's end is the first failure of a strategy that
+    /// applied to the frame: CFI where an FDE covers the pc (a memory error
+    /// there says more than a failed scan after it), the frame-pointer step
+    /// where there is an fp.
+    #[cold]
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    fn fall_back<M: Memory + ?Sized>(
+        &mut self,
+        failure: Option<(EndReason, EndDetail)>,
+        strategies: &[Strategy],
+        (lookup, callee, callee_regs): (u64, &FrameState, &Registers),
+        caller_regs: &mut Registers,
+        mem: &mut M,
+        frames: &mut [Frame],
+        walk: WalkState<'_>,
+    ) -> Result<(Caller, Trust), (EndReason, EndDetail)> {
+        let arch = self.arch;
+        let stack =
+            *walk.stack.get_or_insert_with(|| frames.first().and_then(|f| mem.region_of(f.sp)));
+        let mut outcome = Err(failure.unwrap_or((EndReason::NoUnwindInfo, EndDetail::None)));
+        for &strategy in strategies {
+            let found = if strategy == Strategy::Cfi {
+                let trust = if callee.trust == Trust::Scan { Trust::CfiScan } else { Trust::Cfi };
+                self.step_cold(lookup, callee, callee_regs, caller_regs, mem, frames)
+                    .map(|c| (c, trust))
+            } else {
+                let mut ctx = fallback::Context {
+                    arch,
+                    modules: &self.modules,
+                    stack,
+                    last_fp: *walk.last_fp,
+                    scan_words: self.scan_words,
+                };
+                let frame = fallback::Callee {
+                    index: frames.len() - 1,
+                    pc: callee.pc,
+                    sp: callee.sp,
+                    guessed: matches!(callee.trust, Trust::FramePointer | Trust::Scan),
+                };
+                let found = match strategy {
+                    Strategy::Scan => {
+                        ctx.scan(&frame, callee_regs, caller_regs, mem).map(|f| (f, Trust::Scan))
+                    }
+                    _ => ctx
+                        .frame_pointer(&frame, callee_regs, caller_regs, mem)
+                        .map(|f| (f, Trust::FramePointer)),
+                };
+                *walk.last_fp = ctx.last_fp;
+                found.map(|(f, trust)| {
+                    // Where the step knows the caller's sp exactly, that is
+                    // the frame's CFA.
+                    if f.sp_exact {
+                        if let Some(frame) = frames.last_mut() {
+                            frame.cfa = Some(f.sp);
+                        }
+                    }
+                    let caller =
+                        Caller { pc: f.pc, sp: f.sp, interrupted: false, sp_exact: f.sp_exact };
+                    (caller, trust)
+                })
+            };
+            let stop = match &found {
+                Ok(_) => true,
+                Err((reason, _)) => reason.is_clean(),
+            };
+            let replace = match &outcome {
+                Err(failure) => !applied(arch, failure),
+                Ok(_) => true,
+            };
+            if stop || replace {
+                outcome = found;
+            }
+            if stop {
+                break;
+            }
+        }
+        outcome
+    }
+
+    /// `caller`, found by CFI from a frame a fallback found, if its return
+    /// address is plausible.
+    #[cold]
+    #[inline(never)]
+    fn check_guess<M: Memory + ?Sized>(
+        &self,
+        caller: Caller,
+        stack: &mut Option<Option<(u64, u64)>>,
+        frames: &mut [Frame],
+        mem: &mut M,
+    ) -> Step {
+        let stack = *stack.get_or_insert_with(|| frames.first().and_then(|f| mem.region_of(f.sp)));
+        let ctx = fallback::Context {
+            arch: self.arch,
+            modules: &self.modules,
+            stack,
+            last_fp: None,
+            scan_words: self.scan_words,
+        };
+        match ctx.check_return_address(caller.pc) {
+            Ok(()) => Ok(caller),
+            Err(problem) => {
+                if let Some(f) = frames.last_mut() {
+                    f.cfa = None;
+                }
+                let detail = EndDetail::ReturnAddress { address: caller.pc, problem };
+                Err((EndReason::BadReturnAddress, detail))
+            }
+        }
+    }
+
+    /// [`Unwinder::step`] out of line, for the fallback path.
+    #[inline(never)]
+    fn step_cold<M: Memory + ?Sized>(
+        &mut self,
+        lookup: u64,
+        callee: &FrameState,
+        callee_regs: &Registers,
+        caller_regs: &mut Registers,
+        mem: &mut M,
+        frames: &mut [Frame],
+    ) -> Step {
+        self.step::<M, true>(lookup, callee, callee_regs, caller_regs, mem, frames)
     }
 
     /// Unwind one frame: find the rules for `lookup` in module `m` (cached),
@@ -309,8 +587,8 @@ impl Unwinder {
     // The hot path: the state is passed as borrowed pieces rather than
     // bundled, so that the two register files can be borrowed apart.
     #[allow(clippy::too_many_arguments)]
-    #[inline]
-    fn step<M: Memory + ?Sized>(
+    #[inline(always)]
+    fn step<M: Memory + ?Sized, const FALLBACK: bool>(
         &mut self,
         lookup: u64,
         callee: &FrameState,
@@ -323,8 +601,20 @@ impl Unwinder {
         // modules change, so a hit also names the module, without a search.
         let generation = self.modules.generation();
         if let Some((m, row)) = self.cache.get(lookup, generation) {
+            if m == NO_FDE {
+                return Err((EndReason::NoUnwindInfo, EndDetail::Lookup(LookupError::NoFde)));
+            }
             let module = &*self.modules.modules()[m];
-            return apply(self.arch, module, row, callee, callee_regs, caller_regs, mem, frames);
+            return apply::<M, 8, FALLBACK>(
+                self.arch,
+                module,
+                row,
+                callee,
+                callee_regs,
+                caller_regs,
+                mem,
+                frames,
+            );
         }
         let Some(m) = self.module_index(lookup) else {
             return Err((EndReason::NoModule, EndDetail::Address(lookup)));
@@ -334,14 +624,18 @@ impl Unwinder {
         let row = match module.find_row(lookup.wrapping_sub(module.bias), &mut self.ctx) {
             Ok((row, _)) => row,
             Err(LookupError::NoFde) => {
-                return Err((EndReason::NoUnwindInfo, EndDetail::Lookup(LookupError::NoFde)))
+                // Remembered too: code without CFI is walked by the
+                // fallback strategies, which should not search for an FDE
+                // again at every frame.
+                self.cache.insert(lookup, generation, NO_FDE, NO_FDE_ROW);
+                return Err((EndReason::NoUnwindInfo, EndDetail::Lookup(LookupError::NoFde)));
             }
             Err(e) => return Err((EndReason::BadCfi, EndDetail::Lookup(e))),
         };
         if let Some(compact) = row.resize::<8>() {
             self.cache.insert(lookup, generation, m, compact);
         }
-        apply(
+        apply::<M, { crate::arch::NUM_REGS }, FALLBACK>(
             self.arch,
             &self.modules.modules()[m],
             &row,
@@ -366,10 +660,11 @@ impl Unwinder {
 }
 
 /// Apply a row's rules to the callee's state; the frame's CFA goes into
-/// the last of `frames`.
+/// the last of `frames`. `FALLBACK`: the walk may have guessed the callee's
+/// sp (compiled out of the CFI-only walk).
 #[allow(clippy::too_many_arguments)]
-#[inline]
-fn apply<M: Memory + ?Sized, const N: usize>(
+#[inline(always)]
+fn apply<M: Memory + ?Sized, const N: usize, const FALLBACK: bool>(
     arch: Arch,
     module: &Module,
     row: &RuleSet<N>,
@@ -388,15 +683,28 @@ fn apply<M: Memory + ?Sized, const N: usize>(
         ExprError::MissingRegister(r) => Err((EndReason::MissingRegister, EndDetail::Register(r))),
         e => Err((EndReason::BadCfi, EndDetail::Expr(e))),
     };
+    // Where this frame's sp is a guess (an aarch64 frame found from its
+    // callee's frame record or by scanning) and the frame saved its fp,
+    // which points at that saved copy (a frame record, AAPCS64), the CFA is
+    // exact from fp instead of sp.
+    let fp_cfa = if !FALLBACK || callee.sp_exact { None } else { fp_based_cfa(arch, row, regs) };
+    // Addresses wrap at the width of the address space (32 bits on i386).
+    let mask = arch.address_mask();
+    let address_size = arch.word_size() as u8;
     let cfa = match row.cfa {
+        CfaRule::RegOffset { reg, .. } if reg == arch.sp() && fp_cfa.is_some_and(|c| c >= sp) => {
+            fp_cfa.unwrap_or(sp)
+        }
         CfaRule::RegOffset { reg, offset } => match regs.get(reg) {
-            Some(v) => v.wrapping_add(offset as u64),
+            Some(v) => v.wrapping_add(offset as u64) & mask,
             None => return Err((EndReason::MissingRegister, EndDetail::Register(reg))),
         },
-        CfaRule::Expr(e) => match expr::evaluate(module.expr_bytes(e), None, regs, mem) {
-            Ok(v) => v,
-            Err(e) => return expr_end(e),
-        },
+        CfaRule::Expr(e) => {
+            match expr::evaluate(module.expr_bytes(e), None, regs, mem, address_size) {
+                Ok(v) => v,
+                Err(e) => return expr_end(e),
+            }
+        }
     };
     if let Some(f) = frames.last_mut() {
         f.cfa = Some(cfa);
@@ -414,28 +722,33 @@ fn apply<M: Memory + ?Sized, const N: usize>(
             RegRule::Undefined => None,
             RegRule::SameValue => regs.get(reg),
             RegRule::Offset(n) => {
-                let addr = cfa.wrapping_add(n as u64);
-                match mem.read_u64(addr) {
+                let addr = cfa.wrapping_add(n as u64) & mask;
+                match read_word(mem, arch, addr) {
                     None if essential => return Err((EndReason::Memory, EndDetail::Address(addr))),
                     v => v,
                 }
             }
-            RegRule::ValOffset(n) => Some(cfa.wrapping_add(n as u64)),
+            RegRule::ValOffset(n) => Some(cfa.wrapping_add(n as u64) & mask),
             RegRule::Register(r) => regs.get(r),
-            RegRule::Expr(e) => match expr::evaluate(module.expr_bytes(e), Some(cfa), regs, mem) {
-                Ok(addr) => match mem.read_u64(addr) {
-                    None if essential => return Err((EndReason::Memory, EndDetail::Address(addr))),
-                    v => v,
-                },
-                Err(ExprError::Memory(_)) if !essential => None,
-                Err(e) => return expr_end(e),
-            },
-            RegRule::ValExpr(e) => match expr::evaluate(module.expr_bytes(e), Some(cfa), regs, mem)
-            {
-                Ok(v) => Some(v),
-                Err(ExprError::Memory(_)) if !essential => None,
-                Err(e) => return expr_end(e),
-            },
+            RegRule::Expr(e) => {
+                match expr::evaluate(module.expr_bytes(e), Some(cfa), regs, mem, address_size) {
+                    Ok(addr) => match read_word(mem, arch, addr) {
+                        None if essential => {
+                            return Err((EndReason::Memory, EndDetail::Address(addr)))
+                        }
+                        v => v,
+                    },
+                    Err(ExprError::Memory(_)) if !essential => None,
+                    Err(e) => return expr_end(e),
+                }
+            }
+            RegRule::ValExpr(e) => {
+                match expr::evaluate(module.expr_bytes(e), Some(cfa), regs, mem, address_size) {
+                    Ok(v) => Some(v),
+                    Err(ExprError::Memory(_)) if !essential => None,
+                    Err(e) => return expr_end(e),
+                }
+            }
         };
         match value {
             Some(v) => caller.set(reg, v),
@@ -476,7 +789,34 @@ fn apply<M: Memory + ?Sized, const N: usize>(
     if let Some(col) = arch.pc_column() {
         caller.set(col, caller_pc);
     }
-    Ok(Caller { pc: caller_pc, sp: caller_sp, interrupted: row.signal_frame })
+    Ok(Caller { pc: caller_pc, sp: caller_sp, interrupted: row.signal_frame, sp_exact: true })
+}
+
+/// Whether a strategy's failure means it applied to the frame (and failed),
+/// rather than that it had nothing to go on (no module, no FDE, no fp).
+fn applied(arch: Arch, (reason, detail): &(EndReason, EndDetail)) -> bool {
+    match reason {
+        EndReason::NoModule | EndReason::NoUnwindInfo => false,
+        EndReason::MissingRegister => *detail != EndDetail::Register(arch.fp()),
+        _ => true,
+    }
+}
+
+/// The CFA as `fp − n` where the row saves fp at CFA + n.
+fn fp_based_cfa<const N: usize>(arch: Arch, row: &RuleSet<N>, regs: &Registers) -> Option<u64> {
+    match row.rule(arch.fp())? {
+        RegRule::Offset(n) => Some(regs.get(arch.fp())?.wrapping_sub(n as u64)),
+        _ => None,
+    }
+}
+
+/// A word of the target at `addr`: 8 bytes, or 4 on i386 (zero-extended).
+#[inline(always)]
+fn read_word<M: Memory + ?Sized>(mem: &mut M, arch: Arch, addr: u64) -> Option<u64> {
+    match arch.word_size() {
+        8 => mem.read_u64(addr),
+        size => mem.read_sized(addr, size as u8),
+    }
 }
 
 impl End {
@@ -508,6 +848,15 @@ impl End {
             (EndReason::BadCfi, EndDetail::Expr(e)) => format!("frame {frame}: {e} at {place}"),
             (EndReason::BadCfi, EndDetail::Lookup(e)) => format!("frame {frame}: {e} at {place}"),
             (EndReason::FrameLimit, _) => format!("stopped after {} frames (frame limit)", frame + 1),
+            (EndReason::FpInvalid, EndDetail::FramePointer { fp, problem }) => {
+                format!("frame {frame}: frame pointer {fp:#x} {problem} at {place}")
+            }
+            (EndReason::BadReturnAddress, EndDetail::ReturnAddress { address, problem }) => {
+                format!("frame {frame}: return address {address:#x} {problem} at {place}")
+            }
+            (EndReason::ScanFailed, EndDetail::Scan { from, to }) => format!(
+                "frame {frame}: no plausible return address in the stack words {from:#x}..{to:#x} at {place}"
+            ),
             (reason, _) => format!("frame {frame}: {} at {place}", reason.as_str()),
         }
     }

@@ -5,6 +5,14 @@ x86_64 cores: the program runs under gdb to its crash and gdb writes the core
 (``generate-core-file``), so the machine's core settings (``ulimit -c``, ``core_pattern``) do not
 matter. gdb then reads the core back for its backtrace of every thread.
 
+i386 cores: programs cross-built with Debian's ``i686-linux-gnu-gcc`` (``gcc-multilib`` conflicts
+with the aarch64 cross compiler) run natively on the x86_64 kernel -- static ones, and a
+dynamically linked one whose interpreter and run path are the cross libc's
+(``/usr/i686-linux-gnu/lib``) -- and gdb writes their cores as for x86_64: ELFCLASS32 cores with
+the kernel's 32-bit note layouts. eu-stack reads them (so it is the reference, as for x86_64), and
+gdb agrees. (Under qemu-i386, gdb's live view finds no shared library through qemu's gdb stub, so
+there is no i386 counterpart of the aarch64 cores below.)
+
 aarch64 cores: the cross-built program runs under ``qemu-aarch64 -g PORT``; ``gdb-multiarch``
 attaches to qemu's gdb stub, lets the program run to its crash, records its backtrace of every
 thread there, and continues, so that qemu writes the guest's core (``qemu_<prog>_<...>.core`` in
@@ -40,6 +48,11 @@ from elftools.elf.segments import NoteSegment
 from realstacks import PROGRAM_ENV, PROGRAMS, SYSTEM_PYTHON, Builder
 
 AARCH64_SYSROOT = "/usr/aarch64-linux-gnu"
+I386_GCC = "i686-linux-gnu-gcc"
+I386_SYSROOT = "/usr/i686-linux-gnu"
+# A dynamically linked i386 program that runs natively: the cross libc's loader and libraries.
+I386_NATIVE_DYNAMIC = (f"-Wl,--dynamic-linker={I386_SYSROOT}/lib/ld-linux.so.2",
+                       f"-Wl,-rpath,{I386_SYSROOT}/lib")  # fmt: skip
 O2 = ("-O2", "-fomit-frame-pointer")
 # Every program runs with this environment (gdb passes its own environment on). One malloc arena
 # keeps threads from reserving 64 MiB each, which gdb would write into the core.
@@ -51,8 +64,8 @@ SMALL_STACKS = 'ulimit -s 1024; exec "$@"'
 
 TIMEOUT = 120
 VDSO_ATTEMPTS = 8
-# The vdso's name in eu-unstrip's and eu-stack's listings.
-EU_VDSO = "linux-vdso.so.1"
+# The vdso's names in eu-unstrip's and eu-stack's listings (its DT_SONAME): 64-bit, 32-bit x86.
+EU_VDSO = frozenset({"linux-vdso.so.1", "linux-gate.so.1"})
 # Where the distribution's separate debug files are, by build id (libc6-dbg, python3-dbg).
 DEBUG_ROOT = Path("/usr/lib/debug/.build-id")
 
@@ -85,6 +98,13 @@ SPECS = {
         Spec("vdso", "crash_vdso.c", ("-O2", "-pthread")),
         Spec("lib", "crash_lib.c", ("-O2",)),
         Spec("deep-moved", "crash_deep.c", O2),
+        Spec("i386-deep", "crash_deep.c", (*O2, "-static"), I386_GCC, "i386"),
+        Spec("i386-threads", "crash_threads.c", ("-O2", "-pthread", "-static"), I386_GCC,
+             "i386"),
+        Spec("i386-signal", "crash_signal.c", ("-O2", "-static"), I386_GCC, "i386"),
+        Spec("i386-libc", "crash_libc.c", ("-O2", "-static"), I386_GCC, "i386"),
+        Spec("i386-libc-shared", "crash_libc.c", ("-O2", *I386_NATIVE_DYNAMIC), I386_GCC,
+             "i386"),
         Spec("a64-deep-static", "crash_deep.c", (*O2, "-static"), "aarch64-linux-gnu-gcc",
              "aarch64"),
         Spec("a64-deep", "crash_deep.c", O2, "aarch64-linux-gnu-gcc", "aarch64"),
@@ -101,9 +121,34 @@ SPECS = {
              "SIGABRT"),
     )
 }  # fmt: skip
-# deep-moved is for the tests of a missing executable only.
+# Programs whose own functions have no CFI at all (-g0: no .debug_frame either), so that only
+# frame pointers lead through them; -fno-schedule-insns2 keeps GCC's prologues in the order
+# gdb's prologue analyzer, the reference for them, recognises. For test_fallback_cores.py.
+NO_CFI = ("-O2", "-fno-omit-frame-pointer", "-fno-schedule-insns2",
+          "-fno-asynchronous-unwind-tables", "-fno-unwind-tables", "-g0")  # fmt: skip
+FALLBACK_SPECS = {
+    spec.id: spec
+    for spec in (
+        Spec("nocfi", "crash_nocfi.c", NO_CFI),
+        Spec("nocfi-loop", "crash_nocfi.c", (*NO_CFI, "-DMODE=1")),
+        Spec("nocfi-backwards", "crash_nocfi.c", (*NO_CFI, "-DMODE=2")),
+        Spec("nocfi-garbage", "crash_nocfi.c", (*NO_CFI, "-DMODE=3")),
+        Spec("asm-fp", "crash_asm.c", ("-O2",)),
+        Spec("asm-no-fp", "crash_asm.c", ("-O2", "-DBREAK_CHAIN")),
+        Spec("a64-nocfi", "crash_nocfi.c", NO_CFI, "aarch64-linux-gnu-gcc", "aarch64"),
+        Spec("a64-nocfi-static", "crash_nocfi.c", (*NO_CFI, "-static"),
+             "aarch64-linux-gnu-gcc", "aarch64"),
+        Spec("i386-nocfi", "crash_nocfi.c", (*NO_CFI, "-static"), I386_GCC, "i386"),
+    )
+}  # fmt: skip
+# deep-moved is for the tests of a missing executable only; the fallback programs need more
+# than CFI, which the tests over every case assume.
 X86_CASES = [i for i, spec in SPECS.items() if spec.arch == "x86_64" and i != "deep-moved"]
 A64_CASES = [spec_id for spec_id, spec in SPECS.items() if spec.arch == "aarch64"]
+I386_CASES = [spec_id for spec_id, spec in SPECS.items() if spec.arch == "i386"]
+# Cores whose reference is eu-stack (gdb writes them, and eu-stack reads them right).
+EU_STACK_CASES = X86_CASES + I386_CASES
+SPECS.update(FALLBACK_SPECS)
 
 
 # --- references -----------------------------------------------------------------------------
@@ -244,9 +289,9 @@ class MadeCore:
         return eu_unstrip(str(self.path), str(self.executable))
 
     def reference_pcs(self) -> dict[int, list[int]]:
-        """Every thread's pcs as the reference sees them: eu-stack for x86_64 cores (gdb agrees,
-        see test_core_files.py), gdb's live view for qemu's aarch64 cores."""
-        if self.arch == "x86_64":
+        """Every thread's pcs as the reference sees them: eu-stack for x86_64 and i386 cores (gdb
+        agrees, see test_core_files.py), gdb's live view for qemu's aarch64 cores."""
+        if self.arch in ("x86_64", "i386"):
             stack = self.eu_stack()
             return {tid: stack.pcs(tid) for tid in stack.threads}
         return {thread.tid: thread.pcs for thread in self.gdb.threads}
@@ -258,6 +303,13 @@ class MadeCore:
         """Where the program was loaded: AT_ENTRY (from the core's NT_AUXV) - its e_entry."""
         with open(self.executable, "rb") as f:
             return self.notes().auxv["ENTRY"] - int(ELFFile(f).header["e_entry"])
+
+
+def is_subsequence(pcs: Sequence[int], reference: Sequence[int]) -> bool:
+    """Whether every pc is the reference's, in its order, some of the reference's left out: what
+    a walk that scanned past frames it could not unwind may show."""
+    rest = iter(reference)
+    return all(any(pc == other for other in rest) for pc in pcs)
 
 
 def run(cmd: Sequence[str | os.PathLike[str]], **kwargs: Any) -> subprocess.CompletedProcess[str]:
@@ -684,7 +736,7 @@ class Cores:
         argv = self._argv(spec)
         for attempt in range(VDSO_ATTEMPTS):
             made = self._gdb(spec, argv, self.directory / f"vdso-{attempt}")
-            (vdso,) = [m for m in eu_unstrip(str(made.path), argv[0]) if m.name == EU_VDSO]
+            (vdso,) = [m for m in eu_unstrip(str(made.path), argv[0]) if m.name in EU_VDSO]
             stack = eu_stack(str(made.path), argv[0])
             if all(vdso.start <= pcs[0] < vdso.end for pcs in map(stack.pcs, stack.threads)):
                 made.extra["vdso"] = vdso

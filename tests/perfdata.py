@@ -274,7 +274,7 @@ def data_section(path: Path) -> tuple[int, int]:
 
 # --- the recordings ---------------------------------------------------------------------------
 
-WORKLOADS = ("qsort", "cxx", "python", "threads", "dlopen", "fork")
+WORKLOADS = ("qsort", "cxx", "python", "threads", "dlopen", "fork", "lld")
 O2 = ("-O2", "-fomit-frame-pointer")
 
 
@@ -306,7 +306,10 @@ class Recordings:
     threads: four pthreads busy at different depths, and the main thread;
     dlopen: a program that dlopen()s a library midway and spends its time in it;
     fork: a program whose child burns CPU, then execs the qsort program (a new pid, a COMM exec
-    event, a new address space), while the parent burns CPU too.
+    event, a new address space), while the parent burns CPU too;
+    lld: the qsort program linked by lld, which packs segments in the file: the code segment
+    starts mid-page, so the executable mapping's file offset (its page) is in the segment
+    before it too (rustc's cdylibs, such as stackwalk's own core, are laid out this way).
     """
 
     def __init__(self, directory: Path, build: Builder) -> None:
@@ -338,6 +341,8 @@ class Recordings:
         if name == "dlopen":
             library = build("perf_dlopen_lib.c", "-O2", "-shared", "-fPIC")
             return [str(build("perf_dlopen.c", "-O2")), str(library)]
+        if name == "lld":
+            return [str(build("perf_qsort.c", *O2, "-fuse-ld=lld"))]
         if name == "fork":
             child = build("perf_qsort.c", *O2)  # the qsort workload's program
             return [str(build("perf_fork.c", "-O2")), str(child), "10"]

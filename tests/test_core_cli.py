@@ -1,7 +1,8 @@
 """``python -m stackwalk core`` on real core files made at test time (see corefiles.py).
 
 The JSON document must follow the issue's schema key for key, with every thread's pcs equal to
-the reference's (eu-stack for gdb's x86_64 cores, gdb's live view for qemu's aarch64 cores), and
+the reference's (eu-stack for gdb's x86_64 and i386 cores, gdb's live view for qemu's aarch64
+cores), and
 every frame's module, module offset, function and function offset what eu-stack, gdb, nm,
 addr2line and c++filt relate to that address. The text output shows the same frames. Exit
 status: 0 when every thread reaches a clean end, 1 when some thread stops early, 2 when there is
@@ -24,7 +25,9 @@ import pytest
 from corefiles import (
     A64_CASES,
     AARCH64_SYSROOT,
+    EU_STACK_CASES,
     EU_VDSO,
+    I386_CASES,
     SPECS,
     X86_CASES,
     Cores,
@@ -46,7 +49,7 @@ from corefiles import (
 from realstacks import Builder
 from stackwalk.core import Core
 
-ALL_CASES = X86_CASES + A64_CASES
+ALL_CASES = X86_CASES + A64_CASES + I386_CASES
 HEX = re.compile(r"0x(0|[1-9a-f][0-9a-f]*)")
 TOP_KEYS = {"core", "executable", "pid", "signal", "crashing_thread", "modules", "threads"}
 SIGNAL_KEYS = {"number", "name", "address"}
@@ -55,7 +58,7 @@ THREAD_KEYS = {"tid", "end", "frames"}
 FRAME_KEYS = {"index", "pc", "sp", "cfa", "trust", "module", "module_offset", "function",
               "function_offset"}  # fmt: skip
 # A frame line of the text output: "#3  0x00007f1c2a83c24a in name+0x7a (/path/to/module)".
-FRAME_LINE = re.compile(r"#(\d+)\s+0x([0-9a-f]{16}) in (.+?)(?: \(([^()]+)\))?")
+FRAME_LINE = re.compile(r"#(\d+)\s+0x([0-9a-f]{16}) in (.+?)(?: \(([^()]+)\))?  \[(\w+)\]")
 
 
 @functools.cache
@@ -194,7 +197,7 @@ def module_file(made: MadeCore, frame: dict[str, Any], tmp_path: Path) -> str:
     """The file whose symbols a frame's module holds (the vdso: its image from the core)."""
     if frame["module"] != "[vdso]":
         return str(frame["module"])
-    (vdso,) = [m for m in made.eu_unstrip() if m.name == EU_VDSO]
+    (vdso,) = [m for m in made.eu_unstrip() if m.name in EU_VDSO]
     image = tmp_path / "vdso.so"
     if not image.exists():
         extract_memory(str(made.path), vdso.start, vdso.end, image)
@@ -211,7 +214,7 @@ def check_function(file: str, frame: dict[str, Any]) -> None:
     assert start in addresses, f"{frame['function']} at {start:#x} in {file}: nm has {addresses}"
 
 
-@pytest.mark.parametrize("case", X86_CASES)
+@pytest.mark.parametrize("case", EU_STACK_CASES)
 def test_frames_symbolized_as_eu_stack(case: str, cores: Cores, tmp_path: Path) -> None:
     """Every frame's module, module offset and function, as eu-stack -m -b gives them (both
     read the symbols of the distribution's separate debug file where one is installed, else the
@@ -229,13 +232,14 @@ def test_frames_symbolized_as_eu_stack(case: str, cores: Cores, tmp_path: Path) 
             where = f"thread {thread['tid']} frame {frame['index']}: {frame} vs {eu}"
             assert eu.module_start is not None and eu.offset is not None, where
             expected = modules[eu.module_start]
-            if expected.name == EU_VDSO:
+            if expected.name in EU_VDSO:
                 assert frame["module"] == "[vdso]", where
                 bias = eu.module_start
             else:
-                assert expected.file is not None
-                if os.path.exists(expected.file):
-                    assert os.path.samefile(frame["module"], expected.file), where
+                # No file ("."): eu-unstrip took the image from the core's memory, by name.
+                expected_file = expected.file if expected.file is not None else expected.name
+                if os.path.exists(expected_file):
+                    assert os.path.samefile(frame["module"], expected_file), where
                 bias = eu.module_start - first_load_vaddr(frame["module"])
             pc = h(frame["pc"])
             assert h(frame["module_offset"]) == pc - bias, where
@@ -276,15 +280,21 @@ def test_frames_symbolized_as_gdb(case: str, cores: Cores) -> None:
             check_function(file, frame)
 
 
-def test_signal_trampoline_is_named(cores: Cores) -> None:
-    """The handler returns to the first instruction of glibc's __restore_rt: that frame is
-    named __restore_rt, as eu-stack and gdb name it (a lookup at pc - 1 would land before the
-    function), and the interrupted frame above it is looked up at its pc."""
-    made = cores("signal")
+@pytest.mark.parametrize(
+    ("case", "trampoline", "module"),
+    [("signal", "__restore_rt", "libc.so.6"), ("i386-signal", "__kernel_sigreturn", "[vdso]")],
+)
+def test_signal_trampoline_is_named(case: str, trampoline: str, module: str, cores: Cores) -> None:
+    """The handler returns to the first instruction of the trampoline (x86_64: glibc's
+    __restore_rt; i386: the vdso's __kernel_sigreturn, whose CFI is in the core's image of the
+    vdso): that frame is named so, as eu-stack and gdb name it (a lookup at pc - 1 would land
+    before the function), and the interrupted frame above it is looked up at its pc."""
+    made = cores(case)
     frames = cli_json(made)["threads"][0]["frames"]
     functions = [frame["function"] for frame in frames]
-    assert functions[:4] == ["crash_in_handler", "on_alarm", "__restore_rt", "spin"]
+    assert functions[:4] == ["crash_in_handler", "on_alarm", trampoline, "spin"]
     assert frames[2]["function_offset"] == "0x0"
+    assert os.path.basename(frames[2]["module"]) == module
 
 
 # Frame by frame, by hand: (function, module) of the crashing thread of the aarch64 programs
@@ -339,7 +349,7 @@ def test_cxx_names_are_demangled(cores: Cores) -> None:
 
 
 @pytest.mark.parametrize("case", ["deep", "libc", "threads", "signal", "lib", "a64-deep",
-                                  "a64-deep-static", "a64-threads"])  # fmt: skip
+                                  "a64-deep-static", "a64-threads", *I386_CASES])  # fmt: skip
 def test_module_offsets_with_addr2line(case: str, cores: Cores) -> None:
     """module_offset is the address addr2line takes: for each frame in the program (built with
     -g), addr2line -f names the function stackwalk names (a return address looked up one byte
@@ -349,7 +359,8 @@ def test_module_offsets_with_addr2line(case: str, cores: Cores) -> None:
     checked = 0
     for thread in doc["threads"]:
         for frame in thread["frames"]:
-            if frame["module"] is None or not os.path.samefile(frame["module"], made.executable):
+            module = frame["module"]
+            if module in (None, "[vdso]") or not os.path.samefile(module, made.executable):
                 continue
             address = h(frame["module_offset"]) - adjust(made, thread["tid"], frame["index"])
             named = addr2line_function(str(made.executable), address)
@@ -384,11 +395,12 @@ def parse_text(text: str, tids: list[int]) -> tuple[list[str], dict[int, list[re
     return before, threads
 
 
-@pytest.mark.parametrize("case", ["threads", "cxx", "signal", "vdso", "lib", "a64-threads"])
+@pytest.mark.parametrize("case", ["threads", "cxx", "signal", "vdso", "lib", "a64-threads",
+                                  "i386-threads", "i386-signal"])  # fmt: skip
 def test_text_output(case: str, cores: Cores) -> None:
     """Per thread a header and one line per frame, crashing thread first, the signal named
-    before any frame: each line the JSON frame's pc, function+offset (?? without one) and
-    module path."""
+    before any frame: each line the JSON frame's pc, function+offset (?? without one), module
+    path and trust."""
     made = cores(case)
     doc = cli_json(made)
     proc = cli(made)
@@ -402,8 +414,9 @@ def test_text_output(case: str, cores: Cores) -> None:
         lines = threads[thread["tid"]]
         assert len(lines) == len(thread["frames"])
         for line, frame in zip(lines, thread["frames"], strict=True):
-            index, pc, where, module = line.groups()
+            index, pc, where, module, trust = line.groups()
             assert (int(index), int(pc, 16)) == (frame["index"], h(frame["pc"]))
+            assert trust == frame["trust"]
             assert module == frame["module"]
             if frame["function"] is None:
                 assert where == "??"
@@ -478,7 +491,7 @@ def test_missing_library(cores: Cores) -> None:
     """The library is gone: warned about by name, its frame still shown by path and offset."""
     made = cores("lib")
     library = made.extra["library"]
-    args = (str(made.path), str(made.executable))
+    args = (str(made.path), str(made.executable), "--strategies", "cfi")
     partial(_stackwalk(*args), library)
     proc = _stackwalk(*args, "--json")
     partial(proc, library)
@@ -497,7 +510,8 @@ def test_missing_library(cores: Cores) -> None:
 def test_library_with_another_build_id(cores: Cores) -> None:
     made = cores("lib")
     v2_dir = os.path.dirname(made.extra["v2"])
-    args = (str(made.path), str(made.executable), "--lib-search-path", f"/nonexistent:{v2_dir}")
+    args = (str(made.path), str(made.executable), "--lib-search-path", f"/nonexistent:{v2_dir}",
+            "--strategies", "cfi")  # fmt: skip
     partial(_stackwalk(*args), "libcrashlib.so")
     assert "build" in _stackwalk(*args).stderr.lower()
     proc = _stackwalk(*args, "--json")
@@ -510,8 +524,8 @@ def test_library_with_another_build_id(cores: Cores) -> None:
 def test_missing_executable(cores: Cores) -> None:
     made = cores("deep-moved")
     original = made.extra["original"]
-    partial(_stackwalk(str(made.path)), original)
-    proc = _stackwalk(str(made.path), "--json")
+    partial(_stackwalk(str(made.path), "--strategies", "cfi"), original)
+    proc = _stackwalk(str(made.path), "--json", "--strategies", "cfi")
     partial(proc, original)
     doc = json.loads(proc.stdout)
     reference = made.extra["eu_stack"].pcs(doc["crashing_thread"])
@@ -527,7 +541,7 @@ def test_aarch64_libraries_without_sysroot(cores: Cores) -> None:
     (exit status 1, warnings), found by name with --lib-search-path."""
     made = cores("a64-cxx")
     args = (str(made.path), str(made.executable))
-    partial(_stackwalk(*args), "libc.so.6", "libstdc++.so.6")
+    partial(_stackwalk(*args, "--strategies", "cfi"), "libc.so.6", "libstdc++.so.6")
     proc = _stackwalk(*args, "--json", "--lib-search-path", f"{AARCH64_SYSROOT}/lib")
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)

@@ -3,6 +3,10 @@ eu-readelf and gdb.
 
 x86_64: cores written by gdb at the crash of programs from tests/programs (and of the system
 Python); every thread's pcs must be eu-stack's exactly, and every frame's stack pointer gdb's.
+i386: the same, for 32-bit programs, static and one dynamically linked (ELFCLASS32 cores, 4-byte
+words, threads blocked in the kernel through the vdso's ``__kernel_vsyscall``, a signal frame
+returning to the vdso's ``__kernel_sigreturn``); and the dynamically linked one's core without
+its NT_FILE note, whose libraries then come from the 32-bit link map.
 aarch64: cores written by qemu-aarch64 (no NT_FILE: a dynamically linked program's libraries
 come from the link map in the core's memory); the reference is gdb-multiarch's live backtrace at
 the crash, taken through qemu's gdb stub just before qemu wrote the core (see corefiles.py for
@@ -18,6 +22,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import struct
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +30,9 @@ import pytest
 from corefiles import (
     A64_CASES,
     AARCH64_SYSROOT,
+    EU_STACK_CASES,
     EU_VDSO,
+    I386_CASES,
     SPECS,
     X86_CASES,
     Cores,
@@ -35,6 +42,7 @@ from corefiles import (
     file_offset,
     first_load_vaddr,
     gdb_on_core,
+    is_subsequence,
     note_span,
     run,
     text_address,
@@ -45,7 +53,9 @@ from stackwalk.core import Core, CoreError
 from stackwalk.errors import StackwalkError
 
 PAGE = 4096
-ALL_CASES = X86_CASES + A64_CASES
+ALL_CASES = X86_CASES + A64_CASES + I386_CASES
+# The program counter and stack pointer in NT_PRSTATUS, by architecture.
+PC_SP = {"x86_64": ("rip", "rsp"), "aarch64": ("pc", "sp"), "i386": ("eip", "esp")}
 FAULT_SIGNALS = {signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE}
 
 
@@ -81,11 +91,14 @@ def names(made: MadeCore, tid: int) -> list[str | None]:
     return [frame.function for frame in made.gdb.thread(tid).frames]
 
 
-@pytest.mark.parametrize("case", X86_CASES)
+@pytest.mark.parametrize("case", EU_STACK_CASES)
 def test_gdb_and_eu_stack_agree(case: str, cores: Cores) -> None:
-    """The x86_64 references: gdb and eu-stack read the same pcs from every thread of the core
-    and both end cleanly, and the core shows the situation its program was written for."""
+    """The x86_64 and i386 references: gdb and eu-stack read the same pcs from every thread of
+    the core and both end cleanly, and the core shows the situation its program was written
+    for."""
     made = cores(case)
+    i386 = made.arch == "i386"
+    case = case.removeprefix("i386-").removesuffix("-shared")
     stack = made.eu_stack()
     notes = made.notes()
     assert stack.returncode == 0, stack.stderr
@@ -105,15 +118,24 @@ def test_gdb_and_eu_stack_agree(case: str, cores: Cores) -> None:
         blocked = {f.function for thread in made.gdb.threads[1:] for f in thread.frames}
         assert {"sleep_deep", "wait_forever", "reader", "joiner", "main"} <= blocked
         assert functions[:2] == ["crash_here", "crash_middle"]
+        if i386:  # 32-bit glibc enters the kernel through the vdso: `call *%gs:0x10`
+            for thread in made.gdb.threads[1:]:
+                assert thread.frames[0].function == "__kernel_vsyscall"
+    elif case == "libc" and made.spec.static:  # strlen is libc code inside the executable
+        assert functions[0] == "strlen" and functions[1] == "measure"
+        assert solibs == [""] * len(functions)
     elif case == "libc":
         # strlen is called through the PLT (a JUMP_SLOT relocation) and faults inside libc.
         relocations = run(["readelf", "-rW", str(made.executable)]).stdout
-        assert re.search(r"R_X86_64_JUMP_SLOT\s.*\bstrlen\b", relocations)
+        slot = "R_386_JUMP_SLOT" if i386 else "R_X86_64_JUMP_SLOT"
+        assert re.search(rf"{slot}\s.*\bstrlen\b", relocations)
         assert solibs[0] == "libc.so.6" and functions[1] == "measure"
     elif case == "signal":
         kinds = [frame.kind for frame in crashing.frames]
         assert functions[:2] == ["crash_in_handler", "on_alarm"]
         assert kinds[2] == "SIGTRAMP_FRAME" and functions[3] == "spin"
+        if i386:  # the handler returns to the vdso's trampoline, not to glibc's
+            assert functions[2] == "__kernel_sigreturn"
     elif case == "cxx":
         assert {"_Unwind_RaiseException", "__cxa_throw"} <= set(functions)
         assert any((f or "").endswith("abort") for f in functions)  # __GI_abort
@@ -200,7 +222,7 @@ def test_registers_of_every_thread(case: str, cores: Cores) -> None:
     NT_PRSTATUS (gdb's live view for qemu's cores)."""
     made = cores(case)
     core = open_core(made)
-    pc, sp = ("rip", "rsp") if made.arch == "x86_64" else ("pc", "sp")
+    pc, sp = PC_SP[made.arch]
     for thread in core.threads:
         first = made.gdb.thread(thread.tid).frames[0]
         assert (thread.regs[pc], thread.regs[sp]) == (first.pc, first.sp)
@@ -216,7 +238,7 @@ def test_process_facts(case: str, cores: Cores) -> None:
     assert core.path == str(made.path)
     assert core.arch == made.arch
     assert core.pid == notes.pid
-    if made.arch == "x86_64":
+    if made.arch != "aarch64":
         assert core.pid == made.eu_stack().pid
     assert (core.command_line or "").strip() == notes.psargs
     assert core.executable is not None
@@ -240,7 +262,7 @@ def test_vdso_fault_address(cores: Cores) -> None:
 # --- modules ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("case", X86_CASES)
+@pytest.mark.parametrize("case", EU_STACK_CASES)
 def test_modules_match_eu_unstrip(case: str, cores: Cores) -> None:
     """One module per file mapped (from NT_FILE) plus the vdso: the range eu-unstrip and the
     NT_FILE note give, the load bias, and the build id read from the core's memory, equal to the
@@ -255,17 +277,19 @@ def test_modules_match_eu_unstrip(case: str, cores: Cores) -> None:
     for start, expected in theirs.items():
         module = ours[start]
         assert module.build_id == expected.build_id
-        if expected.name == EU_VDSO:
+        if expected.name in EU_VDSO:
             assert module.path == "[vdso]"
             assert module.end == page_up(expected.end)
             assert module.found
             continue
-        assert expected.file is not None
+        # eu-unstrip has no file (".") where it took the module's image from the core's
+        # memory (gdb dumps the whole of a static i386 program): its name is the path then.
+        expected_file = expected.file if expected.file is not None else expected.name
         assert module.found and module.file is not None
-        if os.path.exists(expected.file):
-            assert os.path.samefile(module.file, expected.file)
+        if os.path.exists(expected_file):
+            assert os.path.samefile(module.file, expected_file)
         else:  # the library that was loaded is gone: the search path found its twin
-            assert os.path.basename(module.file) == os.path.basename(expected.file)
+            assert os.path.basename(module.file) == os.path.basename(expected_file)
         assert module.bias == start - first_load_vaddr(module.file)
         assert (module.start, module.end) == notes.file_range(module.path)
         assert module.build_id_matches is True
@@ -302,6 +326,41 @@ def test_static_executable_alone(case: str, cores: Cores) -> None:
     assert files[0].bias == 0
 
 
+def test_i386_link_map_without_nt_file(cores: Cores, tmp_path: Path) -> None:
+    """The dynamically linked i386 core with its NT_FILE note renamed: the libraries come from
+    the dynamic linker's link map in the core's memory (32-bit r_debug and link_map), each at the
+    place and with the build id eu-unstrip gives in the original core, and every thread unwinds
+    to eu-stack's pcs there."""
+    made = cores("i386-libc-shared")
+    start, _ = note_span(made.path, "NT_FILE")
+    data = bytearray(made.path.read_bytes())
+    assert struct.unpack_from("<I", data, start + 8) == (0x46494C45,)  # n_type NT_FILE
+    data[start + 8 : start + 12] = struct.pack("<I", 0x4E4F4E45)  # an unknown type
+    copy = tmp_path / "no-nt-file.core"
+    copy.write_bytes(data)
+    core = Core.open(copy, made.executable)
+    assert core.warnings == []
+    ours = {module.start: module for module in core.modules}
+    theirs = {module.start: module for module in made.eu_unstrip()}
+    assert sorted(ours) == sorted(theirs)
+    assert len(theirs) == 4  # the program, ld-linux.so.2, libc.so.6, the vdso
+    for start, expected in theirs.items():
+        module = ours[start]
+        assert module.found and module.build_id == expected.build_id
+        if expected.name in EU_VDSO:
+            assert module.path == "[vdso]"
+            continue
+        assert module.file is not None and module.build_id_matches is True
+        if expected.file is not None:
+            assert os.path.samefile(module.file, expected.file)
+        assert module.bias == start - first_load_vaddr(module.file)
+    reference = made.reference_pcs()
+    for thread in core.threads:
+        trace = thread.unwind()
+        assert trace.pcs == reference[thread.tid], listing(trace.pcs, reference[thread.tid])
+        assert trace.end == "end_of_stack"
+
+
 def test_vdso_unwinds_with_the_cores_image(cores: Cores) -> None:
     """Both threads stopped inside the vdso; its CFI exists only in the core's memory."""
     made = cores("vdso")
@@ -328,13 +387,23 @@ def test_executable_found_from_the_core(cores: Cores) -> None:
 # --- damaged or incomplete input --------------------------------------------------------------
 
 
+def fallback_frames_are_real(core: Core, reference: list[int]) -> None:
+    """With the fallback strategies (the default), the frames a missing or wrong file keeps CFI
+    from finding are scanned past: every frame shown is one of the reference's, in order, and
+    the first frame after frame 0 that CFI did not find says how it was found."""
+    trace = core.threads[0].unwind()
+    assert trace.pcs[0] == reference[0]
+    assert is_subsequence(trace.pcs, reference), listing(trace.pcs, reference)
+    assert len(trace.pcs) > 1 and trace.frames[1].trust in ("frame_pointer", "scan")
+
+
 def test_missing_executable(cores: Cores) -> None:
     """The program is gone from where the core says it was: it stays a module (by path), the
-    frame in it is shown, unwinding stops there, and a warning names it. Given explicitly, the
-    moved file is used."""
+    frame in it is shown, unwinding by CFI stops there, and a warning names it. Given
+    explicitly, the moved file is used."""
     made = cores("deep-moved")
     original = made.extra["original"]
-    core = Core.open(made.path)
+    core = Core.open(made.path, strategies=["cfi"])
     (exe,) = [m for m in core.modules if m.path == original]
     assert not exe.found and exe.file is None
     assert any("not found" in w and original in w for w in core.warnings), core.warnings
@@ -342,6 +411,7 @@ def test_missing_executable(cores: Cores) -> None:
     reference = made.reference_pcs()[core.threads[0].tid]
     assert trace.pcs == reference[:1]
     assert trace.end != "end_of_stack"
+    fallback_frames_are_real(Core.open(made.path), reference)
 
     core = Core.open(made.path, made.executable)
     assert os.path.samefile(core.executable or "", made.executable)
@@ -353,7 +423,7 @@ def test_missing_library(cores: Cores) -> None:
     its range and bias (from its ELF header in the core's memory), and the crashing thread
     shows the frame inside it before it stops."""
     made = cores("lib")
-    core = Core.open(made.path, made.executable)
+    core = Core.open(made.path, made.executable, strategies=["cfi"])
     library = made.extra["library"]
     (module,) = [m for m in core.modules if m.path == library]
     (expected,) = [m for m in made.eu_unstrip() if m.name == "libcrashlib.so"]
@@ -367,6 +437,8 @@ def test_missing_library(cores: Cores) -> None:
     assert trace.pcs == made.reference_pcs()[core.threads[0].tid][:1]
     assert module.start <= trace.pcs[0] < module.end
     assert trace.end in ("no_module", "no_unwind_info")
+    reference = made.reference_pcs()[core.threads[0].tid]
+    fallback_frames_are_real(Core.open(made.path, made.executable), reference)
 
 
 def test_library_found_on_the_search_path(cores: Cores) -> None:
@@ -383,8 +455,8 @@ def test_library_with_another_build_id(cores: Cores) -> None:
     is used, but flagged -- a warning with both build ids, build_id_matches False -- and the
     stack it cannot unwind stops early instead of going wrong silently."""
     made = cores("lib")
-    core = Core.open(made.path, made.executable,
-                     lib_search_path=[os.path.dirname(made.extra["v2"])])  # fmt: skip
+    search = [os.path.dirname(made.extra["v2"])]
+    core = Core.open(made.path, made.executable, lib_search_path=search, strategies=["cfi"])
     (module,) = [m for m in core.modules if m.path == made.extra["library"]]
     in_core, on_disk = build_id_of(made.extra["v1"]), build_id_of(made.extra["v2"])
     assert in_core != on_disk
@@ -397,6 +469,9 @@ def test_library_with_another_build_id(cores: Cores) -> None:
     reference = made.reference_pcs()[core.threads[0].tid]
     assert trace.pcs == reference[: len(trace.pcs)]
     assert len(trace.pcs) < len(reference) and trace.end != "end_of_stack"
+    fallback_frames_are_real(
+        Core.open(made.path, made.executable, lib_search_path=search), reference
+    )
 
 
 def test_libraries_need_the_sysroot(cores: Cores) -> None:
@@ -405,13 +480,16 @@ def test_libraries_need_the_sysroot(cores: Cores) -> None:
     finds them by file name as the sysroot does."""
     made = cores("a64-libc")
     reference = made.reference_pcs()
-    core = Core.open(made.path, made.executable)
+    core = Core.open(made.path, made.executable, strategies=["cfi"])
     libc = [m for m in core.modules if os.path.basename(m.path) == "libc.so.6"]
     assert len(libc) == 1 and not libc[0].found
     assert any("not found" in w and "libc.so.6" in w for w in core.warnings), core.warnings
     trace = core.threads[0].unwind()
     assert trace.pcs == reference[core.threads[0].tid][: len(trace.pcs)]
     assert trace.end != "end_of_stack"
+    fallback_frames_are_real(
+        Core.open(made.path, made.executable), reference[core.threads[0].tid]
+    )
 
     core = Core.open(made.path, made.executable, lib_search_path=[f"{AARCH64_SYSROOT}/lib"])
     assert core.threads[0].unwind().pcs == reference[core.threads[0].tid]

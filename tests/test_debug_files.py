@@ -26,6 +26,9 @@ from stackwalk.core import Core
 
 FLAGS = ("-O2", "-fomit-frame-pointer", "-fno-asynchronous-unwind-tables")
 # crash_deep.c's own functions, innermost first, as the crashing thread holds them.
+# Where the debug file is missing, frame pointers or a scan could still find callers: these
+# tests ask for CFI alone, to see where CFI stops.
+CFI_ONLY = ("cfi",)
 OWN_FUNCTIONS = ["crash_here", "small_frame", "big_frame", *["recurse"] * 5, "many_saved", "main"]
 
 
@@ -123,8 +126,11 @@ def test_debug_frame_of_the_separate_debug_file(where: str, split: Split, empty_
     theirs = reference.pcs(thread.tid)
     assert trace.pcs == theirs, f"ours {[hex(p) for p in trace.pcs]}\neu-stack {theirs}"
     assert trace.end == "end_of_stack", trace.end_detail
-    functions = [f["function"] for f in doc["threads"][0]["frames"]]
+    frames = doc["threads"][0]["frames"]
+    functions = [f["function"] for f in frames]
     assert functions[: len(OWN_FUNCTIONS)] == OWN_FUNCTIONS
+    # Found by the debug file's CFI, not by a fallback.
+    assert [f["trust"] for f in frames] == ["context"] + ["cfi"] * (len(frames) - 1)
     assert functions[-1] == "_start"
     assert core.unwinder.debug_file(str(split.executable)) is not None
 
@@ -132,7 +138,7 @@ def test_debug_frame_of_the_separate_debug_file(where: str, split: Split, empty_
 def test_without_the_debug_file_the_walk_stops_where_cfi_is_missing(
     split: Split, empty_root: Path
 ) -> None:
-    core = Core.open(split.core, debug_root=empty_root)
+    core = Core.open(split.core, debug_root=empty_root, strategies=CFI_ONLY)
     (thread,) = core.threads
     trace = thread.unwind()
     assert trace.end == "no_unwind_info"
@@ -147,7 +153,7 @@ def test_a_debug_file_of_another_build_is_not_used(
 ) -> None:
     """gdb's checks: the build id must match (build-id path), or the CRC-32 the link records."""
     with placed(split, where, split.other_debug, empty_root) as place:
-        core = Core.open(split.core, debug_root=place.debug_root)
+        core = Core.open(split.core, debug_root=place.debug_root, strategies=CFI_ONLY)
         (thread,) = core.threads
         trace = thread.unwind()
     assert trace.end == "no_unwind_info"
@@ -157,7 +163,9 @@ def test_a_debug_file_of_another_build_is_not_used(
 def test_cli_debug_root(split: Split, empty_root: Path) -> None:
     with placed(split, "build-id", split.debug, empty_root) as place:
         proc = stackwalk_core(split.core, "--json", "--debug-root", place.debug_root)
-    without = stackwalk_core(split.core, "--json", "--debug-root", empty_root)
+    without = stackwalk_core(
+        split.core, "--json", "--debug-root", empty_root, "--strategies", ",".join(CFI_ONLY)
+    )
     assert proc.returncode == 0, proc.stderr
     frames = json.loads(proc.stdout)["threads"][0]["frames"]
     assert [f["function"] for f in frames][: len(OWN_FUNCTIONS)] == OWN_FUNCTIONS

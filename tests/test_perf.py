@@ -34,6 +34,8 @@ from typing import Any
 import pytest
 from elftools.elf.elffile import ELFFile
 from perfdata import (
+    PERF,
+    RECORD,
     WORKLOADS,
     Key,
     RawRecord,
@@ -44,6 +46,7 @@ from perfdata import (
     disassembly,
     our_user_addresses,
     parse_script,
+    perf_env,
     sized_function,
     stackwalk_perf,
     symbol_values,
@@ -386,7 +389,9 @@ def test_kernel_frames_as_perf_script(recordings: Recordings) -> None:
             kinds = [f["kernel"] for f in frames]
             assert kinds == sorted(kinds, reverse=True), f"{theirs.key}: kernel frames not first"
             ours = [h(f["pc"]) for f in frames if f["kernel"]]
-            perf = [f.address for f in theirs.kernel_frames]
+            # perf script sometimes prints a frame at 0xffffffffffffffff (-1, no code can be
+            # there) that is in no callchain of the file: a placeholder of its own, left out.
+            perf = [f.address for f in theirs.kernel_frames if f.address != 2**64 - 1]
             assert ours == perf, f"{workload} {theirs.key}: {[hex(a) for a in ours]} " \
                                  f"!= perf script's {[hex(a) for a in perf]}"  # fmt: skip
             with_kernel += bool(perf)
@@ -847,3 +852,98 @@ def test_stackdb_memory() -> None:
     print(f"StackDB: {per_trace:.0f} bytes per unique 16-pc trace")
     assert per_trace < 400, f"{per_trace:.0f} bytes per unique trace"
     assert regrown < 1 << 20, f"re-adding known traces grew the process by {regrown} bytes"
+
+
+def test_progress_bar_on_a_terminal(recordings: Recordings) -> None:
+    """With stderr a terminal, a progress bar is drawn there (redrawn in place with \\r) and
+    ends at 100% with the number of samples; when stderr is not a terminal (every other test
+    here), nothing but messages goes there."""
+    import pty
+
+    recording = recordings("qsort")
+    master, slave = pty.openpty()
+    code = ("import os, sys; from stackwalk._core import perf_report; "
+            "s = perf_report(sys.argv[1], 'collapsed', output=os.devnull, progress=0.0); "
+            "print(s['samples'])")  # fmt: skip
+    proc = subprocess.run([sys.executable, "-c", code, str(recording.path)], stderr=slave,
+                          stdout=subprocess.PIPE, text=True, timeout=120)  # fmt: skip
+    os.close(slave)
+    drawn = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        drawn += chunk
+    os.close(master)
+    assert proc.returncode == 0
+    samples = int(proc.stdout)
+    assert samples == len(recording.script())
+    bars = drawn.decode().replace("\r\n", "\n").split("\r")  # the tty ends lines with \r\n
+    assert bars[-1].strip() == f"[{'#' * 40}] 100% {samples} samples", drawn
+    piped = stackwalk_perf(recording.path, "--collapsed")
+    assert "\r" not in piped.stderr and "samples" not in piped.stderr, piped.stderr
+
+
+def test_perf_samples(recordings: Recordings) -> None:
+    """``stackwalk._core.perf_samples``: the first user samples of a file, each one perf script
+    shows too (same thread and time), with its registers (the pc is where perf script's first
+    frame is, for a sample taken in user mode) and its stack copy; and the executable
+    mappings."""
+    from stackwalk._core import perf_samples
+
+    recording = recordings("qsort")
+    data = perf_samples(recording.path, 100)
+    assert data["arch"] == "x86_64" and len(data["samples"]) == 100
+    theirs = {(s.tid, s.time): s for s in recording.script()}
+    exe = os.path.realpath(recording.argv[0])
+    mmaps = data["mmaps"]
+    assert any(os.path.realpath(m[4]) == exe for m in mmaps)
+    checked = 0
+    for pid, tid, time_ns, regs, sp, stack in data["samples"]:
+        sample = theirs[(tid, time_ns)]
+        assert regs["rsp"] == sp and len(stack) > 0
+        if sample.kernel_frames or not sample.user_frames:
+            continue
+        pc = regs["rip"]
+        start, _, pgoff, name = next(
+            (m[1], m[2], m[3], m[4]) for m in mmaps if m[0] == pid and m[1] <= pc < m[1] + m[2]
+        )
+        first = sample.user_frames[0]
+        assert (first.dso, first.address) == (name, pc - start + pgoff)
+        checked += 1
+    assert checked > 50
+
+
+def from_stdin(source: Any, *args: str) -> subprocess.CompletedProcess[str]:
+    """``stackwalk perf /dev/stdin ARGS`` reading `source` through a pipe."""
+    argv = [sys.executable, "-m", "stackwalk", "perf", "/dev/stdin", *args]
+    with subprocess.Popen(["cat"], stdin=source, stdout=subprocess.PIPE) as cat:
+        return subprocess.run(argv, stdin=cat.stdout, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("fmt", ["text", "--json", "--collapsed"])
+def test_pipe_mode_streamed(recordings: Recordings, tmp_path: Path, fmt: str) -> None:
+    """``perf record -o -`` writes the pipe format (attributes and features as records, no
+    sections at offsets). Read from a pipe, it is streamed, its records copied; read from the
+    file it was saved to, it is mapped: the output is the same, byte for byte. The file format
+    through a pipe is one clear error (it is read by seeking)."""
+    recording = recordings("qsort")
+    saved = tmp_path / "pipe.perf.data"
+    with open(saved, "wb") as out:
+        cmd = [PERF, *RECORD, "-o", "-", "--", *recording.argv]
+        proc = subprocess.run(cmd, stdout=out, stderr=subprocess.PIPE, env=perf_env(recording.home))
+    assert proc.returncode == 0, proc.stderr
+    args = [] if fmt == "text" else [fmt]
+    with open(saved, "rb") as pipe_in:
+        streamed = from_stdin(pipe_in, *args)
+    mapped = stackwalk_perf(saved, *args)
+    assert streamed.returncode == mapped.returncode == 0, streamed.stderr
+    assert streamed.stdout == mapped.stdout
+    assert streamed.stdout.count("\n") > 20
+    with open(recording.path, "rb") as file_format:
+        piped = from_stdin(file_format)
+    assert piped.returncode == 2 and piped.stdout == ""
+    assert piped.stderr.count("\n") == 1 and "perf record -o -" in piped.stderr, piped.stderr

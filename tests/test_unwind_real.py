@@ -1,4 +1,4 @@
-"""Unwind real x86_64 stacks and compare with gdb and eu-stack.
+"""Unwind real x86_64 and i386 stacks and compare with gdb and eu-stack.
 
 Each case compiles a program from tests/programs (or runs the system Python on a script), stops
 it under gdb at a breakpoint, and captures registers, stack, modules and the vdso, gdb's own
@@ -10,6 +10,10 @@ they could differ is handled in capture(): gdb invents frames from debug informa
 not on the stack -- inline frames, and "tail call frames" rebuilt from DWARF call-site
 information (deep.c's recurse() reaches with_alloca() with a jmp at -O2, and gdb shows a
 recurse frame for it). capture() leaves both out, which is what eu-stack and a CFI unwinder see.
+
+The i386 cases are 32-bit programs built with i686-linux-gnu-gcc that run natively (static, or
+with the cross libc's loader and libraries); only the Rust core unwinds them (the pure-Python
+baseline reads 64-bit files only and says so).
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import stackwalk
+from corefiles import I386_GCC, I386_NATIVE_DYNAMIC
 from realstacks import (
     EXPECTED_END,
     O2,
@@ -72,6 +78,17 @@ CASES = [
     Case("vdso", "vdso.c", ("-O2",), "__vdso_clock_gettime"),
     Case("python", "pyrecurse.py", (), "math_gcd"),
 ]
+I386_CASES = [
+    Case("i386-deep-O2", "deep.c", (*O2, "-static"), "stop_here", I386_GCC),
+    Case("i386-deep-O2-entry", "deep.c", (*O2, "-static"), "*stop_here", I386_GCC),
+    Case("i386-deep-O2-vla-line", "deep.c", (*O2, "-static"), marker_location("deep.c", "vla"),
+         I386_GCC),
+    Case("i386-deep-O0", "deep.c", ("-O0", "-static"), "stop_here", I386_GCC),
+    Case("i386-deep-debug-frame", "deep.c", (*O2, "-static", "-fno-asynchronous-unwind-tables"),
+         "stop_here", I386_GCC),
+    Case("i386-signal", "signal.c", ("-O2", "-static"), "handler_leaf", I386_GCC),
+    Case("i386-qsort", "qsort.c", ("-O2", *I386_NATIVE_DYNAMIC), "compare_ints", I386_GCC),
+]  # fmt: skip
 
 
 def argv_for(case: Case, build: Builder) -> list[str]:
@@ -101,7 +118,7 @@ def eu_stack_pcs(core: str, executable: str, tid: int) -> list[int]:
     return threads[tid]
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda case: case.id)
+@pytest.mark.parametrize("case", CASES + I386_CASES, ids=lambda case: case.id)
 def test_gdb_and_eu_stack_agree(case: Case, build: Builder, captures: Captures) -> None:
     """The two references give the same pcs for the same stop, and gdb ends cleanly."""
     cap = captured(case, build, captures)
@@ -139,13 +156,54 @@ def test_unwind_matches_eu_stack(
     assert trace.pcs == eu_stack_pcs(cap.core, argv_for(case, build)[0], cap.tid)
 
 
+@pytest.mark.parametrize("case", I386_CASES, ids=lambda case: case.id)
+def test_i386_unwind_matches_gdb_and_eu_stack(
+    case: Case, build: Builder, captures: Captures
+) -> None:
+    """A 32-bit stack: gdb's every pc and stack pointer, its callers' stack pointers as the CFAs,
+    eu-stack's pcs for the same stop."""
+    cap = captured(case, build, captures)
+    assert cap.arch == "i386" and set(cap.regs) >= {"eip", "esp", "ebp"}
+    trace = unwind(stackwalk.Unwinder, cap)
+    assert trace.pcs == cap.gdb_pcs, f"{trace.end}: {trace.end_detail}\n{describe(cap, trace.pcs)}"
+    assert [frame.sp for frame in trace.frames] == [frame["sp"] for frame in cap.gdb_frames]
+    assert [frame.cfa for frame in trace.frames[:-1]] == [f["sp"] for f in cap.gdb_frames[1:]]
+    assert trace.end == EXPECTED_END[cap.gdb_stop_reason], trace.end_detail
+    assert cap.core is not None
+    assert trace.pcs == eu_stack_pcs(cap.core, argv_for(case, build)[0], cap.tid)
+
+
+def test_i386_signal_frame_is_the_vdsos(build: Builder, captures: Captures) -> None:
+    """32-bit glibc's handler returns to the vdso's __kernel_sigreturn, whose CFI (with the
+    signal-frame augmentation) only the vdso image read from the process has."""
+    cap = captured(case_named("i386-signal"), build, captures)
+    names = [frame["function"] for frame in cap.gdb_frames]
+    kinds = [frame["kind"] for frame in cap.gdb_frames]
+    trampoline = kinds.index("SIGTRAMP_FRAME")
+    assert names[: trampoline + 1] == ["handler_leaf", "on_alarm", "__kernel_sigreturn"]
+    assert module_of(cap, cap.gdb_pcs[trampoline]) == "[vdso]"
+    frames = unwind(stackwalk.Unwinder, cap).frames
+    assert frames[trampoline].signal_frame and frames[trampoline + 1].interrupted
+
+
+def test_i386_is_not_for_the_baseline(build: Builder, captures: Captures) -> None:
+    """The pure-Python baseline refuses a 32-bit capture with an ArchError, not a wrong stack."""
+    from stackwalk.baseline import Unwinder as Baseline
+    from stackwalk.errors import ArchError
+
+    cap = captured(I386_CASES[0], build, captures)
+    with pytest.raises(ArchError, match="i386"):
+        unwind(Baseline, cap)
+
+
 def case_named(name: str) -> Case:
-    return next(case for case in CASES if case.id == name)
+    return next(case for case in CASES + I386_CASES if case.id == name)
 
 
-def test_debug_frame_case_has_no_eh_frame_for_its_functions(build: Builder) -> None:
+@pytest.mark.parametrize("name", ["deep-debug-frame", "i386-deep-debug-frame"])
+def test_debug_frame_case_has_no_eh_frame_for_its_functions(name: str, build: Builder) -> None:
     """deep-debug-frame tests .debug_frame only if readelf finds stop_here's FDE there alone."""
-    case = case_named("deep-debug-frame")
+    case = case_named(name)
     program = build(case.source, *case.flags, compiler=case.compiler)
     symbols = subprocess.run(["nm", program], capture_output=True, text=True, check=True).stdout
     address = next(

@@ -6,7 +6,8 @@
 //! memory. Nothing may panic, hang or allocate without bound.
 //!
 //! Input layout (see `fuzz/seed.py`, which writes real seeds in it):
-//! byte 0 = flags (bit 0: aarch64, bit 1: raw sections, else ELF image);
+//! byte 0 = flags (bit 0: aarch64, bit 2: i386, bit 1: raw sections, else
+//! ELF image);
 //! raw sections: u32 hdr_len, u32 eh_len, u32 hdr_addr, u32 eh_addr, then
 //! the `.eh_frame_hdr` bytes, the `.eh_frame` bytes, and `.debug_frame` as
 //! the rest (lengths are clamped to what is there).
@@ -54,6 +55,15 @@ fn fde_addresses<'d, S: UnwindSection<EndianSlice<'d, LittleEndian>>>(
     }
 }
 
+/// The architecture flag bits ask for: bit 2 i386, else bit 0 aarch64.
+pub fn harness_arch(flags: u8) -> Arch {
+    match (flags & 4, flags & 1) {
+        (0, 0) => Arch::X86_64,
+        (0, _) => Arch::Aarch64,
+        _ => Arch::I386,
+    }
+}
+
 fn eh_frame(bytes: &[u8]) -> EhFrame<EndianSlice<'_, LittleEndian>> {
     let mut eh = EhFrame::new(bytes, LittleEndian);
     eh.set_address_size(8);
@@ -67,7 +77,7 @@ fn debug_frame(bytes: &[u8]) -> DebugFrame<EndianSlice<'_, LittleEndian>> {
 }
 
 /// Look rules up at `pcs`; returns how many were found.
-fn exercise(info: &UnwindInfo, pcs: &[u64]) -> usize {
+fn exercise(info: &UnwindInfo, word: u8, pcs: &[u64]) -> usize {
     let mut found = 0;
     let mut ctx = UnwindContext::new();
     let mut regs = Registers::new();
@@ -87,12 +97,12 @@ fn exercise(info: &UnwindInfo, pcs: &[u64]) -> usize {
                 regs.get(reg).map_or(0, |v| v.wrapping_add(offset as u64))
             }
             CfaRule::Expr(e) => {
-                expr::evaluate(info.expr_bytes(e), None, &regs, &mut mem).unwrap_or(0)
+                expr::evaluate(info.expr_bytes(e), None, &regs, &mut mem, word).unwrap_or(0)
             }
         };
         for &(_, rule) in row.rules() {
             if let RegRule::Expr(e) | RegRule::ValExpr(e) = rule {
-                let _ = expr::evaluate(info.expr_bytes(e), Some(cfa), &regs, &mut mem);
+                let _ = expr::evaluate(info.expr_bytes(e), Some(cfa), &regs, &mut mem, word);
             }
         }
     }
@@ -102,7 +112,7 @@ fn exercise(info: &UnwindInfo, pcs: &[u64]) -> usize {
 /// Returns the number of rules found (for the tests of the harness itself).
 pub fn run(data: &[u8]) -> usize {
     let Some((&flags, rest)) = data.split_first() else { return 0 };
-    let arch = if flags & 1 == 0 { Arch::X86_64 } else { Arch::Aarch64 };
+    let arch = harness_arch(flags);
     let mut pcs = Vec::new();
     if flags & 2 == 0 {
         // A whole ELF image, copied: the `object` crate reads ELF headers in
@@ -130,7 +140,7 @@ pub fn run(data: &[u8]) -> usize {
         let (s, e) = (elf.range.start, elf.range.end);
         pcs.extend([s, e.wrapping_sub(1), s.wrapping_add((e - s) / 2), e, 0, u64::MAX]);
         let Ok(info) = UnwindInfo::new(arch, data.clone(), elf.sections) else { return 0 };
-        exercise(&info, &pcs)
+        exercise(&info, arch.word_size() as u8, &pcs)
     } else {
         let body = rest.get(16..).unwrap_or(&[]);
         let hdr_len = (u32_at(rest, 0) as usize).min(body.len());
@@ -150,6 +160,7 @@ pub fn run(data: &[u8]) -> usize {
             debug_frame: section(hdr_len + eh_len, df_len, 0),
             text: Some(eh_addr & !0xfff),
             got: Some(eh_addr.wrapping_add(0x10000)),
+            code: Vec::new(),
         };
         fde_addresses(eh_frame(&body[hdr_len..hdr_len + eh_len]), eh_addr, &mut pcs);
         fde_addresses(debug_frame(&body[hdr_len + eh_len..]), 0, &mut pcs);
@@ -164,6 +175,6 @@ pub fn run(data: &[u8]) -> usize {
         let Ok(info) = UnwindInfo::new(arch, Arc::new(Data::Owned(body.to_vec())), sections) else {
             return 0;
         };
-        exercise(&info, &pcs)
+        exercise(&info, arch.word_size() as u8, &pcs)
     }
 }

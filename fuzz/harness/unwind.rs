@@ -4,15 +4,17 @@
 //! a raw `.eh_frame`. The walk must end with a reason, within `max_frames`,
 //! and a second walk (served from the rule cache) must find the same frames.
 //!
-//! Input layout: u8 flags (bit 0: aarch64), u16 max_frames, u32 image_len,
+//! Input layout: u8 flags (bit 0: aarch64, bit 2: i386, bit 3: frame-pointer
+//! fallback, bit 4: stack scanning), u16 max_frames, u32 image_len,
 //! image, u64 bias, u64 pc, u64 register mask (bit n = DWARF column n,
 //! n < 33), one u64 per set bit, u64 stack address, u16 gap_at, then the
 //! stack bytes: two regions, split at gap_at with a 4 KiB hole between.
 
 use std::sync::Arc;
 
-use _core::arch::{Arch, NUM_REGS};
+use _core::arch::NUM_REGS;
 use _core::cfi::{Data, Module, ModuleSections, SectionInfo};
+use _core::fallback::Strategy;
 use _core::memory::Regions;
 use _core::registers::Registers;
 use _core::unwind::{EndReason, Unwinder};
@@ -37,7 +39,7 @@ impl<'a> Reader<'a> {
 pub fn run(data: &[u8]) {
     let mut r = Reader(data);
     let flags = r.uint(1);
-    let arch = if flags & 1 == 0 { Arch::X86_64 } else { Arch::Aarch64 };
+    let arch = super::cfi::harness_arch(flags as u8);
     let max_frames = (r.uint(2) as usize) % 1024;
     let image_len = r.uint(4) as usize;
     let image = r.take(image_len);
@@ -68,6 +70,15 @@ pub fn run(data: &[u8]) {
     let data = Data::Owned(image);
     let Ok(module) = Module::new("fuzz".into(), arch, data, sections, range, bias) else { return };
     let mut unwinder = Unwinder::new(arch);
+    // Bits 3 and 4 add the fallbacks after CFI, as `stackwalk core` uses them.
+    let mut strategies = vec![Strategy::Cfi];
+    if flags & 8 != 0 {
+        strategies.push(Strategy::FramePointer);
+    }
+    if flags & 16 != 0 {
+        strategies.push(Strategy::Scan);
+    }
+    unwinder.set_strategies(&strategies);
     if unwinder.add_module(Arc::new(module)).is_err() {
         return;
     }

@@ -9,7 +9,7 @@ reads ELF core files.
 """
 
 from stackwalk.errors import ArchError, CfiError, ElfError, MemoryReadError, StackwalkError
-from stackwalk.unwinder import Frame, MappedMemory, StackDB, Trace, Unwinder
+from stackwalk.unwinder import CRASH_STRATEGIES, Frame, MappedMemory, StackDB, Trace, Unwinder
 
 
 def __getattr__(name: str) -> object:
@@ -23,6 +23,7 @@ def __getattr__(name: str) -> object:
 
 
 __all__ = [
+    "CRASH_STRATEGIES",
     "Core",
     "CoreError",
     "Unwinder",

@@ -23,6 +23,7 @@ __all__ = [
     "elf_summary",
     "demangle",
     "perf_report",
+    "perf_samples",
     "flamegraph",
 ]
 
@@ -115,13 +116,24 @@ def perf_report(
     jobs: int = 0,
     max_frames: int = 512,
     debug_root: str | PathLike[str] = ...,
+    progress: float | None = None,
 ) -> dict[str, Any]: ...
+def perf_samples(path: str | PathLike[str], max_samples: int = 1000) -> dict[str, Any]: ...
 
 @disjoint_base
 class Unwinder:
-    def __new__(cls, arch: str = "x86_64") -> Unwinder: ...
+    def __new__(
+        cls,
+        arch: str = "x86_64",
+        strategies: Sequence[str] | None = None,
+        scan_words: int = 1024,
+    ) -> Unwinder: ...
     @property
     def arch(self) -> str: ...
+    @property
+    def strategies(self) -> list[str]: ...
+    @property
+    def scan_words(self) -> int: ...
     @property
     def modules(self) -> list[tuple[str, int, int, int]]: ...
     @property

@@ -13,18 +13,33 @@ from stackwalk.unwinder import MappedMemory
 
 MAX_ENTRIES = 4096  # bound on every walk through pointers found in the core
 _DT_NULL, _DT_DEBUG = 0, 21
-_WORD = struct.Struct("<Q")
-_DYN = struct.Struct("<qQ")  # Elf64_Dyn: d_tag, d_val
-_LINK_MAP = struct.Struct("<5Q")  # l_addr, l_name, l_ld, l_next, l_prev
 _STRING_CHUNK = 256
 _ADDRESS_LIMIT = 1 << 64
 
 
-class MemoryReader:
-    """Typed reads of a ``MappedMemory``; every read answers None where the core has no bytes."""
+class _Structs(NamedTuple):
+    """The dynamic linker's structures in a process of one word size."""
 
-    def __init__(self, memory: MappedMemory) -> None:
+    word: struct.Struct
+    dyn: struct.Struct  # Elf{64,32}_Dyn: d_tag, d_val
+    link_map: struct.Struct  # l_addr, l_name, l_ld, l_next, l_prev
+    r_map: int  # offset of r_debug.r_map (after the int r_version, padded to a word)
+    r_next: int  # offset of r_debug_extended.r_next
+
+
+_STRUCTS = {
+    8: _Structs(struct.Struct("<Q"), struct.Struct("<qQ"), struct.Struct("<5Q"), 8, 40),
+    4: _Structs(struct.Struct("<I"), struct.Struct("<iI"), struct.Struct("<5I"), 4, 20),
+}
+
+
+class MemoryReader:
+    """Typed reads of a ``MappedMemory``; every read answers None where the core has no bytes.
+    ``word_size`` is the process's: 8, or 4 for a 32-bit process."""
+
+    def __init__(self, memory: MappedMemory, word_size: int = 8) -> None:
         self.memory = memory
+        self.structs = _STRUCTS[word_size]
         ranges = sorted(memory.ranges)
         self._starts = [start for start, _ in ranges]
         self._ends = [start + size for start, size in ranges]
@@ -42,8 +57,9 @@ class MemoryReader:
         return self.memory.read(address, size)
 
     def word(self, address: int) -> int | None:
-        data = self.read(address, 8)
-        return None if data is None else _WORD.unpack(data)[0]
+        word = self.structs.word
+        data = self.read(address, word.size)
+        return None if data is None else int(word.unpack(data)[0])
 
     def string(self, address: int, limit: int = 4096) -> str | None:
         """The NUL-terminated string at ``address`` (None if unreadable or unterminated)."""
@@ -84,39 +100,41 @@ def read_link_map(reader: MemoryReader, dynamic: int) -> tuple[list[LinkMapEntry
     warnings: list[str] = []
     seen_namespaces: set[int] = set()
     seen_maps: set[int] = set()
+    structs = reader.structs
     # glibc >= 2.35 chains one r_debug per link-map namespace (r_version >= 2: r_next).
     while r_debug and r_debug not in seen_namespaces and len(seen_namespaces) < MAX_ENTRIES:
         seen_namespaces.add(r_debug)
-        header = reader.read(r_debug, 16)  # r_version (int, padded), r_map
+        header = reader.read(r_debug, structs.r_map + structs.word.size)  # r_version, r_map
         if header is None:
             warnings.append(f"link map: cannot read r_debug at {r_debug:#x}")
             break
         version = struct.unpack_from("<i", header)[0]
-        link = _WORD.unpack_from(header, 8)[0]
+        link = structs.word.unpack_from(header, structs.r_map)[0]
         while link and len(seen_maps) < MAX_ENTRIES:
             if link in seen_maps:
                 warnings.append(f"link map: cycle at {link:#x}")
                 break
             seen_maps.add(link)
-            raw = reader.read(link, _LINK_MAP.size)
+            raw = reader.read(link, structs.link_map.size)
             if raw is None:
                 warnings.append(f"link map: cannot read entry at {link:#x}")
                 break
-            l_addr, l_name, l_ld, l_next, _ = _LINK_MAP.unpack(raw)
+            l_addr, l_name, l_ld, l_next, _ = structs.link_map.unpack(raw)
             if l_ld != dynamic:  # not the executable's own entry
                 entries.append(LinkMapEntry(reader.string(l_name), l_addr, l_ld))
             link = l_next
-        r_debug = (reader.word(r_debug + 40) or 0) if version >= 2 else 0
+        r_debug = (reader.word(r_debug + structs.r_next) or 0) if version >= 2 else 0
     return entries, warnings
 
 
 def _dt_debug(reader: MemoryReader, dynamic: int) -> int | None:
     """DT_DEBUG's value in the dynamic section at ``dynamic``: 0 if absent, None if unreadable."""
+    dyn = reader.structs.dyn
     for i in range(MAX_ENTRIES):
-        raw = reader.read(dynamic + i * _DYN.size, _DYN.size)
+        raw = reader.read(dynamic + i * dyn.size, dyn.size)
         if raw is None:
             return None
-        tag, value = _DYN.unpack(raw)
+        tag, value = dyn.unpack(raw)
         if tag == _DT_DEBUG:
             return int(value)
         if tag == _DT_NULL:

@@ -51,14 +51,18 @@ _REGISTERS: dict[str, tuple[str, ...]] = {
         "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15", "rip",
     ),
     "aarch64": tuple(f"x{i}" for i in range(31)) + ("sp", "pc"),
+    "i386": ("eax", "ecx", "edx", "ebx", "esp", "ebp", "esi", "edi", "eip"),
 }  # fmt: skip
-_ELF_MACHINES = {"EM_X86_64": "x86_64", "EM_AARCH64": "aarch64"}
-_GDB_ARCHITECTURES = {"i386:x86-64": "x86_64", "aarch64": "aarch64"}
+_STACK_POINTERS = {"x86_64": "rsp", "aarch64": "sp", "i386": "esp"}
+_WORD_BITS = {"x86_64": 64, "aarch64": 64, "i386": 32}
+_ELF_MACHINES = {"EM_X86_64": "x86_64", "EM_AARCH64": "aarch64", "EM_386": "i386"}
+_GDB_ARCHITECTURES = {"i386:x86-64": "x86_64", "aarch64": "aarch64", "i386": "i386"}
+# The architectures whose programs a host runs natively (x86_64 kernels run 32-bit x86 ones).
 _HOST_ARCHITECTURES = {
-    "x86_64": "x86_64",
-    "amd64": "x86_64",
-    "aarch64": "aarch64",
-    "arm64": "aarch64",
+    "x86_64": ("x86_64", "i386"),
+    "amd64": ("x86_64", "i386"),
+    "aarch64": ("aarch64",),
+    "arm64": ("aarch64",),
 }
 # Signals a test program may use for itself: gdb must hand them to the program without stopping.
 _PASS_SIGNALS = ("SIGALRM", "SIGVTALRM", "SIGPROF", "SIGUSR1", "SIGUSR2", "SIGCHLD", "SIGPIPE")
@@ -89,7 +93,7 @@ class Capture:
     """A thread stopped at a breakpoint, as gdb saw it."""
 
     arch: str
-    """``"x86_64"`` or ``"aarch64"``."""
+    """``"x86_64"``, ``"aarch64"`` or ``"i386"``."""
     regs: dict[str, int]
     """Register values of the stopped thread's innermost frame, by the unwinders' names."""
     memory: list[tuple[int, bytes]]
@@ -212,12 +216,13 @@ def capture(
     program_arch = _elf_arch(args[0])
     if arch is not None and arch != program_arch:
         raise ArchError(f"{args[0]}: an {program_arch} executable, but arch={arch!r} was asked for")
-    native = program_arch == _HOST_ARCHITECTURES.get(platform.machine())
+    native = program_arch in _HOST_ARCHITECTURES.get(platform.machine(), ())
     gdb_exe = _find_tool(gdb or ("gdb" if native else "gdb-multiarch"))
     config: dict[str, Any] = {
         "breakpoint": breakpoint,
         "registers": list(_REGISTERS[program_arch]),
-        "stack_pointer": "rsp" if program_arch == "x86_64" else "sp",
+        "stack_pointer": _STACK_POINTERS[program_arch],
+        "word_bits": _WORD_BITS[program_arch],
         "max_stack": max_stack,
         "page_size": PAGE_SIZE,
         "pass_signals": list(_PASS_SIGNALS),
@@ -577,12 +582,18 @@ def run_to_breakpoint():
         raise Failure("not_hit", "the program stopped on %s, not at the breakpoint" % why)
 
 
+def word(value):
+    """A register's value as an unsigned word: gdb types i386's eax..edi as signed int32, which
+    a cast to a 64-bit type would sign-extend."""
+    return int(value) & ((1 << CONFIG["word_bits"]) - 1)
+
+
 def read_registers(frame):
     u64 = frame.architecture().integer_type(64, False)
     regs = {}
     for name in CONFIG["registers"]:
         try:
-            regs[name] = int(frame.read_register(name).cast(u64))
+            regs[name] = word(frame.read_register(name).cast(u64))
         except (gdb.error, ValueError) as exc:
             raise Failure("gdb", "cannot read register %s: %s" % (name, exc))
     return regs
@@ -641,21 +652,26 @@ def auxv_vdso():
     return None
 
 
+# Per ELF class (EI_CLASS 2: 64-bit, 1: 32-bit): where e_phoff and e_shoff are and their
+# format, where e_phentsize..e_shnum are, and a program header's p_offset and p_filesz.
+_ELF_LAYOUT = {2: (0x20, "<QQ", 0x36, "<IIQQQQ", 2, 5), 1: (0x1c, "<II", 0x2a, "<IIIIII", 1, 4)}
+
+
 def read_vdso(address):
-    """The whole vdso ELF image: up to the end of its section headers or of its last
-    segment's file contents, whichever is further."""
+    """The whole vdso ELF image (ELF64, or ELF32 for a 32-bit process): up to the end of its
+    section headers or of its last segment's file contents, whichever is further."""
     inferior = gdb.selected_inferior()
     header = bytes(inferior.read_memory(address, 64))
-    if header[:4] != b"\x7fELF" or header[4] != 2 or header[5] != 1:
-        raise Failure("gdb", "no little-endian ELF64 header at the vdso address %#x" % address)
-    phoff, shoff = struct.unpack_from("<QQ", header, 0x20)
-    phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHH", header, 0x36)
+    if header[:4] != b"\x7fELF" or header[4] not in _ELF_LAYOUT or header[5] != 1:
+        raise Failure("gdb", "no little-endian ELF header at the vdso address %#x" % address)
+    offsets_at, offsets, sizes_at, phdr, offset_field, filesz_field = _ELF_LAYOUT[header[4]]
+    phoff, shoff = struct.unpack_from(offsets, header, offsets_at)
+    phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHH", header, sizes_at)
     size = shoff + shnum * shentsize
     phdrs = bytes(inferior.read_memory(address + phoff, phnum * phentsize))
     for i in range(phnum):
-        _type, _flags, offset, _vaddr, _paddr, filesz = struct.unpack_from(
-            "<IIQQQQ", phdrs, i * phentsize)
-        size = max(size, offset + filesz)
+        fields = struct.unpack_from(phdr, phdrs, i * phentsize)
+        size = max(size, fields[offset_field] + fields[filesz_field])
     return [address, base64.b64encode(bytes(inferior.read_memory(address, size))).decode("ascii")]
 
 
@@ -670,7 +686,7 @@ def backtrace():
         kind = frame.type()
         if kind not in (gdb.INLINE_FRAME, gdb.TAILCALL_FRAME):
             sp = frame.read_register("sp").cast(u64)
-            frames.append({"pc": frame.pc(), "sp": int(sp), "function": frame.name(),
+            frames.append({"pc": frame.pc(), "sp": word(sp), "function": frame.name(),
                            "kind": _FRAME_KINDS.get(kind, str(kind))})
         try:
             older = frame.older()

@@ -155,12 +155,16 @@ def _one_core(args: argparse.Namespace, path: str, executable: str | None) -> in
     from stackwalk.render import core_lines
 
     search = [d for d in (args.lib_search_path or "").split(":") if d]
+    strategies = [s for s in args.strategies.split(",") if s]
+    if args.no_scan:
+        strategies = [s for s in strategies if s != "scan"]
     core = Core.open(
         path,
         executable,
         sysroot=args.sysroot,
         lib_search_path=search or None,
         debug_root=args.debug_root,
+        strategies=strategies,
     )
     if not core.threads:
         reasons = "; ".join(core.warnings) or "it has no NT_PRSTATUS note"
@@ -205,8 +209,11 @@ def _one_perf(args: argparse.Namespace, path: str) -> int:
         folded.close()
         output = folded.name
     sys.stdout.flush()
+    # A progress bar, after half a second, when someone watches stderr and it is not the output.
+    watched = sys.stderr.isatty() and (output is not None or not sys.stdout.isatty())
+    progress = 0.5 if watched else None
     summary = perf_report(path, fmt, output=output, jobs=args.jobs,
-                          max_frames=args.max_frames)  # fmt: skip
+                          max_frames=args.max_frames, progress=progress)  # fmt: skip
     if args.flamegraph:
         from stackwalk._core import flamegraph
 
@@ -236,7 +243,7 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("capture", help="run a program under gdb to a breakpoint, save its stack")
     c.add_argument("-b", "--breakpoint", required=True, help="function or file:line")
     c.add_argument("-o", "--output", required=True, help="capture file to write (JSON)")
-    c.add_argument("--arch", choices=["x86_64", "aarch64"], help="default: the program's")
+    c.add_argument("--arch", choices=["x86_64", "aarch64", "i386"], help="default: the program's")
     c.add_argument("--sysroot", help="for aarch64 programs run under qemu")
     c.add_argument("program", nargs="+", help="the program and its arguments")
     c.set_defaults(func=cmd_capture)
@@ -266,6 +273,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     k.add_argument("--thread", type=int, metavar="TID", help="only this thread")
     k.add_argument("--max-frames", type=int, default=256)
+    k.add_argument(
+        "--strategies",
+        default="cfi,frame_pointer,scan",
+        metavar="LIST",
+        help="how each frame's caller is looked for, tried in this order "
+        "(default: cfi,frame_pointer,scan)",
+    )
+    k.add_argument("--no-scan", action="store_true", help="never scan the stack")
     k.set_defaults(func=cmd_core)
 
     pf = sub.add_parser("perf", help="unwind every sample of a perf record --call-graph dwarf file")

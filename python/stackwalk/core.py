@@ -10,8 +10,10 @@ every module found plus the vdso image from the core's memory::
         print(thread.tid, [hex(pc) for pc in thread.unwind().pcs])
 
 Modules come from ``NT_FILE``; a core without it (qemu-user writes those) is read through the
-dynamic linker's link map in its memory. Build ids are read from the module headers the core
-holds and compared with the files found; every doubt is a line in ``core.warnings``.
+dynamic linker's link map in its memory. Cores of 64-bit (x86_64, aarch64) and 32-bit (i386)
+processes are read, each with its class's layout of the headers and notes. Build ids are read
+from the module headers the core holds and compared with the files found; every doubt is a line
+in ``core.warnings``.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from typing import Any, BinaryIO, NamedTuple
 from stackwalk._core import elf_summary
 from stackwalk._linkmap import MemoryReader, read_link_map
 from stackwalk.errors import ArchError, ElfError, StackwalkError
-from stackwalk.unwinder import MappedMemory, Trace, Unwinder
+from stackwalk.unwinder import CRASH_STRATEGIES, MappedMemory, Trace, Unwinder
 
 __all__ = ["Core", "CoreError", "CoreModule", "Signal", "Thread"]
 
@@ -35,8 +37,10 @@ class CoreError(StackwalkError):
     """The file is not an ELF core file that stackwalk can read."""
 
 
-_MACHINES = {62: "x86_64", 183: "aarch64"}
-# pr_reg of NT_PRSTATUS, named as the unwinder takes them (it ignores the others).
+# (ELF class, e_machine) -> architecture: 2 is ELFCLASS64, 1 ELFCLASS32.
+_MACHINES = {(2, 62): "x86_64", (2, 183): "aarch64", (1, 3): "i386"}
+# pr_reg of NT_PRSTATUS, named as the unwinder takes them (it ignores the others). i386: the
+# kernel's struct user_regs_struct (arch/x86/include/asm/user_32.h), 17 32-bit words.
 _REGISTERS: dict[str, tuple[str, ...]] = {
     "x86_64": (
         "r15", "r14", "r13", "r12", "rbp", "rbx", "r11", "r10", "r9", "r8", "rax", "rcx",
@@ -44,10 +48,51 @@ _REGISTERS: dict[str, tuple[str, ...]] = {
         "gs_base", "ds", "es", "fs", "gs",
     ),
     "aarch64": (*(f"x{i}" for i in range(31)), "sp", "pc", "pstate"),
+    "i386": (
+        "ebx", "ecx", "edx", "esi", "edi", "ebp", "eax", "ds", "es", "fs", "gs", "orig_eax",
+        "eip", "cs", "eflags", "esp", "ss",
+    ),
 }  # fmt: skip
 
-_ELF_HEADER = struct.Struct("<16sHHIQQQIHHHHHH")
-_PHDR = struct.Struct("<IIQQQQQQ")  # p_type, p_flags, p_offset, p_vaddr, p_paddr, p_filesz, ...
+
+class _Layout(NamedTuple):
+    """Where the fields of the structures of a core are, for one ELF class: the kernel writes
+    a 32-bit process's core with 32-bit headers, ``unsigned long`` fields and pointers
+    (``struct compat_elf_prstatus``, ``compat_elf_prpsinfo``, ``compat_siginfo``)."""
+
+    word: int  # bytes in a word, a pointer, an address
+    header: struct.Struct  # Elf{64,32}_Ehdr
+    phdr: struct.Struct  # Elf{64,32}_Phdr
+    # Indexes in a program header of p_type, p_flags, p_offset, p_vaddr, p_filesz, p_memsz.
+    phdr_fields: tuple[int, int, int, int, int, int]
+    sh_info: int  # offset of sh_info in a section header (for e_phnum's overflow)
+    prstatus_pid: int  # offset of pr_pid in NT_PRSTATUS
+    prstatus_regs: int  # offset of pr_reg
+    prpsinfo: struct.Struct  # pr_pid, pr_fname, pr_psargs
+    siginfo: struct.Struct  # si_signo, si_errno, si_code, si_addr
+    pair: struct.Struct  # two words: an auxv entry, NT_FILE's count and page size
+    triple: struct.Struct  # three words: an NT_FILE entry
+
+    def phdrs(self, table: bytes) -> list[tuple[int, int, int, int, int, int]]:
+        """(p_type, p_flags, p_offset, p_vaddr, p_filesz, p_memsz) of each program header."""
+        t, fl, o, v, fs, m = self.phdr_fields
+        whole = table[: len(table) // self.phdr.size * self.phdr.size]
+        return [(p[t], p[fl], p[o], p[v], p[fs], p[m]) for p in self.phdr.iter_unpack(whole)]
+
+
+_ELFCLASS32, _ELFCLASS64 = 1, 2
+_LAYOUTS = {
+    _ELFCLASS64: _Layout(
+        8, struct.Struct("<16sHHIQQQIHHHHHH"), struct.Struct("<IIQQQQQQ"), (0, 1, 2, 3, 5, 6),
+        44, 32, 112, struct.Struct("<24xI12x16s80s"), struct.Struct("<iii4xQ"),
+        struct.Struct("<QQ"), struct.Struct("<QQQ"),
+    ),
+    _ELFCLASS32: _Layout(
+        4, struct.Struct("<16sHHIIIIIHHHHHH"), struct.Struct("<IIIIIIII"), (0, 6, 1, 2, 4, 5),
+        28, 24, 72, struct.Struct("<12xI12x16s80s"), struct.Struct("<iiiI"),
+        struct.Struct("<II"), struct.Struct("<III"),
+    ),
+}  # fmt: skip
 _NOTE = struct.Struct("<III")  # n_namesz, n_descsz, n_type
 _ET_CORE = 4
 _ELF_TYPES = {1: "a relocatable object", 2: "an executable", 3: "a shared object or PIE executable"}
@@ -57,10 +102,8 @@ _PN_XNUM = 0xFFFF  # e_phnum overflow: the real count is section header 0's sh_i
 _NT_PRSTATUS, _NT_PRPSINFO, _NT_AUXV = 1, 3, 6
 _NT_SIGINFO, _NT_FILE = 0x53494749, 0x46494C45
 _AT_NULL, _AT_PHDR, _AT_ENTRY, _AT_EXECFN, _AT_SYSINFO_EHDR = 0, 3, 9, 31, 33
-_PRSTATUS_CURSIG, _PRSTATUS_PID, _PRSTATUS_REGS = 12, 32, 112
-_PRPSINFO = struct.Struct("<24xI12x16s80s")  # pr_pid, pr_fname, pr_psargs
+_PRSTATUS_CURSIG = 12
 _FNAME_MAX = 15  # pr_fname's length without its NUL
-_SIGINFO = struct.Struct("<iii4xQ")  # si_signo, si_errno, si_code, si_addr
 # Signals whose siginfo carries the faulting address (when si_code > 0: sent by the kernel).
 _FAULT_SIGNALS = frozenset({4, 5, 7, 8, 11})  # SIGILL, SIGTRAP, SIGBUS, SIGFPE, SIGSEGV
 _DEFAULT_PAGE = 4096
@@ -134,7 +177,8 @@ class _ThreadNotes:
         self.tid = tid
         self.cursig = cursig
         self.regs = regs
-        self.siginfo: bytes | None = None  # the NT_SIGINFO that follows its NT_PRSTATUS
+        # The NT_SIGINFO that follows its NT_PRSTATUS: (si_signo, si_code, si_addr).
+        self.siginfo: tuple[int, int, int] | None = None
 
 
 class _Notes:
@@ -161,7 +205,7 @@ def _signal_name(number: int) -> str:
 
 def _signal_of(thread: _ThreadNotes) -> Signal | None:
     if thread.siginfo is not None:
-        signo, _, code, addr = _SIGINFO.unpack_from(thread.siginfo)
+        signo, code, addr = thread.siginfo
         if signo:
             address = addr if signo in _FAULT_SIGNALS and code > 0 else None
             return Signal(signo, _signal_name(signo), address, code)
@@ -211,18 +255,22 @@ class Core:
         sysroot: str | os.PathLike[str] | None = None,
         lib_search_path: Sequence[str | os.PathLike[str]] | None = None,
         debug_root: str | os.PathLike[str] | None = DEBUG_ROOT,
+        strategies: Sequence[str] = CRASH_STRATEGIES,
     ) -> Core:
         """Read the core at ``path``. ``executable`` overrides the program file; ``sysroot``
         prefixes every module path; ``lib_search_path`` is searched by file name;
         ``debug_root`` is where separate debug files are looked for (by build id, and by
         ``.gnu_debuglink`` under it as well as next to each module): their ``.debug_frame``
-        unwinds functions that ``.eh_frame`` lacks, their symbols name them."""
+        unwinds functions that ``.eh_frame`` lacks, their symbols name them;
+        ``strategies`` are the ways each frame's caller is looked for, in order (CFI, then
+        frame pointers, then stack scanning by default)."""
         return cls(
             path,
             executable,
             sysroot=sysroot,
             lib_search_path=lib_search_path,
             debug_root=debug_root,
+            strategies=strategies,
         )
 
     def __init__(
@@ -233,10 +281,12 @@ class Core:
         sysroot: str | os.PathLike[str] | None = None,
         lib_search_path: Sequence[str | os.PathLike[str]] | None = None,
         debug_root: str | os.PathLike[str] | None = DEBUG_ROOT,
+        strategies: Sequence[str] = CRASH_STRATEGIES,
     ) -> None:
         self.path = os.fspath(path)
         self.debug_root = os.fspath(debug_root) if debug_root is not None else None
         self.warnings = []
+        self._layout = _LAYOUTS[_ELFCLASS64]
         try:
             with open(self.path, "rb") as f:
                 self.arch, self._segments, note_data = self._read_headers(f)
@@ -252,11 +302,11 @@ class Core:
             self.warnings.append(
                 f"core is truncated: {self.memory.missing_bytes} bytes of segments missing"
             )
-        self._reader = MemoryReader(self.memory)
+        self._reader = MemoryReader(self.memory, self._layout.word)
         notes = self._parse_notes(note_data)
         self.pid = notes.pid
         self.command_line = notes.psargs
-        self.unwinder = Unwinder(self.arch)
+        self.unwinder = Unwinder(self.arch, strategies=tuple(strategies))
         self._finder = _FileFinder(self.arch, sysroot, lib_search_path)
         self._page = notes.page_size
         self._vdso_image: bytes | None = None
@@ -271,39 +321,44 @@ class Core:
     # -- the file: headers and notes -------------------------------------------------------
 
     def _read_headers(self, f: BinaryIO) -> tuple[str, list[_Segment], list[bytes]]:
-        raw = f.read(_ELF_HEADER.size)
-        if len(raw) < 16 or raw[:4] != _ELF_MAGIC:
+        ident = f.read(16)
+        if len(ident) < 16 or ident[:4] != _ELF_MAGIC:
             raise CoreError(f"{self.path}: not an ELF file")
-        if raw[4] != 2 or raw[5] != 1:
-            raise CoreError(f"{self.path}: not a little-endian 64-bit ELF file")
-        if len(raw) < _ELF_HEADER.size:
+        if ident[4] not in _LAYOUTS or ident[5] != 1:
+            raise CoreError(f"{self.path}: not a little-endian 32-bit or 64-bit ELF file")
+        layout = self._layout = _LAYOUTS[ident[4]]
+        raw = ident + f.read(layout.header.size - 16)
+        if len(raw) < layout.header.size:
             raise CoreError(f"{self.path}: truncated ELF header")
         (_, e_type, machine, _, _, phoff, shoff, _, _, phentsize, phnum, _, _, _) = (
-            _ELF_HEADER.unpack(raw)
+            layout.header.unpack(raw)
         )
         if e_type != _ET_CORE:
             what = _ELF_TYPES.get(e_type, f"an ELF file of type {e_type}")
             raise CoreError(f"{self.path}: not a core file: it is {what}")
-        arch = _MACHINES.get(machine)
+        arch = _MACHINES.get((ident[4], machine))
         if arch is None:
-            raise CoreError(f"{self.path}: unsupported architecture (ELF machine {machine})")
-        if phentsize != _PHDR.size:
+            bits = 8 * layout.word
+            raise CoreError(
+                f"{self.path}: unsupported architecture (ELF machine {machine}, {bits}-bit)"
+            )
+        if phentsize != layout.phdr.size:
             raise CoreError(f"{self.path}: bad program header size {phentsize}")
         # Offsets are checked against the size before any seek: a damaged one can be past
         # what a file offset can hold at all.
         size = os.fstat(f.fileno()).st_size
         if phnum == _PN_XNUM:
-            if shoff + 48 > size:
+            if shoff + layout.sh_info + 4 > size:
                 raise CoreError(f"{self.path}: truncated section header at {shoff:#x}")
-            f.seek(shoff + 44)  # Elf64_Shdr.sh_info of section header 0
+            f.seek(shoff + layout.sh_info)  # sh_info of section header 0
             phnum = struct.unpack("<I", f.read(4))[0]
-        if phoff + phnum * _PHDR.size > size:
+        if phoff + phnum * layout.phdr.size > size:
             raise CoreError(f"{self.path}: truncated program headers at {phoff:#x}")
         f.seek(phoff)
-        table = f.read(phnum * _PHDR.size)
+        table = f.read(phnum * layout.phdr.size)
         segments: list[_Segment] = []
         notes: list[bytes] = []
-        for p_type, flags, offset, vaddr, _, filesz, memsz, _ in _PHDR.iter_unpack(table):
+        for p_type, flags, offset, vaddr, filesz, memsz in layout.phdrs(table):
             if p_type == _PT_LOAD:
                 segments.append(_Segment(vaddr, offset, filesz, memsz, flags))
             elif p_type == _PT_NOTE:
@@ -342,30 +397,34 @@ class Core:
         return notes
 
     def _parse_note(self, notes: _Notes, n_type: int, desc: bytes) -> None:
+        layout = self._layout
         if n_type == _NT_PRSTATUS:
             names = _REGISTERS[self.arch]
-            if len(desc) < _PRSTATUS_REGS + 8 * len(names):
+            if len(desc) < layout.prstatus_regs + layout.word * len(names):
                 self.warnings.append(f"NT_PRSTATUS note too short ({len(desc)} bytes), skipped")
                 return
             cursig = struct.unpack_from("<h", desc, _PRSTATUS_CURSIG)[0]
-            tid = struct.unpack_from("<i", desc, _PRSTATUS_PID)[0]
-            values = struct.unpack_from(f"<{len(names)}Q", desc, _PRSTATUS_REGS)
+            tid = struct.unpack_from("<i", desc, layout.prstatus_pid)[0]
+            words = "Q" if layout.word == 8 else "I"
+            values = struct.unpack_from(f"<{len(names)}{words}", desc, layout.prstatus_regs)
             notes.threads.append(_ThreadNotes(tid, cursig, dict(zip(names, values, strict=True))))
         elif n_type == _NT_SIGINFO:
-            if not notes.threads or len(desc) < _SIGINFO.size:
+            if not notes.threads or len(desc) < layout.siginfo.size:
                 self.warnings.append("NT_SIGINFO note out of place or too short, skipped")
                 return
-            notes.threads[-1].siginfo = desc  # it belongs to the thread before it
+            signo, _, code, addr = layout.siginfo.unpack_from(desc)
+            notes.threads[-1].siginfo = (signo, code, addr)  # of the thread before it
         elif n_type == _NT_PRPSINFO:
-            if len(desc) < _PRPSINFO.size:
+            if len(desc) < layout.prpsinfo.size:
                 self.warnings.append("NT_PRPSINFO note too short, skipped")
                 return
-            pid, fname, psargs = _PRPSINFO.unpack_from(desc)
+            pid, fname, psargs = layout.prpsinfo.unpack_from(desc)
             notes.pid = pid
             notes.fname = _cstring(fname) or None
             notes.psargs = _cstring(psargs).rstrip() or None
         elif n_type == _NT_AUXV:
-            for key, value in struct.iter_unpack("<QQ", desc[: len(desc) // 16 * 16]):
+            pair = layout.pair
+            for key, value in pair.iter_unpack(desc[: len(desc) // pair.size * pair.size]):
                 if key == _AT_NULL:
                     break
                 notes.auxv.setdefault(key, value)
@@ -373,11 +432,12 @@ class Core:
             self._parse_nt_file(notes, desc)
 
     def _parse_nt_file(self, notes: _Notes, desc: bytes) -> None:
-        if len(desc) < 16:
+        pair, triple = self._layout.pair, self._layout.triple
+        if len(desc) < pair.size:
             self.warnings.append("NT_FILE note too short, skipped")
             return
-        count, page = struct.unpack_from("<QQ", desc)
-        table_end = 16 + 24 * count
+        count, page = pair.unpack_from(desc)
+        table_end = pair.size + triple.size * count
         if table_end > len(desc) or page == 0 or page & (page - 1):
             self.warnings.append("NT_FILE note damaged, skipped")
             return
@@ -389,7 +449,7 @@ class Core:
         notes.files = [
             _Mapping(start, end, pgoff * page, name.decode("utf-8", "surrogateescape"))
             for (start, end, pgoff), name in zip(
-                struct.iter_unpack("<QQQ", desc[16:table_end]), names, strict=False
+                triple.iter_unpack(desc[pair.size : table_end]), names, strict=False
             )
         ]
 
@@ -506,7 +566,7 @@ class Core:
         self.warnings.extend(warnings)
         vdso = notes.auxv.get(_AT_SYSINFO_EHDR)
         vdso_end = self._segment_end(vdso) if vdso else None
-        interpreter = _interpreter(exe.file, summary["phdr"]) if exe.file else None
+        interpreter = _interpreter(exe.file, summary["phdr"], self._layout) if exe.file else None
         for e in entries:
             if vdso and vdso_end and vdso <= e.dynamic < vdso_end:
                 continue  # the vdso's own entry: its image is read from the core below
@@ -696,17 +756,14 @@ class Core:
         )
 
 
-def _interpreter(file: str, phdr: tuple[int, int]) -> str | None:
-    """The PT_INTERP path of ELF ``file`` whose program headers are at ``phdr`` (e_phoff,
-    e_phnum); None if it has none or it cannot be read."""
+def _interpreter(file: str, phdr: tuple[int, int], layout: _Layout) -> str | None:
+    """The PT_INTERP path of ELF ``file`` (of the core's class) whose program headers are at
+    ``phdr`` (e_phoff, e_phnum); None if it has none or it cannot be read."""
     phoff, phnum = phdr
     try:
         with open(file, "rb") as f:
             f.seek(phoff)
-            table = f.read(phnum * _PHDR.size)
-            for p_type, _, offset, _, _, filesz, _, _ in _PHDR.iter_unpack(
-                table[: len(table) // _PHDR.size * _PHDR.size]
-            ):
+            for p_type, _, offset, _, filesz, _ in layout.phdrs(f.read(phnum * layout.phdr.size)):
                 if p_type == _PT_INTERP:
                     f.seek(offset)
                     return _cstring(f.read(min(filesz, 4096))) or None

@@ -156,7 +156,7 @@ def core_lines(doc: dict[str, Any]) -> list[str]:
         crashed = " (crashed)" if thread["tid"] == doc.get("crashing_thread") else ""
         lines.append("")
         lines.append(f"Thread {thread['tid']}{crashed}:")
-        lines.extend(frame_text(f) for f in thread["frames"])
+        lines.extend(f"{frame_text(f)}  [{f['trust']}]" for f in thread["frames"])
         if thread["end"] not in ("end_of_stack", "pc_zero"):
             lines.append(f"   (stopped early: {thread['end']}: {thread.get('end_detail', '')})")
     return lines

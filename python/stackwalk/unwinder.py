@@ -4,4 +4,11 @@ module costs microseconds; CFI is parsed on demand."""
 
 from stackwalk._core import Frame, MappedMemory, StackDB, Trace, Unwinder
 
-__all__ = ["Frame", "MappedMemory", "StackDB", "Trace", "Unwinder"]
+# What a crash processor tries for every frame: CFI wherever it covers the pc,
+# else the frame-pointer chain, else a scan of the stack for a return address.
+# ``Unwinder`` alone uses CFI only (it stops where CFI stops, like gdb's and
+# eu-stack's CFI unwinders and the pure-Python baseline); ``Core`` and
+# ``stackwalk core`` use these.
+CRASH_STRATEGIES = ("cfi", "frame_pointer", "scan")
+
+__all__ = ["CRASH_STRATEGIES", "Frame", "MappedMemory", "StackDB", "Trace", "Unwinder"]

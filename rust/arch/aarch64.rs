@@ -26,3 +26,50 @@ pub fn register_by_name(name: &str) -> Option<Option<u16>> {
         _ => NAMES.iter().position(|n| *n == name).map(|i| Some(i as u16)),
     }
 }
+
+/// One instruction: the `bl` or `blr` that made a return address.
+pub const CALL_WINDOW: usize = 4;
+
+fn last_insn(code: &[u8]) -> Option<u32> {
+    let n = code.len();
+    Some(u32::from_le_bytes(code.get(n.checked_sub(4)?..)?.try_into().ok()?))
+}
+
+/// `code` ends with `bl`, `blr` or a pointer-authenticating `blraa`/`blrab`/`blraaz`/`blrabz`.
+pub fn call_before(code: &[u8]) -> bool {
+    last_insn(code).is_some_and(|insn| {
+        insn & 0xfc00_0000 == 0x9400_0000 // bl imm26
+            || insn & 0xffff_fc1f == 0xd63f_0000 // blr xn
+            || insn & 0xfeff_f800 == 0xd63f_0800 // blraa, blrab, blraaz, blrabz
+    })
+}
+
+/// The target of a `bl` ending `code`, the bytes right before `return_address`.
+pub fn direct_call_target(return_address: u64, code: &[u8]) -> Option<u64> {
+    let insn = last_insn(code)?;
+    if insn & 0xfc00_0000 != 0x9400_0000 {
+        return None;
+    }
+    // imm26, in words, sign-extended.
+    let offset = (((insn & 0x03ff_ffff) << 6) as i32 >> 6) as i64 * 4;
+    Some(return_address.wrapping_sub(4).wrapping_add(offset as u64))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn calls_are_recognised() {
+        let le = |i: u32| i.to_le_bytes();
+        assert!(call_before(&le(0x9400_0010))); // bl +0x40
+        assert!(call_before(&le(0xd63f_0060))); // blr x3
+        assert!(call_before(&le(0xd63f_087f))); // blraaz x3
+        assert!(!call_before(&le(0xd65f_03c0))); // ret
+        assert!(!call_before(&le(0x1400_0010))); // b +0x40
+        assert!(!call_before(&[0x94]));
+        assert_eq!(direct_call_target(0x1004, &le(0x9400_0010)), Some(0x1040));
+        assert_eq!(direct_call_target(0x1004, &le(0x97ff_ffff)), Some(0xffc)); // bl -4
+        assert_eq!(direct_call_target(0x1004, &le(0xd63f_0060)), None);
+    }
+}

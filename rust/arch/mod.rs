@@ -2,13 +2,14 @@
 //! default rule for registers the CFI says nothing about.
 
 mod aarch64;
+mod i386;
 mod x86_64;
 
 use std::fmt;
 use std::str::FromStr;
 
 /// Number of DWARF register columns tracked per frame. x86_64 uses 0..=16
-/// (16 being the return-address column), aarch64 0..=31. Rules for columns
+/// (16 being the return-address column), aarch64 0..=31, i386 0..=8. Rules for columns
 /// beyond this (vector registers) are ignored: no unwinding rule reads them.
 pub const NUM_REGS: usize = 33;
 
@@ -17,6 +18,8 @@ pub const NUM_REGS: usize = 33;
 pub enum Arch {
     X86_64,
     Aarch64,
+    /// 32-bit x86.
+    I386,
 }
 
 /// What a register column becomes in the caller when no CFI rule names it.
@@ -27,12 +30,32 @@ pub enum DefaultRule {
 }
 
 impl Arch {
-    pub const ALL: [Arch; 2] = [Arch::X86_64, Arch::Aarch64];
+    pub const ALL: [Arch; 3] = [Arch::X86_64, Arch::Aarch64, Arch::I386];
 
     pub fn name(self) -> &'static str {
         match self {
             Arch::X86_64 => "x86_64",
             Arch::Aarch64 => "aarch64",
+            Arch::I386 => "i386",
+        }
+    }
+
+    /// The size of a machine word, a pointer and a return address, in bytes.
+    #[inline]
+    pub fn word_size(self) -> u64 {
+        match self {
+            Arch::X86_64 | Arch::Aarch64 => 8,
+            Arch::I386 => 4,
+        }
+    }
+
+    /// The mask of the address space: addresses and words computed while
+    /// unwinding wrap at this width (32 bits on i386).
+    #[inline]
+    pub fn address_mask(self) -> u64 {
+        match self {
+            Arch::X86_64 | Arch::Aarch64 => u64::MAX,
+            Arch::I386 => i386::ADDRESS_MASK,
         }
     }
 
@@ -41,6 +64,7 @@ impl Arch {
         match self {
             Arch::X86_64 => x86_64::SP,
             Arch::Aarch64 => aarch64::SP,
+            Arch::I386 => i386::SP,
         }
     }
 
@@ -49,6 +73,7 @@ impl Arch {
         match self {
             Arch::X86_64 => x86_64::FP,
             Arch::Aarch64 => aarch64::FP,
+            Arch::I386 => i386::FP,
         }
     }
 
@@ -57,14 +82,16 @@ impl Arch {
         match self {
             Arch::X86_64 => x86_64::RA,
             Arch::Aarch64 => aarch64::RA,
+            Arch::I386 => i386::RA,
         }
     }
 
     /// The column that holds the program counter itself, if the ABI gives it
-    /// one (x86_64: 16, `rip`; aarch64 has none).
+    /// one (x86_64: 16, `rip`; i386: 8, `eip`; aarch64 has none).
     pub fn pc_column(self) -> Option<u16> {
         match self {
             Arch::X86_64 => Some(x86_64::RA),
+            Arch::I386 => Some(i386::RA),
             Arch::Aarch64 => None,
         }
     }
@@ -84,6 +111,7 @@ impl Arch {
         match self {
             Arch::X86_64 => x86_64::CALLEE_SAVED.iter().fold(0, |m, r| m | 1 << r),
             Arch::Aarch64 => (19..=30).fold(0, |m, r| m | 1 << r),
+            Arch::I386 => i386::CALLEE_SAVED.iter().fold(0, |m, r| m | 1 << r),
         }
     }
 
@@ -94,6 +122,7 @@ impl Arch {
         match self {
             Arch::X86_64 => x86_64::register_by_name(name),
             Arch::Aarch64 => aarch64::register_by_name(name),
+            Arch::I386 => i386::register_by_name(name),
         }
     }
 
@@ -102,23 +131,106 @@ impl Arch {
         match self {
             Arch::X86_64 => x86_64::NAMES.get(reg as usize).copied(),
             Arch::Aarch64 => aarch64::NAMES.get(reg as usize).copied(),
+            Arch::I386 => i386::NAMES.get(reg as usize).copied(),
         }
     }
 
     /// Turn a recovered return address into a code address: aarch64 return
     /// addresses may carry pointer-authentication bits above the 48-bit
-    /// user address space.
+    /// user address space; i386 ones are 32 bits.
     pub fn strip_return_address(self, ra: u64) -> u64 {
         match self {
             Arch::X86_64 => ra,
             Arch::Aarch64 => ra & aarch64::USER_ADDRESS_MASK,
+            Arch::I386 => ra & i386::ADDRESS_MASK,
+        }
+    }
+
+    /// Whether `addr` (a code address, return-address bits already
+    /// stripped) can be a user-space address at all: x86_64's lower
+    /// canonical half (47 bits), aarch64's 48-bit user range, i386's 32 bits.
+    pub fn is_user_address(self, addr: u64) -> bool {
+        match self {
+            Arch::X86_64 => addr <= x86_64::USER_MAX,
+            Arch::Aarch64 => addr <= aarch64::USER_ADDRESS_MASK,
+            Arch::I386 => addr <= i386::ADDRESS_MASK,
+        }
+    }
+
+    /// A frame record, `[fp]` = the caller's fp and `[fp + word]` = the
+    /// return address, lies at these word offsets from fp. Every
+    /// architecture uses the same layout (x86's `push rbp; mov rbp, rsp`,
+    /// aarch64's `stp x29, x30, [sp, #-n]!; mov x29, sp`).
+    pub fn frame_record(self) -> (u64, u64) {
+        (0, self.word_size())
+    }
+
+    /// Whether the caller's sp is exactly fp + 2 words after a frame-record
+    /// step. On x86 the record sits right below the caller's sp (the call
+    /// pushed the return address, the prologue the frame pointer). On aarch64
+    /// the record is usually at the bottom of the callee's frame, so fp + 2
+    /// words is only a lower bound of the caller's sp.
+    pub fn frame_record_gives_exact_sp(self) -> bool {
+        match self {
+            Arch::X86_64 | Arch::I386 => true,
+            Arch::Aarch64 => false,
+        }
+    }
+
+    /// Whether a return address found on the stack is always the second word
+    /// of a frame record, so the word below it is the caller's fp (aarch64:
+    /// the return address is in lr until a prologue stores it with x29).
+    pub fn return_address_is_in_a_record(self) -> bool {
+        match self {
+            Arch::X86_64 | Arch::I386 => false,
+            Arch::Aarch64 => true,
+        }
+    }
+
+    /// The register that holds the return address in a leaf function that
+    /// has not saved it (aarch64's lr); None where a call pushes it.
+    pub fn link_register(self) -> Option<u16> {
+        match self {
+            Arch::X86_64 | Arch::I386 => None,
+            Arch::Aarch64 => Some(aarch64::RA),
+        }
+    }
+
+    /// How many code bytes before a return address [`Arch::call_before`] looks at.
+    pub fn call_window(self) -> usize {
+        match self {
+            // i386's call instructions are x86_64's, REX prefixes aside.
+            Arch::X86_64 | Arch::I386 => x86_64::CALL_WINDOW,
+            Arch::Aarch64 => aarch64::CALL_WINDOW,
+        }
+    }
+
+    /// Whether the code bytes right before a return address (`code`: the
+    /// last `call_window()` bytes before it, or fewer at the start of a
+    /// segment) end with a call instruction.
+    pub fn call_before(self, code: &[u8]) -> bool {
+        match self {
+            Arch::X86_64 | Arch::I386 => x86_64::call_before(code),
+            Arch::Aarch64 => aarch64::call_before(code),
+        }
+    }
+
+    /// The target of the direct call that made `return_address` (`code`:
+    /// the `call_window()` bytes before it), if that call is direct.
+    pub fn direct_call_target(self, return_address: u64, code: &[u8]) -> Option<u64> {
+        match self {
+            Arch::X86_64 => x86_64::direct_call_target(return_address, code),
+            Arch::I386 => {
+                x86_64::direct_call_target(return_address, code).map(|t| t & i386::ADDRESS_MASK)
+            }
+            Arch::Aarch64 => aarch64::direct_call_target(return_address, code),
         }
     }
 
     /// The vendor extensions gimli must accept in this architecture's CFI.
     pub fn gimli_vendor(self) -> gimli::Vendor {
         match self {
-            Arch::X86_64 => gimli::Vendor::Default,
+            Arch::X86_64 | Arch::I386 => gimli::Vendor::Default,
             Arch::Aarch64 => gimli::Vendor::AArch64,
         }
     }
@@ -128,6 +240,7 @@ impl Arch {
         match self {
             Arch::X86_64 => object::elf::EM_X86_64,
             Arch::Aarch64 => object::elf::EM_AARCH64,
+            Arch::I386 => object::elf::EM_386,
         }
     }
 
@@ -148,7 +261,7 @@ pub struct UnknownArch(pub String);
 
 impl fmt::Display for UnknownArch {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "unknown architecture {:?} (supported: x86_64, aarch64)", self.0)
+        write!(f, "unknown architecture {:?} (supported: x86_64, aarch64, i386)", self.0)
     }
 }
 
@@ -160,6 +273,7 @@ impl FromStr for Arch {
         match s {
             "x86_64" | "x86-64" | "amd64" => Ok(Arch::X86_64),
             "aarch64" | "arm64" => Ok(Arch::Aarch64),
+            "i386" | "i686" | "x86" => Ok(Arch::I386),
             _ => Err(UnknownArch(s.to_owned())),
         }
     }
@@ -186,6 +300,10 @@ mod tests {
         assert_eq!(Arch::Aarch64.register_by_name("lr"), Some(Some(30)));
         assert_eq!(Arch::Aarch64.register_by_name("fp"), Some(Some(29)));
         assert_eq!(Arch::X86_64.register_by_name("eflags"), None);
+        assert_eq!(Arch::I386.register_by_name("eip"), Some(None));
+        assert_eq!(Arch::I386.register_by_name("esp"), Some(Some(4)));
+        assert_eq!(Arch::I386.register_by_name("ebp"), Some(Some(5)));
+        assert_eq!(Arch::I386.register_by_name("rsp"), None);
     }
 
     #[test]
@@ -196,6 +314,23 @@ mod tests {
         assert_eq!(Arch::Aarch64.default_rule(19), DefaultRule::SameValue);
         assert_eq!(Arch::Aarch64.default_rule(30), DefaultRule::SameValue);
         assert_eq!(Arch::Aarch64.default_rule(0), DefaultRule::Undefined);
+        for callee_saved in [3, 5, 6, 7] {
+            // ebx, ebp, esi, edi
+            assert_eq!(Arch::I386.default_rule(callee_saved), DefaultRule::SameValue);
+        }
+        for scratch in [0, 1, 2, 4, 8] {
+            // eax, ecx, edx; esp is the CFA; eip is the return address
+            assert_eq!(Arch::I386.default_rule(scratch), DefaultRule::Undefined);
+        }
+    }
+
+    #[test]
+    fn words_and_addresses() {
+        assert_eq!([Arch::X86_64, Arch::Aarch64, Arch::I386].map(Arch::word_size), [8, 8, 4]);
+        assert_eq!(Arch::I386.address_mask(), 0xffff_ffff);
+        assert_eq!(Arch::I386.strip_return_address(0x1_0804_9745), 0x0804_9745);
+        assert_eq!("i386".parse::<Arch>(), Ok(Arch::I386));
+        assert_eq!(Arch::from_elf_machine(3), Some(Arch::I386));
     }
 
     #[test]

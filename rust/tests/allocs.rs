@@ -190,3 +190,129 @@ fn warm_unwind_allocates_nothing() {
     // Parsing CFI on a cache miss reuses the UnwindContext: no allocation either.
     assert_eq!(cold_allocs, 0, "the cold path allocated");
 }
+
+#[test]
+fn frame_pointer_walk_and_scan_allocate_nothing() {
+    use _core::unwind::{Strategy, Trust};
+    // A module without CFI (its code segments unknown: all of it is code),
+    // and a stack of 40 frame records; the record of frame 20 is garbage, so
+    // the walk scans past it and resumes by frame pointers.
+    let (bias, range) = (0x5555_0000_0000u64, 0x1000..0x9000);
+    let module = Module::new(
+        "nocfi".into(),
+        Arch::X86_64,
+        Data::Owned(vec![0; 64]),
+        ModuleSections::default(),
+        range.clone(),
+        bias,
+    )
+    .unwrap();
+    let mut unwinder = Unwinder::new(Arch::X86_64);
+    unwinder.add_module(Arc::new(module)).unwrap();
+    unwinder.set_strategies(&[Strategy::Cfi, Strategy::FramePointer, Strategy::Scan]);
+    let sp = 0x7ffd_0000_0000u64;
+    let mut stack = vec![0u8; 0x1000];
+    let mut put = |addr: u64, v: u64| {
+        let at = (addr - sp) as usize;
+        stack[at..at + 8].copy_from_slice(&v.to_le_bytes());
+    };
+    let fp = |i: u64| sp + 0x20 + 0x40 * i;
+    for i in 0..40 {
+        let last = i == 39;
+        put(fp(i), if last { 0 } else { fp(i + 1) });
+        put(fp(i) + 8, if last { 0 } else { bias + 0x2000 + i });
+    }
+    put(fp(20), 0x4141_4141);
+    put(fp(20) + 8, 0x4242_4242);
+    let mut regs = Registers::new();
+    regs.set(7, sp);
+    regs.set(6, fp(0));
+    let mut memory = Regions::new();
+    memory.add(sp, &stack);
+    let mut frames: Vec<Frame> = Vec::with_capacity(256);
+    let pc = bias + 0x1000;
+    let (cold, cold_allocs) =
+        allocations(|| unwinder.unwind(pc, &regs, &mut memory, 256, &mut frames));
+    assert_eq!(cold.reason, EndReason::PcZero, "{}", unwinder.describe(&cold));
+    let trusts: Vec<Trust> = frames.iter().map(|f| f.trust).collect();
+    assert!(trusts.contains(&Trust::Scan), "{trusts:?}");
+    assert!(trusts.iter().filter(|t| **t == Trust::FramePointer).count() >= 30, "{trusts:?}");
+    let (warm, warm_allocs) =
+        allocations(|| unwinder.unwind(pc, &regs, &mut memory, 256, &mut frames));
+    assert_eq!(warm, cold);
+    assert_eq!((cold_allocs, warm_allocs), (0, 0), "the fallback path allocated");
+}
+
+/// i386 (4-byte words, 32-bit address arithmetic) on the same terms: a
+/// function that calls itself (`push ebp; push ebx`: CFA = esp + 12, ebp at
+/// CFA − 8, ebx at CFA − 12), `DEPTH` frames deep on a synthetic stack, under
+/// `_start` (eip undefined). CFI written with gimli's writer.
+#[test]
+fn warm_i386_unwind_allocates_nothing() {
+    use gimli::write::{
+        Address, CallFrameInstruction as Insn, CommonInformationEntry, EhFrame, EndianVec,
+        FrameDescriptionEntry, FrameTable,
+    };
+    use gimli::{Encoding, Format, LittleEndian, Register};
+    const F: u64 = 0x1000;
+    const START: u64 = 0x2000;
+    const BIAS: u64 = 0x5655_0000;
+    const SP: u64 = 0xffd0_0000;
+    const DEPTH: usize = 100;
+    let (esp, ebp, ebx, eip) = (Register(4), Register(5), Register(3), Register(8));
+
+    let encoding = Encoding { format: Format::Dwarf32, version: 1, address_size: 4 };
+    let mut cie = CommonInformationEntry::new(encoding, 1, -4, eip);
+    cie.add_instruction(Insn::Cfa(esp, 4));
+    cie.add_instruction(Insn::Offset(eip, -4));
+    let mut table = FrameTable::default();
+    let cie = table.add_cie(cie);
+    let mut f = FrameDescriptionEntry::new(Address::Constant(F), 0x100);
+    f.add_instruction(1, Insn::CfaOffset(8));
+    f.add_instruction(1, Insn::Offset(ebp, -8));
+    f.add_instruction(2, Insn::CfaOffset(12));
+    f.add_instruction(2, Insn::Offset(ebx, -12));
+    table.add_fde(cie, f);
+    let mut start = FrameDescriptionEntry::new(Address::Constant(START), 0x100);
+    start.add_instruction(0, Insn::Undefined(eip));
+    table.add_fde(cie, start);
+    let mut eh = EhFrame(EndianVec::new(LittleEndian));
+    table.write_eh_frame(&mut eh).unwrap();
+    let eh = eh.0.into_vec();
+    let mut data = vec![0u8; 64];
+    let eh_frame = SectionInfo { file_offset: 64, size: eh.len() as u64, address: 0x3000 };
+    data.extend_from_slice(&eh);
+    let sections = ModuleSections { eh_frame: Some(eh_frame), ..ModuleSections::default() };
+    let module =
+        Module::new("i386".into(), Arch::I386, Data::Owned(data), sections, F..0x4000, BIAS)
+            .unwrap();
+    let mut unwinder = Unwinder::new(Arch::I386);
+    unwinder.add_module(Arc::new(module)).unwrap();
+
+    // Frame k: ebx at SP + 12k, ebp above it, then the return address.
+    let mut stack = vec![0u8; 12 * DEPTH + 16];
+    for k in 0..DEPTH {
+        let ra = if k + 1 < DEPTH { BIAS + F + 0x20 } else { BIAS + START + 5 };
+        for (i, word) in [0xb000 + k as u32, 0xe000 + k as u32, ra as u32].into_iter().enumerate() {
+            stack[12 * k + 4 * i..12 * k + 4 * i + 4].copy_from_slice(&word.to_le_bytes());
+        }
+    }
+    let mut memory = Regions::new();
+    memory.add(SP, &stack);
+    let mut regs = Registers::new();
+    regs.set(4, SP);
+    let pc = BIAS + F + 0x10;
+    let mut frames: Vec<Frame> = Vec::with_capacity(256);
+
+    let (cold, cold_allocs) =
+        allocations(|| unwinder.unwind(pc, &regs, &mut memory, 256, &mut frames));
+    assert_eq!(cold.reason, EndReason::EndOfStack, "{}", unwinder.describe(&cold));
+    assert_eq!(frames.len(), DEPTH + 1);
+    assert_eq!(frames[DEPTH].sp, SP + 12 * DEPTH as u64);
+    let cold_frames = frames.clone();
+    let (warm, warm_allocs) =
+        allocations(|| unwinder.unwind(pc, &regs, &mut memory, 256, &mut frames));
+    assert_eq!((warm, &frames), (cold, &cold_frames));
+    assert_eq!(warm_allocs, 0, "the warm path allocated");
+    assert_eq!(cold_allocs, 0, "the cold path allocated");
+}

@@ -11,9 +11,9 @@ use std::sync::Arc;
 
 use gimli::constants::{
     DW_EH_PE_datarel, DW_EH_PE_pcrel, DW_EH_PE_sdata4, DW_EH_PE_udata4, DW_EH_PE_udata8, DW_OP_and,
-    DW_OP_breg0, DW_OP_breg16, DW_OP_breg6, DW_OP_breg7, DW_OP_deref, DW_OP_deref_size, DW_OP_drop,
-    DW_OP_ge, DW_OP_lit11, DW_OP_lit15, DW_OP_lit16, DW_OP_lit3, DW_OP_minus, DW_OP_plus,
-    DW_OP_shl, DW_OP_skip,
+    DW_OP_breg0, DW_OP_breg16, DW_OP_breg4, DW_OP_breg6, DW_OP_breg7, DW_OP_deref,
+    DW_OP_deref_size, DW_OP_drop, DW_OP_ge, DW_OP_lit11, DW_OP_lit15, DW_OP_lit16, DW_OP_lit3,
+    DW_OP_minus, DW_OP_plus, DW_OP_shl, DW_OP_skip,
 };
 use gimli::write::{
     Address, CallFrameInstruction as Insn, CieId, CommonInformationEntry, DebugFrame, EhFrame,
@@ -41,6 +41,13 @@ const X19: u16 = 19;
 const X29: u16 = 29;
 const X30: u16 = 30;
 const A64_SP: u16 = 31;
+// DWARF columns, i386.
+const EAX: u16 = 0;
+const EBX: u16 = 3;
+const ESP: u16 = 4;
+const EBP: u16 = 5;
+const ESI: u16 = 6;
+const EIP: u16 = 8;
 
 /// The module's ELF address range; at run time it sits `BIAS` higher.
 const TEXT: Range<u64> = 0x1000..0xa000;
@@ -98,6 +105,7 @@ impl CfiBuilder {
     fn new(arch: Arch) -> Self {
         let initial = match arch {
             Arch::X86_64 => vec![cfa(RSP, 8), Insn::Offset(Register(RIP), -8)],
+            Arch::I386 => vec![cfa(ESP, 4), Insn::Offset(Register(EIP), -4)],
             _ => vec![cfa(A64_SP, 0)],
         };
         let mut table = FrameTable::default();
@@ -152,10 +160,14 @@ impl CfiBuilder {
 
 fn make_cie(arch: Arch, ra: u16, signal: bool, initial: Vec<Insn>) -> CommonInformationEntry {
     let code_alignment = match arch {
-        Arch::X86_64 => 1,
+        Arch::X86_64 | Arch::I386 => 1,
         _ => 4,
     };
-    let mut cie = CommonInformationEntry::new(ENCODING, code_alignment, -8, Register(ra));
+    // As gcc writes them: addresses and the data alignment are a word.
+    let word = arch.word_size() as u8;
+    let encoding = Encoding { address_size: word, ..ENCODING };
+    let mut cie =
+        CommonInformationEntry::new(encoding, code_alignment, -(word as i8), Register(ra));
     // gimli writes the 'S' augmentation for this flag.
     cie.signal_trampoline = signal;
     for insn in initial {
@@ -853,6 +865,210 @@ fn aarch64_abi_keeps_x19_to_x29_and_loses_x0_to_x18() {
     assert_eq!(run(X29), Ok(0x2929));
     assert_eq!(run(A64_SP), Ok(SP + 16));
     assert_eq!(run(X9), Err((EndReason::MissingRegister, EndDetail::Register(X9))));
+}
+
+// ---------------------------------------------------------------------------
+// i386: 4-byte words, 32-bit addresses
+// ---------------------------------------------------------------------------
+
+/// Where an i386 test module sits (a 32-bit PIE's usual place), and frame
+/// 0's stack pointer, near the top of the 32-bit address space.
+const BIAS32: u64 = 0x5655_0000;
+const SP32: u64 = 0xffff_c000;
+
+fn rt32(elf: u64) -> u64 {
+    elf + BIAS32
+}
+
+/// An i386 stack: `len` zero bytes from `base`, written 4 bytes at a time.
+fn stack32(base: u64, len: usize) -> Stack {
+    Stack { base, bytes: vec![0; len] }
+}
+
+impl Stack {
+    fn set32(&mut self, addr: u64, value: u64) -> &mut Self {
+        let at = (addr - self.base) as usize;
+        let value = u32::try_from(value).expect("a 32-bit word");
+        self.bytes[at..at + 4].copy_from_slice(&value.to_le_bytes());
+        self
+    }
+}
+
+fn unwinder32(cfi: &CfiBuilder, sections: Sections) -> Unwinder {
+    let module = build_module(cfi.arch, &sections, TEXT, BIAS32).expect("a valid module");
+    unwinder(Arch::I386, Arc::new(module))
+}
+
+/// gcc's i386 frames: F (`push ebp; mov ebp, esp; push ebx; push esi`: CFA
+/// = ebp + 8, ebp at CFA − 8, ebx at CFA − 12, esi at CFA − 16) called by
+/// PROBE (`push ebx`: CFA = esp + 8, ebx at CFA − 8), called by `_start`.
+fn i386_chain() -> CfiBuilder {
+    let mut cfi = CfiBuilder::new(Arch::I386);
+    cfi.fde(
+        F,
+        0x100,
+        vec![
+            (1, Insn::CfaOffset(8)),
+            (1, Insn::Offset(Register(EBP), -8)),
+            (3, Insn::CfaRegister(Register(EBP))),
+            (4, Insn::Offset(Register(EBX), -12)),
+            (5, Insn::Offset(Register(ESI), -16)),
+        ],
+    )
+    .fde(PROBE, 0x100, vec![(1, Insn::CfaOffset(8)), (1, Insn::Offset(Register(EBX), -8))])
+    .outermost(START);
+    cfi
+}
+
+/// The stack of `i386_chain` stopped at F + 0x10: every saved value a
+/// 4-byte word right next to others, so that an 8-byte read would mix two.
+fn i386_chain_stack() -> Stack {
+    let mut stack = stack32(SP32 - 0x100, 0x1000);
+    // F's frame: esi, ebx, ebp, return address; CFA = SP32 + 0x10.
+    stack
+        .set32(SP32, 0x5151_5151)
+        .set32(SP32 + 4, 0xb0b0_b0b0)
+        .set32(SP32 + 8, 0xdead_0008)
+        .set32(SP32 + 0xc, rt32(PROBE + 0x20));
+    // PROBE's frame: the caller's ebx, return address; CFA = SP32 + 0x18.
+    stack.set32(SP32 + 0x10, 0xcafe_0bb0).set32(SP32 + 0x14, rt32(START + 5));
+    stack
+}
+
+const I386_CHAIN_REGS: [(u16, u64); 4] =
+    [(ESP, SP32), (EBP, SP32 + 8), (EBX, 0x3333), (ESI, 0x6666)];
+
+fn assert_i386_chain(w: &Walk) {
+    assert_eq!(w.end.reason, EndReason::EndOfStack, "{:?}", w.end);
+    assert_eq!(w.pcs(), [rt32(F + 0x10), rt32(PROBE + 0x20), rt32(START + 5)]);
+    assert_eq!(w.sps(), [SP32, SP32 + 0x10, SP32 + 0x18], "esp = CFA: 4-byte return addresses");
+    assert_eq!(w.cfas(), [Some(SP32 + 0x10), Some(SP32 + 0x18), Some(SP32 + 0x1c)]);
+}
+
+#[test]
+fn i386_frames_are_read_in_4_byte_words() {
+    for sections in
+        [Sections::eh(i386_chain().eh_frame()), Sections::debug(i386_chain().debug_frame())]
+    {
+        let mut uw = unwinder32(&i386_chain(), sections);
+        let stack = i386_chain_stack();
+        let w = walk(&mut uw, rt32(F + 0x10), &I386_CHAIN_REGS, &mut stack.memory(), 16);
+        assert_i386_chain(&w);
+    }
+}
+
+#[test]
+fn i386_callee_saved_registers_are_recovered() {
+    // The probe after F shows the caller's ebx / esi / ebp / eax as its CFA.
+    let run = |probe: u16| {
+        let mut cfi = CfiBuilder::new(Arch::I386);
+        cfi.fde(
+            F,
+            0x100,
+            vec![
+                (1, Insn::CfaOffset(8)),
+                (1, Insn::Offset(Register(EBP), -8)),
+                (2, Insn::CfaOffset(12)),
+                (2, Insn::Offset(Register(EBX), -12)),
+            ],
+        )
+        .probe(PROBE, probe);
+        // push ebp; push ebx: CFA = esp + 12.
+        let mut stack = stack32(SP32 - 0x100, 0x1000);
+        stack.set32(SP32, 0xb0b0_b0b0).set32(SP32 + 4, 0xeb0e_b0eb);
+        stack.set32(SP32 + 8, rt32(PROBE + 0x20));
+        let regs = [(ESP, SP32), (EBP, 0x5555), (EBX, 0x3333), (ESI, 0x6666), (EAX, 0xa)];
+        let mut uw = unwinder32(&cfi, Sections::eh(cfi.eh_frame()));
+        recovered(&walk(&mut uw, rt32(F + 0x10), &regs, &mut stack.memory(), 16))
+    };
+    assert_eq!(run(EBX), Ok(0xb0b0_b0b0), "saved at CFA - 12");
+    assert_eq!(run(EBP), Ok(0xeb0e_b0eb), "saved at CFA - 8");
+    assert_eq!(run(ESI), Ok(0x6666), "callee-saved, no rule: same value");
+    assert_eq!(run(ESP), Ok(SP32 + 0xc), "the caller's esp is the CFA");
+    assert_eq!(run(EAX), Err((EndReason::MissingRegister, EndDetail::Register(EAX))));
+}
+
+/// The seed's `_Unwind_Backtrace` case: gcc's i386 CIEs never give esp a
+/// rule; the caller's esp is the CFA. A rule for esp, where there is one,
+/// wins.
+#[test]
+fn i386_esp_without_a_rule_is_the_cfa() {
+    let run = |rules: Vec<Insn>| {
+        let mut cfi = CfiBuilder::new(Arch::I386);
+        cfi.fde(F, 0x100, rules.into_iter().map(|r| (0, r)).collect()).probe(PROBE, ESP);
+        let mut stack = stack32(SP32 - 0x100, 0x1000);
+        stack.set32(SP32 + 0x1c, rt32(PROBE + 0x20));
+        let mut uw = unwinder32(&cfi, Sections::eh(cfi.eh_frame()));
+        walk(&mut uw, rt32(F + 0x10), &[(ESP, SP32)], &mut stack.memory(), 16)
+    };
+    let w = run(vec![Insn::CfaOffset(0x20)]);
+    assert_eq!(recovered(&w), Ok(SP32 + 0x20));
+    assert_eq!(w.frames[1].sp, SP32 + 0x20);
+    let w = run(vec![Insn::CfaOffset(0x20), Insn::ValOffset(Register(ESP), 8)]);
+    assert_eq!(recovered(&w), Ok(SP32 + 0x28), "val_offset(esp, 8) = CFA + 8");
+}
+
+/// Addresses wrap at 32 bits: a saved register below a CFA near 0 lies at
+/// the top of the address space, and a CFA past 2^32 wraps to a low one
+/// (which is not above the frame's sp: the walk stops there).
+#[test]
+fn i386_addresses_wrap_at_32_bits() {
+    // F: CFA = ebp + 8, ebx saved at CFA - 0x20; frame 0's ebp = 0x10.
+    let mut cfi = CfiBuilder::new(Arch::I386);
+    cfi.fde(
+        F,
+        0x100,
+        vec![
+            (0, cfa(EBP, 8)),
+            (0, Insn::Offset(Register(EBP), -8)),
+            (0, Insn::Offset(Register(EBX), -0x20)),
+        ],
+    )
+    .probe(PROBE, EBX);
+    let mut low = stack32(0, 0x100);
+    low.set32(0x14, rt32(PROBE + 0x20)); // return address at CFA - 4
+    let mut top = stack32(0xffff_ff00, 0x100);
+    top.set32(0xffff_fff8, 0xb0b0_b0b0); // 0x18 - 0x20, wrapped
+    let mut mem = Regions::new();
+    mem.add(low.base, &low.bytes);
+    mem.add(top.base, &top.bytes);
+    let mut uw = unwinder32(&cfi, Sections::eh(cfi.eh_frame()));
+    let regs = [(ESP, 0x8), (EBP, 0x10), (EBX, 0x3333)];
+    let w = walk(&mut uw, rt32(F + 0x10), &regs, &mut mem, 16);
+    assert_eq!(w.cfas()[0], Some(0x18));
+    assert_eq!(recovered(&w), Ok(0xb0b0_b0b0), "ebx read at 0xfffffff8: {:?}", w.end);
+
+    // A CFA past the top: esp + 0x10 from 0xfffffff8 is 0x8, not 0x1_0000_0008.
+    let mut cfi = CfiBuilder::new(Arch::I386);
+    cfi.fde(F, 0x100, vec![(0, Insn::CfaOffset(0x10))]).outermost(START);
+    let mut low = stack32(0, 0x100);
+    low.set32(0x4, rt32(START + 5));
+    let mut uw = unwinder32(&cfi, Sections::eh(cfi.eh_frame()));
+    let w = walk(&mut uw, rt32(F + 0x10), &[(ESP, 0xffff_fff8)], &mut low.memory(), 16);
+    assert_eq!(w.cfas()[0], Some(0x8));
+    assert_eq!(w.end.reason, EndReason::CfaNotIncreasing, "the return address was read at 0x4");
+    assert_eq!(w.end.detail, EndDetail::Sp { caller: 0x8, frame: 0xffff_fff8 });
+}
+
+/// A 32-bit expression: the CFA of `breg4 (esp) -8; deref` near 0 reads the
+/// 4-byte word at the top of the address space.
+#[test]
+fn i386_cfa_expression_wraps_and_reads_a_word() {
+    let mut cfi = CfiBuilder::new(Arch::I386);
+    let cfa_expr = expr(&[DW_OP_breg4.0, 0x78 /* sleb -8 */, DW_OP_deref.0]);
+    cfi.fde(F, 0x100, vec![(0, Insn::CfaExpression(cfa_expr))]).outermost(START);
+    let mut top = stack32(0xffff_ff00, 0x100);
+    top.set32(0xffff_fffc, 0x1000).set32(0xffff_fff8, 0x1111_1111);
+    let mut low = stack32(0x800, 0x1000);
+    low.set32(0xffc, rt32(START + 5));
+    let mut mem = Regions::new();
+    mem.add(top.base, &top.bytes);
+    mem.add(low.base, &low.bytes);
+    let mut uw = unwinder32(&cfi, Sections::eh(cfi.eh_frame()));
+    let w = walk(&mut uw, rt32(F + 0x10), &[(ESP, 0x4)], &mut mem, 16);
+    assert_eq!(w.cfas()[0], Some(0x1000), "[esp - 8] = [0xfffffffc], 4 bytes");
+    assert_eq!(w.pcs(), [rt32(F + 0x10), rt32(START + 5)]);
+    assert_eq!(w.end.reason, EndReason::EndOfStack);
 }
 
 // ---------------------------------------------------------------------------
@@ -1674,11 +1890,7 @@ impl Rng {
     }
 
     fn arch(&mut self) -> Arch {
-        if self.below(2) == 0 {
-            Arch::X86_64
-        } else {
-            Arch::Aarch64
-        }
+        Arch::ALL[self.below(Arch::ALL.len() as u64) as usize]
     }
 
     /// A plausible word: a code address, a stack address, 0, or noise.

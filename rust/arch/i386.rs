@@ -1,0 +1,24 @@
+//! i386 (System V i386 psABI, Linux): DWARF columns 0-8, 8 being the
+//! return address (`eip`). Linux's `.eh_frame` and `.debug_frame` number
+//! esp 4 and ebp 5 alike (only Darwin's `.eh_frame` swapped them), as
+//! `readelf --debug-dump=frames-interp` shows for glibc's i386 code.
+//! Words and addresses are 4 bytes: every address computed wraps at 32 bits.
+
+pub const SP: u16 = 4;
+pub const FP: u16 = 5;
+pub const RA: u16 = 8;
+
+/// ebx, ebp, esi, edi survive calls; eax, ecx, edx are caller-saved.
+pub const CALLEE_SAVED: [u16; 4] = [3, 5, 6, 7];
+
+pub const NAMES: [&str; 9] = ["eax", "ecx", "edx", "ebx", "esp", "ebp", "esi", "edi", "eip"];
+
+/// The 32-bit address space: every address and word is reduced to it.
+pub const ADDRESS_MASK: u64 = 0xffff_ffff;
+
+pub fn register_by_name(name: &str) -> Option<Option<u16>> {
+    if name == "eip" {
+        return Some(None);
+    }
+    NAMES.iter().position(|n| *n == name).map(|i| Some(i as u16))
+}

@@ -1,0 +1,453 @@
+//! What the walk does where call frame information is missing or fails:
+//! follow the frame-pointer chain, and, as the last resort, scan the stack
+//! for a return address (Breakpad's and rust-minidump's strategies).
+//!
+//! Every step is validated the way Windows' `RtlWalkFrameChain` and the
+//! crash processors do: the frame pointer must be word-aligned, inside the
+//! stack, not below the frame's sp and strictly above the previous frame
+//! pointer; a return address must be a user address, not point into the
+//! stack, and land in an executable segment of a known module right after a
+//! call instruction (where the module's code bytes are at hand). A step that
+//! fails these checks ends the walk with a reason instead of guessing.
+//!
+//! Nothing here allocates: the walk's hot path stays allocation-free.
+
+use std::fmt;
+use std::str::FromStr;
+
+use crate::arch::Arch;
+use crate::memory::Memory;
+use crate::modules::ModuleSet;
+use crate::registers::Registers;
+use crate::unwind::{EndDetail, EndReason};
+
+/// A way of finding a frame's caller.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Strategy {
+    /// DWARF call frame information (`.eh_frame`, `.debug_frame`).
+    Cfi,
+    /// The frame-pointer chain (`[fp]` = caller's fp, `[fp + word]` = return address).
+    FramePointer,
+    /// The first plausible return address in the stack words above sp.
+    Scan,
+}
+
+impl Strategy {
+    pub const ALL: [Strategy; 3] = [Strategy::Cfi, Strategy::FramePointer, Strategy::Scan];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Strategy::Cfi => "cfi",
+            Strategy::FramePointer => "frame_pointer",
+            Strategy::Scan => "scan",
+        }
+    }
+}
+
+impl fmt::Display for Strategy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownStrategy(pub String);
+
+impl fmt::Display for UnknownStrategy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "unknown unwinding strategy {:?} (expected cfi, frame_pointer or scan)", self.0)
+    }
+}
+
+impl std::error::Error for UnknownStrategy {}
+
+impl FromStr for Strategy {
+    type Err = UnknownStrategy;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Strategy::ALL
+            .into_iter()
+            .find(|k| k.as_str() == s)
+            .ok_or_else(|| UnknownStrategy(s.to_owned()))
+    }
+}
+
+/// An ordered set of strategies, without allocation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Strategies {
+    list: [Strategy; 3],
+    len: u8,
+}
+
+impl Strategies {
+    /// The strategies in the order given, each once (later repeats are dropped).
+    pub fn new(order: &[Strategy]) -> Self {
+        let mut out = Strategies { list: [Strategy::Cfi; 3], len: 0 };
+        for &s in order {
+            if !out.as_slice().contains(&s) && (out.len as usize) < out.list.len() {
+                out.list[out.len as usize] = s;
+                out.len += 1;
+            }
+        }
+        out
+    }
+
+    pub fn as_slice(&self) -> &[Strategy] {
+        &self.list[..self.len as usize]
+    }
+
+    pub fn first(&self) -> Option<Strategy> {
+        self.as_slice().first().copied()
+    }
+}
+
+/// Why a frame pointer was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FpProblem {
+    /// 0: the outermost frame cleared it, or the register was reused.
+    Zero,
+    /// Not a multiple of the word size.
+    Misaligned,
+    /// Below the frame's own stack pointer.
+    BelowSp(u64),
+    /// Not above the frame pointer of the previous frame-pointer step: the
+    /// chain loops or points backwards.
+    NotIncreasing(u64),
+    /// Its frame record is not inside the captured stack.
+    OutsideStack,
+}
+
+/// Why a return address was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RaProblem {
+    /// 0 (with a non-zero fp beside it: not the end of a chain).
+    Zero,
+    /// Not a user-space address (x86_64: not canonical in the lower half).
+    NotUserAddress,
+    /// It points into the stack.
+    InStack,
+    /// It is in no executable segment of a known module.
+    NotInCode,
+    /// The instruction before it is not a call.
+    NoCall,
+}
+
+impl fmt::Display for FpProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FpProblem::Zero => f.write_str("is 0"),
+            FpProblem::Misaligned => f.write_str("is not word-aligned"),
+            FpProblem::BelowSp(sp) => write!(f, "is below the frame's sp {sp:#x}"),
+            FpProblem::NotIncreasing(prev) => {
+                write!(
+                    f,
+                    "is not above the previous frame pointer {prev:#x} (a loop or a backward link)"
+                )
+            }
+            FpProblem::OutsideStack => f.write_str("points outside the captured stack"),
+        }
+    }
+}
+
+impl fmt::Display for RaProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            RaProblem::Zero => "is 0",
+            RaProblem::NotUserAddress => "is not a user-space code address",
+            RaProblem::InStack => "points into the stack",
+            RaProblem::NotInCode => "is in no executable segment of a known module",
+            RaProblem::NoCall => "does not follow a call instruction",
+        })
+    }
+}
+
+/// What the fallback strategies need to know about the walk.
+pub(crate) struct Context<'a> {
+    pub arch: Arch,
+    pub modules: &'a ModuleSet,
+    /// The captured region holding frame 0's sp, when the memory knows it.
+    pub stack: Option<(u64, u64)>,
+    /// The frame pointer the last frame-pointer step used.
+    pub last_fp: Option<u64>,
+    pub scan_words: usize,
+}
+
+/// The frame a fallback step starts from.
+pub(crate) struct Callee {
+    pub index: usize,
+    pub pc: u64,
+    pub sp: u64,
+    /// The frame itself was found by a fallback step: its sp may lie below
+    /// its true one.
+    pub guessed: bool,
+}
+
+/// The caller a fallback step found (its registers are written in place).
+pub(crate) struct Found {
+    pub pc: u64,
+    pub sp: u64,
+    pub sp_exact: bool,
+}
+
+type StepResult<T> = Result<T, (EndReason, EndDetail)>;
+
+impl Context<'_> {
+    fn in_stack(&self, addr: u64) -> bool {
+        self.stack.is_some_and(|(start, end)| start <= addr && addr < end)
+    }
+
+    /// Check a return address (already stripped of pointer-authentication bits).
+    pub fn check_return_address(&self, ra: u64) -> Result<(), RaProblem> {
+        if ra == 0 {
+            return Err(RaProblem::Zero);
+        }
+        if !self.arch.is_user_address(ra) {
+            return Err(RaProblem::NotUserAddress);
+        }
+        if self.in_stack(ra) {
+            return Err(RaProblem::InStack);
+        }
+        let modules = self.modules.modules();
+        if modules.is_empty() {
+            return Ok(()); // nothing to check against
+        }
+        // The call may be the last instruction of the module: look at ra − 1.
+        let inside = ra.wrapping_sub(1);
+        let Some(m) = self.modules.index_of(inside) else {
+            return Err(RaProblem::NotInCode);
+        };
+        let module = &modules[m];
+        let elf = ra.wrapping_sub(module.bias);
+        if !module.is_code(elf.wrapping_sub(1)) {
+            return Err(RaProblem::NotInCode);
+        }
+        match module.code_before(elf, self.arch.call_window()) {
+            Some(code) if !self.arch.call_before(code) => Err(RaProblem::NoCall),
+            _ => Ok(()),
+        }
+    }
+
+    /// Check `fp` as the frame pointer of a frame whose sp is `sp`.
+    fn check_fp(&self, fp: u64, sp: u64) -> Result<(), FpProblem> {
+        let w = self.arch.word_size();
+        if fp == 0 {
+            return Err(FpProblem::Zero);
+        }
+        if fp % w != 0 {
+            return Err(FpProblem::Misaligned);
+        }
+        if fp < sp {
+            return Err(FpProblem::BelowSp(sp));
+        }
+        if let Some(prev) = self.last_fp {
+            if fp <= prev {
+                return Err(FpProblem::NotIncreasing(prev));
+            }
+        }
+        if let Some((start, end)) = self.stack {
+            let record_end = fp.checked_add(2 * w).ok_or(FpProblem::OutsideStack)?;
+            if fp < start || record_end > end {
+                return Err(FpProblem::OutsideStack);
+            }
+        }
+        Ok(())
+    }
+
+    /// The caller's registers: the callee's callee-saved ones (the ABI's
+    /// "same value"), sp, fp, and the pc column; lr is unknown in a caller
+    /// (it held this frame's return address).
+    fn set_caller(
+        &self,
+        regs: &Registers,
+        caller: &mut Registers,
+        pc: u64,
+        sp: u64,
+        fp: Option<u64>,
+    ) {
+        let arch = self.arch;
+        caller.inherit(regs, arch.same_value_mask());
+        caller.set(arch.sp(), sp);
+        match fp {
+            Some(fp) => caller.set(arch.fp(), fp),
+            None => caller.forget(arch.fp()),
+        }
+        if let Some(lr) = arch.link_register() {
+            caller.forget(lr);
+        }
+        if let Some(col) = arch.pc_column() {
+            caller.set(col, pc);
+        }
+    }
+
+    /// One frame-pointer step: the frame record at fp gives the caller's pc
+    /// and fp; the caller's sp is just above the record. Frame 0 may be a
+    /// leaf that made no record (see `leaf`).
+    pub fn frame_pointer<M: Memory + ?Sized>(
+        &mut self,
+        callee: &Callee,
+        regs: &Registers,
+        caller: &mut Registers,
+        mem: &mut M,
+    ) -> StepResult<Found> {
+        let arch = self.arch;
+        let w = arch.word_size();
+        let fp = regs.get(arch.fp());
+        if callee.index == 0 {
+            if let Some(found) = self.leaf(callee, fp, regs, caller, mem) {
+                return Ok(found);
+            }
+        }
+        let Some(fp) = fp else {
+            return Err((EndReason::MissingRegister, EndDetail::Register(arch.fp())));
+        };
+        if let Err(problem) = self.check_fp(fp, callee.sp) {
+            return Err((EndReason::FpInvalid, EndDetail::FramePointer { fp, problem }));
+        }
+        let (fp_slot, ra_slot) = arch.frame_record();
+        let outside = (
+            EndReason::FpInvalid,
+            EndDetail::FramePointer { fp, problem: FpProblem::OutsideStack },
+        );
+        let caller_fp = mem.read_sized(fp + fp_slot, w as u8).ok_or(outside)?;
+        let raw = mem.read_sized(fp + ra_slot, w as u8).ok_or(outside)?;
+        let ra = arch.strip_return_address(raw);
+        // A record of two zeros is how the outermost frames end the chain
+        // (glibc's `_start` clears fp and lr); a lone 0 is damage.
+        if ra == 0 && caller_fp == 0 {
+            return Err((EndReason::PcZero, EndDetail::None));
+        }
+        if let Err(problem) = self.check_return_address(ra) {
+            return Err((
+                EndReason::BadReturnAddress,
+                EndDetail::ReturnAddress { address: ra, problem },
+            ));
+        }
+        let sp = fp + 2 * w;
+        self.set_caller(regs, caller, ra, sp, Some(caller_fp));
+        self.last_fp = Some(fp);
+        Ok(Found { pc: ra, sp, sp_exact: arch.frame_record_gives_exact_sp() })
+    }
+
+    /// Frame 0 without CFI may be a leaf that made no frame record: its fp
+    /// is still its caller's, and its return address is in lr (aarch64) or
+    /// at sp (x86_64, where a call pushes it). Taken when that is a
+    /// plausible return address that the record at fp does not repeat, and
+    /// either it is in another module than the pc, or the direct call
+    /// before it calls the function holding the pc: its target is at or
+    /// below the pc, and the call itself lies outside [target, pc] (a
+    /// non-leaf's lr points after a call inside itself).
+    fn leaf<M: Memory + ?Sized>(
+        &self,
+        callee: &Callee,
+        fp: Option<u64>,
+        regs: &Registers,
+        caller: &mut Registers,
+        mem: &mut M,
+    ) -> Option<Found> {
+        let arch = self.arch;
+        let w = arch.word_size();
+        let (raw, sp) = match arch.link_register() {
+            Some(lr) => (regs.get(lr)?, callee.sp),
+            None => (mem.read_sized(callee.sp, w as u8)?, callee.sp.checked_add(w)?),
+        };
+        let ra = arch.strip_return_address(raw);
+        self.check_return_address(ra).ok()?;
+        let in_record = fp.and_then(|fp| mem.read_sized(fp.checked_add(w)?, w as u8));
+        if in_record.map(|r| arch.strip_return_address(r)) == Some(ra) {
+            return None;
+        }
+        let ra_module = self.modules.index_of(ra.wrapping_sub(1))?;
+        // A call the frame made would have left a return address into its
+        // own module: one into another module (or a pc in no module) is
+        // the one it was called with. Within one module, the direct call
+        // before it must call the pc's function.
+        if self.modules.index_of(callee.pc) == Some(ra_module) {
+            let module = &self.modules.modules()[ra_module];
+            let code = module.code_before(ra.wrapping_sub(module.bias), arch.call_window())?;
+            let target = arch.direct_call_target(ra.wrapping_sub(module.bias), code)?;
+            let target = target.wrapping_add(module.bias);
+            let call = ra - 1; // the call's last byte
+            let calls_this_function = target <= callee.pc && callee.pc - target < 1 << 20;
+            if !calls_this_function || (target <= call && call <= callee.pc) {
+                return None;
+            }
+        }
+        self.set_caller(regs, caller, ra, sp, fp);
+        Some(Found { pc: ra, sp, sp_exact: arch.link_register().is_none() })
+    }
+
+    /// Whether return address `ra` is left over from a call the function
+    /// holding `pc` made itself: its direct call lies at or below the pc and
+    /// at or above the called function (a stale word below the frame's true
+    /// sp, e.g. from i386's `call __x86.get_pc_thunk`).
+    fn made_here(&self, ra: u64, pc: u64) -> bool {
+        let Some(m) = self.modules.index_of(ra.wrapping_sub(1)) else { return false };
+        if self.modules.index_of(pc) != Some(m) {
+            return false;
+        }
+        let module = &self.modules.modules()[m];
+        let elf = ra.wrapping_sub(module.bias);
+        let Some(code) = module.code_before(elf, self.arch.call_window()) else { return false };
+        let Some(target) = self.arch.direct_call_target(elf, code) else { return false };
+        let (target, call) = (target.wrapping_add(module.bias), ra - 1);
+        target <= call && call <= pc
+    }
+
+    /// Scan up to `scan_words` stack words from the frame's sp for the first
+    /// plausible return address; the caller's sp is just above its slot.
+    pub fn scan<M: Memory + ?Sized>(
+        &mut self,
+        callee: &Callee,
+        regs: &Registers,
+        caller: &mut Registers,
+        mem: &mut M,
+    ) -> StepResult<Found> {
+        let arch = self.arch;
+        let w = arch.word_size();
+        let from = callee.sp.checked_next_multiple_of(w).unwrap_or(callee.sp);
+        let mut slot = from;
+        if !self.modules.modules().is_empty() {
+            for _ in 0..self.scan_words {
+                let Some(end) = slot.checked_add(w) else { break };
+                if self.stack.is_some_and(|(_, stack_end)| end > stack_end) {
+                    break;
+                }
+                let Some(value) = mem.read_sized(slot, w as u8) else { break };
+                let ra = arch.strip_return_address(value);
+                // A frame found by a fallback step may have come from a copy
+                // of its return address (i386's `main` copies it when it
+                // realigns the stack): the original, above the guessed sp, is
+                // not another frame, even where the call was indirect.
+                let copy = callee.guessed && ra == callee.pc;
+                if ra != 0
+                    && !copy
+                    && self.check_return_address(ra).is_ok()
+                    && !self.made_here(ra, callee.pc)
+                {
+                    // The word below a return address is the caller's fp
+                    // when the function it returns from made a frame record
+                    // (aarch64 always stores lr with x29; x86_64 pushes rbp
+                    // right after the call): taken when it looks like one,
+                    // else the frame's fp is kept (callee-saved).
+                    let below = slot.checked_sub(w).and_then(|a| mem.read_sized(a, w as u8));
+                    let caller_fp = match below {
+                        Some(v)
+                            if v % w == 0 && v > slot && self.stack.is_none_or(|(_, e)| v < e) =>
+                        {
+                            Some(v)
+                        }
+                        _ => regs.get(arch.fp()),
+                    };
+                    self.set_caller(regs, caller, ra, end, caller_fp);
+                    return Ok(Found {
+                        pc: ra,
+                        sp: end,
+                        sp_exact: !arch.return_address_is_in_a_record(),
+                    });
+                }
+                slot = end;
+            }
+        }
+        Err((EndReason::ScanFailed, EndDetail::Scan { from, to: slot }))
+    }
+}

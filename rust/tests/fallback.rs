@@ -1,0 +1,612 @@
+//! The fallback strategies on stacks built word by word: frame-pointer
+//! chains that are sound, that loop, point backwards, are misaligned, leave
+//! the stack or hold a return address that is no return address; stack
+//! scanning over garbage; the mix of CFI, frame pointers and scanning; and
+//! the trust each frame gets. Each walk must keep the frames found before
+//! the damage and end with the reason the damage deserves.
+//!
+//! The module is a file image whose code segment is filled with no-ops, with
+//! a call instruction written right before every return address a test uses
+//! (x86_64 `call rel32`, aarch64 `bl`), so the "follows a call" check is real.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use gimli::write::{
+    Address, CallFrameInstruction as Insn, CommonInformationEntry, EhFrame, EndianVec,
+    FrameDescriptionEntry, FrameTable,
+};
+use gimli::{Encoding, Format, LittleEndian, Register};
+
+use _core::arch::Arch;
+use _core::cfi::{CodeSegment, Data, Module, ModuleSections, SectionInfo};
+use _core::memory::Regions;
+use _core::registers::Registers;
+use _core::unwind::{
+    End, EndDetail, EndReason, FpProblem, Frame, RaProblem, Strategy, Trust, Unwinder,
+};
+
+const BIAS: u64 = 0x5555_0000_0000;
+/// ELF addresses: the module, and its code segment (file offset = address).
+const RANGE: Range<u64> = 0x1000..0xa000;
+const CODE: Range<u64> = 0x1000..0x8000;
+const EH_FRAME_ADDR: u64 = 0x9000;
+/// Frame 0's sp; the captured stack is `SP - 0x100 .. SP + 0xf00`.
+const SP: u64 = 0x7ffd_0000_1000;
+const STACK_END: u64 = SP + 0xf00;
+
+// x86_64 DWARF columns.
+const RBP: u16 = 6;
+const RSP: u16 = 7;
+const RIP: u16 = 16;
+// aarch64.
+const X29: u16 = 29;
+const X30: u16 = 30;
+const A64_SP: u16 = 31;
+
+/// Return addresses (ELF) the tests use, each right after a call.
+const R1: u64 = 0x1220;
+const R2: u64 = 0x1320;
+const R3: u64 = 0x1420;
+/// Frame 0's pc.
+const PC0: u64 = 0x1110;
+/// Code after no call at all.
+const NO_CALL: u64 = 0x1520;
+/// A function with CFI (CFA = rsp + 8, return address at CFA − 8), holding R3.
+const WITH_CFI: Range<u64> = 0x1400..0x1500;
+
+fn rt(elf: u64) -> u64 {
+    elf + BIAS
+}
+
+const NOP_A64: u32 = 0xd503_201f;
+
+/// The module's file: code filled with no-ops, a call before each of R1..R3.
+struct Image {
+    arch: Arch,
+    bytes: Vec<u8>,
+}
+
+impl Image {
+    fn new(arch: Arch) -> Self {
+        let bytes = match arch {
+            Arch::X86_64 => vec![0x90; CODE.end as usize],
+            _ => NOP_A64.to_le_bytes().repeat(CODE.end as usize / 4),
+        };
+        let mut image = Image { arch, bytes };
+        for ra in [R1, R2, R3] {
+            image.call_before(ra, 0x1000);
+        }
+        image
+    }
+
+    /// Write a direct call to `target` that returns to `ra`.
+    fn call_before(&mut self, ra: u64, target: u64) -> &mut Self {
+        match self.arch {
+            Arch::X86_64 => {
+                let rel = (target as i64 - ra as i64) as i32;
+                let at = ra as usize - 5;
+                self.bytes[at] = 0xe8;
+                self.bytes[at + 1..ra as usize].copy_from_slice(&rel.to_le_bytes());
+            }
+            _ => {
+                let words = ((target as i64 - (ra as i64 - 4)) / 4) as u32 & 0x03ff_ffff;
+                let at = ra as usize - 4;
+                self.bytes[at..ra as usize].copy_from_slice(&(0x9400_0000 | words).to_le_bytes());
+            }
+        }
+        self
+    }
+
+    /// The module, with `eh_frame` if given.
+    fn module(&self, eh_frame: Option<Vec<u8>>) -> Arc<Module> {
+        let mut data = self.bytes.clone();
+        let eh_frame = eh_frame.map(|b| {
+            let info = SectionInfo {
+                file_offset: data.len() as u64,
+                size: b.len() as u64,
+                address: EH_FRAME_ADDR,
+            };
+            data.extend_from_slice(&b);
+            info
+        });
+        let size = CODE.end - CODE.start;
+        let sections = ModuleSections {
+            eh_frame,
+            code: vec![CodeSegment {
+                address: CODE.start,
+                size,
+                file_offset: CODE.start,
+                file_size: size,
+            }],
+            ..ModuleSections::default()
+        };
+        let module = Module::new(
+            "libfallback.so".into(),
+            self.arch,
+            Data::Owned(data),
+            sections,
+            RANGE,
+            BIAS,
+        );
+        Arc::new(module.expect("a valid module"))
+    }
+}
+
+/// x86_64 `.eh_frame` covering WITH_CFI with the entry rules (CFA = rsp + 8,
+/// return address at CFA − 8), plus `rows` for other functions.
+fn x86_eh_frame(rows: &[(Range<u64>, Vec<Insn>)]) -> Vec<u8> {
+    let mut all = vec![(WITH_CFI, vec![])];
+    all.extend_from_slice(rows);
+    eh_frame(Arch::X86_64, &all)
+}
+
+/// `.eh_frame` with one FDE per range: the architecture's entry rules
+/// (x86_64 CFA = rsp + 8 and the return address at CFA − 8; aarch64 CFA =
+/// sp), then the range's instructions.
+fn eh_frame(arch: Arch, rows: &[(Range<u64>, Vec<Insn>)]) -> Vec<u8> {
+    let encoding = Encoding { format: Format::Dwarf32, version: 1, address_size: 8 };
+    let (code_align, sp) = if arch == Arch::X86_64 { (1, RSP) } else { (4, A64_SP) };
+    let mut cie = CommonInformationEntry::new(encoding, code_align, -8, Register(arch.ra()));
+    cie.add_instruction(Insn::Cfa(Register(sp), if arch == Arch::X86_64 { 8 } else { 0 }));
+    if arch == Arch::X86_64 {
+        cie.add_instruction(Insn::Offset(Register(RIP), -8));
+    }
+    let mut table = FrameTable::default();
+    let id = table.add_cie(cie);
+    for (range, insns) in rows {
+        let mut f = FrameDescriptionEntry::new(
+            Address::Constant(range.start),
+            (range.end - range.start) as u32,
+        );
+        for insn in insns {
+            f.add_instruction(0, insn.clone());
+        }
+        table.add_fde(id, f);
+    }
+    let mut w = EhFrame(EndianVec::new(LittleEndian));
+    table.write_eh_frame(&mut w).expect("gimli writes .eh_frame");
+    w.0.into_vec()
+}
+
+/// A captured stack, zero-filled unless set.
+struct Stack {
+    bytes: Vec<u8>,
+}
+
+impl Stack {
+    fn new() -> Self {
+        Stack { bytes: vec![0; (STACK_END - (SP - 0x100)) as usize] }
+    }
+
+    fn set(&mut self, addr: u64, value: u64) -> &mut Self {
+        let at = (addr - (SP - 0x100)) as usize;
+        self.bytes[at..at + 8].copy_from_slice(&value.to_le_bytes());
+        self
+    }
+
+    /// A frame record at `fp`: the caller's fp, then the return address.
+    fn record(&mut self, fp: u64, caller_fp: u64, ra: u64) -> &mut Self {
+        self.set(fp, caller_fp).set(fp + 8, ra)
+    }
+
+    fn memory(&self) -> Regions<'_> {
+        let mut m = Regions::new();
+        m.add(SP - 0x100, &self.bytes);
+        m
+    }
+}
+
+struct Walk {
+    frames: Vec<Frame>,
+    end: End,
+    message: String,
+}
+
+impl Walk {
+    fn pcs(&self) -> Vec<u64> {
+        self.frames.iter().map(|f| f.pc).collect()
+    }
+    fn sps(&self) -> Vec<u64> {
+        self.frames.iter().map(|f| f.sp).collect()
+    }
+    fn trusts(&self) -> Vec<Trust> {
+        self.frames.iter().map(|f| f.trust).collect()
+    }
+}
+
+fn walk(
+    arch: Arch,
+    module: Arc<Module>,
+    strategies: &[Strategy],
+    pc: u64,
+    regs: &[(u16, u64)],
+    stack: &Stack,
+) -> Walk {
+    let mut uw = Unwinder::new(arch);
+    uw.add_module(module).expect("one module");
+    uw.set_strategies(strategies);
+    let mut r = Registers::new();
+    for &(reg, v) in regs {
+        r.set(reg, v);
+    }
+    let mut frames = Vec::new();
+    let end = uw.unwind(pc, &r, &mut stack.memory(), 64, &mut frames);
+    let message = uw.describe(&end);
+    Walk { frames, end, message }
+}
+
+const FP_ONLY: [Strategy; 2] = [Strategy::Cfi, Strategy::FramePointer];
+const ALL: [Strategy; 3] = [Strategy::Cfi, Strategy::FramePointer, Strategy::Scan];
+
+// Frame records of a sound x86_64 chain: frame 0's fp, then its callers'.
+const FP0: u64 = SP + 0x20;
+const FP1: u64 = SP + 0x60;
+const FP2: u64 = SP + 0xa0;
+const FP3: u64 = SP + 0xe0;
+
+/// frame 0 (PC0) -> R1 -> R2 -> R3 -> return address 0.
+fn x86_chain() -> Stack {
+    let mut s = Stack::new();
+    s.record(FP0, FP1, rt(R1)).record(FP1, FP2, rt(R2)).record(FP2, FP3, rt(R3)).record(FP3, 0, 0);
+    s
+}
+
+fn x86_walk(stack: &Stack, strategies: &[Strategy]) -> Walk {
+    let module = Image::new(Arch::X86_64).module(None);
+    walk(Arch::X86_64, module, strategies, rt(PC0), &[(RSP, SP), (RBP, FP0)], stack)
+}
+
+#[test]
+fn a_sound_chain_is_followed_to_return_address_zero() {
+    let w = x86_walk(&x86_chain(), &FP_ONLY);
+    assert_eq!(w.pcs(), [rt(PC0), rt(R1), rt(R2), rt(R3)], "{}", w.message);
+    assert_eq!(w.sps(), [SP, FP0 + 16, FP1 + 16, FP2 + 16]);
+    use Trust::*;
+    assert_eq!(w.trusts(), [Context, FramePointer, FramePointer, FramePointer]);
+    // The CFA of a frame found this way is its caller's sp.
+    assert_eq!(w.frames[0].cfa, Some(FP0 + 16));
+    assert_eq!(w.end.reason, EndReason::PcZero, "{}", w.message);
+    assert!(w.end.reason.is_clean());
+}
+
+#[test]
+fn cfi_alone_stops_where_there_is_no_cfi() {
+    let w = x86_walk(&x86_chain(), &[Strategy::Cfi]);
+    assert_eq!(w.pcs(), [rt(PC0)]);
+    assert_eq!(w.end.reason, EndReason::NoUnwindInfo);
+    // Frame pointers alone (no CFI tried) walk the same chain.
+    let w = x86_walk(&x86_chain(), &[Strategy::FramePointer]);
+    assert_eq!(w.pcs(), [rt(PC0), rt(R1), rt(R2), rt(R3)]);
+}
+
+/// Walk the chain with the record at FP1 changed; the frames before it must be kept.
+fn broken_at_fp1(caller_fp: u64, ra: u64) -> Walk {
+    let mut s = x86_chain();
+    s.record(FP1, caller_fp, ra);
+    x86_walk(&s, &FP_ONLY)
+}
+
+fn fp_problem(w: &Walk) -> (u64, FpProblem) {
+    assert_eq!(w.end.reason, EndReason::FpInvalid, "{}", w.message);
+    match w.end.detail {
+        EndDetail::FramePointer { fp, problem } => (fp, problem),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_chain_that_loops_stops_with_the_frames_before_the_loop() {
+    // FP1's record points back at FP0: frame 2's fp is below its own sp.
+    let w = broken_at_fp1(FP0, rt(R2));
+    assert_eq!(w.pcs(), [rt(PC0), rt(R1), rt(R2)]);
+    assert_eq!(fp_problem(&w), (FP0, FpProblem::BelowSp(FP1 + 16)));
+    assert_eq!(w.end.frame, 2);
+    assert!(w.message.contains("frame pointer"), "{}", w.message);
+    // A record pointing at itself.
+    let w = broken_at_fp1(FP1, rt(R2));
+    assert_eq!(w.pcs(), [rt(PC0), rt(R1), rt(R2)]);
+    assert_eq!(fp_problem(&w), (FP1, FpProblem::BelowSp(FP1 + 16)));
+}
+
+#[test]
+fn a_misaligned_or_escaping_frame_pointer_stops_the_walk() {
+    let w = broken_at_fp1(FP2 + 4, rt(R2));
+    assert_eq!(w.pcs(), [rt(PC0), rt(R1), rt(R2)]);
+    assert_eq!(fp_problem(&w), (FP2 + 4, FpProblem::Misaligned));
+    let w = broken_at_fp1(STACK_END - 8, rt(R2));
+    assert_eq!(fp_problem(&w), (STACK_END - 8, FpProblem::OutsideStack));
+    let w = broken_at_fp1(SP + 0x10_0000, rt(R2));
+    assert_eq!(fp_problem(&w), (SP + 0x10_0000, FpProblem::OutsideStack));
+    let w = broken_at_fp1(0, rt(R2));
+    assert_eq!(fp_problem(&w), (0, FpProblem::Zero));
+    // A zero return address beside a non-zero fp is damage, not the end.
+    let w = broken_at_fp1(FP2, 0);
+    assert_eq!(w.pcs(), [rt(PC0), rt(R1)]);
+    assert_eq!(ra_problem(&w), (0, RaProblem::Zero));
+}
+
+fn ra_problem(w: &Walk) -> (u64, RaProblem) {
+    assert_eq!(w.end.reason, EndReason::BadReturnAddress, "{}", w.message);
+    match w.end.detail {
+        EndDetail::ReturnAddress { address, problem } => (address, problem),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn implausible_return_addresses_stop_the_walk() {
+    for (ra, problem) in [
+        (SP + 0x200, RaProblem::InStack),
+        (0x1234_5678, RaProblem::NotInCode),
+        (rt(0x9100), RaProblem::NotInCode), // in the module, not in its code
+        (rt(NO_CALL), RaProblem::NoCall),
+        (0xffff_8000_0000_1000, RaProblem::NotUserAddress),
+    ] {
+        let w = broken_at_fp1(FP2, ra);
+        assert_eq!(w.pcs(), [rt(PC0), rt(R1)], "{ra:#x}");
+        assert_eq!(ra_problem(&w), (ra, problem));
+        assert_eq!(w.end.frame, 1);
+    }
+}
+
+#[test]
+fn scanning_recovers_past_garbage_and_stops_where_nothing_is_plausible() {
+    // FP1's record is overwritten with garbage: the frame pointer walk
+    // stops at frame 1; scanning from frame 1's sp finds R2 and R3 (the
+    // records above are intact) and then nothing but the zero words.
+    let mut s = x86_chain();
+    s.record(FP1, 0x4141_4141_4141_4141, 0x4242_4242_4242_4242);
+    // More garbage between the records: values no scan may take.
+    s.set(FP1 + 16, 0x4343_4343).set(FP1 + 24, rt(NO_CALL)).set(FP1 + 32, SP + 0x40);
+    s.set(FP2 - 8, 0x1234_5678);
+    let w = x86_walk(&s, &FP_ONLY);
+    assert_eq!(w.pcs(), [rt(PC0), rt(R1)]);
+    assert_eq!(w.end.reason, EndReason::BadReturnAddress);
+
+    let w = x86_walk(&s, &ALL);
+    assert_eq!(w.pcs(), [rt(PC0), rt(R1), rt(R3)], "{}", w.message);
+    use Trust::*;
+    assert_eq!(w.trusts(), [Context, FramePointer, Scan]);
+    // R3 was found in FP2's record: the caller's sp is just above it, and
+    // its fp is the record's (R2's slot was garbage, so R2 is lost).
+    assert_eq!(w.sps()[2], FP2 + 16);
+    // Then FP3's record gives return address 0: the end.
+    assert_eq!(w.end.reason, EndReason::PcZero, "{}", w.message);
+}
+
+#[test]
+fn a_scan_over_garbage_alone_ends_with_scan_failed() {
+    let mut s = Stack::new();
+    for (i, v) in [0x4141u64, rt(NO_CALL), SP + 8, 0x7fff_ffff_ffff, rt(0x9100)].iter().enumerate()
+    {
+        s.set(SP + 8 * i as u64, *v);
+    }
+    let module = Image::new(Arch::X86_64).module(None);
+    let w = walk(Arch::X86_64, module.clone(), &ALL, rt(PC0), &[(RSP, SP)], &s);
+    assert_eq!(w.pcs(), [rt(PC0)]);
+    assert_eq!(w.end.reason, EndReason::ScanFailed, "{}", w.message);
+    assert_eq!(w.end.detail, EndDetail::Scan { from: SP, to: STACK_END });
+    // With an fp, its step applied and failed first: that is the reason given.
+    let w = walk(Arch::X86_64, module, &ALL, rt(PC0), &[(RSP, SP), (RBP, 3)], &s);
+    assert_eq!(fp_problem(&w), (3, FpProblem::Misaligned));
+    // A bounded window: with 4 words, the scan stops at SP + 32.
+    let module = Image::new(Arch::X86_64).module(None);
+    let mut uw = Unwinder::new(Arch::X86_64);
+    uw.add_module(module).unwrap();
+    uw.set_strategies(&ALL);
+    uw.set_scan_words(4);
+    let mut r = Registers::new();
+    r.set(RSP, SP);
+    let mut frames = Vec::new();
+    let end = uw.unwind(rt(PC0), &r, &mut s.memory(), 16, &mut frames);
+    assert_eq!(end.detail, EndDetail::Scan { from: SP, to: SP + 32 });
+}
+
+#[test]
+fn cfi_is_tried_first_again_after_a_fallback_step() {
+    // R3 lies in WITH_CFI: its frame is unwound by CFI (the return address
+    // at its sp), not by the frame record at FP2.
+    let mut s = x86_chain();
+    s.set(FP2 + 16, rt(R1)); // frame 3's sp: CFI reads its return address here
+    s.record(FP2, FP3, rt(R3));
+    s.set(FP3 + 8, rt(R2)); // what the frame pointer walk would have taken
+    let module = Image::new(Arch::X86_64).module(Some(x86_eh_frame(&[])));
+    let w = walk(Arch::X86_64, module, &ALL, rt(PC0), &[(RSP, SP), (RBP, FP0)], &s);
+    use Trust::*;
+    assert_eq!(w.pcs()[..5], [rt(PC0), rt(R1), rt(R2), rt(R3), rt(R1)], "{}", w.message);
+    assert_eq!(w.trusts()[..5], [Context, FramePointer, FramePointer, FramePointer, Cfi]);
+}
+
+#[test]
+fn a_frame_found_by_scanning_then_unwound_by_cfi_is_cfi_scan() {
+    // Frame 0 has no usable fp; the scan finds R3 (in WITH_CFI) at SP + 0x18,
+    // and CFI unwinds R3's frame: its return address is just above.
+    let mut s = Stack::new();
+    s.set(SP + 0x18, rt(R3)).set(SP + 0x20, rt(R1));
+    let module = Image::new(Arch::X86_64).module(Some(x86_eh_frame(&[])));
+    let w = walk(Arch::X86_64, module, &ALL, rt(PC0), &[(RSP, SP), (RBP, 3)], &s);
+    use Trust::*;
+    assert_eq!(w.pcs()[..3], [rt(PC0), rt(R3), rt(R1)], "{}", w.message);
+    assert_eq!(w.trusts()[..3], [Context, Scan, CfiScan]);
+    assert_eq!(w.sps()[..3], [SP, SP + 0x20, SP + 0x28]);
+}
+
+#[test]
+fn a_frame_pointer_step_after_cfi_uses_the_fp_the_cfi_recovered() {
+    // Frame 0 is in a function with CFI that pushed rbp (CFA = rsp + 16,
+    // rbp at CFA − 16) and uses rbp for data; its caller (R1) has no CFI
+    // and a frame record at the rbp the CFI restores.
+    let f = 0x1600..0x1700;
+    let eh =
+        x86_eh_frame(&[(f.clone(), vec![Insn::CfaOffset(16), Insn::Offset(Register(RBP), -16)])]);
+    let mut s = Stack::new();
+    s.set(SP, FP1).set(SP + 8, rt(R1)).record(FP1, FP2, rt(R2)).record(FP2, 0, 0);
+    let module = Image::new(Arch::X86_64).module(Some(eh));
+    let w = walk(Arch::X86_64, module, &FP_ONLY, rt(f.start + 8), &[(RSP, SP), (RBP, 0x1234)], &s);
+    use Trust::*;
+    assert_eq!(w.pcs(), [rt(f.start + 8), rt(R1), rt(R2)], "{}", w.message);
+    assert_eq!(w.trusts(), [Context, Cfi, FramePointer]);
+    assert_eq!(w.end.reason, EndReason::PcZero);
+}
+
+#[test]
+fn x86_64_leaf_frame_zero_returns_through_the_word_at_sp() {
+    // Frame 0 in LEAF, which pushed nothing: [sp] is R1, after a call to
+    // LEAF; rbp is still the caller's, whose record leads on.
+    let mut image = Image::new(Arch::X86_64);
+    image.call_before(R1, LEAF);
+    let mut s = Stack::new();
+    s.set(SP, rt(R1)).record(FP1, FP2, rt(R2)).record(FP2, FP3, rt(R3)).record(FP3, 0, 0);
+    let regs = [(RSP, SP), (RBP, FP1)];
+    let w = walk(Arch::X86_64, image.module(None), &FP_ONLY, rt(LEAF + 7), &regs, &s);
+    assert_eq!(w.pcs(), [rt(LEAF + 7), rt(R1), rt(R2), rt(R3)], "{}", w.message);
+    assert_eq!(w.sps(), [SP, SP + 8, FP1 + 16, FP2 + 16]);
+    assert_eq!(w.end.reason, EndReason::PcZero);
+    // The same word after a call to another function: not a leaf of LEAF's,
+    // so the record at rbp is followed (and R1 is not a frame).
+    let w = walk(
+        Arch::X86_64,
+        Image::new(Arch::X86_64).module(None),
+        &FP_ONLY,
+        rt(LEAF + 7),
+        &regs,
+        &s,
+    );
+    assert_eq!(w.pcs(), [rt(LEAF + 7), rt(R2), rt(R3)], "{}", w.message);
+}
+
+// --- aarch64 -----------------------------------------------------------------------------
+
+/// The leaf function frame 0 is in (no CFI, no frame record of its own).
+const LEAF: u64 = 0x1800;
+
+fn a64_module() -> Arc<Module> {
+    let mut image = Image::new(Arch::Aarch64);
+    // R1 returns from a call to LEAF; R2 and R3 from calls elsewhere.
+    image.call_before(R1, LEAF);
+    image.module(None)
+}
+
+fn a64_chain() -> Stack {
+    // Records as aarch64 builds them: [x29] = caller's x29, [x29 + 8] = lr.
+    let mut s = Stack::new();
+    s.record(FP1, FP2, rt(R2)).record(FP2, FP3, rt(R3)).record(FP3, 0, 0);
+    s
+}
+
+#[test]
+fn aarch64_leaf_frame_zero_returns_through_lr() {
+    // Frame 0 in LEAF: lr = R1 (after a bl to LEAF), x29 = its caller's record.
+    let w = walk(
+        Arch::Aarch64,
+        a64_module(),
+        &FP_ONLY,
+        rt(LEAF + 0x10),
+        &[(A64_SP, SP), (X29, FP1), (X30, rt(R1) | 0x0021_0000_0000_0000)],
+        &a64_chain(),
+    );
+    assert_eq!(w.pcs(), [rt(LEAF + 0x10), rt(R1), rt(R2), rt(R3)], "{}", w.message);
+    use Trust::*;
+    assert_eq!(w.trusts(), [Context, FramePointer, FramePointer, FramePointer]);
+    assert_eq!(w.end.reason, EndReason::PcZero);
+}
+
+#[test]
+fn aarch64_non_leaf_frame_zero_uses_its_frame_record() {
+    // lr points after a call made inside frame 0's own function (R2's call
+    // targets 0x1000, and R2 − 4 lies between it and the pc): not a leaf.
+    let mut s = a64_chain();
+    s.record(FP0, FP1, rt(R1));
+    let w = walk(
+        Arch::Aarch64,
+        a64_module(),
+        &FP_ONLY,
+        rt(R2 + 0x40),
+        &[(A64_SP, SP), (X29, FP0), (X30, rt(R2))],
+        &s,
+    );
+    assert_eq!(w.pcs(), [rt(R2 + 0x40), rt(R1), rt(R2), rt(R3)], "{}", w.message);
+    // lr repeated in the record at x29: frame 0 made its record, not a leaf.
+    let w = walk(
+        Arch::Aarch64,
+        a64_module(),
+        &FP_ONLY,
+        rt(LEAF + 0x10),
+        &[(A64_SP, SP), (X29, FP1), (X30, rt(R2))],
+        &s,
+    );
+    assert_eq!(w.pcs(), [rt(LEAF + 0x10), rt(R2), rt(R3)], "{}", w.message);
+}
+
+#[test]
+fn aarch64_scan_takes_the_callers_fp_from_the_record() {
+    // No fp in frame 0; the scan finds R2 in FP1's record and takes the
+    // caller's x29 from the word below it, so the walk goes on by records.
+    let w =
+        walk(Arch::Aarch64, a64_module(), &ALL, rt(PC0), &[(A64_SP, SP), (X30, 0)], &a64_chain());
+    use Trust::*;
+    assert_eq!(w.pcs(), [rt(PC0), rt(R2), rt(R3)], "{}", w.message);
+    assert_eq!(w.trusts(), [Context, Scan, FramePointer]);
+    assert_eq!(w.end.reason, EndReason::PcZero);
+}
+
+#[test]
+fn addresses_without_cfi_are_looked_up_once() {
+    // The frame-pointer walk asks CFI first at every frame: the rule cache
+    // remembers that no FDE covers those addresses.
+    let mut uw = Unwinder::new(Arch::X86_64);
+    uw.add_module(Image::new(Arch::X86_64).module(Some(x86_eh_frame(&[])))).unwrap();
+    uw.set_strategies(&FP_ONLY);
+    let stack = x86_chain();
+    let mut regs = Registers::new();
+    regs.set(RSP, SP);
+    regs.set(RBP, FP0);
+    let mut frames = Vec::new();
+    let first = uw.unwind(rt(PC0), &regs, &mut stack.memory(), 64, &mut frames);
+    let cold = uw.cache_stats();
+    let second = uw.unwind(rt(PC0), &regs, &mut stack.memory(), 64, &mut frames);
+    assert_eq!(first, second);
+    assert_eq!(frames.len(), 4);
+    assert_eq!(uw.cache_stats().misses, cold.misses, "no lookup parsed CFI again");
+    assert!(uw.cache_stats().hits >= cold.hits + 3);
+}
+
+#[test]
+fn aarch64_cfi_after_a_frame_record_takes_its_cfa_from_x29() {
+    // Frame 0 has no CFI; its record gives R3, in a function with CFI that
+    // saved x29 and x30 at CFA − 32 and CFA − 24 (`stp x29, x30, [sp, #-32]!;
+    // mov x29, sp`). The record only bounds R3's sp (FP0 + 16); its CFA is
+    // x29 + 32, x29 being the address of its own record, FP1.
+    let rows = vec![
+        Insn::CfaOffset(32),
+        Insn::Offset(Register(X29), -32),
+        Insn::Offset(Register(X30), -24),
+    ];
+    let module =
+        Image::new(Arch::Aarch64).module(Some(eh_frame(Arch::Aarch64, &[(WITH_CFI, rows)])));
+    let mut s = Stack::new();
+    s.record(FP0, FP1, rt(R3)).record(FP1, FP2, rt(R2)).record(FP2, 0, 0);
+    let regs = [(A64_SP, SP), (X29, FP0)];
+    let w = walk(Arch::Aarch64, module, &FP_ONLY, rt(PC0), &regs, &s);
+    use Trust::*;
+    assert_eq!(w.pcs(), [rt(PC0), rt(R3), rt(R2)], "{}", w.message);
+    assert_eq!(w.trusts(), [Context, FramePointer, Cfi]);
+    assert_eq!(w.sps(), [SP, FP0 + 16, FP1 + 32]);
+    assert_eq!(w.frames[1].cfa, Some(FP1 + 32));
+    assert_eq!(w.end.reason, EndReason::PcZero, "{}", w.message);
+}
+
+#[test]
+fn a_scan_skips_return_addresses_of_calls_the_frame_made_itself() {
+    // Frame 0 at 0x1530 made a call at 0x151b (to 0x1000) that returned:
+    // its return address is still on the stack, stale. The scan takes the
+    // next one, whose call (at 0x161b) lies above the pc.
+    let mut image = Image::new(Arch::X86_64);
+    image.call_before(0x1520, 0x1000).call_before(0x1620, 0x1500);
+    let mut s = Stack::new();
+    s.set(SP, rt(0x1520)).set(SP + 8, rt(0x1620));
+    let w = walk(Arch::X86_64, image.module(None), &ALL, rt(0x1530), &[(RSP, SP)], &s);
+    assert_eq!(w.pcs()[..2], [rt(0x1530), rt(0x1620)], "{}", w.message);
+    assert_eq!(w.sps()[1], SP + 16);
+}
