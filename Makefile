@@ -2,7 +2,7 @@
 PYTHON ?= python3
 export PYTHON
 
-.PHONY: setup build demo test test-rust test-python bench lint
+.PHONY: setup build demo test test-rust test-python bench lint fuzz
 
 setup:            ## install system packages and the package (builds the Rust core)
 	.ci/setup
@@ -29,3 +29,18 @@ lint:
 	cargo clippy --all-targets --features python -- -D warnings
 	$(PYTHON) -m ruff check python tests benches
 	$(PYTHON) -m mypy.stubtest stackwalk._core
+
+# cargo-fuzz drives libFuzzer through nightly-only compiler flags (-Zsanitizer=address);
+# RUSTC_BOOTSTRAP=1 lets the stable toolchain take them. Every crash, timeout or OOM is saved
+# to fuzz/artifacts/TARGET/; once fixed, it goes to rust/tests/regressions/TARGET/.
+FUZZ_SECONDS ?= 600
+FUZZ_TARGETS ?= cfi unwind perf
+FUZZ_FLAGS = -rss_limit_mb=2048 -timeout=10 -max_len=262144 -print_final_stats=1
+
+fuzz: setup       ## seed the corpora from real files, then run each fuzz target FUZZ_SECONDS
+	command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz
+	$(PYTHON) fuzz/seed.py
+	cd fuzz && for target in $(FUZZ_TARGETS); do \
+	  RUSTC_BOOTSTRAP=1 cargo fuzz run $$target -- $(FUZZ_FLAGS) \
+	    -max_total_time=$(FUZZ_SECONDS) || exit 1; \
+	done

@@ -243,6 +243,8 @@ struct IndexEntry {
 pub struct UnwindInfo {
     arch: Arch,
     data: std::sync::Arc<Data>,
+    /// A separate debug file's bytes, which `sections.debug_frame` is in.
+    debug_data: Option<std::sync::Arc<Data>>,
     sections: ModuleSections,
     bases: BaseAddresses,
     /// `.eh_frame_hdr`'s binary-search table, when it has one we can use.
@@ -311,20 +313,35 @@ impl UnwindInfo {
         data: std::sync::Arc<Data>,
         sections: ModuleSections,
     ) -> Result<UnwindInfo, ModuleError> {
-        for (name, s) in [
-            (".eh_frame", sections.eh_frame),
-            (".eh_frame_hdr", sections.eh_frame_hdr),
-            (".debug_frame", sections.debug_frame),
+        UnwindInfo::with_debug_file(arch, data, sections, None)
+    }
+
+    /// Like [`UnwindInfo::new`], with the `.debug_frame` of a separate debug
+    /// file (see [`crate::debugfile`]) when `data` has none of its own.
+    pub fn with_debug_file(
+        arch: Arch,
+        data: std::sync::Arc<Data>,
+        mut sections: ModuleSections,
+        debug: Option<(std::sync::Arc<Data>, SectionInfo)>,
+    ) -> Result<UnwindInfo, ModuleError> {
+        let mut debug_data = None;
+        if let (None, Some((bytes, section))) = (sections.debug_frame, debug) {
+            sections.debug_frame = Some(section);
+            debug_data = Some(bytes);
+        }
+        for (name, s, len) in [
+            (".eh_frame", sections.eh_frame, data.len()),
+            (".eh_frame_hdr", sections.eh_frame_hdr, data.len()),
+            (".debug_frame", sections.debug_frame, debug_data.as_ref().unwrap_or(&data).len()),
         ] {
             if let Some(s) = s {
-                let fits =
-                    s.file_offset.checked_add(s.size).is_some_and(|e| e <= data.len() as u64);
+                let fits = s.file_offset.checked_add(s.size).is_some_and(|e| e <= len as u64);
                 if !fits {
                     return Err(ModuleError::SectionOutOfFile {
                         section: name,
                         offset: s.file_offset,
                         size: s.size,
-                        file_size: data.len() as u64,
+                        file_size: len as u64,
                     });
                 }
             }
@@ -345,6 +362,7 @@ impl UnwindInfo {
         let mut info = UnwindInfo {
             arch,
             data,
+            debug_data,
             sections,
             bases,
             hdr_table: None,
@@ -378,6 +396,17 @@ impl UnwindInfo {
         &self.data[s.file_offset as usize..(s.file_offset + s.size) as usize]
     }
 
+    /// `.debug_frame`'s bytes: in the separate debug file, if it came from one.
+    fn debug_frame_bytes(&self, s: SectionInfo) -> &[u8] {
+        let data = self.debug_data.as_deref().unwrap_or(&self.data);
+        &data[s.file_offset as usize..(s.file_offset + s.size) as usize]
+    }
+
+    /// Whether `.debug_frame` comes from a separate debug file.
+    pub fn has_separate_debug_frame(&self) -> bool {
+        self.debug_data.is_some()
+    }
+
     /// The size of an address in the CFI (`DW_EH_PE_absptr` pointers,
     /// `.debug_frame` initial locations): the architecture's word.
     fn address_size(&self) -> u8 {
@@ -394,7 +423,7 @@ impl UnwindInfo {
 
     fn debug_frame(&self) -> Option<DebugFrame<Slice<'_>>> {
         let s = self.sections.debug_frame?;
-        let mut df = DebugFrame::new(self.section_bytes(s), LittleEndian);
+        let mut df = DebugFrame::new(self.debug_frame_bytes(s), LittleEndian);
         df.set_address_size(self.address_size());
         df.set_vendor(self.arch.gimli_vendor());
         Some(df)
@@ -482,11 +511,11 @@ impl UnwindInfo {
 
     /// The bytes of an expression a rule refers to.
     pub fn expr_bytes(&self, e: ExprRef) -> &[u8] {
-        let section = match e.section {
-            SectionKind::EhFrame => self.sections.eh_frame,
-            SectionKind::DebugFrame => self.sections.debug_frame,
-        };
-        let bytes = section.map(|s| self.section_bytes(s)).unwrap_or(&[]);
+        let bytes = match e.section {
+            SectionKind::EhFrame => self.sections.eh_frame.map(|s| self.section_bytes(s)),
+            SectionKind::DebugFrame => self.sections.debug_frame.map(|s| self.debug_frame_bytes(s)),
+        }
+        .unwrap_or(&[]);
         let start = e.offset as usize;
         bytes.get(start..start + e.len as usize).unwrap_or(&[])
     }

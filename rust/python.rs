@@ -13,7 +13,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyTuple};
 
 use crate::arch::Arch;
-use crate::cfi::{CfaRule, Data, Module, RegRule};
+use crate::cfi::{CfaRule, Data, Module, RegRule, UnwindInfo};
 use crate::elf::read_elf;
 use crate::memory::{Regions, Segment, SegmentMemory};
 use crate::registers::Registers;
@@ -217,6 +217,8 @@ impl PyMappedMemory {
 pub struct PyUnwinder {
     inner: RsUnwinder,
     frames: Vec<RsFrame>,
+    /// (module name, separate debug file its `.debug_frame` comes from).
+    debug_files: Vec<(String, String)>,
 }
 
 #[pymethods]
@@ -232,7 +234,7 @@ impl PyUnwinder {
             inner.set_strategies(&parse_strategies(&names)?);
         }
         inner.set_scan_words(scan_words);
-        Ok(PyUnwinder { inner, frames: Vec::with_capacity(64) })
+        Ok(PyUnwinder { inner, frames: Vec::with_capacity(64), debug_files: Vec::new() })
     }
 
     #[getter]
@@ -271,16 +273,31 @@ impl PyUnwinder {
 
     /// Add the ELF file at `path`, loaded at `bias` (runtime address − ELF
     /// virtual address). The file is mapped, not read: only its headers are
-    /// touched now, and CFI is parsed on demand.
-    #[pyo3(signature = (path, bias = 0))]
-    fn add_module(&mut self, path: PathBuf, bias: i128) -> PyResult<()> {
+    /// touched now, and CFI is parsed on demand. A file without
+    /// `.debug_frame` gets its separate debug file's, found under
+    /// `debug_root` by build id or `.gnu_debuglink` (None: not looked for).
+    #[pyo3(signature = (path, bias = 0, *, debug_root = Some(PathBuf::from("/usr/lib/debug"))))]
+    fn add_module(
+        &mut self,
+        path: PathBuf,
+        bias: i128,
+        debug_root: Option<PathBuf>,
+    ) -> PyResult<()> {
         let name = path.to_string_lossy().into_owned();
         let file = File::open(&path).map_err(|e| ElfError::new_err(format!("{name}: {e}")))?;
         // SAFETY: the file is mapped read-only; like every tool that maps its
         // input (gdb, eu-stack), we assume it is not truncated while in use.
         let map = unsafe { memmap2::Mmap::map(&file) }
             .map_err(|e| ElfError::new_err(format!("{name}: cannot map: {e}")))?;
-        self.add(name, Data::Mapped(map), bias)
+        let debug = debug_root.map(|root| (path.as_path(), root));
+        self.add(name, Data::Mapped(map), bias, debug.as_ref().map(|(p, r)| (*p, r.as_path())))
+    }
+
+    /// The separate debug file whose `.debug_frame` the module added from
+    /// `path` uses, if any.
+    fn debug_file(&self, path: PathBuf) -> Option<String> {
+        let name = path.to_string_lossy();
+        self.debug_files.iter().find(|(n, _)| *n == name).map(|(_, d)| d.clone())
     }
 
     /// Add an ELF image held in memory (e.g. the vdso read from a process),
@@ -293,7 +310,7 @@ impl PyUnwinder {
     ) -> PyResult<()> {
         let buf = PyBuffer::<u8>::get(image)?;
         let bytes = buf.to_vec(image.py())?;
-        self.add(name, Data::Owned(bytes), bias)
+        self.add(name, Data::Owned(bytes), bias, None)
     }
 
     /// Unwind from `regs` (register name -> value) over `memory` (an
@@ -412,7 +429,15 @@ impl PyUnwinder {
 }
 
 impl PyUnwinder {
-    fn add(&mut self, name: String, data: Data, bias: i128) -> PyResult<()> {
+    /// `debug`: the file's path and the root to look for its separate debug
+    /// file under.
+    fn add(
+        &mut self,
+        name: String,
+        data: Data,
+        bias: i128,
+        debug: Option<(&std::path::Path, &std::path::Path)>,
+    ) -> PyResult<()> {
         let arch = self.inner.arch();
         let info = read_elf(&data).map_err(|e| ElfError::new_err(format!("{name}: {e}")))?;
         if info.machine != arch.elf_machine() {
@@ -424,11 +449,27 @@ impl PyUnwinder {
         }
         // Bias is runtime − ELF address, taken modulo 2^64 (it may be negative).
         let bias = bias as u64;
+        let separate = match (debug, info.sections.debug_frame) {
+            (Some((path, root)), None) => guard("finding the debug file", || {
+                crate::debugfile::separate_debug_frame(&data, Some(path), root)
+            })?,
+            _ => None,
+        };
+        let debug_path = separate.as_ref().map(|(_, _, p)| p.to_string_lossy().into_owned());
+        let (sections, range) = (info.sections, info.range);
         let module = guard("indexing CFI", || {
-            Module::new(name.clone(), arch, data, info.sections, info.range, bias)
+            let debug = separate.map(|(bytes, section, _)| (bytes, section));
+            let unwind_info = UnwindInfo::with_debug_file(arch, Arc::new(data), sections, debug)?;
+            Module::place(name.clone(), Arc::new(unwind_info), range, bias)
         })?
         .map_err(|e| ElfError::new_err(format!("{name}: {e}")))?;
-        self.inner.add_module(Arc::new(module)).map_err(|e| StackwalkError::new_err(e.to_string()))
+        self.inner
+            .add_module(Arc::new(module))
+            .map_err(|e| StackwalkError::new_err(e.to_string()))?;
+        if let Some(d) = debug_path {
+            self.debug_files.push((name, d));
+        }
+        Ok(())
     }
 }
 

@@ -66,12 +66,10 @@ impl SymbolTable {
         if table.full {
             return Ok(table);
         }
-        let debug = crate::elf::summarize(data).ok().and_then(|s| s.build_id).and_then(|id| {
-            let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
-            (hex.len() > 2).then(|| {
-                debug_root.join(".build-id").join(&hex[..2]).join(format!("{}.debug", &hex[2..]))
-            })
-        });
+        let debug = crate::elf::summarize(data)
+            .ok()
+            .and_then(|s| s.build_id)
+            .and_then(|id| crate::debugfile::build_id_path(&id, debug_root));
         if let Some(bytes) = debug.and_then(|p| std::fs::read(p).ok()) {
             if let Ok(full) = SymbolTable::from_elf(&bytes) {
                 if full.full {

@@ -3,11 +3,23 @@
 from __future__ import annotations
 
 import importlib
+import os
 from typing import Any
 
 import pytest
 from corefiles import Cores
+from hypothesis import HealthCheck, settings
+from perfdata import Recordings
 from realstacks import IMPLEMENTATIONS, Builder, Captures
+
+# Hypothesis (test_hostile_input.py): a few dozen examples per test in the normal run;
+# HYPOTHESIS_PROFILE=long for a campaign. Time is bounded by the tests themselves (each file is
+# read in a worker process with a time limit), not by hypothesis' per-example deadline, which a
+# loaded machine would trip.
+_HYPOTHESIS = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow]}
+settings.register_profile("default", max_examples=40, **_HYPOTHESIS)
+settings.register_profile("long", max_examples=3000, **_HYPOTHESIS)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 
 @pytest.fixture(params=sorted(IMPLEMENTATIONS))
@@ -30,3 +42,9 @@ def captures(tmp_path_factory: pytest.TempPathFactory) -> Captures:
 def cores(tmp_path_factory: pytest.TempPathFactory, build: Builder) -> Cores:
     """Core files made at test time (tests/corefiles.py), once per session."""
     return Cores(tmp_path_factory.mktemp("cores"), build)
+
+
+@pytest.fixture(scope="session")
+def recordings(tmp_path_factory: pytest.TempPathFactory, build: Builder) -> Recordings:
+    """Every workload's perf.data (tests/perfdata.py), recorded once per session."""
+    return Recordings(tmp_path_factory.mktemp("perf"), build)

@@ -320,11 +320,16 @@ def run(cmd: Sequence[str | os.PathLike[str]], **kwargs: Any) -> subprocess.Comp
 
 
 @functools.cache
-def eu_stack(core: str, executable: str, *, symbols: bool = False) -> EuStack:
+def eu_stack(
+    core: str, executable: str, *, symbols: bool = False, debuginfo_path: str | None = None
+) -> EuStack:
     """``eu-stack -n 0`` (every frame) of every thread. ``symbols``: also each frame's function
     (``-m``: from the module's symbol table, or its separate debug file's, see symbol_file()),
-    build id and module offset (``-b``)."""
+    build id and module offset (``-b``). ``debuginfo_path``: where eu-stack looks for separate
+    debug files (its ``--debuginfo-path``; default ``:.debug:/usr/lib/debug``)."""
     cmd = ["eu-stack", "-n", "0", f"--core={core}", "-e", executable]
+    if debuginfo_path is not None:
+        cmd.append(f"--debuginfo-path={debuginfo_path}")
     cmd += ["-m", "-b"] if symbols else ["-q"]
     proc = run(cmd)
     pid = None

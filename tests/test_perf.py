@@ -65,12 +65,6 @@ SVG_TITLE = re.compile(r"(?P<name>.*) \((?P<count>[\d,]+) samples?, (?P<percent>
 ANNOTATION = re.compile(r"_\[[kwij]\]$")
 
 
-@pytest.fixture(scope="session")
-def recordings(tmp_path_factory: pytest.TempPathFactory, build: Builder) -> Recordings:
-    """Every workload's perf.data, recorded once per session."""
-    return Recordings(tmp_path_factory.mktemp("perf"), build)
-
-
 @functools.cache
 def _stackwalk(*args: str) -> subprocess.CompletedProcess[str]:
     return stackwalk_perf(*args)

@@ -6,7 +6,7 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from stackwalk.errors import StackwalkError
 
@@ -112,7 +112,45 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return EXIT_OK if same else EXIT_PARTIAL
 
 
+def _each_file(paths: Sequence[str], one: Callable[[str], int]) -> int:
+    """Run ``one`` on every file; a file that fails gets its one-line error and the others
+    still run. The exit status is the worst case: EXIT_FAILED only when no file gave anything."""
+    statuses = []
+    for path in paths:
+        sys.stdout.flush()
+        try:
+            statuses.append(one(path))
+        except StackwalkError as e:
+            _error(str(e))
+            statuses.append(EXIT_FAILED)
+    if all(s == EXIT_OK for s in statuses):
+        return EXIT_OK
+    return EXIT_FAILED if all(s == EXIT_FAILED for s in statuses) else EXIT_PARTIAL
+
+
+def _directory_files(directory: str) -> list[str]:
+    try:
+        names = sorted(os.listdir(directory))
+    except OSError as e:
+        raise StackwalkError(f"{directory}: {e.strerror or e}") from None
+    paths = [os.path.join(directory, name) for name in names]
+    return [p for p in paths if os.path.isfile(p)]
+
+
 def cmd_core(args: argparse.Namespace) -> int:
+    if args.dir is None:
+        if args.core is None:
+            raise StackwalkError("a core file (or --dir DIR) is required")
+        return _one_core(args, args.core, args.executable)
+    if args.core is not None:
+        raise StackwalkError("--dir takes no CORE or EXECUTABLE: every core names its program")
+    paths = _directory_files(args.dir)
+    if not paths:
+        raise StackwalkError(f"{args.dir}: no files")
+    return _each_file(paths, lambda path: _one_core(args, path, None))
+
+
+def _one_core(args: argparse.Namespace, path: str, executable: str | None) -> int:
     from stackwalk.core import Core
     from stackwalk.render import core_lines
 
@@ -121,23 +159,30 @@ def cmd_core(args: argparse.Namespace) -> int:
     if args.no_scan:
         strategies = [s for s in strategies if s != "scan"]
     core = Core.open(
-        args.core, args.executable, sysroot=args.sysroot, lib_search_path=search or None,
+        path,
+        executable,
+        sysroot=args.sysroot,
+        lib_search_path=search or None,
+        debug_root=args.debug_root,
         strategies=strategies,
-    )  # fmt: skip
+    )
     if not core.threads:
         reasons = "; ".join(core.warnings) or "it has no NT_PRSTATUS note"
-        raise StackwalkError(f"{args.core}: no thread could be read ({reasons})")
+        raise StackwalkError(f"{path}: no thread could be read ({reasons})")
     doc = core.to_dict(max_frames=args.max_frames, end_details=not args.json)
     if args.thread is not None:
         doc["threads"] = [t for t in doc["threads"] if t["tid"] == args.thread]
         if not doc["threads"]:
             tids = ", ".join(str(t.tid) for t in core.threads)
-            raise StackwalkError(f"{args.core}: no thread {args.thread} (threads: {tids})")
+            raise StackwalkError(f"{path}: no thread {args.thread} (threads: {tids})")
     for warning in core.warnings:
         print(f"stackwalk: warning: {warning}", file=sys.stderr)
     if args.json:
-        print(json.dumps(doc, indent=2))
+        # With --dir, one document per line (JSON Lines).
+        print(json.dumps(doc) if args.dir is not None else json.dumps(doc, indent=2))
     else:
+        if args.dir is not None:
+            print()  # a blank line between the reports of successive cores
         print("\n".join(core_lines(doc)))
     threads = doc["threads"]
     if not any(t["frames"] for t in threads):
@@ -147,6 +192,12 @@ def cmd_core(args: argparse.Namespace) -> int:
 
 
 def cmd_perf(args: argparse.Namespace) -> int:
+    if len(args.perf_data) > 1 and args.flamegraph:
+        raise StackwalkError("--flamegraph takes one PERF.DATA")
+    return _each_file(args.perf_data, lambda path: _one_perf(args, path))
+
+
+def _one_perf(args: argparse.Namespace, path: str) -> int:
     from stackwalk._core import perf_report
 
     fmt = "json" if args.json else "collapsed" if args.collapsed or args.flamegraph else "text"
@@ -161,7 +212,7 @@ def cmd_perf(args: argparse.Namespace) -> int:
     # A progress bar, after half a second, when someone watches stderr and it is not the output.
     watched = sys.stderr.isatty() and (output is not None or not sys.stdout.isatty())
     progress = 0.5 if watched else None
-    summary = perf_report(args.perf_data, fmt, output=output, jobs=args.jobs,
+    summary = perf_report(path, fmt, output=output, jobs=args.jobs,
                           max_frames=args.max_frames, progress=progress)  # fmt: skip
     if args.flamegraph:
         from stackwalk._core import flamegraph
@@ -169,7 +220,7 @@ def cmd_perf(args: argparse.Namespace) -> int:
         assert output is not None
         try:
             if summary["samples"]:
-                flamegraph(output, args.flamegraph, title=os.path.basename(args.perf_data))
+                flamegraph(output, args.flamegraph, title=os.path.basename(path))
         finally:
             os.unlink(output)
     for path in summary["modules_missing"]:
@@ -198,12 +249,27 @@ def build_parser() -> argparse.ArgumentParser:
     c.set_defaults(func=cmd_capture)
 
     k = sub.add_parser("core", help="backtraces of every thread of an ELF core file")
-    k.add_argument("core", help="the core file (the kernel's, systemd-coredump's, gdb's gcore)")
+    k.add_argument(
+        "core", nargs="?", help="the core file (the kernel's, systemd-coredump's, gdb's gcore)"
+    )
     k.add_argument("executable", nargs="?", help="the program (default: found from the core)")
     k.add_argument("--json", action="store_true", help="one JSON document")
     k.add_argument("--sysroot", help="prefix every module path with DIR")
     k.add_argument(
         "--lib-search-path", metavar="PATHS", help="DIR[:DIR...] to find modules by name"
+    )
+    k.add_argument(
+        "--dir",
+        metavar="DIR",
+        help="every file in DIR, in name order; a file that cannot be read gets a one-line "
+        "error and the others go on",
+    )
+    k.add_argument(
+        "--debug-root",
+        metavar="DIR",
+        default="/usr/lib/debug",
+        help="where separate debug files are (.build-id/xx/yyyy.debug, .gnu_debuglink); "
+        "default /usr/lib/debug",
     )
     k.add_argument("--thread", type=int, metavar="TID", help="only this thread")
     k.add_argument("--max-frames", type=int, default=256)
@@ -218,7 +284,9 @@ def build_parser() -> argparse.ArgumentParser:
     k.set_defaults(func=cmd_core)
 
     pf = sub.add_parser("perf", help="unwind every sample of a perf record --call-graph dwarf file")
-    pf.add_argument("perf_data", metavar="PERF.DATA")
+    pf.add_argument(
+        "perf_data", metavar="PERF.DATA", nargs="+", help="one or more files, one after another"
+    )
     out = pf.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="JSON Lines, one object per sample")
     out.add_argument("--collapsed", action="store_true", help="folded stacks with counts")

@@ -110,6 +110,7 @@ _DEFAULT_PAGE = 4096
 _HEADER_IMAGE_LIMIT = 1 << 16  # bytes of a module's first mapping read for its headers
 _MAX_NOTES = 1 << 26  # a PT_NOTE larger than this is damaged
 _ELF_MAGIC = b"\x7fELF"
+DEBUG_ROOT = "/usr/lib/debug"  # where gdb and eu-stack look for separate debug files
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,6 +244,7 @@ class Core:
     memory: MappedMemory
     unwinder: Unwinder
     warnings: list[str]
+    debug_root: str | None
 
     @classmethod
     def open(
@@ -252,16 +254,24 @@ class Core:
         *,
         sysroot: str | os.PathLike[str] | None = None,
         lib_search_path: Sequence[str | os.PathLike[str]] | None = None,
+        debug_root: str | os.PathLike[str] | None = DEBUG_ROOT,
         strategies: Sequence[str] = CRASH_STRATEGIES,
     ) -> Core:
         """Read the core at ``path``. ``executable`` overrides the program file; ``sysroot``
         prefixes every module path; ``lib_search_path`` is searched by file name;
+        ``debug_root`` is where separate debug files are looked for (by build id, and by
+        ``.gnu_debuglink`` under it as well as next to each module): their ``.debug_frame``
+        unwinds functions that ``.eh_frame`` lacks, their symbols name them;
         ``strategies`` are the ways each frame's caller is looked for, in order (CFI, then
         frame pointers, then stack scanning by default)."""
         return cls(
-            path, executable, sysroot=sysroot, lib_search_path=lib_search_path,
+            path,
+            executable,
+            sysroot=sysroot,
+            lib_search_path=lib_search_path,
+            debug_root=debug_root,
             strategies=strategies,
-        )  # fmt: skip
+        )
 
     def __init__(
         self,
@@ -270,9 +280,11 @@ class Core:
         *,
         sysroot: str | os.PathLike[str] | None = None,
         lib_search_path: Sequence[str | os.PathLike[str]] | None = None,
+        debug_root: str | os.PathLike[str] | None = DEBUG_ROOT,
         strategies: Sequence[str] = CRASH_STRATEGIES,
     ) -> None:
         self.path = os.fspath(path)
+        self.debug_root = os.fspath(debug_root) if debug_root is not None else None
         self.warnings = []
         self._layout = _LAYOUTS[_ELFCLASS64]
         try:
@@ -332,13 +344,15 @@ class Core:
             )
         if phentsize != layout.phdr.size:
             raise CoreError(f"{self.path}: bad program header size {phentsize}")
+        # Offsets are checked against the size before any seek: a damaged one can be past
+        # what a file offset can hold at all.
+        size = os.fstat(f.fileno()).st_size
         if phnum == _PN_XNUM:
-            f.seek(shoff + layout.sh_info)  # sh_info of section header 0
-            extended = f.read(4)
-            if len(extended) < 4:
+            if shoff + layout.sh_info + 4 > size:
                 raise CoreError(f"{self.path}: truncated section header at {shoff:#x}")
-            phnum = struct.unpack("<I", extended)[0]
-        if phoff + phnum * layout.phdr.size > os.fstat(f.fileno()).st_size:
+            f.seek(shoff + layout.sh_info)  # sh_info of section header 0
+            phnum = struct.unpack("<I", f.read(4))[0]
+        if phoff + phnum * layout.phdr.size > size:
             raise CoreError(f"{self.path}: truncated program headers at {phoff:#x}")
         f.seek(phoff)
         table = f.read(phnum * layout.phdr.size)
@@ -350,6 +364,9 @@ class Core:
             elif p_type == _PT_NOTE:
                 if filesz > _MAX_NOTES:
                     self.warnings.append(f"note segment at {offset:#x} too large, skipped")
+                    continue
+                if offset >= size:
+                    self.warnings.append(f"note segment at {offset:#x} lies past the end")
                     continue
                 f.seek(offset)
                 data = f.read(filesz)
@@ -669,8 +686,8 @@ class Core:
     ) -> CoreModule:
         if file is not None:
             try:
-                self.unwinder.add_module(file, bias)
-            except (ElfError, ArchError) as e:
+                self.unwinder.add_module(file, bias, debug_root=self.debug_root)
+            except StackwalkError as e:  # not ELF, another arch, or over another module
                 self.warnings.append(f"module {path}: {e}")
                 file, on_disk = None, None
         return CoreModule(
@@ -695,6 +712,7 @@ class Core:
         symbolizer = Symbolizer(
             (ModuleInfo(m.file or m.path, m.start, m.end, m.bias) for m in self.modules),
             {"[vdso]": self._vdso_image} if self._vdso_image is not None else None,
+            debug_root=self.debug_root,
         )
         sig = self.signal
         threads = []
@@ -749,7 +767,7 @@ def _interpreter(file: str, phdr: tuple[int, int], layout: _Layout) -> str | Non
                 if p_type == _PT_INTERP:
                     f.seek(offset)
                     return _cstring(f.read(min(filesz, 4096))) or None
-    except OSError:
+    except (OSError, ValueError, OverflowError):  # ValueError: an offset no file can have
         return None
     return None
 

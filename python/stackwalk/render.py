@@ -45,11 +45,18 @@ class Symbolizer:
     tables (the native SymbolTable: .symtab, else the build-id debug file's,
     else .dynsym; names demangled) are loaded once per module, on first use."""
 
-    def __init__(self, modules: Iterable[ModuleInfo], images: dict[str, bytes] | None = None):
+    def __init__(
+        self,
+        modules: Iterable[ModuleInfo],
+        images: dict[str, bytes] | None = None,
+        *,
+        debug_root: str | None = "/usr/lib/debug",
+    ):
         self._modules = sorted(modules, key=lambda m: m.start)
         self._starts = [m.start for m in self._modules]
         self._tables: dict[str, SymbolTable | None] = {}
         self._images = images or {}
+        self._debug_root = debug_root
 
     def module_for(self, address: int) -> ModuleInfo | None:
         i = bisect.bisect_right(self._starts, address) - 1
@@ -65,7 +72,11 @@ class Symbolizer:
     def _load_table(self, path: str) -> SymbolTable | None:
         image = self._images.get(path)
         try:
-            return SymbolTable(image) if image is not None else SymbolTable.for_file(path)
+            if image is not None:
+                return SymbolTable(image)
+            if self._debug_root is None:
+                return SymbolTable(path)
+            return SymbolTable.for_file(path, self._debug_root)
         except (ElfError, OSError):
             return None
 
@@ -76,13 +87,18 @@ class Symbolizer:
         module = self.module_for(lookup)
         if module is None:
             return Location(None, None, None, None)
-        elf_address = pc - module.bias
+        # Modulo 2**64, as the unwinder takes biases: a module placed by a damaged core can
+        # hold addresses below its bias.
+        elf_address = (pc - module.bias) & _U64
         table = self._table(module)
-        found = table.lookup(lookup - module.bias) if table is not None else None
+        found = table.lookup((lookup - module.bias) & _U64) if table is not None else None
         if found is None:
             return Location(module, elf_address, None, None)
         name, offset = found
         return Location(module, elf_address, name, offset + (pc - lookup))
+
+
+_U64 = (1 << 64) - 1
 
 
 def _hex(v: int | None) -> str | None:

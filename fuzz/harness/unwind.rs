@@ -1,0 +1,106 @@
+//! Arbitrary registers and stack memory unwound over one module: a whole
+//! ELF image from the input (seeded with a real program and a real stack
+//! captured from it, see `fuzz/seed.py`), or, when the bytes are not ELF,
+//! a raw `.eh_frame`. The walk must end with a reason, within `max_frames`,
+//! and a second walk (served from the rule cache) must find the same frames.
+//!
+//! Input layout: u8 flags (bit 0: aarch64, bit 2: i386, bit 3: frame-pointer
+//! fallback, bit 4: stack scanning), u16 max_frames, u32 image_len,
+//! image, u64 bias, u64 pc, u64 register mask (bit n = DWARF column n,
+//! n < 33), one u64 per set bit, u64 stack address, u16 gap_at, then the
+//! stack bytes: two regions, split at gap_at with a 4 KiB hole between.
+
+use std::sync::Arc;
+
+use _core::arch::NUM_REGS;
+use _core::cfi::{Data, Module, ModuleSections, SectionInfo};
+use _core::fallback::Strategy;
+use _core::memory::Regions;
+use _core::registers::Registers;
+use _core::unwind::{EndReason, Unwinder};
+
+struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> &'a [u8] {
+        let n = n.min(self.0.len());
+        let (head, tail) = self.0.split_at(n);
+        self.0 = tail;
+        head
+    }
+    fn uint(&mut self, n: usize) -> u64 {
+        let mut buf = [0u8; 8];
+        let bytes = self.take(n);
+        buf[..bytes.len()].copy_from_slice(bytes);
+        u64::from_le_bytes(buf)
+    }
+}
+
+pub fn run(data: &[u8]) {
+    let mut r = Reader(data);
+    let flags = r.uint(1);
+    let arch = super::cfi::harness_arch(flags as u8);
+    let max_frames = (r.uint(2) as usize) % 1024;
+    let image_len = r.uint(4) as usize;
+    let image = r.take(image_len);
+    let bias = r.uint(8);
+    let pc = r.uint(8);
+    let mask = r.uint(8) & ((1 << NUM_REGS) - 1);
+    let mut regs = Registers::new();
+    for col in 0..NUM_REGS as u16 {
+        if mask & (1 << col) != 0 {
+            regs.set(col, r.uint(8));
+        }
+    }
+    let stack_at = r.uint(8);
+    let gap_at = (r.uint(2) as usize).min(r.0.len());
+    let (low, high) = r.0.split_at(gap_at);
+
+    // An owned copy: the `object` crate reads ELF headers in place and wants
+    // them aligned, as a mapped file or a Vec is (the input slice is not).
+    let image = image.to_vec();
+    let (sections, range) = match _core::elf::read_elf(&image) {
+        Ok(elf) => (elf.sections, elf.range),
+        Err(_) => {
+            let eh = SectionInfo { file_offset: 0, size: image.len() as u64, address: 0x40_0000 };
+            let sections = ModuleSections { eh_frame: Some(eh), ..ModuleSections::default() };
+            (sections, 0x40_0000..0x50_0000)
+        }
+    };
+    let data = Data::Owned(image);
+    let Ok(module) = Module::new("fuzz".into(), arch, data, sections, range, bias) else { return };
+    let mut unwinder = Unwinder::new(arch);
+    // Bits 3 and 4 add the fallbacks after CFI, as `stackwalk core` uses them.
+    let mut strategies = vec![Strategy::Cfi];
+    if flags & 8 != 0 {
+        strategies.push(Strategy::FramePointer);
+    }
+    if flags & 16 != 0 {
+        strategies.push(Strategy::Scan);
+    }
+    unwinder.set_strategies(&strategies);
+    if unwinder.add_module(Arc::new(module)).is_err() {
+        return;
+    }
+    let mut memory = Regions::new();
+    memory.add(stack_at, low);
+    memory.add(stack_at.wrapping_add(low.len() as u64 + 4096), high);
+
+    let mut frames = Vec::new();
+    let end = unwinder.unwind(pc, &regs, &mut memory.clone(), max_frames, &mut frames);
+    assert!(frames.len() <= max_frames.max(1), "{} frames, limit {max_frames}", frames.len());
+    if end.reason == EndReason::FrameLimit && max_frames > 0 {
+        assert_eq!(frames.len(), max_frames);
+    }
+    // Every caller is above its callee (or at the same sp, past a signal
+    // frame) and has a pc: what the walk promises to check.
+    for pair in frames.windows(2) {
+        assert!(pair[1].sp >= pair[0].sp, "sp went down: {pair:x?}");
+        assert!(pair[1].pc != 0, "a frame with pc 0: {pair:x?}");
+    }
+    let _ = unwinder.describe(&end);
+    let mut again = Vec::new();
+    let end2 = unwinder.unwind(pc, &regs, &mut memory, max_frames, &mut again);
+    assert_eq!(frames, again, "a walk served from the rule cache differs");
+    assert_eq!(end, end2);
+}

@@ -1,0 +1,142 @@
+"""Write the fuzz targets' seed corpora from real files, made now rather than committed:
+
+- cfi: test programs compiled here (``.eh_frame`` at -O2 and -O0, ``.debug_frame`` only, and
+  an aarch64 build) as whole ELF images, and the raw CFI sections of libc and libgcc_s;
+- unwind: a program stopped under gdb deep in a recursion (tests/programs/deep.c), its
+  executable, registers and stack, in the unwind target's layout;
+- perf: ``perf record --call-graph dwarf`` of tests/programs/perf_qsort.c, to a file and to a
+  pipe, with small stack copies so the seeds stay small.
+
+Usage: python fuzz/seed.py [CORPUS_DIR]   (default: fuzz/corpus; run by ``make fuzz``)
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from elftools.elf.elffile import ELFFile
+
+ROOT = Path(__file__).resolve().parent.parent
+PROGRAMS = ROOT / "tests" / "programs"
+ENV = {"PATH": "/usr/bin:/bin", "LC_ALL": "C"}
+# x86_64 DWARF columns of the registers gdb reports.
+X86_64_COLUMNS = {
+    "rax": 0, "rdx": 1, "rcx": 2, "rbx": 3, "rsi": 4, "rdi": 5, "rbp": 6, "rsp": 7,
+    **{f"r{n}": n for n in range(8, 16)},
+}  # fmt: skip
+NUM_REGS = 33
+
+
+def build(work: Path, source: str, *flags: str, compiler: str = "gcc") -> Path:
+    out = work / f"{Path(source).stem}-{len(list(work.iterdir()))}"
+    subprocess.run([compiler, *flags, str(PROGRAMS / source), "-o", str(out)], check=True)
+    return out
+
+
+def sections(path: Path) -> dict[str, tuple[bytes, int]]:
+    """name -> (bytes, address) of the CFI sections of an ELF file."""
+    out = {}
+    with open(path, "rb") as f:
+        elf = ELFFile(f)
+        for name in (".eh_frame_hdr", ".eh_frame", ".debug_frame"):
+            s = elf.get_section_by_name(name)
+            if s is not None:
+                out[name] = (s.data(), s["sh_addr"])
+    return out
+
+
+def raw_sections(path: Path, flags: int = 0) -> bytes:
+    """The cfi target's raw-sections layout (see fuzz_targets/cfi.rs)."""
+    s = sections(path)
+    hdr, hdr_addr = s.get(".eh_frame_hdr", (b"", 0))
+    eh, eh_addr = s.get(".eh_frame", (b"", 0))
+    df, _ = s.get(".debug_frame", (b"", 0))
+    head = struct.pack("<BIIII", flags | 2, len(hdr), len(eh), hdr_addr, eh_addr)
+    return head + hdr + eh + df
+
+
+def seed_cfi(work: Path, out: Path) -> None:
+    o2 = build(work, "deep.c", "-O2", "-fomit-frame-pointer", "-s")
+    o0 = build(work, "deep.c", "-O0", "-s")
+    df = build(work, "deep.c", "-O2", "-g1", "-fno-asynchronous-unwind-tables")
+    subprocess.run(["strip", "--keep-section=.debug_frame", "-g", str(df)], check=True)
+    seeds = {
+        "deep-o2": b"\0" + o2.read_bytes(),
+        "deep-o0": b"\0" + o0.read_bytes(),
+        "deep-debug-frame": b"\0" + df.read_bytes(),
+        "deep-debug-frame-raw": raw_sections(df),
+        "libgcc-raw": raw_sections(Path("/lib/x86_64-linux-gnu/libgcc_s.so.1")),
+        "libc-raw": raw_sections(Path("/lib/x86_64-linux-gnu/libc.so.6")),
+    }
+    if shutil.which("aarch64-linux-gnu-gcc"):
+        a64 = build(work, "deep.c", "-O2", "-s", compiler="aarch64-linux-gnu-gcc")
+        seeds["deep-aarch64"] = b"\1" + a64.read_bytes()
+    for name, data in seeds.items():
+        (out / name).write_bytes(data)
+
+
+def seed_unwind(work: Path, out: Path) -> None:
+    sys.path.insert(0, str(ROOT / "python"))
+    from stackwalk.capture import capture
+
+    program = build(work, "deep.c", "-O2", "-fomit-frame-pointer")
+    cap = capture([str(program)], "stop_here", env=ENV, max_stack=16 << 10, timeout=60)
+    image = program.read_bytes()
+    bias = dict(cap.modules)[str(program)]
+    mask, values = 0, b""
+    regs = {X86_64_COLUMNS[k]: v for k, v in cap.regs.items() if k in X86_64_COLUMNS}
+    for col in sorted(regs):
+        mask |= 1 << col
+        values += struct.pack("<Q", regs[col])
+    (start, stack), *_ = cap.memory
+    # (name, flags: 8 frame pointers, 16 scanning, max_frames, stack bytes, where the second
+    # region starts, 4 KiB higher)
+    for name, flags, max_frames, stack_bytes, gap_at in (
+        ("deep", 0, 256, stack, len(stack)),
+        ("deep-limit", 0, 5, stack, len(stack)),
+        ("deep-cut", 0, 256, stack[: len(stack) // 3], len(stack) // 3),
+        ("deep-gap", 0, 256, stack, len(stack) // 2),
+        ("deep-fallbacks", 8 | 16, 256, stack, len(stack)),
+        ("deep-gap-fallbacks", 8 | 16, 256, stack, len(stack) // 2),
+    ):
+        head = struct.pack("<BHI", flags, max_frames, len(image)) + image
+        head += struct.pack("<QQQ", bias, cap.regs["rip"], mask) + values
+        head += struct.pack("<QH", start, min(gap_at, 0xFFFF))
+        (out / name).write_bytes(head + stack_bytes)
+
+
+def seed_perf(work: Path, out: Path) -> None:
+    program = build(work, "perf_qsort.c", "-O2", "-fomit-frame-pointer")
+    env = {**ENV, "HOME": str(work)}
+    record = ["perf", "record", "-q", "-F", "199", "-e", "cpu-clock", "--call-graph", "dwarf,256"]
+    quiet = {"env": env, "check": True, "stdin": subprocess.DEVNULL}
+    subprocess.run([*record, "-o", out / "qsort.data", "--", program], stdout=subprocess.DEVNULL,
+                   **quiet)  # fmt: skip
+    # To a pipe, the workload's output kept out of it (through an exec: a COMM exec record).
+    with open(out / "qsort-pipe.data", "wb") as pipe:
+        workload = ["sh", "-c", 'exec "$0" >/dev/null', program]
+        subprocess.run([*record, "-o", "-", "--", *workload], stdout=pipe, **quiet)
+
+
+def main() -> int:
+    corpus = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "fuzz" / "corpus"
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, seed in (("cfi", seed_cfi), ("unwind", seed_unwind), ("perf", seed_perf)):
+            out = corpus / name
+            out.mkdir(parents=True, exist_ok=True)
+            work = Path(tmp) / name
+            work.mkdir()
+            seed(work, out)
+            total = sum(p.stat().st_size for p in out.iterdir())
+            print(f"{out}: {len(os.listdir(out))} seeds, {total} bytes")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

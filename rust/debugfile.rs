@@ -1,0 +1,155 @@
+//! Separate debug files: where gdb and eu-stack look for the debug info a
+//! stripped ELF file left elsewhere, and the `.debug_frame` found there.
+//!
+//! In order: `DEBUG_ROOT/.build-id/xx/yyyy.debug` by the file's build id;
+//! then the name in its `.gnu_debuglink` section next to the file, in a
+//! `.debug/` directory next to it, and under `DEBUG_ROOT/<the file's
+//! directory>/`. A build-id candidate must carry the same build id; a
+//! debuglink candidate the same build id, or, when either file has none, the
+//! CRC-32 the link records (gdb's checks).
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use object::{Object, ObjectSection};
+
+use crate::cfi::SectionInfo;
+use crate::memory::Data;
+
+/// `DEBUG_ROOT/.build-id/xx/yyyy.debug` for a build id (None if it is too
+/// short to split).
+pub fn build_id_path(build_id: &[u8], debug_root: &Path) -> Option<PathBuf> {
+    let hex: String = build_id.iter().map(|b| format!("{b:02x}")).collect();
+    (hex.len() > 2)
+        .then(|| debug_root.join(".build-id").join(&hex[..2]).join(format!("{}.debug", &hex[2..])))
+}
+
+/// The file name and CRC-32 of an ELF file's `.gnu_debuglink` section: a
+/// NUL-terminated name, padding to 4 bytes, the CRC (little-endian here).
+pub fn debuglink(data: &[u8]) -> Option<(String, u32)> {
+    let file = object::read::elf::ElfFile64::<object::LittleEndian, &[u8]>::parse(data).ok()?;
+    let bytes = file.section_by_name(".gnu_debuglink")?.data().ok()?;
+    let nul = bytes.iter().position(|&b| b == 0)?;
+    let crc_at = (nul + 1).next_multiple_of(4);
+    let crc = bytes.get(crc_at..crc_at + 4)?;
+    let name = std::str::from_utf8(&bytes[..nul]).ok()?;
+    // A name, not a path: nothing may lead out of the directories searched.
+    if name.is_empty() || name.contains('/') || name == ".." {
+        return None;
+    }
+    Some((name.to_owned(), u32::from_le_bytes(crc.try_into().ok()?)))
+}
+
+/// CRC-32 (IEEE 802.3, as zlib's `crc32` and `.gnu_debuglink` use it).
+pub fn crc32(bytes: &[u8]) -> u32 {
+    const TABLE: [u32; 256] = {
+        let mut table = [0u32; 256];
+        let mut i = 0;
+        while i < 256 {
+            let mut c = i as u32;
+            let mut k = 0;
+            while k < 8 {
+                c = if c & 1 != 0 { 0xedb8_8320 ^ (c >> 1) } else { c >> 1 };
+                k += 1;
+            }
+            table[i] = c;
+            i += 1;
+        }
+        table
+    };
+    !bytes.iter().fold(!0u32, |c, &b| TABLE[((c ^ u32::from(b)) & 0xff) as usize] ^ (c >> 8))
+}
+
+fn build_id(data: &[u8]) -> Option<Vec<u8>> {
+    crate::elf::summarize(data).ok()?.build_id
+}
+
+fn map(path: &Path) -> Option<Data> {
+    let file = File::open(path).ok()?;
+    if !file.metadata().ok()?.is_file() {
+        return None;
+    }
+    // SAFETY: read-only mapping of a file assumed not to shrink while in use
+    // (as for every module file).
+    unsafe { memmap2::Mmap::map(&file) }.ok().map(Data::Mapped)
+}
+
+/// The separate debug file of the ELF file `data` (found at `path`, if it
+/// came from a file), checked to belong to it.
+pub fn find(data: &[u8], path: Option<&Path>, debug_root: &Path) -> Option<(PathBuf, Data)> {
+    let own_id = build_id(data);
+    if let Some(candidate) = own_id.as_deref().and_then(|id| build_id_path(id, debug_root)) {
+        if let Some(debug) = map(&candidate) {
+            if build_id(&debug) == own_id {
+                return Some((candidate, debug));
+            }
+        }
+    }
+    let (name, crc) = debuglink(data)?;
+    let dir = path?.parent()?;
+    let mut candidates = vec![dir.join(&name), dir.join(".debug").join(&name)];
+    if let Ok(absolute) = std::path::absolute(dir) {
+        let relative = absolute.strip_prefix("/").unwrap_or(&absolute);
+        candidates.push(debug_root.join(relative).join(&name));
+    }
+    let own = path.and_then(|p| std::fs::canonicalize(p).ok());
+    candidates.into_iter().find_map(|candidate| {
+        if own.is_some() && std::fs::canonicalize(&candidate).ok() == own {
+            return None; // the link names the file itself
+        }
+        let debug = map(&candidate)?;
+        let ids_match = own_id.is_some() && build_id(&debug) == own_id;
+        (ids_match || crc32(&debug) == crc).then_some((candidate, debug))
+    })
+}
+
+/// A `.debug_frame` that holds bytes in `data`, if the ELF file has one.
+pub fn debug_frame_section(data: &[u8]) -> Option<SectionInfo> {
+    let file = object::read::elf::ElfFile64::<object::LittleEndian, &[u8]>::parse(data).ok()?;
+    let s = file.section_by_name(".debug_frame")?;
+    let (file_offset, size) = s.file_range()?; // None for SHT_NOBITS
+    (size > 0).then_some(SectionInfo { file_offset, size, address: s.address() })
+}
+
+/// The `.debug_frame` of the separate debug file of `data` (see [`find`]):
+/// the debug file's bytes, where the section is in them, and its path.
+pub fn separate_debug_frame(
+    data: &[u8],
+    path: Option<&Path>,
+    debug_root: &Path,
+) -> Option<(Arc<Data>, SectionInfo, PathBuf)> {
+    let (found, debug) = find(data, path, debug_root)?;
+    let section = debug_frame_section(&debug)?;
+    Some((Arc::new(debug), section, found))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn crc32_is_zlibs() {
+        assert_eq!(crc32(b""), 0);
+        assert_eq!(crc32(b"123456789"), 0xcbf4_3926);
+        assert_eq!(crc32(b"The quick brown fox jumps over the lazy dog"), 0x414f_a339);
+    }
+
+    #[test]
+    fn build_id_paths() {
+        let root = Path::new("/r");
+        assert_eq!(
+            build_id_path(&[0xab, 0xcd, 0xef], root),
+            Some(PathBuf::from("/r/.build-id/ab/cdef.debug"))
+        );
+        assert_eq!(build_id_path(&[0xab], root), None);
+    }
+
+    #[test]
+    fn damaged_files_have_no_link() {
+        assert_eq!(debuglink(b""), None);
+        assert_eq!(debuglink(b"\x7fELF not really"), None);
+        assert!(find(b"garbage", Some(Path::new("/nonexistent/x")), Path::new("/nonexistent"))
+            .is_none());
+    }
+}

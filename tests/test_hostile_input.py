@@ -1,0 +1,378 @@
+"""Damaged and hostile input: real core files and perf.data recordings made at test time, mutated
+by hypothesis (bytes flipped, ranges zeroed or overwritten, pieces of the file spliced
+elsewhere, the file cut short; most often in the headers and notes, where a reader decides what
+to trust), then read the way ``stackwalk core`` and ``stackwalk perf`` read them, in a worker
+process (tests/hostile_worker.py) with a memory limit. The rule: a StackwalkError subclass or a
+result (with an error or an end reason); never another exception, a crash, a hang, or memory
+without bound.
+
+The number of examples comes from the hypothesis profile: ``default`` keeps the suite quick,
+``HYPOTHESIS_PROFILE=long`` runs a campaign (see conftest.py).
+
+Also: ``stackwalk core --dir`` and ``stackwalk perf`` over several files, damaged and not.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from corefiles import Cores, core_notes, note_span, stackwalk_core, truncated_copy
+from elftools.elf.elffile import ELFFile
+from hypothesis import event, given
+from hypothesis import strategies as st
+from perfdata import Recordings, data_section, stackwalk_perf
+from stackwalk.core import Core, CoreError
+
+WORKER = Path(__file__).with_name("hostile_worker.py")
+MEMORY_LIMIT_MIB = 2048
+# Reading one damaged file, unwinding and symbolizing everything in it, takes well under a
+# second here; this bound only catches hangs.
+TIME_LIMIT = 30.0
+
+# A mutation: (kind, offset, argument).
+Mutation = tuple[str, int, Any]
+
+
+class Worker:
+    """The worker process, started again after it died."""
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen[str] | None = None
+
+    def _start(self) -> subprocess.Popen[str]:
+        if self.proc is None or self.proc.poll() is not None:
+            self.proc = subprocess.Popen(
+                [sys.executable, str(WORKER), str(MEMORY_LIMIT_MIB)],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                text=True,
+            )  # fmt: skip
+        return self.proc
+
+    def read(self, kind: str, path: Path) -> dict[str, Any]:
+        proc = self._start()
+        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+        started = time.monotonic()
+        proc.stdin.write(f"{kind} {path}\n")
+        proc.stdin.flush()
+        ready, _, _ = select.select([proc.stdout], [], [], TIME_LIMIT)
+        if not ready:
+            proc.kill()
+            proc.wait()
+            pytest.fail(f"reading {kind} {path} took more than {TIME_LIMIT} s")
+        line = proc.stdout.readline()
+        if not line:
+            code = proc.wait()
+            pytest.fail(f"the worker died ({code}) reading {kind} {path}:\n{proc.stderr.read()}")
+        answer: dict[str, Any] = json.loads(line)
+        answer["seconds"] = time.monotonic() - started
+        return answer
+
+    def close(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+            self.proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def worker() -> Iterator[Worker]:
+    w = Worker()
+    yield w
+    w.close()
+
+
+def mutations(size: int, hot: list[tuple[int, int]]) -> st.SearchStrategy[list[Mutation]]:
+    """Lists of 1-6 mutations of a file of ``size`` bytes, offsets drawn from the ``hot``
+    ranges (headers, notes) as often as from the whole file."""
+    offset = st.one_of(
+        st.integers(0, size - 1), *(st.integers(a, max(a, min(b, size) - 1)) for a, b in hot)
+    )
+    one = st.one_of(
+        st.tuples(st.just("flip"), offset, st.integers(1, 255)),
+        st.tuples(st.just("zero"), offset, st.integers(1, 4096)),
+        st.tuples(st.just("garbage"), offset, st.binary(min_size=1, max_size=64)),
+        st.tuples(st.just("splice"), offset, offset),
+        st.tuples(st.just("truncate"), offset, st.none()),
+        st.tuples(st.just("word"), offset, st.sampled_from([0, 1, 2**31, 2**32 - 1, 2**64 - 1])),
+    )
+    return st.lists(one, min_size=1, max_size=6)
+
+
+def mutate(data: bytes, changes: list[Mutation]) -> bytes:
+    out = bytearray(data)
+    for kind, at, arg in changes:
+        at = min(at, max(len(out) - 1, 0))
+        if kind == "flip" and out:
+            out[at] ^= arg
+        elif kind == "zero":
+            out[at : at + arg] = bytes(len(out[at : at + arg]))
+        elif kind == "garbage":
+            out[at : at + len(arg)] = arg
+        elif kind == "splice":  # a copy of up to 256 bytes from elsewhere in the file
+            piece = out[arg : arg + 256]
+            out[at : at + len(piece)] = piece
+        elif kind == "truncate":
+            del out[at:]
+        elif kind == "word":
+            out[at : at + 8] = arg.to_bytes(8, "little")
+    return bytes(out)
+
+
+def hot_ranges_of_core(path: Path) -> list[tuple[int, int]]:
+    """The ELF header and program headers, and every PT_NOTE's bytes."""
+    with open(path, "rb") as f:
+        elf = ELFFile(f)
+        header_end = elf["e_phoff"] + elf["e_phnum"] * elf["e_phentsize"]
+        notes = [
+            (seg["p_offset"], seg["p_offset"] + seg["p_filesz"])
+            for seg in elf.iter_segments()
+            if seg["p_type"] == "PT_NOTE"
+        ]
+    return [(0, header_end), *notes]
+
+
+def hot_ranges_of_perf(path: Path) -> list[tuple[int, int]]:
+    """The file header and attributes, the data section's first records, and what follows the
+    data (the feature sections)."""
+    start, size = data_section(path)
+    return [(0, start), (start, start + 4096), (start + size, path.stat().st_size)]
+
+
+class Mutated:
+    """Writes each mutated file under a new name (a file still mapped by the worker is never
+    rewritten in place) and removes it once read."""
+
+    def __init__(
+        self, kind: str, directory: Path, original: Path, hot: list[tuple[int, int]]
+    ) -> None:
+        self.kind = kind  # the worker's request: "core" or "perf"
+        self.directory = directory
+        self.data = original.read_bytes()
+        self.strategy = mutations(len(self.data), hot)
+        self.count = 0
+
+    def trial(self, data: st.DataObject, worker: Worker) -> dict[str, Any]:
+        """Draw mutations, write the mutated file, have the worker read it, check the answer."""
+        changes = data.draw(self.strategy)
+        self.count += 1
+        path = self.directory / f"mutated-{self.count}"
+        path.write_bytes(mutate(self.data, changes))
+        try:
+            answer = worker.read(self.kind, path)
+            check(answer, path)
+            return answer
+        finally:
+            path.unlink()
+
+
+def check(answer: dict[str, Any], path: Path) -> None:
+    # What came out, for --hypothesis-show-statistics.
+    event(answer.get("raised") or ("error" if answer.get("error") else "read"))
+    assert "bug" not in answer, f"{path}: {answer['bug']}\n{answer.get('traceback')}"
+    assert answer["seconds"] < TIME_LIMIT
+    if "raised" in answer:
+        # A one-line message naming the file.
+        assert str(path) in answer["message"] and "\n" not in answer["message"], answer
+
+
+# --- the mutated files ----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def originals(cores: Cores, recordings: Recordings) -> dict[str, Path]:
+    """The real files mutated: a core of four threads (gdb's: modules from NT_FILE), qemu's
+    core of a dynamic aarch64 program (no NT_FILE: modules from the link map in its memory),
+    a perf.data of the qsort workload."""
+    return {
+        "core": cores("threads").path,
+        "core-linkmap": cores("a64-deep").path,
+        "perf": recordings("qsort").path,
+    }
+
+
+@pytest.fixture(scope="module")
+def mutated(
+    originals: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Mutated]:
+    hot = {"core": hot_ranges_of_core, "perf": hot_ranges_of_perf}
+    out = {}
+    for name, path in originals.items():
+        kind = name.split("-")[0]  # the worker's request
+        out[name] = Mutated(kind, tmp_path_factory.mktemp(f"mutated-{name}"), path, hot[kind](path))
+    return out
+
+
+def test_the_worker_reads_the_undamaged_files(worker: Worker, originals: dict[str, Path]) -> None:
+    """The harness itself: the real files read whole, with no error."""
+    for name in ("core", "core-linkmap"):
+        core = worker.read("core", originals[name])
+        assert core.get("threads") == len(core_notes(str(originals[name])).tids), core
+    perf = worker.read("perf", originals["perf"])
+    assert perf.get("samples", 0) > 0 and perf["error"] is None, perf
+
+
+@pytest.mark.parametrize("name", ["core", "core-linkmap"])
+@given(data=st.data())
+def test_mutated_cores(
+    name: str, data: st.DataObject, worker: Worker, mutated: dict[str, Mutated]
+) -> None:
+    mutated[name].trial(data, worker)
+
+
+@given(data=st.data())
+def test_mutated_perf_data(
+    data: st.DataObject, worker: Worker, mutated: dict[str, Mutated]
+) -> None:
+    answer = mutated["perf"].trial(data, worker)
+    if answer.get("error"):  # a damaged data section: the samples before it, and the error
+        assert "mutated-" in answer["error"] and "\n" not in answer["error"], answer
+
+
+# --- what the campaigns found, kept as plain tests ------------------------------------------
+
+
+def nt_file_damaged(core: Path, how: str, directory: Path) -> Path:
+    """A copy of a core with its NT_FILE table (count, page size, then (start, end, offset)
+    per mapping) damaged the way hypothesis first did it."""
+    data = bytearray(core.read_bytes())
+    note, _ = note_span(core, "NT_FILE")
+    table = note + 20  # the note header (12 bytes) and "CORE\0" padded to 8
+    count = int.from_bytes(data[table : table + 8], "little")
+    if how == "starts-zeroed":  # every mapping starts at 0: the modules overlap
+        for i in range(count):
+            data[table + 16 + 24 * i : table + 24 + 24 * i] = bytes(8)
+    elif how == "tail-zeroed":  # the last five mappings end at 0: biases above the pcs
+        at = table + 16 + 24 * (count - 5) + 6
+        data[at : at + 115] = bytes(115)
+    damaged = directory / f"{how}.core"
+    damaged.write_bytes(data)
+    return damaged
+
+
+@pytest.mark.parametrize("how", ["starts-zeroed", "tail-zeroed"])
+def test_damaged_nt_file(how: str, originals: dict[str, Path], tmp_path: Path) -> None:
+    """Modules placed over each other are left out with a warning (was: a StackwalkError that
+    ended the whole core), and a module placed above a pc symbolizes nothing there (was: an
+    OverflowError). Every thread still gets its frame 0."""
+    damaged = nt_file_damaged(originals["core"], how, tmp_path)
+    core = Core.open(damaged, debug_root=None)
+    doc = core.to_dict()
+    assert [t["tid"] for t in doc["threads"]] == [t.tid for t in core.threads]
+    for thread, entry in zip(core.threads, doc["threads"], strict=True):
+        assert int(entry["frames"][0]["pc"], 16) == thread.regs["rip"]
+    if how == "starts-zeroed":
+        assert any("overlaps" in w for w in core.warnings), core.warnings
+
+
+def test_offsets_past_any_file(originals: dict[str, Path], tmp_path: Path) -> None:
+    """A PT_NOTE whose p_offset has its top bit set (was: ValueError from seek), and e_phnum
+    PN_XNUM with a section header offset as large: a warning, or a CoreError naming the file."""
+    data = bytearray(originals["core"].read_bytes())
+    with open(originals["core"], "rb") as f:
+        elf = ELFFile(f)
+        phoff, entsize = elf["e_phoff"], elf["e_phentsize"]
+        notes = [i for i, seg in enumerate(elf.iter_segments()) if seg["p_type"] == "PT_NOTE"]
+    note_offset = phoff + notes[0] * entsize + 8  # Elf64_Phdr.p_offset
+    data[note_offset : note_offset + 8] = (1 << 63).to_bytes(8, "little")
+    damaged = tmp_path / "note-offset.core"
+    damaged.write_bytes(data)
+    core = Core.open(damaged, debug_root=None)
+    assert any("past the end" in w for w in core.warnings), core.warnings
+    data[56:58] = (0xFFFF).to_bytes(2, "little")  # e_phnum = PN_XNUM
+    data[40:48] = (1 << 63).to_bytes(8, "little")  # e_shoff
+    damaged.write_bytes(data)
+    with pytest.raises(CoreError, match=f"{damaged}: truncated section header"):
+        Core.open(damaged, debug_root=None)
+
+
+# --- the command line over a directory of damaged files ------------------------------------
+
+
+@pytest.fixture(scope="module")
+def damaged_dir(cores: Cores, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A directory of cores, one good (in the middle by name) and the others damaged."""
+    made = cores("deep")
+    directory = tmp_path_factory.mktemp("damaged")
+    data = made.path.read_bytes()
+    header_end, *_ = (end for _, end in hot_ranges_of_core(made.path))
+    files = {
+        "a-empty": b"",
+        "b-text": b"not a core file\n" * 10,
+        "c-headers-cut": data[: header_end - 20],
+        "d-garbage-headers": data[:64] + os.urandom(header_end - 64) + data[header_end:],
+        "e-good": data,
+        "f-notes-zeroed": data[:header_end] + bytes(4096) + data[header_end + 4096 :],
+        "g-executable": made.executable.read_bytes(),
+    }
+    for name, content in files.items():
+        (directory / name).write_bytes(content)
+    truncated_copy(made.path, len(data) // 2, directory, "h-half")
+    return {name: directory / name for name in (*files, "h-half")}
+
+
+def test_core_dir(damaged_dir: dict[str, Path], cores: Cores) -> None:
+    directory = damaged_dir["e-good"].parent
+    proc = stackwalk_core("--dir", directory, "--json")
+    errors = [line for line in proc.stderr.splitlines() if "error:" in line]
+    docs = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
+    shown = {doc["core"] for doc in docs}
+    failed = {name for name, path in damaged_dir.items() if any(str(path) in e for e in errors)}
+    # Every file either fails with one error line naming it, or is shown.
+    assert len(errors) == len(failed), proc.stderr
+    assert failed | {Path(c).name for c in shown} == set(damaged_dir), (proc.stderr, shown)
+    assert {"a-empty", "b-text", "c-headers-cut", "g-executable"} <= failed, proc.stderr
+    # The good core in the middle gets its whole backtrace: eu-stack's.
+    (good,) = [doc for doc in docs if doc["core"] == str(damaged_dir["e-good"])]
+    made = cores("deep")
+    reference = made.reference_pcs()
+    crashing = good["crashing_thread"]
+    assert [int(f["pc"], 16) for f in good["threads"][0]["frames"]] == reference[crashing]
+    assert proc.returncode == 1
+
+
+def test_core_dir_text(damaged_dir: dict[str, Path]) -> None:
+    """The same without --json: the good core's report, one error line per bad file."""
+    directory = damaged_dir["e-good"].parent
+    proc = stackwalk_core("--dir", directory)
+    assert proc.returncode == 1
+    assert f"Core {damaged_dir['e-good']}" in proc.stdout
+    assert "crash_here" in proc.stdout and "main" in proc.stdout
+    for name in ("a-empty", "b-text", "c-headers-cut", "g-executable"):
+        (line,) = [e for e in proc.stderr.splitlines() if str(damaged_dir[name]) in e]
+        assert line.startswith("stackwalk: error:"), line
+
+
+def test_core_dir_all_bad(damaged_dir: dict[str, Path], tmp_path: Path) -> None:
+    for name in ("a-empty", "b-text"):
+        (tmp_path / name).write_bytes(damaged_dir[name].read_bytes())
+    proc = stackwalk_core("--dir", tmp_path)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert len(proc.stderr.splitlines()) == 2, proc.stderr
+
+
+def test_perf_several_files(originals: dict[str, Path], tmp_path: Path) -> None:
+    """``stackwalk perf A B C``: a file cut short inside its data, an empty file and the good
+    recording; each bad one one line, the good one all its samples."""
+    recording = originals["perf"]
+    start, size = data_section(recording)
+    cut = truncated_copy(recording, start + size // 2, tmp_path, "cut.data")
+    empty = tmp_path / "empty.data"
+    empty.write_bytes(b"")
+    proc = stackwalk_perf(cut, empty, recording, "--json")
+    errors = proc.stderr.splitlines()
+    assert [e for e in errors if str(empty) in e] and [e for e in errors if str(cut) in e], errors
+    assert all(str(recording) not in e for e in errors), errors
+    alone = stackwalk_perf(recording, "--json")
+    samples = proc.stdout.splitlines()
+    # The cut file's samples before the damage, then every sample of the good one.
+    assert samples[len(samples) - len(alone.stdout.splitlines()) :] == alone.stdout.splitlines()
+    assert proc.returncode == 1
