@@ -515,8 +515,23 @@ impl Profiler {
         if let Some(data) = &data {
             if let Ok(elf) = crate::elf::read_elf(data) {
                 if elf.machine == self.arch.elf_machine() {
+                    // No .debug_frame of its own: its separate debug file's,
+                    // if there is one (.eh_frame may lack functions).
+                    let debug = match elf.sections.debug_frame {
+                        None if filename.starts_with(b"/") => {
+                            crate::debugfile::separate_debug_frame(
+                                data,
+                                Some(std::path::Path::new(&*path)),
+                                &self.debug_root,
+                            )
+                            .map(|(bytes, section, _)| (bytes, section))
+                        }
+                        _ => None,
+                    };
                     unwind =
-                        UnwindInfo::new(self.arch, data.clone(), elf.sections).ok().map(Arc::new);
+                        UnwindInfo::with_debug_file(self.arch, data.clone(), elf.sections, debug)
+                            .ok()
+                            .map(Arc::new);
                 }
             }
             if let Ok(summary) = crate::elf::summarize(data) {

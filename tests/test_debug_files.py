@@ -171,3 +171,40 @@ def test_cli_debug_root(split: Split, empty_root: Path) -> None:
     assert [f["function"] for f in frames][: len(OWN_FUNCTIONS)] == OWN_FUNCTIONS
     assert without.returncode == 1, without.stderr
     assert len(json.loads(without.stdout)["threads"][0]["frames"]) == 1
+
+
+def test_perf_profiles_use_the_separate_debug_file(build: Builder, tmp_path: Path) -> None:
+    """``stackwalk perf`` finds the same debug files: perf_qsort.c built with its CFI only in
+    ``.debug_frame``, split, recorded under perf; with its debug file under the debug root (by
+    build id) the samples in its own functions unwind to ``_start`` as the others do; without
+    it they stop in the first of those functions (CFI alone in profiles)."""
+    from perfdata import perf_record
+    from stackwalk._core import perf_report
+
+    exe = tmp_path / "perf_qsort"
+    shutil.copy(build("perf_qsort.c", *FLAGS), exe)
+    root = tmp_path / "debug-root"
+    build_id = build_id_of(exe)
+    debug = root / ".build-id" / build_id[:2] / f"{build_id[2:]}.debug"
+    debug.parent.mkdir(parents=True)
+    for cmd in (["objcopy", "--only-keep-debug", exe, debug], ["strip", "--strip-debug", exe]):
+        assert run(cmd).returncode == 0
+    assert ".debug_frame" not in sections(exe) and ".debug_frame" in sections(debug)
+    data = tmp_path / "perf.data"
+    home = tmp_path / "home"  # perf's own (see perfdata.perf_env)
+    home.mkdir()
+    perf_record(data, [exe, "10"], home)
+
+    def own_samples(debug_root: Path) -> list[list[dict[str, object]]]:
+        out = tmp_path / f"{debug_root.name}.json"
+        summary = perf_report(data, "json", output=out, debug_root=debug_root)
+        assert summary["error"] is None and summary["samples"] > 50
+        samples = [json.loads(line) for line in out.read_text().splitlines()]
+        user = [[f for f in s["frames"] if not f["kernel"]] for s in samples]
+        return [u for u in user if u and u[0]["module"] == str(exe)]
+
+    found = own_samples(root)
+    missing = own_samples(tmp_path / "nowhere")
+    assert len(found) == len(missing) > 20
+    assert all(u[-1]["function"] == "_start" for u in found)
+    assert all(len(u) == 1 for u in missing)
