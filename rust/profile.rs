@@ -95,6 +95,8 @@ pub struct Summary {
 
 /// A file mapped by the profiled processes, with what symbolizing needs.
 struct FileInfo {
+    /// Never reused in this process (caches key on it).
+    id: u64,
     path: Arc<str>,
     /// None when the file could not be read (missing, not ELF).
     unwind: Option<Arc<UnwindInfo>>,
@@ -162,6 +164,31 @@ struct Worker {
     unwinder: Option<Unwinder>,
     frames: Vec<Frame>,
     symbols: SymbolCache,
+    lines: LineCache,
+}
+
+/// A new id for a file or a process snapshot, unique in this process.
+fn next_id() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Text lines of user frames a worker formatted, direct-mapped by
+/// (process snapshot, pc): a line depends on nothing else, and samples
+/// repeat the same return addresses. The strings are reused, so a warm
+/// cache allocates nothing.
+struct LineCache {
+    /// (process snapshot id, pc with bit 63 set when interrupted, line).
+    slots: Box<[(u64, u64, String)]>,
+}
+
+const LINE_CACHE_SLOTS: usize = 4096;
+
+impl Default for LineCache {
+    fn default() -> Self {
+        let slots = (0..LINE_CACHE_SLOTS).map(|_| (0, 0, String::new())).collect();
+        LineCache { slots }
+    }
 }
 
 /// Symbol lookups a worker made, direct-mapped by (file, ELF address):
@@ -181,8 +208,8 @@ impl Default for SymbolCache {
 }
 
 impl SymbolCache {
-    fn index(&mut self, file: &Arc<FileInfo>, table: &SymbolTable, address: u64) -> Option<usize> {
-        let key = Arc::as_ptr(file) as usize;
+    fn index(&mut self, file: &FileInfo, table: &SymbolTable, address: u64) -> Option<usize> {
+        let key = file.id as usize;
         let hash = (address ^ (key as u64).rotate_left(17)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
         let slot = &mut self.slots[(hash >> 52) as usize % SYMBOL_CACHE_SLOTS];
         if slot.0 != key || slot.1 != address {
@@ -221,7 +248,6 @@ pub struct Profiler {
     options: Options,
     files: FxHashMap<Vec<u8>, Arc<FileInfo>>,
     processes: FxHashMap<i32, Process>,
-    next_process_id: u64,
     /// Each thread's comm, as an index into `comm_names`.
     comms: FxHashMap<i32, u32>,
     comm_names: Arc<Vec<Arc<str>>>,
@@ -250,7 +276,6 @@ impl Profiler {
             options,
             files: FxHashMap::default(),
             processes: FxHashMap::default(),
-            next_process_id: 1,
             comms: FxHashMap::default(),
             comm_names: Arc::default(),
             comm_ids: FxHashMap::default(),
@@ -456,8 +481,7 @@ impl Profiler {
     fn map(&mut self, pid: i32, start: u64, len: u64, pgoff: u64, filename: &[u8]) {
         let file = self.file(filename);
         let range = start..start.saturating_add(len);
-        let id = self.next_process_id;
-        self.next_process_id += 1;
+        let id = next_id();
         let process = self.processes.entry(pid).or_default();
         let mut modules = process.modules.without_range(range.clone());
         let mut placed: Vec<Placed> = process
@@ -541,7 +565,8 @@ impl Profiler {
         if unwind.is_none() && path.starts_with('/') {
             self.summary.modules_missing.push(path.to_string());
         }
-        let info = Arc::new(FileInfo { path, unwind, loads, data, symbols: OnceLock::new() });
+        let id = next_id();
+        let info = Arc::new(FileInfo { id, path, unwind, loads, data, symbols: OnceLock::new() });
         self.files.insert(filename.to_vec(), info.clone());
         info
     }
@@ -705,7 +730,7 @@ fn for_each_folded_name(
         let loc = locate(process, pc, lookup, &profiler.options.debug_root, Some(symbols));
         match (loc.function, loc.file) {
             (Some((name, _)), Some(file)) => {
-                let key = loc.symbol.map(|i| NameKey::Symbol(Arc::as_ptr(file) as usize, i));
+                let key = loc.symbol.map(|i| NameKey::Symbol(file.id as usize, i));
                 each(key, name);
             }
             (_, Some(file)) => {
@@ -756,7 +781,7 @@ impl Context {
         }
         WORKER.with(|cell| {
             let worker = &mut *cell.borrow_mut();
-            let Worker { unwinder, frames, symbols } = worker;
+            let Worker { unwinder, frames, symbols, lines } = worker;
             let unwinder = match unwinder {
                 Some(u) if u.arch() == ctx.arch => u,
                 _ => unwinder.insert(Unwinder::new(ctx.arch)),
@@ -774,9 +799,12 @@ impl Context {
                 }
                 let kernel = kernel_ips(s.callchain.unwrap_or_default());
                 match ctx.format {
-                    Format::Text => {
-                        Unwound { ctx, p, s: &s, frames }.text(kernel, symbols, &mut out.text)
-                    }
+                    Format::Text => Unwound { ctx, p, s: &s, frames }.text(
+                        kernel,
+                        symbols,
+                        lines,
+                        &mut out.text,
+                    ),
                     Format::JsonLines => {
                         Unwound { ctx, p, s: &s, frames }.json(kernel, symbols, &mut out.text)
                     }
@@ -834,7 +862,13 @@ struct Unwound<'r> {
 }
 
 impl Unwound<'_> {
-    fn text(&self, kernel: impl Iterator<Item = u64>, symbols: &mut SymbolCache, out: &mut String) {
+    fn text(
+        &self,
+        kernel: impl Iterator<Item = u64>,
+        symbols: &mut SymbolCache,
+        lines: &mut LineCache,
+        out: &mut String,
+    ) {
         let Unwound { ctx, p, s, frames } = *self;
         let time = s.time.unwrap_or(0);
         let (secs, nanos) = (time / 1_000_000_000, time % 1_000_000_000);
@@ -854,25 +888,17 @@ impl Unwound<'_> {
             }
             out.push_str(" ([kernel.kallsyms])\n");
         }
-        // As perf script prints them: a caller at its return address minus one
-        // (inside the call), addresses as offsets in the file.
         for f in frames {
-            let lookup = f.lookup_pc();
-            let loc = locate(&p.process, f.pc, lookup, &ctx.debug_root, Some(symbols));
-            out.push('\t');
-            push_hex(out, loc.file_offset, 16);
-            out.push(' ');
-            match loc.function {
-                Some((name, off)) => {
-                    out.push_str(name);
-                    out.push('+');
-                    push_0x(out, off - (f.pc - lookup));
-                }
-                None => out.push_str("[unknown]"),
+            let word = f.pc | u64::from(f.lookup_pc() == f.pc) << 63;
+            let key = p.process.id;
+            let hash = (word ^ key.rotate_left(29)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            let slot = &mut lines.slots[(hash >> 52) as usize % LINE_CACHE_SLOTS];
+            if slot.0 != key || slot.1 != word || slot.2.is_empty() {
+                slot.2.clear();
+                frame_line(ctx, &p.process, f, symbols, &mut slot.2);
+                (slot.0, slot.1) = (key, word);
             }
-            out.push_str(" (");
-            out.push_str(loc.file.map_or("[unknown]", |f| &f.path));
-            out.push_str(")\n");
+            out.push_str(&slot.2);
         }
         out.push('\n');
     }
@@ -922,6 +948,33 @@ impl Unwound<'_> {
         }
         out.push_str("]}\n");
     }
+}
+
+/// A user frame's line, as perf script prints it: a caller at its return
+/// address minus one (inside the call), addresses as offsets in the file.
+fn frame_line(
+    ctx: &Context,
+    process: &Process,
+    f: &Frame,
+    symbols: &mut SymbolCache,
+    out: &mut String,
+) {
+    let lookup = f.lookup_pc();
+    let loc = locate(process, f.pc, lookup, &ctx.debug_root, Some(symbols));
+    out.push('\t');
+    push_hex(out, loc.file_offset, 16);
+    out.push(' ');
+    match loc.function {
+        Some((name, off)) => {
+            out.push_str(name);
+            out.push('+');
+            push_0x(out, off - (f.pc - lookup));
+        }
+        None => out.push_str("[unknown]"),
+    }
+    out.push_str(" (");
+    out.push_str(loc.file.map_or("[unknown]", |f| &f.path));
+    out.push_str(")\n");
 }
 
 /// `value` in lowercase hex, right-aligned in `width` (at most 16) columns.
