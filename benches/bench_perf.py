@@ -214,5 +214,6 @@ def test_peak_memory_is_flat(benchmark: Any, recordings: dict[str, Path]) -> Non
     benchmark.extra_info.update({f"{k}_file_mib": v >> 20 for k, v in sizes.items()})
     benchmark.extra_info.update({f"{k}_peak_rss_mib": v >> 10 for k, v in peaks.items()})
     assert sizes["full"] > 3 * sizes["quarter"]
-    # The pager keeps about 10 MiB of the file mapped ahead of the reading.
-    assert peaks["full"] < peaks["quarter"] + 16 * 1024, (sizes, peaks)
+    # Whatever the length, up to about 10 MiB of the file is mapped ahead of the reading and two
+    # batches of samples (about 9 MiB each) are held; when the pager drops pages varies a little.
+    assert peaks["full"] < peaks["quarter"] + 24 * 1024, (sizes, peaks)
