@@ -325,16 +325,8 @@ impl Sample<'_> {
 pub struct Words<'a>(&'a [u8]);
 
 impl<'a> Words<'a> {
-    pub fn len(&self) -> usize {
-        self.0.len() / 8
-    }
-
     pub fn is_empty(&self) -> bool {
         self.0.len() < 8
-    }
-
-    pub fn get(&self, i: usize) -> Option<u64> {
-        read_u64(self.0, i.checked_mul(8)?)
     }
 
     pub fn iter(&self) -> impl DoubleEndedIterator<Item = u64> + ExactSizeIterator + Clone + 'a {

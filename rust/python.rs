@@ -531,11 +531,7 @@ fn extract_registers(arch: Arch, regs: &Bound<'_, PyAny>) -> PyResult<(u64, Regi
             set(&k, &v)?;
         }
     }
-    let pc_name = match arch {
-        Arch::X86_64 => "rip",
-        Arch::I386 => "eip",
-        _ => "pc",
-    };
+    let pc_name = arch.pc_name();
     let pc = pc.ok_or_else(|| {
         StackwalkError::new_err(format!("regs lacks the program counter ({pc_name})"))
     })?;
@@ -833,11 +829,7 @@ fn perf_samples<'py>(
     let arch = perf.header().arch().ok_or_else(|| {
         ArchError::new_err(format!("{name}: samples of an architecture stackwalk does not know"))
     })?;
-    let pc_name = match arch {
-        Arch::X86_64 => "rip",
-        Arch::I386 => "eip",
-        _ => "pc",
-    };
+    let pc_name = arch.pc_name();
     let (mmaps, samples) = (pyo3::types::PyList::empty(py), pyo3::types::PyList::empty(py));
     while samples.len() < max_samples {
         let Ok(Some(event)) = perf.next_event() else { break };

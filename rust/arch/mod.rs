@@ -96,6 +96,11 @@ impl Arch {
         }
     }
 
+    /// The name the program counter goes by (`rip`, `eip`, `pc`).
+    pub fn pc_name(self) -> &'static str {
+        self.pc_column().and_then(|col| self.register_name(col)).unwrap_or("pc")
+    }
+
     /// The rule that applies to `reg` in the caller when the CFI gives none.
     pub fn default_rule(self, reg: u16) -> DefaultRule {
         if reg < 64 && self.same_value_mask() & (1 << reg) != 0 {
@@ -301,6 +306,9 @@ mod tests {
         assert_eq!(Arch::Aarch64.register_by_name("fp"), Some(Some(29)));
         assert_eq!(Arch::X86_64.register_by_name("eflags"), None);
         assert_eq!(Arch::I386.register_by_name("eip"), Some(None));
+        for arch in Arch::ALL {
+            assert_eq!(arch.register_by_name(arch.pc_name()), Some(None), "{arch}");
+        }
         assert_eq!(Arch::I386.register_by_name("esp"), Some(Some(4)));
         assert_eq!(Arch::I386.register_by_name("ebp"), Some(Some(5)));
         assert_eq!(Arch::I386.register_by_name("rsp"), None);
