@@ -182,36 +182,57 @@ struct LineCache {
     slots: Box<[(u64, u64, String)]>,
 }
 
-const LINE_CACHE_SLOTS: usize = 4096;
-
 impl Default for LineCache {
     fn default() -> Self {
-        let slots = (0..LINE_CACHE_SLOTS).map(|_| (0, 0, String::new())).collect();
+        let slots = (0..CACHE_SLOTS).map(|_| (0, 0, String::new())).collect();
         LineCache { slots }
+    }
+}
+
+impl LineCache {
+    /// The line of frame `f` of `process`, made by `fill` if not cached.
+    fn line(&mut self, process: &Process, f: &Frame, fill: impl FnOnce(&mut String)) -> &str {
+        let (key, word) = (process.id, f.pc | u64::from(f.lookup_pc() == f.pc) << 63);
+        let slot = &mut self.slots[cache_slot(key, word)];
+        // An empty line is a slot never filled (process snapshot 0 exists).
+        if slot.0 != key || slot.1 != word || slot.2.is_empty() {
+            slot.2.clear();
+            fill(&mut slot.2);
+            (slot.0, slot.1) = (key, word);
+        }
+        &slot.2
     }
 }
 
 /// Symbol lookups a worker made, direct-mapped by (file, ELF address):
 /// samples hit the same few hundred return addresses over and over.
 struct SymbolCache {
-    /// (file's address, ELF address, symbol index or `NO_SYMBOL`).
-    slots: Box<[(usize, u64, u32)]>,
+    /// (file id, ELF address, symbol index or `NO_SYMBOL`); file ids start at 1.
+    slots: Box<[(u64, u64, u32)]>,
 }
 
 const NO_SYMBOL: u32 = u32::MAX;
-const SYMBOL_CACHE_SLOTS: usize = 4096;
+
+/// Slots of a worker's direct-mapped caches.
+const CACHE_SLOTS: usize = 1 << 12;
+
+/// The slot of `(id, value)` in a cache of `CACHE_SLOTS`: the top bits of a
+/// multiplicative hash.
+fn cache_slot(id: u64, value: u64) -> usize {
+    ((value ^ id.rotate_left(29)).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+        >> (64 - CACHE_SLOTS.trailing_zeros())) as usize
+}
 
 impl Default for SymbolCache {
     fn default() -> Self {
-        SymbolCache { slots: vec![(0, 0, NO_SYMBOL); SYMBOL_CACHE_SLOTS].into_boxed_slice() }
+        SymbolCache { slots: vec![(0, 0, NO_SYMBOL); CACHE_SLOTS].into_boxed_slice() }
     }
 }
 
 impl SymbolCache {
     fn index(&mut self, file: &FileInfo, table: &SymbolTable, address: u64) -> Option<usize> {
-        let key = file.id as usize;
-        let hash = (address ^ (key as u64).rotate_left(17)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        let slot = &mut self.slots[(hash >> 52) as usize % SYMBOL_CACHE_SLOTS];
+        let key = file.id;
+        let slot = &mut self.slots[cache_slot(key, address)];
         if slot.0 != key || slot.1 != address {
             let index = table.index(address).map_or(NO_SYMBOL, |i| i as u32);
             *slot = (key, address, index);
@@ -253,7 +274,6 @@ pub struct Profiler {
     comm_names: Arc<Vec<Arc<str>>>,
     comm_ids: FxHashMap<Arc<str>, u32>,
     kernel: Arc<KernelSymbolsLoader>,
-    debug_root: Arc<std::path::Path>,
     /// Collapsed: distinct address traces, and the process each was in.
     by_address: StackDb,
     address_process: Vec<Process>,
@@ -268,7 +288,6 @@ impl Profiler {
     /// process's own vdso has the same (a recording made on this kernel),
     /// its image serves for the recording's.
     pub fn new(arch: Arch, options: Options, vdso_build_id: Option<&[u8]>) -> Self {
-        let debug_root = options.debug_root.clone();
         let vdso = vdso_build_id.and_then(own_vdso).map(Arc::new);
         let mut profiler = Profiler {
             vdso,
@@ -280,7 +299,6 @@ impl Profiler {
             comm_names: Arc::default(),
             comm_ids: FxHashMap::default(),
             kernel: Arc::default(),
-            debug_root: debug_root.into(),
             by_address: StackDb::new(),
             address_process: Vec::new(),
             decoder: Arc::default(),
@@ -546,7 +564,7 @@ impl Profiler {
                             crate::debugfile::separate_debug_frame(
                                 data,
                                 Some(std::path::Path::new(&*path)),
-                                &self.debug_root,
+                                &self.options.debug_root,
                             )
                             .map(|(bytes, section, _)| (bytes, section))
                         }
@@ -591,7 +609,7 @@ impl Profiler {
             format: self.options.format,
             max_frames: self.options.max_frames,
             decoder: self.decoder.clone(),
-            debug_root: self.debug_root.clone(),
+            debug_root: self.options.debug_root.as_path().into(),
             kernel: self.kernel.clone(),
             comms: self.comm_names.clone(),
         };
@@ -889,16 +907,9 @@ impl Unwound<'_> {
             out.push_str(" ([kernel.kallsyms])\n");
         }
         for f in frames {
-            let word = f.pc | u64::from(f.lookup_pc() == f.pc) << 63;
-            let key = p.process.id;
-            let hash = (word ^ key.rotate_left(29)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-            let slot = &mut lines.slots[(hash >> 52) as usize % LINE_CACHE_SLOTS];
-            if slot.0 != key || slot.1 != word || slot.2.is_empty() {
-                slot.2.clear();
-                frame_line(ctx, &p.process, f, symbols, &mut slot.2);
-                (slot.0, slot.1) = (key, word);
-            }
-            out.push_str(&slot.2);
+            out.push_str(lines.line(&p.process, f, |line| {
+                frame_line(ctx, &p.process, f, symbols, line);
+            }));
         }
         out.push('\n');
     }
