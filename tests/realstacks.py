@@ -121,6 +121,12 @@ def unwind(unwinder_class: Any, cap: Capture) -> Any:
     return unwinder.unwind(cap.regs, cap.memory)
 
 
+def assert_gdb_frames(trace: Any, cap: Capture) -> None:
+    """The walk has gdb's frames: every pc (a side-by-side listing if not) and stack pointer."""
+    assert trace.pcs == cap.gdb_pcs, f"{trace.end}: {trace.end_detail}\n{describe(cap, trace.pcs)}"
+    assert [frame.sp for frame in trace.frames] == [frame["sp"] for frame in cap.gdb_frames]
+
+
 def describe(cap: Capture, pcs: list[int]) -> str:
     """Side-by-side listing of gdb's frames and another list of pcs, for failure messages."""
     rows = []

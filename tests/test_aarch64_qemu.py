@@ -18,7 +18,16 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from realstacks import EXPECTED_END, O2, Builder, Captures, describe, module_of, unwind
+from realstacks import (
+    EXPECTED_END,
+    O2,
+    Builder,
+    Captures,
+    assert_gdb_frames,
+    describe,
+    module_of,
+    unwind,
+)
 from stackwalk.capture import Capture
 
 SYSROOT = "/usr/aarch64-linux-gnu"
@@ -77,8 +86,7 @@ def test_unwind_matches_gdb(
 ) -> None:
     cap = captured(case, build, captures)
     trace = unwind(unwinder_class, cap)
-    assert trace.pcs == cap.gdb_pcs, f"{trace.end}: {trace.end_detail}\n{describe(cap, trace.pcs)}"
-    assert [frame.sp for frame in trace.frames] == [frame["sp"] for frame in cap.gdb_frames]
+    assert_gdb_frames(trace, cap)
     assert [frame.trust for frame in trace.frames] == ["context"] + ["cfi"] * (len(cap.gdb_pcs) - 1)
     assert trace.end == EXPECTED_END[cap.gdb_stop_reason], trace.end_detail
 

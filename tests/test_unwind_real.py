@@ -38,6 +38,7 @@ from realstacks import (
     SYSTEM_PYTHON,
     Builder,
     Captures,
+    assert_gdb_frames,
     describe,
     marker_location,
     module_of,
@@ -137,9 +138,8 @@ def test_unwind_matches_gdb(
 ) -> None:
     cap = captured(case, build, captures)
     trace = unwind(unwinder_class, cap)
-    assert trace.pcs == cap.gdb_pcs, f"{trace.end}: {trace.end_detail}\n{describe(cap, trace.pcs)}"
+    assert_gdb_frames(trace, cap)
     assert [frame.pc for frame in trace.frames] == trace.pcs
-    assert [frame.sp for frame in trace.frames] == [frame["sp"] for frame in cap.gdb_frames]
     assert [frame.trust for frame in trace.frames] == ["context"] + ["cfi"] * (len(cap.gdb_pcs) - 1)
     assert trace.end == EXPECTED_END[cap.gdb_stop_reason], trace.end_detail
     # Each frame's CFA is where its caller's stack pointer is, as gdb has it.
@@ -165,8 +165,7 @@ def test_i386_unwind_matches_gdb_and_eu_stack(
     cap = captured(case, build, captures)
     assert cap.arch == "i386" and set(cap.regs) >= {"eip", "esp", "ebp"}
     trace = unwind(stackwalk.Unwinder, cap)
-    assert trace.pcs == cap.gdb_pcs, f"{trace.end}: {trace.end_detail}\n{describe(cap, trace.pcs)}"
-    assert [frame.sp for frame in trace.frames] == [frame["sp"] for frame in cap.gdb_frames]
+    assert_gdb_frames(trace, cap)
     assert [frame.cfa for frame in trace.frames[:-1]] == [f["sp"] for f in cap.gdb_frames[1:]]
     assert trace.end == EXPECTED_END[cap.gdb_stop_reason], trace.end_detail
     assert cap.core is not None
