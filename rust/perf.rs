@@ -1119,8 +1119,8 @@ impl<R> PerfFile<R> {
 }
 
 /// The pager of a mapped perf.data file: told where the reading is, it
-/// maps the next few MiB in one call each (rather than faulting pages in
-/// one by one on the reading thread), and drops the pages released.
+/// maps the next few MiB (rather than leaving the faults to the reading
+/// and unwinding threads), and drops the pages released.
 struct Pager {
     to_thread: std::sync::mpsc::Sender<(usize, usize)>,
     /// The reading position at which to tell the thread again.
@@ -1130,6 +1130,10 @@ struct Pager {
 
 impl Pager {
     const AHEAD: usize = 8 << 20;
+    /// One read per this many bytes maps them all: a fault on a file
+    /// mapping maps the pages around it that are in the page cache (64 KiB
+    /// by default). `MADV_POPULATE_READ` costs more: it walks every page.
+    const TOUCH: usize = 64 << 10;
 
     fn start(data: Arc<Data>) -> Option<Pager> {
         if !matches!(*data, Data::Mapped(_)) {
@@ -1141,16 +1145,13 @@ impl Pager {
             .spawn(move || {
                 let Data::Mapped(map) = &*data else { return };
                 let (mut populated, mut released) = (0usize, 0usize);
-                let mut populate = true;
                 while let Ok((reached, release)) = from_reader.recv() {
                     let end = reached.saturating_add(Pager::AHEAD).min(map.len());
-                    let start = populated.max(reached / GRAIN * GRAIN);
-                    if populate && end > start {
-                        // Not supported before Linux 5.14: pages are then
-                        // faulted in by the reader.
-                        populate = map
-                            .advise_range(memmap2::Advice::PopulateRead, start, end - start)
-                            .is_ok();
+                    let mut at = populated.max(reached / GRAIN * GRAIN);
+                    while at < end {
+                        // SAFETY: `at` is inside the mapping.
+                        unsafe { std::ptr::read_volatile(map.as_ptr().add(at)) };
+                        at += Pager::TOUCH;
                     }
                     populated = populated.max(end.next_multiple_of(GRAIN));
                     let release = release.min(map.len()) / GRAIN * GRAIN;
