@@ -1096,35 +1096,30 @@ fn locate<'p>(
 struct KernelSymbols {
     /// (address, start and length of the name in `text`), by address.
     symbols: Vec<(u64, u32, u32)>,
-    text: String,
+    /// The file as read: names are checked as UTF-8 when looked up.
+    text: Vec<u8>,
 }
 
 impl KernelSymbols {
     /// perf's copy of the recording machine's kallsyms, taken at record time
     /// (its build-id cache), else this machine's `/proc/kallsyms`.
     fn read(cached: Option<std::path::PathBuf>) -> Option<KernelSymbols> {
-        let from_cache = cached.and_then(|path| std::fs::read_to_string(path).ok());
+        let from_cache = cached.and_then(|path| std::fs::read(path).ok());
         from_cache
             .and_then(KernelSymbols::parse)
-            .or_else(|| KernelSymbols::parse(std::fs::read_to_string("/proc/kallsyms").ok()?))
+            .or_else(|| KernelSymbols::parse(std::fs::read("/proc/kallsyms").ok()?))
     }
 
-    fn parse(text: String) -> Option<KernelSymbols> {
-        let bytes = text.as_bytes();
+    fn parse(text: Vec<u8>) -> Option<KernelSymbols> {
+        let bytes = &text[..];
         let mut symbols: Vec<(u64, u32, u32)> = Vec::with_capacity(bytes.len() / 40);
         let mut at = 0;
+        let mut sorted = true;
+        // "ffffffff81000000 T _stext\t[module]\n": the address, a space, the
+        // type, a space, the name, and for a module a tab and its name.
         while at < bytes.len() {
-            // "ffffffff81000000 T _stext\t[module]\n"
-            let end = memchr::memchr(b'\n', &bytes[at..]).map_or(bytes.len(), |n| at + n);
-            let line = &bytes[at..end];
-            let start = at;
-            at = end + 1;
-            let Some(space) = line.iter().position(|&b| b == b' ') else { continue };
-            if !matches!(line.get(space + 1..space + 3), Some(b"t " | b"T " | b"w " | b"W ")) {
-                continue;
-            }
             let mut addr = 0u64;
-            for &digit in &line[..space] {
+            for &digit in &bytes[at..] {
                 let value = match digit {
                     b'0'..=b'9' => digit - b'0',
                     b'a'..=b'f' => digit - b'a' + 10,
@@ -1132,24 +1127,40 @@ impl KernelSymbols {
                     _ => break,
                 };
                 addr = addr << 4 | u64::from(value);
+                at += 1;
             }
-            let name = &line[space + 3..];
-            let len = name.iter().position(|&b| b == b'\t').unwrap_or(name.len());
-            if addr != 0 && len > 0 {
-                symbols.push((addr, (start + space + 3) as u32, len as u32));
+            // The name ends at a tab (a module's) or at the end of the line.
+            let stop = memchr::memchr2(b'\t', b'\n', &bytes[at..]).map_or(bytes.len(), |n| at + n);
+            let (kind_at, name_at) = (at, at + 3);
+            at = match bytes.get(stop) {
+                Some(b'\n') => stop + 1,
+                _ => memchr::memchr(b'\n', &bytes[stop.min(bytes.len())..])
+                    .map_or(bytes.len(), |n| stop + n + 1),
+            };
+            if name_at >= stop
+                || !matches!(&bytes[kind_at..name_at], b" t " | b" T " | b" w " | b" W ")
+            {
+                continue;
+            }
+            if addr != 0 {
+                sorted &= symbols.last().is_none_or(|last| last.0 <= addr);
+                symbols.push((addr, name_at as u32, (stop - name_at) as u32));
             }
         }
         if symbols.is_empty() {
             return None; // kptr_restrict hides the addresses
         }
-        // kallsyms is nearly sorted: a stable sort keeps aliases in order.
-        symbols.sort_by_key(|s| s.0);
+        if !sorted {
+            // kallsyms is nearly sorted: a stable sort keeps aliases in order.
+            symbols.sort_by_key(|s| s.0);
+        }
         Some(KernelSymbols { symbols, text })
     }
 
     fn name(&self, i: usize) -> &str {
         let (_, at, len) = self.symbols[i];
-        self.text.get(at as usize..(at + len) as usize).unwrap_or_default()
+        let name = self.text.get(at as usize..(at + len) as usize).unwrap_or_default();
+        std::str::from_utf8(name).unwrap_or("[invalid name]")
     }
 
     fn address_of(&self, name: &str) -> Option<u64> {
@@ -1290,13 +1301,16 @@ mod tests {
     fn kallsyms_lines() {
         let text = "ffffffff81000000 T _stext\nffffffff81000000 T _text\n\
                     0000000000000000 A fixed_percpu_data\nffffffff81001000 t helper\t[mod]\n\
-                    ffffffff81000800 W weak_one\nffffffff81002000 D data_thing\nbad line\n";
-        let table = KernelSymbols::parse(text.to_owned()).unwrap();
+                    ffffffff81000800 W weak_one\nffffffff81002000 D data_thing\nab\n\
+                    ffffffff81003000 t after_short\nffffffff81004000 T\n";
+        let table = KernelSymbols::parse(text.as_bytes().to_vec()).unwrap();
         assert_eq!(table.lookup(0xffff_ffff_8100_0004), Some(("_text", 4)));
         assert_eq!(table.lookup(0xffff_ffff_8100_0900), Some(("weak_one", 0x100)));
         assert_eq!(table.lookup(0xffff_ffff_8100_1010), Some(("helper", 0x10)));
         assert_eq!(table.lookup(0xffff_ffff_8000_0000), None);
         assert_eq!(table.address_of("helper"), Some(0xffff_ffff_8100_1000));
-        assert!(KernelSymbols::parse("0000000000000000 T hidden\n".to_owned()).is_none());
+        assert_eq!(table.lookup(0xffff_ffff_8100_3001), Some(("after_short", 1)));
+        assert_eq!(table.lookup(0xffff_ffff_8100_4001), Some(("after_short", 0x1001)));
+        assert!(KernelSymbols::parse(b"0000000000000000 T hidden\n".to_vec()).is_none());
     }
 }
