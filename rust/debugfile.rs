@@ -65,7 +65,8 @@ fn build_id(data: &[u8]) -> Option<Vec<u8>> {
     crate::elf::summarize(data).ok()?.build_id
 }
 
-fn map(path: &Path) -> Option<Data> {
+/// A regular file, mapped read-only.
+pub fn map(path: &Path) -> Option<Data> {
     let file = File::open(path).ok()?;
     if !file.metadata().ok()?.is_file() {
         return None;

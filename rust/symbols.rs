@@ -70,7 +70,7 @@ impl SymbolTable {
             .ok()
             .and_then(|s| s.build_id)
             .and_then(|id| crate::debugfile::build_id_path(&id, debug_root));
-        if let Some(bytes) = debug.and_then(|p| std::fs::read(p).ok()) {
+        if let Some(bytes) = debug.and_then(|p| crate::debugfile::map(&p)) {
             if let Ok(full) = SymbolTable::from_elf(&bytes) {
                 if full.full {
                     return Ok(full);
