@@ -805,11 +805,16 @@ impl Context {
                 _ => unwinder.insert(Unwinder::new(ctx.arch)),
             };
             for (at, p) in chunk.iter().enumerate() {
+                if let Some(next) = chunk.get(at + 1) {
+                    prefetch_sample(&next.rec);
+                }
                 let Ok(Event::Sample(s)) = ctx.decoder.decode(&p.rec, p.offset) else { continue };
                 frames.clear();
                 out.samples += 1;
                 if let Some((pc, sp)) = user_registers(ctx.arch, &s) {
-                    unwinder.set_modules(p.process.modules.clone());
+                    if !Arc::ptr_eq(unwinder.module_set(), &p.process.modules) {
+                        unwinder.set_modules(p.process.modules.clone());
+                    }
                     let mut stack = Buffer { start: sp.1, bytes: s.stack };
                     let end = unwinder.unwind(pc, &sp.0, &mut stack, ctx.max_frames, frames);
                     out.complete += u64::from(end.reason.is_clean());
@@ -840,6 +845,26 @@ impl Context {
         });
         out
     }
+}
+
+/// Ask for the parts of a sample record the unwinding reads first, to be
+/// in the cache when its turn comes (it was read from the page cache, far
+/// away): its fields, registers and the top of its stack copy, and the
+/// stack's `dyn_size` at the end. Some 10% of a run on a 2-core VM.
+fn prefetch_sample(rec: &[u8]) {
+    const HEAD: usize = 1024;
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        let lines = rec.chunks(64).take(HEAD / 64).chain(rec.rchunks(64).take(1));
+        for line in lines {
+            // SAFETY: a prefetch is a hint: it reads nothing and cannot
+            // fault, and the pointer is inside `rec` anyway.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(line.as_ptr().cast()) };
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (rec, HEAD);
 }
 
 /// The user pc, and the registers with sp, of a sample (None for a kernel
