@@ -144,6 +144,23 @@ pub enum PerfError {
     Io { offset: u64, source: io::Error },
 }
 
+impl PerfError {
+    /// Where in the file the error is.
+    pub fn offset(&self) -> u64 {
+        match self {
+            PerfError::BadMagic { .. } => 0,
+            PerfError::Unsupported { offset, .. }
+            | PerfError::TruncatedHeader { offset, .. }
+            | PerfError::BadHeader { offset, .. }
+            | PerfError::BadFeature { offset, .. }
+            | PerfError::TruncatedRecord { offset }
+            | PerfError::RecordTooSmall { offset, .. }
+            | PerfError::BadRecord { offset, .. }
+            | PerfError::Io { offset, .. } => *offset,
+        }
+    }
+}
+
 impl fmt::Display for PerfError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -526,6 +543,17 @@ impl Decoder {
     /// offset `offset`.
     pub fn decode<'r>(&self, rec: &'r [u8], offset: u64) -> Result<Event<'r>, PerfError> {
         decode(rec, offset, &self.attrs, &self.index)
+    }
+
+    /// The leading fields of the sample in `rec` (a whole `PERF_RECORD_SAMPLE`
+    /// record), read without the rest: its callchain, registers and stack
+    /// are not looked at, nor checked (`decode` checks them). `Ok(None)` when
+    /// its event id is unknown, as `decode` gives `Event::Other`.
+    pub fn sample_ids(&self, rec: &[u8], offset: u64) -> Result<Option<SampleIds>, PerfError> {
+        let Some(i) = self.index.for_sample(&self.attrs, rec, offset)? else { return Ok(None) };
+        let ids = leading_fields(&mut Fields::new(rec, 8), self.attrs[i].sample_type);
+        let cut = "fields run past the end of the record";
+        ids.map(Some).ok_or_else(|| bad(offset, PERF_RECORD_SAMPLE, cut))
     }
 }
 
@@ -1469,19 +1497,8 @@ fn decode_sample<'a>(
         stack: &[],
     };
     let cut = "fields run past the end of the record";
-    if has(PERF_SAMPLE_IDENTIFIER) {
-        s.id = Some(f.u64().ok_or_else(|| short(cut))?);
-    }
-    if has(PERF_SAMPLE_IP) {
-        s.ip = f.u64().ok_or_else(|| short(cut))?;
-    }
-    if has(PERF_SAMPLE_TID) {
-        s.pid = f.u32().ok_or_else(|| short(cut))? as i32;
-        s.tid = f.u32().ok_or_else(|| short(cut))? as i32;
-    }
-    if has(PERF_SAMPLE_TIME) {
-        s.time = Some(f.u64().ok_or_else(|| short(cut))?);
-    }
+    let ids = leading_fields(&mut f, st).ok_or_else(|| short(cut))?;
+    (s.id, s.ip, s.pid, s.tid, s.time) = (ids.id, ids.ip, ids.pid, ids.tid, ids.time);
     if has(PERF_SAMPLE_ADDR) {
         s.addr = Some(f.u64().ok_or_else(|| short(cut))?);
     }
@@ -1549,6 +1566,36 @@ fn decode_sample<'a>(
         }
     }
     Ok(s)
+}
+
+/// The fields a sample starts with: what orders it and tells whose it is.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SampleIds {
+    /// `PERF_SAMPLE_IDENTIFIER` (`PERF_SAMPLE_ID` comes later).
+    pub id: Option<u64>,
+    pub ip: u64,
+    pub pid: i32,
+    pub tid: i32,
+    pub time: Option<u64>,
+}
+
+fn leading_fields(f: &mut Fields<'_>, sample_type: u64) -> Option<SampleIds> {
+    let has = |bit: u64| sample_type & bit != 0;
+    let mut ids = SampleIds::default();
+    if has(PERF_SAMPLE_IDENTIFIER) {
+        ids.id = Some(f.u64()?);
+    }
+    if has(PERF_SAMPLE_IP) {
+        ids.ip = f.u64()?;
+    }
+    if has(PERF_SAMPLE_TID) {
+        ids.pid = f.u32()? as i32;
+        ids.tid = f.u32()? as i32;
+    }
+    if has(PERF_SAMPLE_TIME) {
+        ids.time = Some(f.u64()?);
+    }
+    Some(ids)
 }
 
 /// A bounds-checked reader of little-endian fields.

@@ -30,7 +30,7 @@ use crate::arch::Arch;
 use crate::cfi::{Data, Module, UnwindInfo};
 use crate::memory::Buffer;
 use crate::modules::ModuleSet;
-use crate::perf::{
+use crate::perf::{PERF_RECORD_SAMPLE, 
     sample_registers, Decoder, Event, PerfFile, Sample, Words, PERF_CONTEXT_HV,
     PERF_CONTEXT_KERNEL, PERF_CONTEXT_USER, PERF_SAMPLE_CALLCHAIN, PERF_SAMPLE_REGS_ABI_NONE,
 };
@@ -89,7 +89,9 @@ pub struct Summary {
     pub frames: u64,
     pub processes: usize,
     pub modules_missing: Vec<String>,
-    /// The error that stopped the reading, after the samples before it.
+    /// The first damage in the file (by offset): a record the reading
+    /// stopped at, after the samples before it, or a damaged sample, left
+    /// out.
     pub error: Option<String>,
 }
 
@@ -156,6 +158,8 @@ struct ChunkOut {
     samples: u64,
     complete: u64,
     frames: u64,
+    /// The first sample found damaged: its offset and what is wrong.
+    damage: Option<(u64, String)>,
 }
 
 /// A worker thread's reusable state.
@@ -280,6 +284,8 @@ pub struct Profiler {
     /// The vdso image the recording's processes had, when known.
     vdso: Option<Arc<Data>>,
     decoder: Arc<Decoder>,
+    /// Where the damage `summary.error` tells of is.
+    damage_at: u64,
     pub summary: Summary,
 }
 
@@ -302,6 +308,7 @@ impl Profiler {
             by_address: StackDb::new(),
             address_process: Vec::new(),
             decoder: Arc::default(),
+            damage_at: u64::MAX,
             summary: Summary::default(),
         };
         profiler.comm_id(":-1");
@@ -311,7 +318,9 @@ impl Profiler {
     /// Read every event of `perf`, writing the samples to `out` as they are
     /// unwound (and, for collapsed output, the folded stacks at the end).
     /// A damaged file stops the reading with `summary.error` set; the
-    /// samples before the damage have been written.
+    /// samples before the damage have been written. A sample damaged inside
+    /// (found when it is decoded in full) is left out, and reported the same
+    /// way unless there is damage earlier in the file.
     pub fn run<R: Read + Seek, W: Write>(
         &mut self,
         perf: &mut PerfFile<R>,
@@ -372,7 +381,7 @@ impl Profiler {
                 Ok(Some(record)) => record,
                 Ok(None) => break,
                 Err(e) => {
-                    self.summary.error = Some(e.to_string());
+                    self.damage(e.offset(), e.to_string());
                     break;
                 }
             };
@@ -380,8 +389,22 @@ impl Profiler {
                 self.decoder = perf.decoder().clone();
             }
             let rec = perf.bytes(offset, size);
-            let (time, keep, sample) = match self.decoder.decode(rec, offset) {
-                Ok(Event::FinishedRound) => {
+            // A sample is only peeked at here (time and ids): the worker
+            // decodes the rest, and reports it if damaged. `None`: the end
+            // of a round.
+            let decoded = if rec.get(..4) == Some(&PERF_RECORD_SAMPLE.to_le_bytes()[..]) {
+                self.decoder.sample_ids(rec, offset).map(|ids| match ids {
+                    Some(ids) => Some((ids.time, true, Some((ids.pid, ids.tid)))),
+                    None => Some((None, false, None)),
+                })
+            } else {
+                self.decoder.decode(rec, offset).map(|event| match event {
+                    Event::FinishedRound => None,
+                    event => Some((event.time(), keeps(&event), None)),
+                })
+            };
+            let (time, keep, sample) = match decoded {
+                Ok(None) => {
                     if let Some(limit) = flush_limit {
                         queue.sort_unstable_by_key(|q| (q.time, q.seq));
                         let ready = queue.partition_point(|q| q.time <= limit);
@@ -406,19 +429,13 @@ impl Profiler {
                     flush_limit = Some(round_max);
                     continue;
                 }
-                Ok(event) => {
-                    let sample = match &event {
-                        Event::Sample(s) => Some((s.pid, s.tid)),
-                        _ => None,
-                    };
-                    samples_read += u64::from(sample.is_some());
-                    (event.time(), keeps(&event), sample)
-                }
+                Ok(Some(record)) => record,
                 Err(e) => {
-                    self.summary.error = Some(e.to_string());
+                    self.damage(e.offset(), e.to_string());
                     break;
                 }
             };
+            samples_read += u64::from(sample.is_some());
             last_time = time.unwrap_or(last_time);
             if !keep {
                 continue;
@@ -481,6 +498,14 @@ impl Profiler {
                 }
             }
             _ => {}
+        }
+    }
+
+    /// Damage found at file offset `offset`: the first in the file is the
+    /// one reported.
+    fn damage(&mut self, offset: u64, error: String) {
+        if self.summary.error.is_none() || offset < self.damage_at {
+            (self.damage_at, self.summary.error) = (offset, Some(error));
         }
     }
 
@@ -648,6 +673,9 @@ impl Profiler {
             self.summary.samples += done.samples;
             self.summary.complete += done.complete;
             self.summary.frames += done.frames;
+            if let Some((offset, error)) = done.damage {
+                self.damage(offset, error);
+            }
             out.write_all(done.text.as_bytes())?;
             let mut keys = &done.keys[..];
             while let [at, len, rest @ ..] = keys {
@@ -808,7 +836,14 @@ impl Context {
                 if let Some(next) = chunk.get(at + 1) {
                     prefetch_sample(&next.rec);
                 }
-                let Ok(Event::Sample(s)) = ctx.decoder.decode(&p.rec, p.offset) else { continue };
+                let s = match ctx.decoder.decode(&p.rec, p.offset) {
+                    Ok(Event::Sample(s)) => s,
+                    Ok(_) => continue,
+                    Err(e) => {
+                        out.damage.get_or_insert((e.offset(), e.to_string()));
+                        continue;
+                    }
+                };
                 frames.clear();
                 out.samples += 1;
                 if let Some((pc, sp)) = user_registers(ctx.arch, &s) {
