@@ -9,6 +9,7 @@ setup:            ## install system packages and the package (builds the Rust co
 
 build:            ## rebuild the Rust core after changes
 	$(PYTHON) -m pip install -q --disable-pip-version-check -e .
+	$(PYTHON) -m compileall -q python/stackwalk
 
 demo: setup       ## build a sample program, stop it under gdb, unwind it, compare with gdb
 	$(PYTHON) -m stackwalk demo

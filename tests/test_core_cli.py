@@ -633,3 +633,27 @@ def test_closed_output_pipe(cores: Cores) -> None:
         stderr = proc.stderr.read().decode(errors="replace")
         proc.wait(timeout=120)
     assert "Traceback" not in stderr and "BrokenPipeError" not in stderr, stderr
+
+
+def test_help_and_commands() -> None:
+    """Only the command being run has its parser built: every command is still listed,
+    helped and checked as before."""
+    from stackwalk.cli import COMMANDS
+
+    def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-m", "stackwalk", *args]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=60)
+
+    top = run_cli("--help")
+    assert top.returncode == 0
+    for name in COMMANDS:
+        assert re.search(rf"^\s+{name}\s+\S", top.stdout, re.M), f"{name} not in:\n{top.stdout}"
+        sub = run_cli(name, "--help")
+        assert sub.returncode == 0 and sub.stdout.startswith(f"usage: stackwalk {name} ")
+    perf = run_cli("perf", "--help").stdout
+    assert "--collapsed" in perf and "--strategies" not in perf
+    bogus = run_cli("bogus")
+    assert bogus.returncode == 2 and "invalid choice: 'bogus'" in bogus.stderr
+    assert all(f"'{name}'" in bogus.stderr for name in COMMANDS)
+    missing = run_cli("perf")
+    assert missing.returncode == 2 and "PERF.DATA" in missing.stderr

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from stackwalk.errors import StackwalkError
 
@@ -48,6 +48,8 @@ def _print_trace(cap, uw, trace, as_json: bool) -> None:  # type: ignore[no-unty
             "end_detail": trace.end_detail,
             "frames": frame_dicts(trace.frames, sym),
         }
+        import json
+
         print(json.dumps(doc, indent=2))
         return
     print(f"Thread {cap.tid} ({cap.arch}):")
@@ -179,6 +181,8 @@ def _one_core(args: argparse.Namespace, path: str, executable: str | None) -> in
         print(f"stackwalk: warning: {warning}", file=sys.stderr)
     if args.json:
         # With --dir, one document per line (JSON Lines).
+        import json
+
         print(json.dumps(doc) if args.dir is not None else json.dumps(doc, indent=2))
     else:
         if args.dir is not None:
@@ -231,15 +235,14 @@ def _one_perf(args: argparse.Namespace, path: str) -> int:
     return EXIT_OK
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="stackwalk", description=__doc__)
-    sub = p.add_subparsers(dest="command", required=True)
-
+def _add_demo(sub: Any) -> None:
     d = sub.add_parser("demo", help="build a sample program, stop it under gdb, unwind its stack")
     d.add_argument("--json", action="store_true", help="print the trace as JSON")
     d.add_argument("--max-frames", type=int, default=256)
     d.set_defaults(func=cmd_demo)
 
+
+def _add_capture(sub: Any) -> None:
     c = sub.add_parser("capture", help="run a program under gdb to a breakpoint, save its stack")
     c.add_argument("-b", "--breakpoint", required=True, help="function or file:line")
     c.add_argument("-o", "--output", required=True, help="capture file to write (JSON)")
@@ -248,6 +251,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("program", nargs="+", help="the program and its arguments")
     c.set_defaults(func=cmd_capture)
 
+
+def _add_core(sub: Any) -> None:
     k = sub.add_parser("core", help="backtraces of every thread of an ELF core file")
     k.add_argument(
         "core", nargs="?", help="the core file (the kernel's, systemd-coredump's, gdb's gcore)"
@@ -283,6 +288,8 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--no-scan", action="store_true", help="never scan the stack")
     k.set_defaults(func=cmd_core)
 
+
+def _add_perf(sub: Any) -> None:
     pf = sub.add_parser("perf", help="unwind every sample of a perf record --call-graph dwarf file")
     pf.add_argument(
         "perf_data", metavar="PERF.DATA", nargs="+", help="one or more files, one after another"
@@ -295,17 +302,41 @@ def build_parser() -> argparse.ArgumentParser:
     pf.add_argument("--max-frames", type=int, default=512)
     pf.set_defaults(func=cmd_perf)
 
+
+def _add_unwind(sub: Any) -> None:
     u = sub.add_parser("unwind", help="unwind a saved capture")
     u.add_argument("capture", help="a file written by 'stackwalk capture'")
     u.add_argument("--json", action="store_true", help="print the trace as JSON")
     u.add_argument("--baseline", action="store_true", help="use the pure-Python unwinder")
     u.add_argument("--max-frames", type=int, default=256)
     u.set_defaults(func=cmd_unwind)
+
+
+COMMANDS: dict[str, Callable[[Any], None]] = {
+    "demo": _add_demo,
+    "capture": _add_capture,
+    "core": _add_core,
+    "perf": _add_perf,
+    "unwind": _add_unwind,
+}
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every command, or of `command` alone: building the
+    others' (argparse looks up a translation of each help string) is a good
+    part of a short run's start."""
+    p = argparse.ArgumentParser(prog="stackwalk", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+    for name, add in COMMANDS.items():
+        if command is None or name == command:
+            add(sub)
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    command = argv[0] if argv and argv[0] in COMMANDS else None
+    args = build_parser(command).parse_args(argv)
     try:
         return int(args.func(args))
     except StackwalkError as e:
