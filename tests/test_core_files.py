@@ -487,9 +487,7 @@ def test_libraries_need_the_sysroot(cores: Cores) -> None:
     trace = core.threads[0].unwind()
     assert trace.pcs == reference[core.threads[0].tid][: len(trace.pcs)]
     assert trace.end != "end_of_stack"
-    fallback_frames_are_real(
-        Core.open(made.path, made.executable), reference[core.threads[0].tid]
-    )
+    fallback_frames_are_real(Core.open(made.path, made.executable), reference[core.threads[0].tid])
 
     core = Core.open(made.path, made.executable, lib_search_path=[f"{AARCH64_SYSROOT}/lib"])
     assert core.threads[0].unwind().pcs == reference[core.threads[0].tid]
