@@ -1182,21 +1182,23 @@ fn locate<'p>(
 struct KernelSymbols {
     /// (address, start and length of the name in `text`), by address.
     symbols: Vec<(u64, u32, u32)>,
-    /// The file as read: names are checked as UTF-8 when looked up.
-    text: Vec<u8>,
+    /// The file (mapped when it can be): names are checked as UTF-8 when
+    /// looked up.
+    text: Data,
 }
 
 impl KernelSymbols {
     /// perf's copy of the recording machine's kallsyms, taken at record time
     /// (its build-id cache), else this machine's `/proc/kallsyms`.
     fn read(cached: Option<std::path::PathBuf>) -> Option<KernelSymbols> {
-        let from_cache = cached.and_then(|path| std::fs::read(path).ok());
-        from_cache
-            .and_then(KernelSymbols::parse)
-            .or_else(|| KernelSymbols::parse(std::fs::read("/proc/kallsyms").ok()?))
+        let from_cache = cached.and_then(|path| crate::debugfile::map(&path));
+        from_cache.and_then(KernelSymbols::parse).or_else(|| {
+            // A /proc file cannot be mapped.
+            KernelSymbols::parse(Data::Owned(std::fs::read("/proc/kallsyms").ok()?))
+        })
     }
 
-    fn parse(text: Vec<u8>) -> Option<KernelSymbols> {
+    fn parse(text: Data) -> Option<KernelSymbols> {
         let bytes = &text[..];
         let mut symbols: Vec<(u64, u32, u32)> = Vec::with_capacity(bytes.len() / 40);
         let mut at = 0;
@@ -1389,7 +1391,7 @@ mod tests {
                     0000000000000000 A fixed_percpu_data\nffffffff81001000 t helper\t[mod]\n\
                     ffffffff81000800 W weak_one\nffffffff81002000 D data_thing\nab\n\
                     ffffffff81003000 t after_short\nffffffff81004000 T\n";
-        let table = KernelSymbols::parse(text.as_bytes().to_vec()).unwrap();
+        let table = KernelSymbols::parse(Data::Owned(text.as_bytes().to_vec())).unwrap();
         assert_eq!(table.lookup(0xffff_ffff_8100_0004), Some(("_text", 4)));
         assert_eq!(table.lookup(0xffff_ffff_8100_0900), Some(("weak_one", 0x100)));
         assert_eq!(table.lookup(0xffff_ffff_8100_1010), Some(("helper", 0x10)));
@@ -1397,6 +1399,6 @@ mod tests {
         assert_eq!(table.address_of("helper"), Some(0xffff_ffff_8100_1000));
         assert_eq!(table.lookup(0xffff_ffff_8100_3001), Some(("after_short", 1)));
         assert_eq!(table.lookup(0xffff_ffff_8100_4001), Some(("after_short", 0x1001)));
-        assert!(KernelSymbols::parse(b"0000000000000000 T hidden\n".to_vec()).is_none());
+        assert!(KernelSymbols::parse(Data::Owned(b"0000000000000000 T hidden\n".to_vec())).is_none());
     }
 }
