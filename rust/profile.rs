@@ -720,36 +720,45 @@ impl Profiler {
     /// Each distinct address trace symbolized once, counted by name.
     fn write_folded<W: Write>(&self, out: &mut W) -> std::io::Result<()> {
         let mut folded = StackDb::new();
-        let mut names: Vec<String> = Vec::new();
-        let mut name_ids: FxHashMap<String, u64> = FxHashMap::default();
-        // The name of a symbol, comm or kernel function, by what it is, so
-        // that its string is made and hashed once.
-        let mut known: FxHashMap<NameKey, u64> = FxHashMap::default();
+        let mut names = Names::default();
+        // Each frame's name id by (process snapshot, pc word) and each
+        // kernel frame's by ip: address traces share most of their frames.
+        let mut by_pc: FxHashMap<(u64, u64), u64> = FxHashMap::default();
         let mut symbols = SymbolCache::default();
         let mut line = String::new();
         let mut ids = Vec::new();
         for (index, key, count) in self.by_address.iter() {
             let process = &self.address_process[index as usize];
+            let [_, comm, n_user, rest @ ..] = key else { continue };
+            let comm_name = self.comm_names.get(*comm as usize).map_or(":-1", |c| c);
             ids.clear();
-            for_each_folded_name(self, process, key, &mut line, &mut symbols, |key, name| {
-                if let Some(&id) = key.as_ref().and_then(|k| known.get(k)) {
-                    ids.push(id);
-                    return;
-                }
-                let id = match name_ids.get(name) {
+            ids.push(names.id(Some(NameKey::Comm(*comm)), comm_name));
+            let (user, kernel) = rest.split_at((*n_user as usize).min(rest.len()));
+            for &word in user.iter().rev() {
+                let id = match by_pc.get(&(process.id, word)) {
                     Some(&id) => id,
                     None => {
-                        let id = names.len() as u64;
-                        names.push(name.to_owned());
-                        name_ids.insert(name.to_owned(), id);
+                        let (key, name) =
+                            user_frame_name(self, process, word, &mut line, &mut symbols);
+                        let id = names.id(key, name);
+                        by_pc.insert((process.id, word), id);
                         id
                     }
                 };
-                if let Some(key) = key {
-                    known.insert(key, id);
-                }
                 ids.push(id);
-            });
+            }
+            for &ip in kernel.iter().rev() {
+                let id = match by_pc.get(&(u64::MAX, ip)) {
+                    Some(&id) => id,
+                    None => {
+                        let (key, name) = kernel_frame_name(self, ip, &mut line);
+                        let id = names.id(key, name);
+                        by_pc.insert((u64::MAX, ip), id);
+                        id
+                    }
+                };
+                ids.push(id);
+            }
             folded.add_n(&ids, count);
         }
         for (_, ids, count) in folded.iter() {
@@ -757,7 +766,7 @@ impl Profiler {
                 if i > 0 {
                     out.write_all(b";")?;
                 }
-                out.write_all(names[id as usize].as_bytes())?;
+                out.write_all(names.names[id as usize].as_bytes())?;
             }
             writeln!(out, " {count}")?;
         }
@@ -786,46 +795,78 @@ fn keeps(event: &Event<'_>) -> bool {
 
 /// The names of a folded stack, outermost first, as stackcollapse-perf
 /// gives them: comm, user functions, kernel functions (`_[k]`).
-fn for_each_folded_name(
-    profiler: &Profiler,
-    process: &Process,
-    key: &[u64],
-    buf: &mut String,
-    symbols: &mut SymbolCache,
-    mut each: impl FnMut(Option<NameKey>, &str),
-) {
-    let [_, comm, n_user, rest @ ..] = key else { return };
-    each(Some(NameKey::Comm(*comm)), profiler.comm_names.get(*comm as usize).map_or(":-1", |c| c));
-    let (user, kernel) = rest.split_at((*n_user as usize).min(rest.len()));
-    for &word in user.iter().rev() {
-        let pc = word & !(1 << 63);
-        let lookup = if word >> 63 != 0 { pc } else { pc.wrapping_sub(1) };
-        let loc = locate(process, pc, lookup, &profiler.options.debug_root, Some(symbols));
-        match (loc.function, loc.file) {
-            (Some((name, _)), Some(file)) => {
-                let key = loc.symbol.map(|i| NameKey::Symbol(file.id as usize, i));
-                each(key, name);
-            }
-            (_, Some(file)) => {
-                buf.clear();
-                let _ = write!(buf, "[{}+{:#x}]", file.path, loc.offset);
-                each(None, buf);
-            }
-            (_, None) => each(None, "[unknown]"),
+/// The names of a folded stack's frames, interned: each string is made,
+/// hashed and stored once, found again by what it names.
+#[derive(Default)]
+struct Names {
+    names: Vec<String>,
+    ids: FxHashMap<String, u64>,
+    /// A symbol, comm or kernel function's name id, by what it is.
+    known: FxHashMap<NameKey, u64>,
+}
+
+impl Names {
+    fn id(&mut self, key: Option<NameKey>, name: &str) -> u64 {
+        if let Some(&id) = key.as_ref().and_then(|k| self.known.get(k)) {
+            return id;
         }
-    }
-    for &ip in kernel.iter().rev() {
-        buf.clear();
-        let found = profiler.kernel.lookup_index(ip);
-        match found {
-            Some((name, _, _)) => buf.push_str(name),
+        let id = match self.ids.get(name) {
+            Some(&id) => id,
             None => {
-                let _ = write!(buf, "[kernel+{ip:#x}]");
+                let id = self.names.len() as u64;
+                self.names.push(name.to_owned());
+                self.ids.insert(name.to_owned(), id);
+                id
             }
+        };
+        if let Some(key) = key {
+            self.known.insert(key, id);
         }
-        buf.push_str("_[k]");
-        each(found.map(|(_, _, i)| NameKey::Kernel(i)), buf);
+        id
     }
+}
+
+/// A user frame's name in a folded stack (`word`: its pc, bit 63 set when
+/// interrupted), and what the name is of, when it is a symbol.
+fn user_frame_name<'a>(
+    profiler: &'a Profiler,
+    process: &'a Process,
+    word: u64,
+    buf: &'a mut String,
+    symbols: &mut SymbolCache,
+) -> (Option<NameKey>, &'a str) {
+    let pc = word & !(1 << 63);
+    let lookup = if word >> 63 != 0 { pc } else { pc.wrapping_sub(1) };
+    let loc = locate(process, pc, lookup, &profiler.options.debug_root, Some(symbols));
+    match (loc.function, loc.file) {
+        (Some((name, _)), Some(file)) => {
+            (loc.symbol.map(|i| NameKey::Symbol(file.id as usize, i)), name)
+        }
+        (_, Some(file)) => {
+            buf.clear();
+            let _ = write!(buf, "[{}+{:#x}]", file.path, loc.offset);
+            (None, buf)
+        }
+        (_, None) => (None, "[unknown]"),
+    }
+}
+
+/// A kernel frame's name in a folded stack.
+fn kernel_frame_name<'a>(
+    profiler: &'a Profiler,
+    ip: u64,
+    buf: &'a mut String,
+) -> (Option<NameKey>, &'a str) {
+    buf.clear();
+    let found = profiler.kernel.lookup_index(ip);
+    match found {
+        Some((name, _, _)) => buf.push_str(name),
+        None => {
+            let _ = write!(buf, "[kernel+{ip:#x}]");
+        }
+    }
+    buf.push_str("_[k]");
+    (found.map(|(_, _, i)| NameKey::Kernel(i)), buf)
 }
 
 /// This process's vdso image, if its build id is `build_id`.
