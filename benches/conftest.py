@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 from importlib import resources
+from typing import Any
 
 import pytest
 from benchstacks import Stack
@@ -43,6 +44,26 @@ def stacks(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Stack]:
             "python3", capture(["/usr/bin/python3", "-I", "-S", str(script)], "math_gcd")
         ),
     }
+
+
+def _per_added_sample(by_name: dict[str, Any]) -> list[str]:
+    """What each sample of the long recording beyond the quarter one costs, for both tools:
+    the fixed costs (starting, loading symbols) cancel out."""
+    short = by_name.get("test_stackwalk_perf[quarter]")
+    long = by_name.get("test_stackwalk_perf[long]")
+    script_short = by_name.get("test_perf_script[quarter]")
+    script_long = by_name.get("test_perf_script[long]")
+    if not (short and long and script_short and script_long):
+        return []
+    added = long.extra_info.get("samples", 0) - short.extra_info.get("samples", 0)
+    if added <= 0:
+        return []
+    ours = (long.stats.median - short.stats.median) / added
+    theirs = (script_long.stats.median - script_short.stats.median) / added
+    return [
+        f"per sample beyond the quarter file's ({added} more): stackwalk perf "
+        f"{ours * 1e6:.2f} us, perf script {theirs * 1e6:.2f} us ({theirs / ours:.1f}x)"
+    ]
 
 
 def pytest_terminal_summary(
@@ -88,16 +109,18 @@ def pytest_terminal_summary(
             f"eu-stack {t * 1e3:.0f} ms ({t / o:.1f}x)"
         )
     pairs = [
-        ("perf script", "test_perf_script[full]", "stackwalk perf", "test_stackwalk_perf[full]"),
-        (
-            "perf script",
-            "test_perf_script[quarter]",
-            "stackwalk perf, quarter file",
-            "test_stackwalk_perf[quarter]",
+        *(
+            (
+                "perf script",
+                f"test_perf_script[{size}]",
+                f"stackwalk perf, {size} file",
+                f"test_stackwalk_perf[{size}]",
+            )
+            for size in ("quarter", "full", "long")
         ),
-        ("cat", "test_cat", "unwinding alone, 1 job", "test_stackwalk_unwinding[1]"),
-        ("cat", "test_cat", "unwinding alone, 2 jobs", "test_stackwalk_unwinding[2]"),
-        ("1 job", "test_stackwalk_unwinding[1]", "2 jobs", "test_stackwalk_unwinding[2]"),
+        ("cat", "test_cat", "unwinding alone, 1 CPU", "test_stackwalk_unwinding[1]"),
+        ("cat", "test_cat", "unwinding alone, 2 CPUs", "test_stackwalk_unwinding[2]"),
+        ("1 CPU", "test_stackwalk_unwinding[1]", "2 CPUs", "test_stackwalk_unwinding[2]"),
         ("baseline", "test_unwinding_alone[baseline]", "rust", "test_unwinding_alone[rust]"),
     ]
     for their_name, theirs_key, our_name, ours_key in pairs:
@@ -107,18 +130,26 @@ def pytest_terminal_summary(
             lines.append(
                 f"{our_name} {o * 1e3:.0f} ms vs {their_name} {t * 1e3:.0f} ms ({t / o:.2f}x)"
             )
+    lines.extend(_per_added_sample(by_name))
+    start = by_name.get("test_interpreter_start")
+    quarter = by_name.get("test_stackwalk_perf[quarter]")
+    if start and quarter:
+        lines.append(
+            f"the interpreter's start alone (python -c pass): {start.stats.median * 1e3:.0f} ms "
+            f"of stackwalk perf's {quarter.stats.median * 1e3:.0f} ms on the quarter file"
+        )
     samples = by_name.get("test_stackwalk_unwinding[2]")
     if samples and "samples" in samples.extra_info:
         n = samples.extra_info["samples"]
-        lines.append(f"unwinding alone, 2 jobs: {samples.stats.median / n * 1e6:.2f} us per sample")
+        lines.append(f"unwinding alone, 2 CPUs: {samples.stats.median / n * 1e6:.2f} us per sample")
     memory = by_name.get("test_peak_memory_is_flat")
     if memory:
         info = memory.extra_info
-        lines.append(
-            f"peak RSS of stackwalk perf: {info.get('quarter_peak_rss_mib')} MiB on "
-            f"{info.get('quarter_file_mib')} MiB, {info.get('full_peak_rss_mib')} MiB on "
-            f"{info.get('full_file_mib')} MiB"
+        peaks = ", ".join(
+            f"{info.get(f'{size}_peak_rss_mib')} MiB on {info.get(f'{size}_file_mib')} MiB"
+            for size in ("quarter", "full", "long")
         )
+        lines.append(f"peak RSS of stackwalk perf: {peaks}")
     if lines:
         terminalreporter.write_sep(
             "=", "stackwalk benchmark figures (medians, one run, same machine)"
