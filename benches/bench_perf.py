@@ -19,7 +19,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -77,7 +77,9 @@ def _record(tmp: Path, exe: Path, rounds: int, name: str) -> Path:
 
 
 @pytest.fixture(scope="module")
-def recordings(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def recordings(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
+    """The three recordings, deleted after the module's tests (1.4 GB in all; pytest would
+    keep them with its last temporary directories)."""
     tmp = tmp_path_factory.mktemp("perf")
     src = tmp / "sort.c"
     src.write_text(WORKLOAD)
@@ -85,7 +87,14 @@ def recordings(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     subprocess.run(
         ["gcc", "-O2", "-fomit-frame-pointer", "-pthread", "-o", str(exe), str(src)], check=True
     )
-    return {size: _record(tmp, exe, rounds, f"{size}.perf.data") for size, rounds in SIZES.items()}
+    made: dict[str, Path] = {}
+    try:
+        for size, rounds in SIZES.items():
+            made[size] = _record(tmp, exe, rounds, f"{size}.perf.data")
+        yield made
+    finally:
+        for path in made.values():
+            path.unlink(missing_ok=True)
 
 
 def _run(argv: list[str]) -> subprocess.CompletedProcess[bytes]:
