@@ -174,12 +174,13 @@ impl Spare {
         self.0.lock().ok().and_then(|mut spare| spare.pop()).unwrap_or_default()
     }
 
-    fn give(&self, mut out: ChunkOut) {
-        out.text.clear();
-        out.keys.clear();
-        (out.samples, out.complete, out.frames, out.damage) = (0, 0, 0, None);
+    /// Keep `out`'s buffers, emptied; nothing else of it.
+    fn give(&self, out: ChunkOut) {
+        let ChunkOut { mut text, mut keys, .. } = out;
+        text.clear();
+        keys.clear();
         if let Ok(mut spare) = self.0.lock() {
-            spare.push(out);
+            spare.push(ChunkOut { text, keys, ..ChunkOut::default() });
         }
     }
 }
@@ -717,13 +718,12 @@ impl Profiler {
         Ok(())
     }
 
-    /// Each distinct address trace symbolized once, counted by name.
+    /// Each distinct address trace symbolized once, counted by name. A
+    /// folded stack's names go outermost first, as stackcollapse-perf gives
+    /// them: comm, user functions, kernel functions (`_[k]`).
     fn write_folded<W: Write>(&self, out: &mut W) -> std::io::Result<()> {
         let mut folded = StackDb::new();
         let mut names = Names::default();
-        // Each frame's name id by (process snapshot, pc word) and each
-        // kernel frame's by ip: address traces share most of their frames.
-        let mut by_pc: FxHashMap<(u64, u64), u64> = FxHashMap::default();
         let mut symbols = SymbolCache::default();
         let mut line = String::new();
         let mut ids = Vec::new();
@@ -735,29 +735,16 @@ impl Profiler {
             ids.push(names.id(Some(NameKey::Comm(*comm)), comm_name));
             let (user, kernel) = rest.split_at((*n_user as usize).min(rest.len()));
             for &word in user.iter().rev() {
-                let id = match by_pc.get(&(process.id, word)) {
-                    Some(&id) => id,
-                    None => {
-                        let (key, name) =
-                            user_frame_name(self, process, word, &mut line, &mut symbols);
-                        let id = names.id(key, name);
-                        by_pc.insert((process.id, word), id);
-                        id
-                    }
-                };
-                ids.push(id);
+                ids.push(names.frame_id((process.id, word), &mut line, |line| {
+                    user_frame_name(self, process, word, line, &mut symbols)
+                }));
             }
             for &ip in kernel.iter().rev() {
-                let id = match by_pc.get(&(u64::MAX, ip)) {
-                    Some(&id) => id,
-                    None => {
-                        let (key, name) = kernel_frame_name(self, ip, &mut line);
-                        let id = names.id(key, name);
-                        by_pc.insert((u64::MAX, ip), id);
-                        id
-                    }
-                };
-                ids.push(id);
+                ids.push(
+                    names.frame_id((u64::MAX, ip), &mut line, |line| {
+                        kernel_frame_name(self, ip, line)
+                    }),
+                );
             }
             folded.add_n(&ids, count);
         }
@@ -793,8 +780,6 @@ fn keeps(event: &Event<'_>) -> bool {
     }
 }
 
-/// The names of a folded stack, outermost first, as stackcollapse-perf
-/// gives them: comm, user functions, kernel functions (`_[k]`).
 /// The names of a folded stack's frames, interned: each string is made,
 /// hashed and stored once, found again by what it names.
 #[derive(Default)]
@@ -803,9 +788,30 @@ struct Names {
     ids: FxHashMap<String, u64>,
     /// A symbol, comm or kernel function's name id, by what it is.
     known: FxHashMap<NameKey, u64>,
+    /// A frame's name id, by (process snapshot, pc word), or by
+    /// (`u64::MAX`, ip) for a kernel frame: address traces share most of
+    /// their frames.
+    frames: FxHashMap<(u64, u64), u64>,
 }
 
 impl Names {
+    /// The name id of the frame at `at`, its name made by `make` (in `buf`,
+    /// or borrowed from elsewhere) the first time.
+    fn frame_id<'s>(
+        &mut self,
+        at: (u64, u64),
+        buf: &'s mut String,
+        make: impl FnOnce(&'s mut String) -> (Option<NameKey>, &'s str),
+    ) -> u64 {
+        if let Some(&id) = self.frames.get(&at) {
+            return id;
+        }
+        let (key, name) = make(buf);
+        let id = self.id(key, name);
+        self.frames.insert(at, id);
+        id
+    }
+
     fn id(&mut self, key: Option<NameKey>, name: &str) -> u64 {
         if let Some(&id) = key.as_ref().and_then(|k| self.known.get(k)) {
             return id;
