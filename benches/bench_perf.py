@@ -137,13 +137,13 @@ def test_interpreter_start(benchmark: Any) -> None:
     assert proc.returncode == 0, proc.stderr
 
 
-def _on_cores(cores: int, jobs: int, path: Path) -> dict[str, Any]:
-    """perf_report on the first `cores` CPUs: its threads (workers, pager, kallsyms reader) are
-    started by the call, and inherit this thread's affinity."""
+def _on_cores(cores: int, path: Path) -> dict[str, Any]:
+    """perf_report with one worker per CPU, on the first `cores` CPUs: its threads (workers,
+    pager, kallsyms reader) are started by the call, and inherit this thread's affinity."""
     before = os.sched_getaffinity(0)
     os.sched_setaffinity(0, sorted(before)[:cores])
     try:
-        return perf_report(path, "collapsed", output=os.devnull, jobs=jobs)
+        return perf_report(path, "collapsed", output=os.devnull, jobs=cores)
     finally:
         os.sched_setaffinity(0, before)
 
@@ -158,7 +158,7 @@ def test_stackwalk_unwinding(benchmark: Any, recordings: dict[str, Path], cores:
     if len(os.sched_getaffinity(0)) < cores:
         pytest.skip(f"this machine lets this process run on fewer than {cores} CPUs")
     path = recordings["full"]
-    summary = benchmark.pedantic(_on_cores, args=(cores, cores, path), rounds=5)
+    summary = benchmark.pedantic(_on_cores, args=(cores, path), rounds=5)
     assert summary["error"] is None and summary["samples"] > 1000
     benchmark.extra_info["samples"] = summary["samples"]
 
