@@ -131,6 +131,14 @@ def pytest_terminal_summary(
                 f"{our_name} {o * 1e3:.0f} ms vs {their_name} {t * 1e3:.0f} ms ({t / o:.2f}x)"
             )
     lines.extend(_per_added_sample(by_name))
+    db, dicts = by_name.get("test_stackdb_add[stackdb]"), by_name.get("test_stackdb_add[python]")
+    if db and dicts:
+        adds = db.extra_info["adds"]
+        lines.append(
+            f"StackDB.add from Python: {db.stats.median / adds * 1e9:.0f} ns per add vs a dict "
+            f"{dicts.stats.median / adds * 1e9:.0f} ns "
+            f"({dicts.stats.median / db.stats.median:.2f}x)"
+        )
     start = by_name.get("test_interpreter_start")
     quarter = by_name.get("test_stackwalk_perf[quarter]")
     if start and quarter:

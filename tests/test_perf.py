@@ -24,7 +24,6 @@ import re
 import subprocess
 import sys
 import textwrap
-import time
 import xml.etree.ElementTree as ET
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -804,19 +803,16 @@ def synthetic_traces(count: int, seed: int) -> list[tuple[int, ...]]:
 
 
 def test_stackdb_synthetic() -> None:
-    """A million adds of 300 distinct traces: well under a few seconds, and the database holds
-    300 traces with the right counts."""
+    """A million adds of 300 distinct traces: the database holds the 300 traces, in order of
+    first insertion, with the right counts. (Its speed is benchmarked, in
+    benches/bench_stackdb.py.)"""
     import stackwalk
 
     distinct = synthetic_traces(300, 1)
     traces = distinct + random.Random(2).choices(distinct, k=1_000_000 - len(distinct))
     db = stackwalk.StackDB()
-    start = time.perf_counter()
     for trace in traces:
         db.add(trace)
-    elapsed = time.perf_counter() - start
-    print(f"StackDB: {len(traces):,} adds in {elapsed:.2f} s")
-    assert elapsed < 2.5, f"{len(traces):,} adds took {elapsed:.2f} s"
     check_db(db, traces)
 
 
