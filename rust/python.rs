@@ -10,7 +10,7 @@ use pyo3::buffer::PyBuffer;
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 
 use crate::arch::Arch;
 use crate::cfi::{CfaRule, Data, Module, RegRule, UnwindInfo};
@@ -674,14 +674,49 @@ impl PySymbolTable {
 #[derive(Default)]
 pub struct PyStackDb {
     inner: crate::stackdb::StackDb,
+    /// The pcs of the trace being added (kept, not allocated per add).
+    pcs: Vec<u64>,
 }
 
-/// The pcs of a trace given as a Trace or as a sequence of ints.
-fn trace_pcs(trace: &Bound<'_, PyAny>) -> PyResult<Vec<u64>> {
+/// The pcs of a trace given as a Trace or as a sequence of ints, into
+/// `pcs`. Tuples and lists are read in place: the generic sequence protocol
+/// cost more than the database's own work.
+fn trace_pcs(trace: &Bound<'_, PyAny>, pcs: &mut Vec<u64>) -> PyResult<()> {
+    pcs.clear();
     if let Ok(t) = trace.cast::<PyTrace>() {
-        return Ok(t.get().frames.iter().map(|f| f.pc).collect());
+        pcs.extend(t.get().frames.iter().map(|f| f.pc));
+    } else if let Ok(t) = trace.cast::<PyTuple>() {
+        for pc in t.iter_borrowed() {
+            pcs.push(pc_from(&pc)?);
+        }
+    } else if let Ok(l) = trace.cast::<PyList>() {
+        for pc in l.iter() {
+            pcs.push(pc_from(&pc)?);
+        }
+    } else {
+        *pcs = trace.extract()?;
     }
-    trace.extract()
+    Ok(())
+}
+
+/// A pc from a Python int. CPython 3.11's `PyLong_AsUnsignedLongLong`
+/// (pyo3's way to a u64) goes through a byte array, and was most of
+/// `StackDB.add`'s time; where a C long is 64 bits, `PyLong_AsUnsignedLong`
+/// is the same conversion (the same errors: negative, too large) as a loop
+/// over the int's digits.
+fn pc_from(pc: &Bound<'_, PyAny>) -> PyResult<u64> {
+    #[cfg(all(target_pointer_width = "64", not(windows)))]
+    if pc.is_exact_instance_of::<pyo3::types::PyInt>() {
+        // SAFETY: `pc` is a live int; an error is looked for right after.
+        let value = unsafe { pyo3::ffi::PyLong_AsUnsignedLong(pc.as_ptr()) };
+        if value == std::os::raw::c_ulong::MAX {
+            if let Some(e) = PyErr::take(pc.py()) {
+                return Err(e);
+            }
+        }
+        return Ok(value);
+    }
+    pc.extract()
 }
 
 #[pymethods]
@@ -695,7 +730,8 @@ impl PyStackDb {
     /// the same for the same trace every time.
     #[pyo3(signature = (trace, count = 1))]
     fn add(&mut self, trace: &Bound<'_, PyAny>, count: u64) -> PyResult<u32> {
-        Ok(self.inner.add_n(&trace_pcs(trace)?, count))
+        trace_pcs(trace, &mut self.pcs)?;
+        Ok(self.inner.add_n(&self.pcs, count))
     }
 
     /// How many times the trace at `index` was added.

@@ -816,6 +816,38 @@ def test_stackdb_synthetic() -> None:
     check_db(db, traces)
 
 
+@pytest.mark.parametrize(
+    ("trace", "error"),
+    [
+        ((0x401000, -1), OverflowError),
+        ([0x401000, 1 << 64], OverflowError),
+        ((0x401000, "0x401000"), TypeError),
+        ([0x401000, 2.0], TypeError),
+        ("0x401000", TypeError),
+        (0x401000, TypeError),
+    ],
+)
+def test_stackdb_bad_traces(trace: Any, error: type[Exception]) -> None:
+    """A trace that is not a sequence of ints from 0 to 2^64 - 1 is refused with Python's
+    error for it, whatever the sequence's type, and nothing is added. The same pcs as an int
+    subclass, a range or a list add the same trace as the tuple."""
+    import stackwalk
+
+    db = stackwalk.StackDB()
+    first = db.add((0x401000, (1 << 64) - 1))
+    with pytest.raises(error):
+        db.add(trace)
+    assert (len(db), db.total) == (1, 1)
+
+    class Pc(int):
+        pass
+
+    for same in ([0x401000, (1 << 64) - 1], (Pc(0x401000), Pc((1 << 64) - 1))):
+        assert db.add(same) == first
+    assert db.add(range(3)) == db.add((0, 1, 2)) == 1
+    assert db.count(first) == 3
+
+
 MEMORY_PROBE = textwrap.dedent("""
     import stackwalk
 
