@@ -7,7 +7,9 @@ a quarter of it and "long" three times it. In one run:
   mostly that, perf script's cost mostly per sample, so the ratio grows with the recording
   (the summary gives the cost of each sample beyond the quarter file's, for both);
 - perf-reading: the unwinding alone (in process, folded stacks counted, little output) on 1
-  and 2 CPUs, against reading the file (`cat FILE > /dev/null`);
+  and 2 CPUs, against reading the file (`cat FILE > /dev/null`), and, as the yardstick of the
+  1 to 2 CPU figure, what a second CPU gives this machine's own work: the recorded qsort
+  program and a memory copy, their fixed work split between two threads;
 - perf-baseline: the same 200 samples unwound one by one through the Python API, by the Rust
   core and by the pure-Python baseline;
 - peak memory of the command on each recording: it must not grow with the number of samples
@@ -57,6 +59,35 @@ int main(int argc, char **argv)
     return 0;
 }
 """
+# Two threads, each copying its own 64 MiB buffer: the total copies (argv[1]) split between
+# them, on as many CPUs as they are given.
+COPY = r"""
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#define SIZE (64 << 20)
+static int copies;
+static void *copy(void *arg)
+{
+    char *from = malloc(SIZE), *to = malloc(SIZE);
+    memset(from, (int)(long)arg, SIZE);
+    for (int i = 0; i < copies / 2; i++) {
+        memcpy(to, from, SIZE);
+        from[i] = to[i + 1];
+    }
+    return (void *)(long)to[SIZE - 1];
+}
+int main(int argc, char **argv)
+{
+    pthread_t threads[2];
+    copies = atoi(argv[1]);
+    for (long t = 0; t < 2; t++)
+        pthread_create(&threads[t], NULL, copy, (void *)t);
+    for (int t = 0; t < 2; t++)
+        pthread_join(threads[t], NULL);
+    return 0;
+}
+"""
 # Two threads of qsort: about 10 s of CPU, some 40,000-50,000 samples at 4999 Hz (the full
 # recording).
 ROUNDS = 330
@@ -77,20 +108,33 @@ def _record(tmp: Path, exe: Path, rounds: int, name: str) -> Path:
 
 
 @pytest.fixture(scope="module")
-def recordings(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
+def programs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The recorded workload, and a program streaming through memory (the machine's own
+    speed-up from a second CPU, on the same work split between threads)."""
+    tmp = tmp_path_factory.mktemp("programs")
+    made = {}
+    for name, source in (("sort", WORKLOAD), ("copy", COPY)):
+        src = tmp / f"{name}.c"
+        src.write_text(source)
+        made[name] = tmp / name
+        subprocess.run(
+            ["gcc", "-O2", "-fomit-frame-pointer", "-pthread", "-o", str(made[name]), str(src)],
+            check=True,
+        )
+    return made
+
+
+@pytest.fixture(scope="module")
+def recordings(
+    tmp_path_factory: pytest.TempPathFactory, programs: dict[str, Path]
+) -> Iterator[dict[str, Path]]:
     """The three recordings, deleted after the module's tests (1.4 GB in all; pytest would
     keep them with its last temporary directories)."""
     tmp = tmp_path_factory.mktemp("perf")
-    src = tmp / "sort.c"
-    src.write_text(WORKLOAD)
-    exe = tmp / "sort"
-    subprocess.run(
-        ["gcc", "-O2", "-fomit-frame-pointer", "-pthread", "-o", str(exe), str(src)], check=True
-    )
     made: dict[str, Path] = {}
     try:
         for size, rounds in SIZES.items():
-            made[size] = _record(tmp, exe, rounds, f"{size}.perf.data")
+            made[size] = _record(tmp, programs["sort"], rounds, f"{size}.perf.data")
         yield made
     finally:
         for path in made.values():
@@ -137,15 +181,20 @@ def test_interpreter_start(benchmark: Any) -> None:
     assert proc.returncode == 0, proc.stderr
 
 
-def _on_cores(cores: int, path: Path) -> dict[str, Any]:
-    """perf_report with one worker per CPU, on the first `cores` CPUs: its threads (workers,
-    pager, kallsyms reader) are started by the call, and inherit this thread's affinity."""
+def _on_cores(cores: int, run: Callable[[], Any]) -> Any:
+    """`run()` on the first `cores` CPUs: the threads and processes it starts inherit this
+    thread's affinity."""
     before = os.sched_getaffinity(0)
     os.sched_setaffinity(0, sorted(before)[:cores])
     try:
-        return perf_report(path, "collapsed", output=os.devnull, jobs=cores)
+        return run()
     finally:
         os.sched_setaffinity(0, before)
+
+
+def _skip_unless_cores(cores: int) -> None:
+    if len(os.sched_getaffinity(0)) < cores:
+        pytest.skip(f"this machine lets this process run on fewer than {cores} CPUs")
 
 
 @pytest.mark.benchmark(group="perf-reading")
@@ -155,12 +204,31 @@ def test_stackwalk_unwinding(benchmark: Any, recordings: dict[str, Path], cores:
     little output. On one CPU with one worker, and on two with two (the reading thread and the
     pager keep a second CPU partly busy even with one worker, so CPUs, not workers, are
     compared)."""
-    if len(os.sched_getaffinity(0)) < cores:
-        pytest.skip(f"this machine lets this process run on fewer than {cores} CPUs")
+    _skip_unless_cores(cores)
     path = recordings["full"]
-    summary = benchmark.pedantic(_on_cores, args=(cores, path), rounds=5)
+
+    def report() -> dict[str, Any]:
+        return perf_report(path, "collapsed", output=os.devnull, jobs=cores)
+
+    summary = benchmark.pedantic(_on_cores, args=(cores, report), rounds=5)
     assert summary["error"] is None and summary["samples"] > 1000
     benchmark.extra_info["samples"] = summary["samples"]
+
+
+@pytest.mark.benchmark(group="perf-reading")
+@pytest.mark.parametrize("cores", [1, 2])
+@pytest.mark.parametrize("program", ["sort", "copy"])
+def test_machine_scaling(
+    benchmark: Any, programs: dict[str, Path], program: str, cores: int
+) -> None:
+    """What a second CPU gives on this machine to two threads sharing a fixed amount of work:
+    the recorded workload (qsort, computing in the cache) and a copy through memory, each on 1
+    and 2 CPUs. The yardstick for the unwinding's own 1 to 2 CPU figure: a shared VM's second
+    CPU need not double anything."""
+    _skip_unless_cores(cores)
+    argv = [str(programs[program]), "8" if program == "sort" else "16"]
+    proc = benchmark.pedantic(_on_cores, args=(cores, lambda: _run(argv)), rounds=5)
+    assert proc.returncode == 0, proc.stderr
 
 
 @pytest.mark.benchmark(group="perf-reading")

@@ -120,7 +120,14 @@ def pytest_terminal_summary(
         ),
         ("cat", "test_cat", "unwinding alone, 1 CPU", "test_stackwalk_unwinding[1]"),
         ("cat", "test_cat", "unwinding alone, 2 CPUs", "test_stackwalk_unwinding[2]"),
-        ("1 CPU", "test_stackwalk_unwinding[1]", "2 CPUs", "test_stackwalk_unwinding[2]"),
+        *(
+            ("1 CPU", key.format(1), f"{what}, 2 CPUs", key.format(2))
+            for what, key in (
+                ("unwinding alone", "test_stackwalk_unwinding[{}]"),
+                ("the machine itself: the recorded qsort", "test_machine_scaling[sort-{}]"),
+                ("the machine itself: a memory copy", "test_machine_scaling[copy-{}]"),
+            )
+        ),
         ("baseline", "test_unwinding_alone[baseline]", "rust", "test_unwinding_alone[rust]"),
     ]
     for their_name, theirs_key, our_name, ours_key in pairs:
