@@ -323,9 +323,9 @@ def test_peak_memory_is_flat(benchmark: Any, recordings: dict[str, Path]) -> Non
     )
     assert sizes["long"] > 10 * sizes["quarter"]
     # Whatever the length, up to about 10 MiB of the file is mapped ahead of the reading, and
-    # two batches of samples (about 9 MiB each) and the records of the last two rounds are held.
-    # How much of that is mapped at the peak varies from run to run by some 20 MiB (the rounds'
-    # sizes, when the pager thread gets a CPU), on the same file: so the least of the longer
-    # file's peaks is compared with the most of the quarter file's.
+    # two batches of samples (about 9 MiB each) and the records of the last two rounds are held,
+    # and up to 8 MiB of pages wait to be dropped. What is mapped at the peak still varies a
+    # little from run to run: the least of the longer file's peaks is compared with the most of
+    # the quarter file's.
     for size in ("full", "long"):
         assert min(peaks[size]) < max(peaks["quarter"]) + 24 * 1024, (sizes, peaks)

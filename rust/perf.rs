@@ -23,6 +23,7 @@
 
 use std::fmt;
 use std::io::{self, Cursor, Read, Seek, SeekFrom};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use crate::arch::Arch;
@@ -1154,6 +1155,9 @@ struct Pager {
     /// The reading position at which to tell the thread again.
     next: usize,
     release: usize,
+    /// Where the pages have been dropped up to, by either thread.
+    released: Arc<AtomicUsize>,
+    data: Arc<Data>,
 }
 
 impl Pager {
@@ -1162,18 +1166,25 @@ impl Pager {
     /// mapping maps the pages around it that are in the page cache (64 KiB
     /// by default). `MADV_POPULATE_READ` costs more: it walks every page.
     const TOUCH: usize = 64 << 10;
+    /// How far the pager thread's dropping may fall behind (it may wait for
+    /// a CPU while the reading goes on) before the reading thread drops the
+    /// pages itself: memory stays bounded however the threads are scheduled.
+    const LAG: usize = 8 << 20;
 
     fn start(data: Arc<Data>) -> Option<Pager> {
         if !matches!(*data, Data::Mapped(_)) {
             return None;
         }
         let (to_thread, from_reader) = std::sync::mpsc::channel::<(usize, usize)>();
+        let released = Arc::new(AtomicUsize::new(0));
+        let (thread_data, thread_released) = (data.clone(), released.clone());
         std::thread::Builder::new()
             .name("perf.data pager".into())
             .spawn(move || {
-                let Data::Mapped(map) = &*data else { return };
-                let (mut populated, mut released) = (0usize, 0usize);
+                let Data::Mapped(map) = &*thread_data else { return };
+                let mut populated = 0usize;
                 while let Ok((reached, release)) = from_reader.recv() {
+                    drop_before(map, &thread_released, release);
                     let end = reached.saturating_add(Pager::AHEAD).min(map.len());
                     let mut at = populated.max(reached / GRAIN * GRAIN);
                     while at < end {
@@ -1182,24 +1193,10 @@ impl Pager {
                         at += Pager::TOUCH;
                     }
                     populated = populated.max(end.next_multiple_of(GRAIN));
-                    let release = release.min(map.len()) / GRAIN * GRAIN;
-                    if release > released {
-                        // SAFETY: a read-only file mapping: dropped pages are
-                        // read back from the file if touched again, so every
-                        // slice of the mapping stays valid.
-                        let _ = unsafe {
-                            map.unchecked_advise_range(
-                                memmap2::UncheckedAdvice::DontNeed,
-                                released,
-                                release - released,
-                            )
-                        };
-                        released = release;
-                    }
                 }
             })
             .ok()?;
-        let mut pager = Pager { to_thread, next: 0, release: 0 };
+        let mut pager = Pager { to_thread, next: 0, release: 0, released, data };
         pager.reached(0);
         Some(pager)
     }
@@ -1209,7 +1206,26 @@ impl Pager {
         if pos >= self.next {
             let _ = self.to_thread.send((pos, self.release));
             self.next = pos.saturating_add(Pager::AHEAD / 2);
+            let behind = self.release.saturating_sub(self.released.load(Ordering::Relaxed));
+            if let (true, Data::Mapped(map)) = (behind > Pager::LAG, &*self.data) {
+                drop_before(map, &self.released, self.release);
+            }
         }
+    }
+}
+
+/// Drop the pages of `map` before `to` (rounded down to a grain) that are
+/// not dropped yet, from whichever thread gets there first.
+fn drop_before(map: &memmap2::Mmap, released: &AtomicUsize, to: usize) {
+    let to = to.min(map.len()) / GRAIN * GRAIN;
+    let from = released.fetch_max(to, Ordering::Relaxed);
+    if to > from {
+        // SAFETY: a read-only file mapping: dropped pages are read back from
+        // the file if touched again, so every slice of the mapping stays
+        // valid.
+        let _ = unsafe {
+            map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, from, to - from)
+        };
     }
 }
 
