@@ -1,5 +1,3 @@
-import sys
+from stackwalk.cli import run
 
-from stackwalk.cli import main
-
-sys.exit(main())
+run()

@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from stackwalk.errors import StackwalkError
 
@@ -353,5 +353,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
+def run() -> NoReturn:
+    """The command's entry point: main(), then out of the process once the output is
+    flushed, without the interpreter's teardown (a last garbage collection and the clearing
+    of every module: some 4-8 ms, a tenth of a short `stackwalk perf`). Nothing of the
+    command's needs it: files are closed and temporary ones removed by the command itself."""
+    status = main()
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except BrokenPipeError:
+        # As in main: the reader went away before the last of the output.
+        status = EXIT_PARTIAL
+    except OSError as e:
+        _error(f"writing the output: {e}")
+        status = EXIT_FAILED
+    os._exit(status)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()
