@@ -120,14 +120,6 @@ def pytest_terminal_summary(
         ),
         ("cat", "test_cat", "unwinding alone, 1 CPU", "test_stackwalk_unwinding[1]"),
         ("cat", "test_cat", "unwinding alone, 2 CPUs", "test_stackwalk_unwinding[2]"),
-        *(
-            ("1 CPU", key.format(1), f"{what}, 2 CPUs", key.format(2))
-            for what, key in (
-                ("unwinding alone", "test_stackwalk_unwinding[{}]"),
-                ("the machine itself: the recorded qsort", "test_machine_scaling[sort-{}]"),
-                ("the machine itself: a memory copy", "test_machine_scaling[copy-{}]"),
-            )
-        ),
         ("baseline", "test_unwinding_alone[baseline]", "rust", "test_unwinding_alone[rust]"),
     ]
     for their_name, theirs_key, our_name, ours_key in pairs:
@@ -138,6 +130,16 @@ def pytest_terminal_summary(
                 f"{our_name} {o * 1e3:.0f} ms vs {their_name} {t * 1e3:.0f} ms ({t / o:.2f}x)"
             )
     lines.extend(_per_added_sample(by_name))
+    second = {
+        work: by_name[f"test_second_cpu[{work}]"].extra_info["speedup"]
+        for work in ("unwinding", "sort", "copy")
+        if f"test_second_cpu[{work}]" in by_name
+    }
+    if second:
+        lines.append(
+            "speed-up from a second CPU (median of 7 pairs of runs, 1 then 2 CPUs): "
+            + ", ".join(f"{work} {speedup:.2f}x" for work, speedup in second.items())
+        )
     db, dicts = by_name.get("test_stackdb_add[stackdb]"), by_name.get("test_stackdb_add[python]")
     if db and dicts:
         adds = db.extra_info["adds"]
