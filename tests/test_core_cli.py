@@ -635,6 +635,21 @@ def test_closed_output_pipe(cores: Cores) -> None:
     assert "Traceback" not in stderr and "BrokenPipeError" not in stderr, stderr
 
 
+@pytest.mark.parametrize("output", ["--json", "text"])
+def test_output_that_cannot_be_written(output: str, cores: Cores) -> None:
+    """Output to a full device (/dev/full): one error line naming the write error, exit 2,
+    no traceback, whether the write fails in a print or in the last flush."""
+    made = cores("deep")
+    options = [output] if output.startswith("-") else []
+    command = [sys.executable, "-m", "stackwalk", "core", *options, str(made.path),
+               str(made.executable), *made.cli_options]  # fmt: skip
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run(command, stdout=full, stderr=subprocess.PIPE, text=True,
+                              timeout=120)  # fmt: skip
+    one_error_line(subprocess.CompletedProcess(command, proc.returncode, "", proc.stderr),
+                   "No space left on device")  # fmt: skip
+
+
 def test_help_and_commands() -> None:
     """Only the command being run has its parser built: every command is still listed,
     helped and checked as before."""

@@ -344,13 +344,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_FAILED
     except BrokenPipeError:
         # The reader went away (`stackwalk core ... | head`): not an error of
-        # ours. Point stdout at /dev/null so that the interpreter's final
-        # flush does not fail again.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        # ours.
+        _drop_stdout()
         return EXIT_PARTIAL
+    except OSError as e:
+        # Most often the output's device is full ("stackwalk core ... >
+        # /dev/full"): one line, as for any other error.
+        _error(str(e))
+        try:
+            sys.stdout.flush()
+        except OSError:
+            _drop_stdout()
+        return EXIT_FAILED
     except KeyboardInterrupt:
         return 130
+
+
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null, so that the output it still holds, which cannot be
+    written, does not fail the last flush again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
 
 
 def run() -> NoReturn:
