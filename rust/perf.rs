@@ -1207,8 +1207,10 @@ impl Pager {
             let _ = self.to_thread.send((pos, self.release));
             self.next = pos.saturating_add(Pager::AHEAD / 2);
             let behind = self.release.saturating_sub(self.released.load(Ordering::Relaxed));
-            if let (true, Data::Mapped(map)) = (behind > Pager::LAG, &*self.data) {
-                drop_before(map, &self.released, self.release);
+            if behind > Pager::LAG {
+                if let Data::Mapped(map) = &*self.data {
+                    drop_before(map, &self.released, self.release);
+                }
             }
         }
     }
