@@ -32,36 +32,39 @@ import pytest
 from elftools.elf.elffile import ELFFile
 from stackwalk._core import perf_report, perf_samples
 
+# The main() of both programs below: two threads of their `work`, with `count` = argv[1].
+TWO_THREADS = r"""
+int main(int argc, char **argv)
+{
+    pthread_t threads[2];
+    count = atoi(argv[1]);
+    for (long t = 0; t < 2; t++)
+        pthread_create(&threads[t], NULL, work, (void *)t);
+    for (int t = 0; t < 2; t++)
+        pthread_join(threads[t], NULL);
+    return 0;
+}
+"""
 WORKLOAD = r"""
 #include <pthread.h>
 #include <stdlib.h>
-static int rounds;
+static int count;
 static int cmp(const void *a, const void *b)
 {
     int x = *(const int *)a, y = *(const int *)b;
     return (x > y) - (x < y);
 }
-static void *sort(void *arg)
+static void *work(void *arg)
 {
     int *v = malloc(200000 * sizeof *v);
-    for (int r = 0; r < rounds; r++) {
+    for (int r = 0; r < count; r++) {
         for (int i = 0; i < 200000; i++)
             v[i] = (i * 7919 + r + (int)(long)arg) % 100003;
         qsort(v, 200000, sizeof v[0], cmp);
     }
     return v;
 }
-int main(int argc, char **argv)
-{
-    pthread_t threads[2];
-    rounds = atoi(argv[1]);
-    for (long t = 0; t < 2; t++)
-        pthread_create(&threads[t], NULL, sort, (void *)t);
-    for (int t = 0; t < 2; t++)
-        pthread_join(threads[t], NULL);
-    return 0;
-}
-"""
+""" + TWO_THREADS
 # Two threads, each copying its own 64 MiB buffer: the total copies (argv[1]) split between
 # them, on as many CPUs as they are given.
 COPY = r"""
@@ -69,28 +72,18 @@ COPY = r"""
 #include <stdlib.h>
 #include <string.h>
 #define SIZE (64 << 20)
-static int copies;
-static void *copy(void *arg)
+static int count;
+static void *work(void *arg)
 {
     char *from = malloc(SIZE), *to = malloc(SIZE);
     memset(from, (int)(long)arg, SIZE);
-    for (int i = 0; i < copies / 2; i++) {
+    for (int i = 0; i < count / 2; i++) {
         memcpy(to, from, SIZE);
         from[i] = to[i + 1];
     }
     return (void *)(long)to[SIZE - 1];
 }
-int main(int argc, char **argv)
-{
-    pthread_t threads[2];
-    copies = atoi(argv[1]);
-    for (long t = 0; t < 2; t++)
-        pthread_create(&threads[t], NULL, copy, (void *)t);
-    for (int t = 0; t < 2; t++)
-        pthread_join(threads[t], NULL);
-    return 0;
-}
-"""
+""" + TWO_THREADS
 # Two threads of qsort: about 10 s of CPU, some 40,000-50,000 samples at 4999 Hz (the full
 # recording).
 ROUNDS = 330
