@@ -154,6 +154,13 @@ pub struct ElfSummary {
     pub phdr: (u64, u16),
 }
 
+impl ElfSummary {
+    /// The PT_LOAD segments, as placing a mapping needs them.
+    pub fn segments(&self) -> impl Iterator<Item = crate::space::Segment> + '_ {
+        self.loads.iter().map(crate::space::Segment::from_load)
+    }
+}
+
 /// The program headers of a 64-bit or 32-bit (i386) ELF file or image.
 pub fn summarize(data: &[u8]) -> Result<ElfSummary, ElfError> {
     if is_elf32(data) {

@@ -35,6 +35,7 @@ use crate::perf::{
     PERF_CONTEXT_KERNEL, PERF_CONTEXT_USER, PERF_RECORD_SAMPLE, PERF_SAMPLE_CALLCHAIN,
     PERF_SAMPLE_REGS_ABI_NONE,
 };
+use crate::space::Segment;
 use crate::stackdb::StackDb;
 use crate::symbols::SymbolTable;
 use crate::unwind::{Frame, Unwinder};
@@ -75,9 +76,6 @@ impl Default for Options {
     }
 }
 
-/// The executable flag of a PT_LOAD's `p_flags`.
-const PF_X: u32 = 1;
-
 /// Samples a worker takes at a time.
 const CHUNK: usize = 64;
 
@@ -103,8 +101,8 @@ struct FileInfo {
     path: Arc<str>,
     /// None when the file could not be read (missing, not ELF).
     unwind: Option<Arc<UnwindInfo>>,
-    /// PT_LOADs: (p_vaddr, p_offset, p_filesz, p_flags), to place mappings.
-    loads: Vec<(u64, u64, u64, u32)>,
+    /// PT_LOADs, to place mappings.
+    loads: Vec<Segment>,
     data: Option<Arc<Data>>,
     symbols: OnceLock<Option<SymbolTable>>,
 }
@@ -559,22 +557,7 @@ impl Profiler {
             .filter(|p| p.range.end <= range.start || range.end <= p.range.start)
             .cloned()
             .collect();
-        // bias = runtime - ELF address, from the segment the mapping starts
-        // in. A segment's mapping starts at the page its offset is in, which
-        // may hold the end of the segment before it too (segments packed in
-        // the file, as lld and rustc's cdylibs lay them out): the code
-        // segment is the one an executable mapping maps.
-        let holds = |&&(_, off, size, _): &&(u64, u64, u64, u32)| {
-            off & !0xfff <= pgoff && pgoff < off.saturating_add(size)
-        };
-        let segment =
-            (file.loads.iter().filter(holds)).min_by_key(|(_, _, _, flags)| flags & PF_X == 0);
-        let bias = match segment {
-            Some((vaddr, off, _, _)) => {
-                (start.wrapping_sub(pgoff)).wrapping_sub(vaddr.wrapping_sub(*off))
-            }
-            None => start.wrapping_sub(pgoff),
-        };
+        let bias = crate::space::bias(&file.loads, start, pgoff, 0x1000);
         if let Some(info) = &file.unwind {
             let elf_range = range.start.wrapping_sub(bias)..range.end.wrapping_sub(bias);
             if let Ok(module) = Module::place(file.path.to_string(), info.clone(), elf_range, bias)
@@ -628,7 +611,7 @@ impl Profiler {
                 }
             }
             if let Ok(summary) = crate::elf::summarize(data) {
-                loads = summary.loads.iter().map(|l| (l.0, l.2, l.3, l.4)).collect();
+                loads = summary.segments().collect();
             }
         }
         if unwind.is_none() && path.starts_with('/') {
