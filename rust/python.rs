@@ -276,11 +276,14 @@ impl PyUnwinder {
     /// touched now, and CFI is parsed on demand. A file without
     /// `.debug_frame` gets its separate debug file's, found under
     /// `debug_root` by build id or `.gnu_debuglink` (None: not looked for).
-    #[pyo3(signature = (path, bias = 0, *, debug_root = Some(PathBuf::from("/usr/lib/debug"))))]
+    /// `ranges` (runtime start, end) are where the file is mapped, when
+    /// known (see `place_mappings`); by default its loadable segments' span.
+    #[pyo3(signature = (path, bias = 0, *, ranges = None, debug_root = Some(PathBuf::from("/usr/lib/debug"))))]
     fn add_module(
         &mut self,
         path: PathBuf,
         bias: i128,
+        ranges: Option<Vec<(u64, u64)>>,
         debug_root: Option<PathBuf>,
     ) -> PyResult<()> {
         let name = path.to_string_lossy().into_owned();
@@ -290,7 +293,8 @@ impl PyUnwinder {
         let map = unsafe { memmap2::Mmap::map(&file) }
             .map_err(|e| ElfError::new_err(format!("{name}: cannot map: {e}")))?;
         let debug = debug_root.map(|root| (path.as_path(), root));
-        self.add(name, Data::Mapped(map), bias, debug.as_ref().map(|(p, r)| (*p, r.as_path())))
+        let debug = debug.as_ref().map(|(p, r)| (*p, r.as_path()));
+        self.add(name, Data::Mapped(map), bias, ranges, debug)
     }
 
     /// The separate debug file whose `.debug_frame` the module added from
@@ -310,7 +314,7 @@ impl PyUnwinder {
     ) -> PyResult<()> {
         let buf = PyBuffer::<u8>::get(image)?;
         let bytes = buf.to_vec(image.py())?;
-        self.add(name, Data::Owned(bytes), bias, None)
+        self.add(name, Data::Owned(bytes), bias, None, None)
     }
 
     /// Unwind from `regs` (register name -> value) over `memory` (an
@@ -436,6 +440,7 @@ impl PyUnwinder {
         name: String,
         data: Data,
         bias: i128,
+        ranges: Option<Vec<(u64, u64)>>,
         debug: Option<(&std::path::Path, &std::path::Path)>,
     ) -> PyResult<()> {
         let arch = self.inner.arch();
@@ -457,15 +462,30 @@ impl PyUnwinder {
         };
         let debug_path = separate.as_ref().map(|(_, _, p)| p.to_string_lossy().into_owned());
         let (sections, range) = (info.sections, info.range);
-        let module = guard("indexing CFI", || {
+        // ELF address ranges: the given runtime ranges less the bias, or the
+        // loadable segments' span.
+        let elf_ranges = match ranges {
+            Some(r) => r.iter().map(|&(a, b)| a.wrapping_sub(bias)..b.wrapping_sub(bias)).collect(),
+            None => vec![range],
+        };
+        let modules = guard("indexing CFI", || {
             let debug = separate.map(|(bytes, section, _)| (bytes, section));
             let unwind_info = UnwindInfo::with_debug_file(arch, Arc::new(data), sections, debug)?;
-            Module::place(name.clone(), Arc::new(unwind_info), range, bias)
+            let info = Arc::new(unwind_info);
+            elf_ranges
+                .into_iter()
+                .map(|r| Module::place(name.clone(), info.clone(), r, bias).map(Arc::new))
+                .collect::<Result<Vec<_>, _>>()
         })?
         .map_err(|e| ElfError::new_err(format!("{name}: {e}")))?;
-        self.inner
-            .add_module(Arc::new(module))
-            .map_err(|e| StackwalkError::new_err(e.to_string()))?;
+        // All or nothing: a piece over another module leaves the set as it was.
+        let before = self.inner.module_set().clone();
+        for module in modules {
+            if let Err(e) = self.inner.add_module(module) {
+                self.inner.set_modules(before);
+                return Err(StackwalkError::new_err(e.to_string()));
+            }
+        }
         if let Some(d) = debug_path {
             self.debug_files.push((name, d));
         }
@@ -610,6 +630,30 @@ fn elf_summary<'py>(py: Python<'py>, source: &Bound<'py, PyAny>) -> PyResult<Bou
     out.set_item("dynamic", summary.dynamic)?;
     out.set_item("phdr", summary.phdr)?;
     Ok(out)
+}
+
+/// Where the mappings of one ELF file place it (see `crate::space::place`):
+/// `loads` are its PT_LOADs as `elf_summary` gives them, `mappings` (start,
+/// end, file offset in bytes), `code` the runtime ranges known to be
+/// executable. Returns (bias, [(start, end), ...]) per placement.
+#[pyfunction]
+#[allow(clippy::type_complexity)]
+fn place_mappings(
+    loads: Vec<(u64, u64, u64, u64, u32)>,
+    mappings: Vec<(u64, u64, u64)>,
+    page: u64,
+    code: Vec<(u64, u64)>,
+) -> Vec<(u64, Vec<(u64, u64)>)> {
+    let segments: Vec<_> = loads.iter().map(crate::space::Segment::from_load).collect();
+    let mappings: Vec<crate::space::Mapping> = mappings
+        .iter()
+        .map(|&(start, end, offset)| crate::space::Mapping { start, end, offset })
+        .collect();
+    let is_code = |r: &std::ops::Range<u64>| code.iter().any(|&(a, b)| a < r.end && r.start < b);
+    crate::space::place(&segments, &mappings, page, is_code)
+        .into_iter()
+        .map(|p| (p.bias, p.ranges.iter().map(|r| (r.start, r.end)).collect()))
+        .collect()
 }
 
 /// Demangle a C++ or Rust symbol name; other names are returned unchanged.
@@ -998,6 +1042,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyStackDb>()?;
     m.add_function(wrap_pyfunction!(elf_summary, m)?)?;
     m.add_function(wrap_pyfunction!(demangle, m)?)?;
+    m.add_function(wrap_pyfunction!(place_mappings, m)?)?;
     m.add_function(wrap_pyfunction!(perf_report, m)?)?;
     m.add_function(wrap_pyfunction!(perf_samples, m)?)?;
     m.add_function(wrap_pyfunction!(flamegraph, m)?)?;

@@ -141,6 +141,16 @@ FALLBACK_SPECS = {
         Spec("i386-nocfi", "crash_nocfi.c", (*NO_CFI, "-static"), I386_GCC, "i386"),
     )
 }  # fmt: skip
+# Programs whose mappings test module placement (test_placement.py): libc mapped a second time,
+# read-only, below its image; a JIT page between two mappings of the program (64 KiB segment
+# alignment leaves room between them).
+PLACEMENT_SPECS = {
+    spec.id: spec
+    for spec in (
+        Spec("mapped-twice", "crash_mapped_twice.c", ("-O2",), signal="SIGABRT"),
+        Spec("jit", "crash_jit.c", ("-O2", "-Wl,-z,max-page-size=0x10000")),
+    )
+}
 # deep-moved is for the tests of a missing executable only; the fallback programs need more
 # than CFI, which the tests over every case assume.
 X86_CASES = [i for i, spec in SPECS.items() if spec.arch == "x86_64" and i != "deep-moved"]
@@ -149,6 +159,7 @@ I386_CASES = [spec_id for spec_id, spec in SPECS.items() if spec.arch == "i386"]
 # Cores whose reference is eu-stack (gdb writes them, and eu-stack reads them right).
 EU_STACK_CASES = X86_CASES + I386_CASES
 SPECS.update(FALLBACK_SPECS)
+SPECS.update(PLACEMENT_SPECS)
 
 
 # --- references -----------------------------------------------------------------------------

@@ -53,7 +53,7 @@ ALL_CASES = X86_CASES + A64_CASES + I386_CASES
 HEX = re.compile(r"0x(0|[1-9a-f][0-9a-f]*)")
 TOP_KEYS = {"core", "executable", "pid", "signal", "crashing_thread", "modules", "threads"}
 SIGNAL_KEYS = {"number", "name", "address"}
-MODULE_KEYS = {"path", "start", "end", "bias", "build_id", "found", "build_id_matches"}
+MODULE_KEYS = {"path", "start", "end", "ranges", "bias", "build_id", "found", "build_id_matches"}
 THREAD_KEYS = {"tid", "end", "frames"}
 FRAME_KEYS = {"index", "pc", "sp", "cfa", "trust", "module", "module_offset", "function",
               "function_offset"}  # fmt: skip
@@ -117,6 +117,10 @@ def check_schema(doc: dict[str, Any]) -> None:
         assert set(module) == MODULE_KEYS
         assert isinstance(module["path"], str)
         assert h(module["start"]) < h(module["end"])
+        # Its mappings, sorted and apart, from start to end.
+        bounds = [h(x) for r in module["ranges"] for x in r]
+        assert bounds == sorted(bounds) and len(bounds) == len(set(bounds))
+        assert (bounds[0], bounds[-1]) == (h(module["start"]), h(module["end"]))
         h(module["bias"])
         assert module["build_id"] is None or re.fullmatch(r"[0-9a-f]{8,}", module["build_id"])
         assert isinstance(module["found"], bool)

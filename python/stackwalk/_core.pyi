@@ -21,6 +21,7 @@ __all__ = [
     "SymbolTable",
     "StackDB",
     "elf_summary",
+    "place_mappings",
     "demangle",
     "perf_report",
     "perf_samples",
@@ -105,6 +106,12 @@ class StackDB:
 
 def elf_summary(source: str | PathLike[str] | Buffer) -> dict[str, Any]: ...
 def demangle(name: str) -> str: ...
+def place_mappings(
+    loads: Sequence[tuple[int, int, int, int, int]],
+    mappings: Sequence[tuple[int, int, int]],
+    page: int,
+    code: Sequence[tuple[int, int]],
+) -> list[tuple[int, list[tuple[int, int]]]]: ...
 def flamegraph(
     folded: str | PathLike[str], svg: str | PathLike[str], title: str = "Flame Graph"
 ) -> None: ...
@@ -143,6 +150,7 @@ class Unwinder:
         path: str | PathLike[str],
         bias: int = 0,
         *,
+        ranges: Sequence[tuple[int, int]] | None = None,
         debug_root: str | PathLike[str] | None = ...,
     ) -> None: ...
     def debug_file(self, path: str | PathLike[str]) -> str | None: ...

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, NamedTuple
 
-from stackwalk._core import elf_summary
+from stackwalk._core import elf_summary, place_mappings
 from stackwalk._linkmap import MemoryReader, read_link_map
 from stackwalk.errors import ArchError, ElfError, StackwalkError
 from stackwalk.unwinder import CRASH_STRATEGIES, MappedMemory, Trace, Unwinder
@@ -131,6 +131,14 @@ class CoreModule:
     build_id: str | None  # read from the core's memory
     file_build_id: str | None  # read from the file used
     found: bool  # a file (or, for the vdso, the image in the core) provides its CFI and symbols
+    # The runtime ranges it occupies: its own mappings, which need not be contiguous (memory
+    # between two of them is not the module's). Empty: the whole of start..end.
+    ranges: tuple[tuple[int, int], ...] = ()
+
+    @property
+    def spans(self) -> tuple[tuple[int, int], ...]:
+        """``ranges``, or (start, end) where there are none."""
+        return self.ranges or ((self.start, self.end),)
 
     @property
     def build_id_matches(self) -> bool | None:
@@ -508,43 +516,41 @@ class Core:
         modules: list[CoreModule] = []
         exe: CoreModule | None = None
         for path, maps in groups.items():
-            start, end = min(m.start for m in maps), max(m.end for m in maps)
-            if entry is not None:
-                is_exe = any(m.start <= entry < m.end for m in maps)
-            else:  # the first file named as the executable given, or as the process
-                is_exe = exe is None and _named_as(path, explicit, notes.fname)
             first = min((m for m in maps if m.offset == 0), key=lambda m: m.start, default=None)
             in_core = self._header_summary(first.start) if first else None
-            file, on_disk, rejected = self._locate(path, in_core, explicit if is_exe else None)
+            named_exe = entry is None and exe is None and _named_as(path, explicit, notes.fname)
+            holds_entry = entry is not None and any(m.start <= entry < m.end for m in maps)
+            file, on_disk, rejected = self._locate(
+                path, in_core, explicit if holds_entry or named_exe else None
+            )
             if on_disk is None:
                 # Without ELF headers in the core, nor an ELF file, it is a module only if it
                 # held code (else a data file: locale archive, font, database...).
                 if (
                     in_core is None
                     and not rejected
-                    and not any(a < end and start < b for a, b in code)
+                    and not any(m.start < b and a < m.end for m in maps for a, b in code)
                 ):
                     continue
                 self._not_found(path, rejected)
-            bias = self._nt_file_bias(maps, in_core or on_disk, first)
-            module = self._module(path, file, start, end, bias, in_core, on_disk)
-            modules.append(module)
-            if is_exe:
-                exe = module
+            summary = in_core or on_disk
+            placements = place_mappings(
+                summary["loads"] if summary else [],
+                [(m.start, m.end, m.offset) for m in maps],
+                self._page,
+                code,
+            )
+            for bias, ranges in placements:
+                start, end = ranges[0][0], ranges[-1][1]
+                if entry is not None:
+                    is_exe = any(a <= entry < b for a, b in ranges)
+                else:  # the first file named as the executable given, or as the process
+                    is_exe = named_exe and exe is None
+                module = self._module(path, file, start, end, bias, in_core, on_disk, tuple(ranges))
+                modules.append(module)
+                if is_exe:
+                    exe = module
         return modules, exe
-
-    def _nt_file_bias(
-        self, maps: list[_Mapping], summary: dict[str, Any] | None, first: _Mapping | None
-    ) -> int:
-        """Runtime address − ELF address: where the mapping of a PT_LOAD's first file page
-        lies, minus that page's ELF address."""
-        page = self._page
-        loads: list[tuple[int, int, int, int, int]] = summary["loads"] if summary else []
-        for vaddr, _, offset, _, _ in loads:
-            mapped = [m.start for m in maps if m.offset == offset - offset % page]
-            if mapped:
-                return min(mapped) - (vaddr - vaddr % page)
-        return first.start if first else min(m.start for m in maps)
 
     def _link_map_modules(
         self, notes: _Notes, explicit: str | None
@@ -683,10 +689,13 @@ class Core:
         bias: int,
         in_core: dict[str, Any] | None = None,
         on_disk: dict[str, Any] | None = None,
+        ranges: tuple[tuple[int, int], ...] = (),
     ) -> CoreModule:
         if file is not None:
             try:
-                self.unwinder.add_module(file, bias, debug_root=self.debug_root)
+                self.unwinder.add_module(
+                    file, bias, ranges=ranges or None, debug_root=self.debug_root
+                )
             except StackwalkError as e:  # not ELF, another arch, or over another module
                 self.warnings.append(f"module {path}: {e}")
                 file, on_disk = None, None
@@ -699,6 +708,7 @@ class Core:
             build_id=in_core["build_id"] if in_core else None,
             file_build_id=on_disk["build_id"] if on_disk else None,
             found=file is not None,
+            ranges=ranges,
         )
 
     # -- output ----------------------------------------------------------------------------
@@ -710,7 +720,11 @@ class Core:
         from stackwalk.render import ModuleInfo, Symbolizer, frame_dicts
 
         symbolizer = Symbolizer(
-            (ModuleInfo(m.file or m.path, m.start, m.end, m.bias) for m in self.modules),
+            (
+                ModuleInfo(m.file or m.path, start, end, m.bias)
+                for m in self.modules
+                for start, end in m.spans
+            ),
             {"[vdso]": self._vdso_image} if self._vdso_image is not None else None,
             debug_root=self.debug_root,
         )
@@ -739,6 +753,7 @@ class Core:
                     "path": m.path,
                     "start": _hex(m.start),
                     "end": _hex(m.end),
+                    "ranges": [[_hex(a), _hex(b)] for a, b in m.spans],
                     "bias": _hex(m.bias),
                     "build_id": m.build_id,
                     "found": m.found,
