@@ -33,6 +33,7 @@ from corefiles import (
     Cores,
     MadeCore,
     addr2line_function,
+    build_id_of,
     demangle,
     extract_memory,
     file_offset,
@@ -56,7 +57,7 @@ SIGNAL_KEYS = {"number", "name", "address"}
 MODULE_KEYS = {"path", "start", "end", "ranges", "bias", "build_id", "found", "build_id_matches"}
 THREAD_KEYS = {"tid", "end", "frames"}
 FRAME_KEYS = {"index", "pc", "sp", "cfa", "trust", "module", "module_offset", "function",
-              "function_offset"}  # fmt: skip
+              "function_offset", "doubtful"}  # fmt: skip
 # A frame line of the text output: "#3  0x00007f1c2a83c24a in name+0x7a (/path/to/module)".
 FRAME_LINE = re.compile(r"#(\d+)\s+0x([0-9a-f]{16}) in (.+?)(?: \(([^()]+)\))?  \[(\w+)\]")
 
@@ -512,17 +513,39 @@ def test_missing_library(cores: Cores) -> None:
 
 
 def test_library_with_another_build_id(cores: Cores) -> None:
+    """A rebuilt library in place of the one the process loaded is not used: the library's
+    frame shows by path and offset, as for a missing one, and the warning names both build
+    ids. With --allow-mismatch it is used, and the frames from it on are marked doubtful."""
     made = cores("lib")
+    library = made.extra["library"]
     v2_dir = os.path.dirname(made.extra["v2"])
+    in_core, on_disk = build_id_of(made.extra["v1"]), build_id_of(made.extra["v2"])
     args = (str(made.path), str(made.executable), "--lib-search-path", f"/nonexistent:{v2_dir}",
             "--strategies", "cfi")  # fmt: skip
-    partial(_stackwalk(*args), "libcrashlib.so")
-    assert "build" in _stackwalk(*args).stderr.lower()
+    text = _stackwalk(*args)
+    partial(text, "libcrashlib.so")
+    assert in_core in text.stderr and on_disk in text.stderr and "not used" in text.stderr
+    assert "doubtful" not in text.stdout
     proc = _stackwalk(*args, "--json")
     partial(proc, "libcrashlib.so")
     doc = json.loads(proc.stdout)
-    (module,) = [m for m in doc["modules"] if m["path"] == made.extra["library"]]
+    check_schema(doc)
+    (module,) = [m for m in doc["modules"] if m["path"] == library]
+    assert module["found"] is False and module["build_id_matches"] is False
+    frames = doc["threads"][0]["frames"]
+    assert frames[0]["module"] == library and frames[0]["function"] is None
+    assert not any(f["doubtful"] for f in frames)
+    # Asked for, the rebuilt file is used: its function names and its (absent) CFI are
+    # those of another build, so every frame from the first in it is doubtful.
+    proc = _stackwalk(*args, "--json", "--allow-mismatch")
+    doc = json.loads(proc.stdout)
+    check_schema(doc)
+    (module,) = [m for m in doc["modules"] if m["path"] == library]
     assert module["found"] is True and module["build_id_matches"] is False
+    frames = doc["threads"][0]["frames"]
+    assert os.path.samefile(frames[0]["module"], made.extra["v2"]) and frames[0]["doubtful"]
+    assert all(f["doubtful"] for f in frames)
+    assert "doubtful]" in _stackwalk(*args, "--allow-mismatch").stdout
 
 
 def test_missing_executable(cores: Cores) -> None:

@@ -167,6 +167,7 @@ def _one_core(args: argparse.Namespace, path: str, executable: str | None) -> in
         lib_search_path=search or None,
         debug_root=args.debug_root,
         strategies=strategies,
+        allow_mismatch=args.allow_mismatch,
     )
     if not core.threads:
         reasons = "; ".join(core.warnings) or "it has no NT_PRSTATUS note"
@@ -286,6 +287,12 @@ def _add_core(sub: Any) -> None:
         "(default: cfi,frame_pointer,scan)",
     )
     k.add_argument("--no-scan", action="store_true", help="never scan the stack")
+    k.add_argument(
+        "--allow-mismatch",
+        action="store_true",
+        help="use a module file whose build id differs from the core's (its frames are "
+        "marked doubtful); by default such a file is treated as missing",
+    )
     k.set_defaults(func=cmd_core)
 
 

@@ -264,6 +264,7 @@ class Core:
         lib_search_path: Sequence[str | os.PathLike[str]] | None = None,
         debug_root: str | os.PathLike[str] | None = DEBUG_ROOT,
         strategies: Sequence[str] = CRASH_STRATEGIES,
+        allow_mismatch: bool = False,
     ) -> Core:
         """Read the core at ``path``. ``executable`` overrides the program file; ``sysroot``
         prefixes every module path; ``lib_search_path`` is searched by file name;
@@ -271,7 +272,9 @@ class Core:
         ``.gnu_debuglink`` under it as well as next to each module): their ``.debug_frame``
         unwinds functions that ``.eh_frame`` lacks, their symbols name them;
         ``strategies`` are the ways each frame's caller is looked for, in order (CFI, then
-        frame pointers, then stack scanning by default)."""
+        frame pointers, then stack scanning by default). A file whose build id differs from the
+        one the core recorded is not used (as if missing, with a warning) unless
+        ``allow_mismatch``; then the frames unwound through it are marked doubtful."""
         return cls(
             path,
             executable,
@@ -279,6 +282,7 @@ class Core:
             lib_search_path=lib_search_path,
             debug_root=debug_root,
             strategies=strategies,
+            allow_mismatch=allow_mismatch,
         )
 
     def __init__(
@@ -290,8 +294,12 @@ class Core:
         lib_search_path: Sequence[str | os.PathLike[str]] | None = None,
         debug_root: str | os.PathLike[str] | None = DEBUG_ROOT,
         strategies: Sequence[str] = CRASH_STRATEGIES,
+        allow_mismatch: bool = False,
     ) -> None:
         self.path = os.fspath(path)
+        self._allow_mismatch = allow_mismatch
+        # Module path -> build id of the file found for it that differs from the core's.
+        self._mismatched: dict[str, str] = {}
         self.debug_root = os.fspath(debug_root) if debug_root is not None else None
         self.warnings = []
         self._layout = _LAYOUTS[_ELFCLASS64]
@@ -664,16 +672,22 @@ class Core:
     def _locate(
         self, path: str, in_core: dict[str, Any] | None, explicit: str | None
     ) -> tuple[str | None, dict[str, Any] | None, list[str]]:
-        """(the file for module ``path``, its summary, why ELF candidates were rejected);
-        warns when its build id differs from the core's."""
+        """(the file for module ``path``, its summary, why ELF candidates were rejected). A
+        file whose build id differs from the core's is not used (eu-stack does the same), unless
+        the core was opened with ``allow_mismatch`` or the file was given (``explicit``); either
+        way it is a warning."""
         want = in_core["build_id"] if in_core else None
         file, summary, rejected = self._finder.find(path, want, explicit)
         if file is not None and summary is not None:
             if want and summary["build_id"] and summary["build_id"] != want:
+                self._mismatched[path] = summary["build_id"]
+                use = self._allow_mismatch or explicit is not None  # asked for by name
                 self.warnings.append(
                     f"build-id mismatch for {path}: core has {want}, {file} has "
-                    f"{summary['build_id']}; using it anyway"
+                    f"{summary['build_id']}; {'using it anyway' if use else 'not used'}"
                 )
+                if not use:
+                    return None, None, [f"{file} has another build id"]
         return file, summary, rejected
 
     def _not_found(self, path: str, rejected: list[str]) -> None:
@@ -706,7 +720,7 @@ class Core:
             end=end,
             bias=bias,
             build_id=in_core["build_id"] if in_core else None,
-            file_build_id=on_disk["build_id"] if on_disk else None,
+            file_build_id=on_disk["build_id"] if on_disk else self._mismatched.get(path),
             found=file is not None,
             ranges=ranges,
         )
@@ -721,7 +735,13 @@ class Core:
 
         symbolizer = Symbolizer(
             (
-                ModuleInfo(m.file or m.path, start, end, m.bias)
+                ModuleInfo(
+                    m.file or m.path,
+                    start,
+                    end,
+                    m.bias,
+                    doubtful=m.found and m.path in self._mismatched,
+                )
                 for m in self.modules
                 for start, end in m.spans
             ),

@@ -30,6 +30,9 @@ class ModuleInfo:
     start: int  # runtime range
     end: int
     bias: int
+    # Its file is not surely the one the process ran (another build id, used as asked): the
+    # frames in it, and those unwound through its CFI, may be wrong.
+    doubtful: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,9 +109,14 @@ def _hex(v: int | None) -> str | None:
 
 
 def frame_dicts(frames: Sequence[FrameLike], symbolizer: Symbolizer) -> list[dict[str, Any]]:
+    """The frames as JSON objects. A frame is ``doubtful`` from the first frame in a doubtful
+    module on: its own name, and the registers its callers were unwound from, came from a file
+    that may not be the one the process ran."""
     out = []
+    doubtful = False
     for i, f in enumerate(frames):
         loc = symbolizer.locate(f.pc, f.lookup_pc)
+        doubtful = doubtful or (loc.module is not None and loc.module.doubtful)
         out.append(
             {
                 "index": i,
@@ -120,6 +128,7 @@ def frame_dicts(frames: Sequence[FrameLike], symbolizer: Symbolizer) -> list[dic
                 "module_offset": _hex(loc.module_offset),
                 "function": loc.function,
                 "function_offset": _hex(loc.function_offset),
+                "doubtful": doubtful,
             }
         )
     return out
@@ -127,7 +136,12 @@ def frame_dicts(frames: Sequence[FrameLike], symbolizer: Symbolizer) -> list[dic
 
 def frame_lines(frames: Sequence[FrameLike], symbolizer: Symbolizer) -> list[str]:
     """Frames as text, with how each was found."""
-    return [f"{frame_text(d)}  [{d['trust']}]" for d in frame_dicts(frames, symbolizer)]
+    return [f"{frame_text(d)}  {how_found(d)}" for d in frame_dicts(frames, symbolizer)]
+
+
+def how_found(d: dict[str, Any]) -> str:
+    """``[cfi]``, ``[cfi, doubtful]``: the trust of a frame, after it in the text."""
+    return f"[{d['trust']}, doubtful]" if d.get("doubtful") else f"[{d['trust']}]"
 
 
 def frame_text(d: dict[str, Any]) -> str:
@@ -156,7 +170,7 @@ def core_lines(doc: dict[str, Any]) -> list[str]:
         crashed = " (crashed)" if thread["tid"] == doc.get("crashing_thread") else ""
         lines.append("")
         lines.append(f"Thread {thread['tid']}{crashed}:")
-        lines.extend(f"{frame_text(f)}  [{f['trust']}]" for f in thread["frames"])
+        lines.extend(f"{frame_text(f)}  {how_found(f)}" for f in thread["frames"])
         if thread["end"] not in ("end_of_stack", "pc_zero"):
             lines.append(f"   (stopped early: {thread['end']}: {thread.get('end_detail', '')})")
     return lines
