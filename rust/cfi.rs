@@ -255,6 +255,9 @@ pub struct UnwindInfo {
     debug_index: Vec<IndexEntry>,
     /// Errors met while indexing (the entries before the damage are kept).
     pub index_errors: Vec<(SectionKind, gimli::Error)>,
+    /// No file: only where the module's code is, known (see
+    /// [`UnwindInfo::without_file`]).
+    missing: bool,
 }
 
 /// A module as loaded in one address space: its unwind info, placed at a
@@ -369,6 +372,7 @@ impl UnwindInfo {
             eh_index: Vec::new(),
             debug_index: Vec::new(),
             index_errors: Vec::new(),
+            missing: false,
         };
         info.hdr_table = info.parse_hdr_table();
         if info.hdr_table.is_none() {
@@ -384,6 +388,34 @@ impl UnwindInfo {
             info.index_errors.extend(err.map(|e| (SectionKind::DebugFrame, e)));
         }
         Ok(info)
+    }
+
+    /// A module whose file is missing (not found, or not the one the
+    /// process ran): no CFI, no code bytes, only where its executable
+    /// segments are (ELF addresses). A return address into it is checked
+    /// against those segments alone, and the walk can go on from a frame
+    /// in it by the other strategies, where otherwise a correct return
+    /// address would be rejected for lying in no module.
+    pub fn without_file(arch: Arch, code: Vec<CodeSegment>) -> UnwindInfo {
+        let code = code.into_iter().map(|c| CodeSegment { file_offset: 0, file_size: 0, ..c });
+        let sections = ModuleSections { code: code.collect(), ..ModuleSections::default() };
+        UnwindInfo {
+            arch,
+            data: std::sync::Arc::new(Data::Owned(Vec::new())),
+            debug_data: None,
+            sections,
+            bases: BaseAddresses::default(),
+            hdr_table: None,
+            eh_index: Vec::new(),
+            debug_index: Vec::new(),
+            index_errors: Vec::new(),
+            missing: true,
+        }
+    }
+
+    /// Whether the module's file is missing (see [`UnwindInfo::without_file`]).
+    pub fn is_missing(&self) -> bool {
+        self.missing
     }
 
     /// The file's bytes (shared, e.g. with a symbol table reader).

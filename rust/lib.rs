@@ -18,6 +18,7 @@ pub mod perf;
 pub mod profile;
 pub mod registers;
 pub mod rule_cache;
+mod sigframe;
 pub mod space;
 pub mod stackdb;
 pub mod symbols;

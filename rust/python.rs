@@ -317,6 +317,35 @@ impl PyUnwinder {
         self.add(name, Data::Owned(bytes), bias, None, None)
     }
 
+    /// Add a module whose file is missing: only where it is (`ranges`) and
+    /// which of it is code (`code`), as runtime (start, end) pairs. Return
+    /// addresses into its code are accepted (checked against `code` only);
+    /// a frame in it has no CFI, and is walked on by the other strategies.
+    fn add_missing_module(
+        &mut self,
+        name: String,
+        ranges: Vec<(u64, u64)>,
+        code: Vec<(u64, u64)>,
+    ) -> PyResult<()> {
+        let code = code
+            .iter()
+            .filter(|(a, b)| a < b)
+            .map(|&(address, end)| crate::cfi::CodeSegment {
+                address,
+                size: end - address,
+                file_offset: 0,
+                file_size: 0,
+            })
+            .collect();
+        let info = Arc::new(UnwindInfo::without_file(self.inner.arch(), code));
+        let modules = ranges
+            .iter()
+            .map(|&(a, b)| Module::place(name.clone(), info.clone(), a..b, 0).map(Arc::new))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| StackwalkError::new_err(format!("{name}: {e}")))?;
+        self.add_placed(modules)
+    }
+
     /// Unwind from `regs` (register name -> value) over `memory` (an
     /// iterable of (start address, bytes-like) regions).
     #[pyo3(signature = (regs, memory, max_frames = 256))]
@@ -478,16 +507,22 @@ impl PyUnwinder {
                 .collect::<Result<Vec<_>, _>>()
         })?
         .map_err(|e| ElfError::new_err(format!("{name}: {e}")))?;
-        // All or nothing: a piece over another module leaves the set as it was.
+        self.add_placed(modules)?;
+        if let Some(d) = debug_path {
+            self.debug_files.push((name, d));
+        }
+        Ok(())
+    }
+
+    /// Add the pieces of one module, all or nothing: a piece over another
+    /// module leaves the set as it was.
+    fn add_placed(&mut self, modules: Vec<Arc<Module>>) -> PyResult<()> {
         let before = self.inner.module_set().clone();
         for module in modules {
             if let Err(e) = self.inner.add_module(module) {
                 self.inner.set_modules(before);
                 return Err(StackwalkError::new_err(e.to_string()));
             }
-        }
-        if let Some(d) = debug_path {
-            self.debug_files.push((name, d));
         }
         Ok(())
     }

@@ -477,6 +477,15 @@ impl Unwinder {
         let arch = self.arch;
         let stack =
             *walk.stack.get_or_insert_with(|| frames.first().and_then(|f| mem.region_of(f.sp)));
+        // A frame in no module, or in one whose file is missing, may be a
+        // signal trampoline: the kernel's frame on the stack says so, and
+        // holds the interrupted frame's registers.
+        if matches!(failure, Some((EndReason::NoModule, _))) {
+            if let Some((pc, sp)) = crate::sigframe::restore(arch, callee.sp, caller_regs, mem) {
+                let caller = Caller { pc, sp, interrupted: true, sp_exact: true };
+                return Ok((caller, Trust::Context));
+            }
+        }
         let mut outcome = Err(failure.unwrap_or((EndReason::NoUnwindInfo, EndDetail::None)));
         for &strategy in strategies {
             let found = if strategy == Strategy::Cfi {
@@ -616,7 +625,9 @@ impl Unwinder {
                 frames,
             );
         }
-        let Some(m) = self.module_index(lookup) else {
+        let Some(m) =
+            self.module_index(lookup).filter(|&m| !self.modules.modules()[m].is_missing())
+        else {
             return Err((EndReason::NoModule, EndDetail::Address(lookup)));
         };
         self.cache.record_miss();

@@ -149,6 +149,9 @@ PLACEMENT_SPECS = {
     for spec in (
         Spec("mapped-twice", "crash_mapped_twice.c", ("-O2",), signal="SIGABRT"),
         Spec("jit", "crash_jit.c", ("-O2", "-Wl,-z,max-page-size=0x10000")),
+        # Made with a library of their own that is deleted once the references are taken.
+        Spec("callback-lib-gone", "crash_callback.c", ("-O2",)),
+        Spec("signal-libc-gone", "crash_signal.c", ("-O2",)),
     )
 }
 # deep-moved is for the tests of a missing executable only; the fallback programs need more
@@ -721,6 +724,8 @@ class Cores:
                 made = self._lib(spec)
             elif spec.id == "deep-moved":
                 made = self._moved(spec)
+            elif spec.id.endswith("-gone"):
+                made = self._library_gone(spec)
             else:
                 made = self._gdb(spec, self._argv(spec), self.directory / spec.id)
             self._made[spec_id] = made
@@ -782,6 +787,31 @@ class Cores:
         )
         _take_references(made)
         (directory / "run").rename(directory / "run.gone")
+        return made
+
+    def _library_gone(self, spec: Spec) -> MadeCore:
+        """A program whose library (libcallback.so, or a copy of libc) is loaded from
+        ``run/`` (LD_LIBRARY_PATH); once the references are taken, ``run/`` is renamed, so the
+        library the core names is missing. ``extra["library"]``: its path in the core."""
+        directory = self.directory / spec.id
+        run_dir = directory / "run"
+        shutil.rmtree(directory, ignore_errors=True)
+        run_dir.mkdir(parents=True)
+        link: tuple[str, ...] = ()
+        if spec.id == "callback-lib-gone":
+            lib_flags = ("-O2", "-shared", "-fPIC", "-Wl,-soname,libcallback.so")
+            library = run_dir / "libcallback.so"
+            shutil.copy(self._build("crash_callback_so.c", *lib_flags), library)
+            link = ("-Wl,--no-as-needed", f"-L{run_dir}", "-lcallback")
+        else:
+            library = run_dir / "libc.so.6"
+            libc = run(["gcc", "-print-file-name=libc.so.6"]).stdout.strip()
+            shutil.copy(os.path.realpath(libc), library)
+        argv = self._argv(spec, *link)
+        made = self._gdb(spec, argv, directory, {**CRASH_ENV, "LD_LIBRARY_PATH": str(run_dir)})
+        made.extra["library"] = str(library)
+        _take_references(made)
+        run_dir.rename(directory / "run.gone")
         return made
 
     def _moved(self, spec: Spec) -> MadeCore:

@@ -713,6 +713,8 @@ class Core:
             except StackwalkError as e:  # not ELF, another arch, or over another module
                 self.warnings.append(f"module {path}: {e}")
                 file, on_disk = None, None
+        if file is None:
+            self._add_missing(path, ranges or ((start, end),), bias, in_core)
         return CoreModule(
             path=path,
             file=file,
@@ -724,6 +726,36 @@ class Core:
             found=file is not None,
             ranges=ranges,
         )
+
+    def _add_missing(
+        self,
+        path: str,
+        spans: tuple[tuple[int, int], ...],
+        bias: int,
+        in_core: dict[str, Any] | None,
+    ) -> None:
+        """Tell the unwinder where a module without a file has code -- its executable segments
+        as the headers in the core place them, else the core's executable segments within it
+        (gdb's gcore leaves unmodified file pages out) -- so that a return address into it is
+        accepted, and the walk goes on past it by frame pointers or scanning, instead of
+        dropping a right frame for lying in no module."""
+        page = self._page
+        segments = [
+            (vaddr + bias, vaddr + bias + memsz)
+            for vaddr, memsz, _, _, flags in (in_core["loads"] if in_core else ())
+            if flags & _PF_X and memsz
+        ] or [(s.vaddr, s.end) for s in self._segments if s.flags & _PF_X]
+        code = [
+            (max(a, start - start % page), min(b, -(-end // page) * page))
+            for a, b in spans
+            for start, end in segments
+            if start < b and a < end
+        ]
+        if code:
+            try:
+                self.unwinder.add_missing_module(path, spans, code)
+            except StackwalkError:
+                pass  # over a module that has a file: that one is kept
 
     # -- output ----------------------------------------------------------------------------
 
