@@ -351,6 +351,20 @@ def test_core_dir_text(damaged_dir: dict[str, Path]) -> None:
         assert line.startswith("stackwalk: error:"), line
 
 
+def test_core_dir_on_several_processes(damaged_dir: dict[str, Path]) -> None:
+    """--jobs 2 reads the cores on two processes: the same reports, in the same (name) order,
+    the same error lines and exit status as one process; a negative count is a usage error."""
+    directory = damaged_dir["e-good"].parent
+    for options in ([], ["--json"]):
+        one = stackwalk_core("--dir", directory, "--jobs", "1", *options)
+        two = stackwalk_core("--dir", directory, "--jobs", "2", *options)
+        assert (two.returncode, two.stdout, two.stderr) == (one.returncode, one.stdout, one.stderr)
+        assert one.returncode == 1 and "e-good" in one.stdout
+    bad = stackwalk_core("--dir", directory, "--jobs", "-1")
+    assert bad.returncode == 2 and bad.stdout == "" and "Traceback" not in bad.stderr
+    assert "--jobs" in bad.stderr
+
+
 def test_core_dir_all_bad(damaged_dir: dict[str, Path], tmp_path: Path) -> None:
     for name in ("a-empty", "b-text"):
         (tmp_path / name).write_bytes(damaged_dir[name].read_bytes())

@@ -120,14 +120,64 @@ def _each_file(paths: Sequence[str], one: Callable[[str], int]) -> int:
     statuses = []
     for path in paths:
         sys.stdout.flush()
-        try:
-            statuses.append(one(path))
-        except StackwalkError as e:
-            _error(str(e))
-            statuses.append(EXIT_FAILED)
+        statuses.append(_status_of(one, path))
+    return _worst(statuses)
+
+
+def _status_of(one: Callable[[str], int], path: str) -> int:
+    """``one(path)``, or its error's one line and EXIT_FAILED."""
+    try:
+        return one(path)
+    except StackwalkError as e:
+        _error(str(e))
+        return EXIT_FAILED
+
+
+def _worst(statuses: Sequence[int]) -> int:
+    """The exit status over several files: EXIT_FAILED only when no file gave anything."""
     if all(s == EXIT_OK for s in statuses):
         return EXIT_OK
     return EXIT_FAILED if all(s == EXIT_FAILED for s in statuses) else EXIT_PARTIAL
+
+
+# The arguments of `core --dir` in the worker processes (set before they are forked).
+_DIR_ARGS: argparse.Namespace | None = None
+
+
+def _core_in_worker(path: str) -> tuple[str, str, int]:
+    """One core of `core --dir`, in a worker process: (its output, its messages, status)."""
+    import io
+
+    assert _DIR_ARGS is not None
+    out, err = io.StringIO(), io.StringIO()
+    stdout, stderr = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = out, err
+    try:
+        status = _status_of(lambda p: _one_core(_DIR_ARGS, p, None), path)
+    finally:
+        sys.stdout, sys.stderr = stdout, stderr
+    return out.getvalue(), err.getvalue(), status
+
+
+def _core_dir(args: argparse.Namespace, paths: Sequence[str]) -> int:
+    """Every core of a directory, on ``--jobs`` processes (one per CPU by default), each
+    core's report (and its messages) written whole, in name order."""
+    global _DIR_ARGS
+    jobs = min(args.jobs or len(os.sched_getaffinity(0)), len(paths))
+    if jobs <= 1:
+        return _each_file(paths, lambda path: _one_core(args, path, None))
+    import multiprocessing
+
+    _DIR_ARGS = args
+    sys.stdout.flush()
+    sys.stderr.flush()
+    statuses = []
+    with multiprocessing.get_context("fork").Pool(jobs) as pool:
+        for out, err, status in pool.imap(_core_in_worker, paths, chunksize=4):
+            sys.stdout.write(out)
+            sys.stderr.write(err)
+            statuses.append(status)
+    return _worst(statuses)
 
 
 def _directory_files(directory: str) -> list[str]:
@@ -149,7 +199,7 @@ def cmd_core(args: argparse.Namespace) -> int:
     paths = _directory_files(args.dir)
     if not paths:
         raise StackwalkError(f"{args.dir}: no files")
-    return _each_file(paths, lambda path: _one_core(args, path, None))
+    return _core_dir(args, paths)
 
 
 def _one_core(args: argparse.Namespace, path: str, executable: str | None) -> int:
@@ -288,6 +338,13 @@ def _add_core(sub: Any) -> None:
     )
     k.add_argument("--no-scan", action="store_true", help="never scan the stack")
     k.add_argument(
+        "--jobs",
+        type=_count,
+        default=0,
+        metavar="N",
+        help="with --dir: cores read on N processes at once (default: one per CPU)",
+    )
+    k.add_argument(
         "--allow-mismatch",
         action="store_true",
         help="use a module file whose build id differs from the core's (its frames are "
@@ -326,6 +383,17 @@ COMMANDS: dict[str, Callable[[Any], None]] = {
     "perf": _add_perf,
     "unwind": _add_unwind,
 }
+
+
+def _count(text: str) -> int:
+    """A count given on the command line: 0 or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more: {value}")
+    return value
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -74,14 +75,12 @@ class Symbolizer:
 
     def _load_table(self, path: str) -> SymbolTable | None:
         image = self._images.get(path)
-        try:
-            if image is not None:
+        if image is not None:
+            try:
                 return SymbolTable(image)
-            if self._debug_root is None:
-                return SymbolTable(path)
-            return SymbolTable.for_file(path, self._debug_root)
-        except (ElfError, OSError):
-            return None
+            except ElfError:
+                return None
+        return _file_table(path, self._debug_root)
 
     def locate(self, pc: int, lookup: int) -> Location:
         """Where ``pc`` is, its function looked up at ``lookup`` (a frame's
@@ -99,6 +98,37 @@ class Symbolizer:
             return Location(module, elf_address, None, None)
         name, offset = found
         return Location(module, elf_address, name, offset + (pc - lookup))
+
+
+# The symbol tables of files, kept for the life of the process: a directory of cores names the
+# same libraries again and again. Keyed by path and debug root, checked against the file's
+# identity (a file replaced since is read again); the oldest goes past _TABLES_MAX.
+_TABLES: dict[tuple[str, str | None], tuple[tuple[int, int, int, int], SymbolTable | None]] = {}
+_TABLES_MAX = 256
+
+
+def _file_table(path: str, debug_root: str | None) -> SymbolTable | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    identity = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    key = (path, debug_root)
+    cached = _TABLES.get(key)
+    if cached is not None and cached[0] == identity:
+        return cached[1]
+    try:
+        if debug_root is None:
+            table: SymbolTable | None = SymbolTable(path)
+        else:
+            table = SymbolTable.for_file(path, debug_root)
+    except (ElfError, OSError):
+        table = None
+    _TABLES.pop(key, None)
+    if len(_TABLES) >= _TABLES_MAX:
+        del _TABLES[next(iter(_TABLES))]
+    _TABLES[key] = (identity, table)
+    return table
 
 
 _U64 = (1 << 64) - 1
