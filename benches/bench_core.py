@@ -5,6 +5,7 @@ process start included, side by side in one run."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -78,3 +79,84 @@ def test_eu_stack_core(benchmark: Any, python_core: Path) -> None:
     argv = [eu_stack, f"--core={python_core}", "-e", PYTHON, "-n", "0"]
     proc = benchmark.pedantic(_run, args=(argv,), rounds=5, warmup_rounds=1)
     assert "_PyEval_EvalFrameDefault" in proc.stdout
+
+
+# --- a directory of cores -------------------------------------------------------------------
+
+# A small -O2 crash: main -> descend(depth) recursion -> a store to 0; the depth from argv gives
+# cores with different stacks.
+CRASH_C = r"""
+#include <stdlib.h>
+__attribute__((noinline)) int descend(int depth, int *volatile *slot) {
+    volatile int keep = depth;
+    if (depth == 0) { **slot = 1; return 0; }
+    return descend(depth - 1, slot) + keep;
+}
+int main(int argc, char **argv) {
+    int *volatile target = 0;
+    return descend(argc > 1 ? atoi(argv[1]) : 3, &target);
+}
+"""
+DIR_CORES = 1000  # files in the directory when the benchmarks run for real
+DIR_CORES_SMOKE = 12  # and in the test run's smoke pass
+
+
+def _gdb_core(argv: list[str], core: Path) -> None:
+    cmd = ["gdb", "-batch", "-nx", "-iex", "set debuginfod enabled off", "-ex", "run",
+           "-ex", f"generate-core-file {core}", "--args", *argv]  # fmt: skip
+    subprocess.run(cmd, capture_output=True, check=True, timeout=120)
+    assert core.exists(), f"gdb wrote no core of {argv}"
+
+
+@pytest.fixture(scope="module")
+def core_dir(
+    tmp_path_factory: pytest.TempPathFactory, python_core: Path, request: pytest.FixtureRequest
+) -> Path:
+    """A crash spool: DIR_CORES files (hard links), cycling through four distinct cores -- the
+    small C program crashed at three depths, and the python3 core."""
+    tmp = tmp_path_factory.mktemp("core-dir")
+    source = tmp / "crash.c"
+    source.write_text(CRASH_C)
+    program = tmp / "crash"
+    subprocess.run(["gcc", "-O2", "-o", program, source], check=True, timeout=120)
+    distinct = [python_core]
+    for depth in (5, 20, 60):
+        core = tmp / f"crash-{depth}.core"
+        _gdb_core([str(program), str(depth)], core)
+        distinct.append(core)
+    spool = tmp / "spool"
+    spool.mkdir()
+    enabled = not request.config.getoption("benchmark_disable", False)
+    for i in range(DIR_CORES if enabled else DIR_CORES_SMOKE):
+        os.link(distinct[i % len(distinct)], spool / f"core.{i:05d}")
+    return spool
+
+
+def _spool_size(spool: Path) -> int:
+    return len(os.listdir(spool))
+
+
+@pytest.mark.benchmark(group="core-dir")
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_stackwalk_core_dir(benchmark: Any, core_dir: Path, jobs: int) -> None:
+    argv = [sys.executable, "-m", "stackwalk", "core", "--dir", str(core_dir), "--jobs", str(jobs)]
+    argv += ["--max-frames", "100000"]  # every frame, as eu-stack -n 0
+    proc = benchmark.pedantic(_run, args=(argv,), rounds=1, warmup_rounds=0)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    cores = _spool_size(core_dir)
+    assert proc.stdout.count("\nCore ") == cores
+    benchmark.extra_info["cores"] = cores
+
+
+@pytest.mark.benchmark(group="core-dir")
+def test_eu_stack_core_dir(benchmark: Any, core_dir: Path) -> None:
+    eu_stack = shutil.which("eu-stack")
+    assert eu_stack, "elfutils' eu-stack is installed by .ci/setup"
+    paths = sorted(core_dir.iterdir())
+
+    def each() -> list[subprocess.CompletedProcess[str]]:
+        return [_run([eu_stack, f"--core={path}", "-n", "0"]) for path in paths]
+
+    procs = benchmark.pedantic(each, rounds=1, warmup_rounds=0)
+    assert all("#0" in proc.stdout for proc in procs)
+    benchmark.extra_info["cores"] = len(paths)

@@ -66,6 +66,35 @@ def _per_added_sample(by_name: dict[str, Any]) -> list[str]:
     ]
 
 
+def _core_dir(by_name: dict[str, Any]) -> list[str]:
+    """Cores per second through `stackwalk core --dir` on 1 and 2 processes, and through
+    eu-stack run once per core."""
+    runs = {
+        name: by_name.get(key)
+        for name, key in (
+            ("stackwalk, 1 CPU", "test_stackwalk_core_dir[1]"),
+            ("stackwalk, 2 CPUs", "test_stackwalk_core_dir[2]"),
+            ("eu-stack per core", "test_eu_stack_core_dir"),
+        )
+    }
+    rates = {
+        name: bench.extra_info["cores"] / bench.stats.median
+        for name, bench in runs.items()
+        if bench is not None and bench.extra_info.get("cores")
+    }
+    if not rates:
+        return []
+    lines = ["core --dir, cores per second: " + ", ".join(f"{n} {r:.0f}" for n, r in rates.items())]
+    eu = rates.get("eu-stack per core")
+    one, two = rates.get("stackwalk, 1 CPU"), rates.get("stackwalk, 2 CPUs")
+    if eu and one:
+        lines.append(f"core --dir vs eu-stack per core: {one / eu:.1f}x on 1 CPU"
+                     + (f", {two / eu:.1f}x on 2" if two else ""))  # fmt: skip
+    if one and two:
+        lines.append(f"core --dir, 2 CPUs vs 1: {two / one:.2f}x")
+    return lines
+
+
 def pytest_terminal_summary(
     terminalreporter: pytest.TerminalReporter, config: pytest.Config
 ) -> None:
@@ -108,6 +137,7 @@ def pytest_terminal_summary(
             f"whole command on a python3 core: stackwalk core {o * 1e3:.0f} ms, "
             f"eu-stack {t * 1e3:.0f} ms ({t / o:.1f}x)"
         )
+    lines.extend(_core_dir(by_name))
     pairs = [
         *(
             (
