@@ -4,6 +4,7 @@
 
 use std::fmt;
 use std::ops::Range;
+use std::sync::OnceLock;
 
 use gimli::{
     BaseAddresses, CieOrFde, DebugFrame, EhFrame, EndianSlice, LittleEndian, UnwindContext,
@@ -145,6 +146,9 @@ pub struct ModuleSections {
     /// and stack scanning. Empty: unknown, the whole module counts as code
     /// and no code bytes are checked.
     pub code: Vec<CodeSegment>,
+    /// The entry point (`e_entry`), where there is one (not 0): the
+    /// function holding it is the outermost frame of the stack it starts.
+    pub entry: Option<u64>,
 }
 
 #[derive(Debug)]
@@ -258,7 +262,27 @@ pub struct UnwindInfo {
     /// No file: only where the module's code is, known (see
     /// [`UnwindInfo::without_file`]).
     missing: bool,
+    /// The function holding the entry point, found when first asked for
+    /// (see [`UnwindInfo::entry_function`]).
+    entry_function: OnceLock<Option<EntryFunction>>,
 }
+
+/// The extent of the function holding a module's entry point (`_start`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EntryFunction {
+    /// ELF addresses.
+    pub range: Range<u64>,
+    /// The range is a function symbol's; else it is a guess, for a file
+    /// without symbols (see [`UnwindInfo::entry_function`]).
+    pub by_symbol: bool,
+}
+
+/// How far past the entry point the function holding it may reach where
+/// neither a symbol nor the next FDE says where it ends (a stripped static
+/// program whose startup code has no CFI): the call of every `_start` we
+/// know (glibc's, musl's, on x86_64, i386 and aarch64) lies within its
+/// first 0x50 bytes.
+const ENTRY_FUNCTION_MAX: u64 = 0x80;
 
 /// A module as loaded in one address space: its unwind info, placed at a
 /// runtime range. Dereferences to its [`UnwindInfo`].
@@ -373,6 +397,7 @@ impl UnwindInfo {
             debug_index: Vec::new(),
             index_errors: Vec::new(),
             missing: false,
+            entry_function: OnceLock::new(),
         };
         info.hdr_table = info.parse_hdr_table();
         if info.hdr_table.is_none() {
@@ -410,6 +435,7 @@ impl UnwindInfo {
             debug_index: Vec::new(),
             index_errors: Vec::new(),
             missing: true,
+            entry_function: OnceLock::new(),
         }
     }
 
@@ -487,31 +513,90 @@ impl UnwindInfo {
             .then_some(HdrTable { offset: table_offset, rows: count as usize })
     }
 
-    /// The `.eh_frame` offset of the FDE whose row in the search table is
-    /// the last starting at or below `address`.
-    fn hdr_lookup(&self, table: HdrTable, address: u64) -> Option<usize> {
-        let hdr = self.sections.eh_frame_hdr?;
-        let eh = self.sections.eh_frame?;
-        let bytes = &self.section_bytes(hdr)[table.offset..table.offset + table.rows * 8];
-        let mask = self.arch.address_mask();
-        let field = |row: usize, col: usize| {
-            let at = row * 8 + col * 4;
-            let rel = i32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
-            hdr.address.wrapping_add(i64::from(rel) as u64) & mask
-        };
-        // Rows are sorted by start address: the first row starting above.
+    /// Field `col` of row `row` of the search table (0: the FDE's start
+    /// address, 1: the FDE's address), resolved against the section.
+    fn hdr_field(&self, hdr: SectionInfo, table: HdrTable, row: usize, col: usize) -> u64 {
+        let at = table.offset + row * 8 + col * 4;
+        let bytes = &self.section_bytes(hdr)[at..at + 4];
+        let rel = i32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
+        hdr.address.wrapping_add(i64::from(rel) as u64) & self.arch.address_mask()
+    }
+
+    /// The first row of the search table starting above `address` (rows are
+    /// sorted by start address), or `table.rows`.
+    fn hdr_first_above(&self, hdr: SectionInfo, table: HdrTable, address: u64) -> usize {
         let (mut lo, mut hi) = (0, table.rows);
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
-            if field(mid, 0) <= address {
+            if self.hdr_field(hdr, table, mid, 0) <= address {
                 lo = mid + 1;
             } else {
                 hi = mid;
             }
         }
-        let row = lo.checked_sub(1)?;
-        let offset = field(row, 1).checked_sub(eh.address)?;
+        lo
+    }
+
+    /// The `.eh_frame` offset of the FDE whose row in the search table is
+    /// the last starting at or below `address`.
+    fn hdr_lookup(&self, table: HdrTable, address: u64) -> Option<usize> {
+        let hdr = self.sections.eh_frame_hdr?;
+        let eh = self.sections.eh_frame?;
+        let row = self.hdr_first_above(hdr, table, address).checked_sub(1)?;
+        let offset = self.hdr_field(hdr, table, row, 1).checked_sub(eh.address)?;
         (offset < eh.size).then_some(offset as usize)
+    }
+
+    /// The lowest start address of an FDE above ELF address `address`.
+    fn next_fde_start(&self, address: u64) -> Option<u64> {
+        let after = |index: &[IndexEntry]| {
+            index.get(index.partition_point(|e| e.start <= address)).map(|e| e.start)
+        };
+        let in_table = match (self.hdr_table, self.sections.eh_frame_hdr) {
+            (Some(table), Some(hdr)) => {
+                let row = self.hdr_first_above(hdr, table, address);
+                (row < table.rows).then(|| self.hdr_field(hdr, table, row, 0))
+            }
+            _ => None,
+        };
+        [in_table, after(&self.eh_index), after(&self.debug_index)].into_iter().flatten().min()
+    }
+
+    /// The function holding the entry point, the outermost frame of the
+    /// stack the program starts on, if the file has an entry point. Its
+    /// extent is that of a function symbol with a size that holds the entry
+    /// point (the file's, else its separate debug file's); else, for a
+    /// stripped file, a guess: from the entry point to the first of the next
+    /// FDE, the next function symbol, the end of its code segment, and
+    /// `ENTRY_FUNCTION_MAX` bytes (functions without CFI after `_start` may
+    /// lie inside it). Found once, when first asked.
+    pub fn entry_function(&self) -> Option<&EntryFunction> {
+        let entry = self.sections.entry?;
+        self.entry_function.get_or_init(|| self.find_entry_function(entry)).as_ref()
+    }
+
+    fn find_entry_function(&self, entry: u64) -> Option<EntryFunction> {
+        let files = [Some(&self.data), self.debug_data.as_ref()];
+        let bounds: Vec<_> = files
+            .into_iter()
+            .flatten()
+            .filter_map(|data| crate::symbols::function_bounds(data, entry).ok())
+            .collect();
+        if let Some(range) = bounds.iter().find_map(|b| b.covering.clone()) {
+            return Some(EntryFunction { range, by_symbol: true });
+        }
+        let segment_end = self
+            .sections
+            .code
+            .iter()
+            .find(|s| entry.wrapping_sub(s.address) < s.size)
+            .map(|s| s.address + s.size);
+        let end = bounds
+            .iter()
+            .filter_map(|b| b.next_start)
+            .chain([self.next_fde_start(entry), segment_end].into_iter().flatten())
+            .fold(entry.saturating_add(ENTRY_FUNCTION_MAX), u64::min);
+        (entry < end).then_some(EntryFunction { range: entry..end, by_symbol: false })
     }
 
     /// Whether ELF address `address` is in an executable segment (anywhere
@@ -534,6 +619,11 @@ impl UnwindInfo {
         let file_start = usize::try_from(s.file_offset.checked_add(start)?).ok()?;
         let file_end = usize::try_from(s.file_offset.checked_add(end)?).ok()?;
         self.data.get(file_start..file_end)
+    }
+
+    /// The entry point (`e_entry`, an ELF address), where the file has one.
+    pub fn entry(&self) -> Option<u64> {
+        self.sections.entry
     }
 
     /// Whether the module has any call frame information at all.

@@ -108,6 +108,7 @@ fn read_elf_class<Elf: FileHeader<Endian = LittleEndian>>(
         text: address(".text"),
         got: address(".got"),
         code,
+        entry: Some(file.elf_header().e_entry(endian).into()).filter(|&e: &u64| e != 0),
     };
     Ok(ElfInfo { machine, range: start..end, sections })
 }
@@ -134,6 +135,10 @@ mod tests {
         assert!(eh.file_offset + eh.size <= exe.len() as u64);
         assert!(info.sections.eh_frame_hdr.is_some());
         assert!(info.sections.text.is_some());
+        // The test binary starts at the C runtime's `_start`.
+        let entry = info.sections.entry.expect("an executable has an entry point");
+        let symbols = crate::symbols::SymbolTable::from_elf(&exe).unwrap();
+        assert_eq!(symbols.lookup(entry), Some(("_start", 0)));
     }
 }
 

@@ -161,6 +161,46 @@ impl fmt::Display for RaProblem {
     }
 }
 
+/// A frame that CFI could not unwind, as the outermost-frame rule sees it.
+pub(crate) struct Unwound {
+    /// The address its function is looked up at.
+    pub lookup: u64,
+    /// Its frame pointer, where it is known exactly: recovered by CFI or
+    /// read from a frame record (not frame 0's, which may be any -O2 code's
+    /// data, nor one a scan guessed).
+    pub exact_fp: Option<u64>,
+    /// CFI was tried and no FDE covers the pc, in a known module.
+    pub no_fde: bool,
+}
+
+/// Whether a frame that CFI could not unwind is the outermost one of its
+/// stack, with how that is known:
+/// - its pc is in the function holding its module's entry point (`_start`:
+///   nothing calls it). Where the file has no symbols, that function's
+///   extent is a guess that may take in the functions after it that have no
+///   CFI either, so the frame must also have the zero frame pointer every
+///   `_start` sets (glibc's and musl's, i386 included).
+/// - on x86_64 and aarch64, it has no CFI and its frame pointer is 0, which
+///   the ABIs have the outermost frame set (`_start`, and `clone`'s child
+///   before it calls the thread's function: glibc, musl). A zero fp in a
+///   frame that CFI covers means nothing (rbp and x29 are ordinary
+///   registers in code built without frame pointers), so that rule needs
+///   the FDE to be missing.
+pub(crate) fn outermost(arch: Arch, modules: &ModuleSet, frame: &Unwound) -> Option<EndDetail> {
+    let m = modules.index_of(frame.lookup)?;
+    let module = &modules.modules()[m];
+    let zero_fp = frame.exact_fp == Some(0);
+    if let Some(function) = module.entry_function() {
+        let inside = function.range.contains(&frame.lookup.wrapping_sub(module.bias));
+        if inside && (function.by_symbol || zero_fp) {
+            let entry = module.entry()?.wrapping_add(module.bias) & arch.address_mask();
+            return Some(EndDetail::EntryPoint { entry });
+        }
+    }
+    let zero_fp_ends = matches!(arch, Arch::X86_64 | Arch::Aarch64);
+    (zero_fp_ends && frame.no_fde && zero_fp).then_some(EndDetail::ZeroFramePointer)
+}
+
 /// What the fallback strategies need to know about the walk.
 pub(crate) struct Context<'a> {
     pub arch: Arch,

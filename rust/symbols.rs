@@ -3,6 +3,7 @@
 //! search; names are demangled (C++ and Rust) when looked up.
 
 use std::borrow::Cow;
+use std::ops::Range;
 use std::sync::OnceLock;
 
 use object::{Object, ObjectSymbol, SymbolKind};
@@ -152,16 +153,76 @@ fn read_functions<Elf: object::read::elf::FileHeader<Endian = object::LittleEndi
 
 fn functions<'d, S: ObjectSymbol<'d>>(symbols: impl Iterator<Item = S>) -> Functions {
     symbols
-        .filter(|s| s.kind() == SymbolKind::Text && !s.is_undefined())
         .filter_map(|s| {
-            let name = s.name().ok()?;
-            if name.is_empty() || name.starts_with('$') {
-                return None;
-            }
-            let start = s.address();
-            Some((start, start.saturating_add(s.size().max(1)), name.into()))
+            let (start, size, name) = function_symbol(&s)?;
+            Some((start, start.saturating_add(size.max(1)), name.into()))
         })
         .collect()
+}
+
+/// A defined function symbol's start, size and name; None for other
+/// symbols and for ARM mapping symbols (`$x`, `$d`).
+fn function_symbol<'d, S: ObjectSymbol<'d>>(s: &S) -> Option<(u64, u64, &'d str)> {
+    if s.kind() != SymbolKind::Text || s.is_undefined() {
+        return None;
+    }
+    let name = s.name().ok()?;
+    if name.is_empty() || name.starts_with('$') {
+        return None;
+    }
+    Some((s.address(), s.size(), name))
+}
+
+/// What the symbol table says of the function at one address.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FunctionBounds {
+    /// The ELF address range of a function symbol with a size that holds it.
+    pub covering: Option<Range<u64>>,
+    /// The lowest function symbol starting above it: where the function
+    /// holding it ends at the latest.
+    pub next_start: Option<u64>,
+}
+
+/// The bounds of the function holding ELF address `address` by the
+/// symbols of an ELF file (`.symtab`, else `.dynsym`), read in one pass
+/// without keeping them (for the one address the unwinder asks about; use
+/// [`SymbolTable`] for many).
+pub fn function_bounds(data: &[u8], address: u64) -> Result<FunctionBounds, ElfError> {
+    if crate::elf::is_elf32(data) {
+        bounds_class::<object::elf::FileHeader32<object::LittleEndian>>(data, address)
+    } else {
+        bounds_class::<object::elf::FileHeader64<object::LittleEndian>>(data, address)
+    }
+}
+
+fn bounds_class<Elf: object::read::elf::FileHeader<Endian = object::LittleEndian>>(
+    data: &[u8],
+    address: u64,
+) -> Result<FunctionBounds, ElfError> {
+    let file = object::read::elf::ElfFile::<Elf, &[u8]>::parse(data)
+        .map_err(|e| ElfError::Parse(e.to_string()))?;
+    match bounds(file.symbols(), address) {
+        Some(found) => Ok(found),
+        None => Ok(bounds(file.dynamic_symbols(), address).unwrap_or_default()),
+    }
+}
+
+/// None when there is no function symbol at all.
+fn bounds<'d, S: ObjectSymbol<'d>>(
+    symbols: impl Iterator<Item = S>,
+    address: u64,
+) -> Option<FunctionBounds> {
+    let mut out = None;
+    for s in symbols {
+        let Some((start, size, _)) = function_symbol(&s) else { continue };
+        let found: &mut FunctionBounds = out.get_or_insert_with(FunctionBounds::default);
+        if start <= address && address - start < size {
+            found.covering.get_or_insert(start..start.saturating_add(size));
+        } else if start > address {
+            found.next_start = Some(found.next_start.map_or(start, |n| n.min(start)));
+        }
+    }
+    out
 }
 
 /// A symbol name as people read it: Rust (legacy and v0) and C++ (Itanium)
@@ -212,5 +273,26 @@ mod tests {
                 .any(|(n, s)| **n == *name && *s == table.starts[i]));
         }
         assert!(table.lookup(0).is_none());
+    }
+
+    #[test]
+    fn bounds_a_function_as_the_table_does() {
+        let exe = std::fs::read("/proc/self/exe").unwrap();
+        let table = SymbolTable::from_elf(&exe).unwrap();
+        let sized = |i: usize| table.ends[i] - table.starts[i] > 1;
+        let mut checked = 0;
+        for i in (0..table.len()).step_by(97).filter(|&i| sized(i)) {
+            let inside = table.starts[i] + 1;
+            let bounds = function_bounds(&exe, inside).unwrap();
+            assert_eq!(bounds.covering, Some(table.starts[i]..table.ends[i]));
+            let next = table.starts.iter().copied().filter(|&s| s > inside).min();
+            assert_eq!(bounds.next_start, next);
+            checked += 1;
+        }
+        assert!(checked > 10);
+        // Below every function: nothing covers it, the first function is next.
+        let bounds = function_bounds(&exe, 0).unwrap();
+        assert_eq!((bounds.covering, bounds.next_start), (None, table.starts.first().copied()));
+        assert!(function_bounds(b"not an ELF file", 0).is_err());
     }
 }

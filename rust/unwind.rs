@@ -82,7 +82,10 @@ impl Frame {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum EndReason {
-    /// The return-address rule is undefined: the outermost frame (`_start`, `clone`).
+    /// The outermost frame (`_start`, `clone`): its return-address rule is
+    /// undefined, or, where CFI cannot unwind it and the fallback strategies
+    /// would be tried, it is in the function at its module's entry point or
+    /// has the ABI's zero frame pointer (the detail says which).
     EndOfStack,
     /// The recovered return address is 0.
     PcZero,
@@ -162,6 +165,14 @@ pub enum EndDetail {
         from: u64,
         to: u64,
     },
+    /// The frame's pc is in the function at its module's entry point (this
+    /// runtime address): the outermost frame.
+    EntryPoint {
+        entry: u64,
+    },
+    /// The frame has no CFI and its frame pointer is 0: the ABI's mark of
+    /// the outermost frame (x86_64, aarch64).
+    ZeroFramePointer,
 }
 
 /// How and where the walk ended. Copy, so ending allocates nothing; the
@@ -457,7 +468,8 @@ impl Unwinder {
 
     /// Try `strategies` in turn for one frame, after `failure` (CFI's, if it
     /// was tried first), until one finds the caller or one says the stack
-    /// ends here. The walk's end is the first failure of a strategy that
+    /// ends here; none where the frame is the outermost one
+    /// ([`fallback::outermost`]). The walk's end is the first failure of a strategy that
     /// applied to the frame: CFI where an FDE covers the pc (a memory error
     /// there says more than a failed scan after it), the frame-pointer step
     /// where there is an fp.
@@ -475,17 +487,20 @@ impl Unwinder {
         walk: WalkState<'_>,
     ) -> Result<(Caller, Trust), (EndReason, EndDetail)> {
         let arch = self.arch;
-        let stack =
-            *walk.stack.get_or_insert_with(|| frames.first().and_then(|f| mem.region_of(f.sp)));
         // A frame in no module, or in one whose file is missing, may be a
         // signal trampoline: the kernel's frame on the stack says so, and
-        // holds the interrupted frame's registers.
+        // holds the interrupted frame's registers (whatever its fp).
         if matches!(failure, Some((EndReason::NoModule, _))) {
             if let Some((pc, sp)) = crate::sigframe::restore(arch, callee.sp, caller_regs, mem) {
                 let caller = Caller { pc, sp, interrupted: true, sp_exact: true };
                 return Ok((caller, Trust::Context));
             }
         }
+        if let Some(end) = self.outermost(failure.as_ref(), lookup, callee, callee_regs) {
+            return Err(end);
+        }
+        let stack =
+            *walk.stack.get_or_insert_with(|| frames.first().and_then(|f| mem.region_of(f.sp)));
         let mut outcome = Err(failure.unwrap_or((EndReason::NoUnwindInfo, EndDetail::None)));
         for &strategy in strategies {
             let found = if strategy == Strategy::Cfi {
@@ -544,6 +559,31 @@ impl Unwinder {
             }
         }
         outcome
+    }
+
+    /// The end of the stack, if the frame that CFI could not unwind
+    /// (`failure`: how CFI failed, if it was tried) is the outermost one
+    /// ([`fallback::outermost`]).
+    #[cold]
+    #[inline(never)]
+    fn outermost(
+        &self,
+        failure: Option<&(EndReason, EndDetail)>,
+        lookup: u64,
+        callee: &FrameState,
+        regs: &Registers,
+    ) -> Option<(EndReason, EndDetail)> {
+        let exact_fp = match callee.trust {
+            Trust::Cfi | Trust::FramePointer => regs.get(self.arch.fp()),
+            _ => None,
+        };
+        let no_fde = matches!(
+            failure,
+            Some((EndReason::NoUnwindInfo, EndDetail::Lookup(LookupError::NoFde)))
+        );
+        let frame = fallback::Unwound { lookup, exact_fp, no_fde };
+        let detail = fallback::outermost(self.arch, &self.modules, &frame)?;
+        Some((EndReason::EndOfStack, detail))
     }
 
     /// `caller`, found by CFI from a frame a fallback found, if its return
@@ -843,6 +883,12 @@ impl End {
         let reg =
             |r: u16| arch.register_name(r).map(str::to_owned).unwrap_or_else(|| format!("r{r}"));
         match (end.reason, end.detail) {
+            (EndReason::EndOfStack, EndDetail::EntryPoint { entry }) => format!(
+                "frame {frame}: {place} is in the function at the entry point {entry:#x} (outermost frame)"
+            ),
+            (EndReason::EndOfStack, EndDetail::ZeroFramePointer) => format!(
+                "frame {frame}: frame pointer 0 and no CFI at {place}, the ABI's mark of the outermost frame"
+            ),
             (EndReason::EndOfStack, _) => format!("frame {frame}: return address undefined at {place} (outermost frame)"),
             (EndReason::PcZero, _) => format!("frame {frame}: return address 0 at {place}"),
             (EndReason::CfaNotIncreasing, EndDetail::Sp { caller, frame: fsp }) => format!(

@@ -154,6 +154,21 @@ PLACEMENT_SPECS = {
         Spec("signal-libc-gone", "crash_signal.c", ("-O2",)),
     )
 }
+# Stacks whose outermost frame has no CFI (test_stack_ends.py): a static program with a _start
+# of its own in assembly (all its functions with CFI, or, "-fp", none but libc's: frame records),
+# and an x86_64 thread started by a raw clone in assembly.
+OWN_START = ("-O2", "-static", "-nostartfiles")
+END_SPECS = {
+    spec.id: spec
+    for spec in (
+        Spec("start", "crash_start.c", OWN_START),
+        Spec("i386-start", "crash_start.c", OWN_START, I386_GCC, "i386"),
+        Spec("a64-start", "crash_start.c", OWN_START, "aarch64-linux-gnu-gcc", "aarch64"),
+        Spec("a64-start-fp", "crash_start.c", (*NO_CFI, "-static", "-nostartfiles"),
+             "aarch64-linux-gnu-gcc", "aarch64"),
+        Spec("clone", "crash_clone.c", ("-O2",)),
+    )
+}  # fmt: skip
 # deep-moved is for the tests of a missing executable only; the fallback programs need more
 # than CFI, which the tests over every case assume.
 X86_CASES = [i for i, spec in SPECS.items() if spec.arch == "x86_64" and i != "deep-moved"]
@@ -163,6 +178,7 @@ I386_CASES = [spec_id for spec_id, spec in SPECS.items() if spec.arch == "i386"]
 EU_STACK_CASES = X86_CASES + I386_CASES
 SPECS.update(FALLBACK_SPECS)
 SPECS.update(PLACEMENT_SPECS)
+SPECS.update(END_SPECS)
 
 
 # --- references -----------------------------------------------------------------------------

@@ -433,8 +433,10 @@ class Disassembly:
 
 
 @functools.cache
-def disassembly(path: str) -> Disassembly:
-    proc = run(["objdump", "-d", "--no-show-raw-insn", path])
+def disassembly(path: str, objdump: str = "objdump") -> Disassembly:
+    """``objdump``: binutils' objdump for the file's architecture (x86 calls are ``call``,
+    aarch64's ``bl`` and ``blr``)."""
+    proc = run([objdump, "-d", "--no-show-raw-insn", path])
     assert proc.returncode == 0, proc.stderr
     starts: set[int] = set()
     calls: dict[int, int | None] = {}
@@ -449,7 +451,8 @@ def disassembly(path: str) -> Disassembly:
         if call is not None:
             calls[address] = call[0]
         direct = re.fullmatch(r"[0-9a-f]+", match[3])
-        call = (int(match[3], 16) if direct else None,) if match[2].startswith("call") else None
+        is_call = match[2].startswith("call") or match[2] in ("bl", "blr")
+        call = (int(match[3], 16) if direct else None,) if is_call else None
     return Disassembly(frozenset(starts), calls)
 
 

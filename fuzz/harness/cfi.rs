@@ -88,6 +88,7 @@ fn exercise(info: &UnwindInfo, word: u8, pcs: &[u64]) -> usize {
     // address, fails above.
     let mut mem = |a: u64| (a < 1 << 47).then_some(a.rotate_left(13) ^ 0x5555);
     for &pc in pcs.iter().take(MAX_LOOKUPS) {
+        let _ = info.entry_function().is_some_and(|f| f.range.contains(&pc));
         let _ = info.find_full_row(pc, &mut ctx);
         let Ok((row, range)) = info.find_row(pc, &mut ctx) else { continue };
         found += 1;
@@ -139,6 +140,7 @@ pub fn run(data: &[u8]) -> usize {
         }
         let (s, e) = (elf.range.start, elf.range.end);
         pcs.extend([s, e.wrapping_sub(1), s.wrapping_add((e - s) / 2), e, 0, u64::MAX]);
+        pcs.extend(elf.sections.entry);
         let Ok(info) = UnwindInfo::new(arch, data.clone(), elf.sections) else { return 0 };
         exercise(&info, arch.word_size() as u8, &pcs)
     } else {
@@ -161,6 +163,9 @@ pub fn run(data: &[u8]) -> usize {
             text: Some(eh_addr & !0xfff),
             got: Some(eh_addr.wrapping_add(0x10000)),
             code: Vec::new(),
+            // The function at the entry point is bounded by the next FDE
+            // (the search table's or the index's) where there are no symbols.
+            entry: Some(eh_addr & !0xfff),
         };
         fde_addresses(eh_frame(&body[hdr_len..hdr_len + eh_len]), eh_addr, &mut pcs);
         fde_addresses(debug_frame(&body[hdr_len + eh_len..]), 0, &mut pcs);

@@ -70,7 +70,7 @@ struct Image {
 impl Image {
     fn new(arch: Arch) -> Self {
         let bytes = match arch {
-            Arch::X86_64 => vec![0x90; CODE.end as usize],
+            Arch::X86_64 | Arch::I386 => vec![0x90; CODE.end as usize],
             _ => NOP_A64.to_le_bytes().repeat(CODE.end as usize / 4),
         };
         let mut image = Image { arch, bytes };
@@ -83,7 +83,7 @@ impl Image {
     /// Write a direct call to `target` that returns to `ra`.
     fn call_before(&mut self, ra: u64, target: u64) -> &mut Self {
         match self.arch {
-            Arch::X86_64 => {
+            Arch::X86_64 | Arch::I386 => {
                 let rel = (target as i64 - ra as i64) as i32;
                 let at = ra as usize - 5;
                 self.bytes[at] = 0xe8;
@@ -100,6 +100,13 @@ impl Image {
 
     /// The module, with `eh_frame` if given.
     fn module(&self, eh_frame: Option<Vec<u8>>) -> Arc<Module> {
+        self.module_with(eh_frame, None, BIAS)
+    }
+
+    /// The module, with `eh_frame` and an entry point (`e_entry`) if given,
+    /// at `bias`. It has no symbol table: the entry point's function is
+    /// bounded as in a stripped file.
+    fn module_with(&self, eh_frame: Option<Vec<u8>>, entry: Option<u64>, bias: u64) -> Arc<Module> {
         let mut data = self.bytes.clone();
         let eh_frame = eh_frame.map(|b| {
             let info = SectionInfo {
@@ -119,6 +126,7 @@ impl Image {
                 file_offset: CODE.start,
                 file_size: size,
             }],
+            entry,
             ..ModuleSections::default()
         };
         let module = Module::new(
@@ -127,7 +135,7 @@ impl Image {
             Data::Owned(data),
             sections,
             RANGE,
-            BIAS,
+            bias,
         );
         Arc::new(module.expect("a valid module"))
     }
@@ -318,8 +326,10 @@ fn a_misaligned_or_escaping_frame_pointer_stops_the_walk() {
     assert_eq!(fp_problem(&w), (STACK_END - 8, FpProblem::OutsideStack));
     let w = broken_at_fp1(SP + 0x10_0000, rt(R2));
     assert_eq!(fp_problem(&w), (SP + 0x10_0000, FpProblem::OutsideStack));
+    // A record saving fp 0 (with a return address) is not damage: the
+    // caller is the outermost frame (see `the_abis_zero_frame_pointer_...`).
     let w = broken_at_fp1(0, rt(R2));
-    assert_eq!(fp_problem(&w), (0, FpProblem::Zero));
+    assert_eq!((w.end.reason, w.end.detail), (EndReason::EndOfStack, EndDetail::ZeroFramePointer));
     // A zero return address beside a non-zero fp is damage, not the end.
     let w = broken_at_fp1(FP2, 0);
     assert_eq!(w.pcs(), [rt(PC0), rt(R1)]);
@@ -609,4 +619,208 @@ fn a_scan_skips_return_addresses_of_calls_the_frame_made_itself() {
     let w = walk(Arch::X86_64, image.module(None), &ALL, rt(0x1530), &[(RSP, SP)], &s);
     assert_eq!(w.pcs()[..2], [rt(0x1530), rt(0x1620)], "{}", w.message);
     assert_eq!(w.sps()[1], SP + 16);
+}
+
+// --- the outermost frame ------------------------------------------------------------------
+
+/// The entry point of the module (`_start`, without CFI): R2 returns into it.
+/// The module has no symbol table, so the entry function's extent is a guess.
+const ENTRY: u64 = R2 - 0x20;
+
+/// x86_64 frame 0 at PC0 -> R1 -> R2 (in the entry function) by frame
+/// records, FP1's saving `r2_fp` as R2's frame pointer; above, words that
+/// look like more of the chain (R3, then the end), as a startup's leftovers
+/// on the stack (argv, `AT_ENTRY`) may.
+fn past_the_entry(r2_fp: u64) -> Stack {
+    let mut s = x86_chain();
+    s.record(FP1, r2_fp, rt(R2)).record(FP2, FP3, rt(R3)).record(FP3, 0, 0);
+    s
+}
+
+fn entry_walk(entry: Option<u64>, eh_frame: Option<Vec<u8>>, r2_fp: u64) -> Walk {
+    let module = Image::new(Arch::X86_64).module_with(eh_frame, entry, BIAS);
+    let regs = [(RSP, SP), (RBP, FP0)];
+    walk(Arch::X86_64, module, &ALL, rt(PC0), &regs, &past_the_entry(r2_fp))
+}
+
+#[test]
+fn without_symbols_a_frame_at_the_entry_point_with_fp_0_is_the_outermost() {
+    let w = entry_walk(Some(ENTRY), None, 0);
+    assert_eq!(w.pcs(), [rt(PC0), rt(R1), rt(R2)], "{}", w.message);
+    assert_eq!(w.end.reason, EndReason::EndOfStack, "{}", w.message);
+    assert!(w.end.reason.is_clean());
+    assert_eq!(w.end.detail, EndDetail::EntryPoint { entry: rt(ENTRY) });
+    assert_eq!(w.end.frame, 2);
+    assert!(w.message.contains("entry point 0x"), "{}", w.message);
+    // The extent of a function without symbols is a guess, which may take in
+    // the functions after `_start` that have no CFI either: without the zero
+    // fp that `_start` sets, the frame is not taken for it.
+    let w = entry_walk(Some(ENTRY), None, FP2);
+    assert_eq!(w.pcs(), [rt(PC0), rt(R1), rt(R2), rt(R3)], "{}", w.message);
+    assert_eq!(w.end.reason, EndReason::PcZero);
+}
+
+#[test]
+fn without_symbols_the_entry_function_ends_at_the_next_fde_or_after_0x80_bytes() {
+    // R2's call lies at R2 - 5 .. R2: its frame is looked up at R2 - 1.
+    let lookup = R2 - 1;
+    let in_entry = |entry: u64, eh_frame: Option<Vec<u8>>| {
+        let w = entry_walk(Some(entry), eh_frame, 0);
+        assert_eq!(w.end.reason, EndReason::EndOfStack, "{}", w.message);
+        // Else the ABI's zero fp ends it.
+        w.end.detail == EndDetail::EntryPoint { entry: rt(entry) }
+    };
+    assert!(in_entry(lookup - 0x7f, None));
+    assert!(!in_entry(lookup - 0x80, None));
+    // An FDE for a function between the entry point and the pc: the entry
+    // function ends where that one starts.
+    let between = |at: u64| x86_eh_frame(&[(at..at + 4, vec![])]);
+    assert!(in_entry(ENTRY, Some(between(R2 + 0x10))));
+    assert!(!in_entry(ENTRY, Some(between(ENTRY + 0x10))));
+}
+
+/// This test program's own `_start` (glibc's, x86_64): its ELF range by
+/// the symbol table, and the return address of its call of
+/// `__libc_start_main` (`call *rel32(%rip)`, then `hlt`).
+#[cfg(target_arch = "x86_64")]
+fn own_start(exe: &[u8]) -> (Range<u64>, u64) {
+    let elf = _core::elf::read_elf(exe).unwrap();
+    let entry = elf.sections.entry.expect("an executable has an entry point");
+    let start = _core::symbols::function_bounds(exe, entry).unwrap().covering.unwrap();
+    let segment = elf.sections.code.iter().find(|s| start.start >= s.address).unwrap();
+    let at = (start.start - segment.address + segment.file_offset) as usize;
+    let code = &exe[at..at + (start.end - start.start) as usize];
+    let call = code
+        .windows(7)
+        .position(|w| w[..2] == [0xff, 0x15] && w[6] == 0xf4)
+        .expect("_start calls __libc_start_main, then hlt");
+    (start.clone(), start.start + call as u64 + 6)
+}
+
+#[test]
+#[cfg(target_arch = "x86_64")]
+fn with_symbols_the_function_at_the_entry_point_is_the_outermost_whatever_its_fp() {
+    // Frame 0's record (at FP0) holds a return address into this program's
+    // own `_start` and a non-zero fp; the record there leads on (to return
+    // address 0). Frame pointers alone: CFI (which `_start` has) is not
+    // asked, so the symbol's extent is what ends the walk.
+    let exe = std::fs::read("/proc/self/exe").unwrap();
+    let (start, ra) = own_start(&exe);
+    let elf = _core::elf::read_elf(&exe).unwrap();
+    let module =
+        Module::new("self".into(), Arch::X86_64, Data::Owned(exe), elf.sections, elf.range, BIAS);
+    let mut s = Stack::new();
+    s.record(FP0, FP1, rt(ra)).record(FP1, 0, 0);
+    let strategies = [Strategy::FramePointer];
+    let pc = rt(start.end + 0x10); // in a function after it
+    let w = walk(
+        Arch::X86_64,
+        Arc::new(module.unwrap()),
+        &strategies,
+        pc,
+        &[(RSP, SP), (RBP, FP0)],
+        &s,
+    );
+    assert_eq!(w.pcs(), [pc, rt(ra)], "{}", w.message);
+    assert_eq!(w.end.detail, EndDetail::EntryPoint { entry: rt(start.start) }, "{}", w.message);
+}
+
+#[test]
+fn i386_without_symbols_a_frame_at_the_entry_point_with_ebp_0_is_the_outermost() {
+    // i386 has no zero-fp rule (see `i386_ebp_zero_is_no_end`), but every
+    // `_start` clears ebp too: in the entry function, ebp 0 ends the stack.
+    let (pcs, end, _) = i386_walk(Some(R1 - 0x10));
+    assert_eq!(pcs, [PC0, R1]);
+    assert_eq!(
+        (end.reason, end.detail),
+        (EndReason::EndOfStack, EndDetail::EntryPoint { entry: R1 - 0x10 })
+    );
+}
+
+#[test]
+fn the_abis_zero_frame_pointer_ends_a_frame_without_cfi() {
+    // Frame 2 (R2, no CFI) was reached by FP1's record, which saved fp 0:
+    // the caller cleared it (x86_64 `_start` and `clone`'s child do).
+    let mut s = x86_chain();
+    s.record(FP1, 0, rt(R2));
+    // Words above that a scan would take for a caller.
+    s.set(FP1 + 16, rt(R3)).set(FP1 + 24, rt(R1));
+    let w = x86_walk(&s, &ALL);
+    assert_eq!(w.pcs(), [rt(PC0), rt(R1), rt(R2)], "{}", w.message);
+    assert_eq!((w.end.reason, w.end.detail), (EndReason::EndOfStack, EndDetail::ZeroFramePointer));
+    assert!(w.message.contains("frame pointer 0"), "{}", w.message);
+    // Where R2's function has CFI, fp 0 means nothing (rbp is data in code
+    // without frame pointers): CFI goes on, to the return address at its sp.
+    let module =
+        Image::new(Arch::X86_64).module(Some(x86_eh_frame(&[(R2 - 0x10..R2 + 0x10, vec![])])));
+    let w = walk(Arch::X86_64, module, &ALL, rt(PC0), &[(RSP, SP), (RBP, FP0)], &s);
+    assert_eq!(w.pcs()[..4], [rt(PC0), rt(R1), rt(R2), rt(R3)], "{}", w.message);
+    assert_eq!(w.trusts()[3], Trust::Cfi);
+}
+
+#[test]
+fn a_zero_frame_pointer_that_is_not_known_exactly_is_no_end() {
+    // Frame 0's own rbp may be any data (a leaf built without frame
+    // pointers): 0 there is no end, and the scan finds R2.
+    let mut s = Stack::new();
+    s.set(SP + 0x18, rt(R2)).record(SP + 0x40, 0, 0);
+    let module = Image::new(Arch::X86_64).module(None);
+    let w = walk(Arch::X86_64, module.clone(), &ALL, rt(PC0), &[(RSP, SP), (RBP, 0)], &s);
+    assert_eq!(w.pcs()[..2], [rt(PC0), rt(R2)], "{}", w.message);
+    assert_eq!(w.trusts()[1], Trust::Scan);
+    // Nor is the fp a scan kept for the frame it found (R2's, still 0): the
+    // scan goes on from there, to R3.
+    s.set(SP + 0x28, rt(R3));
+    let w = walk(Arch::X86_64, module, &ALL, rt(PC0), &[(RSP, SP), (RBP, 0)], &s);
+    assert_eq!(w.pcs()[..3], [rt(PC0), rt(R2), rt(R3)], "{}", w.message);
+}
+
+#[test]
+fn aarch64_a_frame_record_saving_x29_zero_makes_its_caller_the_last_frame() {
+    // LEAF (frame 0) returns through lr to R1; R1's record holds x29 = 0 and
+    // lr = R2: R2's function cleared x29 (glibc's `_start`, `thread_start`).
+    let mut s = Stack::new();
+    s.record(FP1, 0, rt(R2)).set(FP1 + 16, rt(R3));
+    let regs = [(A64_SP, SP), (X29, FP1), (X30, rt(R1))];
+    let w = walk(Arch::Aarch64, a64_module(), &ALL, rt(LEAF + 0x10), &regs, &s);
+    assert_eq!(w.pcs(), [rt(LEAF + 0x10), rt(R1), rt(R2)], "{}", w.message);
+    assert_eq!((w.end.reason, w.end.detail), (EndReason::EndOfStack, EndDetail::ZeroFramePointer));
+}
+
+/// i386: frame 0 at PC0 -> R1 by the record at its ebp, which saved ebp 0;
+/// frame pointers only. The module (at bias 0) has `entry` if given.
+fn i386_walk(entry: Option<u64>) -> (Vec<u64>, End, String) {
+    const ESP: u16 = 4;
+    const EBP: u16 = 5;
+    const SP32: u64 = 0xffd0_1000;
+    const FP: u64 = SP32 + 0x20;
+    let mut bytes = vec![0u8; 0x200];
+    let mut set = |addr: u64, value: u32| {
+        let at = (addr - SP32) as usize;
+        bytes[at..at + 4].copy_from_slice(&value.to_le_bytes());
+    };
+    set(FP, 0);
+    set(FP + 4, R1 as u32);
+    let module = Image::new(Arch::I386).module_with(None, entry, 0);
+    let mut uw = Unwinder::new(Arch::I386);
+    uw.add_module(module).unwrap();
+    uw.set_strategies(&FP_ONLY);
+    let mut regs = Registers::new();
+    regs.set(ESP, SP32);
+    regs.set(EBP, FP);
+    let mut memory = Regions::new();
+    memory.add(SP32, &bytes);
+    let mut frames = Vec::new();
+    let end = uw.unwind(PC0, &regs, &mut memory, 16, &mut frames);
+    (frames.iter().map(|f| f.pc).collect(), end, uw.describe(&end))
+}
+
+#[test]
+fn i386_ebp_zero_is_no_end() {
+    // 32-bit code without frame pointers uses ebp as one of its few
+    // registers: the zero-fp rule is x86_64's and aarch64's only.
+    let (pcs, end, message) = i386_walk(None);
+    assert_eq!(pcs, [PC0, R1], "{message}");
+    assert_eq!(end.reason, EndReason::FpInvalid, "{message}");
+    assert_eq!(end.detail, EndDetail::FramePointer { fp: 0, problem: FpProblem::Zero });
 }
