@@ -43,7 +43,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from elftools.elf.constants import SH_FLAGS
 from elftools.elf.elffile import ELFFile
+from elftools.elf.sections import SymbolTableSection
 from elftools.elf.segments import NoteSegment
 from realstacks import PROGRAM_ENV, PROGRAMS, SYSTEM_PYTHON, Builder
 
@@ -97,6 +99,7 @@ SPECS = {
         Spec("python", "crash_py.py"),
         Spec("vdso", "crash_vdso.c", ("-O2", "-pthread")),
         Spec("lib", "crash_lib.c", ("-O2",)),
+        Spec("start", "crash_start.c", ("-O2", "-nostartfiles")),
         Spec("deep-moved", "crash_deep.c", O2),
         Spec("i386-deep", "crash_deep.c", (*O2, "-static"), I386_GCC, "i386"),
         Spec("i386-threads", "crash_threads.c", ("-O2", "-pthread", "-static"), I386_GCC,
@@ -541,6 +544,62 @@ def file_offset(core: Path, address: int) -> tuple[int, int]:
 def addr2line_function(path: str, address: int) -> str:
     proc = run(["addr2line", "-f", "-e", path, f"{address:#x}"])
     return proc.stdout.splitlines()[0]
+
+
+@dataclass(frozen=True)
+class ElfSymbol:
+    """A defined symbol of an ELF file's ``.symtab`` (else ``.dynsym``), read by pyelftools,
+    with the address range of its section (None: absolute or common) and whether that holds
+    code."""
+
+    name: str
+    value: int
+    size: int
+    type: str  # STT_FUNC, STT_NOTYPE, ...
+    section: tuple[int, int] | None
+    code_section: bool
+
+
+@functools.cache
+def elf_symbols(path: str) -> list[ElfSymbol]:
+    with open(path, "rb") as f:
+        elf = ELFFile(f)
+        table = elf.get_section_by_name(".symtab") or elf.get_section_by_name(".dynsym")
+        assert isinstance(table, SymbolTableSection), f"{path} has no symbol table"
+        ranges = [
+            (
+                (s["sh_addr"], s["sh_addr"] + s["sh_size"]),
+                bool(s["sh_flags"] & SH_FLAGS.SHF_EXECINSTR),
+            )
+            for s in elf.iter_sections()
+        ]
+        symbols = []
+        for sym in table.iter_symbols():
+            shndx = sym["st_shndx"]
+            if shndx == "SHN_UNDEF" or not sym.name:
+                continue
+            section, code = ranges[shndx] if isinstance(shndx, int) else (None, False)
+            symbols.append(ElfSymbol(sym.name, sym["st_value"], sym["st_size"],
+                                     sym["st_info"]["type"], section, code))  # fmt: skip
+    return symbols
+
+
+def eu_addr2line_symbols(path: str, addresses: Sequence[int]) -> list[tuple[str, int] | None]:
+    """(symbol, offset) of each address from ``eu-addr2line -S`` (elfutils' dwfl_module_addrsym
+    on the file's symbol table), None where it names none."""
+    proc = run(["eu-addr2line", "-S", "-e", path, *(f"{a:#x}" for a in addresses)])
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 2 * len(addresses), proc.stdout  # a symbol line, then file:line
+    found: list[tuple[str, int] | None] = []
+    for line in lines[::2]:
+        match = re.fullmatch(r"(.+?)(?:\+(0x[0-9a-f]+))?", line)
+        assert match, line
+        name, offset = match.groups()
+        # "??" or, in a file with no relocation info, "(section)+0x...": no symbol.
+        unnamed = name == "??" or name.startswith("(")
+        found.append(None if unnamed else (name, int(offset or "0", 16)))
+    return found
 
 
 def demangle(names: Iterable[str]) -> list[str]:

@@ -34,6 +34,8 @@ from corefiles import (
     MadeCore,
     addr2line_function,
     demangle,
+    elf_symbols,
+    eu_addr2line_symbols,
     extract_memory,
     file_offset,
     first_load_vaddr,
@@ -295,6 +297,25 @@ def test_signal_trampoline_is_named(case: str, trampoline: str, module: str, cor
     assert functions[:4] == ["crash_in_handler", "on_alarm", trampoline, "spin"]
     assert frames[2]["function_offset"] == "0x0"
     assert os.path.basename(frames[2]["module"]) == module
+
+
+def test_zero_size_start_is_named(cores: Cores) -> None:
+    """crash_start.c's entry point is a bare assembly label, as musl's is: ``_start`` has size
+    0. It names the addresses up to the next symbol, so the main thread's outermost frame is
+    ``_start``, as gdb (past-main) names it, at the offset eu-addr2line gives its return
+    address less one (the address inside the call)."""
+    made = cores("start")
+    exe = str(made.executable)
+    (start,) = [sym for sym in elf_symbols(exe) if sym.name == "_start"]
+    assert start.size == 0 and start.type == "STT_NOTYPE"
+    frames = cli_json(made)["threads"][0]["frames"]
+    outermost = frames[-1]
+    assert made.gdb.threads[0].frames[-1].function == "_start"
+    assert os.path.samefile(outermost["module"], exe)
+    lookup = h(outermost["module_offset"]) - 1
+    (named,) = eu_addr2line_symbols(exe, [lookup])
+    assert named is not None and named[0] == "_start" and named[1] > 0
+    assert (outermost["function"], h(outermost["function_offset"])) == ("_start", named[1] + 1)
 
 
 # Frame by frame, by hand: (function, module) of the crashing thread of the aarch64 programs
