@@ -100,6 +100,7 @@ SPECS = {
         Spec("vdso", "crash_vdso.c", ("-O2", "-pthread")),
         Spec("lib", "crash_lib.c", ("-O2",)),
         Spec("start", "crash_start.c", ("-O2", "-nostartfiles")),
+        Spec("recursion", "crash_deep.c", (*O2, "-DDEPTH=600")),
         Spec("deep-moved", "crash_deep.c", O2),
         Spec("i386-deep", "crash_deep.c", (*O2, "-static"), I386_GCC, "i386"),
         Spec("i386-threads", "crash_threads.c", ("-O2", "-pthread", "-static"), I386_GCC,

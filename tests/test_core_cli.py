@@ -488,6 +488,39 @@ def test_max_frames(case: str, cores: Cores) -> None:
         assert thread["end"] == ("frame_limit" if len(expected) > limit else "end_of_stack")
 
 
+def test_deep_recursion_has_every_frame(cores: Cores) -> None:
+    """No frame limit by default but what the stack can hold: crash_deep.c recursing 600 deep
+    gives every frame, as many as eu-stack (-n 0) and gdb (backtrace limit unlimited) find,
+    from the command and from Core.to_dict(); --max-frames 10 gives the first ten, ending
+    frame_limit."""
+    made = cores("recursion")
+    tid = made.notes().tids[0]
+    reference = made.reference_pcs()[tid]
+    assert len(reference) == len(made.gdb.thread(tid).frames) > 600
+    doc = cli_json(made)
+    (thread,) = doc["threads"]
+    assert pcs_of(thread) == reference
+    assert thread["end"] == "end_of_stack"
+    core = Core.open(str(made.path), str(made.executable), **made.open_options)
+    assert len(core.to_dict()["threads"][0]["frames"]) == len(reference)
+    assert core.threads[0].unwind().pcs == reference
+
+    (thread,) = cli_json(made, "--max-frames", "10")["threads"]
+    assert pcs_of(thread) == reference[:10]
+    assert thread["end"] == "frame_limit"
+    assert core.threads[0].unwind(10).pcs == reference[:10]
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "many"])
+def test_max_frames_must_be_a_positive_number(value: str, cores: Cores) -> None:
+    """--max-frames below 1 (or not a number) is a usage error: exit status 2, one message
+    naming the option, no traceback."""
+    proc = cli(cores("deep"), "--max-frames", value)
+    no_traceback(proc)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert "--max-frames" in proc.stderr.strip().splitlines()[-1], proc.stderr
+
+
 def test_executable_found_from_the_core(cores: Cores) -> None:
     made = cores("deep")
     doc = cli_json(made, executable=False)

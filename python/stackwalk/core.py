@@ -147,7 +147,9 @@ class Thread:
     _unwinder: Unwinder = field(repr=False, compare=False)
     _memory: MappedMemory = field(repr=False, compare=False)
 
-    def unwind(self, max_frames: int = 256) -> Trace:
+    def unwind(self, max_frames: int | None = None) -> Trace:
+        """This thread's frames: at most ``max_frames``, or, when None, as many as its
+        captured stack can hold (a frame takes at least one word)."""
         return self._unwinder.unwind(self.regs, self._memory, max_frames=max_frames)
 
 
@@ -703,7 +705,9 @@ class Core:
 
     # -- output ----------------------------------------------------------------------------
 
-    def to_dict(self, max_frames: int = 256, *, end_details: bool = False) -> dict[str, Any]:
+    def to_dict(
+        self, max_frames: int | None = None, *, end_details: bool = False
+    ) -> dict[str, Any]:
         """The JSON document of ``stackwalk core --json``: every thread unwound and
         symbolized. ``end_details`` adds each thread's ``end_detail`` (where and why its
         walk stopped), which the text report prints."""
