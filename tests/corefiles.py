@@ -47,7 +47,7 @@ from elftools.elf.constants import SH_FLAGS
 from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import SymbolTableSection
 from elftools.elf.segments import NoteSegment
-from realstacks import PROGRAM_ENV, PROGRAMS, SYSTEM_PYTHON, Builder
+from realstacks import PROGRAM_ENV, PROGRAMS, SYSTEM_PYTHON, Builder, gdb_driver
 
 AARCH64_SYSROOT = "/usr/aarch64-linux-gnu"
 I386_GCC = "i686-linux-gnu-gcc"
@@ -610,42 +610,23 @@ def demangle(names: Iterable[str]) -> list[str]:
 
 # --- gdb ------------------------------------------------------------------------------------
 
-# Run inside gdb: every thread's frames (without gdb's inline and tail-call frames, which have
-# no return address of their own), and the shared libraries, written to RESULT as JSON.
+# Run inside gdb, with capture_gdb (see realstacks.gdb_driver): every thread's frames as
+# `stackwalk capture` records them (without gdb's inline and tail-call frames, which have no
+# return address of their own), each with its shared library, and the shared libraries, written
+# to RESULT as JSON.
 _GDB_DUMP = r"""
 import json
 import re
 import gdb
-
-KINDS = {gdb.NORMAL_FRAME: "NORMAL_FRAME", gdb.SIGTRAMP_FRAME: "SIGTRAMP_FRAME",
-         gdb.ARCH_FRAME: "ARCH_FRAME", gdb.DUMMY_FRAME: "DUMMY_FRAME"}
 
 
 def dump():
     threads = []
     for thread in sorted(gdb.selected_inferior().threads(), key=lambda t: t.num):
         thread.switch()
-        frames = []
-        frame = gdb.newest_frame()
-        u64 = frame.architecture().integer_type(64, False)
-        reason = None
-        while frame is not None:
-            if frame.type() not in (gdb.INLINE_FRAME, gdb.TAILCALL_FRAME):
-                frames.append({
-                    "pc": frame.pc(),
-                    "sp": int(frame.read_register("sp").cast(u64)),
-                    "function": frame.name(),
-                    "solib": gdb.solib_name(frame.pc()),
-                    "kind": KINDS.get(frame.type(), str(frame.type())),
-                })
-            try:
-                older = frame.older()
-            except gdb.error as exc:
-                reason = str(exc)
-                break
-            if older is None:
-                reason = gdb.frame_stop_reason_string(frame.unwind_stop_reason())
-            frame = older
+        frames, reason = capture_gdb.backtrace(64)
+        for frame in frames:
+            frame["solib"] = gdb.solib_name(frame["pc"])
         threads.append({"tid": thread.ptid[1] or gdb.selected_inferior().pid,
                         "frames": frames, "reason": reason})
     solibs = []
@@ -664,7 +645,7 @@ def _gdb_script(directory: Path) -> tuple[Path, Path]:
     result = directory / "gdb-view.json"
     result.unlink(missing_ok=True)
     script = directory / "gdb_dump.py"
-    script.write_text(f"RESULT = {str(result)!r}\n{_GDB_DUMP}")
+    script.write_text(gdb_driver(f"RESULT = {str(result)!r}\n{_GDB_DUMP}"))
     return script, result
 
 
