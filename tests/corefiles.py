@@ -99,7 +99,7 @@ SPECS = {
         Spec("python", "crash_py.py"),
         Spec("vdso", "crash_vdso.c", ("-O2", "-pthread")),
         Spec("lib", "crash_lib.c", ("-O2",)),
-        Spec("start", "crash_start.c", ("-O2", "-nostartfiles")),
+        Spec("sizeless-start", "crash_sizeless_start.c", ("-O2", "-nostartfiles")),
         Spec("recursion", "crash_deep.c", (*O2, "-DDEPTH=600")),
         Spec("deep-moved", "crash_deep.c", O2),
         Spec("i386-deep", "crash_deep.c", (*O2, "-static"), I386_GCC, "i386"),

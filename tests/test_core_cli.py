@@ -300,11 +300,11 @@ def test_signal_trampoline_is_named(case: str, trampoline: str, module: str, cor
 
 
 def test_zero_size_start_is_named(cores: Cores) -> None:
-    """crash_start.c's entry point is a bare assembly label, as musl's is: ``_start`` has size
-    0. It names the addresses up to the next symbol, so the main thread's outermost frame is
-    ``_start``, as gdb (past-main) names it, at the offset eu-addr2line gives its return
-    address less one (the address inside the call)."""
-    made = cores("start")
+    """crash_sizeless_start.c's entry point is a bare assembly label, as musl's is: ``_start``
+    has size 0. It names the addresses up to the next symbol, so the main thread's outermost
+    frame is ``_start``, as gdb (past-main) names it, at the offset eu-addr2line gives its
+    return address less one (the address inside the call)."""
+    made = cores("sizeless-start")
     exe = str(made.executable)
     (start,) = [sym for sym in elf_symbols(exe) if sym.name == "_start"]
     assert start.size == 0 and start.type == "STT_NOTYPE"

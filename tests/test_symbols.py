@@ -39,8 +39,8 @@ LIBC = "/lib/x86_64-linux-gnu/libc.so.6"
 def binary(name: str, build: Builder) -> str:
     """The file whose symbols are compared: a test program, or a system library's separate
     debug file (where its .symtab is)."""
-    if name == "crash_start":
-        return str(build("crash_start.c", "-O2", "-nostartfiles"))
+    if name == "crash_sizeless_start":
+        return str(build("crash_sizeless_start.c", "-O2", "-nostartfiles"))
     if name == "crash_deep":
         return str(build("crash_deep.c", "-O2"))
     if name == "a64-crash_deep-static":
@@ -105,7 +105,7 @@ def held(symbols: list[ElfSymbol], name: str, start: int, address: int) -> bool:
 
 
 @pytest.mark.parametrize(
-    "name", ["crash_start", "crash_deep", "ld.so", "libc", "a64-crash_deep-static"]
+    "name", ["crash_sizeless_start", "crash_deep", "ld.so", "libc", "a64-crash_deep-static"]
 )
 def test_zero_size_symbols_as_eu_addr2line(name: str, build: Builder) -> None:
     path = binary(name, build)
