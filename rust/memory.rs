@@ -204,6 +204,11 @@ impl Memory for Buffer<'_> {
         Some(u64::from_le_bytes(self.find(addr, 8)?.try_into().ok()?))
     }
 
+    fn region_of(&mut self, addr: u64) -> Option<(u64, u64)> {
+        let end = self.start.saturating_add(self.bytes.len() as u64);
+        (self.start..end).contains(&addr).then_some((self.start, end))
+    }
+
     fn read_sized(&mut self, addr: u64, size: u8) -> Option<u64> {
         let this = *self;
         read_le(size, |n| this.find(addr, n))

@@ -54,7 +54,9 @@ pub enum Format {
 #[derive(Clone, Debug)]
 pub struct Options {
     pub format: Format,
-    pub max_frames: usize,
+    /// The most frames of a sample's user stack; None: as many as its stack
+    /// copy can hold.
+    pub max_frames: Option<usize>,
     /// Samples unwound together; bounds memory (a stream's samples are
     /// copies; a mapped file's are read in place).
     pub batch: usize,
@@ -68,7 +70,7 @@ impl Default for Options {
     fn default() -> Self {
         Options {
             format: Format::Text,
-            max_frames: 512,
+            max_frames: None,
             batch: 1024,
             debug_root: "/usr/lib/debug".into(),
             progress: None,
@@ -274,7 +276,7 @@ thread_local! {
 struct Context {
     arch: Arch,
     format: Format,
-    max_frames: usize,
+    max_frames: Option<usize>,
     decoder: Arc<Decoder>,
     debug_root: Arc<std::path::Path>,
     kernel: Arc<KernelSymbolsLoader>,

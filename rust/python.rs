@@ -348,12 +348,15 @@ impl PyUnwinder {
 
     /// Unwind from `regs` (register name -> value) over `memory` (an
     /// iterable of (start address, bytes-like) regions).
-    #[pyo3(signature = (regs, memory, max_frames = 256))]
+    /// At most `max_frames` frames; None: as many as the captured stack (the
+    /// region holding the stack pointer) can hold, a frame taking at least a
+    /// word.
+    #[pyo3(signature = (regs, memory, max_frames = None))]
     fn unwind(
         &mut self,
         regs: &Bound<'_, PyAny>,
         memory: &Bound<'_, PyAny>,
-        max_frames: usize,
+        max_frames: Option<usize>,
     ) -> PyResult<PyTrace> {
         let arch = self.inner.arch();
         let (pc, registers) = extract_registers(arch, regs)?;
@@ -390,14 +393,14 @@ impl PyUnwinder {
     /// Unwind the same stack `iterations` times inside Rust, without the
     /// GIL, and return (frames unwound in all, nanoseconds taken): the
     /// core's own speed, without the Python call around it. For benchmarks.
-    #[pyo3(signature = (regs, memory, iterations, max_frames = 256))]
+    #[pyo3(signature = (regs, memory, iterations, max_frames = None))]
     fn _bench_unwind(
         &mut self,
         py: Python<'_>,
         regs: &Bound<'_, PyAny>,
         memory: &Bound<'_, PyAny>,
         iterations: u64,
-        max_frames: usize,
+        max_frames: Option<usize>,
     ) -> PyResult<(u64, u64)> {
         let (pc, registers) = extract_registers(self.inner.arch(), regs)?;
         let owned: Vec<(u64, Vec<u8>)> = extract_buffers(memory)?
@@ -877,11 +880,12 @@ impl PyStackDb {
 /// "text" (perf script's shape), "json" (JSON Lines) or "collapsed" (folded
 /// stacks). Runs without the GIL on `jobs` threads (0: one per core).
 /// `progress`: draw a progress bar on stderr once the run has lasted that
-/// many seconds (None: never). Returns a summary dict; a damaged file stops
+/// many seconds (None: never). `max_frames`: the most frames of a sample's
+/// user stack (None: as many as its stack copy can hold). Returns a summary dict; a damaged file stops
 /// the reading with summary["error"] set, after the samples before the
 /// damage were written.
 #[pyfunction]
-#[pyo3(signature = (path, format = "text", *, output = None, jobs = 0, max_frames = 512,
+#[pyo3(signature = (path, format = "text", *, output = None, jobs = 0, max_frames = None,
                     debug_root = PathBuf::from("/usr/lib/debug"), progress = None))]
 #[allow(clippy::too_many_arguments)]
 fn perf_report<'py>(
@@ -890,7 +894,7 @@ fn perf_report<'py>(
     format: &str,
     output: Option<PathBuf>,
     jobs: usize,
-    max_frames: usize,
+    max_frames: Option<usize>,
     debug_root: PathBuf,
     progress: Option<f64>,
 ) -> PyResult<Bound<'py, PyDict>> {

@@ -6,6 +6,7 @@ use std::borrow::Cow;
 use std::ops::Range;
 use std::sync::OnceLock;
 
+use object::read::elf::SectionHeader;
 use object::{Object, ObjectSymbol, SymbolKind};
 
 use crate::elf::ElfError;
@@ -24,13 +25,18 @@ pub struct SymbolTable {
 impl SymbolTable {
     /// The function symbols of an ELF file: `.symtab` if it has one, else
     /// `.dynsym`. ARM mapping symbols (`$x`, `$d`) and undefined symbols are
-    /// left out.
+    /// left out; a symbol of size 0 names the addresses up to the next symbol
+    /// in its section (see [`ranges`]).
     pub fn from_elf(data: &[u8]) -> Result<SymbolTable, ElfError> {
         let (symbols, full) = if crate::elf::is_elf32(data) {
             read_functions::<object::elf::FileHeader32<object::LittleEndian>>(data)?
         } else {
             read_functions::<object::elf::FileHeader64<object::LittleEndian>>(data)?
         };
+        Ok(SymbolTable::from_functions(symbols, full))
+    }
+
+    fn from_functions(symbols: Functions, full: bool) -> SymbolTable {
         // Aliases (same range) are ordered so that the name a lookup returns
         // (the last) is the one people use: unversioned, else the default
         // version (`name@@VERSION`), else an old version (`name@VERSION`).
@@ -55,7 +61,7 @@ impl SymbolTable {
             table.names.push(name);
         }
         table.demangled.resize_with(table.names.len(), OnceLock::new);
-        Ok(table)
+        table
     }
 
     /// The symbols for the ELF file at `path`: its own `.symtab`, else, when
@@ -133,8 +139,8 @@ impl SymbolTable {
     }
 }
 
-/// (start, end, name) of the defined function symbols, bar ARM mapping
-/// symbols (`$x`, `$d`).
+/// (start, end, name) of the defined code symbols, bar ARM mapping symbols
+/// (`$x`, `$d`).
 type Functions = Vec<(u64, u64, Box<str>)>;
 
 /// The function symbols of an ELF file of one class: `.symtab`'s, and
@@ -144,20 +150,109 @@ fn read_functions<Elf: object::read::elf::FileHeader<Endian = object::LittleEndi
 ) -> Result<(Functions, bool), ElfError> {
     let file = object::read::elf::ElfFile::<Elf, &[u8]>::parse(data)
         .map_err(|e| ElfError::Parse(e.to_string()))?;
-    let symbols = functions(file.symbols());
+    let endian = file.endian();
+    // Each section's address range, and whether it holds code.
+    let sections: Vec<(u64, u64, bool)> = file
+        .elf_section_table()
+        .iter()
+        .map(|h| {
+            let start: u64 = h.sh_addr(endian).into();
+            let flags: u64 = h.sh_flags(endian).into();
+            let end = start.saturating_add(h.sh_size(endian).into());
+            (start, end, flags & u64::from(object::elf::SHF_EXECINSTR) != 0)
+        })
+        .collect();
+    let symbols = functions(file.symbols(), &sections);
     if !symbols.is_empty() {
         return Ok((symbols, true));
     }
-    Ok((functions(file.dynamic_symbols()), false))
+    Ok((functions(file.dynamic_symbols(), &sections), false))
 }
 
-fn functions<'d, S: ObjectSymbol<'d>>(symbols: impl Iterator<Item = S>) -> Functions {
-    symbols
-        .filter_map(|s| {
-            let (start, size, name) = function_symbol(&s)?;
-            Some((start, start.saturating_add(size.max(1)), name.into()))
+/// A defined symbol as read: its start and size, the range of its section
+/// (None: absolute or special), and its name if it names code.
+struct Read {
+    start: u64,
+    size: u64,
+    section: Option<(u64, u64)>,
+    name: Option<Box<str>>,
+}
+
+/// The code symbols among `symbols` (`STT_FUNC`/`STT_GNU_IFUNC`, and
+/// `STT_NOTYPE` in an executable section), each with the range it names (see
+/// [`ranges`]). Section, file and TLS symbols and ARM mapping symbols (`$x`,
+/// `$d`) are left out.
+fn functions<'d, S: ObjectSymbol<'d>>(
+    symbols: impl Iterator<Item = S>,
+    sections: &[(u64, u64, bool)],
+) -> Functions {
+    let read = symbols
+        .filter(|s| {
+            !s.is_undefined()
+                && !matches!(s.kind(), SymbolKind::Section | SymbolKind::File | SymbolKind::Tls)
         })
-        .collect()
+        .filter_map(|s| {
+            let name = s.name().ok().filter(|n| !n.is_empty() && !n.starts_with('$'))?;
+            let section = s.section_index().and_then(|i| sections.get(i.0)).copied();
+            let code = match s.kind() {
+                SymbolKind::Text => true,
+                // object reads STT_NOTYPE as Unknown.
+                SymbolKind::Unknown => section.is_some_and(|(_, _, exec)| exec),
+                _ => false,
+            };
+            Some(Read {
+                start: s.address(),
+                size: s.size(),
+                section: section.map(|(start, end, _)| (start, end)),
+                name: code.then(|| name.into()),
+            })
+        })
+        .collect();
+    ranges(read)
+}
+
+/// The range each code symbol names, as elfutils' `dwfl_module_addrsym`
+/// (eu-addr2line, eu-stack) finds them. A sized symbol names its bytes. A
+/// symbol of size 0 (an assembly label: glibc's `__restore_rt`, ld.so's
+/// `_start`) names the addresses from its own up to the next symbol's of any
+/// kind, within its section, and none at all if a sized symbol holds its
+/// address (an address past that symbol's end is no one's; gdb gives it to
+/// the label, but it is padding, never a return address). An absolute one
+/// names only its own address.
+fn ranges(mut read: Vec<Read>) -> Functions {
+    read.sort_unstable_by_key(|r| r.start);
+    let mut out = Vec::new();
+    // The highest end of the sized symbols starting at or below the one at hand.
+    let mut sized_end = 0u64;
+    // Where the symbols sharing the start of the one at hand end.
+    let mut next = 0;
+    for i in 0..read.len() {
+        let start = read[i].start;
+        if i == next {
+            next = i + read[i..].partition_point(|o| o.start == start);
+            for o in &read[i..next] {
+                if o.size != 0 {
+                    sized_end = sized_end.max(o.start.saturating_add(o.size));
+                }
+            }
+        }
+        let end = match read[i] {
+            Read { name: None, .. } => continue,
+            Read { size: 1.., .. } => start.saturating_add(read[i].size),
+            _ if sized_end > start => continue,
+            Read { section: Some((section_start, section_end)), .. } => {
+                if !(section_start..section_end).contains(&start) {
+                    continue;
+                }
+                read.get(next).map_or(section_end, |o| o.start.min(section_end))
+            }
+            Read { section: None, .. } => start.saturating_add(1),
+        };
+        if let Some(name) = read[i].name.take() {
+            out.push((start, end, name));
+        }
+    }
+    out
 }
 
 /// A defined function symbol's start, size and name; None for other
@@ -255,6 +350,86 @@ mod tests {
         assert_eq!(demangle("_ZN4core3fmt5write17h0123456789abcdefE"), "core::fmt::write");
         assert_eq!(demangle("main"), "main");
         assert_eq!(demangle("_Znot valid"), "_Znot valid");
+    }
+
+    type Section = Option<(u64, u64)>;
+
+    /// A table of symbols `(start, size, section, name)`; a name of None is a
+    /// symbol that names no code (an object).
+    fn table(symbols: &[(u64, u64, Section, Option<&str>)]) -> SymbolTable {
+        let read = symbols
+            .iter()
+            .map(|&(start, size, section, name)| Read {
+                start,
+                size,
+                section,
+                name: name.map(Into::into),
+            })
+            .collect();
+        SymbolTable::from_functions(ranges(read), true)
+    }
+
+    #[test]
+    fn zero_size_symbols_reach_the_next_symbol_in_their_section() {
+        const TEXT: Section = Some((0x1000, 0x1200));
+        let t = table(&[
+            (0x1000, 0, TEXT, Some("_start")),
+            (0x1010, 0, TEXT, Some("_dl_start_user")),
+            (0x1040, 0x20, TEXT, Some("sized")),
+            (0x1080, 0, TEXT, Some("after_gap")),
+            (0x10a0, 0, TEXT, None), // an object in .text ends the label before it
+            (0x10c0, 0x40, TEXT, Some("outer")),
+            (0x10d0, 0, TEXT, Some("inside_outer")),
+            (0x1180, 0, TEXT, Some("last")),
+            (0x1200, 0, TEXT, Some("_etext")), // at the section's end: names nothing
+            (0x3000, 0, None, Some("absolute")),
+        ]);
+        let at = |a| t.lookup(a);
+        assert_eq!(at(0x1000), Some(("_start", 0)));
+        assert_eq!(at(0x100f), Some(("_start", 0xf)));
+        assert_eq!(at(0x1010), Some(("_dl_start_user", 0)));
+        assert_eq!(at(0x103f), Some(("_dl_start_user", 0x2f)));
+        // A sized symbol names its bytes, and the gap after it is no one's:
+        // the label before it does not reach past it.
+        assert_eq!(at(0x105f), Some(("sized", 0x1f)));
+        assert_eq!(at(0x1060), None);
+        assert_eq!(at(0x107f), None);
+        assert_eq!(at(0x1080), Some(("after_gap", 0)));
+        assert_eq!(at(0x109f), Some(("after_gap", 0x1f)));
+        assert_eq!(at(0x10a0), None);
+        // A label inside a sized symbol: the sized symbol wins, at the label
+        // and past it, and nothing is named past its end.
+        assert_eq!(at(0x10d0), Some(("outer", 0x10)));
+        assert_eq!(at(0x10ff), Some(("outer", 0x3f)));
+        assert_eq!(at(0x1100), None);
+        // Up to the end of its section, not past it.
+        assert_eq!(at(0x11ff), Some(("last", 0x7f)));
+        assert_eq!(at(0x1200), None);
+        assert_eq!(at(0x3000), Some(("absolute", 0)));
+        assert_eq!(at(0x3001), None);
+        assert_eq!(at(0xfff), None);
+    }
+
+    #[test]
+    fn a_sized_symbol_wins_over_a_label_at_its_start() {
+        const TEXT: Section = Some((0, 0x100));
+        let t = table(&[(0x10, 0, TEXT, Some("label")), (0x10, 8, TEXT, Some("function"))]);
+        assert_eq!(t.lookup(0x10), Some(("function", 0)));
+        assert_eq!(t.lookup(0x17), Some(("function", 7)));
+        assert_eq!(t.lookup(0x18), None);
+    }
+
+    #[test]
+    fn its_own_init_reaches_the_end_of_init() {
+        // The executable's `_init` (crti.o) has no size: it names all of `.init`.
+        let exe = std::fs::read("/proc/self/exe").unwrap();
+        let file = object::File::parse(&*exe).unwrap();
+        let init = object::ObjectSection::address(&file.section_by_name(".init").unwrap());
+        let size = object::ObjectSection::size(&file.section_by_name(".init").unwrap());
+        let table = SymbolTable::from_elf(&exe).unwrap();
+        assert_eq!(table.lookup(init), Some(("_init", 0)));
+        assert_eq!(table.lookup(init + size - 1), Some(("_init", size - 1)));
+        assert_eq!(table.lookup(init + size), None);
     }
 
     #[test]

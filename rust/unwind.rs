@@ -208,6 +208,28 @@ const NO_FDE_ROW: CompactRow = CompactRow::new(CfaRule::RegOffset { reg: 0, offs
 /// How many stack words a scan looks at by default.
 pub const DEFAULT_SCAN_WORDS: usize = 1024;
 
+/// The frames a walk may find when neither a limit is given nor the memory
+/// says which captured region holds the stack pointer (a closure, or an sp
+/// outside every region): what the usual 8 MiB stack limit holds of 8-byte
+/// words, plus one.
+pub const UNKNOWN_STACK_FRAMES: usize = (8 << 20) / 8 + 1;
+
+/// The most frames a walk from stack pointer `sp` over `mem` can find, when
+/// no limit is given: what the captured stack can hold, each frame past the
+/// first taking at least one word of it (a return address on x86, a frame
+/// record on aarch64). That is the words from `sp` to the end of the captured
+/// region holding it, plus one (plus one more where a leaf's caller is in a
+/// link register: an aarch64 frame 0 at the very end of the capture still has
+/// one); [`UNKNOWN_STACK_FRAMES`] where no region holds it. It bounds every
+/// walk whatever the memory holds: a CFA that loops at one sp (past signal
+/// frames, where the sp may stay) still ends.
+pub fn stack_frame_bound<M: Memory + ?Sized>(arch: Arch, sp: u64, mem: &mut M) -> usize {
+    let Some((_, end)) = mem.region_of(sp) else { return UNKNOWN_STACK_FRAMES };
+    let words = usize::try_from(end.saturating_sub(sp) / arch.word_size()).unwrap_or(usize::MAX);
+    let leaf = usize::from(arch.link_register().is_some());
+    words.saturating_add(1 + leaf)
+}
+
 /// What the fallback strategies keep across the frames of one walk.
 struct WalkState<'a> {
     /// The captured region holding frame 0's sp (None inside: unknown),
@@ -321,13 +343,15 @@ impl Unwinder {
 
     /// Unwind from `pc` and `regs` (which must hold the stack pointer),
     /// reading memory through `mem`. The frames go into `frames` (cleared
-    /// first, so one vector can be reused without allocating).
+    /// first, so one vector can be reused without allocating): at most
+    /// `max_frames`, or, when None, as many as the captured stack can hold
+    /// ([`stack_frame_bound`]).
     pub fn unwind<M: Memory + ?Sized>(
         &mut self,
         pc: u64,
         regs: &Registers,
         mem: &mut M,
-        max_frames: usize,
+        max_frames: Option<usize>,
         frames: &mut Vec<Frame>,
     ) -> End {
         frames.clear();
@@ -344,6 +368,7 @@ impl Unwinder {
             end.detail = EndDetail::Register(arch.sp());
             return end;
         };
+        let max_frames = max_frames.unwrap_or_else(|| stack_frame_bound(arch, sp, mem));
         if max_frames == 0 {
             return end;
         }

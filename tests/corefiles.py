@@ -43,9 +43,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from elftools.elf.constants import SH_FLAGS
 from elftools.elf.elffile import ELFFile
+from elftools.elf.sections import SymbolTableSection
 from elftools.elf.segments import NoteSegment
-from realstacks import PROGRAM_ENV, PROGRAMS, SYSTEM_PYTHON, Builder
+from realstacks import PROGRAM_ENV, PROGRAMS, SYSTEM_PYTHON, Builder, gdb_driver
 
 AARCH64_SYSROOT = "/usr/aarch64-linux-gnu"
 I386_GCC = "i686-linux-gnu-gcc"
@@ -97,6 +99,8 @@ SPECS = {
         Spec("python", "crash_py.py"),
         Spec("vdso", "crash_vdso.c", ("-O2", "-pthread")),
         Spec("lib", "crash_lib.c", ("-O2",)),
+        Spec("sizeless-start", "crash_sizeless_start.c", ("-O2", "-nostartfiles")),
+        Spec("recursion", "crash_deep.c", (*O2, "-DDEPTH=600")),
         Spec("deep-moved", "crash_deep.c", O2),
         Spec("i386-deep", "crash_deep.c", (*O2, "-static"), I386_GCC, "i386"),
         Spec("i386-threads", "crash_threads.c", ("-O2", "-pthread", "-static"), I386_GCC,
@@ -573,6 +577,62 @@ def addr2line_function(path: str, address: int) -> str:
     return proc.stdout.splitlines()[0]
 
 
+@dataclass(frozen=True)
+class ElfSymbol:
+    """A defined symbol of an ELF file's ``.symtab`` (else ``.dynsym``), read by pyelftools,
+    with the address range of its section (None: absolute or common) and whether that holds
+    code."""
+
+    name: str
+    value: int
+    size: int
+    type: str  # STT_FUNC, STT_NOTYPE, ...
+    section: tuple[int, int] | None
+    code_section: bool
+
+
+@functools.cache
+def elf_symbols(path: str) -> list[ElfSymbol]:
+    with open(path, "rb") as f:
+        elf = ELFFile(f)
+        table = elf.get_section_by_name(".symtab") or elf.get_section_by_name(".dynsym")
+        assert isinstance(table, SymbolTableSection), f"{path} has no symbol table"
+        ranges = [
+            (
+                (s["sh_addr"], s["sh_addr"] + s["sh_size"]),
+                bool(s["sh_flags"] & SH_FLAGS.SHF_EXECINSTR),
+            )
+            for s in elf.iter_sections()
+        ]
+        symbols = []
+        for sym in table.iter_symbols():
+            shndx = sym["st_shndx"]
+            if shndx == "SHN_UNDEF" or not sym.name:
+                continue
+            section, code = ranges[shndx] if isinstance(shndx, int) else (None, False)
+            symbols.append(ElfSymbol(sym.name, sym["st_value"], sym["st_size"],
+                                     sym["st_info"]["type"], section, code))  # fmt: skip
+    return symbols
+
+
+def eu_addr2line_symbols(path: str, addresses: Sequence[int]) -> list[tuple[str, int] | None]:
+    """(symbol, offset) of each address from ``eu-addr2line -S`` (elfutils' dwfl_module_addrsym
+    on the file's symbol table), None where it names none."""
+    proc = run(["eu-addr2line", "-S", "-e", path, *(f"{a:#x}" for a in addresses)])
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 2 * len(addresses), proc.stdout  # a symbol line, then file:line
+    found: list[tuple[str, int] | None] = []
+    for line in lines[::2]:
+        match = re.fullmatch(r"(.+?)(?:\+(0x[0-9a-f]+))?", line)
+        assert match, line
+        name, offset = match.groups()
+        # "??" or, in a file with no relocation info, "(section)+0x...": no symbol.
+        unnamed = name == "??" or name.startswith("(")
+        found.append(None if unnamed else (name, int(offset or "0", 16)))
+    return found
+
+
 def demangle(names: Iterable[str]) -> list[str]:
     proc = run(["c++filt"], input="\n".join(names) + "\n")
     return proc.stdout.splitlines()
@@ -580,42 +640,23 @@ def demangle(names: Iterable[str]) -> list[str]:
 
 # --- gdb ------------------------------------------------------------------------------------
 
-# Run inside gdb: every thread's frames (without gdb's inline and tail-call frames, which have
-# no return address of their own), and the shared libraries, written to RESULT as JSON.
+# Run inside gdb, with capture_gdb (see realstacks.gdb_driver): every thread's frames as
+# `stackwalk capture` records them (without gdb's inline and tail-call frames, which have no
+# return address of their own), each with its shared library, and the shared libraries, written
+# to RESULT as JSON.
 _GDB_DUMP = r"""
 import json
 import re
 import gdb
-
-KINDS = {gdb.NORMAL_FRAME: "NORMAL_FRAME", gdb.SIGTRAMP_FRAME: "SIGTRAMP_FRAME",
-         gdb.ARCH_FRAME: "ARCH_FRAME", gdb.DUMMY_FRAME: "DUMMY_FRAME"}
 
 
 def dump():
     threads = []
     for thread in sorted(gdb.selected_inferior().threads(), key=lambda t: t.num):
         thread.switch()
-        frames = []
-        frame = gdb.newest_frame()
-        u64 = frame.architecture().integer_type(64, False)
-        reason = None
-        while frame is not None:
-            if frame.type() not in (gdb.INLINE_FRAME, gdb.TAILCALL_FRAME):
-                frames.append({
-                    "pc": frame.pc(),
-                    "sp": int(frame.read_register("sp").cast(u64)),
-                    "function": frame.name(),
-                    "solib": gdb.solib_name(frame.pc()),
-                    "kind": KINDS.get(frame.type(), str(frame.type())),
-                })
-            try:
-                older = frame.older()
-            except gdb.error as exc:
-                reason = str(exc)
-                break
-            if older is None:
-                reason = gdb.frame_stop_reason_string(frame.unwind_stop_reason())
-            frame = older
+        frames, reason = capture_gdb.backtrace(64)
+        for frame in frames:
+            frame["solib"] = gdb.solib_name(frame["pc"])
         threads.append({"tid": thread.ptid[1] or gdb.selected_inferior().pid,
                         "frames": frames, "reason": reason})
     solibs = []
@@ -634,7 +675,7 @@ def _gdb_script(directory: Path) -> tuple[Path, Path]:
     result = directory / "gdb-view.json"
     result.unlink(missing_ok=True)
     script = directory / "gdb_dump.py"
-    script.write_text(f"RESULT = {str(result)!r}\n{_GDB_DUMP}")
+    script.write_text(gdb_driver(f"RESULT = {str(result)!r}\n{_GDB_DUMP}"))
     return script, result
 
 

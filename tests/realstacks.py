@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from elftools.elf.elffile import ELFFile
-from stackwalk.capture import Capture, capture
+from stackwalk.capture import GDB_SCRIPT, Capture, capture
 
 PROGRAMS = Path(__file__).parent / "programs"
 
@@ -27,6 +27,20 @@ SYSTEM_PYTHON = "/usr/bin/python3"
 
 # A small fixed environment for every program run, so that runs do not depend on the caller's.
 PROGRAM_ENV = {"PATH": "/usr/bin:/bin", "LC_ALL": "C"}
+
+
+def gdb_driver(body: str) -> str:
+    """A test's gdb script (Python run inside gdb) that uses the steps of ``stackwalk capture``'s
+    own gdb script (stackwalk/_capture_gdb.py: run_to_breakpoint, read_registers, backtrace,
+    ...) as the module ``capture_gdb``."""
+    load = (
+        "import importlib.util\n"
+        f"_spec = importlib.util.spec_from_file_location('capture_gdb', {str(GDB_SCRIPT)!r})\n"
+        "capture_gdb = importlib.util.module_from_spec(_spec)\n"
+        "_spec.loader.exec_module(capture_gdb)\n"
+    )
+    return load + body
+
 
 # The implementations under test: the Rust core and its pure-Python twin.
 IMPLEMENTATIONS = {

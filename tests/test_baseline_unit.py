@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import SymbolTableSection
+from realstacks import gdb_driver
 from stackwalk._baseline_cfi import MASK64, Memory, UnwindStop, evaluate_expression
 from stackwalk.baseline import Unwinder
 from stackwalk.errors import ArchError, ElfError, StackwalkError
@@ -861,21 +862,18 @@ def test_memory_regions_must_hold_the_whole_read() -> None:
 # --------------------------------------------------------------------------------------------
 # Live processes: our unwind of captured registers and stack equals gdb's backtrace
 
+# Run inside gdb, with capture_gdb (see realstacks.gdb_driver): stop at SW_BREAK as
+# `stackwalk capture` does, then record registers, stack and gdb's backtrace at every one of
+# SW_STEPS instructions.
 GDB_CAPTURE = r"""
 import gdb, json, os
-gdb.execute("set pagination off")
-gdb.execute("set backtrace past-main on")
-gdb.execute("set confirm off")
-gdb.execute("handle SIGUSR1 nostop noprint pass")
 remote = os.environ.get("SW_REMOTE")
 if remote:
     gdb.execute("set sysroot " + os.environ["SW_SYSROOT"])
-    gdb.execute("target remote " + remote)
     regnames = [f"x{i}" for i in range(31)] + ["sp", "pc"]
 else:
     regnames = os.environ["SW_REGS"].split()
-gdb.execute("break " + os.environ["SW_BREAK"])
-gdb.execute("continue" if remote else "run")
+capture_gdb.run_to_breakpoint(os.environ["SW_BREAK"], pass_signals=["SIGUSR1"], remote=remote)
 inf = gdb.selected_inferior()
 out = {"captures": []}
 if not remote:
@@ -890,16 +888,12 @@ else:
     out["libs"] = gdb.execute("info sharedlibrary", to_string=True)
     out["anchor"] = int(gdb.parse_and_eval("(long)&" + os.environ["SW_ANCHOR"]))
 for _ in range(int(os.environ["SW_STEPS"])):
-    regs = {n: int(gdb.parse_and_eval("$" + n)) & (2**64 - 1) for n in regnames}
+    regs = capture_gdb.read_registers(gdb.newest_frame(), regnames, 64)
     sp = regs["rsp" if "rsp" in regs else "sp"]
     # From below sp: epilogues' CFI still names callee-saved slots that were just popped.
     lo = sp - 512
     hi = stack_top if not remote else sp + 0x2000
-    frames, f = [], gdb.newest_frame()
-    while f is not None:
-        if f.type() not in (gdb.INLINE_FRAME, gdb.TAILCALL_FRAME):
-            frames.append(f.pc())
-        f = f.older()
+    frames = [frame["pc"] for frame in capture_gdb.backtrace(64)[0]]
     out["captures"].append(
         {"regs": regs, "base": lo, "stack": bytes(inf.read_memory(lo, hi - lo)).hex(),
          "gdb": frames}
@@ -912,7 +906,7 @@ gdb.execute("kill")
 
 def gdb_capture(tmp_path: Path, exe: Path, brk: str, steps: int, **env: str) -> dict[str, Any]:
     script = tmp_path / "capture.py"
-    script.write_text(GDB_CAPTURE)
+    script.write_text(gdb_driver(GDB_CAPTURE))
     out = tmp_path / "capture.json"
     gdb = "gdb-multiarch" if "SW_REMOTE" in env else "gdb"
     environ = dict(

@@ -35,6 +35,8 @@ from corefiles import (
     addr2line_function,
     build_id_of,
     demangle,
+    elf_symbols,
+    eu_addr2line_symbols,
     extract_memory,
     file_offset,
     first_load_vaddr,
@@ -302,6 +304,25 @@ def test_signal_trampoline_is_named(case: str, trampoline: str, module: str, cor
     assert os.path.basename(frames[2]["module"]) == module
 
 
+def test_zero_size_start_is_named(cores: Cores) -> None:
+    """crash_sizeless_start.c's entry point is a bare assembly label, as musl's is: ``_start``
+    has size 0. It names the addresses up to the next symbol, so the main thread's outermost
+    frame is ``_start``, as gdb (past-main) names it, at the offset eu-addr2line gives its
+    return address less one (the address inside the call)."""
+    made = cores("sizeless-start")
+    exe = str(made.executable)
+    (start,) = [sym for sym in elf_symbols(exe) if sym.name == "_start"]
+    assert start.size == 0 and start.type == "STT_NOTYPE"
+    frames = cli_json(made)["threads"][0]["frames"]
+    outermost = frames[-1]
+    assert made.gdb.threads[0].frames[-1].function == "_start"
+    assert os.path.samefile(outermost["module"], exe)
+    lookup = h(outermost["module_offset"]) - 1
+    (named,) = eu_addr2line_symbols(exe, [lookup])
+    assert named is not None and named[0] == "_start" and named[1] > 0
+    assert (outermost["function"], h(outermost["function_offset"])) == ("_start", named[1] + 1)
+
+
 # Frame by frame, by hand: (function, module) of the crashing thread of the aarch64 programs
 # linked against the cross libc (whose .dynsym names neither strlen's implementation nor
 # __libc_start_call_main). EXE stands for the program.
@@ -470,6 +491,39 @@ def test_max_frames(case: str, cores: Cores) -> None:
         expected = reference[thread["tid"]]
         assert pcs_of(thread) == expected[:limit]
         assert thread["end"] == ("frame_limit" if len(expected) > limit else "end_of_stack")
+
+
+def test_deep_recursion_has_every_frame(cores: Cores) -> None:
+    """No frame limit by default but what the stack can hold: crash_deep.c recursing 600 deep
+    gives every frame, as many as eu-stack (-n 0) and gdb (backtrace limit unlimited) find,
+    from the command and from Core.to_dict(); --max-frames 10 gives the first ten, ending
+    frame_limit."""
+    made = cores("recursion")
+    tid = made.notes().tids[0]
+    reference = made.reference_pcs()[tid]
+    assert len(reference) == len(made.gdb.thread(tid).frames) > 600
+    doc = cli_json(made)
+    (thread,) = doc["threads"]
+    assert pcs_of(thread) == reference
+    assert thread["end"] == "end_of_stack"
+    core = Core.open(str(made.path), str(made.executable), **made.open_options)
+    assert len(core.to_dict()["threads"][0]["frames"]) == len(reference)
+    assert core.threads[0].unwind().pcs == reference
+
+    (thread,) = cli_json(made, "--max-frames", "10")["threads"]
+    assert pcs_of(thread) == reference[:10]
+    assert thread["end"] == "frame_limit"
+    assert core.threads[0].unwind(10).pcs == reference[:10]
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "many"])
+def test_max_frames_must_be_a_positive_number(value: str, cores: Cores) -> None:
+    """--max-frames below 1 (or not a number) is a usage error: exit status 2, one message
+    naming the option, no traceback."""
+    proc = cli(cores("deep"), "--max-frames", value)
+    no_traceback(proc)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert "--max-frames" in proc.stderr.strip().splitlines()[-1], proc.stderr
 
 
 def test_executable_found_from_the_core(cores: Cores) -> None:

@@ -1,8 +1,9 @@
 //! Arbitrary registers and stack memory unwound over one module: a whole
 //! ELF image from the input (seeded with a real program and a real stack
 //! captured from it, see `fuzz/seed.py`), or, when the bytes are not ELF,
-//! a raw `.eh_frame`. The walk must end with a reason, within `max_frames`,
-//! and a second walk (served from the rule cache) must find the same frames.
+//! a raw `.eh_frame`. The walk must end with a reason, within `max_frames`
+//! (0: none given, so within what the stack can hold), and a second walk
+//! (served from the rule cache) must find the same frames.
 //!
 //! Input layout: u8 flags (bit 0: aarch64, bit 2: i386, bit 3: frame-pointer
 //! fallback, bit 4: stack scanning), u16 max_frames, u32 image_len,
@@ -17,7 +18,7 @@ use _core::cfi::{Data, Module, ModuleSections, SectionInfo};
 use _core::fallback::Strategy;
 use _core::memory::Regions;
 use _core::registers::Registers;
-use _core::unwind::{EndReason, Unwinder};
+use _core::unwind::{stack_frame_bound, EndReason, Unwinder};
 
 struct Reader<'a>(&'a [u8]);
 
@@ -86,10 +87,13 @@ pub fn run(data: &[u8]) {
     memory.add(stack_at, low);
     memory.add(stack_at.wrapping_add(low.len() as u64 + 4096), high);
 
+    let limit = (max_frames > 0).then_some(max_frames);
+    let sp = regs.get(arch.sp()).unwrap_or(0);
+    let max_frames = limit.unwrap_or_else(|| stack_frame_bound(arch, sp, &mut memory.clone()));
     let mut frames = Vec::new();
-    let end = unwinder.unwind(pc, &regs, &mut memory.clone(), max_frames, &mut frames);
+    let end = unwinder.unwind(pc, &regs, &mut memory.clone(), limit, &mut frames);
     assert!(frames.len() <= max_frames.max(1), "{} frames, limit {max_frames}", frames.len());
-    if end.reason == EndReason::FrameLimit && max_frames > 0 {
+    if end.reason == EndReason::FrameLimit {
         assert_eq!(frames.len(), max_frames);
     }
     // Every caller is above its callee (or at the same sp, past a signal
@@ -100,7 +104,7 @@ pub fn run(data: &[u8]) {
     }
     let _ = unwinder.describe(&end);
     let mut again = Vec::new();
-    let end2 = unwinder.unwind(pc, &regs, &mut memory, max_frames, &mut again);
+    let end2 = unwinder.unwind(pc, &regs, &mut memory, limit, &mut again);
     assert_eq!(frames, again, "a walk served from the rule cache differs");
     assert_eq!(end, end2);
 }

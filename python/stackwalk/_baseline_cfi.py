@@ -117,6 +117,16 @@ class Memory:
             "memory", f"{size}-byte read at {addr:#x} is outside every captured memory region"
         )
 
+    def region_of(self, addr: int) -> tuple[int, int] | None:
+        """(start, end) of the captured region holding ``addr`` (where regions overlap, the
+        one starting highest), or None."""
+        for i in range(bisect_right(self._starts, addr) - 1, -1, -1):
+            if addr < self._starts[i] + self._sizes[i]:
+                return self._starts[i], self._starts[i] + self._sizes[i]
+            if not self._overlap:
+                break
+        return None
+
     def read_u64(self, addr: int) -> int:
         offset = addr - self._hot_start
         if 0 <= offset <= self._hot_last:

@@ -121,7 +121,7 @@ def perf_report(
     *,
     output: str | PathLike[str] | None = None,
     jobs: int = 0,
-    max_frames: int = 512,
+    max_frames: int | None = None,
     debug_root: str | PathLike[str] = ...,
     progress: float | None = None,
 ) -> dict[str, Any]: ...
@@ -162,13 +162,13 @@ class Unwinder:
         self,
         regs: Mapping[str, int],
         memory: Iterable[tuple[int, Buffer]] | MappedMemory,
-        max_frames: int = 256,
+        max_frames: int | None = None,
     ) -> Trace: ...
     def _bench_unwind(
         self,
         regs: Mapping[str, int],
         memory: Iterable[tuple[int, Buffer]],
         iterations: int,
-        max_frames: int = 256,
+        max_frames: int | None = None,
     ) -> tuple[int, int]: ...
     def rule_at(self, pc: int) -> dict[str, Any] | None: ...

@@ -112,6 +112,21 @@ def _aarch64() -> _Arch:
 
 _ARCHES = {"x86_64": _x86_64(), "aarch64": _aarch64()}
 
+# The frames a walk may find when no limit is given and no captured region holds the stack
+# pointer: what the usual 8 MiB stack limit holds of 8-byte words, plus one (the Rust core's
+# UNKNOWN_STACK_FRAMES).
+_UNKNOWN_STACK_FRAMES = (8 << 20) // 8 + 1
+
+
+def _stack_frame_bound(mem: Memory, sp: int, link_register: bool) -> int:
+    """The most frames a walk from ``sp`` can find: what the captured stack can hold, each frame
+    past the first taking at least one word (its return address, or its frame record), plus one
+    more where a leaf's caller is in lr; as the Rust core's stack_frame_bound."""
+    region = mem.region_of(sp)
+    if region is None:
+        return _UNKNOWN_STACK_FRAMES
+    return (region[1] - sp) // 8 + 1 + link_register
+
 
 class _Module:
     __slots__ = ("bias", "end", "name", "sections", "start")
@@ -282,14 +297,17 @@ class Unwinder:
         self,
         regs: Mapping[str, int],
         memory: Iterable[tuple[int, Any]],
-        max_frames: int = 256,
+        max_frames: int | None = None,
     ) -> Trace:
-        """Unwind from the registers through the captured memory; see the contract's rules."""
-        if max_frames < 1:
+        """Unwind from the registers through the captured memory; see the contract's rules.
+        At most ``max_frames`` frames; None: as many as the captured stack can hold."""
+        if max_frames is not None and max_frames < 1:
             raise StackwalkError(f"max_frames must be at least 1, not {max_frames}")
         arch = self._arch
         cur, pc, sp = self._initial_registers(regs)
         mem = Memory(memory)
+        if max_frames is None:
+            max_frames = _stack_frame_bound(mem, sp, arch.name == "aarch64")
         read_u64 = mem.read_u64
         nregs = arch.nregs
         sp_col = arch.sp_col

@@ -6,8 +6,9 @@ unwinder needs: the registers of the stopped thread, the stack from the stack po
 the loaded modules with their load biases, the vdso image, gdb's own backtrace at that stop, and
 optionally a core file written by ``gcore``.
 
-gdb is driven in batch mode by a script run in gdb's embedded Python (only its standard library
-is used there); the script writes one JSON file that this module turns into a ``Capture``.
+gdb is driven in batch mode by a script run in gdb's embedded Python (``_capture_gdb.py``, next
+to this module: only gdb's module and the standard library are used there); the script writes
+one JSON file that this module turns into a ``Capture``.
 """
 
 from __future__ import annotations
@@ -67,6 +68,8 @@ _HOST_ARCHITECTURES = {
 # Signals a test program may use for itself: gdb must hand them to the program without stopping.
 _PASS_SIGNALS = ("SIGALRM", "SIGVTALRM", "SIGPROF", "SIGUSR1", "SIGUSR2", "SIGCHLD", "SIGPIPE")
 _QEMU_PORT_ATTEMPTS = 3
+# The script gdb runs (in gdb's embedded Python), which the tests' gdb drivers use too.
+GDB_SCRIPT = Path(__file__).with_name("_capture_gdb.py")
 
 
 class CaptureError(StackwalkError):
@@ -316,8 +319,6 @@ def _run_gdb(
     config = {**config, "result": str(result_path)}
     config_path = tmp / "config.json"
     config_path.write_text(json.dumps(config))
-    script_path = tmp / "capture_gdb.py"
-    script_path.write_text(f"CONFIG_PATH = {str(config_path)!r}\n{_GDB_SCRIPT}")
     early = [
         "set debuginfod enabled off",
         "set auto-load python-scripts off",
@@ -328,7 +329,9 @@ def _run_gdb(
     cmd = [gdb_exe, "-batch", "-nx"]
     for command in early:
         cmd += ["-iex", command]
-    cmd += ["-x", str(script_path), "--args", *args]
+    argv = [GDB_SCRIPT.name, str(config_path)]
+    cmd += ["-ex", f"python import sys; sys.argv = {argv!r}", "-x", str(GDB_SCRIPT)]
+    cmd += ["--args", *args]
     # gdb starts the program through $SHELL (the shell undoes gdb's quoting of the arguments;
     # gdb 13 without a shell splits arguments that contain spaces): make that a POSIX shell.
     environment = {key: value for key, value in os.environ.items() if key != "DEBUGINFOD_URLS"}
@@ -510,228 +513,3 @@ def _to_capture(result: dict[str, Any], program: str, breakpoint: str) -> Captur
         tid=result["tid"],
         core=result["core"],
     )
-
-
-# The script gdb runs. It sees CONFIG_PATH (prepended when written) and uses only gdb's
-# module and the standard library of gdb's embedded Python.
-_GDB_SCRIPT = r'''
-import base64
-import json
-import re
-import struct
-import traceback
-
-import gdb
-
-with open(CONFIG_PATH) as _f:
-    CONFIG = json.load(_f)
-
-_SECTION_LINE = re.compile(r"^\s*0x([0-9a-f]+) - 0x([0-9a-f]+) is (\S+)(?: in (.+?))?\s*$")
-_VDSO = re.compile(r"^system-supplied DSO at (0x[0-9a-f]+)$")
-_FRAME_KINDS = {
-    getattr(gdb, name): name
-    for name in ("NORMAL_FRAME", "DUMMY_FRAME", "INLINE_FRAME", "TAILCALL_FRAME",
-                 "SIGTRAMP_FRAME", "ARCH_FRAME", "SENTINEL_FRAME")
-}
-
-
-class Failure(Exception):
-    def __init__(self, kind, message):
-        super().__init__(message)
-        self.kind = kind
-
-
-def write_result(obj):
-    with open(CONFIG["result"], "w") as f:
-        json.dump(obj, f)
-
-
-def run_to_breakpoint():
-    stops = []
-    exits = []
-    gdb.events.stop.connect(stops.append)
-    gdb.events.exited.connect(exits.append)
-    for command in ("set pagination off", "set confirm off", "set width 0", "set height 0",
-                    "set breakpoint pending on",
-                    "set backtrace past-main on", "set backtrace past-entry on",
-                    "set backtrace limit unlimited", "set tcp auto-retry on",
-                    "set tcp connect-timeout 20"):
-        gdb.execute(command, to_string=True)
-    for sig in CONFIG["pass_signals"]:
-        gdb.execute("handle %s nostop noprint pass" % sig, to_string=True)
-    if CONFIG["env"] is not None:
-        gdb.execute("unset environment", to_string=True)
-        for name, value in CONFIG["env"].items():
-            gdb.execute("set environment %s=%s" % (name, value), to_string=True)
-    if CONFIG["remote"] is not None:
-        gdb.execute("target remote " + CONFIG["remote"], to_string=True)
-    bp = gdb.Breakpoint(CONFIG["breakpoint"])
-    gdb.execute("run" if CONFIG["remote"] is None else "continue", to_string=True)
-    if exits or gdb.selected_inferior().pid == 0:
-        code = getattr(exits[-1], "exit_code", None) if exits else None
-        why = ("gdb found no such location" if bp.pending
-               else "the location exists but was never reached")
-        raise Failure("not_hit", "the program exited (code %s) without hitting the breakpoint: "
-                      "%s" % (code, why))
-    event = stops[-1] if stops else None
-    if not (isinstance(event, gdb.BreakpointEvent) and bp in event.breakpoints):
-        if isinstance(event, gdb.SignalEvent):
-            why = "signal %s" % event.stop_signal
-        else:
-            why = type(event).__name__
-        raise Failure("not_hit", "the program stopped on %s, not at the breakpoint" % why)
-
-
-def word(value):
-    """A register's value as an unsigned word: gdb types i386's eax..edi as signed int32, which
-    a cast to a 64-bit type would sign-extend."""
-    return int(value) & ((1 << CONFIG["word_bits"]) - 1)
-
-
-def read_registers(frame):
-    u64 = frame.architecture().integer_type(64, False)
-    regs = {}
-    for name in CONFIG["registers"]:
-        try:
-            regs[name] = word(frame.read_register(name).cast(u64))
-        except (gdb.error, ValueError) as exc:
-            raise Failure("gdb", "cannot read register %s: %s" % (name, exc))
-    return regs
-
-
-def read_stack(sp):
-    inferior = gdb.selected_inferior()
-    page = CONFIG["page_size"]
-    end = sp + CONFIG["max_stack"]
-    address = sp
-    chunks = []
-    while address < end:
-        size = min((address // page + 1) * page, end) - address
-        try:
-            chunks.append(bytes(inferior.read_memory(address, size)))
-        except gdb.MemoryError:
-            break
-        address += size
-    if not chunks:
-        raise Failure("gdb", "cannot read the stack at sp=%#x" % sp)
-    return [[sp, base64.b64encode(b"".join(chunks)).decode("ascii")]]
-
-
-def loaded_modules():
-    """[path, runtime address of .text] for the executable and each shared library, and the
-    vdso's address, from `info files` (gdb lists every section at its run-time address)."""
-    executable = gdb.current_progspace().filename
-    modules = []
-    seen = set()
-    vdso = None
-    for line in gdb.execute("info files", to_string=True).splitlines():
-        match = _SECTION_LINE.match(line)
-        if match is None:
-            continue
-        start, _end, section, owner = match.groups()
-        owner_vdso = _VDSO.match(owner) if owner else None
-        if owner_vdso:
-            vdso = int(owner_vdso.group(1), 16)
-        elif section == ".text" and (owner or executable) not in seen:
-            # A remote target lists each file's sections twice (target and exec file).
-            seen.add(owner or executable)
-            modules.append([owner or executable, int(start, 16)])
-    if vdso is None:
-        vdso = auxv_vdso()
-    return modules, vdso
-
-
-def auxv_vdso():
-    try:
-        auxv = gdb.execute("info auxv", to_string=True)
-    except gdb.error:
-        return None
-    for line in auxv.splitlines():
-        if "AT_SYSINFO_EHDR" in line:
-            return int(line.split()[-1], 16)
-    return None
-
-
-# Per ELF class (EI_CLASS 2: 64-bit, 1: 32-bit): where e_phoff and e_shoff are and their
-# format, where e_phentsize..e_shnum are, and a program header's p_offset and p_filesz.
-_ELF_LAYOUT = {2: (0x20, "<QQ", 0x36, "<IIQQQQ", 2, 5), 1: (0x1c, "<II", 0x2a, "<IIIIII", 1, 4)}
-
-
-def read_vdso(address):
-    """The whole vdso ELF image (ELF64, or ELF32 for a 32-bit process): up to the end of its
-    section headers or of its last segment's file contents, whichever is further."""
-    inferior = gdb.selected_inferior()
-    header = bytes(inferior.read_memory(address, 64))
-    if header[:4] != b"\x7fELF" or header[4] not in _ELF_LAYOUT or header[5] != 1:
-        raise Failure("gdb", "no little-endian ELF header at the vdso address %#x" % address)
-    offsets_at, offsets, sizes_at, phdr, offset_field, filesz_field = _ELF_LAYOUT[header[4]]
-    phoff, shoff = struct.unpack_from(offsets, header, offsets_at)
-    phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHH", header, sizes_at)
-    size = shoff + shnum * shentsize
-    phdrs = bytes(inferior.read_memory(address + phoff, phnum * phentsize))
-    for i in range(phnum):
-        fields = struct.unpack_from(phdr, phdrs, i * phentsize)
-        size = max(size, fields[offset_field] + fields[filesz_field])
-    return [address, base64.b64encode(bytes(inferior.read_memory(address, size))).decode("ascii")]
-
-
-def backtrace():
-    """gdb's frames, leaving out inline and tail-call frames (gdb's own inventions from debug
-    information: they share a real frame's stack and have no return address of their own)."""
-    frames = []
-    frame = gdb.newest_frame()
-    u64 = frame.architecture().integer_type(64, False)
-    reason = None
-    while frame is not None:
-        kind = frame.type()
-        if kind not in (gdb.INLINE_FRAME, gdb.TAILCALL_FRAME):
-            sp = frame.read_register("sp").cast(u64)
-            frames.append({"pc": frame.pc(), "sp": word(sp), "function": frame.name(),
-                           "kind": _FRAME_KINDS.get(kind, str(kind))})
-        try:
-            older = frame.older()
-        except gdb.error as exc:
-            reason = str(exc)
-            break
-        if older is None:
-            reason = gdb.frame_stop_reason_string(frame.unwind_stop_reason())
-        frame = older
-    return frames, reason
-
-
-def main():
-    try:
-        run_to_breakpoint()
-        frame = gdb.newest_frame()
-        regs = read_registers(frame)
-        modules, vdso = loaded_modules()
-        frames, reason = backtrace()
-        result = {
-            "arch": frame.architecture().name(),
-            "regs": regs,
-            "memory": read_stack(regs[CONFIG["stack_pointer"]]),
-            "modules": modules,
-            "vdso": None if vdso is None else read_vdso(vdso),
-            "frames": frames,
-            "stop_reason": reason,
-            "tid": gdb.selected_thread().ptid[1] or gdb.selected_inferior().pid,
-            "core": None,
-        }
-        if CONFIG["core"] is not None:
-            gdb.execute("gcore " + CONFIG["core"], to_string=True)
-            result["core"] = CONFIG["core"]
-        write_result(result)
-    except Failure as exc:
-        write_result({"error": {"kind": exc.kind, "message": str(exc)}})
-    except Exception as exc:
-        write_result({"error": {"kind": "gdb", "message": "%s: %s\n%s" % (
-            type(exc).__name__, exc, traceback.format_exc())}})
-    finally:
-        try:
-            gdb.execute("kill", to_string=True)
-        except gdb.error:
-            pass
-
-
-main()
-'''

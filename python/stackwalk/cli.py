@@ -19,7 +19,7 @@ def _error(message: str) -> None:
     print(f"{prefix} {message}", file=sys.stderr)
 
 
-def _unwind_capture(cap, use_baseline: bool, max_frames: int):  # type: ignore[no-untyped-def]
+def _unwind_capture(cap, use_baseline: bool, max_frames: int | None):  # type: ignore[no-untyped-def]
     if use_baseline:
         from stackwalk.baseline import Unwinder
     else:
@@ -286,10 +286,30 @@ def _one_perf(args: argparse.Namespace, path: str) -> int:
     return EXIT_OK
 
 
+def _frame_count(text: str) -> int:
+    try:
+        count = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of frames: {text!r}") from None
+    if count < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {count}")
+    return count
+
+
+def _add_max_frames(parser: argparse.ArgumentParser, stack: str = "the captured stack") -> None:
+    parser.add_argument(
+        "--max-frames",
+        type=_frame_count,
+        metavar="N",
+        help=f"stop each stack after N frames (default: no limit but what {stack} can hold, "
+        "a frame taking at least one word)",
+    )
+
+
 def _add_demo(sub: Any) -> None:
     d = sub.add_parser("demo", help="build a sample program, stop it under gdb, unwind its stack")
     d.add_argument("--json", action="store_true", help="print the trace as JSON")
-    d.add_argument("--max-frames", type=int, default=256)
+    _add_max_frames(d)
     d.set_defaults(func=cmd_demo)
 
 
@@ -328,7 +348,7 @@ def _add_core(sub: Any) -> None:
         "default /usr/lib/debug",
     )
     k.add_argument("--thread", type=int, metavar="TID", help="only this thread")
-    k.add_argument("--max-frames", type=int, default=256)
+    _add_max_frames(k)
     k.add_argument(
         "--strategies",
         default="cfi,frame_pointer,scan",
@@ -363,7 +383,7 @@ def _add_perf(sub: Any) -> None:
     out.add_argument("--collapsed", action="store_true", help="folded stacks with counts")
     out.add_argument("--flamegraph", metavar="OUT.svg", help="write an interactive SVG flame graph")
     pf.add_argument("--jobs", type=int, default=0, help="worker threads (default: one per core)")
-    pf.add_argument("--max-frames", type=int, default=512)
+    _add_max_frames(pf, "each sample's stack copy")
     pf.set_defaults(func=cmd_perf)
 
 
@@ -372,7 +392,7 @@ def _add_unwind(sub: Any) -> None:
     u.add_argument("capture", help="a file written by 'stackwalk capture'")
     u.add_argument("--json", action="store_true", help="print the trace as JSON")
     u.add_argument("--baseline", action="store_true", help="use the pure-Python unwinder")
-    u.add_argument("--max-frames", type=int, default=256)
+    _add_max_frames(u)
     u.set_defaults(func=cmd_unwind)
 
 

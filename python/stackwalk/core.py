@@ -110,6 +110,7 @@ _DEFAULT_PAGE = 4096
 _HEADER_IMAGE_LIMIT = 1 << 16  # bytes of a module's first mapping read for its headers
 _MAX_NOTES = 1 << 26  # a PT_NOTE larger than this is damaged
 _ELF_MAGIC = b"\x7fELF"
+_ADDRESS_END = (1 << 64) - 1  # the highest end a module's range can have
 DEBUG_ROOT = "/usr/lib/debug"  # where gdb and eu-stack look for separate debug files
 
 
@@ -155,7 +156,9 @@ class Thread:
     _unwinder: Unwinder = field(repr=False, compare=False)
     _memory: MappedMemory = field(repr=False, compare=False)
 
-    def unwind(self, max_frames: int = 256) -> Trace:
+    def unwind(self, max_frames: int | None = None) -> Trace:
+        """This thread's frames: at most ``max_frames``, or, when None, as many as its
+        captured stack can hold (a frame takes at least one word)."""
         return self._unwinder.unwind(self.regs, self._memory, max_frames=max_frames)
 
 
@@ -751,7 +754,10 @@ class Core:
             for start, end in segments
             if start < b and a < end
         ]
-        if code:
+        # A damaged core can place a module past the end of the address space.
+        spans = tuple((a, b) for a, b in spans if 0 <= a < b <= _ADDRESS_END)
+        code = [(a, b) for a, b in code if 0 <= a < b <= _ADDRESS_END]
+        if code and spans:
             try:
                 self.unwinder.add_missing_module(path, spans, code)
             except StackwalkError:
@@ -759,7 +765,9 @@ class Core:
 
     # -- output ----------------------------------------------------------------------------
 
-    def to_dict(self, max_frames: int = 256, *, end_details: bool = False) -> dict[str, Any]:
+    def to_dict(
+        self, max_frames: int | None = None, *, end_details: bool = False
+    ) -> dict[str, Any]:
         """The JSON document of ``stackwalk core --json``: every thread unwound and
         symbolized. ``end_details`` adds each thread's ``end_detail`` (where and why its
         walk stopped), which the text report prints."""

@@ -156,7 +156,7 @@ fn warm_unwind_allocates_nothing() {
     let mut frames: Vec<Frame> = Vec::with_capacity(256);
 
     let (cold, cold_allocs) =
-        allocations(|| unwinder.unwind(stop.pc, &stop.regs, &mut memory, 256, &mut frames));
+        allocations(|| unwinder.unwind(stop.pc, &stop.regs, &mut memory, None, &mut frames));
     let cold_frames = frames.clone();
     // stop_here, middle x6, the test function, then the harness: all in this executable.
     assert!(
@@ -178,7 +178,7 @@ fn warm_unwind_allocates_nothing() {
 
     let misses = unwinder.cache_stats().misses;
     let (warm, warm_allocs) =
-        allocations(|| unwinder.unwind(stop.pc, &stop.regs, &mut memory, 256, &mut frames));
+        allocations(|| unwinder.unwind(stop.pc, &stop.regs, &mut memory, None, &mut frames));
     assert_eq!(warm, cold);
     assert_eq!(frames, cold_frames);
     assert_eq!(
@@ -232,13 +232,13 @@ fn frame_pointer_walk_and_scan_allocate_nothing() {
     let mut frames: Vec<Frame> = Vec::with_capacity(256);
     let pc = bias + 0x1000;
     let (cold, cold_allocs) =
-        allocations(|| unwinder.unwind(pc, &regs, &mut memory, 256, &mut frames));
+        allocations(|| unwinder.unwind(pc, &regs, &mut memory, None, &mut frames));
     assert_eq!(cold.reason, EndReason::PcZero, "{}", unwinder.describe(&cold));
     let trusts: Vec<Trust> = frames.iter().map(|f| f.trust).collect();
     assert!(trusts.contains(&Trust::Scan), "{trusts:?}");
     assert!(trusts.iter().filter(|t| **t == Trust::FramePointer).count() >= 30, "{trusts:?}");
     let (warm, warm_allocs) =
-        allocations(|| unwinder.unwind(pc, &regs, &mut memory, 256, &mut frames));
+        allocations(|| unwinder.unwind(pc, &regs, &mut memory, None, &mut frames));
     assert_eq!(warm, cold);
     assert_eq!((cold_allocs, warm_allocs), (0, 0), "the fallback path allocated");
 }
@@ -305,13 +305,13 @@ fn warm_i386_unwind_allocates_nothing() {
     let mut frames: Vec<Frame> = Vec::with_capacity(256);
 
     let (cold, cold_allocs) =
-        allocations(|| unwinder.unwind(pc, &regs, &mut memory, 256, &mut frames));
+        allocations(|| unwinder.unwind(pc, &regs, &mut memory, None, &mut frames));
     assert_eq!(cold.reason, EndReason::EndOfStack, "{}", unwinder.describe(&cold));
     assert_eq!(frames.len(), DEPTH + 1);
     assert_eq!(frames[DEPTH].sp, SP + 12 * DEPTH as u64);
     let cold_frames = frames.clone();
     let (warm, warm_allocs) =
-        allocations(|| unwinder.unwind(pc, &regs, &mut memory, 256, &mut frames));
+        allocations(|| unwinder.unwind(pc, &regs, &mut memory, None, &mut frames));
     assert_eq!((warm, &frames), (cold, &cold_frames));
     assert_eq!(warm_allocs, 0, "the warm path allocated");
     assert_eq!(cold_allocs, 0, "the cold path allocated");

@@ -239,7 +239,7 @@ fn walk(
         r.set(reg, v);
     }
     let mut frames = Vec::new();
-    let end = uw.unwind(pc, &r, &mut stack.memory(), 64, &mut frames);
+    let end = uw.unwind(pc, &r, &mut stack.memory(), Some(64), &mut frames);
     let message = uw.describe(&end);
     Walk { frames, end, message }
 }
@@ -409,7 +409,7 @@ fn a_scan_over_garbage_alone_ends_with_scan_failed() {
     let mut r = Registers::new();
     r.set(RSP, SP);
     let mut frames = Vec::new();
-    let end = uw.unwind(rt(PC0), &r, &mut s.memory(), 16, &mut frames);
+    let end = uw.unwind(rt(PC0), &r, &mut s.memory(), Some(16), &mut frames);
     assert_eq!(end.detail, EndDetail::Scan { from: SP, to: SP + 32 });
 }
 
@@ -573,9 +573,9 @@ fn addresses_without_cfi_are_looked_up_once() {
     regs.set(RSP, SP);
     regs.set(RBP, FP0);
     let mut frames = Vec::new();
-    let first = uw.unwind(rt(PC0), &regs, &mut stack.memory(), 64, &mut frames);
+    let first = uw.unwind(rt(PC0), &regs, &mut stack.memory(), Some(64), &mut frames);
     let cold = uw.cache_stats();
-    let second = uw.unwind(rt(PC0), &regs, &mut stack.memory(), 64, &mut frames);
+    let second = uw.unwind(rt(PC0), &regs, &mut stack.memory(), Some(64), &mut frames);
     assert_eq!(first, second);
     assert_eq!(frames.len(), 4);
     assert_eq!(uw.cache_stats().misses, cold.misses, "no lookup parsed CFI again");
@@ -811,7 +811,7 @@ fn i386_walk(entry: Option<u64>) -> (Vec<u64>, End, String) {
     let mut memory = Regions::new();
     memory.add(SP32, &bytes);
     let mut frames = Vec::new();
-    let end = uw.unwind(PC0, &regs, &mut memory, 16, &mut frames);
+    let end = uw.unwind(PC0, &regs, &mut memory, Some(16), &mut frames);
     (frames.iter().map(|f| f.pc).collect(), end, uw.describe(&end))
 }
 

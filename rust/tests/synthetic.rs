@@ -26,7 +26,9 @@ use _core::cfi::{CfaRule, Data, Module, ModuleError, ModuleSections, SectionInfo
 use _core::expr::ExprError;
 use _core::memory::{Memory, Regions};
 use _core::registers::Registers;
-use _core::unwind::{End, EndDetail, EndReason, Frame, Trust, Unwinder};
+use _core::unwind::{
+    stack_frame_bound, End, EndDetail, EndReason, Frame, Trust, Unwinder, UNKNOWN_STACK_FRAMES,
+};
 
 // DWARF columns, x86_64.
 const RAX: u16 = 0;
@@ -374,7 +376,7 @@ fn walk<M: Memory + ?Sized>(
     max_frames: usize,
 ) -> Walk {
     let mut frames = Vec::new();
-    let end = uw.unwind(pc, &registers(values), mem, max_frames, &mut frames);
+    let end = uw.unwind(pc, &registers(values), mem, Some(max_frames), &mut frames);
     Walk { frames, end }
 }
 
@@ -1451,6 +1453,57 @@ fn the_frame_limit_stops_a_deep_stack() {
     let w = walk(&mut uw, rt(F + 0x10), &[(RSP, SP)], &mut stack.memory(), 1000);
     assert_eq!(w.end.reason, EndReason::PcZero, "the word after the 100th");
     assert_eq!(w.frames.len(), 101);
+}
+
+#[test]
+fn without_a_limit_every_frame_the_stack_holds_is_found() {
+    // A return address in every word from SP to the end of the capture: one
+    // frame per word and frame 0, exactly what the stack can hold.
+    let words = 0xf00 / 8;
+    let (mut uw, stack) = recursion(words);
+    assert_eq!(stack_frame_bound(Arch::X86_64, SP, &mut stack.memory()), words as usize + 1);
+    let mut frames = Vec::new();
+    let regs = registers(&[(RSP, SP)]);
+    let end = uw.unwind(rt(F + 0x10), &regs, &mut stack.memory(), None, &mut frames);
+    assert_eq!(frames.len(), words as usize + 1);
+    assert_eq!(end.reason, EndReason::Memory, "the read past the capture, not the limit");
+}
+
+#[test]
+fn without_a_limit_a_loop_at_one_sp_ends_at_the_stack_bound() {
+    // A signal trampoline (`S`) whose CFA is its own sp and whose return
+    // address is the word at sp, its own pc: each caller is an interrupted
+    // frame, which may share its callee's sp, so no other check stops it.
+    let mut cfi = CfiBuilder::new(Arch::X86_64);
+    let looping =
+        cfi.add_cie(RIP, true, vec![cfa(RSP, 0), Insn::Expression(Register(RIP), breg(RSP, 0))]);
+    cfi.fde_of(looping, TRAMP, 0x10, vec![]);
+    let mut uw = eh_unwinder(&cfi);
+    let mut stack = Stack::new();
+    stack.set(SP, rt(TRAMP + 2));
+    let regs = registers(&[(RSP, SP)]);
+    let mut frames = Vec::new();
+    let end = uw.unwind(rt(TRAMP + 2), &regs, &mut stack.memory(), None, &mut frames);
+    assert_eq!(end.reason, EndReason::FrameLimit);
+    assert_eq!(frames.len(), 0xf00 / 8 + 1);
+    assert!(frames.iter().all(|f| f.pc == rt(TRAMP + 2) && f.sp == SP));
+    let end = uw.unwind(rt(TRAMP + 2), &regs, &mut stack.memory(), Some(7), &mut frames);
+    assert_eq!((end.reason, frames.len()), (EndReason::FrameLimit, 7));
+}
+
+#[test]
+fn the_stack_bound_counts_words_from_sp() {
+    let stack = Stack::new(); // SP - 0x100 .. SP + 0xf00
+    let bound = |arch, sp| stack_frame_bound(arch, sp, &mut stack.memory());
+    assert_eq!(bound(Arch::X86_64, SP), 0xf00 / 8 + 1);
+    assert_eq!(bound(Arch::I386, SP), 0xf00 / 4 + 1);
+    // An aarch64 leaf's caller is in lr: one frame more than the words.
+    assert_eq!(bound(Arch::Aarch64, SP), 0xf00 / 8 + 2);
+    assert_eq!(bound(Arch::X86_64, SP + 0xef8), 2);
+    // Outside the capture, or a memory that knows no regions: a fixed bound.
+    assert_eq!(bound(Arch::X86_64, SP + 0xf00), UNKNOWN_STACK_FRAMES);
+    let mut closure = |_: u64| Some(0u64);
+    assert_eq!(stack_frame_bound(Arch::X86_64, SP, &mut closure), UNKNOWN_STACK_FRAMES);
 }
 
 #[test]

@@ -3,12 +3,16 @@
  * Built at -O2 -fomit-frame-pointer: frames whose CFA is rsp-based, callee-saved registers
  * pushed, a big frame, recursion. Every caller reads a volatile after its call, so no call is a
  * tail call. The store's target comes from a volatile pointer, so GCC cannot prove it NULL and
- * replace the store by a trap.
+ * replace the store by a trap. -DDEPTH=N sets how deep the recursion goes (default 4).
  */
 #include <stdio.h>
 #include <string.h>
 
 #define NOINLINE __attribute__((noinline, noclone))
+
+#ifndef DEPTH
+#define DEPTH 4
+#endif
 
 int *volatile target;
 volatile int sink;
@@ -44,7 +48,7 @@ NOINLINE int recurse(int depth, int n)
 NOINLINE int many_saved(int a, int b, int c, int d)
 {
     int x = a * 3, y = b * 5, z = c * 7, w = d * 11, v = a ^ d, u = b ^ c;
-    int r = recurse(4, a);
+    int r = recurse(DEPTH, a);
     volatile int keep = r;
     return keep + x + y + z + w + v + u;
 }

@@ -1,0 +1,137 @@
+"""Symbols of size 0 (assembly labels: glibc's ``__restore_rt``, ld.so's ``_start`` and
+``_dl_start_user``, the crt files' ``_init``, ``deregister_tm_clones``...) name the addresses up
+to the next symbol within their section, as elfutils' ``dwfl_module_addrsym`` (eu-addr2line,
+eu-stack) names them: ``SymbolTable.lookup`` is compared with ``eu-addr2line -S`` at every
+address from each such symbol of real binaries to the next symbol, and a little past it.
+
+Two places where eu-addr2line is not the reference. It names ARM mapping symbols (``$x``,
+which marks where A64 code starts, not a function): there gdb's ``info symbol``, which skips
+them as binutils does, is the reference. And it counts the address just past a section's
+end as inside the section (libdwfl's ``find_section`` does so on purpose, for line records),
+and so names it after the section's last symbol (``_fini+0x9`` just past ``.fini``). That byte
+is no part of the section, as readelf's section headers say and as gdb's ``info symbol``
+agrees, so there ours must name nothing of the section.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from corefiles import (
+    ElfSymbol,
+    elf_symbols,
+    eu_addr2line_symbols,
+    run,
+    same_function,
+    symbol_file,
+)
+from realstacks import Builder
+from stackwalk._core import SymbolTable
+
+# Every address of a label's range is compared up to this many; beyond, a sample.
+DENSE = 96
+LD_SO = "/lib64/ld-linux-x86-64.so.2"
+LIBC = "/lib/x86_64-linux-gnu/libc.so.6"
+
+
+def binary(name: str, build: Builder) -> str:
+    """The file whose symbols are compared: a test program, or a system library's separate
+    debug file (where its .symtab is)."""
+    if name == "crash_sizeless_start":
+        return str(build("crash_sizeless_start.c", "-O2", "-nostartfiles"))
+    if name == "crash_deep":
+        return str(build("crash_deep.c", "-O2"))
+    if name == "a64-crash_deep-static":
+        return str(build("crash_deep.c", "-O2", "-static", compiler="aarch64-linux-gnu-gcc"))
+    path = symbol_file({"ld.so": LD_SO, "libc": LIBC}[name])
+    assert path.endswith(".debug"), f"no debug file for {name}: install libc6-dbg"
+    return path
+
+
+def is_label(sym: ElfSymbol) -> bool:
+    """A code symbol of size 0: a function or a bare label in code, not a mapping symbol."""
+    return (
+        sym.size == 0
+        and sym.type in ("STT_FUNC", "STT_NOTYPE")
+        and sym.code_section
+        and not sym.name.startswith("$")
+    )
+
+
+def probes(symbols: list[ElfSymbol]) -> list[int]:
+    """Every address from each label to the next symbol (any but section, file and mapping
+    symbols, as eu-addr2line counts them) or to its section's end, and that end's own."""
+    starts = sorted({s.value for s in symbols if s.type not in ("STT_SECTION", "STT_FILE")
+                     and not s.name.startswith("$")})  # fmt: skip
+    addresses: set[int] = set()
+    for sym in filter(is_label, symbols):
+        assert sym.section is not None
+        section_start, section_end = sym.section
+        if not section_start <= sym.value < section_end:
+            continue
+        following = [v for v in starts if v > sym.value]
+        limit = min(following[0] if following else section_end, section_end)
+        span = range(sym.value, limit + 1)
+        addresses.update(span if len(span) <= DENSE else [*span[:32], *span[::61], *span[-32:]])
+    return sorted(addresses)
+
+
+def gdb_info_symbol(path: str, addresses: list[int]) -> list[tuple[str, int] | None]:
+    """(symbol, offset) of each address from gdb's ``info symbol``, None for "No symbol"."""
+    if not addresses:
+        return []
+    commands = [arg for a in addresses for arg in ("-ex", f"info symbol {a:#x}")]
+    proc = run(["gdb-multiarch", "-batch", "-nx", *commands, path])
+    lines = proc.stdout.splitlines()
+    assert len(lines) == len(addresses), proc.stdout + proc.stderr
+    found: list[tuple[str, int] | None] = []
+    for line in lines:
+        match = re.fullmatch(r"(.+?)(?: \+ (\d+))? in section \S+", line)
+        assert match or line.startswith("No symbol matches"), line
+        found.append((match.group(1), int(match.group(2) or 0)) if match else None)
+    return found
+
+
+def held(symbols: list[ElfSymbol], name: str, start: int, address: int) -> bool:
+    """Whether a code symbol of that name starts at ``start`` in a section holding ``address``
+    (readelf's section headers)."""
+    return any(
+        s.name == name and s.value == start and s.code_section
+        and s.section is not None and s.section[0] <= address < s.section[1]
+        for s in symbols
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "name", ["crash_sizeless_start", "crash_deep", "ld.so", "libc", "a64-crash_deep-static"]
+)
+def test_zero_size_symbols_as_eu_addr2line(name: str, build: Builder) -> None:
+    path = binary(name, build)
+    file = Path(path).name
+    symbols = elf_symbols(path)
+    labels = [s.name for s in symbols if is_label(s)]
+    assert labels, f"{path} has no symbol of size 0 in code"
+    addresses = probes(symbols)
+    table = SymbolTable(path)
+    named = 0
+    eu = eu_addr2line_symbols(path, addresses)
+    mapping = [a for a, theirs in zip(addresses, eu, strict=True) if theirs and theirs[0][0] == "$"]
+    by_gdb = dict(zip(mapping, gdb_info_symbol(path, mapping), strict=True))
+    for address, theirs in zip(addresses, eu, strict=True):
+        theirs = by_gdb.get(address, theirs)
+        ours = table.lookup(address)
+        where = f"{file} {address:#x}: ours {ours}, eu-addr2line {theirs}"
+        if ours is not None:
+            assert held(symbols, ours[0], address - ours[1], address), where
+        if theirs is not None and not held(symbols, theirs[0], address - theirs[1], address):
+            # eu-addr2line's section limit (see the docstring): ours names a symbol of the
+            # address's own section, or none.
+            continue
+        if theirs is None or ours is None:
+            assert ours == theirs, where
+            continue
+        assert ours[1] == theirs[1] and same_function(path, ours[0], theirs[0]), where
+        named += theirs[0] in labels
+    assert named > 0, f"no address named after a label of {path}: {labels}"
