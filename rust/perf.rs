@@ -26,7 +26,7 @@ use std::io::{self, Cursor, Read, Seek, SeekFrom};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use crate::arch::Arch;
+use crate::arch::{Arch, PerfReg};
 use crate::memory::Data;
 use crate::registers::Registers;
 
@@ -460,50 +460,6 @@ impl Event<'_> {
     }
 }
 
-/// Where a register sampled by perf goes in the unwinder's register file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum PerfReg {
-    Column(u16),
-    Pc,
-    Ignored,
-}
-
-fn perf_reg(arch: Arch, index: u32) -> PerfReg {
-    match arch {
-        // perf: ax bx cx dx si di bp sp ip flags cs ss ds es fs gs r8..r15.
-        Arch::X86_64 => match index {
-            0 => PerfReg::Column(0),
-            1 => PerfReg::Column(3),
-            2 => PerfReg::Column(2),
-            3 => PerfReg::Column(1),
-            4..=7 => PerfReg::Column(index as u16),
-            8 => PerfReg::Pc,
-            16..=23 => PerfReg::Column(index as u16 - 8),
-            _ => PerfReg::Ignored,
-        },
-        // The same perf indexes (a 32-bit process sampled by an x86_64
-        // kernel), to i386's DWARF numbering: eax ecx edx ebx esp ebp esi edi.
-        Arch::I386 => match index {
-            0 => PerfReg::Column(0),
-            1 => PerfReg::Column(3),
-            2 => PerfReg::Column(1),
-            3 => PerfReg::Column(2),
-            4 => PerfReg::Column(6),
-            5 => PerfReg::Column(7),
-            6 => PerfReg::Column(5),
-            7 => PerfReg::Column(4),
-            8 => PerfReg::Pc,
-            _ => PerfReg::Ignored,
-        },
-        // perf: x0..x30, sp, pc, with the DWARF numbering of x0..x30, sp.
-        Arch::Aarch64 => match index {
-            0..=31 => PerfReg::Column(index as u16),
-            32 => PerfReg::Pc,
-            _ => PerfReg::Ignored,
-        },
-    }
-}
-
 /// A sample's user registers as the unwinder takes them: the program
 /// counter, and the other registers by DWARF column. Registers perf sampled
 /// that have no column (flags, segments) are left out. No registers (a
@@ -518,7 +474,7 @@ pub fn sample_registers(arch: Arch, sample: &Sample<'_>) -> (Option<u64>, Regist
         mask &= mask - 1;
         let Some(value) = read_u64(sample.regs, slot * 8) else { break };
         slot += 1;
-        match perf_reg(arch, index) {
+        match arch.perf_reg(index) {
             PerfReg::Column(col) => regs.set(col, value),
             PerfReg::Pc => pc = Some(value),
             PerfReg::Ignored => {}
