@@ -1,6 +1,8 @@
 //! aarch64 (AAPCS64): DWARF columns 0-30 for x0-x30, 31 for sp; x30 (lr) is
 //! the return-address column. The pc has no column of its own.
 
+use super::PerfReg;
+
 pub const SP: u16 = 31;
 pub const FP: u16 = 29;
 pub const RA: u16 = 30;
@@ -24,6 +26,16 @@ pub fn register_by_name(name: &str) -> Option<Option<u16>> {
         "fp" => Some(Some(FP)),
         "lr" => Some(Some(RA)),
         _ => NAMES.iter().position(|n| *n == name).map(|i| Some(i as u16)),
+    }
+}
+
+/// perf's user registers: x0..x30, sp, pc, with the DWARF numbering of
+/// x0..x30, sp.
+pub fn perf_reg(index: u32) -> PerfReg {
+    match index {
+        0..=31 => PerfReg::Column(index as u16),
+        32 => PerfReg::Pc,
+        _ => PerfReg::Ignored,
     }
 }
 

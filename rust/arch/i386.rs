@@ -4,6 +4,8 @@
 //! `readelf --debug-dump=frames-interp` shows for glibc's i386 code.
 //! Words and addresses are 4 bytes: every address computed wraps at 32 bits.
 
+use super::PerfReg;
+
 pub const SP: u16 = 4;
 pub const FP: u16 = 5;
 pub const RA: u16 = 8;
@@ -21,4 +23,21 @@ pub fn register_by_name(name: &str) -> Option<Option<u16>> {
         return Some(None);
     }
     NAMES.iter().position(|n| *n == name).map(|i| Some(i as u16))
+}
+
+/// perf's x86 user registers (a 32-bit process sampled by an x86_64
+/// kernel), to i386's DWARF numbering: eax ecx edx ebx esp ebp esi edi.
+pub fn perf_reg(index: u32) -> PerfReg {
+    match index {
+        0 => PerfReg::Column(0),
+        1 => PerfReg::Column(3),
+        2 => PerfReg::Column(1),
+        3 => PerfReg::Column(2),
+        4 => PerfReg::Column(6),
+        5 => PerfReg::Column(7),
+        6 => PerfReg::Column(5),
+        7 => PerfReg::Column(4),
+        8 => PerfReg::Pc,
+        _ => PerfReg::Ignored,
+    }
 }

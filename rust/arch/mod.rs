@@ -22,6 +22,14 @@ pub enum Arch {
     I386,
 }
 
+/// Where a register sampled by perf goes in the unwinder's register file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PerfReg {
+    Column(u16),
+    Pc,
+    Ignored,
+}
+
 /// What a register column becomes in the caller when no CFI rule names it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DefaultRule {
@@ -128,6 +136,16 @@ impl Arch {
             Arch::X86_64 => x86_64::register_by_name(name),
             Arch::Aarch64 => aarch64::register_by_name(name),
             Arch::I386 => i386::register_by_name(name),
+        }
+    }
+
+    /// Where the user register perf numbers `index` (its bit in
+    /// `sample_regs_user`) goes in the unwinder's register file.
+    pub(crate) fn perf_reg(self, index: u32) -> PerfReg {
+        match self {
+            Arch::X86_64 => x86_64::perf_reg(index),
+            Arch::I386 => i386::perf_reg(index),
+            Arch::Aarch64 => aarch64::perf_reg(index),
         }
     }
 

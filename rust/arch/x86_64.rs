@@ -1,5 +1,7 @@
 //! x86_64 (System V psABI): DWARF columns 0-16, 16 being the return address.
 
+use super::PerfReg;
+
 pub const SP: u16 = 7;
 pub const FP: u16 = 6;
 pub const RA: u16 = 16;
@@ -17,6 +19,21 @@ pub fn register_by_name(name: &str) -> Option<Option<u16>> {
         return Some(None);
     }
     NAMES.iter().position(|n| *n == name).map(|i| Some(i as u16))
+}
+
+/// perf's user registers: ax bx cx dx si di bp sp ip flags cs ss ds es fs
+/// gs r8..r15.
+pub fn perf_reg(index: u32) -> PerfReg {
+    match index {
+        0 => PerfReg::Column(0),
+        1 => PerfReg::Column(3),
+        2 => PerfReg::Column(2),
+        3 => PerfReg::Column(1),
+        4..=7 => PerfReg::Column(index as u16),
+        8 => PerfReg::Pc,
+        16..=23 => PerfReg::Column(index as u16 - 8),
+        _ => PerfReg::Ignored,
+    }
 }
 
 /// The highest user-space address: the lower canonical half of 48-bit addressing.
