@@ -25,10 +25,12 @@ test-python:
 bench: setup      ## run the benchmarks for real and print the ratios
 	$(PYTHON) -m pytest benches --benchmark-enable --benchmark-group-by=group -q
 
-lint:
+lint:            ## rustfmt, clippy -D warnings, ruff (lint and format), mypy --strict, stubtest
 	cargo fmt --check
 	cargo clippy --all-targets --features python -- -D warnings
 	$(PYTHON) -m ruff check python tests benches
+	$(PYTHON) -m ruff format --check python tests benches
+	$(PYTHON) -m mypy --strict python
 	$(PYTHON) -m mypy.stubtest stackwalk._core
 
 # cargo-fuzz drives libFuzzer through nightly-only compiler flags (-Zsanitizer=address);

@@ -45,7 +45,8 @@ int main(int argc, char **argv)
     return 0;
 }
 """
-WORKLOAD = r"""
+WORKLOAD = (
+    r"""
 #include <pthread.h>
 #include <stdlib.h>
 static int count;
@@ -64,10 +65,13 @@ static void *work(void *arg)
     }
     return v;
 }
-""" + TWO_THREADS
+"""
+    + TWO_THREADS
+)
 # Two threads, each copying its own 64 MiB buffer: the total copies (argv[1]) split between
 # them, on as many CPUs as they are given.
-COPY = r"""
+COPY = (
+    r"""
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,7 +87,9 @@ static void *work(void *arg)
     }
     return (void *)(long)to[SIZE - 1];
 }
-""" + TWO_THREADS
+"""
+    + TWO_THREADS
+)
 # Two threads of qsort: about 10 s of CPU, some 40,000-50,000 samples at 4999 Hz (the full
 # recording).
 ROUNDS = 330

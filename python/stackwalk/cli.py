@@ -19,24 +19,27 @@ def _error(message: str) -> None:
     print(f"{prefix} {message}", file=sys.stderr)
 
 
-def _unwind_capture(cap, use_baseline: bool, max_frames: int | None):  # type: ignore[no-untyped-def]
+def _unwind_capture(cap: Any, use_baseline: bool, max_frames: int | None) -> tuple[Any, Any]:
+    """(the unwinder, the trace) of a capture, with the Rust core or the pure-Python baseline
+    (the same API; the two share no type)."""
+    unwinder: Any
     if use_baseline:
-        from stackwalk.baseline import Unwinder
+        from stackwalk.baseline import Unwinder as unwinder
     else:
-        from stackwalk import Unwinder
-    uw = Unwinder(cap.arch)
+        from stackwalk import Unwinder as unwinder
+    uw = unwinder(cap.arch)
     cap.add_modules_to(uw)
     return uw, uw.unwind(cap.regs, cap.memory, max_frames=max_frames)
 
 
-def _symbolizer(cap, uw):  # type: ignore[no-untyped-def]
+def _symbolizer(cap: Any, uw: Any) -> Any:
     from stackwalk.render import ModuleInfo, Symbolizer
 
     images = {"[vdso]": cap.vdso[1]} if cap.vdso else {}
     return Symbolizer((ModuleInfo(*m) for m in uw.modules), images)
 
 
-def _print_trace(cap, uw, trace, as_json: bool) -> None:  # type: ignore[no-untyped-def]
+def _print_trace(cap: Any, uw: Any, trace: Any, as_json: bool) -> None:
     from stackwalk.render import frame_dicts, frame_lines
 
     sym = _symbolizer(cap, uw)
