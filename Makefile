@@ -1,10 +1,12 @@
 # One target per job. `make demo` and `make test` set everything up first.
-PYTHON ?= python3
+# Everything runs in the project's own virtual environment (made by `make setup`), never the
+# system's or the user's interpreter; PYTHON=... picks another.
+PYTHON ?= .venv/bin/python
 export PYTHON
 
 .PHONY: setup build demo test test-rust test-python bench lint fuzz
 
-setup:            ## install system packages and the package (builds the Rust core)
+setup:            ## install system packages, make .venv, install the package in it (builds the Rust core)
 	.ci/setup
 
 build:            ## rebuild the Rust core after changes
