@@ -126,6 +126,18 @@ mod tests {
     }
 
     #[test]
+    fn the_interpreter_is_the_dynamic_linker_that_runs_us() {
+        let exe = std::fs::read("/proc/self/exe").unwrap();
+        let path = summarize(&exe).unwrap().interpreter.expect("a dynamically linked test");
+        let path = std::fs::canonicalize(String::from_utf8(path).unwrap()).unwrap();
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        assert!(maps.lines().any(|l| l.ends_with(path.to_str().unwrap())), "{path:?}\n{maps}");
+        let mut cut = exe.clone();
+        cut.truncate(4096); // the headers of a module's first page in a core
+        assert!(summarize(&cut).is_ok());
+    }
+
+    #[test]
     fn reads_its_own_executable() {
         let exe = std::fs::read("/proc/self/exe").unwrap();
         let info = read_elf(&exe).unwrap();
@@ -152,6 +164,9 @@ pub struct ElfSummary {
     pub dynamic: Option<u64>,
     /// (e_phoff, e_phnum).
     pub phdr: (u64, u16),
+    /// The path in PT_INTERP (the program's dynamic linker), if it has one
+    /// and the bytes given hold it.
+    pub interpreter: Option<Vec<u8>>,
 }
 
 impl ElfSummary {
@@ -159,6 +174,15 @@ impl ElfSummary {
     pub fn segments(&self) -> impl Iterator<Item = crate::space::Segment> + '_ {
         self.loads.iter().map(crate::space::Segment::from_load)
     }
+}
+
+/// The C string PT_INTERP holds (its first 4096 bytes at most); None if
+/// empty or not in the bytes given.
+fn interpreter(segment: Option<&[u8]>) -> Option<Vec<u8>> {
+    let bytes = segment?;
+    let bytes = &bytes[..bytes.len().min(4096)];
+    let path = &bytes[..memchr::memchr(0, bytes).unwrap_or(bytes.len())];
+    (!path.is_empty()).then(|| path.to_vec())
 }
 
 /// The program headers of a 64-bit or 32-bit (i386) ELF file or image.
@@ -185,6 +209,7 @@ fn summarize_class<Elf: FileHeader<Endian = LittleEndian>>(
         loads: Vec::new(),
         dynamic: None,
         phdr: (header.e_phoff(endian).into(), header.e_phnum(endian)),
+        interpreter: None,
     };
     for ph in phdrs {
         match ph.p_type(endian) {
@@ -196,6 +221,7 @@ fn summarize_class<Elf: FileHeader<Endian = LittleEndian>>(
                 ph.p_flags(endian),
             )),
             object::elf::PT_DYNAMIC => summary.dynamic = Some(ph.p_vaddr(endian).into()),
+            object::elf::PT_INTERP => summary.interpreter = interpreter(ph.data(endian, data).ok()),
             _ => {}
         }
         if summary.build_id.is_none() {
