@@ -112,6 +112,24 @@ fn read_elf_class<Elf: FileHeader<Endian = LittleEndian>>(
     Ok(ElfInfo { machine, range: start..end, sections })
 }
 
+/// The ELF address (`sh_addr`) of the section called `name` in a 64-bit or
+/// 32-bit (i386) ELF file; None if it has no such section.
+pub fn section_address(data: &[u8], name: &str) -> Result<Option<u64>, ElfError> {
+    fn find<Elf: FileHeader<Endian = LittleEndian>>(
+        data: &[u8],
+        name: &str,
+    ) -> Result<Option<u64>, ElfError> {
+        let file =
+            ElfFile::<Elf, &[u8]>::parse(data).map_err(|e| ElfError::Parse(e.to_string()))?;
+        Ok(file.section_by_name(name).map(|s| s.address()))
+    }
+    if is_elf32(data) {
+        find::<FileHeader32<LittleEndian>>(data, name)
+    } else {
+        find::<FileHeader64<LittleEndian>>(data, name)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -135,6 +153,16 @@ mod tests {
         let mut cut = exe.clone();
         cut.truncate(4096); // the headers of a module's first page in a core
         assert!(summarize(&cut).is_ok());
+    }
+
+    #[test]
+    fn section_addresses() {
+        let exe = std::fs::read("/proc/self/exe").unwrap();
+        let text = section_address(&exe, ".text").unwrap();
+        assert_eq!(text, read_elf(&exe).unwrap().sections.text);
+        assert!(text.is_some());
+        assert_eq!(section_address(&exe, ".no-such-section"), Ok(None));
+        assert!(section_address(b"not ELF", ".text").is_err());
     }
 
     #[test]

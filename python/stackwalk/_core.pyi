@@ -23,6 +23,7 @@ __all__ = [
     "StackDB",
     "CoreFile",
     "elf_summary",
+    "elf_section_address",
     "place_mappings",
     "demangle",
     "perf_report",
@@ -141,6 +142,7 @@ class CoreFile:
     def link_map(self, dynamic: int) -> tuple[list[tuple[str | None, int, int]], list[str]]: ...
 
 def elf_summary(source: str | PathLike[str] | Buffer) -> dict[str, Any]: ...
+def elf_section_address(source: str | PathLike[str] | Buffer, name: str) -> int | None: ...
 def demangle(name: str) -> str: ...
 def place_mappings(
     loads: Sequence[tuple[int, int, int, int, int]],

@@ -21,7 +21,14 @@ def _error(message: str) -> None:
 
 def _unwind_capture(cap, use_baseline: bool, max_frames: int):  # type: ignore[no-untyped-def]
     if use_baseline:
-        from stackwalk.baseline import Unwinder
+        try:
+            from stackwalk.baseline import Unwinder
+        except ModuleNotFoundError as e:
+            if e.name is None or e.name.partition(".")[0] != "elftools":
+                raise
+            raise StackwalkError(
+                "--baseline needs pyelftools: pip install 'stackwalk[baseline]'"
+            ) from None
     else:
         from stackwalk import Unwinder
     uw = Unwinder(cap.arch)

@@ -643,6 +643,14 @@ fn elf_summary<'py>(py: Python<'py>, source: &Bound<'py, PyAny>) -> PyResult<Bou
     Ok(out)
 }
 
+/// The ELF address (sh_addr) of the section `name` of an ELF file (a path)
+/// or image (bytes-like); None if it has no such section.
+#[pyfunction]
+fn elf_section_address(source: &Bound<'_, PyAny>, name: &str) -> PyResult<Option<u64>> {
+    let (file, data) = elf_bytes(source)?;
+    crate::elf::section_address(&data, name).map_err(|e| ElfError::new_err(format!("{file}: {e}")))
+}
+
 /// Where the mappings of one ELF file place it (see `crate::space::place`):
 /// `loads` are its PT_LOADs as `elf_summary` gives them, `mappings` (start,
 /// end, file offset in bytes), `code` the runtime ranges known to be
@@ -1054,6 +1062,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyStackDb>()?;
     m.add_class::<corefile::PyCoreFile>()?;
     m.add_function(wrap_pyfunction!(elf_summary, m)?)?;
+    m.add_function(wrap_pyfunction!(elf_section_address, m)?)?;
     m.add_function(wrap_pyfunction!(demangle, m)?)?;
     m.add_function(wrap_pyfunction!(place_mappings, m)?)?;
     m.add_function(wrap_pyfunction!(perf_report, m)?)?;
