@@ -5,7 +5,9 @@
 - unwind: a program stopped under gdb deep in a recursion (tests/programs/deep.c), its
   executable, registers and stack, in the unwind target's layout;
 - perf: ``perf record --call-graph dwarf`` of tests/programs/perf_qsort.c, to a file and to a
-  pipe, with small stack copies so the seeds stay small.
+  pipe, with small stack copies so the seeds stay small;
+- core: gdb's ``gcore`` core of the same stop, its notes whole and each segment cut to its
+  first page (the ELF headers of each module, the bottom of the stack).
 
 Usage: python fuzz/seed.py [CORPUS_DIR]   (default: fuzz/corpus; run by ``make fuzz``)
 """
@@ -111,6 +113,38 @@ def seed_unwind(work: Path, out: Path) -> None:
         (out / name).write_bytes(head + stack_bytes)
 
 
+def compact_core(path: Path, keep: int = 4096) -> bytes:
+    """The core at ``path`` rewritten with its notes whole and each PT_LOAD's bytes cut to
+    ``keep``: headers, then the program headers, then the segments' bytes."""
+    with open(path, "rb") as f:
+        elf = ELFFile(f)
+        segments = [(s.header, s.data()) for s in elf.iter_segments()]
+    header = path.read_bytes()[:64]
+    offset = 64 + 56 * len(segments)
+    phdrs, body = b"", b""
+    for h, data in segments:
+        if h["p_type"] == "PT_LOAD":
+            data = data[:keep]
+        phdrs += struct.pack("<IIQQQQQQ", 1 if h["p_type"] == "PT_LOAD" else 4, h["p_flags"],
+                             offset, h["p_vaddr"], h["p_paddr"], len(data), h["p_memsz"],
+                             h["p_align"])  # fmt: skip
+        body += data
+        offset += len(data)
+    header = header[:32] + struct.pack("<QQ", 64, 0) + header[48:56]
+    header += struct.pack("<HH", len(segments), 0) + bytes(4)  # e_phnum, no section headers
+    return header + phdrs + body
+
+
+def seed_core(work: Path, out: Path) -> None:
+    sys.path.insert(0, str(ROOT / "python"))
+    from stackwalk.capture import capture
+
+    program = build(work, "deep.c", "-O2")
+    core = work / "deep.core"
+    capture([str(program)], "stop_here", env=ENV, core_path=core, max_stack=4096, timeout=60)
+    (out / "deep").write_bytes(compact_core(core))
+
+
 def seed_perf(work: Path, out: Path) -> None:
     program = build(work, "perf_qsort.c", "-O2", "-fomit-frame-pointer")
     env = {**ENV, "HOME": str(work)}
@@ -127,7 +161,9 @@ def seed_perf(work: Path, out: Path) -> None:
 def main() -> int:
     corpus = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "fuzz" / "corpus"
     with tempfile.TemporaryDirectory() as tmp:
-        for name, seed in (("cfi", seed_cfi), ("unwind", seed_unwind), ("perf", seed_perf)):
+        seeds = (("cfi", seed_cfi), ("unwind", seed_unwind), ("perf", seed_perf),
+                 ("core", seed_core))  # fmt: skip
+        for name, seed in seeds:
             out = corpus / name
             out.mkdir(parents=True, exist_ok=True)
             work = Path(tmp) / name

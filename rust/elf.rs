@@ -113,6 +113,24 @@ fn read_elf_class<Elf: FileHeader<Endian = LittleEndian>>(
     Ok(ElfInfo { machine, range: start..end, sections })
 }
 
+/// The ELF address (`sh_addr`) of the section called `name` in a 64-bit or
+/// 32-bit (i386) ELF file; None if it has no such section.
+pub fn section_address(data: &[u8], name: &str) -> Result<Option<u64>, ElfError> {
+    fn find<Elf: FileHeader<Endian = LittleEndian>>(
+        data: &[u8],
+        name: &str,
+    ) -> Result<Option<u64>, ElfError> {
+        let file =
+            ElfFile::<Elf, &[u8]>::parse(data).map_err(|e| ElfError::Parse(e.to_string()))?;
+        Ok(file.section_by_name(name).map(|s| s.address()))
+    }
+    if is_elf32(data) {
+        find::<FileHeader32<LittleEndian>>(data, name)
+    } else {
+        find::<FileHeader64<LittleEndian>>(data, name)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -124,6 +142,28 @@ mod tests {
         let mut header = vec![0u8; 64];
         header[..4].copy_from_slice(b"\x7fELF");
         assert!(read_elf(&header).is_err(), "class and data bytes unset");
+    }
+
+    #[test]
+    fn the_interpreter_is_the_dynamic_linker_that_runs_us() {
+        let exe = std::fs::read("/proc/self/exe").unwrap();
+        let path = summarize(&exe).unwrap().interpreter.expect("a dynamically linked test");
+        let path = std::fs::canonicalize(String::from_utf8(path).unwrap()).unwrap();
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        assert!(maps.lines().any(|l| l.ends_with(path.to_str().unwrap())), "{path:?}\n{maps}");
+        let mut cut = exe.clone();
+        cut.truncate(4096); // the headers of a module's first page in a core
+        assert!(summarize(&cut).is_ok());
+    }
+
+    #[test]
+    fn section_addresses() {
+        let exe = std::fs::read("/proc/self/exe").unwrap();
+        let text = section_address(&exe, ".text").unwrap();
+        assert_eq!(text, read_elf(&exe).unwrap().sections.text);
+        assert!(text.is_some());
+        assert_eq!(section_address(&exe, ".no-such-section"), Ok(None));
+        assert!(section_address(b"not ELF", ".text").is_err());
     }
 
     #[test]
@@ -157,6 +197,9 @@ pub struct ElfSummary {
     pub dynamic: Option<u64>,
     /// (e_phoff, e_phnum).
     pub phdr: (u64, u16),
+    /// The path in PT_INTERP (the program's dynamic linker), if it has one
+    /// and the bytes given hold it.
+    pub interpreter: Option<Vec<u8>>,
 }
 
 impl ElfSummary {
@@ -164,6 +207,15 @@ impl ElfSummary {
     pub fn segments(&self) -> impl Iterator<Item = crate::space::Segment> + '_ {
         self.loads.iter().map(crate::space::Segment::from_load)
     }
+}
+
+/// The C string PT_INTERP holds (its first 4096 bytes at most); None if
+/// empty or not in the bytes given.
+fn interpreter(segment: Option<&[u8]>) -> Option<Vec<u8>> {
+    let bytes = segment?;
+    let bytes = &bytes[..bytes.len().min(4096)];
+    let path = &bytes[..memchr::memchr(0, bytes).unwrap_or(bytes.len())];
+    (!path.is_empty()).then(|| path.to_vec())
 }
 
 /// The program headers of a 64-bit or 32-bit (i386) ELF file or image.
@@ -190,6 +242,7 @@ fn summarize_class<Elf: FileHeader<Endian = LittleEndian>>(
         loads: Vec::new(),
         dynamic: None,
         phdr: (header.e_phoff(endian).into(), header.e_phnum(endian)),
+        interpreter: None,
     };
     for ph in phdrs {
         match ph.p_type(endian) {
@@ -201,6 +254,7 @@ fn summarize_class<Elf: FileHeader<Endian = LittleEndian>>(
                 ph.p_flags(endian),
             )),
             object::elf::PT_DYNAMIC => summary.dynamic = Some(ph.p_vaddr(endian).into()),
+            object::elf::PT_INTERP => summary.interpreter = interpreter(ph.data(endian, data).ok()),
             _ => {}
         }
         if summary.build_id.is_none() {

@@ -8,6 +8,7 @@ mod python;
 
 pub mod arch;
 pub mod cfi;
+pub mod corefile;
 pub mod debugfile;
 pub mod elf;
 pub mod expr;

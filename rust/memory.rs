@@ -244,7 +244,7 @@ impl SegmentMemory {
             .filter_map(|s| {
                 let start = s.offset.min(len);
                 let end = s.offset.saturating_add(s.size).min(len);
-                missing_bytes += s.size - (end - start);
+                missing_bytes = u64::saturating_add(missing_bytes, s.size - (end - start));
                 (end > start).then_some((s.address, start as usize..end as usize))
             })
             .collect();
@@ -264,6 +264,19 @@ impl SegmentMemory {
         let off = usize::try_from(address - start).ok()?;
         let bytes = &self.data[range.clone()];
         bytes.get(off..off.checked_add(size)?)
+    }
+
+    /// The bytes the segment holding `address` has from there on, at most
+    /// `limit` (empty: none captured there).
+    pub fn tail(&self, address: u64, limit: usize) -> &[u8] {
+        let Some(i) = self.segments.partition_point(|(a, _)| *a <= address).checked_sub(1) else {
+            return &[];
+        };
+        let (start, range) = &self.segments[i];
+        let bytes = &self.data[range.clone()];
+        let off = usize::try_from(address - start).unwrap_or(usize::MAX);
+        let rest = bytes.get(off..).unwrap_or(&[]);
+        &rest[..rest.len().min(limit)]
     }
 
     /// (address, size) of every segment the file holds bytes for.
@@ -311,6 +324,10 @@ mod tests {
         assert_eq!(mem.ranges().collect::<Vec<_>>(), [(0x1000, 16), (0x2000, 32)]);
         assert_eq!(mem.bytes(0x2000, 2), Some(&[32u8, 33][..]));
         assert_eq!(mem.bytes(0x201f, 2), None, "past what the file holds");
+        assert_eq!(mem.tail(0x201e, 64), &[62u8, 63][..], "to the end of what the file holds");
+        assert_eq!(mem.tail(0x1000, 3), &[0u8, 1, 2][..]);
+        assert!(mem.tail(0x1010, 8).is_empty() && mem.tail(0xfff, 8).is_empty());
+        assert!(mem.tail(u64::MAX, 8).is_empty());
         let mut regions = mem.regions();
         assert_eq!(
             regions.read_u64(0x1008),

@@ -294,6 +294,29 @@ def test_offsets_past_any_file(originals: dict[str, Path], tmp_path: Path) -> No
         Core.open(damaged, debug_root=None)
 
 
+def test_a_code_segment_past_the_top_of_memory(originals: dict[str, Path], tmp_path: Path) -> None:
+    """An executable PT_LOAD at 0xffffffffffffff00, so that vaddr + memsz runs past 2^64 (a
+    byte-mutation run spliced one there; was: OverflowError out of place_mappings). The core
+    opens, every thread still gets its frame 0."""
+    data = bytearray(originals["core"].read_bytes())
+    with open(originals["core"], "rb") as f:
+        elf = ELFFile(f)
+        phoff, entsize = elf["e_phoff"], elf["e_phentsize"]
+        (code, *_) = [
+            i
+            for i, seg in enumerate(elf.iter_segments())
+            if seg["p_type"] == "PT_LOAD" and seg["p_flags"] & 1 and seg["p_memsz"] > 0x100
+        ]
+    vaddr = phoff + code * entsize + 16  # Elf64_Phdr.p_vaddr
+    data[vaddr : vaddr + 8] = (2**64 - 0x100).to_bytes(8, "little")
+    damaged = tmp_path / "top.core"
+    damaged.write_bytes(data)
+    core = Core.open(damaged, debug_root=None)
+    doc = core.to_dict()
+    for thread, entry in zip(core.threads, doc["threads"], strict=True):
+        assert int(entry["frames"][0]["pc"], 16) == thread.regs["rip"]
+
+
 # --- the command line over a directory of damaged files ------------------------------------
 
 

@@ -23,6 +23,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -316,3 +317,34 @@ def test_capture_passes_arguments_and_environment_intact(tmp_path: Path) -> None
     # Added on the way: PWD by the /bin/sh gdb starts programs with, LC_CTYPE by Python's
     # coercion of the C locale (PEP 538).
     assert {name: seen_env[name] for name in seen_env.keys() - {"PWD", "LC_CTYPE"}} == env
+
+
+# The command line, run as if pyelftools were not installed (None in sys.modules: its import
+# fails with ModuleNotFoundError, as for a missing package).
+WITHOUT_PYELFTOOLS = (
+    "import sys; sys.modules['elftools'] = None; "
+    "from stackwalk.cli import main; sys.exit(main(sys.argv[1:]))"
+)
+
+
+def test_capture_and_unwind_without_pyelftools(tmp_path: Path, build: Builder) -> None:
+    """pyelftools is the pure-Python baseline's alone (the ``baseline`` extra): ``capture`` and
+    ``unwind`` run without it and give gdb's backtrace; ``unwind --baseline`` says in one line
+    what to install."""
+
+    def run(*args: str | Path) -> subprocess.CompletedProcess[str]:
+        cmd = [sys.executable, "-c", WITHOUT_PYELFTOOLS, *map(str, args)]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+
+    case = case_named("vdso")  # its stop is in the vdso: the image's ELF headers are read too
+    stop = tmp_path / "stop.json"
+    captured = run("capture", "-b", case.breakpoint, "-o", stop, "--", *argv_for(case, build))
+    assert captured.returncode == 0, captured.stderr
+    unwound = run("unwind", stop, "--json")
+    assert unwound.returncode == 0, unwound.stderr
+    frames = json.loads(unwound.stdout)["frames"]
+    assert [int(f["pc"], 16) for f in frames] == Capture.load(stop).gdb_pcs
+    baseline = run("unwind", stop, "--baseline")
+    assert baseline.returncode == 2 and baseline.stdout == ""
+    (line,) = baseline.stderr.splitlines()
+    assert line.startswith("stackwalk: error:") and "stackwalk[baseline]" in line, line

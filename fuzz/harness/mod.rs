@@ -6,5 +6,6 @@
 #![allow(dead_code)]
 
 pub mod cfi;
+pub mod corefile;
 pub mod perf;
 pub mod unwind;

@@ -14,7 +14,6 @@ one JSON file that this module turns into a ``Capture``.
 from __future__ import annotations
 
 import base64
-import io
 import json
 import os
 import platform
@@ -29,9 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from elftools.common.exceptions import ELFError as PyElfError
-from elftools.elf.elffile import ELFFile
-
+from stackwalk._core import elf_section_address, elf_summary
 from stackwalk.errors import ArchError, ElfError, StackwalkError
 
 __all__ = [
@@ -56,7 +53,6 @@ _REGISTERS: dict[str, tuple[str, ...]] = {
 }  # fmt: skip
 _STACK_POINTERS = {"x86_64": "rsp", "aarch64": "sp", "i386": "esp"}
 _WORD_BITS = {"x86_64": 64, "aarch64": 64, "i386": 32}
-_ELF_MACHINES = {"EM_X86_64": "x86_64", "EM_AARCH64": "aarch64", "EM_386": "i386"}
 _GDB_ARCHITECTURES = {"i386:x86-64": "x86_64", "aarch64": "aarch64", "i386": "i386"}
 # The architectures whose programs a host runs natively (x86_64 kernels run 32-bit x86 ones).
 _HOST_ARCHITECTURES = {
@@ -128,9 +124,8 @@ class Capture:
             return None
         address, image = self.vdso
         try:
-            elf = ELFFile(io.BytesIO(image))
-            vaddrs = [seg["p_vaddr"] for seg in elf.iter_segments() if seg["p_type"] == "PT_LOAD"]
-        except PyElfError as exc:
+            vaddrs: list[int] = [vaddr for vaddr, *_ in elf_summary(image)["loads"]]
+        except ElfError as exc:
             raise ElfError(f"vdso image at {address:#x}: not a valid ELF image: {exc}") from exc
         if not vaddrs:
             raise ElfError(f"vdso image at {address:#x}: no PT_LOAD segment")
@@ -261,26 +256,18 @@ def _find_tool(name: str) -> str:
 
 
 def _elf_arch(path: str) -> str:
-    try:
-        with open(path, "rb") as f:
-            machine = ELFFile(f).header["e_machine"]
-    except (OSError, PyElfError) as exc:
-        raise ElfError(f"{path}: cannot read as ELF: {exc}") from exc
-    if machine not in _ELF_MACHINES:
+    machine: str = elf_summary(path)["machine"]  # ElfError naming the file if it is not ELF
+    if machine not in _REGISTERS:
         raise ArchError(f"{path}: unsupported ELF machine {machine}")
-    return _ELF_MACHINES[machine]
+    return machine
 
 
 def _text_address(path: str) -> int:
     """The ELF virtual address (sh_addr) of a module's .text section."""
-    try:
-        with open(path, "rb") as f:
-            text = ELFFile(f).get_section_by_name(".text")
-            if text is None:
-                raise ElfError(f"{path}: no .text section")
-            return int(text["sh_addr"])
-    except (OSError, PyElfError) as exc:
-        raise ElfError(f"{path}: cannot read as ELF: {exc}") from exc
+    address = elf_section_address(path, ".text")
+    if address is None:
+        raise ElfError(f"{path}: no .text section")
+    return address
 
 
 def _tail(text: str, lines: int = 15) -> str:

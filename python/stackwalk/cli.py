@@ -24,7 +24,14 @@ def _unwind_capture(cap: Any, use_baseline: bool, max_frames: int | None) -> tup
     (the same API; the two share no type)."""
     unwinder: Any
     if use_baseline:
-        from stackwalk.baseline import Unwinder as unwinder
+        try:
+            from stackwalk.baseline import Unwinder as unwinder
+        except ModuleNotFoundError as e:
+            if e.name is None or e.name.partition(".")[0] != "elftools":
+                raise
+            raise StackwalkError(
+                "--baseline needs pyelftools: pip install 'stackwalk[baseline]'"
+            ) from None
     else:
         from stackwalk import Unwinder as unwinder
     uw = unwinder(cap.arch)

@@ -1,9 +1,10 @@
 """ELF core files: the threads, signal, modules and memory of a crashed process.
 
-``Core.open(path)`` reads the core's notes (``NT_PRSTATUS`` per thread, ``NT_SIGINFO``,
-``NT_PRPSINFO``, ``NT_AUXV``, ``NT_FILE``), maps its ``PT_LOAD`` segments zero-copy as the
-process memory, finds each module's file on disk and load bias, and sets up an ``Unwinder`` with
-every module found plus the vdso image from the core's memory::
+``Core.open(path)`` has the native core read the file (``stackwalk._core.CoreFile``: the notes,
+``NT_PRSTATUS`` per thread, ``NT_SIGINFO``, ``NT_PRPSINFO``, ``NT_AUXV``, ``NT_FILE``, and the
+``PT_LOAD`` segments mapped zero-copy as the process memory), then finds each module's file on
+disk and load bias, and sets up an ``Unwinder`` with every module found plus the vdso image from
+the core's memory::
 
     core = Core.open("core.1234")
     for thread in core.threads:
@@ -11,7 +12,7 @@ every module found plus the vdso image from the core's memory::
 
 Modules come from ``NT_FILE``; a core without it (qemu-user writes those) is read through the
 dynamic linker's link map in its memory. Cores of 64-bit (x86_64, aarch64) and 32-bit (i386)
-processes are read, each with its class's layout of the headers and notes. Build ids are read
+processes are read. Build ids are read
 from the module headers the core holds and compared with the files found; every doubt is a line
 in ``core.warnings``.
 """
@@ -20,95 +21,24 @@ from __future__ import annotations
 
 import os
 import signal as _signal
-import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO, NamedTuple
+from typing import Any
 
-from stackwalk._core import elf_summary, place_mappings
-from stackwalk._linkmap import MemoryReader, read_link_map
-from stackwalk.errors import ArchError, ElfError, StackwalkError
+from stackwalk._core import CoreFile, elf_summary, place_mappings
+from stackwalk.errors import ArchError, CoreError, ElfError, StackwalkError
 from stackwalk.unwinder import CRASH_STRATEGIES, MappedMemory, Trace, Unwinder
 
 __all__ = ["Core", "CoreError", "CoreModule", "Signal", "Thread"]
 
 
-class CoreError(StackwalkError):
-    """The file is not an ELF core file that stackwalk can read."""
-
-
-# (ELF class, e_machine) -> architecture: 2 is ELFCLASS64, 1 ELFCLASS32.
-_MACHINES = {(2, 62): "x86_64", (2, 183): "aarch64", (1, 3): "i386"}
-# pr_reg of NT_PRSTATUS, named as the unwinder takes them (it ignores the others). i386: the
-# kernel's struct user_regs_struct (arch/x86/include/asm/user_32.h), 17 32-bit words.
-_REGISTERS: dict[str, tuple[str, ...]] = {
-    "x86_64": (
-        "r15", "r14", "r13", "r12", "rbp", "rbx", "r11", "r10", "r9", "r8", "rax", "rcx",
-        "rdx", "rsi", "rdi", "orig_rax", "rip", "cs", "eflags", "rsp", "ss", "fs_base",
-        "gs_base", "ds", "es", "fs", "gs",
-    ),
-    "aarch64": (*(f"x{i}" for i in range(31)), "sp", "pc", "pstate"),
-    "i386": (
-        "ebx", "ecx", "edx", "esi", "edi", "ebp", "eax", "ds", "es", "fs", "gs", "orig_eax",
-        "eip", "cs", "eflags", "esp", "ss",
-    ),
-}  # fmt: skip
-
-
-class _Layout(NamedTuple):
-    """Where the fields of the structures of a core are, for one ELF class: the kernel writes
-    a 32-bit process's core with 32-bit headers, ``unsigned long`` fields and pointers
-    (``struct compat_elf_prstatus``, ``compat_elf_prpsinfo``, ``compat_siginfo``)."""
-
-    word: int  # bytes in a word, a pointer, an address
-    header: struct.Struct  # Elf{64,32}_Ehdr
-    phdr: struct.Struct  # Elf{64,32}_Phdr
-    # Indexes in a program header of p_type, p_flags, p_offset, p_vaddr, p_filesz, p_memsz.
-    phdr_fields: tuple[int, int, int, int, int, int]
-    sh_info: int  # offset of sh_info in a section header (for e_phnum's overflow)
-    prstatus_pid: int  # offset of pr_pid in NT_PRSTATUS
-    prstatus_regs: int  # offset of pr_reg
-    prpsinfo: struct.Struct  # pr_pid, pr_fname, pr_psargs
-    siginfo: struct.Struct  # si_signo, si_errno, si_code, si_addr
-    pair: struct.Struct  # two words: an auxv entry, NT_FILE's count and page size
-    triple: struct.Struct  # three words: an NT_FILE entry
-
-    def phdrs(self, table: bytes) -> list[tuple[int, int, int, int, int, int]]:
-        """(p_type, p_flags, p_offset, p_vaddr, p_filesz, p_memsz) of each program header."""
-        t, fl, o, v, fs, m = self.phdr_fields
-        whole = table[: len(table) // self.phdr.size * self.phdr.size]
-        return [(p[t], p[fl], p[o], p[v], p[fs], p[m]) for p in self.phdr.iter_unpack(whole)]
-
-
-_ELFCLASS32, _ELFCLASS64 = 1, 2
-_LAYOUTS = {
-    _ELFCLASS64: _Layout(
-        8, struct.Struct("<16sHHIQQQIHHHHHH"), struct.Struct("<IIQQQQQQ"), (0, 1, 2, 3, 5, 6),
-        44, 32, 112, struct.Struct("<24xI12x16s80s"), struct.Struct("<iii4xQ"),
-        struct.Struct("<QQ"), struct.Struct("<QQQ"),
-    ),
-    _ELFCLASS32: _Layout(
-        4, struct.Struct("<16sHHIIIIIHHHHHH"), struct.Struct("<IIIIIIII"), (0, 6, 1, 2, 4, 5),
-        28, 24, 72, struct.Struct("<12xI12x16s80s"), struct.Struct("<iiiI"),
-        struct.Struct("<II"), struct.Struct("<III"),
-    ),
-}  # fmt: skip
-_NOTE = struct.Struct("<III")  # n_namesz, n_descsz, n_type
-_ET_CORE = 4
-_ELF_TYPES = {1: "a relocatable object", 2: "an executable", 3: "a shared object or PIE executable"}
-_PT_LOAD, _PT_INTERP, _PT_NOTE = 1, 3, 4
 _PF_X = 1
-_PN_XNUM = 0xFFFF  # e_phnum overflow: the real count is section header 0's sh_info
-_NT_PRSTATUS, _NT_PRPSINFO, _NT_AUXV = 1, 3, 6
-_NT_SIGINFO, _NT_FILE = 0x53494749, 0x46494C45
-_AT_NULL, _AT_PHDR, _AT_ENTRY, _AT_EXECFN, _AT_SYSINFO_EHDR = 0, 3, 9, 31, 33
-_PRSTATUS_CURSIG = 12
+_AT_PHDR, _AT_ENTRY, _AT_EXECFN, _AT_SYSINFO_EHDR = 3, 9, 31, 33
 _FNAME_MAX = 15  # pr_fname's length without its NUL
 # Signals whose siginfo carries the faulting address (when si_code > 0: sent by the kernel).
 _FAULT_SIGNALS = frozenset({4, 5, 7, 8, 11})  # SIGILL, SIGTRAP, SIGBUS, SIGFPE, SIGSEGV
-_DEFAULT_PAGE = 4096
 _HEADER_IMAGE_LIMIT = 1 << 16  # bytes of a module's first mapping read for its headers
-_MAX_NOTES = 1 << 26  # a PT_NOTE larger than this is damaged
+_ADDRESS_LIMIT = 1 << 64
 _ELF_MAGIC = b"\x7fELF"
 _ADDRESS_END = (1 << 64) - 1  # the highest end a module's range can have
 DEBUG_ROOT = "/usr/lib/debug"  # where gdb and eu-stack look for separate debug files
@@ -162,49 +92,12 @@ class Thread:
         return self._unwinder.unwind(self.regs, self._memory, max_frames=max_frames)
 
 
-class _Segment(NamedTuple):  # a PT_LOAD of the core
-    vaddr: int
-    offset: int
-    filesz: int
-    memsz: int
-    flags: int
-
-    @property
-    def end(self) -> int:
-        return self.vaddr + self.memsz
-
-
-class _Mapping(NamedTuple):  # an NT_FILE entry
-    start: int
-    end: int
-    offset: int  # file offset in bytes
-    path: str
-
-
-class _ThreadNotes:
-    __slots__ = ("tid", "cursig", "regs", "siginfo")
-
-    def __init__(self, tid: int, cursig: int, regs: dict[str, int]) -> None:
-        self.tid = tid
-        self.cursig = cursig
-        self.regs = regs
-        # The NT_SIGINFO that follows its NT_PRSTATUS: (si_signo, si_code, si_addr).
-        self.siginfo: tuple[int, int, int] | None = None
-
-
-class _Notes:
-    """What the core's notes say. (Plain classes, not dataclasses: they cost import time.)"""
-
-    __slots__ = ("threads", "pid", "fname", "psargs", "auxv", "files", "page_size")
-
-    def __init__(self) -> None:
-        self.threads: list[_ThreadNotes] = []
-        self.pid: int | None = None
-        self.fname: str | None = None
-        self.psargs: str | None = None
-        self.auxv: dict[int, int] = {}
-        self.files: list[_Mapping] | None = None
-        self.page_size = _DEFAULT_PAGE
+# A PT_LOAD of the core: (start, end, p_flags).
+_Segment = tuple[int, int, int]
+# An NT_FILE entry: (start, end, file offset in bytes, path).
+_Mapping = tuple[int, int, int, str]
+# An NT_PRSTATUS: (tid, pr_cursig, registers, the NT_SIGINFO after it: (signo, code, address)).
+_ThreadNotes = tuple[int, int, dict[str, int], tuple[int, int, int] | None]
 
 
 def _signal_name(number: int) -> str:
@@ -215,13 +108,14 @@ def _signal_name(number: int) -> str:
 
 
 def _signal_of(thread: _ThreadNotes) -> Signal | None:
-    if thread.siginfo is not None:
-        signo, code, addr = thread.siginfo
+    _, cursig, _, siginfo = thread
+    if siginfo is not None:
+        signo, code, addr = siginfo
         if signo:
             address = addr if signo in _FAULT_SIGNALS and code > 0 else None
             return Signal(signo, _signal_name(signo), address, code)
-    if thread.cursig:
-        return Signal(thread.cursig, _signal_name(thread.cursig), None, None)
+    if cursig:
+        return Signal(cursig, _signal_name(cursig), None, None)
     return None
 
 
@@ -234,10 +128,6 @@ def _named_as(path: str, executable: str | None, fname: str | None) -> bool:
     if fname is None:
         return False
     return base == fname or (len(fname) == _FNAME_MAX and base.startswith(fname))
-
-
-def _cstring(raw: bytes) -> str:
-    return raw.split(b"\0", 1)[0].decode("utf-8", "replace")
 
 
 class Core:
@@ -304,208 +194,62 @@ class Core:
         # Module path -> build id of the file found for it that differs from the core's.
         self._mismatched: dict[str, str] = {}
         self.debug_root = os.fspath(debug_root) if debug_root is not None else None
-        self.warnings = []
-        self._layout = _LAYOUTS[_ELFCLASS64]
-        try:
-            with open(self.path, "rb") as f:
-                self.arch, self._segments, note_data = self._read_headers(f)
-        except OSError as e:
-            raise CoreError(f"{self.path}: {e.strerror or e}") from None
-        try:
-            self.memory = MappedMemory(
-                self.path, [(s.vaddr, s.offset, s.filesz) for s in self._segments if s.filesz]
-            )
-        except StackwalkError as e:
-            raise CoreError(f"{self.path}: cannot map the core's memory: {e}") from None
-        if self.memory.missing_bytes:
-            self.warnings.append(
-                f"core is truncated: {self.memory.missing_bytes} bytes of segments missing"
-            )
-        self._reader = MemoryReader(self.memory, self._layout.word)
-        notes = self._parse_notes(note_data)
-        self.pid = notes.pid
-        self.command_line = notes.psargs
+        core = self._core = CoreFile(self.path)  # CoreError if it is not a readable core
+        self.warnings = core.warnings
+        self.arch = core.arch
+        self._segments: list[_Segment] = core.segments
+        self.memory = core.memory
+        self.pid = core.pid
+        self.command_line = core.psargs
+        self._fname = core.fname
+        self._auxv: dict[int, int] = core.auxv
         self.unwinder = Unwinder(self.arch, strategies=tuple(strategies))
         self._finder = _FileFinder(self.arch, sysroot, lib_search_path)
-        self._page = notes.page_size
+        self._page = core.page_size
         self._vdso_image: bytes | None = None
         explicit = os.fspath(executable) if executable is not None else None
-        modules, exe_module = self._find_modules(notes, explicit)
+        modules, exe_module = self._find_modules(core.files, explicit)
         self.modules = sorted(modules, key=lambda m: m.start)
         self.executable = exe_module.file if exe_module is not None else None
         if explicit is not None and exe_module is None:
             self.warnings.append(f"executable {explicit} not used: the core does not show where")
-        self._set_threads(notes)
-
-    # -- the file: headers and notes -------------------------------------------------------
-
-    def _read_headers(self, f: BinaryIO) -> tuple[str, list[_Segment], list[bytes]]:
-        ident = f.read(16)
-        if len(ident) < 16 or ident[:4] != _ELF_MAGIC:
-            raise CoreError(f"{self.path}: not an ELF file")
-        if ident[4] not in _LAYOUTS or ident[5] != 1:
-            raise CoreError(f"{self.path}: not a little-endian 32-bit or 64-bit ELF file")
-        layout = self._layout = _LAYOUTS[ident[4]]
-        raw = ident + f.read(layout.header.size - 16)
-        if len(raw) < layout.header.size:
-            raise CoreError(f"{self.path}: truncated ELF header")
-        (_, e_type, machine, _, _, phoff, shoff, _, _, phentsize, phnum, _, _, _) = (
-            layout.header.unpack(raw)
-        )
-        if e_type != _ET_CORE:
-            what = _ELF_TYPES.get(e_type, f"an ELF file of type {e_type}")
-            raise CoreError(f"{self.path}: not a core file: it is {what}")
-        arch = _MACHINES.get((ident[4], machine))
-        if arch is None:
-            bits = 8 * layout.word
-            raise CoreError(
-                f"{self.path}: unsupported architecture (ELF machine {machine}, {bits}-bit)"
-            )
-        if phentsize != layout.phdr.size:
-            raise CoreError(f"{self.path}: bad program header size {phentsize}")
-        # Offsets are checked against the size before any seek: a damaged one can be past
-        # what a file offset can hold at all.
-        size = os.fstat(f.fileno()).st_size
-        if phnum == _PN_XNUM:
-            if shoff + layout.sh_info + 4 > size:
-                raise CoreError(f"{self.path}: truncated section header at {shoff:#x}")
-            f.seek(shoff + layout.sh_info)  # sh_info of section header 0
-            phnum = struct.unpack("<I", f.read(4))[0]
-        if phoff + phnum * layout.phdr.size > size:
-            raise CoreError(f"{self.path}: truncated program headers at {phoff:#x}")
-        f.seek(phoff)
-        table = f.read(phnum * layout.phdr.size)
-        segments: list[_Segment] = []
-        notes: list[bytes] = []
-        for p_type, flags, offset, vaddr, filesz, memsz in layout.phdrs(table):
-            if p_type == _PT_LOAD:
-                segments.append(_Segment(vaddr, offset, filesz, memsz, flags))
-            elif p_type == _PT_NOTE:
-                if filesz > _MAX_NOTES:
-                    self.warnings.append(f"note segment at {offset:#x} too large, skipped")
-                    continue
-                if offset >= size:
-                    self.warnings.append(f"note segment at {offset:#x} lies past the end")
-                    continue
-                f.seek(offset)
-                data = f.read(filesz)
-                if len(data) < filesz:
-                    self.warnings.append(f"note segment at {offset:#x} is truncated")
-                notes.append(data)
-        return arch, segments, notes
-
-    def _parse_notes(self, segments: list[bytes]) -> _Notes:
-        notes = _Notes()
-        for data in segments:
-            pos = 0
-            while pos + _NOTE.size <= len(data):
-                namesz, descsz, n_type = _NOTE.unpack_from(data, pos)
-                name_at = pos + _NOTE.size
-                desc_at = name_at + (namesz + 3) // 4 * 4
-                end = desc_at + (descsz + 3) // 4 * 4
-                if desc_at + descsz > len(data):
-                    self.warnings.append(
-                        f"damaged note (type {n_type:#x}): it and the notes after it skipped"
-                    )
-                    break
-                if data[name_at : name_at + namesz].rstrip(b"\0") == b"CORE":
-                    self._parse_note(notes, n_type, data[desc_at : desc_at + descsz])
-                pos = end
-        if not notes.threads:
-            self.warnings.append("core has no threads (no NT_PRSTATUS note)")
-        return notes
-
-    def _parse_note(self, notes: _Notes, n_type: int, desc: bytes) -> None:
-        layout = self._layout
-        if n_type == _NT_PRSTATUS:
-            names = _REGISTERS[self.arch]
-            if len(desc) < layout.prstatus_regs + layout.word * len(names):
-                self.warnings.append(f"NT_PRSTATUS note too short ({len(desc)} bytes), skipped")
-                return
-            cursig = struct.unpack_from("<h", desc, _PRSTATUS_CURSIG)[0]
-            tid = struct.unpack_from("<i", desc, layout.prstatus_pid)[0]
-            words = "Q" if layout.word == 8 else "I"
-            values = struct.unpack_from(f"<{len(names)}{words}", desc, layout.prstatus_regs)
-            notes.threads.append(_ThreadNotes(tid, cursig, dict(zip(names, values, strict=True))))
-        elif n_type == _NT_SIGINFO:
-            if not notes.threads or len(desc) < layout.siginfo.size:
-                self.warnings.append("NT_SIGINFO note out of place or too short, skipped")
-                return
-            signo, _, code, addr = layout.siginfo.unpack_from(desc)
-            notes.threads[-1].siginfo = (signo, code, addr)  # of the thread before it
-        elif n_type == _NT_PRPSINFO:
-            if len(desc) < layout.prpsinfo.size:
-                self.warnings.append("NT_PRPSINFO note too short, skipped")
-                return
-            pid, fname, psargs = layout.prpsinfo.unpack_from(desc)
-            notes.pid = pid
-            notes.fname = _cstring(fname) or None
-            notes.psargs = _cstring(psargs).rstrip() or None
-        elif n_type == _NT_AUXV:
-            pair = layout.pair
-            for key, value in pair.iter_unpack(desc[: len(desc) // pair.size * pair.size]):
-                if key == _AT_NULL:
-                    break
-                notes.auxv.setdefault(key, value)
-        elif n_type == _NT_FILE:
-            self._parse_nt_file(notes, desc)
-
-    def _parse_nt_file(self, notes: _Notes, desc: bytes) -> None:
-        pair, triple = self._layout.pair, self._layout.triple
-        if len(desc) < pair.size:
-            self.warnings.append("NT_FILE note too short, skipped")
-            return
-        count, page = pair.unpack_from(desc)
-        table_end = pair.size + triple.size * count
-        if table_end > len(desc) or page == 0 or page & (page - 1):
-            self.warnings.append("NT_FILE note damaged, skipped")
-            return
-        names = desc[table_end:].split(b"\0")
-        if len(names) < count:
-            self.warnings.append("NT_FILE note damaged (missing file names), skipped")
-            return
-        notes.page_size = page
-        notes.files = [
-            _Mapping(start, end, pgoff * page, name.decode("utf-8", "surrogateescape"))
-            for (start, end, pgoff), name in zip(
-                triple.iter_unpack(desc[pair.size : table_end]), names, strict=False
-            )
-        ]
+        self._set_threads(core.threads)
 
     # -- threads and signal ----------------------------------------------------------------
 
-    def _set_threads(self, notes: _Notes) -> None:
-        raw = notes.threads
+    def _set_threads(self, raw: list[_ThreadNotes]) -> None:
         # The kernel writes the thread that dumped (took the signal) first; gdb the thread it
         # stopped in. A thread with a signal recorded wins over one without.
-        crashing = next((t for t in raw if t.siginfo is not None or t.cursig), None)
+        crashing = next((t for t in raw if t[3] is not None or t[1]), None)
         if crashing is None and raw:
             crashing = raw[0]
         ordered = ([crashing] if crashing else []) + [t for t in raw if t is not crashing]
         self.threads = [
-            Thread(t.tid, t.regs, t.cursig, self.unwinder, self.memory) for t in ordered
+            Thread(tid, regs, cursig, self.unwinder, self.memory)
+            for tid, cursig, regs, _ in ordered
         ]
-        self.crashing_tid = crashing.tid if crashing else None
+        self.crashing_tid = crashing[0] if crashing else None
         self.signal = _signal_of(crashing) if crashing else None
 
     # -- modules ---------------------------------------------------------------------------
 
     def _find_modules(
-        self, notes: _Notes, explicit: str | None
+        self, files: list[_Mapping] | None, explicit: str | None
     ) -> tuple[list[CoreModule], CoreModule | None]:
-        if notes.files is not None:
-            modules, exe = self._file_modules(notes, explicit)
+        if files is not None:
+            modules, exe = self._file_modules(files, explicit)
         else:
-            modules, exe = self._link_map_modules(notes, explicit)
-        vdso = self._vdso(notes.auxv.get(_AT_SYSINFO_EHDR))
+            modules, exe = self._link_map_modules(explicit)
+        vdso = self._vdso(self._auxv.get(_AT_SYSINFO_EHDR))
         if vdso is not None:
             modules.append(vdso)
         return modules, exe
 
     def _header_summary(self, address: int) -> dict[str, Any] | None:
         """elf_summary of the ELF headers the core holds at ``address``, or None."""
-        size = min(self._reader.available(address), _HEADER_IMAGE_LIMIT)
-        image = self._reader.read(address, size)
+        if not 0 <= address < _ADDRESS_LIMIT:
+            return None
+        image = self._core.image(address, _HEADER_IMAGE_LIMIT)
         if image is None or not image.startswith(_ELF_MAGIC):
             return None
         try:
@@ -514,23 +258,30 @@ class Core:
             return None
 
     def _segment_end(self, address: int) -> int | None:
-        return next((s.end for s in self._segments if s.vaddr <= address < s.end), None)
+        """The end of the PT_LOAD that holds ``address``."""
+        return next((end for start, end, _ in self._segments if start <= address < end), None)
+
+    def _read(self, address: int, size: int) -> bytes | None:
+        """The ``size`` bytes at ``address``, or None where the core does not hold them all."""
+        if size <= 0 or not 0 <= address <= _ADDRESS_LIMIT - size:
+            return None
+        return self.memory.read(address, size)
 
     def _file_modules(
-        self, notes: _Notes, explicit: str | None
+        self, files: list[_Mapping], explicit: str | None
     ) -> tuple[list[CoreModule], CoreModule | None]:
-        groups: dict[str, list[_Mapping]] = {}
-        for m in notes.files or ():
-            groups.setdefault(m.path, []).append(m)
-        entry = notes.auxv.get(_AT_ENTRY)
-        code = [(s.vaddr, s.end) for s in self._segments if s.flags & _PF_X]
+        groups: dict[str, list[tuple[int, int, int]]] = {}
+        for start, end, offset, path in files:
+            groups.setdefault(path, []).append((start, end, offset))
+        entry = self._auxv.get(_AT_ENTRY)
+        code = [(start, end) for start, end, flags in self._segments if flags & _PF_X]
         modules: list[CoreModule] = []
         exe: CoreModule | None = None
         for path, maps in groups.items():
-            first = min((m for m in maps if m.offset == 0), key=lambda m: m.start, default=None)
-            in_core = self._header_summary(first.start) if first else None
-            named_exe = entry is None and exe is None and _named_as(path, explicit, notes.fname)
-            holds_entry = entry is not None and any(m.start <= entry < m.end for m in maps)
+            first = min((start for start, _, offset in maps if offset == 0), default=None)
+            in_core = self._header_summary(first) if first is not None else None
+            named_exe = entry is None and exe is None and _named_as(path, explicit, self._fname)
+            holds_entry = entry is not None and any(a <= entry < b for a, b, _ in maps)
             file, on_disk, rejected = self._locate(
                 path, in_core, explicit if holds_entry or named_exe else None
             )
@@ -540,14 +291,14 @@ class Core:
                 if (
                     in_core is None
                     and not rejected
-                    and not any(m.start < b and a < m.end for m in maps for a, b in code)
+                    and not any(start < b and a < end for start, end, _ in maps for a, b in code)
                 ):
                     continue
                 self._not_found(path, rejected)
             summary = in_core or on_disk
             placements = place_mappings(
                 summary["loads"] if summary else [],
-                [(m.start, m.end, m.offset) for m in maps],
+                maps,
                 self._page,
                 code,
             )
@@ -563,10 +314,8 @@ class Core:
                     exe = module
         return modules, exe
 
-    def _link_map_modules(
-        self, notes: _Notes, explicit: str | None
-    ) -> tuple[list[CoreModule], CoreModule | None]:
-        found = self._link_map_executable(notes, explicit)
+    def _link_map_modules(self, explicit: str | None) -> tuple[list[CoreModule], CoreModule | None]:
+        found = self._link_map_executable(explicit)
         if found is None:
             return [], None
         exe, summary = found
@@ -579,46 +328,53 @@ class Core:
             return modules, exe
         if summary["dynamic"] is None:
             return modules, exe  # statically linked
-        entries, warnings = read_link_map(self._reader, summary["dynamic"] + exe.bias)
-        self.warnings.extend(warnings)
-        vdso = notes.auxv.get(_AT_SYSINFO_EHDR)
+        dynamic = summary["dynamic"] + exe.bias
+        entries: list[tuple[str | None, int, int]] = []
+        if 0 <= dynamic < _ADDRESS_LIMIT:
+            entries, warnings = self._core.link_map(dynamic)
+            self.warnings.extend(warnings)
+        else:
+            self.warnings.append(
+                f"link map: cannot read the executable's dynamic section at {dynamic:#x}"
+            )
+        vdso = self._auxv.get(_AT_SYSINFO_EHDR)
         vdso_end = self._segment_end(vdso) if vdso else None
-        interpreter = _interpreter(exe.file, summary["phdr"], self._layout) if exe.file else None
-        for e in entries:
-            if vdso and vdso_end and vdso <= e.dynamic < vdso_end:
+        # The dynamic linker's own name is the executable's PT_INTERP.
+        interpreter = summary["interpreter"] if exe.file else None
+        for name, bias, dynamic in entries:
+            if vdso and vdso_end and vdso <= dynamic < vdso_end:
                 continue  # the vdso's own entry: its image is read from the core below
-            name = e.name
             if name is None:  # the dynamic linker's, pointing into the executable's .interp
                 name, interpreter = interpreter, None
             if name is None:
-                self.warnings.append(f"link map: cannot read the name of the module at {e.bias:#x}")
+                self.warnings.append(f"link map: cannot read the name of the module at {bias:#x}")
                 continue
-            in_core = self._header_summary(e.bias)
+            in_core = self._header_summary(bias)
             file, on_disk, rejected = self._locate(name, in_core, None)
             if on_disk is not None:
-                start, end = self._load_range(on_disk, e.bias)
+                start, end = self._load_range(on_disk, bias)
                 if in_core is None:
                     in_core = self._header_summary(start)
             elif in_core is not None:
-                start, end = self._load_range(in_core, e.bias)
+                start, end = self._load_range(in_core, bias)
             else:
-                start, end = e.bias, self._segment_end(e.dynamic) or e.bias
+                start, end = bias, self._segment_end(dynamic) or bias
             if on_disk is None:
                 self._not_found(name, rejected)
-            modules.append(self._module(name, file, start, end, e.bias, in_core, on_disk))
+            modules.append(self._module(name, file, start, end, bias, in_core, on_disk))
         return modules, exe
 
     def _link_map_executable(
-        self, notes: _Notes, explicit: str | None
+        self, explicit: str | None
     ) -> tuple[CoreModule, dict[str, Any] | None] | None:
         """The executable's module and ELF summary (None: neither its file nor its headers)."""
-        execfn = notes.auxv.get(_AT_EXECFN)
-        name = (self._reader.string(execfn) if execfn else None) or notes.fname or explicit
+        execfn = self._auxv.get(_AT_EXECFN)
+        name = (self._core.string(execfn) if execfn else None) or self._fname or explicit
         if name is None:
             self.warnings.append("cannot tell the executable: no AT_EXECFN and no NT_PRPSINFO")
             return None
-        entry = notes.auxv.get(_AT_ENTRY)
-        phdr = notes.auxv.get(_AT_PHDR)
+        entry = self._auxv.get(_AT_ENTRY)
+        phdr = self._auxv.get(_AT_PHDR)
         in_core = self._header_summary(phdr - phdr % self._page) if phdr else None
         file, on_disk, rejected = self._locate(name, in_core, explicit)
         if on_disk is None:
@@ -628,10 +384,11 @@ class Core:
             # Only its place is known: the mapping that holds the entry point.
             segment = None
             if entry is not None:
-                segment = next((s for s in self._segments if s.vaddr <= entry < s.end), None)
+                segment = next((s for s in self._segments if s[0] <= entry < s[1]), None)
             if segment is None:
                 return None
-            return self._module(name, None, segment.vaddr, segment.end, segment.vaddr), None
+            start, end, _ = segment
+            return self._module(name, None, start, end, start), None
         if entry is not None:
             bias = entry - summary["entry"]
         elif summary["type"] == "EXEC":
@@ -657,7 +414,7 @@ class Core:
         if not address:
             return None
         end = self._segment_end(address) or address
-        image = self._reader.read(address, end - address)
+        image = self._read(address, end - address)
         if image is None:
             self.warnings.append(f"vdso at {address:#x} is not in the core")
             return None
@@ -747,7 +504,7 @@ class Core:
             (vaddr + bias, vaddr + bias + memsz)
             for vaddr, memsz, _, _, flags in (in_core["loads"] if in_core else ())
             if flags & _PF_X and memsz
-        ] or [(s.vaddr, s.end) for s in self._segments if s.flags & _PF_X]
+        ] or [(start, end) for start, end, flags in self._segments if flags & _PF_X]
         code = [
             (max(a, start - start % page), min(b, -(-end // page) * page))
             for a, b in spans
@@ -829,22 +586,6 @@ class Core:
             f"Core({self.path!r}, arch={self.arch!r}, pid={self.pid}, "
             f"threads={len(self.threads)}, modules={len(self.modules)})"
         )
-
-
-def _interpreter(file: str, phdr: tuple[int, int], layout: _Layout) -> str | None:
-    """The PT_INTERP path of ELF ``file`` (of the core's class) whose program headers are at
-    ``phdr`` (e_phoff, e_phnum); None if it has none or it cannot be read."""
-    phoff, phnum = phdr
-    try:
-        with open(file, "rb") as f:
-            f.seek(phoff)
-            for p_type, _, offset, _, filesz, _ in layout.phdrs(f.read(phnum * layout.phdr.size)):
-                if p_type == _PT_INTERP:
-                    f.seek(offset)
-                    return _cstring(f.read(min(filesz, 4096))) or None
-    except (OSError, ValueError, OverflowError):  # ValueError: an offset no file can have
-        return None
-    return None
 
 
 def _hex(value: int | None) -> str | None:

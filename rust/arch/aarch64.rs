@@ -20,6 +20,14 @@ pub const NAMES: [&str; 32] = [
     "x28", "x29", "x30", "sp",
 ];
 
+/// `pr_reg` of a core's NT_PRSTATUS: the kernel's `struct user_pt_regs`
+/// (arch/arm64/include/uapi/asm/ptrace.h), 34 words.
+pub const PRSTATUS_REGS: [&str; 34] = [
+    "x0", "x1", "x2", "x3", "x4", "x5", "x6", "x7", "x8", "x9", "x10", "x11", "x12", "x13", "x14",
+    "x15", "x16", "x17", "x18", "x19", "x20", "x21", "x22", "x23", "x24", "x25", "x26", "x27",
+    "x28", "x29", "x30", "sp", "pc", "pstate",
+];
+
 pub fn register_by_name(name: &str) -> Option<Option<u16>> {
     match name {
         "pc" => Some(None),

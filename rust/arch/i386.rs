@@ -18,6 +18,13 @@ pub const NAMES: [&str; 9] = ["eax", "ecx", "edx", "ebx", "esp", "ebp", "esi", "
 /// The 32-bit address space: every address and word is reduced to it.
 pub const ADDRESS_MASK: u64 = 0xffff_ffff;
 
+/// `pr_reg` of a core's NT_PRSTATUS: the kernel's `struct user_regs_struct`
+/// (arch/x86/include/asm/user_32.h), 17 32-bit words.
+pub const PRSTATUS_REGS: [&str; 17] = [
+    "ebx", "ecx", "edx", "esi", "edi", "ebp", "eax", "ds", "es", "fs", "gs", "orig_eax", "eip",
+    "cs", "eflags", "esp", "ss",
+];
+
 pub fn register_by_name(name: &str) -> Option<Option<u16>> {
     if name == "eip" {
         return Some(None);

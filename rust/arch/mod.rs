@@ -30,6 +30,24 @@ pub(crate) enum PerfReg {
     Ignored,
 }
 
+/// Where a core file's NT_PRSTATUS note (the kernel's `struct elf_prstatus`;
+/// for a 32-bit process `struct compat_elf_prstatus`, with 4-byte words)
+/// holds what a core reader needs. `pr_reg` is `names.len()` words of
+/// [`Arch::word_size`] bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PrStatus {
+    /// Offset of `pr_cursig` (a 16-bit signed `short`).
+    pub cursig: usize,
+    /// Offset of `pr_pid` (a 32-bit signed `pid_t`): the thread's id.
+    pub pid: usize,
+    /// Offset of `pr_reg`.
+    pub regs: usize,
+    /// The registers of `pr_reg` in order, named as `register_by_name`
+    /// takes them (it knows no flags or segment registers: they are kept
+    /// for the record).
+    pub names: &'static [&'static str],
+}
+
 /// What a register column becomes in the caller when no CFI rule names it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DefaultRule {
@@ -258,6 +276,20 @@ impl Arch {
         }
     }
 
+    /// The layout of NT_PRSTATUS in a core file of a process of this
+    /// architecture.
+    pub fn prstatus(self) -> PrStatus {
+        match self {
+            Arch::X86_64 => {
+                PrStatus { cursig: 12, pid: 32, regs: 112, names: &x86_64::PRSTATUS_REGS }
+            }
+            Arch::Aarch64 => {
+                PrStatus { cursig: 12, pid: 32, regs: 112, names: &aarch64::PRSTATUS_REGS }
+            }
+            Arch::I386 => PrStatus { cursig: 12, pid: 24, regs: 72, names: &i386::PRSTATUS_REGS },
+        }
+    }
+
     /// The ELF `e_machine` value of this architecture.
     pub fn elf_machine(self) -> u16 {
         match self {
@@ -357,6 +389,20 @@ mod tests {
         assert_eq!(Arch::I386.strip_return_address(0x1_0804_9745), 0x0804_9745);
         assert_eq!("i386".parse::<Arch>(), Ok(Arch::I386));
         assert_eq!(Arch::from_elf_machine(3), Some(Arch::I386));
+    }
+
+    #[test]
+    fn prstatus_registers_are_known_by_name() {
+        // Every register the unwinder has a column for is in pr_reg, pc included.
+        for arch in Arch::ALL {
+            let names = arch.prstatus().names;
+            for reg in 0..NUM_REGS as u16 {
+                if let Some(name) = arch.register_name(reg) {
+                    assert!(names.contains(&name), "{arch}: {name} not in pr_reg");
+                }
+            }
+            assert!(names.contains(&arch.pc_name()), "{arch}");
+        }
     }
 
     #[test]

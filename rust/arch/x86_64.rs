@@ -14,6 +14,14 @@ pub const NAMES: [&str; 17] = [
     "r14", "r15", "rip",
 ];
 
+/// `pr_reg` of a core's NT_PRSTATUS: the kernel's `struct user_regs_struct`
+/// (arch/x86/include/asm/user_64.h), 27 words.
+pub const PRSTATUS_REGS: [&str; 27] = [
+    "r15", "r14", "r13", "r12", "rbp", "rbx", "r11", "r10", "r9", "r8", "rax", "rcx", "rdx", "rsi",
+    "rdi", "orig_rax", "rip", "cs", "eflags", "rsp", "ss", "fs_base", "gs_base", "ds", "es", "fs",
+    "gs",
+];
+
 pub fn register_by_name(name: &str) -> Option<Option<u16>> {
     if name == "rip" {
         return Some(None);

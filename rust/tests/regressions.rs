@@ -52,6 +52,11 @@ fn perf() {
     run_all("perf", harness::perf::run);
 }
 
+#[test]
+fn core() {
+    run_all("core", harness::corefile::run);
+}
+
 /// The harness itself on a real file: this test's own executable as an ELF
 /// image, looked up at each of its FDEs, which must nearly all be found.
 #[test]

@@ -1,6 +1,7 @@
-//! The PyO3 bindings: the only module that knows about Python. The Python
-//! layer (`python/stackwalk`) finds ELF sections with pyelftools and hands
-//! their file offsets here; the file itself is mapped, never copied.
+//! The PyO3 bindings: the only module that knows about Python. Each is a
+//! thin wrapper over a plain-Rust type, split by area, one file each
+//! (`corefile`: core files); the areas not yet split are here. Files are
+//! mapped, never copied.
 
 use std::fs::File;
 use std::path::PathBuf;
@@ -11,6 +12,8 @@ use pyo3::create_exception;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
+
+mod corefile;
 
 use crate::arch::Arch;
 use crate::cfi::{CfaRule, Data, Module, RegRule, UnwindInfo};
@@ -42,6 +45,12 @@ create_exception!(
     MemoryReadError,
     StackwalkError,
     "Captured memory is missing or malformed."
+);
+create_exception!(
+    stackwalk._core,
+    CoreError,
+    StackwalkError,
+    "The file is not an ELF core file that stackwalk can read."
 );
 create_exception!(
     stackwalk._core,
@@ -164,8 +173,8 @@ impl PyTrace {
 /// file's PT_LOADs. Pass it as the `memory` of `Unwinder.unwind`.
 #[pyclass(module = "stackwalk._core", name = "MappedMemory", frozen)]
 pub struct PyMappedMemory {
-    inner: Arc<SegmentMemory>,
-    path: String,
+    pub(crate) inner: Arc<SegmentMemory>,
+    pub(crate) path: String,
 }
 
 #[pymethods]
@@ -667,7 +676,17 @@ fn elf_summary<'py>(py: Python<'py>, source: &Bound<'py, PyAny>) -> PyResult<Bou
     out.set_item("loads", summary.loads)?;
     out.set_item("dynamic", summary.dynamic)?;
     out.set_item("phdr", summary.phdr)?;
+    let interpreter = summary.interpreter.map(|p| String::from_utf8_lossy(&p).into_owned());
+    out.set_item("interpreter", interpreter)?;
     Ok(out)
+}
+
+/// The ELF address (sh_addr) of the section `name` of an ELF file (a path)
+/// or image (bytes-like); None if it has no such section.
+#[pyfunction]
+fn elf_section_address(source: &Bound<'_, PyAny>, name: &str) -> PyResult<Option<u64>> {
+    let (file, data) = elf_bytes(source)?;
+    crate::elf::section_address(&data, name).map_err(|e| ElfError::new_err(format!("{file}: {e}")))
 }
 
 /// Where the mappings of one ELF file place it (see `crate::space::place`):
@@ -1073,13 +1092,16 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("CfiError", py.get_type::<CfiError>())?;
     m.add("MemoryReadError", py.get_type::<MemoryReadError>())?;
     m.add("ArchError", py.get_type::<ArchError>())?;
+    m.add("CoreError", py.get_type::<CoreError>())?;
     m.add_class::<PyUnwinder>()?;
     m.add_class::<PyTrace>()?;
     m.add_class::<PyFrame>()?;
     m.add_class::<PyMappedMemory>()?;
     m.add_class::<PySymbolTable>()?;
     m.add_class::<PyStackDb>()?;
+    m.add_class::<corefile::PyCoreFile>()?;
     m.add_function(wrap_pyfunction!(elf_summary, m)?)?;
+    m.add_function(wrap_pyfunction!(elf_section_address, m)?)?;
     m.add_function(wrap_pyfunction!(demangle, m)?)?;
     m.add_function(wrap_pyfunction!(place_mappings, m)?)?;
     m.add_function(wrap_pyfunction!(perf_report, m)?)?;

@@ -1,0 +1,8 @@
+//! The `core` fuzz target: see `harness/corefile.rs`, which
+//! `rust/tests/regressions.rs` also runs on every reproducer kept.
+#![no_main]
+
+#[path = "../harness/mod.rs"]
+mod harness;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| harness::corefile::run(data));

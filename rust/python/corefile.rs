@@ -1,0 +1,180 @@
+//! `CoreFile`: an ELF core file read by `crate::corefile`, as the Python
+//! layer (`stackwalk.core`) takes it: plain values, the memory as a
+//! `MappedMemory` sharing the core's mapping.
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
+
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict};
+
+use super::{CoreError, PyMappedMemory};
+use crate::corefile::{CoreFile, LinkMapEntry};
+
+/// A path or name read from the core, as Python names files: UTF-8, bytes
+/// that are not kept as surrogates (`os.fsdecode`).
+fn fs_str(bytes: &[u8]) -> &OsStr {
+    OsStr::from_bytes(bytes)
+}
+
+/// An ELF core file: its threads, process facts, mappings and memory.
+#[pyclass(module = "stackwalk._core", name = "CoreFile", frozen)]
+pub struct PyCoreFile {
+    inner: CoreFile,
+    path: String,
+}
+
+#[pymethods]
+impl PyCoreFile {
+    /// Read the core at `path`; CoreError (naming the file) if it is not
+    /// a core that can be read. Damage past its headers is in `warnings`.
+    #[new]
+    fn new(path: PathBuf) -> PyResult<Self> {
+        let name = path.to_string_lossy().into_owned();
+        let inner =
+            CoreFile::open(&path).map_err(|e| CoreError::new_err(format!("{name}: {e}")))?;
+        Ok(PyCoreFile { inner, path: name })
+    }
+
+    #[getter]
+    fn arch(&self) -> &'static str {
+        self.inner.arch.name()
+    }
+
+    /// Bytes in a word, a pointer, an address of the process: 8 or 4.
+    #[getter]
+    fn word_size(&self) -> u64 {
+        self.inner.arch.word_size()
+    }
+
+    /// The PT_LOAD segments: (start, end, p_flags); the end saturates at
+    /// 2^64 - 1 (a damaged p_memsz).
+    #[getter]
+    fn segments(&self) -> Vec<(u64, u64, u32)> {
+        self.inner.segments.iter().map(|s| (s.vaddr, s.end(), s.flags)).collect()
+    }
+
+    /// The process's memory: the segments' bytes the file holds.
+    #[getter]
+    fn memory(&self) -> PyMappedMemory {
+        PyMappedMemory { inner: self.inner.memory.clone(), path: self.path.clone() }
+    }
+
+    /// One (tid, pr_cursig, registers by name, (si_signo, si_code, si_addr)
+    /// or None) per NT_PRSTATUS, in the core's order.
+    #[allow(clippy::type_complexity)]
+    #[getter]
+    fn threads<'py>(
+        &self,
+        py: Python<'py>,
+    ) -> PyResult<Vec<(i32, i16, Bound<'py, PyDict>, Option<(i32, i32, u64)>)>> {
+        let arch = self.inner.arch;
+        let mut out = Vec::with_capacity(self.inner.notes.threads.len());
+        for t in &self.inner.notes.threads {
+            let regs = PyDict::new(py);
+            for (name, value) in t.named_registers(arch) {
+                regs.set_item(name, value)?;
+            }
+            let siginfo = t.siginfo.map(|s| (s.signo, s.code, s.address));
+            out.push((t.tid, t.cursig, regs, siginfo));
+        }
+        Ok(out)
+    }
+
+    /// NT_PRPSINFO's pr_pid.
+    #[getter]
+    fn pid(&self) -> Option<u32> {
+        self.inner.notes.pid
+    }
+
+    /// NT_PRPSINFO's pr_fname: the command, cut to 15 bytes.
+    #[getter]
+    fn fname(&self) -> Option<&str> {
+        self.inner.notes.fname.as_deref()
+    }
+
+    /// NT_PRPSINFO's pr_psargs: the command line, cut to 80 bytes.
+    #[getter]
+    fn psargs(&self) -> Option<&str> {
+        self.inner.notes.psargs.as_deref()
+    }
+
+    /// NT_AUXV: type -> value (the first of a type).
+    #[getter]
+    fn auxv(&self) -> std::collections::BTreeMap<u64, u64> {
+        self.inner.notes.auxv.clone()
+    }
+
+    /// NT_FILE's mappings: (start, end, file offset in bytes, path); None
+    /// without a readable NT_FILE.
+    #[getter]
+    fn files(&self) -> Option<Vec<(u64, u64, u64, &OsStr)>> {
+        let files = self.inner.notes.files.as_ref()?;
+        Some(files.iter().map(|f| (f.start, f.end, f.offset, fs_str(&f.path))).collect())
+    }
+
+    /// NT_FILE's page size, else 4096.
+    #[getter]
+    fn page_size(&self) -> u64 {
+        self.inner.notes.page_size
+    }
+
+    /// What is damaged, one line each, in the order found.
+    #[getter]
+    fn warnings(&self) -> Vec<String> {
+        self.inner.warnings.clone()
+    }
+
+    /// The NUL-terminated string at `address` (None: not all in the core).
+    #[pyo3(signature = (address, limit = 4096))]
+    fn string<'py>(
+        &self,
+        py: Python<'py>,
+        address: u64,
+        limit: usize,
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let Some(bytes) = self.inner.string(address, limit) else { return Ok(None) };
+        Ok(Some(fs_str(&bytes).into_pyobject(py)?.into_any()))
+    }
+
+    /// The bytes the core holds contiguously from `address` on, at most
+    /// `limit` (None: none there).
+    fn image<'py>(
+        &self,
+        py: Python<'py>,
+        address: u64,
+        limit: usize,
+    ) -> Option<Bound<'py, PyBytes>> {
+        let bytes = self.inner.memory.tail(address, limit);
+        (!bytes.is_empty()).then(|| PyBytes::new(py, bytes))
+    }
+
+    /// The dynamic linker's link map, for an executable whose PT_DYNAMIC is
+    /// at runtime address `dynamic`: ([(l_name or None, l_addr, l_ld)], warnings).
+    #[allow(clippy::type_complexity)]
+    fn link_map<'py>(
+        &self,
+        py: Python<'py>,
+        dynamic: u64,
+    ) -> PyResult<(Vec<(Option<Bound<'py, PyAny>>, u64, u64)>, Vec<String>)> {
+        let (entries, warnings) = self.inner.link_map(dynamic);
+        let entries = entries
+            .into_iter()
+            .map(|LinkMapEntry { name, bias, dynamic }| {
+                let name = name.map(|n| fs_str(&n).into_pyobject(py)).transpose()?;
+                Ok((name.map(|n| n.into_any()), bias, dynamic))
+            })
+            .collect::<PyResult<_>>()?;
+        Ok((entries, warnings))
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "<CoreFile {} ({}, {} threads)>",
+            self.path,
+            self.inner.arch,
+            self.inner.notes.threads.len()
+        )
+    }
+}
