@@ -376,7 +376,7 @@ impl Context<'_> {
     /// before it calls the function holding the pc: its target is at or
     /// below the pc, and the call itself lies outside [target, pc] (a
     /// non-leaf's lr points after a call inside itself).
-    fn leaf<M: Memory + ?Sized>(
+    pub fn leaf<M: Memory + ?Sized>(
         &self,
         callee: &Callee,
         fp: Option<u64>,

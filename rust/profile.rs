@@ -910,7 +910,7 @@ impl Context {
                         unwinder.set_modules(p.process.modules.clone());
                     }
                     let mut stack = Buffer { start: sp.1, bytes: s.stack };
-                    let end = unwinder.unwind(pc, &sp.0, &mut stack, ctx.max_frames, frames);
+                    let end = unwinder.unwind_sample(pc, &sp.0, &mut stack, ctx.max_frames, frames);
                     out.complete += u64::from(end.reason.is_clean());
                     out.frames += frames.len() as u64;
                 }

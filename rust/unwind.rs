@@ -397,6 +397,115 @@ impl Unwinder {
         }
     }
 
+    /// [`Unwinder::unwind`] for a sample, which may land anywhere, also in
+    /// code without CFI that calls nothing (hand-written assembly, a
+    /// module's `_init`, clone3 right after its system call): where CFI
+    /// has no FDE for frame 0's pc, frame 0 is taken for a leaf that has
+    /// not touched the stack, as profilers do (framehop's "just return if
+    /// first frame" rule). Its return address is at sp (x86) or in lr
+    /// (aarch64), checked as the frame-pointer strategy checks a leaf frame
+    /// 0 (a plausible return address right after a call that calls the
+    /// pc's function, or into another module), and the frame gets that
+    /// strategy's trust, [`Trust::FramePointer`]. The walk goes on from the
+    /// caller with the fallback path's checks: CFI applied to the caller
+    /// must give a plausible return address too. Where there is none, the
+    /// walk ends at frame 0 as [`Unwinder::unwind`] ends it.
+    ///
+    /// A method of its own rather than an option of `unwind`, whose code
+    /// (every other caller's walk) stays exactly as it is.
+    pub fn unwind_sample<M: Memory + ?Sized>(
+        &mut self,
+        pc: u64,
+        regs: &Registers,
+        mem: &mut M,
+        max_frames: Option<usize>,
+        frames: &mut Vec<Frame>,
+    ) -> End {
+        let end = self.unwind(pc, regs, mem, max_frames, frames);
+        // Matched, not compared: `==` is a call that takes the end's address.
+        let no_fde = matches!(end.detail, EndDetail::Lookup(LookupError::NoFde));
+        if no_fde && frames.len() == 1 {
+            return self.leaf_walk(regs, mem, max_frames, frames);
+        }
+        end
+    }
+
+    /// Frame 0 has no FDE: take it for a leaf (see
+    /// [`Unwinder::unwind_sample`]) and walk on from its caller.
+    #[cold]
+    #[inline(never)]
+    fn leaf_walk<M: Memory + ?Sized>(
+        &mut self,
+        regs: &Registers,
+        mem: &mut M,
+        max_frames: Option<usize>,
+        frames: &mut Vec<Frame>,
+    ) -> End {
+        let arch = self.arch;
+        let Some(&first) = frames.first() else {
+            return End {
+                reason: EndReason::FrameLimit,
+                frame: 0,
+                lookup_pc: 0,
+                module: None,
+                detail: EndDetail::None,
+            };
+        };
+        // How `unwind` ended (rebuilt: the hot caller keeps none of it).
+        let mut end = End {
+            reason: EndReason::NoUnwindInfo,
+            frame: 0,
+            lookup_pc: first.pc,
+            module: self.module_index(first.pc),
+            detail: EndDetail::Lookup(LookupError::NoFde),
+        };
+        let mut callee_regs = *regs;
+        if let Some(col) = arch.pc_column() {
+            callee_regs.set(col, first.pc);
+        }
+        let mut caller_regs = Registers::new();
+        let ctx = fallback::Context {
+            arch,
+            modules: &self.modules,
+            stack: mem.region_of(first.sp),
+            last_fp: None,
+            scan_words: self.scan_words,
+        };
+        let callee = fallback::Callee { index: 0, pc: first.pc, sp: first.sp, guessed: false };
+        let fp = callee_regs.get(arch.fp());
+        let Some(found) = ctx.leaf(&callee, fp, &callee_regs, &mut caller_regs, mem) else {
+            return end;
+        };
+        end.module = None;
+        end.detail = EndDetail::None;
+        let max_frames = max_frames.unwrap_or_else(|| stack_frame_bound(arch, first.sp, mem));
+        if frames.len() >= max_frames {
+            end.reason = EndReason::FrameLimit;
+            return end;
+        }
+        if found.sp_exact {
+            frames[0].cfa = Some(found.sp);
+        }
+        let trust = Trust::FramePointer;
+        frames.push(Frame {
+            pc: found.pc,
+            sp: found.sp,
+            cfa: None,
+            trust,
+            interrupted: false,
+            signal_frame: false,
+        });
+        let callee = FrameState {
+            pc: found.pc,
+            sp: found.sp,
+            interrupted: false,
+            sp_exact: found.sp_exact,
+            trust,
+        };
+        let files = [caller_regs, Registers::new()];
+        self.walk::<M, true>(callee, files, mem, max_frames, frames, end)
+    }
+
     /// The walk from frame 0 (in `frames`, its registers in `files[0]`) on.
     /// `FALLBACK`: the strategies are not CFI alone.
     fn walk<M: Memory + ?Sized, const FALLBACK: bool>(

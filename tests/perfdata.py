@@ -310,6 +310,10 @@ class Recordings:
     lld: the qsort program linked by lld, which packs segments in the file: the code segment
     starts mid-page, so the executable mapping's file offset (its page) is in the segment
     before it too (rustc's cdylibs, such as stackwalk's own core, are laid out this way).
+
+    Not one of WORKLOADS (perf script stops at frame 0 in most of its samples): leaf, samples
+    whose frame 0 has no CFI, in a leaf function in hand-written assembly and in clone3 right
+    after its system call (x86_64).
     """
 
     def __init__(self, directory: Path, build: Builder) -> None:
@@ -343,6 +347,8 @@ class Recordings:
             return [str(build("perf_dlopen.c", "-O2")), str(library)]
         if name == "lld":
             return [str(build("perf_qsort.c", *O2, "-fuse-ld=lld"))]
+        if name == "leaf":
+            return [str(build("perf_leaf.c", *O2, "-pthread"))]
         if name == "fork":
             child = build("perf_qsort.c", *O2)  # the qsort workload's program
             return [str(build("perf_fork.c", "-O2")), str(child), "10"]

@@ -149,9 +149,10 @@ def test_perf_script_prints_return_address_minus_one(recordings: Recordings, wor
 
 EXACT, PERF_STOPPED_EARLY, DISAGREE = "exact", "perf stopped early", "disagree"
 PERF_SKIPPED_FRAMES = "perf skipped frames"
-# Ours stop where no CFI covers the pc (e.g. libgcc_s's .fini, which has no FDE): recovering
-# those frames needs the frame-pointer and scanning fallbacks of a later issue, where perf's
-# libdw guesses on (and at times into garbage). Not exact, so it counts against the rate.
+# Ours stop where no CFI covers the pc (e.g. libgcc_s's .fini, which has no FDE) and frame 0 is
+# not a leaf whose return address is at sp (test_frame_zero_without_cfi): recovering those
+# frames needs the frame-pointer and scanning fallbacks, where perf's libdw guesses on (and at
+# times into garbage). Not exact, so it counts against the rate.
 OURS_NO_CFI = "stackwalk stopped without CFI"
 # A sample as perf script shows it, and ours (from --json).
 Pair = tuple[ScriptSample, Mapping[str, Any]]
@@ -344,6 +345,90 @@ def test_user_frames_match_perf_script(
     assert rate >= MIN_EXACT, "\n\n".join(
         [summary] + [side_by_side(t, o) for t, o in groups[PERF_STOPPED_EARLY][:3]]
     )
+
+
+# --- frame 0 without CFI ----------------------------------------------------------------------
+
+
+def call_chain_problems(user: Sequence[Mapping[str, Any]]) -> list[str]:
+    """What objdump and the symbol tables find wrong in a stack's caller frames (stackwalk's
+    --json user frames, innermost first): each return address must follow a call instruction,
+    and a direct call inside one module must call the function the frame below it is in (a call
+    into another module goes through the PLT; an indirect call names no target)."""
+    problems = []
+    for index in range(1, len(user)):
+        caller, callee = user[index], user[index - 1]
+        where = f"#{index} {caller['function']} in {caller['module']}"
+        if caller["module"] is None:
+            problems.append(f"{where}: in no module")
+            continue
+        return_address = h(caller["module_offset"])
+        calls = disassembly(caller["module"]).calls
+        if return_address not in calls:
+            problems.append(f"{where}: {return_address:#x} follows no call")
+            continue
+        target = calls[return_address]
+        if target is not None and callee["module"] == caller["module"]:
+            if target not in symbol_values(caller["module"], callee["function"] or ""):
+                problems.append(f"{where}: calls {target:#x}, not {callee['function']}")
+    return problems
+
+
+# The program's frames above frame 0 of each kind of sample the test is about (perf_leaf.c).
+LEAF_STACKS = {
+    "asm_spin": ["asm_spin", "work", "main", "_start"],
+    "clone3": ["make_threads", "main", "_start"],
+}
+
+
+def test_frame_zero_without_cfi(recordings: Recordings) -> None:
+    """Samples whose frame 0 has no CFI (readelf shows no FDE at its pc): main -> work ->
+    asm_spin, a leaf in hand-written assembly, and the main thread in clone3 right after its
+    syscall instruction, where glibc ends clone3's FDE. Their return address is at sp: ours go
+    on from there with CFI and reach the program's entry point.
+
+    perf script (libdw) stops at frame 0 in both: its frames are a prefix of ours, and ours past
+    it are proven with objdump instead (call_chain_problems), up to _start, the function at the
+    ELF entry point, through the functions the program's source calls. A new thread starts at
+    the instruction after clone3's syscall, on a stack with nothing of clone3's caller: ours stop
+    at frame 0 there, where perf script follows rbp into garbage (a frame in ``//anon``)."""
+    recording = recordings("leaf")
+    exe = os.path.realpath(recording.argv[0])
+    with open(exe, "rb") as f:
+        entry = ELFFile(f).header["e_entry"]
+    ours = by_key(ours_json(recording))
+    found: Counter[str] = Counter()
+    for theirs in recording.script():
+        user = [f for f in ours[theirs.key]["frames"] if not f["kernel"]]
+        if not user or user[0]["module"] is None:
+            continue
+        first = user[0]
+        module = os.path.realpath(first["module"])
+        if readelf_row(module, h(first["module_offset"])) is not None:
+            continue  # frame 0 has CFI
+        function = first["function"]
+        if function not in LEAF_STACKS:
+            continue
+        where = side_by_side(theirs, ours[theirs.key])
+        perf_frames = theirs.user_addresses()
+        mine = our_user_addresses(ours[theirs.key]["frames"])
+        assert perf_frames[:1] == mine[:1], where
+        if theirs.tid != theirs.pid:
+            assert function == "clone3" and len(mine) == 1, where
+            found["a new thread"] += 1
+            continue
+        assert mine[: len(perf_frames)] == perf_frames, where
+        problems = call_chain_problems(user)
+        assert not problems, f"{where}\n" + "\n".join(problems)
+        last = user[-1]
+        assert os.path.realpath(last["module"] or "") == exe, where
+        assert entry in symbol_values(exe, last["function"] or ""), where
+        program = [f["function"] for f in user if os.path.realpath(f["module"] or "") == exe]
+        assert program == LEAF_STACKS[function], where
+        found[function] += 1
+        found["perf stopped at frame 0"] += len(perf_frames) == 1
+    print(dict(found))
+    assert found["asm_spin"] >= 1 and found["clone3"] >= 1, found
 
 
 @pytest.mark.parametrize("workload", WORKLOADS)

@@ -231,15 +231,45 @@ fn walk(
     regs: &[(u16, u64)],
     stack: &Stack,
 ) -> Walk {
+    walk_with(arch, module, pc, regs, stack, false, |uw| uw.set_strategies(strategies))
+}
+
+/// A walk with CFI alone, by `unwind_sample` (frame 0 without CFI taken
+/// for a leaf) if `sample`, else by `unwind`.
+fn cfi_walk(
+    arch: Arch,
+    module: Arc<Module>,
+    sample: bool,
+    pc: u64,
+    regs: &[(u16, u64)],
+    stack: &Stack,
+) -> Walk {
+    walk_with(arch, module, pc, regs, stack, sample, |_| ())
+}
+
+fn walk_with(
+    arch: Arch,
+    module: Arc<Module>,
+    pc: u64,
+    regs: &[(u16, u64)],
+    stack: &Stack,
+    sample: bool,
+    setup: impl FnOnce(&mut Unwinder),
+) -> Walk {
     let mut uw = Unwinder::new(arch);
     uw.add_module(module).expect("one module");
-    uw.set_strategies(strategies);
+    setup(&mut uw);
     let mut r = Registers::new();
     for &(reg, v) in regs {
         r.set(reg, v);
     }
     let mut frames = Vec::new();
-    let end = uw.unwind(pc, &r, &mut stack.memory(), Some(64), &mut frames);
+    let mut memory = stack.memory();
+    let end = if sample {
+        uw.unwind_sample(pc, &r, &mut memory, Some(64), &mut frames)
+    } else {
+        uw.unwind(pc, &r, &mut memory, Some(64), &mut frames)
+    };
     let message = uw.describe(&end);
     Walk { frames, end, message }
 }
@@ -484,6 +514,97 @@ fn x86_64_leaf_frame_zero_returns_through_the_word_at_sp() {
         &s,
     );
     assert_eq!(w.pcs(), [rt(LEAF + 7), rt(R2), rt(R3)], "{}", w.message);
+}
+
+// --- unwind_sample: frame 0 without CFI taken for a leaf (the profiler's walk) -----------
+
+/// The module of the leaf tests: R3 (in WITH_CFI, whose CFI says CFA = rsp
+/// + 8 and the return address at CFA − 8) returns from a call to LEAF.
+fn x86_leaf_module() -> Arc<Module> {
+    let mut image = Image::new(Arch::X86_64);
+    image.call_before(R3, LEAF);
+    image.module(Some(x86_eh_frame(&[])))
+}
+
+#[test]
+fn a_sample_takes_frame_zero_without_cfi_for_a_leaf() {
+    // LEAF has no FDE; [sp] returns into WITH_CFI after a call to LEAF,
+    // whose CFI finds R1 above it; R1 has no CFI.
+    let mut s = Stack::new();
+    s.set(SP, rt(R3)).set(SP + 8, rt(R1));
+    let regs = [(RSP, SP), (RBP, 0x1234)];
+    let w = cfi_walk(Arch::X86_64, x86_leaf_module(), true, rt(LEAF + 7), &regs, &s);
+    use Trust::*;
+    assert_eq!(w.pcs(), [rt(LEAF + 7), rt(R3), rt(R1)], "{}", w.message);
+    assert_eq!(w.trusts(), [Context, FramePointer, Cfi]);
+    assert_eq!(w.sps(), [SP, SP + 8, SP + 16]);
+    assert_eq!(w.frames[0].cfa, Some(SP + 8), "the leaf's CFA is its caller's sp");
+    assert_eq!((w.end.reason, w.end.frame), (EndReason::NoUnwindInfo, 2), "{}", w.message);
+    // `unwind` with CFI alone stops at frame 0.
+    let w = cfi_walk(Arch::X86_64, x86_leaf_module(), false, rt(LEAF + 7), &regs, &s);
+    assert_eq!(w.pcs(), [rt(LEAF + 7)], "{}", w.message);
+    assert_eq!(w.end.reason, EndReason::NoUnwindInfo);
+}
+
+#[test]
+fn a_leaf_frame_zero_needs_a_plausible_return_address() {
+    let regs = [(RSP, SP), (RBP, 0x1234)];
+    let walk = |s: &Stack, pc: u64, sample: bool| {
+        cfi_walk(Arch::X86_64, x86_leaf_module(), sample, pc, &regs, s)
+    };
+    let leaf = |s: &Stack, pc: u64| walk(s, pc, true);
+    // [sp] follows no call, or a call to another function than LEAF (R1's
+    // targets 0x1000): no frame is guessed, the end is `unwind`'s.
+    for word in [rt(NO_CALL), rt(R1), 0] {
+        let mut s = Stack::new();
+        s.set(SP, word);
+        let w = leaf(&s, rt(LEAF + 7));
+        assert_eq!(w.pcs(), [rt(LEAF + 7)], "{word:#x}: {}", w.message);
+        assert_eq!(w.end.reason, EndReason::NoUnwindInfo, "{}", w.message);
+        assert_eq!(w.end, walk(&s, rt(LEAF + 7), false).end);
+    }
+    // A pc in no module is not a leaf's (JIT code, a bad pc): never guessed.
+    let w = leaf(Stack::new().set(SP, rt(R3)), 0x1000);
+    assert_eq!(w.pcs(), [0x1000], "{}", w.message);
+    assert_eq!(w.end.reason, EndReason::NoModule);
+    // CFI applied to the leaf's caller must give a return address that is
+    // one (after a call), as after any frame a fallback step found.
+    let w = leaf(Stack::new().set(SP, rt(R3)).set(SP + 8, rt(NO_CALL)), rt(LEAF + 7));
+    assert_eq!(w.pcs(), [rt(LEAF + 7), rt(R3)], "{}", w.message);
+    assert_eq!((w.end.reason, w.end.frame), (EndReason::BadReturnAddress, 1), "{}", w.message);
+    // One frame asked for: the walk could go on.
+    let mut uw = Unwinder::new(Arch::X86_64);
+    uw.add_module(x86_leaf_module()).expect("one module");
+    let mut r = Registers::new();
+    r.set(RSP, SP);
+    let mut s = Stack::new();
+    s.set(SP, rt(R3)).set(SP + 8, rt(R1));
+    let mut frames = Vec::new();
+    let end = uw.unwind_sample(rt(LEAF + 7), &r, &mut s.memory(), Some(1), &mut frames);
+    assert_eq!((frames.len(), end.reason), (1, EndReason::FrameLimit));
+}
+
+#[test]
+fn a_sample_with_no_strategy_has_frame_zero_alone() {
+    // An empty list of strategies leaves only frame 0, sample or not.
+    let mut s = Stack::new();
+    s.set(SP, rt(R3)).set(SP + 8, rt(R1));
+    let regs = [(RSP, SP)];
+    let none = |uw: &mut Unwinder| uw.set_strategies(&[]);
+    let w = walk_with(Arch::X86_64, x86_leaf_module(), rt(LEAF + 7), &regs, &s, true, none);
+    assert_eq!(w.pcs(), [rt(LEAF + 7)], "{}", w.message);
+}
+
+#[test]
+fn aarch64_a_sample_takes_a_leaf_frame_zero_through_lr() {
+    // Frame 0 in LEAF (no FDE), lr = R1 after a bl to LEAF, PAC bits set;
+    // R1 has no CFI either: the walk stops there.
+    let regs = [(A64_SP, SP), (X29, FP1), (X30, rt(R1) | 0x0021_0000_0000_0000)];
+    let w = cfi_walk(Arch::Aarch64, a64_module(), true, rt(LEAF + 0x10), &regs, &a64_chain());
+    assert_eq!(w.pcs(), [rt(LEAF + 0x10), rt(R1)], "{}", w.message);
+    assert_eq!(w.trusts(), [Trust::Context, Trust::FramePointer]);
+    assert_eq!(w.sps(), [SP, SP], "a leaf's caller may share its sp");
+    assert_eq!((w.end.reason, w.end.frame), (EndReason::NoUnwindInfo, 1), "{}", w.message);
 }
 
 // --- aarch64 -----------------------------------------------------------------------------
