@@ -61,24 +61,37 @@ def _run(argv: list[str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(argv, capture_output=True, text=True, timeout=120)
 
 
+@pytest.fixture(params=["python3", "small"])
+def one_core(
+    request: pytest.FixtureRequest, python_core: Path, small_cores: dict[int, Path]
+) -> tuple[Path, str, str]:
+    """(core, its program, a function its stack shows): the python3 core (hundreds of frames,
+    dozens of modules), or the small C program's at depth 5 (a dozen frames, three modules)."""
+    if request.param == "python3":
+        return python_core, PYTHON, "_PyEval_EvalFrameDefault"
+    return small_cores[5], str(small_cores[5].parent / "crash"), "descend"
+
+
 @pytest.mark.benchmark(group="core-command")
-def test_stackwalk_core(benchmark: Any, python_core: Path) -> None:
-    argv = [sys.executable, "-m", "stackwalk", "core", str(python_core), PYTHON]
-    argv += ["--max-frames", "100000"]  # every frame, as eu-stack -n 0
+def test_stackwalk_core(benchmark: Any, one_core: tuple[Path, str, str]) -> None:
+    core, program, function = one_core
+    argv = [sys.executable, "-m", "stackwalk", "core", str(core), program]
     proc = benchmark.pedantic(_run, args=(argv,), rounds=5, warmup_rounds=1)
     assert proc.returncode == 0, proc.stderr
-    assert "_PyEval_EvalFrameDefault" in proc.stdout
-    frames = sum(line.startswith("#") for line in proc.stdout.splitlines())
-    benchmark.extra_info["frames"] = frames
+    assert function in proc.stdout
+    benchmark.extra_info["core_frames"] = sum(
+        line.startswith("#") for line in proc.stdout.splitlines()
+    )
 
 
 @pytest.mark.benchmark(group="core-command")
-def test_eu_stack_core(benchmark: Any, python_core: Path) -> None:
+def test_eu_stack_core(benchmark: Any, one_core: tuple[Path, str, str]) -> None:
+    core, program, function = one_core
     eu_stack = shutil.which("eu-stack")
     assert eu_stack, "elfutils' eu-stack is installed by .ci/setup"
-    argv = [eu_stack, f"--core={python_core}", "-e", PYTHON, "-n", "0"]
+    argv = [eu_stack, f"--core={core}", "-e", program, "-n", "0"]
     proc = benchmark.pedantic(_run, args=(argv,), rounds=5, warmup_rounds=1)
-    assert "_PyEval_EvalFrameDefault" in proc.stdout
+    assert "#0" in proc.stdout
 
 
 # --- a directory of cores -------------------------------------------------------------------
@@ -109,24 +122,34 @@ def _gdb_core(argv: list[str], core: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def core_dir(
-    tmp_path_factory: pytest.TempPathFactory, python_core: Path, request: pytest.FixtureRequest
-) -> Path:
-    """A crash spool: DIR_CORES files (hard links), cycling through four distinct cores -- the
-    small C program crashed at three depths, and the python3 core."""
-    tmp = tmp_path_factory.mktemp("core-dir")
+def small_cores(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Path]:
+    """The small C program (``crash`` beside the cores) crashed at three depths: depth -> core."""
+    tmp = tmp_path_factory.mktemp("small-cores")
     source = tmp / "crash.c"
     source.write_text(CRASH_C)
     program = tmp / "crash"
     subprocess.run(["gcc", "-O2", "-o", program, source], check=True, timeout=120)
-    distinct = [python_core]
+    cores = {}
     for depth in (5, 20, 60):
-        core = tmp / f"crash-{depth}.core"
-        _gdb_core([str(program), str(depth)], core)
-        distinct.append(core)
-    spool = tmp / "spool"
+        cores[depth] = tmp / f"crash-{depth}.core"
+        _gdb_core([str(program), str(depth)], cores[depth])
+    return cores
+
+
+@pytest.fixture(scope="module")
+def core_dir(
+    tmp_path_factory: pytest.TempPathFactory,
+    python_core: Path,
+    small_cores: dict[int, Path],
+    request: pytest.FixtureRequest,
+) -> Path:
+    """A crash spool: DIR_CORES files (hard links), cycling through four distinct cores -- the
+    small C program crashed at three depths, and the python3 core."""
+    distinct = [python_core, *small_cores.values()]
+    spool = tmp_path_factory.mktemp("core-dir") / "spool"
     spool.mkdir()
-    enabled = not request.config.getoption("benchmark_disable", False)
+    session = getattr(request.config, "_benchmarksession", None)
+    enabled = session is not None and not session.disabled
     for i in range(DIR_CORES if enabled else DIR_CORES_SMOKE):
         os.link(distinct[i % len(distinct)], spool / f"core.{i:05d}")
     return spool
@@ -140,7 +163,6 @@ def _spool_size(spool: Path) -> int:
 @pytest.mark.parametrize("jobs", [1, 2])
 def test_stackwalk_core_dir(benchmark: Any, core_dir: Path, jobs: int) -> None:
     argv = [sys.executable, "-m", "stackwalk", "core", "--dir", str(core_dir), "--jobs", str(jobs)]
-    argv += ["--max-frames", "100000"]  # every frame, as eu-stack -n 0
     proc = benchmark.pedantic(_run, args=(argv,), rounds=1, warmup_rounds=0)
     assert proc.returncode == 0, proc.stderr[-2000:]
     cores = _spool_size(core_dir)

@@ -129,14 +129,16 @@ def pytest_terminal_summary(
                 f"add_module {what}: rust {rust.stats.median * 1e3:.3f} ms, baseline "
                 f"{base.stats.median * 1e3:.1f} ms ({base.stats.median / rust.stats.median:.0f}x)"
             )
-    ours = by_name.get("test_stackwalk_core")
-    theirs = by_name.get("test_eu_stack_core")
-    if ours and theirs:
-        o, t = ours.stats.median, theirs.stats.median
-        lines.append(
-            f"whole command on a python3 core: stackwalk core {o * 1e3:.0f} ms, "
-            f"eu-stack {t * 1e3:.0f} ms ({t / o:.1f}x)"
-        )
+    for core in ("python3", "small"):
+        ours = by_name.get(f"test_stackwalk_core[{core}]")
+        theirs = by_name.get(f"test_eu_stack_core[{core}]")
+        if ours and theirs:
+            o, t = ours.stats.median, theirs.stats.median
+            lines.append(
+                f"whole command on the {core} core ({ours.extra_info.get('core_frames')} "
+                f"frames): stackwalk core {o * 1e3:.1f} ms, eu-stack {t * 1e3:.1f} ms "
+                f"({t / o:.2f}x)"
+            )
     lines.extend(_core_dir(by_name))
     pairs = [
         *(

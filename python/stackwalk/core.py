@@ -40,7 +40,6 @@ _FAULT_SIGNALS = frozenset({4, 5, 7, 8, 11})  # SIGILL, SIGTRAP, SIGBUS, SIGFPE,
 _HEADER_IMAGE_LIMIT = 1 << 16  # bytes of a module's first mapping read for its headers
 _ADDRESS_LIMIT = 1 << 64
 _ELF_MAGIC = b"\x7fELF"
-_ADDRESS_END = (1 << 64) - 1  # the highest end a module's range can have
 DEBUG_ROOT = "/usr/lib/debug"  # where gdb and eu-stack look for separate debug files
 
 
@@ -512,8 +511,8 @@ class Core:
             if start < b and a < end
         ]
         # A damaged core can place a module past the end of the address space.
-        spans = tuple((a, b) for a, b in spans if 0 <= a < b <= _ADDRESS_END)
-        code = [(a, b) for a, b in code if 0 <= a < b <= _ADDRESS_END]
+        spans = tuple((a, b) for a, b in spans if 0 <= a < b < _ADDRESS_LIMIT)
+        code = [(a, b) for a, b in code if 0 <= a < b < _ADDRESS_LIMIT]
         if code and spans:
             try:
                 self.unwinder.add_missing_module(path, spans, code)
