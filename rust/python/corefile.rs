@@ -9,7 +9,8 @@ use std::path::PathBuf;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
-use super::{CoreError, PyMappedMemory};
+use super::errors::CoreError;
+use super::memory::PyMappedMemory;
 use crate::corefile::{CoreFile, LinkMapEntry};
 
 /// A path or name read from the core, as Python names files: UTF-8, bytes

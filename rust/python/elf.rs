@@ -1,0 +1,78 @@
+//! ELF facts for the Python layer: `elf_summary`, `elf_section_address`
+//! (`crate::elf`), and `place_mappings` (`crate::space`).
+
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use super::elf_bytes;
+use super::errors::ElfError;
+use crate::arch::Arch;
+
+fn machine_name(machine: u16) -> String {
+    Arch::from_elf_machine(machine).map_or_else(|| machine.to_string(), |a| a.name().to_owned())
+}
+
+/// The program headers of an ELF file (a path) or image (bytes-like, which
+/// may be just its first page): machine, type, entry, GNU build id, PT_LOAD
+/// segments, PT_DYNAMIC. Reads no section headers.
+#[pyfunction]
+pub(super) fn elf_summary<'py>(
+    py: Python<'py>,
+    source: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let (name, data) = elf_bytes(source)?;
+    let summary =
+        crate::elf::summarize(&data).map_err(|e| ElfError::new_err(format!("{name}: {e}")))?;
+    let out = PyDict::new(py);
+    out.set_item("machine", machine_name(summary.machine))?;
+    let e_type = match summary.e_type {
+        object::elf::ET_REL => "REL".to_owned(),
+        object::elf::ET_EXEC => "EXEC".to_owned(),
+        object::elf::ET_DYN => "DYN".to_owned(),
+        object::elf::ET_CORE => "CORE".to_owned(),
+        other => other.to_string(),
+    };
+    out.set_item("type", e_type)?;
+    out.set_item("entry", summary.entry)?;
+    let build_id: Option<String> =
+        summary.build_id.map(|id| id.iter().map(|b| format!("{b:02x}")).collect());
+    out.set_item("build_id", build_id)?;
+    out.set_item("loads", summary.loads)?;
+    out.set_item("dynamic", summary.dynamic)?;
+    out.set_item("phdr", summary.phdr)?;
+    let interpreter = summary.interpreter.map(|p| String::from_utf8_lossy(&p).into_owned());
+    out.set_item("interpreter", interpreter)?;
+    Ok(out)
+}
+
+/// The ELF address (sh_addr) of the section `name` of an ELF file (a path)
+/// or image (bytes-like); None if it has no such section.
+#[pyfunction]
+pub(super) fn elf_section_address(source: &Bound<'_, PyAny>, name: &str) -> PyResult<Option<u64>> {
+    let (file, data) = elf_bytes(source)?;
+    crate::elf::section_address(&data, name).map_err(|e| ElfError::new_err(format!("{file}: {e}")))
+}
+
+/// Where the mappings of one ELF file place it (see `crate::space::place`):
+/// `loads` are its PT_LOADs as `elf_summary` gives them, `mappings` (start,
+/// end, file offset in bytes), `code` the runtime ranges known to be
+/// executable. Returns (bias, [(start, end), ...]) per placement.
+#[pyfunction]
+#[allow(clippy::type_complexity)]
+pub(super) fn place_mappings(
+    loads: Vec<(u64, u64, u64, u64, u32)>,
+    mappings: Vec<(u64, u64, u64)>,
+    page: u64,
+    code: Vec<(u64, u64)>,
+) -> Vec<(u64, Vec<(u64, u64)>)> {
+    let segments: Vec<_> = loads.iter().map(crate::space::Segment::from_load).collect();
+    let mappings: Vec<crate::space::Mapping> = mappings
+        .iter()
+        .map(|&(start, end, offset)| crate::space::Mapping { start, end, offset })
+        .collect();
+    let is_code = |r: &std::ops::Range<u64>| code.iter().any(|&(a, b)| a < r.end && r.start < b);
+    crate::space::place(&segments, &mappings, page, is_code)
+        .into_iter()
+        .map(|p| (p.bias, p.ranges.iter().map(|r| (r.start, r.end)).collect()))
+        .collect()
+}

@@ -1,0 +1,528 @@
+//! `Unwinder`, and the `Trace` of `Frame`s it returns: `crate::unwind`'s
+//! unwinder, with the registers and memory given as Python values.
+
+use std::fs::File;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use pyo3::buffer::PyBuffer;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyTuple};
+
+use super::errors::{guard, ArchError, CfiError, ElfError, MemoryReadError, StackwalkError};
+use super::memory::PyMappedMemory;
+use crate::arch::Arch;
+use crate::cfi::{CfaRule, Data, Module, RegRule, UnwindInfo};
+use crate::elf::read_elf;
+use crate::memory::Regions;
+use crate::registers::Registers;
+use crate::unwind::{self, Frame as RsFrame, Strategy, Unwinder as RsUnwinder};
+
+/// One frame of a trace.
+#[pyclass(module = "stackwalk._core", name = "Frame", frozen, eq, hash)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PyFrame(RsFrame);
+
+#[pymethods]
+impl PyFrame {
+    /// Frame 0: the instruction pointer; later frames: the return address.
+    #[getter]
+    fn pc(&self) -> u64 {
+        self.0.pc
+    }
+
+    #[getter]
+    fn sp(&self) -> u64 {
+        self.0.sp
+    }
+
+    /// The canonical frame address, or None where it could not be computed.
+    #[getter]
+    fn cfa(&self) -> Option<u64> {
+        self.0.cfa
+    }
+
+    /// How the frame was found, best first: "context" (given registers),
+    /// "cfi", "frame_pointer", "cfi_scan" (CFI from a scanned frame), "scan".
+    #[getter]
+    fn trust(&self) -> &'static str {
+        self.0.trust.as_str()
+    }
+
+    /// The pc is where the thread was stopped (frame 0, or interrupted by a
+    /// signal), not a return address.
+    #[getter]
+    fn interrupted(&self) -> bool {
+        self.0.interrupted
+    }
+
+    /// The frame is a signal trampoline (its CIE has the `S` augmentation).
+    #[getter]
+    fn signal_frame(&self) -> bool {
+        self.0.signal_frame
+    }
+
+    /// The address to look up the frame's function and line at: the pc where
+    /// it was not reached by a call, else pc − 1 (inside the call).
+    #[getter]
+    fn lookup_pc(&self) -> u64 {
+        self.0.lookup_pc()
+    }
+
+    fn __repr__(&self) -> String {
+        let f = &self.0;
+        let cfa = f.cfa.map_or("None".to_owned(), |c| format!("{c:#x}"));
+        format!("Frame(pc={:#x}, sp={:#x}, cfa={cfa}, trust={:?})", f.pc, f.sp, f.trust.as_str())
+    }
+}
+
+/// The result of one unwind: the frames, and why the walk stopped.
+#[pyclass(module = "stackwalk._core", name = "Trace", frozen)]
+pub struct PyTrace {
+    pub(super) frames: Vec<RsFrame>,
+    end: unwind::End,
+    arch: Arch,
+    /// The module the end refers to, for the message (made on demand).
+    end_module: Option<Arc<Module>>,
+}
+
+#[pymethods]
+impl PyTrace {
+    #[getter]
+    fn frames(&self) -> Vec<PyFrame> {
+        self.frames.iter().copied().map(PyFrame).collect()
+    }
+
+    /// The frames' pcs (faster than going through `frames`).
+    #[getter]
+    fn pcs(&self) -> Vec<u64> {
+        self.frames.iter().map(|f| f.pc).collect()
+    }
+
+    /// Why the walk stopped: end_of_stack, pc_zero, cfa_not_increasing,
+    /// memory, no_module, no_unwind_info, missing_register, bad_cfi,
+    /// frame_limit, fp_invalid, bad_return_address, scan_failed.
+    #[getter]
+    fn end(&self) -> &'static str {
+        self.end.reason.as_str()
+    }
+
+    /// A one-line account of where and why the walk stopped.
+    #[getter]
+    fn end_detail(&self) -> String {
+        self.end.describe(self.arch, self.end_module.as_ref().map(|m| m.name.as_str()))
+    }
+
+    /// True when the walk reached the outermost frame.
+    #[getter]
+    fn complete(&self) -> bool {
+        self.end.reason.is_clean()
+    }
+
+    fn __len__(&self) -> usize {
+        self.frames.len()
+    }
+
+    fn __repr__(&self) -> String {
+        format!("<Trace {} frames, end={:?}>", self.frames.len(), self.end.reason.as_str())
+    }
+}
+
+/// Unwinds native stacks for one architecture.
+#[pyclass(module = "stackwalk._core", name = "Unwinder", subclass)]
+pub struct PyUnwinder {
+    inner: RsUnwinder,
+    frames: Vec<RsFrame>,
+    /// (module name, separate debug file its `.debug_frame` comes from).
+    debug_files: Vec<(String, String)>,
+}
+
+#[pymethods]
+impl PyUnwinder {
+    #[new]
+    #[pyo3(signature = (arch = "x86_64", strategies = None, scan_words = 1024))]
+    fn new(arch: &str, strategies: Option<Vec<String>>, scan_words: usize) -> PyResult<Self> {
+        let arch: Arch = arch
+            .parse()
+            .map_err(|e: crate::arch::UnknownArch| ArchError::new_err(e.to_string()))?;
+        let mut inner = RsUnwinder::new(arch);
+        if let Some(names) = strategies {
+            inner.set_strategies(&parse_strategies(&names)?);
+        }
+        inner.set_scan_words(scan_words);
+        Ok(PyUnwinder { inner, frames: Vec::with_capacity(64), debug_files: Vec::new() })
+    }
+
+    #[getter]
+    fn arch(&self) -> &'static str {
+        self.inner.arch().name()
+    }
+
+    /// The ways a frame's caller is looked for, in the order tried.
+    #[getter]
+    fn strategies(&self) -> Vec<&'static str> {
+        self.inner.strategies().iter().map(|s| s.as_str()).collect()
+    }
+
+    /// How many stack words a scan looks at above a frame's sp.
+    #[getter]
+    fn scan_words(&self) -> usize {
+        self.inner.scan_words()
+    }
+
+    /// The modules added: (name, start, end, bias), sorted by address.
+    #[getter]
+    fn modules(&self) -> Vec<(String, u64, u64, u64)> {
+        self.inner
+            .modules()
+            .iter()
+            .map(|m| (m.name.clone(), m.range.start, m.range.end, m.bias))
+            .collect()
+    }
+
+    /// (hits, misses) of the rule cache since the unwinder was made.
+    #[getter]
+    fn cache_stats(&self) -> (u64, u64) {
+        let stats = self.inner.cache_stats();
+        (stats.hits, stats.misses)
+    }
+
+    /// Add the ELF file at `path`, loaded at `bias` (runtime address − ELF
+    /// virtual address). The file is mapped, not read: only its headers are
+    /// touched now, and CFI is parsed on demand. A file without
+    /// `.debug_frame` gets its separate debug file's, found under
+    /// `debug_root` by build id or `.gnu_debuglink` (None: not looked for).
+    /// `ranges` (runtime start, end) are where the file is mapped, when
+    /// known (see `place_mappings`); by default its loadable segments' span.
+    #[pyo3(signature = (path, bias = 0, *, ranges = None, debug_root = Some(PathBuf::from("/usr/lib/debug"))))]
+    fn add_module(
+        &mut self,
+        path: PathBuf,
+        bias: i128,
+        ranges: Option<Vec<(u64, u64)>>,
+        debug_root: Option<PathBuf>,
+    ) -> PyResult<()> {
+        let name = path.to_string_lossy().into_owned();
+        let file = File::open(&path).map_err(|e| ElfError::new_err(format!("{name}: {e}")))?;
+        // SAFETY: the file is mapped read-only; like every tool that maps its
+        // input (gdb, eu-stack), we assume it is not truncated while in use.
+        let map = unsafe { memmap2::Mmap::map(&file) }
+            .map_err(|e| ElfError::new_err(format!("{name}: cannot map: {e}")))?;
+        let debug = debug_root.map(|root| (path.as_path(), root));
+        let debug = debug.as_ref().map(|(p, r)| (*p, r.as_path()));
+        self.add(name, Data::Mapped(map), bias, ranges, debug)
+    }
+
+    /// The separate debug file whose `.debug_frame` the module added from
+    /// `path` uses, if any.
+    fn debug_file(&self, path: PathBuf) -> Option<String> {
+        let name = path.to_string_lossy();
+        self.debug_files.iter().find(|(n, _)| *n == name).map(|(_, d)| d.clone())
+    }
+
+    /// Add an ELF image held in memory (e.g. the vdso read from a process),
+    /// loaded at `bias`. The bytes are copied.
+    fn add_module_image(
+        &mut self,
+        name: String,
+        image: &Bound<'_, PyAny>,
+        bias: i128,
+    ) -> PyResult<()> {
+        let buf = PyBuffer::<u8>::get(image)?;
+        let bytes = buf.to_vec(image.py())?;
+        self.add(name, Data::Owned(bytes), bias, None, None)
+    }
+
+    /// Add a module whose file is missing: only where it is (`ranges`) and
+    /// which of it is code (`code`), as runtime (start, end) pairs. Return
+    /// addresses into its code are accepted (checked against `code` only);
+    /// a frame in it has no CFI, and is walked on by the other strategies.
+    fn add_missing_module(
+        &mut self,
+        name: String,
+        ranges: Vec<(u64, u64)>,
+        code: Vec<(u64, u64)>,
+    ) -> PyResult<()> {
+        let code = code
+            .iter()
+            .filter(|(a, b)| a < b)
+            .map(|&(address, end)| crate::cfi::CodeSegment {
+                address,
+                size: end - address,
+                file_offset: 0,
+                file_size: 0,
+            })
+            .collect();
+        let info = Arc::new(UnwindInfo::without_file(self.inner.arch(), code));
+        let modules = ranges
+            .iter()
+            .map(|&(a, b)| Module::place(name.clone(), info.clone(), a..b, 0).map(Arc::new))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| StackwalkError::new_err(format!("{name}: {e}")))?;
+        self.add_placed(modules)
+    }
+
+    /// Unwind from `regs` (register name -> value) over `memory` (an
+    /// iterable of (start address, bytes-like) regions).
+    /// At most `max_frames` frames; None: as many as the captured stack (the
+    /// region holding the stack pointer) can hold, a frame taking at least a
+    /// word.
+    #[pyo3(signature = (regs, memory, max_frames = None))]
+    fn unwind(
+        &mut self,
+        regs: &Bound<'_, PyAny>,
+        memory: &Bound<'_, PyAny>,
+        max_frames: Option<usize>,
+    ) -> PyResult<PyTrace> {
+        let arch = self.inner.arch();
+        let (pc, registers) = extract_registers(arch, regs)?;
+        let mapped = memory.cast::<PyMappedMemory>().ok().map(|m| m.get().inner.clone());
+        let buffers = if mapped.is_some() { Vec::new() } else { extract_buffers(memory)? };
+        let mut regions = match &mapped {
+            Some(m) => m.regions(),
+            None => Regions::new(),
+        };
+        for (start, buf) in &buffers {
+            // SAFETY: each PyBuffer is C-contiguous (checked) and is held,
+            // keeping the exporter's memory alive and in place, until the
+            // end of this call; the GIL is held, so no Python code runs.
+            let bytes =
+                unsafe { std::slice::from_raw_parts(buf.buf_ptr() as *const u8, buf.len_bytes()) };
+            regions.add(*start, bytes);
+        }
+        let (inner, frames) = (&mut self.inner, &mut self.frames);
+        let end =
+            guard("unwinding", || inner.unwind(pc, &registers, &mut regions, max_frames, frames))?;
+        Ok(PyTrace {
+            // Hand the buffer over rather than copying it; the next walk gets
+            // a fresh one of the same capacity (one allocation either way).
+            frames: {
+                let capacity = self.frames.len().max(64);
+                std::mem::replace(&mut self.frames, Vec::with_capacity(capacity))
+            },
+            end,
+            arch,
+            end_module: self.inner.end_module(&end),
+        })
+    }
+
+    /// Unwind the same stack `iterations` times inside Rust, without the
+    /// GIL, and return (frames unwound in all, nanoseconds taken): the
+    /// core's own speed, without the Python call around it. For benchmarks.
+    #[pyo3(signature = (regs, memory, iterations, max_frames = None))]
+    fn _bench_unwind(
+        &mut self,
+        py: Python<'_>,
+        regs: &Bound<'_, PyAny>,
+        memory: &Bound<'_, PyAny>,
+        iterations: u64,
+        max_frames: Option<usize>,
+    ) -> PyResult<(u64, u64)> {
+        let (pc, registers) = extract_registers(self.inner.arch(), regs)?;
+        let owned: Vec<(u64, Vec<u8>)> = extract_buffers(memory)?
+            .into_iter()
+            .map(|(start, buf)| Ok((start, buf.to_vec(py)?)))
+            .collect::<PyResult<_>>()?;
+        let (inner, frames) = (&mut self.inner, &mut self.frames);
+        Ok(py.detach(move || {
+            let mut regions = Regions::new();
+            for (start, bytes) in &owned {
+                regions.add(*start, bytes);
+            }
+            let started = std::time::Instant::now();
+            let mut total = 0u64;
+            for _ in 0..iterations {
+                inner.unwind(pc, &registers, &mut regions, max_frames, frames);
+                total += frames.len() as u64;
+            }
+            (total, started.elapsed().as_nanos() as u64)
+        }))
+    }
+
+    /// The CFI row in force at runtime address `pc` (no pc−1 adjustment), or
+    /// None if no FDE covers it. For introspection and differential tests.
+    fn rule_at<'py>(&mut self, py: Python<'py>, pc: u64) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let inner = &mut self.inner;
+        let (index, row, range) = match guard("looking up CFI", || inner.row_at(pc))? {
+            Ok(found) => found,
+            Err(crate::cfi::LookupError::NoFde) => return Ok(None),
+            Err(e) => return Err(CfiError::new_err(format!("at {pc:#x}: {e}"))),
+        };
+        let module = &self.inner.modules()[index];
+        let expr = |e| PyBytes::new(py, module.expr_bytes(e));
+        let out = PyDict::new(py);
+        let cfa = match row.cfa {
+            CfaRule::RegOffset { reg, offset } => {
+                ("reg", reg, offset).into_pyobject(py)?.into_any()
+            }
+            CfaRule::Expr(e) => ("expr", expr(e)).into_pyobject(py)?.into_any(),
+        };
+        out.set_item("cfa", cfa)?;
+        out.set_item("ra_column", row.ra)?;
+        let registers = PyDict::new(py);
+        for &(reg, rule) in &row.rules {
+            let rule = match rule {
+                RegRule::Undefined => PyTuple::new(py, ["undefined"])?.into_any(),
+                RegRule::SameValue => PyTuple::new(py, ["same_value"])?.into_any(),
+                RegRule::Offset(n) => ("offset", n).into_pyobject(py)?.into_any(),
+                RegRule::ValOffset(n) => ("val_offset", n).into_pyobject(py)?.into_any(),
+                RegRule::Register(r) => ("register", r).into_pyobject(py)?.into_any(),
+                RegRule::Expr(e) => ("expression", expr(e)).into_pyobject(py)?.into_any(),
+                RegRule::ValExpr(e) => ("val_expression", expr(e)).into_pyobject(py)?.into_any(),
+            };
+            registers.set_item(reg, rule)?;
+        }
+        out.set_item("registers", registers)?;
+        out.set_item("signal_frame", row.signal_frame)?;
+        out.set_item("fde_start", range.start)?;
+        out.set_item("fde_end", range.end)?;
+        Ok(Some(out))
+    }
+}
+
+impl PyUnwinder {
+    /// `debug`: the file's path and the root to look for its separate debug
+    /// file under.
+    fn add(
+        &mut self,
+        name: String,
+        data: Data,
+        bias: i128,
+        ranges: Option<Vec<(u64, u64)>>,
+        debug: Option<(&std::path::Path, &std::path::Path)>,
+    ) -> PyResult<()> {
+        let arch = self.inner.arch();
+        let info = read_elf(&data).map_err(|e| ElfError::new_err(format!("{name}: {e}")))?;
+        if info.machine != arch.elf_machine() {
+            let theirs = Arch::from_elf_machine(info.machine)
+                .map_or_else(|| format!("e_machine {}", info.machine), |a| a.to_string());
+            return Err(ArchError::new_err(format!(
+                "{name}: the file is for {theirs}, the unwinder for {arch}"
+            )));
+        }
+        // Bias is runtime − ELF address, taken modulo 2^64 (it may be negative).
+        let bias = bias as u64;
+        let separate = match (debug, info.sections.debug_frame) {
+            (Some((path, root)), None) => guard("finding the debug file", || {
+                crate::debugfile::separate_debug_frame(&data, Some(path), root)
+            })?,
+            _ => None,
+        };
+        let debug_path = separate.as_ref().map(|(_, _, p)| p.to_string_lossy().into_owned());
+        let (sections, range) = (info.sections, info.range);
+        // ELF address ranges: the given runtime ranges less the bias, or the
+        // loadable segments' span.
+        let elf_ranges = match ranges {
+            Some(r) => r.iter().map(|&(a, b)| a.wrapping_sub(bias)..b.wrapping_sub(bias)).collect(),
+            None => vec![range],
+        };
+        let modules = guard("indexing CFI", || {
+            let debug = separate.map(|(bytes, section, _)| (bytes, section));
+            let unwind_info = UnwindInfo::with_debug_file(arch, Arc::new(data), sections, debug)?;
+            let info = Arc::new(unwind_info);
+            elf_ranges
+                .into_iter()
+                .map(|r| Module::place(name.clone(), info.clone(), r, bias).map(Arc::new))
+                .collect::<Result<Vec<_>, _>>()
+        })?
+        .map_err(|e| ElfError::new_err(format!("{name}: {e}")))?;
+        self.add_placed(modules)?;
+        if let Some(d) = debug_path {
+            self.debug_files.push((name, d));
+        }
+        Ok(())
+    }
+
+    /// Add the pieces of one module, all or nothing: a piece over another
+    /// module leaves the set as it was.
+    fn add_placed(&mut self, modules: Vec<Arc<Module>>) -> PyResult<()> {
+        let before = self.inner.module_set().clone();
+        for module in modules {
+            if let Err(e) = self.inner.add_module(module) {
+                self.inner.set_modules(before);
+                return Err(StackwalkError::new_err(e.to_string()));
+            }
+        }
+        Ok(())
+    }
+}
+
+// The default of `scan_words` in `Unwinder.__new__`'s signature (a literal, for its text signature).
+const _: () = assert!(unwind::DEFAULT_SCAN_WORDS == 1024);
+
+/// Strategy names, checked: known, at least one, each once.
+fn parse_strategies(names: &[String]) -> PyResult<Vec<Strategy>> {
+    if names.is_empty() {
+        return Err(StackwalkError::new_err(
+            "strategies is empty: give at least one of cfi, frame_pointer, scan",
+        ));
+    }
+    let mut out = Vec::with_capacity(names.len());
+    for name in names {
+        let s: Strategy = name
+            .parse()
+            .map_err(|e: unwind::UnknownStrategy| StackwalkError::new_err(e.to_string()))?;
+        if out.contains(&s) {
+            return Err(StackwalkError::new_err(format!("strategy {name:?} given twice")));
+        }
+        out.push(s);
+    }
+    Ok(out)
+}
+
+fn extract_registers(arch: Arch, regs: &Bound<'_, PyAny>) -> PyResult<(u64, Registers)> {
+    let mut registers = Registers::new();
+    let mut pc = None;
+    let mut set = |name: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>| -> PyResult<()> {
+        let name = name.extract::<&str>()?;
+        match arch.register_by_name(name) {
+            Some(Some(col)) => registers.set(col, value.extract::<u64>()?),
+            Some(None) => pc = Some(value.extract::<u64>()?),
+            None => {} // flags, segment registers, fs_base...: not used by unwinding
+        }
+        Ok(())
+    };
+    if let Ok(dict) = regs.cast::<PyDict>() {
+        for (k, v) in dict.iter() {
+            set(&k, &v)?;
+        }
+    } else {
+        for item in regs.call_method0("items")?.try_iter()? {
+            let (k, v): (Bound<'_, PyAny>, Bound<'_, PyAny>) = item?.extract()?;
+            set(&k, &v)?;
+        }
+    }
+    let pc_name = arch.pc_name();
+    let pc = pc.ok_or_else(|| {
+        StackwalkError::new_err(format!("regs lacks the program counter ({pc_name})"))
+    })?;
+    if registers.get(arch.sp()).is_none() {
+        let sp_name = arch.register_name(arch.sp()).unwrap_or("sp");
+        return Err(StackwalkError::new_err(format!("regs lacks the stack pointer ({sp_name})")));
+    }
+    Ok((pc, registers))
+}
+
+fn extract_buffers(memory: &Bound<'_, PyAny>) -> PyResult<Vec<(u64, PyBuffer<u8>)>> {
+    let mut out = Vec::new();
+    for (i, item) in memory.try_iter()?.enumerate() {
+        let item = item?;
+        let (start, data): (u64, Bound<'_, PyAny>) = item.extract().map_err(|_| {
+            MemoryReadError::new_err(format!(
+                "memory region {i} is not a (start address, bytes-like) pair"
+            ))
+        })?;
+        let buf = PyBuffer::<u8>::get(&data).map_err(|e| {
+            MemoryReadError::new_err(format!(
+                "memory region {i} at {start:#x} is not a byte buffer: {e}"
+            ))
+        })?;
+        if !buf.is_c_contiguous() {
+            return Err(MemoryReadError::new_err(format!(
+                "memory region {i} at {start:#x} is not contiguous"
+            )));
+        }
+        out.push((start, buf));
+    }
+    Ok(out)
+}
