@@ -296,14 +296,23 @@ def _one_perf(args: argparse.Namespace, path: str) -> int:
     return EXIT_OK
 
 
-def _frame_count(text: str) -> int:
-    try:
-        count = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of frames: {text!r}") from None
-    if count < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {count}")
-    return count
+def _at_least(minimum: int, what: str) -> Callable[[str], int]:
+    """An argparse type: an integer ``what`` of ``minimum`` or more."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not {what}: {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, not {value}")
+        return value
+
+    return parse
+
+
+_frame_count = _at_least(1, "a number of frames")
+_count = _at_least(0, "a number")  # worker counts: 0 is one per CPU
 
 
 def _add_max_frames(parser: argparse.ArgumentParser, stack: str = "the captured stack") -> None:
@@ -392,7 +401,7 @@ def _add_perf(sub: Any) -> None:
     out.add_argument("--json", action="store_true", help="JSON Lines, one object per sample")
     out.add_argument("--collapsed", action="store_true", help="folded stacks with counts")
     out.add_argument("--flamegraph", metavar="OUT.svg", help="write an interactive SVG flame graph")
-    pf.add_argument("--jobs", type=int, default=0, help="worker threads (default: one per core)")
+    pf.add_argument("--jobs", type=_count, default=0, help="worker threads (default: one per core)")
     _add_max_frames(pf, "each sample's stack copy")
     pf.set_defaults(func=cmd_perf)
 
@@ -413,17 +422,6 @@ COMMANDS: dict[str, Callable[[Any], None]] = {
     "perf": _add_perf,
     "unwind": _add_unwind,
 }
-
-
-def _count(text: str) -> int:
-    """A count given on the command line: 0 or more."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more: {value}")
-    return value
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
