@@ -49,7 +49,6 @@ pub enum Format {
     Collapsed,
 }
 
-#[derive(Clone, Debug)]
 pub struct Options {
     pub format: Format,
     /// The most frames of a sample's user stack; None: as many as its stack
@@ -60,9 +59,40 @@ pub struct Options {
     pub batch: usize,
     /// Where separate debug files are (`/usr/lib/debug`).
     pub debug_root: std::path::PathBuf,
-    /// Draw a progress bar on stderr once a run has lasted this long.
-    pub progress: Option<Duration>,
+    /// Told how far the reading is, at most every `PROGRESS_EVERY`, and
+    /// once at the end; a progress bar, say, is the caller's to draw.
+    pub progress: Option<ProgressFn>,
 }
+
+impl std::fmt::Debug for Options {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Options")
+            .field("format", &self.format)
+            .field("max_frames", &self.max_frames)
+            .field("batch", &self.batch)
+            .field("debug_root", &self.debug_root)
+            .field("progress", &self.progress.is_some())
+            .finish()
+    }
+}
+
+/// How far a run has read, as `Options::progress` is told it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Progress {
+    /// Bytes of the data section read, of `total` (at least 1).
+    pub done: u64,
+    pub total: u64,
+    /// Samples read so far; at the end, the samples unwound.
+    pub samples: u64,
+    /// The last report: the run is over (`done == total`).
+    pub finished: bool,
+}
+
+/// A caller's progress report, called on the reading thread.
+pub type ProgressFn = Box<dyn FnMut(Progress) + Send>;
+
+/// The least time between two progress reports.
+pub const PROGRESS_EVERY: Duration = Duration::from_millis(100);
 
 impl Default for Options {
     fn default() -> Self {
@@ -201,14 +231,11 @@ impl Profiler {
             self.kernel.start(cached);
         }
         let data_end = header.data_offset.saturating_add(header.data_size);
-        let mut progress =
-            self.options.progress.map(|after| Progress::new(header.data_offset, data_end, after));
+        let mut progress = Reporter::new(header.data_offset, data_end);
         let map = perf.mapped().cloned();
         let map: Option<&[u8]> = map.as_deref().map(|d| &**d);
-        rayon::in_place_scope(|scope| self.read(scope, perf, map, progress.as_mut(), out))?;
-        if let Some(p) = &mut progress {
-            p.finish(self.summary.samples);
-        }
+        rayon::in_place_scope(|scope| self.read(scope, perf, map, &mut progress, out))?;
+        progress.finish(&mut self.options.progress, self.summary.samples);
         self.summary.processes = self.processes.len();
         if self.options.format == Format::Collapsed {
             self.write_folded(out)?;
@@ -222,7 +249,7 @@ impl Profiler {
         scope: &rayon::Scope<'s>,
         perf: &mut PerfFile<R>,
         map: Option<&'a [u8]>,
-        mut progress: Option<&mut Progress>,
+        progress: &mut Reporter,
         out: &mut W,
     ) -> std::io::Result<()>
     where
@@ -283,9 +310,7 @@ impl Profiler {
                             .chain(inflight.as_ref().map(|f| f.oldest))
                             .min();
                         perf.release_before(oldest.unwrap_or(offset));
-                        if let Some(p) = progress.as_deref_mut() {
-                            p.show(offset, samples_read);
-                        }
+                        progress.report(&mut self.options.progress, offset, samples_read);
                     }
                     flush_limit = Some(round_max);
                     continue;
@@ -469,44 +494,58 @@ fn keeps(event: &Event<'_>) -> bool {
     }
 }
 
-/// A progress bar on stderr: the share of the data section read, drawn
-/// once a run has lasted a while (short runs show none), then every 100 ms.
-struct Progress {
+/// The share of the data section read, reported to `Options::progress` at
+/// most every `PROGRESS_EVERY`.
+struct Reporter {
     start: u64,
-    end: u64,
-    next_draw: Instant,
-    drawn: bool,
+    total: u64,
+    next: Instant,
 }
 
-impl Progress {
-    fn new(start: u64, end: u64, after: Duration) -> Self {
-        Progress { start, end, next_draw: Instant::now() + after, drawn: false }
+impl Reporter {
+    fn new(start: u64, end: u64) -> Self {
+        Reporter { start, total: end.saturating_sub(start).max(1), next: Instant::now() }
     }
 
-    fn show(&mut self, offset: u64, samples: u64) {
+    /// The reading is at file offset `offset`, after `samples` samples.
+    fn report(&mut self, to: &mut Option<ProgressFn>, offset: u64, samples: u64) {
+        let Some(report) = to else { return };
         let now = Instant::now();
-        if now < self.next_draw {
+        if now < self.next {
             return;
         }
-        self.next_draw = now + Duration::from_millis(100);
-        let span = self.end.saturating_sub(self.start).max(1);
-        let done = offset.saturating_sub(self.start).min(span);
-        self.draw(done as f64 / span as f64, samples);
+        self.next = now + PROGRESS_EVERY;
+        let done = offset.saturating_sub(self.start).min(self.total);
+        report(Progress { done, total: self.total, samples, finished: false });
     }
 
-    fn draw(&mut self, fraction: f64, samples: u64) {
-        const WIDTH: usize = 40;
-        let filled = ((fraction * WIDTH as f64) as usize).min(WIDTH);
-        let bar: String = "#".repeat(filled) + &"-".repeat(WIDTH - filled);
-        eprint!("\r[{bar}] {:3.0}% {samples} samples", fraction * 100.0);
-        self.drawn = true;
-    }
-
-    /// The bar at 100%, and the line ended, if it was drawn at all.
-    fn finish(&mut self, samples: u64) {
-        if self.drawn {
-            self.draw(1.0, samples);
-            eprintln!();
+    /// The run is over: `samples` were unwound.
+    fn finish(&mut self, to: &mut Option<ProgressFn>, samples: u64) {
+        if let Some(report) = to {
+            report(Progress { done: self.total, total: self.total, samples, finished: true });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    #[test]
+    fn progress_reports_the_share_read_then_the_end() {
+        let told = Arc::new(Mutex::new(Vec::new()));
+        let sink = told.clone();
+        let mut to: Option<ProgressFn> = Some(Box::new(move |p| sink.lock().unwrap().push(p)));
+        let mut reporter = Reporter::new(1000, 5000);
+        reporter.report(&mut to, 2000, 7);
+        reporter.finish(&mut to, 9);
+        // Past the end (a data size the file's records outrun): the whole.
+        Reporter::new(1000, 5000).report(&mut to, 9000, 10);
+        let told = told.lock().unwrap();
+        let at = |done, samples, finished| Progress { done, total: 4000, samples, finished };
+        assert_eq!(*told, [at(1000, 7, false), at(4000, 9, true), at(4000, 10, false)]);
+        // No data section: a total of one byte, never a division by zero.
+        assert_eq!(Reporter::new(1000, 1000).total, 1);
     }
 }

@@ -14,6 +14,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 
 mod corefile;
+mod progress;
 
 use crate::arch::Arch;
 use crate::cfi::{CfaRule, Data, Module, RegRule, UnwindInfo};
@@ -918,7 +919,8 @@ fn perf_report<'py>(
     progress: Option<f64>,
 ) -> PyResult<Bound<'py, PyDict>> {
     use crate::profile::{Format, Options};
-    let progress = progress.map(|s| std::time::Duration::from_secs_f64(s.clamp(0.0, 1e6)));
+    let progress =
+        progress.map(|s| progress::bar(std::time::Duration::from_secs_f64(s.clamp(0.0, 1e6))));
     let format = match format {
         "text" => Format::Text,
         "json" => Format::JsonLines,
