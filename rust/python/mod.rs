@@ -15,6 +15,7 @@ mod elf;
 mod errors;
 mod memory;
 mod perf;
+mod progress;
 mod stackdb;
 mod symbols;
 mod unwinder;

@@ -35,7 +35,8 @@ pub(super) fn perf_report<'py>(
     progress: Option<f64>,
 ) -> PyResult<Bound<'py, PyDict>> {
     use crate::profile::{Format, Options};
-    let progress = progress.map(|s| std::time::Duration::from_secs_f64(s.clamp(0.0, 1e6)));
+    let progress = progress
+        .map(|s| super::progress::bar(std::time::Duration::from_secs_f64(s.clamp(0.0, 1e6))));
     let format = match format {
         "text" => Format::Text,
         "json" => Format::JsonLines,

@@ -1,0 +1,208 @@
+//! The kernel's symbols, from kallsyms.
+
+use std::sync::{Mutex, OnceLock};
+use std::thread::JoinHandle;
+
+use crate::cfi::Data;
+
+/// The kernel's function symbols (a kallsyms file), sorted by address;
+/// names are spans of the file's text, kept whole.
+pub(super) struct KernelSymbols {
+    /// (address, start and length of the name in `text`), by address.
+    pub(super) symbols: Vec<(u64, u32, u32)>,
+    /// The file (mapped when it can be): names are checked as UTF-8 when
+    /// looked up.
+    pub(super) text: Data,
+}
+
+impl KernelSymbols {
+    /// perf's copy of the recording machine's kallsyms, taken at record time
+    /// (its build-id cache), else this machine's `/proc/kallsyms`.
+    pub(super) fn read(cached: Option<std::path::PathBuf>) -> Option<KernelSymbols> {
+        let from_cache = cached.and_then(|path| crate::debugfile::map(&path));
+        from_cache.and_then(KernelSymbols::parse).or_else(|| {
+            // A /proc file cannot be mapped.
+            KernelSymbols::parse(Data::Owned(std::fs::read("/proc/kallsyms").ok()?))
+        })
+    }
+
+    pub(super) fn parse(text: Data) -> Option<KernelSymbols> {
+        let bytes = &text[..];
+        let mut symbols: Vec<(u64, u32, u32)> = Vec::with_capacity(bytes.len() / 40);
+        let mut at = 0;
+        let mut sorted = true;
+        // "ffffffff81000000 T _stext\t[module]\n": the address, a space, the
+        // type, a space, the name, and for a module a tab and its name.
+        while at < bytes.len() {
+            let (addr, digits) = hex_prefix(&bytes[at..]);
+            at += digits;
+            // The name ends at a tab (a module's) or at the end of the line.
+            let stop = memchr::memchr2(b'\t', b'\n', &bytes[at..]).map_or(bytes.len(), |n| at + n);
+            let (kind_at, name_at) = (at, at + 3);
+            at = match bytes.get(stop) {
+                Some(b'\n') => stop + 1,
+                _ => memchr::memchr(b'\n', &bytes[stop.min(bytes.len())..])
+                    .map_or(bytes.len(), |n| stop + n + 1),
+            };
+            if name_at >= stop
+                || !matches!(&bytes[kind_at..name_at], b" t " | b" T " | b" w " | b" W ")
+            {
+                continue;
+            }
+            if addr != 0 {
+                sorted &= symbols.last().is_none_or(|last| last.0 <= addr);
+                symbols.push((addr, name_at as u32, (stop - name_at) as u32));
+            }
+        }
+        if symbols.is_empty() {
+            return None; // kptr_restrict hides the addresses
+        }
+        if !sorted {
+            // kallsyms is nearly sorted: a stable sort keeps aliases in order.
+            symbols.sort_by_key(|s| s.0);
+        }
+        Some(KernelSymbols { symbols, text })
+    }
+
+    pub(super) fn name(&self, i: usize) -> &str {
+        let (_, at, len) = self.symbols[i];
+        let name = self.text.get(at as usize..(at + len) as usize).unwrap_or_default();
+        std::str::from_utf8(name).unwrap_or("[invalid name]")
+    }
+
+    pub(super) fn address_of(&self, name: &str) -> Option<u64> {
+        (0..self.symbols.len()).find(|&i| self.name(i) == name).map(|i| self.symbols[i].0)
+    }
+
+    #[cfg(test)]
+    pub(super) fn lookup(&self, ip: u64) -> Option<(&str, u64)> {
+        self.lookup_index(ip).map(|(name, offset, _)| (name, offset))
+    }
+
+    pub(super) fn lookup_index(&self, ip: u64) -> Option<(&str, u64, usize)> {
+        let i = self.symbols.partition_point(|s| s.0 <= ip).checked_sub(1)?;
+        Some((self.name(i), ip - self.symbols[i].0, i))
+    }
+}
+
+/// Hex digit values by byte; 0x80 for a byte that is not one.
+pub(super) const HEX_DIGITS: [u8; 256] = {
+    let mut table = [0x80u8; 256];
+    let mut i = 0;
+    while i < 16 {
+        table[b"0123456789abcdef"[i] as usize] = i as u8;
+        table[b"0123456789ABCDEF"[i] as usize] = i as u8;
+        i += 1;
+    }
+    table
+};
+
+/// The hex number `bytes` start with, and how many digits it has (more than
+/// 16 keep the last 16). A 64-bit kernel's addresses, 16 digits, take no
+/// branch per digit.
+pub(super) fn hex_prefix(bytes: &[u8]) -> (u64, usize) {
+    let not_digit = |at: usize| bytes.get(at).is_none_or(|&b| HEX_DIGITS[b as usize] & 0x80 != 0);
+    if let Some(head) = bytes.get(..16) {
+        let (mut value, mut bad) = (0u64, 0u8);
+        for &b in head {
+            let digit = HEX_DIGITS[b as usize];
+            bad |= digit;
+            value = value << 4 | u64::from(digit & 15);
+        }
+        if bad & 0x80 == 0 && not_digit(16) {
+            return (value, 16);
+        }
+    }
+    let mut value = 0u64;
+    let mut at = 0;
+    while !not_digit(at) {
+        value = value << 4 | u64::from(HEX_DIGITS[bytes[at] as usize]);
+        at += 1;
+    }
+    (value, at)
+}
+
+/// The kernel's symbols, read on a thread of their own as soon as the
+/// recording is known to have kernel callchains, else on first use; and
+/// moved to where the recording's kernel was (KASLR), by the symbol perf
+/// recorded the kernel's mapping at (`[kernel.kallsyms]_text`).
+#[derive(Default)]
+pub(super) struct KernelSymbolsLoader {
+    pub(super) table: OnceLock<Option<KernelSymbols>>,
+    pub(super) reading: Mutex<Option<JoinHandle<Option<KernelSymbols>>>>,
+    /// (symbol, address) of the kernel's mapping in the recording.
+    pub(super) reference: OnceLock<(String, u64)>,
+    /// Recording address − table address.
+    pub(super) shift: OnceLock<u64>,
+}
+
+impl KernelSymbolsLoader {
+    pub(super) fn start(&self, cached: Option<std::path::PathBuf>) {
+        if let Ok(mut reading) = self.reading.lock() {
+            if reading.is_none() && self.table.get().is_none() {
+                *reading = std::thread::Builder::new()
+                    .name("kallsyms".into())
+                    .spawn(move || KernelSymbols::read(cached))
+                    .ok();
+            }
+        }
+    }
+
+    pub(super) fn lookup(&self, ip: u64) -> Option<(&str, u64)> {
+        self.lookup_index(ip).map(|(name, offset, _)| (name, offset))
+    }
+
+    /// As `lookup`, with the symbol's index.
+    pub(super) fn lookup_index(&self, ip: u64) -> Option<(&str, u64, usize)> {
+        let table = self
+            .table
+            .get_or_init(|| {
+                let thread = self.reading.lock().ok().and_then(|mut r| r.take());
+                match thread {
+                    Some(thread) => thread.join().ok().flatten(),
+                    None => KernelSymbols::read(None),
+                }
+            })
+            .as_ref()?;
+        let shift = *self.shift.get_or_init(|| {
+            let Some((symbol, recorded)) = self.reference.get() else { return 0 };
+            table.address_of(symbol).map_or(0, |at| recorded.wrapping_sub(at))
+        });
+        table.lookup_index(ip.wrapping_sub(shift))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hex_prefixes() {
+        assert_eq!(hex_prefix(b"ffffffff81000000 T _stext"), (0xffff_ffff_8100_0000, 16));
+        assert_eq!(hex_prefix(b"FFFFFFFF8100000a"), (0xffff_ffff_8100_000a, 16));
+        assert_eq!(hex_prefix(b"c1000000 T _stext"), (0xc100_0000, 8));
+        assert_eq!(hex_prefix(b"ffffffff8100000g"), (0x0fff_ffff_f810_0000, 15));
+        assert_eq!(hex_prefix(b"1ffffffff81000000 T"), (0xffff_ffff_8100_0000, 17));
+        assert_eq!(hex_prefix(b" T x"), (0, 0));
+        assert_eq!(hex_prefix(b""), (0, 0));
+    }
+
+    #[test]
+    fn kallsyms_lines() {
+        let text = "ffffffff81000000 T _stext\nffffffff81000000 T _text\n\
+                    0000000000000000 A fixed_percpu_data\nffffffff81001000 t helper\t[mod]\n\
+                    ffffffff81000800 W weak_one\nffffffff81002000 D data_thing\nab\n\
+                    ffffffff81003000 t after_short\nffffffff81004000 T\n";
+        let table = KernelSymbols::parse(Data::Owned(text.as_bytes().to_vec())).unwrap();
+        assert_eq!(table.lookup(0xffff_ffff_8100_0004), Some(("_text", 4)));
+        assert_eq!(table.lookup(0xffff_ffff_8100_0900), Some(("weak_one", 0x100)));
+        assert_eq!(table.lookup(0xffff_ffff_8100_1010), Some(("helper", 0x10)));
+        assert_eq!(table.lookup(0xffff_ffff_8000_0000), None);
+        assert_eq!(table.address_of("helper"), Some(0xffff_ffff_8100_1000));
+        assert_eq!(table.lookup(0xffff_ffff_8100_3001), Some(("after_short", 1)));
+        assert_eq!(table.lookup(0xffff_ffff_8100_4001), Some(("after_short", 0x1001)));
+        assert!(
+            KernelSymbols::parse(Data::Owned(b"0000000000000000 T hidden\n".to_vec())).is_none()
+        );
+    }
+}
