@@ -200,12 +200,26 @@ def perf_skipped_frames(perf_frames: list[tuple[str | None, int]],
     pointer (perfdata.py's docstring): in the dynamic loader's
     start-up perf script shows ``dl_main <- _dl_sysdep_start <- _start`` where ours shows
     ``dl_main <- _dl_sysdep_start <- _dl_start <- _start`` (objdump: ld.so's _start calls
-    _dl_start, which calls _dl_sysdep_start). Counted as such when perf's frames are ours with
-    some left out (the same first and last frame) and, around every frame perf left out, each
-    of our return addresses follows a call (objdump) that calls the function of the frame
-    inside it, when the call is direct."""
+    _dl_start, which calls _dl_sysdep_start). libdw also skips the caller of a frame-0 leaf
+    without CFI (the developers' guide says so of eu-stack): at ``_fini+0`` perf shows
+    ``__run_exit_handlers`` where ours show ``_dl_fini``, which calls each object's ``_fini``,
+    then ``__run_exit_handlers``; there perf then lost its way (an ``[unknown]`` frame). Counted
+    as such when perf's frames are ours with some left out (the same first frame, and the same
+    last one unless perf's stack ends in ``[unknown]`` frames, which are left out with the part of
+    ours past the last frame perf matched) and, around every frame perf left out, each of our
+    return addresses follows a call (objdump) that calls the function of the frame inside it,
+    when the call is direct."""
     ours = our_user_addresses(frames)
-    if not perf_frames or perf_frames[0] != ours[0] or perf_frames[-1] != ours[-1]:
+    lost = 0
+    while len(perf_frames) > lost and perf_frames[-1 - lost][0] is None:
+        lost += 1
+    if lost and ours and ours[-1][0] is not None:
+        perf_frames = perf_frames[:-lost]
+    else:
+        lost = 0
+    if not perf_frames or perf_frames[0] != ours[0]:
+        return False
+    if not lost and perf_frames[-1] != ours[-1]:
         return False
     matched, position = [], 0
     for frame in perf_frames:
@@ -216,7 +230,9 @@ def perf_skipped_frames(perf_frames: list[tuple[str | None, int]],
         matched.append(position)
         position += 1
     user = [f for f in frames if not f["kernel"]]
-    skipped = set(range(len(ours))) - set(matched)
+    skipped = set(range(matched[-1] + 1 if lost else len(ours))) - set(matched)
+    if not skipped:
+        return False  # nothing left out before perf lost its way: not this case
     for index in sorted(skipped | {i + 1 for i in skipped}):
         caller, callee = user[index], user[index - 1]
         if caller["module"] is None or callee["function_offset"] is None:
