@@ -21,13 +21,17 @@ from __future__ import annotations
 
 import os
 import signal as _signal
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any
 
 from stackwalk._core import CoreFile, elf_summary, place_mappings
 from stackwalk.errors import ArchError, CoreError, ElfError, StackwalkError
 from stackwalk.unwinder import CRASH_STRATEGIES, MappedMemory, Trace, Unwinder
+
+# Annotations only: `typing` and `dataclasses` (through `inspect`) cost `stackwalk core` on a
+# small core a fifth of its time in imports. mypy takes this name as typing's.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import Any
 
 __all__ = ["Core", "CoreError", "CoreModule", "Signal", "Thread"]
 
@@ -43,16 +47,62 @@ _ELF_MAGIC = b"\x7fELF"
 DEBUG_ROOT = "/usr/lib/debug"  # where gdb and eu-stack look for separate debug files
 
 
-@dataclass(frozen=True, slots=True)
-class Signal:
+class _Record:
+    """A frozen value: the fields are the ``__slots__`` of its class (``_hidden`` ones left out
+    of its text and of comparisons), as a frozen dataclass would have them."""
+
+    __slots__: tuple[str, ...] = ()
+
+    def _shown(self) -> tuple[tuple[str, object], ...]:
+        return tuple((n, getattr(self, n)) for n in self.__slots__ if not n.startswith("_"))
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"{type(self).__name__} is read-only: cannot set {name!r}")
+
+    def _set(self, **values: object) -> None:
+        for name, value in values.items():
+            object.__setattr__(self, name, value)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join(f'{n}={v!r}' for n, v in self._shown())})"
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        assert isinstance(other, _Record)
+        return self._shown() == other._shown()
+
+    def __hash__(self) -> int:
+        return hash(self._shown())
+
+
+class Signal(_Record):
+    """The signal that stopped the process."""
+
+    __slots__ = ("number", "name", "address", "code")
     number: int
     name: str  # "SIGSEGV"; "SIG<n>" for a number Python does not name
     address: int | None  # the faulting address of SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGTRAP
     code: int | None  # si_code (None when the core has no NT_SIGINFO)
 
+    def __init__(self, number: int, name: str, address: int | None, code: int | None) -> None:
+        self._set(number=number, name=name, address=address, code=code)
 
-@dataclass(frozen=True, slots=True)
-class CoreModule:
+
+class CoreModule(_Record):
+    """A file the process mapped, and where."""
+
+    __slots__ = (
+        "path",
+        "file",
+        "start",
+        "end",
+        "bias",
+        "build_id",
+        "file_build_id",
+        "found",
+        "ranges",
+    )
     path: str  # as the core names it, or "[vdso]"
     file: str | None  # the file on disk used for it
     start: int  # runtime address range
@@ -63,7 +113,22 @@ class CoreModule:
     found: bool  # a file (or, for the vdso, the image in the core) provides its CFI and symbols
     # The runtime ranges it occupies: its own mappings, which need not be contiguous (memory
     # between two of them is not the module's). Empty: the whole of start..end.
-    ranges: tuple[tuple[int, int], ...] = ()
+    ranges: tuple[tuple[int, int], ...]
+
+    def __init__(
+        self,
+        path: str,
+        file: str | None,
+        start: int,
+        end: int,
+        bias: int,
+        build_id: str | None,
+        file_build_id: str | None,
+        found: bool,
+        ranges: tuple[tuple[int, int], ...] = (),
+    ) -> None:
+        self._set(path=path, file=file, start=start, end=end, bias=bias, build_id=build_id)
+        self._set(file_build_id=file_build_id, found=found, ranges=ranges)
 
     @property
     def spans(self) -> tuple[tuple[int, int], ...]:
@@ -77,13 +142,23 @@ class CoreModule:
         return self.build_id == self.file_build_id
 
 
-@dataclass(frozen=True, slots=True)
-class Thread:
+class Thread(_Record):
+    """A thread of the core: its registers, and its frames on demand."""
+
+    __slots__ = ("tid", "regs", "signal", "_unwinder", "_memory")
     tid: int
     regs: dict[str, int]
     signal: int  # pr_cursig: the signal the thread was stopped by (0: none)
-    _unwinder: Unwinder = field(repr=False, compare=False)
-    _memory: MappedMemory = field(repr=False, compare=False)
+    _unwinder: Unwinder
+    _memory: MappedMemory
+
+    def __init__(
+        self, tid: int, regs: dict[str, int], signal: int, unwinder: Unwinder, memory: MappedMemory
+    ) -> None:
+        self._set(tid=tid, regs=regs, signal=signal, _unwinder=unwinder, _memory=memory)
+
+    def __hash__(self) -> int:
+        return hash((self.tid, self.signal))  # regs, a dict, is not hashable
 
     def unwind(self, max_frames: int | None = None) -> Trace:
         """This thread's frames: at most ``max_frames``, or, when None, as many as its
