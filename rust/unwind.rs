@@ -38,6 +38,10 @@ pub enum Trust {
 }
 
 impl Trust {
+    /// Every trust level, most trusted first.
+    pub const ALL: [Trust; 5] =
+        [Trust::Context, Trust::Cfi, Trust::FramePointer, Trust::CfiScan, Trust::Scan];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Trust::Context => "context",
@@ -113,6 +117,22 @@ pub enum EndReason {
 }
 
 impl EndReason {
+    /// Every reason, the clean ends first.
+    pub const ALL: [EndReason; 12] = [
+        EndReason::EndOfStack,
+        EndReason::PcZero,
+        EndReason::CfaNotIncreasing,
+        EndReason::Memory,
+        EndReason::NoModule,
+        EndReason::NoUnwindInfo,
+        EndReason::MissingRegister,
+        EndReason::BadCfi,
+        EndReason::FrameLimit,
+        EndReason::FpInvalid,
+        EndReason::BadReturnAddress,
+        EndReason::ScanFailed,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             EndReason::EndOfStack => "end_of_stack",

@@ -4,7 +4,7 @@ Checked with `python -m mypy.stubtest stackwalk._core`."""
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from os import PathLike
-from typing import Any, final
+from typing import Any, Literal, TypedDict, final
 
 from typing_extensions import Buffer, disjoint_base
 
@@ -29,7 +29,52 @@ __all__ = [
     "perf_report",
     "perf_samples",
     "flamegraph",
+    "TRUST_LEVELS",
+    "END_REASONS",
 ]
+
+# How a frame was found, most trusted first (`TRUST_LEVELS` at run time).
+_Trust = Literal["context", "cfi", "frame_pointer", "cfi_scan", "scan"]
+# Why a walk stopped; the first two are a complete stack's ends (`END_REASONS` at run time).
+_EndReason = Literal[
+    "end_of_stack",
+    "pc_zero",
+    "cfa_not_increasing",
+    "memory",
+    "no_module",
+    "no_unwind_info",
+    "missing_register",
+    "bad_cfi",
+    "frame_limit",
+    "fp_invalid",
+    "bad_return_address",
+    "scan_failed",
+]
+TRUST_LEVELS: tuple[_Trust, ...]
+END_REASONS: tuple[_EndReason, ...]
+
+class _ElfSummary(TypedDict):
+    """``elf_summary``'s answer: the program headers' facts."""
+
+    machine: str  # "x86_64", "aarch64", "i386", or e_machine's number
+    type: str  # "EXEC", "DYN", "CORE", "REL", or e_type's number
+    entry: int
+    build_id: str | None  # hex
+    loads: list[tuple[int, int, int, int, int]]  # (vaddr, memsz, offset, filesz, flags)
+    dynamic: int | None
+    phdr: tuple[int, int]  # (e_phoff, e_phnum)
+    interpreter: str | None
+
+class _PerfSummary(TypedDict):
+    """``perf_report``'s answer: what was read and written."""
+
+    arch: str
+    samples: int
+    complete: int
+    frames: int
+    processes: int
+    modules_missing: list[str]
+    error: str | None
 
 class StackwalkError(Exception): ...
 class ElfError(StackwalkError): ...
@@ -47,7 +92,7 @@ class Frame:
     @property
     def cfa(self) -> int | None: ...
     @property
-    def trust(self) -> str: ...
+    def trust(self) -> _Trust: ...
     @property
     def interrupted(self) -> bool: ...
     @property
@@ -64,7 +109,7 @@ class Trace:
     @property
     def pcs(self) -> list[int]: ...
     @property
-    def end(self) -> str: ...
+    def end(self) -> _EndReason: ...
     @property
     def end_detail(self) -> str: ...
     @property
@@ -141,7 +186,7 @@ class CoreFile:
     def image(self, address: int, limit: int) -> bytes | None: ...
     def link_map(self, dynamic: int) -> tuple[list[tuple[str | None, int, int]], list[str]]: ...
 
-def elf_summary(source: str | PathLike[str] | Buffer) -> dict[str, Any]: ...
+def elf_summary(source: str | PathLike[str] | Buffer) -> _ElfSummary: ...
 def elf_section_address(source: str | PathLike[str] | Buffer, name: str) -> int | None: ...
 def demangle(name: str) -> str: ...
 def place_mappings(
@@ -162,7 +207,7 @@ def perf_report(
     max_frames: int | None = None,
     debug_root: str | PathLike[str] = ...,
     progress: float | None = None,
-) -> dict[str, Any]: ...
+) -> _PerfSummary: ...
 def perf_samples(path: str | PathLike[str], max_samples: int = 1000) -> dict[str, Any]: ...
 
 @disjoint_base

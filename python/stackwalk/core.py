@@ -33,6 +33,8 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from typing import Any
 
+    from stackwalk._core import _ElfSummary as ElfSummary
+
 __all__ = ["Core", "CoreError", "CoreModule", "Signal", "Thread"]
 
 
@@ -319,7 +321,7 @@ class Core:
             modules.append(vdso)
         return modules, exe
 
-    def _header_summary(self, address: int) -> dict[str, Any] | None:
+    def _header_summary(self, address: int) -> ElfSummary | None:
         """elf_summary of the ELF headers the core holds at ``address``, or None."""
         if not 0 <= address < _ADDRESS_LIMIT:
             return None
@@ -440,7 +442,7 @@ class Core:
 
     def _link_map_executable(
         self, explicit: str | None
-    ) -> tuple[CoreModule, dict[str, Any] | None] | None:
+    ) -> tuple[CoreModule, ElfSummary | None] | None:
         """The executable's module and ELF summary (None: neither its file nor its headers)."""
         execfn = self._auxv.get(_AT_EXECFN)
         name = (self._core.string(execfn) if execfn else None) or self._fname or explicit
@@ -475,7 +477,7 @@ class Core:
             in_core = self._header_summary(start)
         return self._module(name, file, start, end, bias, in_core, on_disk), summary
 
-    def _load_range(self, summary: dict[str, Any], bias: int) -> tuple[int, int]:
+    def _load_range(self, summary: ElfSummary, bias: int) -> tuple[int, int]:
         loads = [(vaddr, vaddr + memsz) for vaddr, memsz, *_ in summary["loads"] if memsz]
         if not loads:
             return bias, bias
@@ -504,8 +506,8 @@ class Core:
         return CoreModule("[vdso]", None, address, end, bias, summary["build_id"], None, True)
 
     def _locate(
-        self, path: str, in_core: dict[str, Any] | None, explicit: str | None
-    ) -> tuple[str | None, dict[str, Any] | None, list[str]]:
+        self, path: str, in_core: ElfSummary | None, explicit: str | None
+    ) -> tuple[str | None, ElfSummary | None, list[str]]:
         """(the file for module ``path``, its summary, why ELF candidates were rejected). A
         file whose build id differs from the core's is not used (eu-stack does the same), unless
         the core was opened with ``allow_mismatch`` or the file was given (``explicit``); either
@@ -535,8 +537,8 @@ class Core:
         start: int,
         end: int,
         bias: int,
-        in_core: dict[str, Any] | None = None,
-        on_disk: dict[str, Any] | None = None,
+        in_core: ElfSummary | None = None,
+        on_disk: ElfSummary | None = None,
         ranges: tuple[tuple[int, int], ...] = (),
     ) -> CoreModule:
         if file is not None:
@@ -566,7 +568,7 @@ class Core:
         path: str,
         spans: tuple[tuple[int, int], ...],
         bias: int,
-        in_core: dict[str, Any] | None,
+        in_core: ElfSummary | None,
     ) -> None:
         """Tell the unwinder where a module without a file has code -- its executable segments
         as the headers in the core place them, else the core's executable segments within it
@@ -623,7 +625,7 @@ class Core:
         threads = []
         for thread in self.threads:
             trace = thread.unwind(max_frames)
-            entry = {
+            entry: dict[str, Any] = {
                 "tid": thread.tid,
                 "end": trace.end,
                 "frames": frame_dicts(trace.frames, symbolizer),
@@ -680,13 +682,13 @@ class _FileFinder:
         self._arch = arch
         self._sysroot = os.fspath(sysroot) if sysroot is not None else None
         self._search = [os.fspath(d) for d in search or ()]
-        self._summaries: dict[str, dict[str, Any] | str | None] = {}
+        self._summaries: dict[str, ElfSummary | str | None] = {}
 
-    def summary(self, file: str) -> dict[str, Any] | None:
+    def summary(self, file: str) -> ElfSummary | None:
         s = self._check(file)
         return s if isinstance(s, dict) else None
 
-    def _check(self, file: str) -> dict[str, Any] | str | None:
+    def _check(self, file: str) -> ElfSummary | str | None:
         """The file's elf_summary; why this ELF file cannot be used; None: not an ELF file."""
         if file not in self._summaries:
             try:
@@ -711,7 +713,7 @@ class _FileFinder:
 
     def find(
         self, path: str, build_id: str | None, explicit: str | None
-    ) -> tuple[str | None, dict[str, Any] | None, list[str]]:
+    ) -> tuple[str | None, ElfSummary | None, list[str]]:
         """(file, its summary, why ELF files found were rejected)."""
         if explicit is not None:
             s = self._check(explicit)
@@ -719,7 +721,7 @@ class _FileFinder:
                 why = (s or "not an ELF file") if os.path.isfile(explicit) else "no such file"
                 raise CoreError(f"executable {explicit}: {why}")
             return explicit, s, []
-        fallback: tuple[str, dict[str, Any]] | None = None
+        fallback: tuple[str, ElfSummary] | None = None
         rejected: list[str] = []
         for candidate in self._candidates(path):
             if not os.path.isfile(candidate):

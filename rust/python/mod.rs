@@ -46,6 +46,11 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("MemoryReadError", py.get_type::<MemoryReadError>())?;
     m.add("ArchError", py.get_type::<ArchError>())?;
     m.add("CoreError", py.get_type::<CoreError>())?;
+    // The values `Frame.trust` and `Trace.end` take (the stubs' `Literal`s are checked against
+    // them by the tests).
+    let names = |all: &[&'static str]| pyo3::types::PyTuple::new(py, all.iter().copied());
+    m.add("TRUST_LEVELS", names(&crate::unwind::Trust::ALL.map(|t| t.as_str()))?)?;
+    m.add("END_REASONS", names(&crate::unwind::EndReason::ALL.map(|e| e.as_str()))?)?;
     m.add_class::<unwinder::PyUnwinder>()?;
     m.add_class::<unwinder::PyTrace>()?;
     m.add_class::<unwinder::PyFrame>()?;
