@@ -294,6 +294,19 @@ impl Unwinder {
         }
     }
 
+    /// A new unwinder over the same modules, strategies and scan window, with
+    /// caches of its own: one per worker thread of a batch.
+    pub fn worker(&self) -> Self {
+        Unwinder {
+            arch: self.arch,
+            modules: self.modules.clone(),
+            ctx: Box::new(UnwindContext::new()),
+            cache: RuleCache::new(),
+            strategies: self.strategies,
+            scan_words: self.scan_words,
+        }
+    }
+
     /// The ways a frame's caller is looked for, tried in this order for
     /// every frame (CFI first wherever it covers the pc, as crash processors
     /// do: `[Cfi, FramePointer, Scan]`). A new unwinder uses CFI alone.

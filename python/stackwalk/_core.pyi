@@ -17,6 +17,7 @@ __all__ = [
     "CoreError",
     "Frame",
     "Trace",
+    "TraceBatch",
     "Unwinder",
     "MappedMemory",
     "SymbolTable",
@@ -115,6 +116,19 @@ class Trace:
     @property
     def complete(self) -> bool: ...
     def __len__(self) -> int: ...
+
+@final
+class TraceBatch:
+    """``Unwinder.unwind_many``'s traces, in the order of its stacks."""
+
+    def __len__(self) -> int: ...
+    def __getitem__(self, index: int, /) -> Trace: ...
+    @property
+    def pcs(self) -> memoryview: ...
+    @property
+    def offsets(self) -> memoryview: ...
+    @property
+    def ends(self) -> list[_EndReason]: ...
 
 @final
 class MappedMemory:
@@ -247,6 +261,11 @@ class Unwinder:
         memory: Iterable[tuple[int, Buffer]] | MappedMemory,
         max_frames: int | None = None,
     ) -> Trace: ...
+    def unwind_many(
+        self,
+        stacks: Iterable[tuple[Mapping[str, int], Iterable[tuple[int, Buffer]] | MappedMemory]],
+        max_frames: int | None = None,
+    ) -> TraceBatch: ...
     def _bench_unwind(
         self,
         regs: Mapping[str, int],

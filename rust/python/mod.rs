@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use pyo3::buffer::PyBuffer;
 use pyo3::prelude::*;
 
+mod batch;
 mod corefile;
 mod elf;
 mod errors;
@@ -53,6 +54,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("END_REASONS", names(&crate::unwind::EndReason::ALL.map(|e| e.as_str()))?)?;
     m.add_class::<unwinder::PyUnwinder>()?;
     m.add_class::<unwinder::PyTrace>()?;
+    m.add_class::<batch::PyTraceBatch>()?;
     m.add_class::<unwinder::PyFrame>()?;
     m.add_class::<memory::PyMappedMemory>()?;
     m.add_class::<symbols::PySymbolTable>()?;

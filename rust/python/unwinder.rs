@@ -86,6 +86,17 @@ pub struct PyTrace {
     end_module: Option<Arc<Module>>,
 }
 
+impl PyTrace {
+    pub(super) fn new(
+        frames: Vec<RsFrame>,
+        end: unwind::End,
+        arch: Arch,
+        end_module: Option<Arc<Module>>,
+    ) -> Self {
+        PyTrace { frames, end, arch, end_module }
+    }
+}
+
 #[pymethods]
 impl PyTrace {
     #[getter]
@@ -306,6 +317,22 @@ impl PyUnwinder {
         })
     }
 
+    /// Unwind many stacks at once: `stacks` is an iterable of (regs, memory)
+    /// pairs as `unwind` takes them (memory regions are used in place, not
+    /// copied). The walks run without the GIL, spread over every CPU, each
+    /// worker with caches of its own; the batch holds the frames in flat
+    /// arrays, in the order of `stacks`.
+    #[pyo3(signature = (stacks, max_frames = None))]
+    fn unwind_many(
+        &self,
+        py: Python<'_>,
+        stacks: &Bound<'_, PyAny>,
+        max_frames: Option<usize>,
+    ) -> PyResult<super::batch::PyTraceBatch> {
+        let stacks = super::batch::extract_stacks(self.inner.arch(), stacks)?;
+        super::batch::unwind_all(py, &self.inner, stacks, max_frames)
+    }
+
     /// Unwind the same stack `iterations` times inside Rust, without the
     /// GIL, and return (frames unwound in all, nanoseconds taken): the
     /// core's own speed, without the Python call around it. For benchmarks.
@@ -470,7 +497,7 @@ fn parse_strategies(names: &[String]) -> PyResult<Vec<Strategy>> {
     Ok(out)
 }
 
-fn extract_registers(arch: Arch, regs: &Bound<'_, PyAny>) -> PyResult<(u64, Registers)> {
+pub(super) fn extract_registers(arch: Arch, regs: &Bound<'_, PyAny>) -> PyResult<(u64, Registers)> {
     let mut registers = Registers::new();
     let mut pc = None;
     let mut set = |name: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>| -> PyResult<()> {
@@ -503,7 +530,7 @@ fn extract_registers(arch: Arch, regs: &Bound<'_, PyAny>) -> PyResult<(u64, Regi
     Ok((pc, registers))
 }
 
-fn extract_buffers(memory: &Bound<'_, PyAny>) -> PyResult<Vec<(u64, PyBuffer<u8>)>> {
+pub(super) fn extract_buffers(memory: &Bound<'_, PyAny>) -> PyResult<Vec<(u64, PyBuffer<u8>)>> {
     let mut out = Vec::new();
     for (i, item) in memory.try_iter()?.enumerate() {
         let item = item?;

@@ -1,0 +1,127 @@
+"""``Unwinder.unwind_many``: many stacks in one call, without the GIL, over every CPU. The batch
+must give, stack for stack, what ``unwind`` gives one at a time (and so gdb's frames on real
+stacks), whatever kind of buffer holds the memory, in the order the stacks were given."""
+
+from __future__ import annotations
+
+import mmap
+from typing import Any
+
+import pytest
+import stackwalk
+from realstacks import O2, PROGRAMS, SYSTEM_PYTHON, Builder, Captures, assert_gdb_frames
+from stackwalk.capture import Capture
+
+# Real stacks stopped under gdb: C at -O2, C++, a signal handler's, and python3's (93 frames).
+CASES = [
+    ("deep.c", O2, "stop_here", "gcc"),
+    ("cxx.cpp", ("-O2",), "stop_here", "g++"),
+    ("signal.c", ("-O2",), "handler_leaf", "gcc"),
+    ("pyrecurse.py", (), "math_gcd", None),
+]
+
+
+@pytest.fixture(scope="module")
+def stacks(build: Builder, captures: Captures) -> list[Capture]:
+    out = []
+    for source, flags, breakpoint, compiler in CASES:
+        if compiler is None:
+            argv = [SYSTEM_PYTHON, "-I", "-S", str(PROGRAMS / source)]
+        else:
+            argv = [str(build(source, *flags, compiler=compiler))]
+        out.append(captures(argv, breakpoint))
+    return out
+
+
+def _unwinder(cap: Capture) -> stackwalk.Unwinder:
+    """An unwinder with the capture's modules (each program's own: under gdb, without ASLR,
+    the programs' modules overlap one another)."""
+    uw = stackwalk.Unwinder(cap.arch)
+    cap.add_modules_to(uw)
+    return uw
+
+
+def _frames(trace: Any) -> list[tuple[int, int, int | None, str]]:
+    return [(f.pc, f.sp, f.cfa, f.trust) for f in trace.frames]
+
+
+@pytest.mark.parametrize("case", range(len(CASES)), ids=[c[0] for c in CASES])
+def test_a_batch_gives_what_unwind_gives(stacks: list[Capture], case: int) -> None:
+    cap = stacks[case]
+    uw = _unwinder(cap)
+    one = uw.unwind(cap.regs, cap.memory)
+    assert_gdb_frames(one, cap)
+    # Enough stacks for every worker thread to take some; every third one cut to its first
+    # 256 bytes, so that the batch mixes walks of different lengths and ends.
+    short = [(cap.memory[0][0], cap.memory[0][1][:256])]
+    given = [(cap.regs, short if i % 3 == 2 else cap.memory) for i in range(60)]
+    batch = uw.unwind_many(given)
+    assert len(batch) == len(given)
+    cut = uw.unwind(cap.regs, short)
+    assert len(cut) < len(one), "the cut stack must walk less far"
+    for i, trace in enumerate(batch):
+        want = cut if i % 3 == 2 else one
+        assert _frames(trace) == _frames(want), f"stack {i}"
+        assert (trace.end, trace.end_detail) == (want.end, want.end_detail), f"stack {i}"
+    assert_gdb_frames(batch[0], cap)
+    assert batch.ends == [t.end for t in batch]
+
+
+def test_flat_buffers(stacks: list[Capture]) -> None:
+    cap = stacks[0]
+    uw = _unwinder(cap)
+    given = [(cap.regs, cap.memory)] * 5 + [(cap.regs, [])]
+    batch = uw.unwind_many(given, max_frames=4)
+    pcs, offsets = batch.pcs, batch.offsets
+    assert (pcs.format, pcs.itemsize, offsets.format) == ("Q", 8, "Q")
+    assert len(offsets) == len(batch) + 1 and offsets[0] == 0 and offsets[-1] == len(pcs)
+    for i in range(len(batch)):
+        assert list(pcs[offsets[i] : offsets[i + 1]]) == batch[i].pcs
+    assert batch[0].pcs == uw.unwind(cap.regs, cap.memory, max_frames=4).pcs
+    assert len(batch[0]) == 4 and batch[0].end == "frame_limit"
+    # No memory: frame 0 only, ended by the read that failed.
+    assert len(batch[-1]) == 1 and batch[-1].end == "memory"
+    assert batch[-1].pcs == batch[len(batch) - 1].pcs
+    with pytest.raises(IndexError):
+        batch[len(batch)]
+    assert len(uw.unwind_many([])) == 0 and len(uw.unwind_many([]).offsets) == 1
+
+
+def test_memory_from_any_buffer(stacks: list[Capture], tmp_path: Any) -> None:
+    """bytes, bytearray, memoryview (also of a slice of a larger buffer) and mmap give the same
+    walk: the regions are read in place."""
+    cap = stacks[0]
+    uw = _unwinder(cap)
+    (start, data), *rest = cap.memory
+    assert not rest, "gdb's capture is one region"
+    padded = b"\xee" * 64 + data + b"\xee" * 64
+    path = tmp_path / "stack.bin"
+    path.write_bytes(data)
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+        kinds = [data, bytearray(data), memoryview(data), memoryview(padded)[64:-64], mapped]
+        batch = uw.unwind_many([(cap.regs, [(start, kind)]) for kind in kinds])
+        want = _frames(uw.unwind(cap.regs, cap.memory))
+        assert [_frames(t) for t in batch] == [want] * len(kinds)
+
+
+def test_core_memory_in_a_batch(stacks: list[Capture], build: Builder, captures: Captures) -> None:
+    """A core's MappedMemory serves every thread of a batch, as it serves each thread's unwind."""
+    cap = captures([str(build("deep.c", *O2))], "stop_here", core=True)
+    assert cap.core is not None
+    core = stackwalk.Core.open(cap.core)
+    batch = core.unwinder.unwind_many([(t.regs, core.memory) for t in core.threads])
+    assert [_frames(t) for t in batch] == [_frames(t.unwind()) for t in core.threads]
+    assert batch[0].pcs == cap.gdb_pcs
+
+
+def test_bad_stacks_are_named(stacks: list[Capture]) -> None:
+    cap = stacks[0]
+    uw = _unwinder(cap)
+    good = (cap.regs, cap.memory)
+    with pytest.raises(stackwalk.StackwalkError, match="stack 1 is not a .regs, memory. pair"):
+        uw.unwind_many([good, 5])
+    without_sp = {k: v for k, v in cap.regs.items() if k != "rsp"}
+    with pytest.raises(stackwalk.StackwalkError, match="stack 2: regs lacks the stack pointer"):
+        uw.unwind_many([good, good, (without_sp, cap.memory)])
+    with pytest.raises(stackwalk.MemoryReadError, match="stack 1: memory region 0 .* not a byte"):
+        uw.unwind_many([good, (cap.regs, [(0x1000, 12)])])
