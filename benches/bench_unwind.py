@@ -52,6 +52,24 @@ def test_unwind_baseline(benchmark: Any, stacks: dict[str, Stack], name: str) ->
     benchmark.extra_info["frames"] = len(trace.pcs)
 
 
+BATCH = 1000  # stacks per unwind_many call
+
+
+@pytest.mark.benchmark(group="unwind")
+@pytest.mark.parametrize("name", STACKS)
+def test_unwind_many_rust(benchmark: Any, stacks: dict[str, Stack], name: str) -> None:
+    """BATCH copies of the stack in one unwind_many call (every CPU, no GIL, flat buffers)."""
+    stack = stacks[name]
+    uw = _unwinder(stackwalk.Unwinder, stack)
+    cap = stack.cap
+    given = [(cap.regs, cap.memory)] * BATCH
+    batch = benchmark(uw.unwind_many, given, MAX_FRAMES)
+    assert len(batch) == BATCH
+    _check(batch[BATCH - 1], stack)
+    benchmark.extra_info["batch"] = BATCH
+    benchmark.extra_info["batch_frames"] = len(batch.pcs)
+
+
 ITERATIONS = 500
 
 

@@ -121,6 +121,18 @@ def pytest_terminal_summary(
                 f"ratio baseline/rust through the Python API, {stack}: "
                 f"{base.stats.median / rust.stats.median:.0f}x"
             )
+        many = by_name.get(f"test_unwind_many_rust[{stack}]")
+        if many and base:
+            per_stack = many.stats.median / many.extra_info["batch"]
+            lines.append(
+                f"unwind_many, {stack}: {per_stack * 1e6:.2f} us per stack, "
+                f"{many.stats.median * 1e9 / many.extra_info['batch_frames']:.1f} ns per frame; "
+                f"baseline/unwind_many per stack {base.stats.median / per_stack:.0f}x"
+            )
+            if rust:
+                lines.append(
+                    f"unwind/unwind_many per stack, {stack}: {rust.stats.median / per_stack:.1f}x"
+                )
     for what in ("libc", "python3.11"):
         rust = by_name.get(f"test_add_module_rust[{what}]")
         base = by_name.get(f"test_add_module_baseline[{what}]")

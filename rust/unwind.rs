@@ -307,6 +307,16 @@ impl Unwinder {
         }
     }
 
+    /// Walk as `base` walks (its modules, strategies and scan window),
+    /// keeping this unwinder's caches: a worker thread's unwinder, reused
+    /// from batch to batch (the rule cache is keyed by module set, so what
+    /// it holds stays right).
+    pub fn follow(&mut self, base: &Unwinder) {
+        self.modules = base.modules.clone();
+        self.strategies = base.strategies;
+        self.scan_words = base.scan_words;
+    }
+
     /// The ways a frame's caller is looked for, tried in this order for
     /// every frame (CFI first wherever it covers the pc, as crash processors
     /// do: `[Cfi, FramePointer, Scan]`). A new unwinder uses CFI alone.

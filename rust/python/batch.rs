@@ -19,6 +19,15 @@ use crate::memory::{Regions, SegmentMemory};
 use crate::registers::Registers;
 use crate::unwind::{End, Frame, Unwinder};
 
+/// Stacks a worker thread takes at a time.
+const CHUNK: usize = 16;
+
+thread_local! {
+    /// Each worker thread's unwinder, kept from batch to batch so that its
+    /// rule cache stays warm.
+    static WORKER: std::cell::RefCell<Option<Unwinder>> = const { std::cell::RefCell::new(None) };
+}
+
 /// One stack to unwind: its registers and the memory that holds it, taken
 /// from Python (buffers held, not copied) while the GIL is held.
 pub(super) struct Stack {
@@ -89,22 +98,34 @@ pub(super) fn unwind_all(
     let walked: Vec<(Vec<Frame>, End)> = py.detach(|| {
         guard("unwinding a batch", || {
             stacks
-                .par_iter()
-                .with_min_len(8)
-                .map_init(
-                    || (base.worker(), Vec::with_capacity(64)),
-                    |(unwinder, frames), stack| {
-                        let mut regions = stack.regions();
-                        let end = unwinder.unwind(
-                            stack.pc,
-                            &stack.regs,
-                            &mut regions,
-                            max_frames,
-                            frames,
-                        );
-                        (frames.clone(), end)
-                    },
-                )
+                .par_chunks(CHUNK)
+                .flat_map_iter(|chunk| {
+                    WORKER.with(|cell| {
+                        let mut worker = cell.borrow_mut();
+                        let unwinder = match &mut *worker {
+                            Some(u) if u.arch() == base.arch() => {
+                                u.follow(base);
+                                u
+                            }
+                            other => other.insert(base.worker()),
+                        };
+                        let mut frames = Vec::with_capacity(64);
+                        chunk
+                            .iter()
+                            .map(|stack| {
+                                let mut regions = stack.regions();
+                                let end = unwinder.unwind(
+                                    stack.pc,
+                                    &stack.regs,
+                                    &mut regions,
+                                    max_frames,
+                                    &mut frames,
+                                );
+                                (frames.clone(), end)
+                            })
+                            .collect::<Vec<_>>()
+                    })
+                })
                 .collect()
         })
     })?;
