@@ -19,6 +19,9 @@ use crate::memory::{Regions, SegmentMemory};
 use crate::registers::Registers;
 use crate::unwind::{End, Frame, Unwinder};
 
+/// A chunk's frames, one walk's after another, and each walk's length and end.
+type ChunkWalks = (Vec<Frame>, Vec<(usize, End)>);
+
 /// Stacks a worker thread takes at a time.
 const CHUNK: usize = 16;
 
@@ -95,11 +98,11 @@ pub(super) fn unwind_all(
     stacks: Vec<Stack>,
     max_frames: Option<usize>,
 ) -> PyResult<PyTraceBatch> {
-    let walked: Vec<(Vec<Frame>, End)> = py.detach(|| {
+    let walked: Vec<ChunkWalks> = py.detach(|| {
         guard("unwinding a batch", || {
             stacks
                 .par_chunks(CHUNK)
-                .flat_map_iter(|chunk| {
+                .map(|chunk| {
                     WORKER.with(|cell| {
                         let mut worker = cell.borrow_mut();
                         let unwinder = match &mut *worker {
@@ -109,21 +112,21 @@ pub(super) fn unwind_all(
                             }
                             other => other.insert(base.worker()),
                         };
+                        let (mut all, mut walks) = (Vec::new(), Vec::with_capacity(chunk.len()));
                         let mut frames = Vec::with_capacity(64);
-                        chunk
-                            .iter()
-                            .map(|stack| {
-                                let mut regions = stack.regions();
-                                let end = unwinder.unwind(
-                                    stack.pc,
-                                    &stack.regs,
-                                    &mut regions,
-                                    max_frames,
-                                    &mut frames,
-                                );
-                                (frames.clone(), end)
-                            })
-                            .collect::<Vec<_>>()
+                        for stack in chunk {
+                            let mut regions = stack.regions();
+                            let end = unwinder.unwind(
+                                stack.pc,
+                                &stack.regs,
+                                &mut regions,
+                                max_frames,
+                                &mut frames,
+                            );
+                            all.extend_from_slice(&frames);
+                            walks.push((frames.len(), end));
+                        }
+                        (all, walks)
                     })
                 })
                 .collect()
@@ -132,13 +135,14 @@ pub(super) fn unwind_all(
     drop(stacks);
     let total: usize = walked.iter().map(|(f, _)| f.len()).sum();
     let mut frames = Vec::with_capacity(total);
-    let mut offsets = Vec::with_capacity(walked.len() + 1);
-    let mut ends = Vec::with_capacity(walked.len());
-    offsets.push(0u64);
-    for (f, end) in walked {
-        frames.extend_from_slice(&f);
-        offsets.push(frames.len() as u64);
-        ends.push((end, base.end_module(&end)));
+    let mut offsets = vec![0u64];
+    let mut ends = Vec::new();
+    for (chunk_frames, walks) in walked {
+        frames.extend_from_slice(&chunk_frames);
+        for (len, end) in walks {
+            offsets.push(offsets[offsets.len() - 1] + len as u64);
+            ends.push((end, base.end_module(&end)));
+        }
     }
     let pcs: Vec<u64> = frames.iter().map(|f| f.pc).collect();
     Ok(PyTraceBatch {

@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use pyo3::buffer::PyBuffer;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyTuple};
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyBytes, PyDict, PyString, PyTuple};
 
 use super::errors::{guard, ArchError, CfiError, ElfError, MemoryReadError, StackwalkError};
 use super::memory::PyMappedMemory;
@@ -497,26 +498,59 @@ fn parse_strategies(names: &[String]) -> PyResult<Vec<Strategy>> {
     Ok(out)
 }
 
+/// A register's name as an interned string, and its DWARF column (None: the pc).
+type RegisterKey = (Py<PyString>, Option<u16>);
+
+/// The register names `regs` may use for `arch`, as interned strings with
+/// their DWARF column (None: the pc), aliases (aarch64's fp and lr) before
+/// the names they stand for, so that a canonical name given too wins.
+fn register_keys(py: Python<'_>, arch: Arch) -> &[RegisterKey] {
+    static KEYS: [PyOnceLock<Vec<RegisterKey>>; 3] =
+        [PyOnceLock::new(), PyOnceLock::new(), PyOnceLock::new()];
+    let (at, aliases): (usize, &[&str]) = match arch {
+        Arch::X86_64 => (0, &[]),
+        Arch::Aarch64 => (1, &["fp", "lr"]),
+        Arch::I386 => (2, &[]),
+    };
+    KEYS[at].get_or_init(py, || {
+        let names = (0..crate::arch::NUM_REGS as u16).filter_map(|col| arch.register_name(col));
+        aliases
+            .iter()
+            .copied()
+            .chain(names)
+            .chain([arch.pc_name()])
+            .filter_map(|name| {
+                Some((PyString::intern(py, name).unbind(), arch.register_by_name(name)?))
+            })
+            .collect()
+    })
+}
+
 pub(super) fn extract_registers(arch: Arch, regs: &Bound<'_, PyAny>) -> PyResult<(u64, Registers)> {
     let mut registers = Registers::new();
     let mut pc = None;
-    let mut set = |name: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>| -> PyResult<()> {
-        let name = name.extract::<&str>()?;
-        match arch.register_by_name(name) {
-            Some(Some(col)) => registers.set(col, value.extract::<u64>()?),
-            Some(None) => pc = Some(value.extract::<u64>()?),
-            None => {} // flags, segment registers, fs_base...: not used by unwinding
+    let mut set = |col: Option<u16>, value: &Bound<'_, PyAny>| -> PyResult<()> {
+        match col {
+            Some(col) => registers.set(col, value.extract::<u64>()?),
+            None => pc = Some(value.extract::<u64>()?),
         }
         Ok(())
     };
     if let Ok(dict) = regs.cast::<PyDict>() {
-        for (k, v) in dict.iter() {
-            set(&k, &v)?;
+        // The registers unwinding uses, looked up by interned name: a dict of
+        // a thread's registers holds many more (flags, segment registers,
+        // fs_base...), which are not read at all.
+        for (key, col) in register_keys(regs.py(), arch) {
+            if let Some(value) = dict.get_item(key.bind(regs.py()))? {
+                set(*col, &value)?;
+            }
         }
     } else {
         for item in regs.call_method0("items")?.try_iter()? {
             let (k, v): (Bound<'_, PyAny>, Bound<'_, PyAny>) = item?.extract()?;
-            set(&k, &v)?;
+            if let Some(col) = arch.register_by_name(k.extract::<&str>()?) {
+                set(col, &v)?;
+            }
         }
     }
     let pc_name = arch.pc_name();
