@@ -4,7 +4,7 @@
 //! ways, two hot addresses that share a set no longer evict each other on
 //! every walk).
 
-use crate::cfi::{CfaRule, CompactRow};
+use crate::cfi::{CfaRule, CompactRow, Row};
 
 /// Sets in the cache (a prime, so that addresses spread evenly).
 const SETS: usize = 509;
@@ -36,7 +36,23 @@ pub struct Stats {
 
 pub struct RuleCache {
     sets: Box<[Set]>,
+    /// Rows with more rules than a compact row holds: a signal trampoline's
+    /// (glibc's `__restore_rt` restores every register), which a walk through
+    /// a signal handler meets once. Few, so a handful of slots, replaced in
+    /// turn.
+    wide: Box<[WideEntry; WIDE_SLOTS]>,
+    next_wide: usize,
     pub stats: Stats,
+}
+
+const WIDE_SLOTS: usize = 4;
+
+#[derive(Clone, Copy)]
+struct WideEntry {
+    key: u64,
+    generation: u64,
+    module: u32,
+    row: Row,
 }
 
 impl Default for RuleCache {
@@ -54,7 +70,18 @@ impl RuleCache {
             row: CompactRow::new(CfaRule::RegOffset { reg: 0, offset: 0 }, 0, false),
         };
         let set = Set { ways: [empty; 2], victim: 0 };
-        RuleCache { sets: vec![set; SETS].into_boxed_slice(), stats: Stats::default() }
+        let wide = WideEntry {
+            key: EMPTY_KEY,
+            generation: 0,
+            module: 0,
+            row: Row::new(CfaRule::RegOffset { reg: 0, offset: 0 }, 0, false),
+        };
+        RuleCache {
+            sets: vec![set; SETS].into_boxed_slice(),
+            wide: Box::new([wide; WIDE_SLOTS]),
+            next_wide: 0,
+            stats: Stats::default(),
+        }
     }
 
     /// Forget every entry (the modules changed).
@@ -62,6 +89,9 @@ impl RuleCache {
         for set in self.sets.iter_mut() {
             set.ways[0].key = EMPTY_KEY;
             set.ways[1].key = EMPTY_KEY;
+        }
+        for entry in self.wide.iter_mut() {
+            entry.key = EMPTY_KEY;
         }
     }
 
@@ -82,6 +112,20 @@ impl RuleCache {
         set.victim = 1 - way as u8;
         let entry = &set.ways[way];
         Some((entry.module as usize, &entry.row))
+    }
+
+    /// Like [`RuleCache::get`], for a row too wide for the compact cache.
+    #[inline]
+    pub fn get_wide(&mut self, key: u64, generation: u64) -> Option<(usize, &Row)> {
+        let entry = self.wide.iter().find(|e| e.key == key && e.generation == generation)?;
+        self.stats.hits += 1;
+        Some((entry.module as usize, &entry.row))
+    }
+
+    /// Cache a row too wide for the compact cache, in place of the oldest.
+    pub fn insert_wide(&mut self, key: u64, generation: u64, module: usize, row: Row) {
+        self.wide[self.next_wide] = WideEntry { key, generation, module: module as u32, row };
+        self.next_wide = (self.next_wide + 1) % WIDE_SLOTS;
     }
 
     /// Count a lookup that had to parse CFI (an address in no module, or

@@ -842,6 +842,19 @@ impl Unwinder {
                 frames,
             );
         }
+        if let Some((m, row)) = self.cache.get_wide(lookup, generation) {
+            let module = &*self.modules.modules()[m];
+            return apply::<M, { crate::arch::NUM_REGS }, FALLBACK>(
+                self.arch,
+                module,
+                row,
+                callee,
+                callee_regs,
+                caller_regs,
+                mem,
+                frames,
+            );
+        }
         let Some(m) =
             self.module_index(lookup).filter(|&m| !self.modules.modules()[m].is_missing())
         else {
@@ -860,8 +873,9 @@ impl Unwinder {
             }
             Err(e) => return Err((EndReason::BadCfi, EndDetail::Lookup(e))),
         };
-        if let Some(compact) = row.resize::<8>() {
-            self.cache.insert(lookup, generation, m, compact);
+        match row.resize::<8>() {
+            Some(compact) => self.cache.insert(lookup, generation, m, compact),
+            None => self.cache.insert_wide(lookup, generation, m, row),
         }
         apply::<M, { crate::arch::NUM_REGS }, FALLBACK>(
             self.arch,

@@ -125,3 +125,18 @@ def test_bad_stacks_are_named(stacks: list[Capture]) -> None:
         uw.unwind_many([good, good, (without_sp, cap.memory)])
     with pytest.raises(stackwalk.MemoryReadError, match="stack 1: memory region 0 .* not a byte"):
         uw.unwind_many([good, (cap.regs, [(0x1000, 12)])])
+
+
+def test_a_signal_frame_is_cached_like_any_other(stacks: list[Capture]) -> None:
+    """The walk through a signal handler's stack meets glibc's __restore_rt, whose CFI restores
+    every register: more rules than the compact rule cache holds. A second walk, and every
+    stack of a batch, must still parse no CFI again."""
+    cap = stacks[2]
+    uw = _unwinder(cap)
+    first = uw.unwind(cap.regs, cap.memory)
+    assert any(f.signal_frame for f in first.frames), "the stack runs through a signal frame"
+    hits, misses = uw.cache_stats
+    again = uw.unwind(cap.regs, cap.memory)
+    assert _frames(again) == _frames(first)
+    # One lookup per frame: each frame's rules, the last one's saying the stack ends there.
+    assert uw.cache_stats == (hits + len(first), misses), "every lookup a hit"
