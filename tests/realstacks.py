@@ -62,7 +62,8 @@ def module_ranges(cap: Capture) -> list[tuple[str, int, int]]:
     """(path, start, end) at run time of every module of a capture, from its PT_LOAD segments
     (and the vdso's), as [min p_vaddr, max p_vaddr + p_memsz) + bias."""
     ranges = []
-    for path, bias in cap.modules:
+    for module in cap.modules:
+        path, bias = module.path, module.bias
         with open(path, "rb") as f:
             loads = [s for s in ELFFile(f).iter_segments() if s["p_type"] == "PT_LOAD"]
             start = min(s["p_vaddr"] for s in loads)

@@ -251,8 +251,8 @@ def test_vdso_frame_needs_the_vdso_image(
     cap = captured(case_named("vdso"), build, captures)
     assert module_of(cap, cap.gdb_pcs[0]) == "[vdso]"
     unwinder = unwinder_class(arch="x86_64")
-    for path, bias in cap.modules:
-        unwinder.add_module(path, bias)
+    for module in cap.modules:
+        unwinder.add_module(module.path, module.bias)
     trace = unwinder.unwind(cap.regs, cap.memory)
     assert trace.pcs == cap.gdb_pcs[:1]
     assert trace.end == "no_module"

@@ -17,7 +17,6 @@ gdb and call its steps: ``run_to_breakpoint``, ``read_registers``, ``backtrace``
 import base64
 import json
 import re
-import struct
 import sys
 import traceback
 from typing import Any
@@ -157,27 +156,52 @@ def auxv_vdso() -> int | None:
     return None
 
 
-# Per ELF class (EI_CLASS 2: 64-bit, 1: 32-bit): where e_phoff and e_shoff are and their
-# format, where e_phentsize..e_shnum are, and a program header's p_offset and p_filesz.
-_ELF_LAYOUT = {2: (0x20, "<QQ", 0x36, "<IIQQQQ", 2, 5), 1: (0x1C, "<II", 0x2A, "<IIIIII", 1, 4)}
+# `info proc mappings`: start, end, size, offset, permissions (gdb 12 and later), name.
+_MAPPING_LINE = re.compile(
+    r"^\s*0x([0-9a-f]+)\s+0x([0-9a-f]+)\s+0x[0-9a-f]+\s+0x([0-9a-f]+)"
+    r"(?:\s+([r-][w-][x-][ps]))?(?:\s+(.*?))?\s*$"
+)
+# Pages of a vdso read when the process's mappings do not tell its size (qemu's gdb stub): a
+# vdso is one to a few pages, and nothing follows it in the image that an unwinder needs.
+_VDSO_MAX_PAGES = 16
 
 
-def read_vdso(address: int) -> list[Any]:
-    """The whole vdso ELF image (ELF64, or ELF32 for a 32-bit process): up to the end of its
-    section headers or of its last segment's file contents, whichever is further."""
+def process_mappings() -> list[list[Any]] | None:
+    """[start, end, file offset, permissions, name] for every mapping of the process, from
+    `info proc mappings`; None where gdb cannot tell (a remote target such as qemu's stub)."""
+    try:
+        text = gdb.execute("info proc mappings", to_string=True)
+    except gdb.error:
+        return None
+    mappings = []
+    for line in text.splitlines():
+        match = _MAPPING_LINE.match(line)
+        if match is not None:
+            start, end, offset, perms, name = match.groups()
+            row = [int(start, 16), int(end, 16), int(offset, 16), perms or "", name or ""]
+            mappings.append(row)
+    return mappings or None
+
+
+def read_vdso(address: int, mappings: list[list[Any]] | None, page_size: int) -> list[Any]:
+    """The vdso's image: the whole mapping at ``address`` where the process's mappings are
+    known, else its pages read one by one until one cannot be read (at most
+    ``_VDSO_MAX_PAGES``). Its ELF headers are read by stackwalk itself, not here."""
     inferior = gdb.selected_inferior()
-    header = bytes(inferior.read_memory(address, 64))
-    if header[:4] != b"\x7fELF" or header[4] not in _ELF_LAYOUT or header[5] != 1:
-        raise Failure("gdb", f"no little-endian ELF header at the vdso address {address:#x}")
-    offsets_at, offsets, sizes_at, phdr, offset_field, filesz_field = _ELF_LAYOUT[header[4]]
-    phoff, shoff = struct.unpack_from(offsets, header, offsets_at)
-    phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHH", header, sizes_at)
-    size = shoff + shnum * shentsize
-    phdrs = bytes(inferior.read_memory(address + phoff, phnum * phentsize))
-    for i in range(phnum):
-        fields = struct.unpack_from(phdr, phdrs, i * phentsize)
-        size = max(size, fields[offset_field] + fields[filesz_field])
-    return [address, base64.b64encode(bytes(inferior.read_memory(address, size))).decode("ascii")]
+    end = next((m[1] for m in mappings or () if m[0] <= address < m[1]), None)
+    if end is not None:
+        image = bytes(inferior.read_memory(address, end - address))
+    else:
+        pages = []
+        for i in range(_VDSO_MAX_PAGES):
+            try:
+                pages.append(bytes(inferior.read_memory(address + i * page_size, page_size)))
+            except gdb.MemoryError:
+                break
+        image = b"".join(pages)
+    if not image:
+        raise Failure("gdb", f"cannot read the vdso at {address:#x}")
+    return [address, base64.b64encode(image).decode("ascii")]
 
 
 def backtrace(word_bits: int) -> tuple[list[dict[str, Any]], str | None]:
@@ -218,6 +242,7 @@ def capture(config: dict[str, Any]) -> dict[str, Any]:
     bits = config["word_bits"]
     regs = read_registers(frame, config["registers"], bits)
     modules, vdso = loaded_modules()
+    mappings = process_mappings()
     frames, reason = backtrace(bits)
     sp = regs[config["stack_pointer"]]
     result = {
@@ -225,7 +250,8 @@ def capture(config: dict[str, Any]) -> dict[str, Any]:
         "regs": regs,
         "memory": read_stack(sp, config["max_stack"], config["page_size"]),
         "modules": modules,
-        "vdso": None if vdso is None else read_vdso(vdso),
+        "mappings": mappings,
+        "vdso": None if vdso is None else read_vdso(vdso, mappings, config["page_size"]),
         "frames": frames,
         "stop_reason": reason,
         "tid": gdb.selected_thread().ptid[1] or gdb.selected_inferior().pid,

@@ -3,8 +3,9 @@
 ``capture()`` runs a program under gdb (natively, or under qemu-user with ``gdb-multiarch`` and
 ``target remote`` for another architecture), stops it at a breakpoint and records what an
 unwinder needs: the registers of the stopped thread, the stack from the stack pointer upwards,
-the loaded modules with their load biases, the vdso image, gdb's own backtrace at that stop, and
-optionally a core file written by ``gcore``.
+the loaded modules with their load biases and the mappings of their files, the vdso image, gdb's
+own backtrace at that stop, and optionally a core file written by ``gcore``. The file format
+is ``_capturedoc``'s.
 
 gdb is driven in batch mode by a script run in gdb's embedded Python (``_capture_gdb.py``, next
 to this module: only gdb's module and the standard library are used there); the script writes
@@ -14,6 +15,7 @@ one JSON file that this module turns into a ``Capture``.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import os
 import platform
@@ -28,12 +30,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from stackwalk._core import elf_section_address, elf_summary
+from stackwalk import _capturedoc
+from stackwalk._core import Unwinder, elf_section_address, elf_summary, place_mappings
 from stackwalk.errors import ArchError, ElfError, StackwalkError
 
 __all__ = [
     "Capture",
     "CaptureError",
+    "CaptureModule",
     "BreakpointNotHitError",
     "CaptureTimeoutError",
     "capture",
@@ -69,7 +73,8 @@ GDB_SCRIPT = Path(__file__).with_name("_capture_gdb.py")
 
 
 class CaptureError(StackwalkError):
-    """gdb (or qemu) could not stop the program and record its state."""
+    """gdb (or qemu) could not stop the program and record its state, or a file is not a
+    capture."""
 
 
 class BreakpointNotHitError(CaptureError):
@@ -87,6 +92,38 @@ class _ModuleSink(Protocol):
     def add_module_image(self, name: str, image: bytes, bias: int) -> None: ...
 
 
+# A mapping of a module's file: (start, end, file offset, permissions such as "r-xp").
+MappingInfo = tuple[int, int, int, str]
+
+
+@dataclass(frozen=True)
+class CaptureModule:
+    """A module gdb listed: its file and where the process mapped it."""
+
+    path: str
+    bias: int
+    """Runtime − ELF address, as gdb's address for its ``.text`` gives it."""
+    mappings: tuple[MappingInfo, ...] = ()
+    """Every mapping of its file in the process (empty where gdb could not read the process's
+    mappings: qemu's gdb stub, and captures of format 1)."""
+
+    def placements(self) -> list[tuple[int, list[tuple[int, int]] | None]]:
+        """(bias, runtime ranges) of each placement of the file, by the rule that places a
+        core's files (``place_mappings``: each mapping by the PT_LOAD holding its offset, a
+        placement kept if it holds code); [(bias, None)] without mappings. ElfError if the
+        file cannot be read."""
+        if not self.mappings:
+            return [(self.bias, None)]
+        loads = elf_summary(self.path)["loads"]
+        maps = [(start, end, offset) for start, end, offset, _ in self.mappings]
+        placed = place_mappings(loads, maps, PAGE_SIZE, self.code())
+        return [(bias, ranges) for bias, ranges in placed] or [(self.bias, None)]
+
+    def code(self) -> list[tuple[int, int]]:
+        """The runtime ranges of its executable mappings."""
+        return [(start, end) for start, end, _, perms in self.mappings if "x" in perms]
+
+
 @dataclass(frozen=True)
 class Capture:
     """A thread stopped at a breakpoint, as gdb saw it."""
@@ -97,16 +134,16 @@ class Capture:
     """Register values of the stopped thread's innermost frame, by the unwinders' names."""
     memory: list[tuple[int, bytes]]
     """(start address, bytes): the stack from the stack pointer upwards."""
-    modules: list[tuple[str, int]]
-    """(path, bias) for the executable and each shared library; bias = runtime − ELF vaddr."""
+    modules: list[CaptureModule]
+    """The executable and each shared library."""
     vdso: tuple[int, bytes] | None
-    """(load address, whole ELF image) of the vdso, if the process has one."""
+    """(load address, image: its whole mapping) of the vdso, if the process has one."""
     gdb_frames: list[dict[str, Any]]
     """gdb's backtrace without its inline and tail-call frames: ``pc`` (frame 0 the instruction
     pointer, callers the return address), ``sp`` (the frame's stack pointer: its callee's CFA),
     ``function`` (name or None) and ``kind`` (gdb's frame type, e.g. ``"NORMAL_FRAME"``,
     ``"SIGTRAMP_FRAME"``)."""
-    gdb_stop_reason: str
+    gdb_stop_reason: str | None
     """Why gdb's backtrace ended (``gdb.frame_stop_reason_string``), e.g. ``"outermost"`` when
     the outermost frame's return address is undefined."""
     tid: int
@@ -131,51 +168,60 @@ class Capture:
             raise ElfError(f"vdso image at {address:#x}: no PT_LOAD segment")
         return address - min(vaddrs)
 
-    def add_modules_to(self, unwinder: _ModuleSink) -> None:
-        """Register every module (and the vdso image) of this capture with an unwinder."""
-        for path, bias in self.modules:
-            unwinder.add_module(path, bias)
-        vdso_bias = self.vdso_bias()
-        if self.vdso is not None and vdso_bias is not None:
-            unwinder.add_module_image("[vdso]", self.vdso[1], vdso_bias)
+    def add_modules_to(self, unwinder: _ModuleSink | Unwinder) -> list[str]:
+        """Register every module (and the vdso image) of this capture with an unwinder, each
+        placed where its mappings put it. A module that cannot be added (its file missing or
+        unreadable) is a warning, as in ``Core``: the Rust unwinder still learns where it was
+        and which of it was code (``add_missing_module``). Returns the warnings."""
+        warnings = []
+        for module in self.modules:
+            try:
+                for bias, ranges in module.placements():
+                    if isinstance(unwinder, Unwinder) and ranges is not None:
+                        unwinder.add_module(module.path, bias, ranges=ranges)
+                    else:
+                        unwinder.add_module(module.path, bias)
+            except StackwalkError as exc:
+                warnings.append(f"module {module.path} not used: {exc}")
+                if isinstance(unwinder, Unwinder):
+                    _add_missing(unwinder, module)
+        if self.vdso is not None:
+            try:
+                vdso_bias = self.vdso_bias()
+                if vdso_bias is not None:
+                    unwinder.add_module_image("[vdso]", self.vdso[1], vdso_bias)
+            except StackwalkError as exc:
+                warnings.append(f"vdso not used: {exc}")
+        return warnings
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the capture as one JSON file (byte strings base64-encoded)."""
-        data = {
-            "format": "stackwalk-capture-1",
-            "arch": self.arch,
-            "regs": self.regs,
-            "memory": [[start, _b64(data)] for start, data in self.memory],
-            "modules": [[module, bias] for module, bias in self.modules],
-            "vdso": None if self.vdso is None else [self.vdso[0], _b64(self.vdso[1])],
-            "gdb_frames": self.gdb_frames,
-            "gdb_stop_reason": self.gdb_stop_reason,
-            "tid": self.tid,
-            "core": self.core,
-        }
-        Path(path).write_text(json.dumps(data, indent=1))
+        fields = {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
+        fields["modules"] = [(m.path, m.bias, m.mappings) for m in self.modules]
+        Path(path).write_text(_capturedoc.dump(fields))
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Capture:
-        """Read a capture written by ``save``."""
+        """Read a capture written by ``save`` (of this format or the one before). CaptureError,
+        naming the key and what is wrong with it, if it is not one."""
         try:
-            data = json.loads(Path(path).read_text())
-            if data.get("format") != "stackwalk-capture-1":
-                raise ValueError("missing format marker 'stackwalk-capture-1'")
-            vdso = data["vdso"]
-            return cls(
-                arch=data["arch"],
-                regs={name: int(value) for name, value in data["regs"].items()},
-                memory=[(int(start), base64.b64decode(blob)) for start, blob in data["memory"]],
-                modules=[(str(module), int(bias)) for module, bias in data["modules"]],
-                vdso=None if vdso is None else (int(vdso[0]), base64.b64decode(vdso[1])),
-                gdb_frames=list(data["gdb_frames"]),
-                gdb_stop_reason=str(data["gdb_stop_reason"]),
-                tid=int(data["tid"]),
-                core=data["core"],
-            )
-        except (OSError, ValueError, KeyError, TypeError, IndexError) as exc:
-            raise StackwalkError(f"{path}: not a readable stackwalk capture: {exc}") from exc
+            fields = _capturedoc.read(path)
+        except _capturedoc.Invalid as exc:
+            raise CaptureError(f"{os.fspath(path)}: not a stackwalk capture: {exc}") from None
+        fields["modules"] = [CaptureModule(*module) for module in fields["modules"]]
+        return cls(**fields)
+
+
+def _add_missing(unwinder: Unwinder, module: CaptureModule) -> None:
+    """Tell the unwinder where a module without a usable file was and which of it was code
+    (see ``Unwinder.add_missing_module``), when the capture knows its mappings."""
+    ranges = [(start, end) for start, end, _, _ in module.mappings]
+    code = module.code()
+    if ranges and code:
+        try:
+            unwinder.add_missing_module(module.path, ranges, code)
+        except StackwalkError:
+            pass  # over a module that has a file: that one is kept
 
 
 def capture(
@@ -242,10 +288,6 @@ def capture(
                 gdb_exe, qemu_exe, args, config, sysroot, env, Path(tmp), deadline
             )
     return _to_capture(result, args[0], breakpoint)
-
-
-def _b64(data: bytes) -> str:
-    return base64.b64encode(data).decode("ascii")
 
 
 def _find_tool(name: str) -> str:
@@ -465,6 +507,17 @@ def _run_under_qemu(
     )
 
 
+def _mappings_of(mappings: list[list[Any]], address: int) -> tuple[MappingInfo, ...]:
+    """The mappings of the file mapped at ``address``: the mapping that holds it names the
+    file as the kernel does (gdb's module list may name it through a symbolic link)."""
+    name = next((m[4] for m in mappings if m[0] <= address < m[1]), "")
+    if not name.startswith("/"):
+        return ()  # anonymous, or not a file ("[vdso]")
+    return tuple(
+        (start, end, offset, perms) for start, end, offset, perms, n in mappings if n == name
+    )
+
+
 def _to_capture(result: dict[str, Any], program: str, breakpoint: str) -> Capture:
     error = result.get("error")
     if error is not None:
@@ -478,6 +531,7 @@ def _to_capture(result: dict[str, Any], program: str, breakpoint: str) -> Captur
         raise ArchError(
             f"capture of {program}: gdb reports unsupported architecture {result['arch']!r}"
         )
+    mappings = result.get("mappings") or []
     modules = []
     for path, text_runtime in result["modules"]:
         local = path.removeprefix("target:")
@@ -487,7 +541,7 @@ def _to_capture(result: dict[str, Any], program: str, breakpoint: str) -> Captur
                 f"capture of {program}: {local}: .text is at {text_runtime:#x} at run time, "
                 f"giving a load bias {bias:#x} that is not page-aligned"
             )
-        modules.append((local, bias))
+        modules.append(CaptureModule(local, bias, _mappings_of(mappings, text_runtime)))
     vdso = result["vdso"]
     return Capture(
         arch=arch,

@@ -40,7 +40,8 @@ def _unwind_capture(cap: Any, use_baseline: bool, max_frames: int | None) -> tup
     else:
         from stackwalk import Unwinder as unwinder
     uw = unwinder(cap.arch)
-    cap.add_modules_to(uw)
+    for warning in cap.add_modules_to(uw):
+        print(f"stackwalk: warning: {warning}", file=sys.stderr)
     return uw, uw.unwind(cap.regs, cap.memory, max_frames=max_frames)
 
 
