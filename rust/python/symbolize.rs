@@ -11,6 +11,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString};
 use pyo3::{intern, IntoPyObjectExt};
 
+use super::errors::guard;
 use super::unwinder::{PyFrame, PyTrace};
 use crate::cfi::Data;
 use crate::symbolize::{Placed, Source, SymbolFile, Symbolizer};
@@ -117,14 +118,16 @@ impl PySymbolizer {
         let (frames, trusts) = read_frames(frames)?;
         let inner = &self.inner;
         let found: Vec<Found<'_>> = py.detach(|| {
-            frames
-                .iter()
-                .map(|f| {
-                    let loc = inner.locate(f.pc, f.lookup);
-                    (loc.module, loc.offset, loc.function)
-                })
-                .collect()
-        });
+            guard("symbolizing", || {
+                frames
+                    .iter()
+                    .map(|f| {
+                        let loc = inner.locate(f.pc, f.lookup);
+                        (loc.module, loc.offset, loc.function)
+                    })
+                    .collect()
+            })
+        })?;
         let out = PyList::empty(py);
         let mut doubtful = false;
         for (i, ((f, trust), (module, offset, function))) in
