@@ -1,7 +1,9 @@
 """`stackwalk core` against `eu-stack --core` on the same core file: the
 python3 interpreter crashed deep in Python -> C -> Python recursion (hundreds
 of frames, dozens of modules). Both commands symbolize; both are timed whole,
-process start included, side by side in one run."""
+process start included, side by side in one run. And `Core.open(...).to_dict()`
+alone, in process: reading the core, unwinding and symbolizing every thread,
+without the interpreter's start."""
 
 from __future__ import annotations
 
@@ -92,6 +94,19 @@ def test_eu_stack_core(benchmark: Any, one_core: tuple[Path, str, str]) -> None:
     argv = [eu_stack, f"--core={core}", "-e", program, "-n", "0"]
     proc = benchmark.pedantic(_run, args=(argv,), rounds=5, warmup_rounds=1)
     assert "#0" in proc.stdout
+
+
+@pytest.mark.benchmark(group="core-api")
+def test_core_to_dict(benchmark: Any, python_core: Path) -> None:
+    from stackwalk.core import Core
+
+    def once() -> dict[str, Any]:
+        return Core.open(python_core, PYTHON).to_dict()
+
+    doc = benchmark.pedantic(once, rounds=20, warmup_rounds=1)
+    frames = [f for thread in doc["threads"] for f in thread["frames"]]
+    assert any(f["function"] == "_PyEval_EvalFrameDefault" for f in frames)
+    benchmark.extra_info["core_frames"] = len(frames)
 
 
 # --- a directory of cores -------------------------------------------------------------------

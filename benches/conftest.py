@@ -151,6 +151,13 @@ def pytest_terminal_summary(
                 f"frames): stackwalk core {o * 1e3:.1f} ms, eu-stack {t * 1e3:.1f} ms "
                 f"({t / o:.2f}x)"
             )
+    to_dict = by_name.get("test_core_to_dict")
+    if to_dict:
+        lines.append(
+            f"Core.open(...).to_dict() on the python3 core "
+            f"({to_dict.extra_info.get('core_frames')} frames): "
+            f"{to_dict.stats.median * 1e3:.2f} ms"
+        )
     lines.extend(_core_dir(by_name))
     pairs = [
         *(

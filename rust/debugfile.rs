@@ -67,13 +67,17 @@ fn build_id(data: &[u8]) -> Option<Vec<u8>> {
 
 /// A regular file, mapped read-only.
 pub fn map(path: &Path) -> Option<Data> {
-    let file = File::open(path).ok()?;
+    map_file(&File::open(path).ok()?)
+}
+
+/// The bytes of an open regular file, mapped; None for anything else.
+pub fn map_file(file: &File) -> Option<Data> {
     if !file.metadata().ok()?.is_file() {
         return None;
     }
     // SAFETY: read-only mapping of a file assumed not to shrink while in use
     // (as for every module file).
-    unsafe { memmap2::Mmap::map(&file) }.ok().map(Data::Mapped)
+    unsafe { memmap2::Mmap::map(file) }.ok().map(Data::Mapped)
 }
 
 /// The separate debug file of the ELF file `data` (found at `path`, if it

@@ -22,5 +22,6 @@ pub mod rule_cache;
 mod sigframe;
 pub mod space;
 pub mod stackdb;
+pub mod symbolize;
 pub mod symbols;
 pub mod unwind;

@@ -348,3 +348,34 @@ def test_capture_and_unwind_without_pyelftools(tmp_path: Path, build: Builder) -
     assert baseline.returncode == 2 and baseline.stdout == ""
     (line,) = baseline.stderr.splitlines()
     assert line.startswith("stackwalk: error:") and "stackwalk[baseline]" in line, line
+
+
+def test_unwind_baseline_names_the_frames_as_the_core_does(tmp_path: Path, build: Builder) -> None:
+    """``unwind --baseline`` walks with the pure-Python unwinder and names its frames with the
+    same symbolizer as ``unwind``: gdb's pcs and stack pointers, frame 0 named after the vdso
+    function gdb stopped in (from the vdso image the capture holds; the vdso exports it as
+    ``clock_gettime`` too, the name the symbolizer gives), the program's frames named as gdb
+    names them, and every frame named as the Rust core's walk of the same stop names it."""
+
+    def run(*args: str | Path) -> list[dict[str, Any]]:
+        cmd = [sys.executable, "-m", "stackwalk", "unwind", *map(str, args), "--json"]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        frames: list[dict[str, Any]] = json.loads(proc.stdout)["frames"]
+        return frames
+
+    case = case_named("vdso")
+    stop = tmp_path / "stop.json"
+    cmd = [sys.executable, "-m", "stackwalk", "capture", "-b", case.breakpoint, "-o", stop]
+    subprocess.run([*cmd, "--", *argv_for(case, build)], check=True, timeout=120)
+    cap = Capture.load(stop)
+    baseline = run(stop, "--baseline")
+    assert [int(f["pc"], 16) for f in baseline] == cap.gdb_pcs
+    assert [int(f["sp"], 16) for f in baseline] == [f["sp"] for f in cap.gdb_frames]
+    assert baseline[0]["module"] == "[vdso]"
+    assert baseline[0]["function"] in (case.breakpoint, "clock_gettime")
+    program = argv_for(case, build)[0]
+    pairs = zip(baseline, cap.gdb_frames, strict=True)
+    ours = [(f["function"], g["function"]) for f, g in pairs if f["module"] == program]
+    assert ours and all(name == gdb for name, gdb in ours), ours
+    assert baseline == run(stop)

@@ -4,7 +4,7 @@ Checked with `python -m mypy.stubtest stackwalk._core`."""
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from os import PathLike
-from typing import Any, Literal, TypedDict, final
+from typing import Any, Literal, Protocol, TypedDict, final
 
 from typing_extensions import Buffer, disjoint_base
 
@@ -21,6 +21,7 @@ __all__ = [
     "Unwinder",
     "MappedMemory",
     "SymbolTable",
+    "Symbolizer",
     "StackDB",
     "CoreFile",
     "elf_summary",
@@ -152,6 +153,30 @@ class SymbolTable:
     def __len__(self) -> int: ...
     @property
     def full(self) -> bool: ...
+
+class _FrameLike(Protocol):
+    @property
+    def pc(self) -> int: ...
+    @property
+    def sp(self) -> int: ...
+    @property
+    def cfa(self) -> int | None: ...
+    @property
+    def trust(self) -> str: ...
+    @property
+    def lookup_pc(self) -> int: ...
+
+@final
+class Symbolizer:
+    def __new__(
+        cls,
+        modules: Iterable[tuple[str, int, int, int] | tuple[str, int, int, int, bool]],
+        images: dict[str, Buffer] | None = None,
+        *,
+        debug_root: str | PathLike[str] | None = ...,
+    ) -> Symbolizer: ...
+    def frame_dicts(self, frames: Trace | Iterable[_FrameLike]) -> list[dict[str, Any]]: ...
+    def __len__(self) -> int: ...
 
 @final
 class StackDB:

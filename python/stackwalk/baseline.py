@@ -160,6 +160,11 @@ class Unwinder:
 
     # -- modules ----------------------------------------------------------------------------
 
+    @property
+    def modules(self) -> list[tuple[str, int, int, int]]:
+        """The modules added: (name, start, end, bias), sorted by address."""
+        return [(m.name, m.start, m.end, m.bias) for m in self._modules]
+
     def add_module(self, path: str, bias: int = 0) -> None:
         """Add an ELF file from disk; bias = runtime address - ELF virtual address."""
         try:

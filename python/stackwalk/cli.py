@@ -45,31 +45,27 @@ def _unwind_capture(cap: Any, use_baseline: bool, max_frames: int | None) -> tup
     return uw, uw.unwind(cap.regs, cap.memory, max_frames=max_frames)
 
 
-def _symbolizer(cap: Any, uw: Any) -> Any:
-    from stackwalk.render import ModuleInfo, Symbolizer
-
-    images = {"[vdso]": cap.vdso[1]} if cap.vdso else {}
-    return Symbolizer((ModuleInfo(*m) for m in uw.modules), images)
-
-
 def _print_trace(cap: Any, uw: Any, trace: Any, as_json: bool) -> None:
-    from stackwalk.render import frame_dicts, frame_lines
+    from stackwalk._core import Symbolizer
 
-    sym = _symbolizer(cap, uw)
+    images = {"[vdso]": cap.vdso[1]} if cap.vdso else None
+    frames = Symbolizer(uw.modules, images).frame_dicts(trace.frames)
     if as_json:
         doc = {
             "arch": cap.arch,
             "tid": cap.tid,
             "end": trace.end,
             "end_detail": trace.end_detail,
-            "frames": frame_dicts(trace.frames, sym),
+            "frames": frames,
         }
         import json
 
         print(json.dumps(doc, indent=2))
         return
+    from stackwalk.render import frame_lines
+
     print(f"Thread {cap.tid} ({cap.arch}):")
-    for line in frame_lines(trace.frames, sym):
+    for line in frame_lines(frames):
         print(line)
     print(f"-- {trace.end}: {trace.end_detail}")
 

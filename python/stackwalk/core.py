@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import signal as _signal
 
-from stackwalk._core import CoreFile, elf_summary, place_mappings
+from stackwalk._core import CoreFile, Symbolizer, elf_summary, place_mappings
 from stackwalk.errors import ArchError, CoreError, ElfError, StackwalkError
 from stackwalk.unwinder import CRASH_STRATEGIES, MappedMemory, Trace, Unwinder
 
@@ -604,17 +604,9 @@ class Core:
         """The JSON document of ``stackwalk core --json``: every thread unwound and
         symbolized. ``end_details`` adds each thread's ``end_detail`` (where and why its
         walk stopped), which the text report prints."""
-        from stackwalk.render import ModuleInfo, Symbolizer, frame_dicts
-
         symbolizer = Symbolizer(
             (
-                ModuleInfo(
-                    m.file or m.path,
-                    start,
-                    end,
-                    m.bias,
-                    doubtful=m.found and m.path in self._mismatched,
-                )
+                (m.file or m.path, start, end, m.bias, m.found and m.path in self._mismatched)
                 for m in self.modules
                 for start, end in m.spans
             ),
@@ -628,7 +620,7 @@ class Core:
             entry: dict[str, Any] = {
                 "tid": thread.tid,
                 "end": trace.end,
-                "frames": frame_dicts(trace.frames, symbolizer),
+                "frames": symbolizer.frame_dicts(trace),
             }
             if end_details:
                 entry["end_detail"] = trace.end_detail

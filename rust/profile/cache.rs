@@ -1,9 +1,10 @@
-//! A worker's direct-mapped caches: symbol lookups and formatted frame lines.
+//! A worker's direct-mapped cache of formatted frame lines (its symbol
+//! lookups' is `crate::symbolize::SymbolCache`).
 
-use crate::symbols::SymbolTable;
+use crate::symbolize::{cache_slot, CACHE_SLOTS};
 use crate::unwind::Frame;
 
-use super::process::{FileInfo, Process};
+use super::process::Process;
 
 /// Text lines of user frames a worker formatted, direct-mapped by
 /// (process snapshot, pc): a line depends on nothing else, and samples
@@ -38,47 +39,5 @@ impl LineCache {
             (slot.0, slot.1) = (key, word);
         }
         &slot.2
-    }
-}
-
-/// Symbol lookups a worker made, direct-mapped by (file, ELF address):
-/// samples hit the same few hundred return addresses over and over.
-pub(super) struct SymbolCache {
-    /// (file id, ELF address, symbol index or `NO_SYMBOL`); file ids start at 1.
-    pub(super) slots: Box<[(u64, u64, u32)]>,
-}
-
-pub(super) const NO_SYMBOL: u32 = u32::MAX;
-
-/// Slots of a worker's direct-mapped caches.
-pub(super) const CACHE_SLOTS: usize = 1 << 12;
-
-/// The slot of `(id, value)` in a cache of `CACHE_SLOTS`: the top bits of a
-/// multiplicative hash.
-pub(super) fn cache_slot(id: u64, value: u64) -> usize {
-    ((value ^ id.rotate_left(29)).wrapping_mul(0x9e37_79b9_7f4a_7c15)
-        >> (64 - CACHE_SLOTS.trailing_zeros())) as usize
-}
-
-impl Default for SymbolCache {
-    fn default() -> Self {
-        SymbolCache { slots: vec![(0, 0, NO_SYMBOL); CACHE_SLOTS].into_boxed_slice() }
-    }
-}
-
-impl SymbolCache {
-    pub(super) fn index(
-        &mut self,
-        file: &FileInfo,
-        table: &SymbolTable,
-        address: u64,
-    ) -> Option<usize> {
-        let key = file.id;
-        let slot = &mut self.slots[cache_slot(key, address)];
-        if slot.0 != key || slot.1 != address {
-            let index = table.index(address).map_or(NO_SYMBOL, |i| i as u32);
-            *slot = (key, address, index);
-        }
-        (slot.2 != NO_SYMBOL).then_some(slot.2 as usize)
     }
 }

@@ -7,8 +7,9 @@ use std::io::Write;
 
 use crate::stackdb::StackDb;
 
-use super::cache::SymbolCache;
-use super::process::{locate, Process};
+use crate::symbolize::SymbolCache;
+
+use super::process::Process;
 use super::Profiler;
 
 impl Profiler {
@@ -30,7 +31,7 @@ impl Profiler {
             let (user, kernel) = rest.split_at((*n_user as usize).min(rest.len()));
             for &word in user.iter().rev() {
                 ids.push(names.frame_id((process.id, word), &mut line, |line| {
-                    user_frame_name(self, process, word, line, &mut symbols)
+                    user_frame_name(process, word, line, &mut symbols)
                 }));
             }
             for &ip in kernel.iter().rev() {
@@ -59,7 +60,7 @@ impl Profiler {
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub(super) enum NameKey {
     Comm(u64),
-    /// A file's (its `FileInfo`'s address) symbol, by index.
+    /// A file's (its `SymbolFile`'s id) symbol, by index.
     Symbol(usize, usize),
     /// A kernel symbol, by index.
     Kernel(usize),
@@ -120,7 +121,6 @@ impl Names {
 /// A user frame's name in a folded stack (`word`: its pc, bit 63 set when
 /// interrupted), and what the name is of, when it is a symbol.
 pub(super) fn user_frame_name<'a>(
-    profiler: &'a Profiler,
     process: &'a Process,
     word: u64,
     buf: &'a mut String,
@@ -128,10 +128,10 @@ pub(super) fn user_frame_name<'a>(
 ) -> (Option<NameKey>, &'a str) {
     let pc = word & !(1 << 63);
     let lookup = if word >> 63 != 0 { pc } else { pc.wrapping_sub(1) };
-    let loc = locate(process, pc, lookup, &profiler.options.debug_root, Some(symbols));
-    match (loc.function, loc.file) {
+    let loc = process.symbolizer.locate_cached(pc, lookup, symbols);
+    match (loc.function, loc.file()) {
         (Some((name, _)), Some(file)) => {
-            (loc.symbol.map(|i| NameKey::Symbol(file.id as usize, i)), name)
+            (loc.symbol.map(|i| NameKey::Symbol(file.id() as usize, i)), name)
         }
         (_, Some(file)) => {
             buf.clear();

@@ -6,8 +6,10 @@ use std::fmt::Write as _;
 use crate::perf::Sample;
 use crate::unwind::Frame;
 
-use super::cache::{LineCache, SymbolCache};
-use super::process::{locate, Process};
+use crate::symbolize::SymbolCache;
+
+use super::cache::LineCache;
+use super::process::Process;
 use super::work::Context;
 use super::Pending;
 
@@ -48,7 +50,7 @@ impl Unwound<'_> {
         }
         for f in frames {
             out.push_str(lines.line(&p.process, f, |line| {
-                frame_line(ctx, &p.process, f, symbols, line);
+                frame_line(&p.process, f, symbols, line);
             }));
         }
         out.push('\n');
@@ -88,11 +90,11 @@ impl Unwound<'_> {
             if !std::mem::take(&mut first) {
                 out.push_str(", ");
             }
-            let loc = locate(&p.process, f.pc, f.lookup_pc(), &ctx.debug_root, Some(symbols));
+            let loc = p.process.symbolizer.locate_cached(f.pc, f.lookup_pc(), symbols);
             out.push_str("{\"pc\": \"");
             push_0x(out, f.pc);
             out.push_str("\", \"module\": ");
-            match &loc.file {
+            match loc.file() {
                 Some(file) => json_str(out, &file.path),
                 None => out.push_str("null"),
             }
@@ -109,14 +111,13 @@ impl Unwound<'_> {
 /// A user frame's line, as perf script prints it: a caller at its return
 /// address minus one (inside the call), addresses as offsets in the file.
 pub(super) fn frame_line(
-    ctx: &Context,
     process: &Process,
     f: &Frame,
     symbols: &mut SymbolCache,
     out: &mut String,
 ) {
     let lookup = f.lookup_pc();
-    let loc = locate(process, f.pc, lookup, &ctx.debug_root, Some(symbols));
+    let loc = process.symbolizer.locate_cached(f.pc, lookup, symbols);
     out.push('\t');
     push_hex(out, loc.file_offset, 16);
     out.push(' ');
@@ -129,7 +130,7 @@ pub(super) fn frame_line(
         None => out.push_str("[unknown]"),
     }
     out.push_str(" (");
-    out.push_str(loc.file.map_or("[unknown]", |f| &f.path));
+    out.push_str(loc.file().map_or("[unknown]", |f| &f.path));
     out.push_str(")\n");
 }
 

@@ -426,7 +426,6 @@ impl Profiler {
             format: self.options.format,
             max_frames: self.options.max_frames,
             decoder: self.decoder.clone(),
-            debug_root: self.options.debug_root.as_path().into(),
             kernel: self.kernel.clone(),
             comms: self.comm_names.clone(),
             spare: self.spare.clone(),

@@ -1,37 +1,22 @@
 //! Each profiled process's address space: the files it maps and where.
 
-use std::ops::Range;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use crate::cfi::{Data, Module, UnwindInfo};
 use crate::modules::ModuleSet;
 use crate::space::Segment;
-use crate::symbols::SymbolTable;
+use crate::symbolize::{Placed, Source, SymbolFile, Symbolizer};
 
-use super::cache::SymbolCache;
 use super::{next_id, Profiler};
 
-/// A file mapped by the profiled processes, with what symbolizing needs.
+/// A file mapped by the profiled processes, with what unwinding needs.
 pub(super) struct FileInfo {
-    /// Never reused in this process (caches key on it).
-    pub(super) id: u64,
-    pub(super) path: Arc<str>,
     /// None when the file could not be read (missing, not ELF).
     pub(super) unwind: Option<Arc<UnwindInfo>>,
     /// PT_LOADs, to place mappings.
     pub(super) loads: Vec<Segment>,
-    pub(super) data: Option<Arc<Data>>,
-    pub(super) symbols: OnceLock<Option<SymbolTable>>,
-}
-
-/// A module as mapped in one process: which file, at which bias.
-#[derive(Clone)]
-pub(super) struct Placed {
-    pub(super) range: Range<u64>,
-    pub(super) bias: u64,
-    /// File offset the mapping starts at.
-    pub(super) pgoff: u64,
-    pub(super) file: Arc<FileInfo>,
+    /// Its name, and its symbols for the symbolizer.
+    pub(super) symbols: Arc<SymbolFile>,
 }
 
 /// A process's address space at one moment; replaced, never changed.
@@ -40,8 +25,8 @@ pub(super) struct Process {
     /// Tells snapshots apart in the folded stacks' address keys (0: none).
     pub(super) id: u64,
     pub(super) modules: Arc<ModuleSet>,
-    /// The same modules, for symbolizing (sorted by start).
-    pub(super) placed: Arc<Vec<Placed>>,
+    /// The same modules, for symbolizing.
+    pub(super) symbolizer: Arc<Symbolizer>,
 }
 
 impl Profiler {
@@ -52,25 +37,19 @@ impl Profiler {
         let id = next_id();
         let process = self.processes.entry(pid).or_default();
         let mut modules = process.modules.without_range(range.clone());
-        let mut placed: Vec<Placed> = process
-            .placed
-            .iter()
-            .filter(|p| p.range.end <= range.start || range.end <= p.range.start)
-            .cloned()
-            .collect();
         let bias = crate::space::bias(&file.loads, start, pgoff, 0x1000);
         if let Some(info) = &file.unwind {
             let elf_range = range.start.wrapping_sub(bias)..range.end.wrapping_sub(bias);
-            if let Ok(module) = Module::place(file.path.to_string(), info.clone(), elf_range, bias)
-            {
+            let name = file.symbols.path.to_string();
+            if let Ok(module) = Module::place(name, info.clone(), elf_range, bias) {
                 if let Ok(set) = modules.with_module(Arc::new(module)) {
                     modules = set;
                 }
             }
         }
-        let at = placed.partition_point(|p| p.range.start < range.start);
-        placed.insert(at, Placed { range, bias, pgoff, file });
-        *process = Process { id, modules: Arc::new(modules), placed: Arc::new(placed) };
+        let placed = Placed { range, bias, pgoff, file: file.symbols.clone(), doubtful: false };
+        let symbolizer = Arc::new(process.symbolizer.with_mapping(placed));
+        *process = Process { id, modules: Arc::new(modules), symbolizer };
     }
 
     pub(super) fn file(&mut self, filename: &[u8]) -> Arc<FileInfo> {
@@ -118,8 +97,16 @@ impl Profiler {
         if unwind.is_none() && path.starts_with('/') {
             self.summary.modules_missing.push(path.to_string());
         }
-        let id = next_id();
-        let info = Arc::new(FileInfo { id, path, unwind, loads, data, symbols: OnceLock::new() });
+        // Symbols from the file at its path, through the process's cache;
+        // the vdso's from its image.
+        let source = match data {
+            Some(_) if path.starts_with('/') => Source::Path(path.to_string().into()),
+            Some(data) => Source::Image(data),
+            None => Source::None,
+        };
+        let debug_root = Some(self.options.debug_root.clone());
+        let symbols = Arc::new(SymbolFile::new(path, source, debug_root));
+        let info = Arc::new(FileInfo { unwind, loads, symbols });
         self.files.insert(filename.to_vec(), info.clone());
         info
     }
@@ -139,51 +126,4 @@ pub(super) fn own_vdso(build_id: &[u8]) -> Option<Data> {
     // perf pads build ids to 20 bytes.
     (build_id.starts_with(&ours) && build_id[ours.len()..].iter().all(|&b| b == 0))
         .then(|| Data::Owned(image.to_vec()))
-}
-
-pub(super) struct Location<'p> {
-    pub(super) file: Option<&'p Arc<FileInfo>>,
-    /// ELF address (pc − bias).
-    pub(super) offset: u64,
-    /// Where the lookup address is in the file, as perf script prints it.
-    pub(super) file_offset: u64,
-    /// The function's (demangled) name and the pc's offset in it.
-    pub(super) function: Option<(&'p str, u64)>,
-    /// The function's index in its file's symbol table.
-    pub(super) symbol: Option<usize>,
-}
-
-pub(super) fn locate<'p>(
-    process: &'p Process,
-    pc: u64,
-    lookup: u64,
-    debug_root: &std::path::Path,
-    cache: Option<&mut SymbolCache>,
-) -> Location<'p> {
-    let placed = &process.placed;
-    let i = placed.partition_point(|p| p.range.start <= lookup);
-    let Some(p) = i.checked_sub(1).map(|i| &placed[i]).filter(|p| lookup < p.range.end) else {
-        return Location {
-            file: None,
-            offset: pc,
-            file_offset: lookup,
-            function: None,
-            symbol: None,
-        };
-    };
-    let table = p.file.symbols.get_or_init(|| {
-        let data = p.file.data.as_ref()?;
-        SymbolTable::for_file(data, debug_root).ok()
-    });
-    let address = lookup.wrapping_sub(p.bias);
-    let symbol = table.as_ref().and_then(|t| match cache {
-        Some(cache) => cache.index(&p.file, t, address),
-        None => t.index(address),
-    });
-    let function = table.as_ref().zip(symbol).and_then(|(t, i)| {
-        let (name, start) = t.demangled(i)?;
-        Some((name, address - start + (pc - lookup)))
-    });
-    let file_offset = lookup.wrapping_sub(p.range.start).wrapping_add(p.pgoff);
-    Location { file: Some(&p.file), offset: pc.wrapping_sub(p.bias), file_offset, function, symbol }
 }

@@ -10,9 +10,10 @@ use crate::perf::{
     sample_registers, Decoder, Event, Sample, Words, PERF_CONTEXT_HV, PERF_CONTEXT_KERNEL,
     PERF_CONTEXT_USER, PERF_SAMPLE_REGS_ABI_NONE,
 };
+use crate::symbolize::SymbolCache;
 use crate::unwind::{Frame, Unwinder};
 
-use super::cache::{LineCache, SymbolCache};
+use super::cache::LineCache;
 use super::format::Unwound;
 use super::kallsyms::KernelSymbolsLoader;
 use super::{Format, Pending};
@@ -73,7 +74,6 @@ pub(super) struct Context {
     pub(super) format: Format,
     pub(super) max_frames: Option<usize>,
     pub(super) decoder: Arc<Decoder>,
-    pub(super) debug_root: Arc<std::path::Path>,
     pub(super) kernel: Arc<KernelSymbolsLoader>,
     pub(super) comms: Arc<Vec<Arc<str>>>,
     pub(super) spare: Arc<Spare>,

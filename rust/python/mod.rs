@@ -1,8 +1,8 @@
 //! The PyO3 bindings: the only module that knows about Python. Each is a
 //! thin wrapper over a plain-Rust type, split by area, one file each:
-//! `errors` (the exceptions), `unwinder`, `memory`, `symbols`, `elf`,
-//! `stackdb`, `perf`, `corefile`. This file registers them all. Files are
-//! mapped, never copied.
+//! `errors` (the exceptions), `unwinder`, `memory`, `symbols`,
+//! `symbolize`, `elf`, `stackdb`, `perf`, `corefile`. This file registers
+//! them all. Files are mapped, never copied.
 
 use std::fs::File;
 use std::path::PathBuf;
@@ -18,6 +18,7 @@ mod memory;
 mod perf;
 mod progress;
 mod stackdb;
+mod symbolize;
 mod symbols;
 mod unwinder;
 
@@ -58,6 +59,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<unwinder::PyFrame>()?;
     m.add_class::<memory::PyMappedMemory>()?;
     m.add_class::<symbols::PySymbolTable>()?;
+    m.add_class::<symbolize::PySymbolizer>()?;
     m.add_class::<stackdb::PyStackDb>()?;
     m.add_class::<corefile::PyCoreFile>()?;
     m.add_function(wrap_pyfunction!(elf::elf_summary, m)?)?;

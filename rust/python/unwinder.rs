@@ -22,7 +22,7 @@ use crate::unwind::{self, Frame as RsFrame, Strategy, Unwinder as RsUnwinder};
 /// One frame of a trace.
 #[pyclass(module = "stackwalk._core", name = "Frame", frozen, eq, hash)]
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub struct PyFrame(RsFrame);
+pub struct PyFrame(pub(super) RsFrame);
 
 #[pymethods]
 impl PyFrame {

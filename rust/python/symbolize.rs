@@ -1,0 +1,201 @@
+//! `Symbolizer`: `crate::symbolize::Symbolizer`, the modules of an address
+//! space for naming a trace's frames as the JSON documents give them.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use pyo3::buffer::PyBuffer;
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList, PyString};
+use pyo3::{intern, IntoPyObjectExt};
+
+use super::errors::guard;
+use super::unwinder::{PyFrame, PyTrace};
+use crate::cfi::Data;
+use crate::symbolize::{Placed, Source, SymbolFile, Symbolizer};
+
+/// Names the frames of traces: the module each pc is in, its ELF address,
+/// and its function (from the module's symbol table, read on first use and
+/// kept by the process for the next symbolizer while the file is
+/// unchanged).
+#[pyclass(module = "stackwalk._core", name = "Symbolizer", frozen)]
+pub struct PySymbolizer {
+    inner: Symbolizer,
+}
+
+/// A frame as `frame_dicts` reads it.
+#[derive(Clone, Copy)]
+struct FrameIn {
+    pc: u64,
+    sp: u64,
+    cfa: Option<u64>,
+    lookup: u64,
+}
+
+/// What `frame_dicts` finds of a frame: its module, ELF address, and
+/// function with the pc's offset in it.
+type Found<'s> = (Option<&'s Placed>, u64, Option<(&'s str, u64)>);
+
+#[pymethods]
+impl PySymbolizer {
+    /// `modules`: (path, start, end, bias) or (path, start, end, bias,
+    /// doubtful) for each runtime range `start..end` of a module, bias the
+    /// runtime − ELF address (as `Unwinder.modules` lists them). A path in
+    /// `images` (e.g. "[vdso]") is symbolized from those ELF bytes; any
+    /// other from the file at the path, its symbols completed from its
+    /// separate debug file under `debug_root` when it has only exported
+    /// ones (None: not looked for).
+    #[new]
+    #[pyo3(signature = (modules, images = None, *, debug_root = Some(PathBuf::from("/usr/lib/debug"))))]
+    fn new(
+        modules: &Bound<'_, PyAny>,
+        images: Option<HashMap<String, Bound<'_, PyAny>>>,
+        debug_root: Option<PathBuf>,
+    ) -> PyResult<Self> {
+        let mut files: HashMap<String, Arc<SymbolFile>> = HashMap::new();
+        let mut placed = Vec::new();
+        for item in modules.try_iter()? {
+            let item = item?;
+            let (path, start, end, bias, doubtful) = match item.len()? {
+                4 => {
+                    let (path, start, end, bias): (String, i128, i128, i128) = item.extract()?;
+                    (path, start, end, bias, false)
+                }
+                5 => item.extract()?,
+                n => {
+                    return Err(PyValueError::new_err(format!(
+                        "a module is (path, start, end, bias[, doubtful]), not {n} items"
+                    )))
+                }
+            };
+            // Python ints: a damaged core can place a module past either end
+            // of the address space, where no pc is.
+            let clamp = |v: i128| v.clamp(0, i128::from(u64::MAX)) as u64;
+            let file = match files.get(&path) {
+                Some(file) => file.clone(),
+                None => {
+                    let file = Arc::new(match images.as_ref().and_then(|i| i.get(&path)) {
+                        Some(image) => {
+                            let bytes = PyBuffer::<u8>::get(image)?.to_vec(image.py())?;
+                            let source = Source::Image(Arc::new(Data::Owned(bytes)));
+                            SymbolFile::new(path.as_str().into(), source, None)
+                        }
+                        None => {
+                            let source = Source::Path(PathBuf::from(&path));
+                            SymbolFile::new(path.as_str().into(), source, debug_root.clone())
+                        }
+                    });
+                    files.insert(path, file.clone());
+                    file
+                }
+            };
+            placed.push(Placed {
+                range: clamp(start)..clamp(end),
+                // Modulo 2^64, as the unwinder takes biases.
+                bias: bias as u64,
+                pgoff: 0,
+                file,
+                doubtful,
+            });
+        }
+        Ok(PySymbolizer { inner: Symbolizer::new(placed) })
+    }
+
+    /// The frames (a `Trace`, or a sequence of frames: objects with `pc`,
+    /// `sp`, `cfa`, `trust` and `lookup_pc`) as the JSON documents give
+    /// them: index, pc, sp, cfa, trust, module, module_offset (the ELF
+    /// address), function, function_offset, doubtful, addresses as hex
+    /// strings. A frame is doubtful from the first frame in a doubtful
+    /// module on: its own name, and the registers its callers were unwound
+    /// from, came from a file that may not be the one the process ran.
+    fn frame_dicts<'py>(
+        &self,
+        py: Python<'py>,
+        frames: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let (frames, trusts) = read_frames(frames)?;
+        let inner = &self.inner;
+        let found: Vec<Found<'_>> = py.detach(|| {
+            guard("symbolizing", || {
+                frames
+                    .iter()
+                    .map(|f| {
+                        let loc = inner.locate(f.pc, f.lookup);
+                        (loc.module, loc.offset, loc.function)
+                    })
+                    .collect()
+            })
+        })?;
+        let out = PyList::empty(py);
+        let mut doubtful = false;
+        for (i, ((f, trust), (module, offset, function))) in
+            frames.iter().zip(trusts).zip(found).enumerate()
+        {
+            doubtful |= module.is_some_and(|m| m.doubtful);
+            let d = PyDict::new(py);
+            d.set_item(intern!(py, "index"), i)?;
+            d.set_item(intern!(py, "pc"), hex(f.pc))?;
+            d.set_item(intern!(py, "sp"), hex(f.sp))?;
+            d.set_item(intern!(py, "cfa"), f.cfa.map(hex))?;
+            d.set_item(intern!(py, "trust"), trust)?;
+            d.set_item(intern!(py, "module"), module.map(|m| &*m.file.path))?;
+            d.set_item(intern!(py, "module_offset"), module.map(|_| hex(offset)))?;
+            let (name, function_offset) = function.unzip();
+            d.set_item(intern!(py, "function"), name)?;
+            d.set_item(intern!(py, "function_offset"), function_offset.map(hex))?;
+            d.set_item(intern!(py, "doubtful"), doubtful)?;
+            out.append(d)?;
+        }
+        Ok(out)
+    }
+
+    fn __len__(&self) -> usize {
+        self.inner.modules().len()
+    }
+
+    fn __repr__(&self) -> String {
+        format!("<Symbolizer {} modules>", self.inner.modules().len())
+    }
+}
+
+fn hex(value: u64) -> String {
+    format!("{value:#x}")
+}
+
+/// The frames to symbolize, and each one's trust as the output gives it.
+fn read_frames<'py>(
+    frames: &Bound<'py, PyAny>,
+) -> PyResult<(Vec<FrameIn>, Vec<Bound<'py, PyAny>>)> {
+    let py = frames.py();
+    let from_rust = |f: &crate::unwind::Frame| -> PyResult<(FrameIn, Bound<'py, PyAny>)> {
+        let frame = FrameIn { pc: f.pc, sp: f.sp, cfa: f.cfa, lookup: f.lookup_pc() };
+        Ok((frame, PyString::intern(py, f.trust.as_str()).into_any()))
+    };
+    let pairs: Vec<(FrameIn, Bound<'py, PyAny>)> = if let Ok(trace) = frames.cast::<PyTrace>() {
+        trace.get().frames.iter().map(from_rust).collect::<PyResult<_>>()?
+    } else {
+        let mut out = Vec::new();
+        for item in frames.try_iter()? {
+            let item = item?;
+            if let Ok(frame) = item.cast::<PyFrame>() {
+                out.push(from_rust(&frame.get().0)?);
+                continue;
+            }
+            // A frame of another unwinder (the pure-Python baseline's).
+            let get = |name: &Bound<'py, PyString>| item.getattr(name);
+            // A return address 0 looks up at -1: nowhere, as 2^64 − 1 is.
+            let lookup: i128 = get(intern!(py, "lookup_pc"))?.extract()?;
+            let frame = FrameIn {
+                pc: get(intern!(py, "pc"))?.extract()?,
+                sp: get(intern!(py, "sp"))?.extract()?,
+                cfa: get(intern!(py, "cfa"))?.extract()?,
+                lookup: lookup as u64,
+            };
+            out.push((frame, get(intern!(py, "trust"))?.into_bound_py_any(py)?));
+        }
+        out
+    };
+    Ok(pairs.into_iter().unzip())
+}
