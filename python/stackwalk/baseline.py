@@ -158,6 +158,11 @@ class Unwinder:
     def arch(self) -> str:
         return self._arch.name
 
+    @property
+    def modules(self) -> list[tuple[str, int, int, int]]:
+        """(path, start, end, bias) of every module added, by address: the Rust core's."""
+        return [(m.name, m.start, m.end, m.bias) for m in self._modules]
+
     # -- modules ----------------------------------------------------------------------------
 
     def add_module(self, path: str, bias: int = 0) -> None:
