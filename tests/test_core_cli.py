@@ -753,3 +753,31 @@ def test_help_and_commands() -> None:
     assert all(f"'{name}'" in bogus.stderr for name in COMMANDS)
     missing = run_cli("perf")
     assert missing.returncode == 2 and "PERF.DATA" in missing.stderr
+
+
+@pytest.mark.parametrize("case", ["snapshot", "snapshot-stopped"])
+def test_snapshot_is_no_crash(case: str, cores: Cores) -> None:
+    """gdb's gcore of a live process that did not fault: of a running one, every thread's
+    NT_SIGINFO says SIGSTOP (gdb's attach); of one stopped with SIGSTOP first, there is no
+    NT_SIGINFO (eu-readelf shows none). No thread is the crashing one, in the JSON or the
+    text, and the text says it is a snapshot; the frames are still eu-stack's."""
+    made = cores(case)
+    notes = made.notes()
+    assert notes.cursig and not any(notes.cursig), notes.cursig  # pr_cursig 0 in every thread
+    doc = cli_json(made)
+    assert doc["crashing_thread"] is None
+    stopped = case == "snapshot"
+    sigstop = {"number": signal.SIGSTOP, "name": "SIGSTOP", "address": None}
+    assert doc["signal"] == (sigstop if stopped else None)
+    reference = made.reference_pcs()
+    assert len(reference) == 2 and set(reference) == {t["tid"] for t in doc["threads"]}
+    for thread in doc["threads"]:
+        assert [int(f["pc"], 16) for f in thread["frames"]] == reference[thread["tid"]]
+        assert thread["end"] == "end_of_stack"
+    text = cli(made)
+    assert text.returncode == 0, text.stderr
+    assert "crashed" not in text.stdout.replace("no thread crashed", "")
+    assert "Killed by" not in text.stdout
+    how = ", stopped by SIGSTOP (signal 19)" if stopped else ""
+    assert text.stdout.splitlines()[1] == f"Snapshot of a running process{how}: no thread crashed"
+    assert Core.open(made.path, made.executable).crashing_tid is None

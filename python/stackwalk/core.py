@@ -37,6 +37,9 @@ _AT_PHDR, _AT_ENTRY, _AT_EXECFN, _AT_SYSINFO_EHDR = 3, 9, 31, 33
 _FNAME_MAX = 15  # pr_fname's length without its NUL
 # Signals whose siginfo carries the faulting address (when si_code > 0: sent by the kernel).
 _FAULT_SIGNALS = frozenset({4, 5, 7, 8, 11})  # SIGILL, SIGTRAP, SIGBUS, SIGFPE, SIGSEGV
+# Signals that stop a process and never dump it: a core whose threads show one of these (or
+# none) is a snapshot of a live process (gdb's gcore attaches with SIGSTOP), not a crash.
+_STOP_SIGNALS = frozenset({19, 20, 21, 22})  # SIGSTOP, SIGTSTP, SIGTTIN, SIGTTOU
 _HEADER_IMAGE_LIMIT = 1 << 16  # bytes of a module's first mapping read for its headers
 _ADDRESS_LIMIT = 1 << 64
 _ELF_MAGIC = b"\x7fELF"
@@ -116,6 +119,10 @@ def _signal_of(thread: _ThreadNotes) -> Signal | None:
     if cursig:
         return Signal(cursig, _signal_name(cursig), None, None)
     return None
+
+
+def _is_crash(sig: Signal | None) -> bool:
+    return sig is not None and sig.number not in _STOP_SIGNALS
 
 
 def _named_as(path: str, executable: str | None, fname: str | None) -> bool:
@@ -218,17 +225,17 @@ class Core:
 
     def _set_threads(self, raw: list[_ThreadNotes]) -> None:
         # The kernel writes the thread that dumped (took the signal) first; gdb the thread it
-        # stopped in. A thread with a signal recorded wins over one without.
-        crashing = next((t for t in raw if t[3] is not None or t[1]), None)
-        if crashing is None and raw:
-            crashing = raw[0]
+        # stopped in. The first thread with a signal that is not a stop signal crashed; a core
+        # with none (gcore's, of a process that did not fault) has no crashing thread, and its
+        # signal is the first thread's stop signal, if any.
+        crashing = next((t for t in raw if _is_crash(_signal_of(t))), None)
         ordered = ([crashing] if crashing else []) + [t for t in raw if t is not crashing]
         self.threads = [
             Thread(tid, regs, cursig, self.unwinder, self.memory)
             for tid, cursig, regs, _ in ordered
         ]
         self.crashing_tid = crashing[0] if crashing else None
-        self.signal = _signal_of(crashing) if crashing else None
+        self.signal = _signal_of(ordered[0]) if ordered else None
 
     # -- modules ---------------------------------------------------------------------------
 
