@@ -252,6 +252,7 @@ def _one_core(
             debug_root=args.debug_root,
             strategies=strategies,
             allow_mismatch=args.allow_mismatch,
+            max_size=args.max_core_size,
         )
     except StackwalkError as e:
         if name is None:
@@ -355,6 +356,20 @@ def _at_least(minimum: int, what: str) -> Callable[[str], int]:
     return parse
 
 
+def _size(text: str) -> int:
+    """An argparse type: a size in bytes, or with a binary K, M, G or T suffix ("512M")."""
+    units = {"": 0, "K": 10, "M": 20, "G": 30, "T": 40}
+    number, unit = text[:-1] if text[-1:].isalpha() else text, text[-1:].upper()
+    shift = units.get(unit if text[-1:].isalpha() else "")
+    try:
+        value = int(number)
+    except ValueError:
+        value = -1
+    if shift is None or value < 1:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (bytes, or 512M, 8G, ...)")
+    return value << shift
+
+
 _frame_count = _at_least(1, "a number of frames")
 _count = _at_least(0, "a number")  # worker counts: 0 is one per CPU
 
@@ -391,7 +406,7 @@ def _add_core(sub: Any) -> None:
     k.add_argument(
         "core",
         nargs="?",
-        help="the core file (the kernel's, systemd-coredump's, gdb's gcore); "
+        help="the core file (the kernel's, systemd-coredump's, gdb's gcore; compressed or not); "
         "- reads standard input",
     )
     k.add_argument("executable", nargs="?", help="the program (default: found from the core)")
@@ -435,6 +450,13 @@ def _add_core(sub: Any) -> None:
         action="store_true",
         help="use a module file whose build id differs from the core's (its frames are "
         "marked doubtful); by default such a file is treated as missing",
+    )
+    k.add_argument(
+        "--max-core-size",
+        type=_size,
+        metavar="SIZE",
+        help="the most a compressed core (zstd, xz, lz4, gzip) may decompress to, in bytes "
+        "or with K, M, G (default 8G); more is an error",
     )
     k.set_defaults(func=cmd_core)
 

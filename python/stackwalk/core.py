@@ -164,6 +164,7 @@ class Core:
         debug_root: str | os.PathLike[str] | None = DEBUG_ROOT,
         strategies: Sequence[str] = CRASH_STRATEGIES,
         allow_mismatch: bool = False,
+        max_size: int | None = None,
     ) -> Core:
         """Read the core at ``path``. ``executable`` overrides the program file; ``sysroot``
         prefixes every module path; ``lib_search_path`` is searched by file name;
@@ -173,7 +174,10 @@ class Core:
         ``strategies`` are the ways each frame's caller is looked for, in order (CFI, then
         frame pointers, then stack scanning by default). A file whose build id differs from the
         one the core recorded is not used (as if missing, with a warning) unless
-        ``allow_mismatch``; then the frames unwound through it are marked doubtful."""
+        ``allow_mismatch``; then the frames unwound through it are marked doubtful. A core
+        compressed with zstd, xz, lz4 or gzip (told by its first bytes, whatever its name) is
+        decompressed into memory, to at most ``max_size`` bytes (default 8 GiB): more is a
+        CoreError, not a process that takes all the memory."""
         return cls(
             path,
             executable,
@@ -182,6 +186,7 @@ class Core:
             debug_root=debug_root,
             strategies=strategies,
             allow_mismatch=allow_mismatch,
+            max_size=max_size,
         )
 
     def __init__(
@@ -194,13 +199,15 @@ class Core:
         debug_root: str | os.PathLike[str] | None = DEBUG_ROOT,
         strategies: Sequence[str] = CRASH_STRATEGIES,
         allow_mismatch: bool = False,
+        max_size: int | None = None,
     ) -> None:
         self.path = os.fspath(path)
         self._allow_mismatch = allow_mismatch
         # Module path -> build id of the file found for it that differs from the core's.
         self._mismatched: dict[str, str] = {}
         self.debug_root = os.fspath(debug_root) if debug_root is not None else None
-        core = self._core = CoreFile(self.path)  # CoreError if it is not a readable core
+        # CoreError if it is not a readable core
+        core = self._core = CoreFile(self.path, max_size)
         self.warnings = core.warnings
         self.arch = core.arch
         self._segments: list[_Segment] = core.segments
