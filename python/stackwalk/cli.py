@@ -332,6 +332,15 @@ def _report_perf(args: argparse.Namespace, path: str, name: str | None = None) -
                 flamegraph(output, args.flamegraph, title=name or os.path.basename(path))
         finally:
             os.unlink(output)
+    shown = name or path
+    if summary["call_graph"] == "callchain":
+        print(f"stackwalk: note: {shown} was recorded without --call-graph dwarf: its user frames "
+              "are perf's frame-pointer callchains, as recorded; for stacks unwound with CFI, "
+              "record with 'perf record --call-graph dwarf'", file=sys.stderr)  # fmt: skip
+    elif summary["call_graph"] == "none":
+        print(f"stackwalk: note: {shown} was recorded without a call graph: each sample shows "
+              "only where it was; for its stack, record with 'perf record --call-graph dwarf'",
+              file=sys.stderr)  # fmt: skip
     for path in summary["modules_missing"]:
         print(f"stackwalk: warning: cannot read {path}: its frames stop there", file=sys.stderr)
     if summary["error"]:
