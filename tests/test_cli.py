@@ -197,3 +197,19 @@ def test_unwind_baseline(fmt: str, build: Builder, captures: Captures, tmp_path:
     ours, theirs = json.loads(baseline.stdout), json.loads(rust.stdout)
     assert [int(f["pc"], 16) for f in ours["frames"]] == cap.gdb_pcs
     assert {**ours, "end_detail": None} == {**theirs, "end_detail": None}
+
+
+# --- the package ------------------------------------------------------------------------------
+
+
+def test_licenses_are_in_the_package() -> None:
+    """The license texts are in the installed package's .dist-info (the wheel maturin built for
+    .venv, editable or not: the same metadata), and the metadata names them and the license."""
+    from importlib.metadata import distribution
+
+    dist = distribution("stackwalk")
+    metadata = dist.metadata
+    assert metadata["License-Expression"] == "MIT OR Apache-2.0"
+    assert sorted(metadata.get_all("License-File") or []) == ["LICENSE", "LICENSE-APACHE"]
+    for name in ("LICENSE", "LICENSE-APACHE"):
+        assert dist.read_text(f"licenses/{name}") == (ROOT / name).read_text()
