@@ -209,36 +209,27 @@ fn recorded_frames(s: &Sample<'_>, max_frames: Option<usize>, frames: &mut Vec<F
     }));
 }
 
-/// The user part of a raw callchain (after PERF_CONTEXT_USER).
-fn user_ips(chain: Words<'_>) -> impl Iterator<Item = u64> + '_ {
-    let mut in_user = false;
-    chain.iter().filter(move |&ip| match ip {
-        PERF_CONTEXT_USER => {
-            in_user = true;
-            false
-        }
-        PERF_CONTEXT_HV | PERF_CONTEXT_KERNEL => {
-            in_user = false;
-            false
-        }
-        _ => in_user,
-    })
+/// The kernel part of a raw callchain (after PERF_CONTEXT_KERNEL).
+pub(super) fn kernel_ips(chain: Words<'_>) -> impl Iterator<Item = u64> + '_ {
+    context_ips(chain, PERF_CONTEXT_KERNEL)
 }
 
-/// The kernel part of a raw callchain (after PERF_CONTEXT_KERNEL). Only the
-/// context markers switch context; any other value, even one in the marker
-/// range, is an entry of the current context, as perf script shows it.
-pub(super) fn kernel_ips(chain: Words<'_>) -> impl Iterator<Item = u64> + '_ {
-    let mut in_kernel = false;
+/// The user part of a raw callchain (after PERF_CONTEXT_USER).
+fn user_ips(chain: Words<'_>) -> impl Iterator<Item = u64> + '_ {
+    context_ips(chain, PERF_CONTEXT_USER)
+}
+
+/// The entries of a raw callchain in `context` (a `PERF_CONTEXT_*`
+/// marker). Only the context markers switch context; any other value, even
+/// one in the marker range, is an entry of the current context, as perf
+/// script shows it.
+fn context_ips(chain: Words<'_>, context: u64) -> impl Iterator<Item = u64> + '_ {
+    let mut inside = false;
     chain.iter().filter(move |&ip| match ip {
-        PERF_CONTEXT_KERNEL => {
-            in_kernel = true;
+        PERF_CONTEXT_KERNEL | PERF_CONTEXT_HV | PERF_CONTEXT_USER => {
+            inside = ip == context;
             false
         }
-        PERF_CONTEXT_HV | PERF_CONTEXT_USER => {
-            in_kernel = false;
-            false
-        }
-        _ => in_kernel,
+        _ => inside,
     })
 }
