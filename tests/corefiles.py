@@ -173,6 +173,15 @@ END_SPECS = {
         Spec("clone", "crash_clone.c", ("-O2",)),
     )
 }  # fmt: skip
+# Snapshots of a live process that did not fault (gdb's gcore attaches, stopping it with SIGSTOP):
+# running, or stopped beforehand with SIGSTOP (kill -STOP).
+SNAPSHOT_SPECS = {
+    spec.id: spec
+    for spec in (
+        Spec("snapshot", "snapshot.c", ("-O2", "-pthread"), signal="SIGSTOP"),
+        Spec("snapshot-stopped", "snapshot.c", ("-O2", "-pthread"), signal="SIGSTOP"),
+    )
+}
 # deep-moved is for the tests of a missing executable only; the fallback programs need more
 # than CFI, which the tests over every case assume.
 X86_CASES = [i for i, spec in SPECS.items() if spec.arch == "x86_64" and i != "deep-moved"]
@@ -183,6 +192,7 @@ EU_STACK_CASES = X86_CASES + I386_CASES
 SPECS.update(FALLBACK_SPECS)
 SPECS.update(PLACEMENT_SPECS)
 SPECS.update(END_SPECS)
+SPECS.update(SNAPSHOT_SPECS)
 
 
 # --- references -----------------------------------------------------------------------------
@@ -783,6 +793,8 @@ class Cores:
                 made = self._moved(spec)
             elif spec.id.endswith("-gone"):
                 made = self._library_gone(spec)
+            elif spec.id in SNAPSHOT_SPECS:
+                made = self._snapshot(spec)
             else:
                 made = self._gdb(spec, self._argv(spec), self.directory / spec.id)
             self._made[spec_id] = made
@@ -800,6 +812,29 @@ class Cores:
         core = directory / f"{spec.id}.core"
         core.unlink(missing_ok=True)
         gdb_crash_core(argv, core, env)
+        view = gdb_on_core(argv[0], str(core), directory)
+        return MadeCore(spec, core, Path(argv[0]), argv, view)
+
+    def _snapshot(self, spec: Spec) -> MadeCore:
+        """gdb's ``gcore`` of a running program (for "-stopped", one stopped first with
+        SIGSTOP): a core of a process that did not fault."""
+        directory = self.directory / spec.id
+        directory.mkdir(parents=True, exist_ok=True)
+        argv = self._argv(spec)
+        program = subprocess.Popen(["sh", "-c", SMALL_STACKS, "sh", *argv], env=CRASH_ENV,
+                                   stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)  # fmt: skip
+        try:
+            assert program.stdout is not None
+            assert program.stdout.readline() == b"ready\n"
+            if spec.id.endswith("-stopped"):
+                os.kill(program.pid, signal.SIGSTOP)
+            proc = run(["gcore", "-o", str(directory / "snapshot"), str(program.pid)])
+        finally:
+            program.kill()
+            program.wait(timeout=TIMEOUT)
+        core = directory / f"snapshot.{program.pid}"
+        if not core.exists():
+            pytest.fail(f"gcore made no core of {argv}:\n{(proc.stdout + proc.stderr)[-3000:]}")
         view = gdb_on_core(argv[0], str(core), directory)
         return MadeCore(spec, core, Path(argv[0]), argv, view)
 

@@ -71,6 +71,9 @@ from realstacks import PROGRAMS, SYSTEM_PYTHON, Builder
 PERF = "perf"
 # The recording command of the issue (with -q: no summary on stderr).
 RECORD = ("record", "-q", "-F", "999", "-e", "cpu-clock", "--call-graph", "dwarf")
+# Recordings without --call-graph dwarf (not WORKLOADS): "-fp", perf's frame-pointer callchains
+# (-g) of a program built with frame pointers; "-plain", no call graph at all.
+OTHER_CALL_GRAPHS = {"-fp": ("-g",), "-plain": ()}
 SCRIPT_FIELDS = "comm,pid,tid,time,ip,sym,symoff,dso"
 TIMEOUT = 120
 # Kernel addresses (x86_64 and aarch64): the upper half of the address space.
@@ -159,9 +162,11 @@ def perf_env(home: Path) -> dict[str, str]:
     return {"PATH": "/usr/bin:/bin", "LC_ALL": "C", "HOME": str(home)}
 
 
-def perf_record(output: Path, argv: Sequence[str | os.PathLike[str]], home: Path) -> None:
-    """``perf record -q -F 999 -e cpu-clock --call-graph dwarf -o OUTPUT -- ARGV``."""
-    cmd = [PERF, *RECORD, "-o", output, "--", *argv]
+def perf_record(output: Path, argv: Sequence[str | os.PathLike[str]], home: Path,
+                call_graph: Sequence[str] = RECORD[-2:]) -> None:  # fmt: skip
+    """``perf record -q -F 999 -e cpu-clock --call-graph dwarf -o OUTPUT -- ARGV`` (or with
+    another ``call_graph``)."""
+    cmd = [PERF, *RECORD[:-2], *call_graph, "-o", output, "--", *argv]
     proc = run(cmd, env=perf_env(home), stdin=subprocess.DEVNULL)
     if proc.returncode != 0 or not output.exists():
         pytest.fail(f"{' '.join(map(str, cmd))} failed ({proc.returncode}):\n{proc.stderr}")
@@ -325,12 +330,25 @@ class Recordings:
 
     def __call__(self, name: str) -> Recording:
         if name not in self._made:
-            argv = self._argv(name)
+            suffix = next((s for s in OTHER_CALL_GRAPHS if name.endswith(s)), None)
+            argv = self._argv(name) if suffix is None else self._argv_fp(name[: -len(suffix)])
             path = self.directory / f"{name}.perf.data"
-            perf_record(path, argv, self.home)
+            if suffix is None:
+                perf_record(path, argv, self.home)
+            else:
+                perf_record(path, argv, self.home, OTHER_CALL_GRAPHS[suffix])
             reexec = (Path(argv[1]).name[:15], "qsort") if name == "fork" else None
             self._made[name] = Recording(name, path, tuple(argv), self.home, reexec)
         return self._made[name]
+
+    def _argv_fp(self, name: str) -> list[str]:
+        """A workload's program built to keep frame pointers (for perf's -g callchains)."""
+        if name == "qsort":
+            return [str(self._build("perf_qsort.c", "-O2", "-fno-omit-frame-pointer"))]
+        if name == "threads":
+            flags = ("-O2", "-pthread", "-fno-omit-frame-pointer")
+            return [str(self._build("perf_threads.c", *flags))]
+        raise LookupError(f"no frame-pointer workload {name!r}")
 
     def _argv(self, name: str) -> list[str]:
         build = self._build

@@ -657,6 +657,119 @@ def test_text_output_is_perf_script_shaped(recordings: Recordings, workload: str
                 assert frame.offset == h(json_frame["function_offset"]) - (1 if index else 0)
 
 
+# --- recordings without --call-graph dwarf ----------------------------------------------------
+
+
+def aliases(dso: str, ours: str | None, theirs: str | None) -> bool:
+    """The same name, or names of one address in ``dso`` (``munmap``, ``__munmap``)."""
+    if ours == theirs:
+        return True
+    return None not in (ours, theirs) and bool(
+        symbol_values(dso, str(ours)) & symbol_values(dso, str(theirs))
+    )
+
+
+def one_note(proc: subprocess.CompletedProcess[str], *mentions: str) -> None:
+    """Exit 0 and one line on stderr, a note naming how to record a call graph."""
+    check_clean_exit(proc, "stackwalk perf")
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith("stackwalk: note: ") and "perf record --call-graph dwarf" in line
+    for mention in mentions:
+        assert mention in line, line
+
+
+@pytest.mark.parametrize("fmt", ["text", "--json"])
+def test_frame_pointer_callchains(recordings: Recordings, fmt: str) -> None:
+    """``perf record -g`` of the threads workload built with frame pointers (so perf's
+    callchains reach main or the thread's start; no user registers or stack to unwind): the user
+    frames are the sample's PERF_SAMPLE_CALLCHAIN, symbolized, and the text shows them as
+    perf script does, every frame, kernel and user, at its address (a callchain's callers are
+    not moved back into the call), named the same. One note on stderr says how the recording
+    was made and how to record for unwinding."""
+    recording = recordings("threads-fp")
+    theirs = {(s.tid, s.time // 1000): s for s in recording.script()}
+    if fmt == "text":
+        proc = cli(recording)
+        one_note(proc, "without --call-graph dwarf", "frame-pointer")
+        ours = parse_script(proc.stdout)
+        assert len(ours) == len(theirs)
+        for sample in ours:
+            reference = theirs[(sample.tid, sample.time // 1000)]
+            kernel = [f.address for f in reference.kernel_frames]
+            assert [f.address for f in sample.kernel_frames] == kernel, sample.key
+            assert len(sample.user_frames) == len(reference.user_frames), sample.key
+            for mine, frame in zip(sample.user_frames, reference.user_frames, strict=True):
+                assert (mine.address, mine.dso) == (frame.address, frame.dso), sample.key
+                if mine.symbol is None and frame.symbol is not None:
+                    # perf also names what is no sized function symbol (@plt entries)
+                    assert frame.symbol.endswith("@plt") or not sized_function(
+                        frame.dso, frame.symbol), (sample.key, frame)  # fmt: skip
+                    continue
+                assert mine.offset == frame.offset, (sample.key, mine, frame)
+                assert aliases(frame.dso, mine.symbol, frame.symbol), (sample.key, mine, frame)
+        deep = [s for s in ours if len(s.user_frames) >= 3]
+        assert len(deep) > len(ours) // 4, "few samples with a callchain"
+        return
+    proc = cli(recording, "--json")
+    one_note(proc, "without --call-graph dwarf")
+    samples = json_lines(proc.stdout)
+    assert len(samples) == len(theirs)
+    for sample in samples:
+        reference = theirs[(sample["tid"], sample["time"] // 1000)]
+        user = [f for f in sample["frames"] if not f["kernel"]]
+        # The same frames, each a return address as it is (--json's convention), its function
+        # looked up inside the call (at the address less one): the same as perf's but where a
+        # call is a function's last instruction.
+        assert len(user) == len(reference.user_frames), sample
+        for index, (ours, frame) in enumerate(zip(user, reference.user_frames, strict=True)):
+            assert (ours["module"] or "[unknown]") == frame.dso
+            if frame.symbol is not None and aliases(frame.dso, ours["function"], frame.symbol):
+                assert h(ours["function_offset"]) == frame.offset, (sample, index)
+
+
+# "tid seconds.ns:  ip symbol+0xoff (dso)": perf script -F tid,time,ip,sym,symoff,dso --ns of a
+# recording without a call graph, one line per sample.
+_PLAIN = re.compile(r"\s*(?P<tid>\d+)\s+(?P<s>\d+)\.(?P<ns>\d{9}):\s+(?P<ip>[0-9a-f]+) "
+                    r"(?P<where>.*) \((?P<dso>[^()]*)\)")  # fmt: skip
+
+
+def test_no_call_graph(recordings: Recordings) -> None:
+    """``perf record`` without -g: each sample is where it was, its ip, named as perf script
+    names it (user ones; kernel ones from kallsyms, compared by address); a note says how to
+    record a call graph."""
+    recording = recordings("qsort-plain")
+    cmd = [PERF, "script", "--no-inline", "--ns", "-F", "tid,time,ip,sym,symoff,dso", "-i",
+           str(recording.path)]  # fmt: skip
+    script = subprocess.run(cmd, capture_output=True, text=True, env=perf_env(recording.home),
+                            timeout=120, check=True)  # fmt: skip
+    theirs = {}
+    for line in script.stdout.splitlines():
+        match = _PLAIN.fullmatch(line)
+        assert match, line
+        theirs[(int(match["tid"]), int(match["s"]) * 10**9 + int(match["ns"]))] = match
+    proc = cli(recording, "--json")
+    one_note(proc, "without a call graph")
+    samples = json_lines(proc.stdout)
+    assert len(samples) == len(theirs) > 100
+    user = 0
+    for sample in samples:
+        reference = theirs[(sample["tid"], sample["time"])]
+        (frame,) = sample["frames"]
+        assert h(frame["pc"]) == int(reference["ip"], 16)
+        if not frame["kernel"]:
+            user += 1
+            assert frame["module"] == reference["dso"]
+            symbol, _, offset = reference["where"].rpartition("+")
+            if frame["function"] is None:
+                # perf also names what is no sized function symbol (its PLT entries, @plt)
+                assert symbol.endswith("@plt") or reference["where"] == "[unknown]" or (
+                    not sized_function(reference["dso"], symbol)), reference.group(0)  # fmt: skip
+                continue
+            assert aliases(reference["dso"], frame["function"], symbol), reference.group(0)
+            assert frame["function_offset"] == offset, reference.group(0)
+    assert user > len(samples) // 2
+
+
 # --- the flame graph --------------------------------------------------------------------------
 
 

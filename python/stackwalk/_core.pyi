@@ -77,6 +77,9 @@ class _PerfSummary(TypedDict):
     processes: int
     modules_missing: list[str]
     error: str | None
+    # How the samples' stacks were recorded: "dwarf" (registers and stack, unwound here),
+    # "callchain" (perf's frame-pointer callchain, -g) or "none" (the sampled ip alone).
+    call_graph: Literal["dwarf", "callchain", "none"]
 
 class StackwalkError(Exception): ...
 class ElfError(StackwalkError): ...
@@ -194,7 +197,7 @@ class StackDB:
 
 @final
 class CoreFile:
-    def __new__(cls, path: str | PathLike[str]) -> CoreFile: ...
+    def __new__(cls, path: str | PathLike[str], max_size: int | None = None) -> CoreFile: ...
     @property
     def arch(self) -> str: ...
     @property

@@ -16,6 +16,8 @@ if TYPE_CHECKING:
     from typing import Any, NoReturn
 
 EXIT_OK, EXIT_PARTIAL, EXIT_FAILED = 0, 1, 2
+STDIN = "-"  # a file argument that means standard input
+STDIN_NAME = "<stdin>"  # how the output names it
 
 
 def _error(message: str) -> None:
@@ -87,7 +89,7 @@ def cmd_capture(args: argparse.Namespace) -> int:
 def cmd_unwind(args: argparse.Namespace) -> int:
     from stackwalk.capture import Capture
 
-    cap = Capture.load(args.capture)
+    cap = Capture.load("/dev/stdin" if args.capture == STDIN else args.capture)
     uw, trace = _unwind_capture(cap, args.baseline, args.max_frames)
     _print_trace(cap, uw, trace, args.json)
     if not trace.frames:
@@ -205,6 +207,8 @@ def cmd_core(args: argparse.Namespace) -> int:
     if args.dir is None:
         if args.core is None:
             raise StackwalkError("a core file (or --dir DIR) is required")
+        if args.core == STDIN:
+            return _core_from_stdin(args)
         return _one_core(args, args.core, args.executable)
     if args.core is not None:
         raise StackwalkError("--dir takes no CORE or EXECUTABLE: every core names its program")
@@ -214,7 +218,26 @@ def cmd_core(args: argparse.Namespace) -> int:
     return _core_dir(args, paths)
 
 
-def _one_core(args: argparse.Namespace, path: str, executable: str | None) -> int:
+def _core_from_stdin(args: argparse.Namespace) -> int:
+    """`stackwalk core -`: the core read from standard input. A file redirected there is read
+    in place; a pipe's bytes go to a temporary file first (the core is mapped, not read)."""
+    import stat
+
+    if stat.S_ISREG(os.fstat(sys.stdin.fileno()).st_mode):
+        return _one_core(args, f"/proc/self/fd/{sys.stdin.fileno()}", args.executable, STDIN_NAME)
+    import shutil
+    import tempfile
+
+    with tempfile.NamedTemporaryFile(prefix="stackwalk-stdin-", suffix=".core") as copy:
+        shutil.copyfileobj(sys.stdin.buffer, copy, 1 << 20)
+        copy.flush()
+        return _one_core(args, copy.name, args.executable, STDIN_NAME)
+
+
+def _one_core(
+    args: argparse.Namespace, path: str, executable: str | None, name: str | None = None
+) -> int:
+    """One core's report; ``name``: what the output calls the file at ``path``."""
     from stackwalk.core import Core
     from stackwalk.render import core_lines
 
@@ -222,15 +245,23 @@ def _one_core(args: argparse.Namespace, path: str, executable: str | None) -> in
     strategies = [s for s in args.strategies.split(",") if s]
     if args.no_scan:
         strategies = [s for s in strategies if s != "scan"]
-    core = Core.open(
-        path,
-        executable,
-        sysroot=args.sysroot,
-        lib_search_path=search or None,
-        debug_root=args.debug_root,
-        strategies=strategies,
-        allow_mismatch=args.allow_mismatch,
-    )
+    try:
+        core = Core.open(
+            path,
+            executable,
+            sysroot=args.sysroot,
+            lib_search_path=search or None,
+            debug_root=args.debug_root,
+            strategies=strategies,
+            allow_mismatch=args.allow_mismatch,
+            max_size=args.max_core_size,
+        )
+    except StackwalkError as e:
+        if name is None:
+            raise
+        raise type(e)(str(e).replace(path, name)) from None
+    if name is not None:
+        core.path = path = name
     if not core.threads:
         reasons = "; ".join(core.warnings) or "it has no NT_PRSTATUS note"
         raise StackwalkError(f"{path}: no thread could be read ({reasons})")
@@ -261,10 +292,23 @@ def _one_core(args: argparse.Namespace, path: str, executable: str | None) -> in
 def cmd_perf(args: argparse.Namespace) -> int:
     if len(args.perf_data) > 1 and args.flamegraph:
         raise StackwalkError("--flamegraph takes one PERF.DATA")
+    if args.perf_data.count(STDIN) > 1:
+        raise StackwalkError("standard input (-) can be read once")
     return _each_file(args.perf_data, lambda path: _one_perf(args, path))
 
 
 def _one_perf(args: argparse.Namespace, path: str) -> int:
+    if path != STDIN:
+        return _report_perf(args, path)
+    # A recording redirected (read in place), or piped in (perf record -o -: streamed).
+    try:
+        return _report_perf(args, "/dev/stdin", STDIN_NAME)
+    except StackwalkError as e:
+        raise type(e)(str(e).replace("/dev/stdin", STDIN_NAME)) from None
+
+
+def _report_perf(args: argparse.Namespace, path: str, name: str | None = None) -> int:
+    """One recording's report; ``name``: what the messages call the file at ``path``."""
     from stackwalk._core import perf_report
 
     fmt = "json" if args.json else "collapsed" if args.collapsed or args.flamegraph else "text"
@@ -287,13 +331,23 @@ def _one_perf(args: argparse.Namespace, path: str) -> int:
         assert output is not None
         try:
             if summary["samples"]:
-                flamegraph(output, args.flamegraph, title=os.path.basename(path))
+                flamegraph(output, args.flamegraph, title=name or os.path.basename(path))
         finally:
             os.unlink(output)
+    shown = name or path
+    if summary["call_graph"] == "callchain":
+        print(f"stackwalk: note: {shown} was recorded without --call-graph dwarf: its user frames "
+              "are perf's frame-pointer callchains, as recorded; for stacks unwound with CFI, "
+              "record with 'perf record --call-graph dwarf'", file=sys.stderr)  # fmt: skip
+    elif summary["call_graph"] == "none":
+        print(f"stackwalk: note: {shown} was recorded without a call graph: each sample shows "
+              "only where it was; for its stack, record with 'perf record --call-graph dwarf'",
+              file=sys.stderr)  # fmt: skip
     for path in summary["modules_missing"]:
         print(f"stackwalk: warning: cannot read {path}: its frames stop there", file=sys.stderr)
     if summary["error"]:
-        _error(f"{summary['error']} (after {summary['samples']} samples)")
+        error = summary["error"] if name is None else summary["error"].replace(path, name)
+        _error(f"{error} (after {summary['samples']} samples)")
         return EXIT_PARTIAL if summary["samples"] else EXIT_FAILED
     return EXIT_OK
 
@@ -311,6 +365,20 @@ def _at_least(minimum: int, what: str) -> Callable[[str], int]:
         return value
 
     return parse
+
+
+def _size(text: str) -> int:
+    """An argparse type: a size in bytes, or with a binary K, M, G or T suffix ("512M")."""
+    units = {"": 0, "K": 10, "M": 20, "G": 30, "T": 40}
+    number, unit = text[:-1] if text[-1:].isalpha() else text, text[-1:].upper()
+    shift = units.get(unit if text[-1:].isalpha() else "")
+    try:
+        value = int(number)
+    except ValueError:
+        value = -1
+    if shift is None or value < 1:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (bytes, or 512M, 8G, ...)")
+    return value << shift
 
 
 _frame_count = _at_least(1, "a number of frames")
@@ -347,7 +415,10 @@ def _add_capture(sub: Any) -> None:
 def _add_core(sub: Any) -> None:
     k = sub.add_parser("core", help="backtraces of every thread of an ELF core file")
     k.add_argument(
-        "core", nargs="?", help="the core file (the kernel's, systemd-coredump's, gdb's gcore)"
+        "core",
+        nargs="?",
+        help="the core file (the kernel's, systemd-coredump's, gdb's gcore; compressed or not); "
+        "- reads standard input",
     )
     k.add_argument("executable", nargs="?", help="the program (default: found from the core)")
     k.add_argument("--json", action="store_true", help="one JSON document")
@@ -391,13 +462,23 @@ def _add_core(sub: Any) -> None:
         help="use a module file whose build id differs from the core's (its frames are "
         "marked doubtful); by default such a file is treated as missing",
     )
+    k.add_argument(
+        "--max-core-size",
+        type=_size,
+        metavar="SIZE",
+        help="the most a compressed core (zstd, xz, lz4, gzip) may decompress to, in bytes "
+        "or with K, M, G (default 8G); more is an error",
+    )
     k.set_defaults(func=cmd_core)
 
 
 def _add_perf(sub: Any) -> None:
     pf = sub.add_parser("perf", help="unwind every sample of a perf record --call-graph dwarf file")
     pf.add_argument(
-        "perf_data", metavar="PERF.DATA", nargs="+", help="one or more files, one after another"
+        "perf_data",
+        metavar="PERF.DATA",
+        nargs="+",
+        help="one or more files, one after another; - reads standard input",
     )
     out = pf.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="JSON Lines, one object per sample")
@@ -410,7 +491,7 @@ def _add_perf(sub: Any) -> None:
 
 def _add_unwind(sub: Any) -> None:
     u = sub.add_parser("unwind", help="unwind a saved capture")
-    u.add_argument("capture", help="a file written by 'stackwalk capture'")
+    u.add_argument("capture", help="a file written by 'stackwalk capture'; - reads standard input")
     u.add_argument("--json", action="store_true", help="print the trace as JSON")
     u.add_argument("--baseline", action="store_true", help="use the pure-Python unwinder")
     _add_max_frames(u)
@@ -426,11 +507,26 @@ COMMANDS: dict[str, Callable[[Any], None]] = {
 }
 
 
+class _Version(argparse.Action):
+    """--version: the installed package's version (its metadata: Cargo.toml's, which maturin
+    gives the package), looked up only when asked for."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> NoReturn:
+        from importlib.metadata import version
+
+        print(f"stackwalk {version('stackwalk')}")
+        parser.exit()
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser of every command, or of `command` alone: building the
     others' (argparse looks up a translation of each help string) is a good
     part of a short run's start."""
     p = argparse.ArgumentParser(prog="stackwalk", description=__doc__)
+    p.add_argument("--version", action=_Version, help="print the version and exit")
     sub = p.add_subparsers(dest="command", required=True)
     for name, add in COMMANDS.items():
         if command is None or name == command:
@@ -455,10 +551,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.flush()
         return status
     except BrokenPipeError:
-        # The reader went away (`stackwalk core ... | head`): not an error of
-        # ours.
+        # The reader went away (`stackwalk core ... | head -1`), from Python's writes or the
+        # Rust core's: it has what it wanted, and the command ends quietly, as `cat` and `git
+        # log` do (their SIGPIPE; Python ignores the signal and sees EPIPE instead).
         _drop_stdout()
-        return EXIT_PARTIAL
+        return EXIT_OK
     except OSError as e:
         # Most often the output's device is full ("stackwalk core ... >
         # /dev/full"): one line, as for any other error.

@@ -43,6 +43,9 @@ _AT_PHDR, _AT_ENTRY, _AT_EXECFN, _AT_SYSINFO_EHDR = 3, 9, 31, 33
 _FNAME_MAX = 15  # pr_fname's length without its NUL
 # Signals whose siginfo carries the faulting address (when si_code > 0: sent by the kernel).
 _FAULT_SIGNALS = frozenset({4, 5, 7, 8, 11})  # SIGILL, SIGTRAP, SIGBUS, SIGFPE, SIGSEGV
+# Signals that stop a process and never dump it: a core whose threads show one of these (or
+# none) is a snapshot of a live process (gdb's gcore attaches with SIGSTOP), not a crash.
+_STOP_SIGNALS = frozenset({19, 20, 21, 22})  # SIGSTOP, SIGTSTP, SIGTTIN, SIGTTOU
 _HEADER_IMAGE_LIMIT = 1 << 16  # bytes of a module's first mapping read for its headers
 _ADDRESS_LIMIT = 1 << 64
 _ELF_MAGIC = b"\x7fELF"
@@ -195,6 +198,10 @@ def _signal_of(thread: _ThreadNotes) -> Signal | None:
     return None
 
 
+def _is_crash(sig: Signal | None) -> bool:
+    return sig is not None and sig.number not in _STOP_SIGNALS
+
+
 def _named_as(path: str, executable: str | None, fname: str | None) -> bool:
     """Whether ``path`` has the file name of ``executable`` or the process name ``fname``
     (NT_PRPSINFO's pr_fname, cut to 15 characters)."""
@@ -234,6 +241,7 @@ class Core:
         debug_root: str | os.PathLike[str] | None = DEBUG_ROOT,
         strategies: Sequence[str] = CRASH_STRATEGIES,
         allow_mismatch: bool = False,
+        max_size: int | None = None,
     ) -> Core:
         """Read the core at ``path``. ``executable`` overrides the program file; ``sysroot``
         prefixes every module path; ``lib_search_path`` is searched by file name;
@@ -243,7 +251,10 @@ class Core:
         ``strategies`` are the ways each frame's caller is looked for, in order (CFI, then
         frame pointers, then stack scanning by default). A file whose build id differs from the
         one the core recorded is not used (as if missing, with a warning) unless
-        ``allow_mismatch``; then the frames unwound through it are marked doubtful."""
+        ``allow_mismatch``; then the frames unwound through it are marked doubtful. A core
+        compressed with zstd, xz, lz4 or gzip (told by its first bytes, whatever its name) is
+        decompressed into memory, to at most ``max_size`` bytes (default 8 GiB): more is a
+        CoreError, not a process that takes all the memory."""
         return cls(
             path,
             executable,
@@ -252,6 +263,7 @@ class Core:
             debug_root=debug_root,
             strategies=strategies,
             allow_mismatch=allow_mismatch,
+            max_size=max_size,
         )
 
     def __init__(
@@ -264,13 +276,15 @@ class Core:
         debug_root: str | os.PathLike[str] | None = DEBUG_ROOT,
         strategies: Sequence[str] = CRASH_STRATEGIES,
         allow_mismatch: bool = False,
+        max_size: int | None = None,
     ) -> None:
         self.path = os.fspath(path)
         self._allow_mismatch = allow_mismatch
         # Module path -> build id of the file found for it that differs from the core's.
         self._mismatched: dict[str, str] = {}
         self.debug_root = os.fspath(debug_root) if debug_root is not None else None
-        core = self._core = CoreFile(self.path)  # CoreError if it is not a readable core
+        # CoreError if it is not a readable core
+        core = self._core = CoreFile(self.path, max_size)
         self.warnings = core.warnings
         self.arch = core.arch
         self._segments: list[_Segment] = core.segments
@@ -295,17 +309,17 @@ class Core:
 
     def _set_threads(self, raw: list[_ThreadNotes]) -> None:
         # The kernel writes the thread that dumped (took the signal) first; gdb the thread it
-        # stopped in. A thread with a signal recorded wins over one without.
-        crashing = next((t for t in raw if t[3] is not None or t[1]), None)
-        if crashing is None and raw:
-            crashing = raw[0]
+        # stopped in. The first thread with a signal that is not a stop signal crashed; a core
+        # with none (gcore's, of a process that did not fault) has no crashing thread, and its
+        # signal is the first thread's stop signal, if any.
+        crashing = next((t for t in raw if _is_crash(_signal_of(t))), None)
         ordered = ([crashing] if crashing else []) + [t for t in raw if t is not crashing]
         self.threads = [
             Thread(tid, regs, cursig, self.unwinder, self.memory)
             for tid, cursig, regs, _ in ordered
         ]
         self.crashing_tid = crashing[0] if crashing else None
-        self.signal = _signal_of(crashing) if crashing else None
+        self.signal = _signal_of(ordered[0]) if ordered else None
 
     # -- modules ---------------------------------------------------------------------------
 

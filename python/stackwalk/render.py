@@ -39,7 +39,11 @@ def core_lines(doc: dict[str, Any]) -> list[str]:
     if doc.get("executable"):
         what += f", {doc['executable']}"
     lines = [what]
-    if sig:
+    if doc.get("crashing_thread") is None:
+        # A snapshot (gcore's) of a process that did not crash.
+        stopped = f", stopped by {sig['name']} (signal {sig['number']})" if sig else ""
+        lines.append(f"Snapshot of a running process{stopped}: no thread crashed")
+    elif sig:
         at = f" at address {sig['address']}" if sig.get("address") else ""
         lines.append(f"Killed by {sig['name']} (signal {sig['number']}){at}")
     for thread in doc["threads"]:

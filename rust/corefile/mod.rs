@@ -10,9 +10,13 @@
 //! warning, and what can still be read is kept. Every field read from the
 //! file goes through checked arithmetic and `get`: no input panics.
 //!
+//! A compressed core (zstd, xz, lz4, gzip: [`compressed`]) is recognised by
+//! its magic bytes and read decompressed, held in memory, up to a limit.
+//!
 //! A core without `NT_FILE` (qemu-user's) names its modules only through
 //! the dynamic linker's link map in its memory: [`CoreFile::link_map`].
 
+mod compressed;
 mod linkmap;
 mod notes;
 
@@ -24,9 +28,13 @@ use std::sync::Arc;
 use crate::arch::Arch;
 use crate::memory::{Data, Segment, SegmentMemory};
 
+pub use compressed::{Compression, DecompressError};
 pub use linkmap::{LinkMapEntry, MAX_ENTRIES};
 pub use notes::{FileMapping, Notes, SigInfo, ThreadNotes};
 
+/// The most a compressed core is decompressed to, unless the caller says
+/// otherwise: more is taken for a decompression bomb.
+pub const DEFAULT_MAX_SIZE: u64 = 8 << 30;
 /// A `PT_NOTE` segment larger than this is damaged.
 const MAX_NOTES: u64 = 1 << 26;
 const ELF_MAGIC: &[u8] = b"\x7fELF";
@@ -59,6 +67,8 @@ pub enum CoreError {
     ProgramHeaderSize(u16),
     TruncatedSectionHeader(u64),
     TruncatedProgramHeaders(u64),
+    /// A compressed file that cannot be decompressed.
+    Decompress(Compression, DecompressError),
 }
 
 impl fmt::Display for CoreError {
@@ -87,6 +97,7 @@ impl fmt::Display for CoreError {
             CoreError::TruncatedProgramHeaders(at) => {
                 write!(f, "truncated program headers at {at:#x}")
             }
+            CoreError::Decompress(kind, e) => write!(f, "{}-compressed file {e}", kind.name()),
         }
     }
 }
@@ -202,8 +213,15 @@ pub struct CoreFile {
 }
 
 impl CoreFile {
-    /// Map the file at `path` and read it.
+    /// Map the file at `path` and read it; a compressed file is
+    /// decompressed, to at most [`DEFAULT_MAX_SIZE`] bytes.
     pub fn open(path: &Path) -> Result<CoreFile, CoreError> {
+        CoreFile::open_with_limit(path, DEFAULT_MAX_SIZE)
+    }
+
+    /// [`CoreFile::open`], a compressed file decompressed to at most
+    /// `max_size` bytes (more is an error).
+    pub fn open_with_limit(path: &Path, max_size: u64) -> Result<CoreFile, CoreError> {
         let file = File::open(path).map_err(CoreError::Io)?;
         let meta = file.metadata().map_err(CoreError::Io)?;
         if meta.is_dir() {
@@ -215,7 +233,18 @@ impl CoreFile {
         // SAFETY: read-only mapping; like every tool that maps its input, we
         // assume the file is not truncated while in use.
         let map = unsafe { memmap2::Mmap::map(&file) }.map_err(CoreError::Map)?;
-        CoreFile::from_data(Data::Mapped(map))
+        match Compression::detect(&map) {
+            None => CoreFile::from_data(Data::Mapped(map)),
+            Some(kind) => {
+                let data = compressed::decompress(kind, &map, max_size)
+                    .map_err(|e| CoreError::Decompress(kind, e))?;
+                drop(map);
+                if data.is_empty() {
+                    return Err(CoreError::NotElf);
+                }
+                CoreFile::from_data(Data::Owned(data))
+            }
+        }
     }
 
     /// Read a core file held in `data`.

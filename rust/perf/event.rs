@@ -52,6 +52,13 @@ impl Sample<'_> {
         read_u64(self.regs, slot * 8)
     }
 
+    /// Whether the sample has the user registers (and so the stack copy) to
+    /// unwind: not a kernel thread's, nor a recording's without
+    /// `--call-graph dwarf`.
+    pub fn has_user_registers(&self) -> bool {
+        self.regs_abi != super::abi::PERF_SAMPLE_REGS_ABI_NONE
+    }
+
     pub fn cpumode(&self) -> u16 {
         self.misc & PERF_RECORD_MISC_CPUMODE_MASK
     }

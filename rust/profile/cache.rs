@@ -2,7 +2,6 @@
 //! lookups' is `crate::symbolize::SymbolCache`).
 
 use crate::symbolize::{cache_slot, CACHE_SLOTS};
-use crate::unwind::Frame;
 
 use super::process::Process;
 
@@ -23,14 +22,16 @@ impl Default for LineCache {
 }
 
 impl LineCache {
-    /// The line of frame `f` of `process`, made by `fill` if not cached.
+    /// The line of the frame at `pc` of `process`, looked up at `lookup`
+    /// (`pc` or `pc - 1`), made by `fill` if not cached.
     pub(super) fn line(
         &mut self,
         process: &Process,
-        f: &Frame,
+        pc: u64,
+        lookup: u64,
         fill: impl FnOnce(&mut String),
     ) -> &str {
-        let (key, word) = (process.id, f.pc | u64::from(f.lookup_pc() == f.pc) << 63);
+        let (key, word) = (process.id, pc | u64::from(lookup == pc) << 63);
         let slot = &mut self.slots[cache_slot(key, word)];
         // An empty line is a slot never filled (process snapshot 0 exists).
         if slot.0 != key || slot.1 != word || slot.2.is_empty() {

@@ -19,6 +19,9 @@ pub(super) struct Unwound<'r> {
     pub(super) p: &'r Pending<'r>,
     pub(super) s: &'r Sample<'r>,
     pub(super) frames: &'r [Frame],
+    /// The frames are perf's callchain (no user stack to unwind): the text
+    /// shows each at its address, as perf script shows a callchain.
+    pub(super) recorded: bool,
 }
 
 impl Unwound<'_> {
@@ -29,7 +32,7 @@ impl Unwound<'_> {
         lines: &mut LineCache,
         out: &mut String,
     ) {
-        let Unwound { ctx, p, s, frames } = *self;
+        let Unwound { ctx, p, s, frames, recorded } = *self;
         let time = s.time.unwrap_or(0);
         let (secs, nanos) = (time / 1_000_000_000, time % 1_000_000_000);
         let comm = ctx.comms.get(p.comm as usize).map_or(":-1", |c| c);
@@ -49,8 +52,9 @@ impl Unwound<'_> {
             out.push_str(" ([kernel.kallsyms])\n");
         }
         for f in frames {
-            out.push_str(lines.line(&p.process, f, |line| {
-                frame_line(&p.process, f, symbols, line);
+            let lookup = if recorded { f.pc } else { f.lookup_pc() };
+            out.push_str(lines.line(&p.process, f.pc, lookup, |line| {
+                frame_line(&p.process, f.pc, lookup, symbols, line);
             }));
         }
         out.push('\n');
@@ -62,7 +66,7 @@ impl Unwound<'_> {
         symbols: &mut SymbolCache,
         out: &mut String,
     ) {
-        let Unwound { ctx, p, s, frames } = *self;
+        let Unwound { ctx, p, s, frames, .. } = *self;
         let comm = ctx.comms.get(p.comm as usize).map_or(":-1", |c| c);
         let _ = write!(
             out,
@@ -108,16 +112,17 @@ impl Unwound<'_> {
     }
 }
 
-/// A user frame's line, as perf script prints it: a caller at its return
-/// address minus one (inside the call), addresses as offsets in the file.
+/// A user frame's line, as perf script prints it: looked up and shown at
+/// `lookup` (an unwound caller at its return address minus one, inside the
+/// call; a callchain's entry at itself), addresses as offsets in the file.
 pub(super) fn frame_line(
     process: &Process,
-    f: &Frame,
+    pc: u64,
+    lookup: u64,
     symbols: &mut SymbolCache,
     out: &mut String,
 ) {
-    let lookup = f.lookup_pc();
-    let loc = process.symbolizer.locate_cached(f.pc, lookup, symbols);
+    let loc = process.symbolizer.locate_cached(pc, lookup, symbols);
     out.push('\t');
     push_hex(out, loc.file_offset, 16);
     out.push(' ');
@@ -125,7 +130,7 @@ pub(super) fn frame_line(
         Some((name, off)) => {
             out.push_str(name);
             out.push('+');
-            push_0x(out, off - (f.pc - lookup));
+            push_0x(out, off - (pc - lookup));
         }
         None => out.push_str("[unknown]"),
     }

@@ -31,7 +31,10 @@ use rayon::prelude::*;
 
 use crate::arch::Arch;
 use crate::cfi::Data;
-use crate::perf::{Decoder, Event, PerfFile, PERF_RECORD_SAMPLE, PERF_SAMPLE_CALLCHAIN};
+use crate::perf::{
+    Decoder, Event, PerfFile, PERF_RECORD_SAMPLE, PERF_SAMPLE_CALLCHAIN, PERF_SAMPLE_REGS_USER,
+    PERF_SAMPLE_STACK_USER,
+};
 use crate::stackdb::StackDb;
 
 use kallsyms::KernelSymbolsLoader;
@@ -118,6 +121,10 @@ pub struct Summary {
     pub frames: u64,
     pub processes: usize,
     pub modules_missing: Vec<String>,
+    /// What the recording holds to find the user frames with: "dwarf" (user
+    /// registers and stack, unwound here), "callchain" (perf's own, by
+    /// frame pointers: `-g`), or "none" (the sampled ip alone).
+    pub call_graph: &'static str,
     /// The first damage in the file (by offset): a record the reading
     /// stopped at, after the samples before it, or a damaged sample, left
     /// out.
@@ -218,6 +225,14 @@ impl Profiler {
         out: &mut W,
     ) -> std::io::Result<()> {
         let header = perf.header();
+        let has = |bits: u64| header.attrs.iter().any(|a| a.sample_type & bits == bits);
+        self.summary.call_graph = if has(PERF_SAMPLE_REGS_USER | PERF_SAMPLE_STACK_USER) {
+            "dwarf"
+        } else if has(PERF_SAMPLE_CALLCHAIN) {
+            "callchain"
+        } else {
+            "none"
+        };
         // Kernel frames need /proc/kallsyms: read it beside the unwinding.
         if header.attrs.iter().any(|a| a.sample_type & PERF_SAMPLE_CALLCHAIN != 0) {
             let kernel_id = header.build_ids.iter().find(|b| b.filename == "[kernel.kallsyms]");

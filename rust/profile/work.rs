@@ -8,10 +8,10 @@ use crate::arch::Arch;
 use crate::memory::Buffer;
 use crate::perf::{
     sample_registers, Decoder, Event, Sample, Words, PERF_CONTEXT_HV, PERF_CONTEXT_KERNEL,
-    PERF_CONTEXT_USER, PERF_SAMPLE_REGS_ABI_NONE,
+    PERF_CONTEXT_USER, PERF_RECORD_MISC_KERNEL, PERF_RECORD_MISC_USER, PERF_SAMPLE_REGS_ABI_NONE,
 };
 use crate::symbolize::SymbolCache;
-use crate::unwind::{Frame, Unwinder};
+use crate::unwind::{Frame, Trust, Unwinder};
 
 use super::cache::LineCache;
 use super::format::Unwound;
@@ -108,7 +108,14 @@ impl Context {
                 };
                 frames.clear();
                 out.samples += 1;
-                if let Some((pc, sp)) = user_registers(ctx.arch, &s) {
+                // Without user registers and stack (a recording without
+                // --call-graph dwarf), the user frames are perf's own: the
+                // callchain's user part (frame pointers, -g), or the ip.
+                let recorded = !s.has_user_registers();
+                if recorded {
+                    recorded_frames(&s, ctx.max_frames, frames);
+                    out.frames += frames.len() as u64;
+                } else if let Some((pc, sp)) = user_registers(ctx.arch, &s) {
                     if !Arc::ptr_eq(unwinder.module_set(), &p.process.modules) {
                         unwinder.set_modules(p.process.modules.clone());
                     }
@@ -117,17 +124,22 @@ impl Context {
                     out.complete += u64::from(end.reason.is_clean());
                     out.frames += frames.len() as u64;
                 }
-                let kernel = kernel_ips(s.callchain.unwrap_or_default());
+                // A kernel ip with no callchain at all is the kernel frame.
+                let ip = (s.callchain.is_none() && s.cpumode() == PERF_RECORD_MISC_KERNEL)
+                    .then_some(s.ip);
+                let kernel = kernel_ips(s.callchain.unwrap_or_default()).chain(ip);
                 match ctx.format {
-                    Format::Text => Unwound { ctx, p, s: &s, frames }.text(
+                    Format::Text => Unwound { ctx, p, s: &s, frames, recorded }.text(
                         kernel,
                         symbols,
                         lines,
                         &mut out.text,
                     ),
-                    Format::JsonLines => {
-                        Unwound { ctx, p, s: &s, frames }.json(kernel, symbols, &mut out.text)
-                    }
+                    Format::JsonLines => Unwound { ctx, p, s: &s, frames, recorded }.json(
+                        kernel,
+                        symbols,
+                        &mut out.text,
+                    ),
                     Format::Collapsed => {
                         let len_at = out.keys.len() + 1;
                         out.keys.extend([at as u64, 0, p.process.id, u64::from(p.comm)]);
@@ -178,20 +190,46 @@ pub(super) fn user_registers(
     Some((pc?, (regs, sp)))
 }
 
-/// The kernel part of a raw callchain (after PERF_CONTEXT_KERNEL). Only the
-/// context markers switch context; any other value, even one in the marker
-/// range, is an entry of the current context, as perf script shows it.
+/// A sample's user frames as perf recorded them, where it has no user
+/// registers and stack to unwind: its callchain's user part (the sampled ip,
+/// then the return addresses perf found by following frame pointers), or,
+/// without a callchain, the ip of a sample taken in user mode.
+fn recorded_frames(s: &Sample<'_>, max_frames: Option<usize>, frames: &mut Vec<Frame>) {
+    let ip = (s.callchain.is_none() && s.cpumode() == PERF_RECORD_MISC_USER && s.ip != 0)
+        .then_some(s.ip);
+    let ips = user_ips(s.callchain.unwrap_or_default()).chain(ip);
+    let at_most = max_frames.unwrap_or(usize::MAX);
+    frames.extend(ips.take(at_most).enumerate().map(|(i, pc)| Frame {
+        pc,
+        sp: 0,
+        cfa: None,
+        trust: if i == 0 { Trust::Context } else { Trust::FramePointer },
+        interrupted: i == 0,
+        signal_frame: false,
+    }));
+}
+
+/// The kernel part of a raw callchain (after PERF_CONTEXT_KERNEL).
 pub(super) fn kernel_ips(chain: Words<'_>) -> impl Iterator<Item = u64> + '_ {
-    let mut in_kernel = false;
+    context_ips(chain, PERF_CONTEXT_KERNEL)
+}
+
+/// The user part of a raw callchain (after PERF_CONTEXT_USER).
+fn user_ips(chain: Words<'_>) -> impl Iterator<Item = u64> + '_ {
+    context_ips(chain, PERF_CONTEXT_USER)
+}
+
+/// The entries of a raw callchain in `context` (a `PERF_CONTEXT_*`
+/// marker). Only the context markers switch context; any other value, even
+/// one in the marker range, is an entry of the current context, as perf
+/// script shows it.
+fn context_ips(chain: Words<'_>, context: u64) -> impl Iterator<Item = u64> + '_ {
+    let mut inside = false;
     chain.iter().filter(move |&ip| match ip {
-        PERF_CONTEXT_KERNEL => {
-            in_kernel = true;
+        PERF_CONTEXT_KERNEL | PERF_CONTEXT_HV | PERF_CONTEXT_USER => {
+            inside = ip == context;
             false
         }
-        PERF_CONTEXT_HV | PERF_CONTEXT_USER => {
-            in_kernel = false;
-            false
-        }
-        _ => in_kernel,
+        _ => inside,
     })
 }

@@ -11,7 +11,7 @@ use pyo3::types::{PyBytes, PyDict};
 
 use super::errors::CoreError;
 use super::memory::PyMappedMemory;
-use crate::corefile::{CoreFile, LinkMapEntry};
+use crate::corefile::{CoreFile, LinkMapEntry, DEFAULT_MAX_SIZE};
 
 /// A path or name read from the core, as Python names files: UTF-8, bytes
 /// that are not kept as surrogates (`os.fsdecode`).
@@ -30,11 +30,15 @@ pub struct PyCoreFile {
 impl PyCoreFile {
     /// Read the core at `path`; CoreError (naming the file) if it is not
     /// a core that can be read. Damage past its headers is in `warnings`.
+    /// A compressed core (zstd, xz, lz4, gzip) is decompressed into memory,
+    /// to at most `max_size` bytes (None: `DEFAULT_MAX_SIZE`).
     #[new]
-    fn new(path: PathBuf) -> PyResult<Self> {
+    #[pyo3(signature = (path, max_size=None))]
+    fn new(path: PathBuf, max_size: Option<u64>) -> PyResult<Self> {
         let name = path.to_string_lossy().into_owned();
-        let inner =
-            CoreFile::open(&path).map_err(|e| CoreError::new_err(format!("{name}: {e}")))?;
+        let limit = max_size.unwrap_or(DEFAULT_MAX_SIZE);
+        let inner = CoreFile::open_with_limit(&path, limit)
+            .map_err(|e| CoreError::new_err(format!("{name}: {e}")))?;
         Ok(PyCoreFile { inner, path: name })
     }
 
