@@ -14,7 +14,7 @@ import binascii
 import json
 import os
 import stat
-from typing import Any
+from typing import Any, BinaryIO
 
 FORMAT = "stackwalk-capture-2"
 FORMATS = ("stackwalk-capture-1", FORMAT)
@@ -41,7 +41,16 @@ def read(path: str | os.PathLike[str]) -> dict[str, Any]:
                 raise Invalid(f"not a regular file ({_kind(info.st_mode)})")
             if info.st_size > MAX_SIZE:
                 raise Invalid(f"{info.st_size} bytes, more than a capture's {MAX_SIZE}")
-            data = f.read(MAX_SIZE + 1)
+            return read_stream(f)
+    except OSError as e:
+        raise Invalid(e.strerror or str(e)) from None
+
+
+def read_stream(stream: BinaryIO) -> dict[str, Any]:
+    """The JSON document read from ``stream`` (standard input: a pipe is fine), at most
+    ``MAX_SIZE`` bytes of it."""
+    try:
+        data = stream.read(MAX_SIZE + 1)
     except OSError as e:
         raise Invalid(e.strerror or str(e)) from None
     if len(data) > MAX_SIZE:

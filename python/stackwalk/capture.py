@@ -28,7 +28,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, BinaryIO, Protocol
 
 from stackwalk import _capturedoc
 from stackwalk._core import Unwinder, elf_section_address, elf_summary, place_mappings
@@ -208,6 +208,20 @@ class Capture:
             fields = _capturedoc.read(path)
         except _capturedoc.Invalid as exc:
             raise CaptureError(f"{os.fspath(path)}: not a stackwalk capture: {exc}") from None
+        return cls._from_fields(fields)
+
+    @classmethod
+    def read(cls, stream: BinaryIO, name: str) -> Capture:
+        """Read a capture from an open binary stream (standard input), named ``name`` in
+        errors; at most as many bytes as ``load`` takes from a file."""
+        try:
+            fields = _capturedoc.read_stream(stream)
+        except _capturedoc.Invalid as exc:
+            raise CaptureError(f"{name}: not a stackwalk capture: {exc}") from None
+        return cls._from_fields(fields)
+
+    @classmethod
+    def _from_fields(cls, fields: dict[str, Any]) -> Capture:
         fields["modules"] = [CaptureModule(*module) for module in fields["modules"]]
         return cls(**fields)
 

@@ -89,7 +89,10 @@ def cmd_capture(args: argparse.Namespace) -> int:
 def cmd_unwind(args: argparse.Namespace) -> int:
     from stackwalk.capture import Capture
 
-    cap = Capture.load("/dev/stdin" if args.capture == STDIN else args.capture)
+    if args.capture == STDIN:
+        cap = Capture.read(sys.stdin.buffer, STDIN_NAME)
+    else:
+        cap = Capture.load(args.capture)
     uw, trace = _unwind_capture(cap, args.baseline, args.max_frames)
     _print_trace(cap, uw, trace, args.json)
     if not trace.frames:
