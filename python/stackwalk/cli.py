@@ -196,7 +196,9 @@ def _directory_files(directory: str) -> list[str]:
     except OSError as e:
         raise StackwalkError(f"{directory}: {e.strerror or e}") from None
     paths = [os.path.join(directory, name) for name in names]
-    return [p for p in paths if os.path.isfile(p)]
+    # Subdirectories are not looked into; anything else is read, and what is not a regular file
+    # (a FIFO, a device, a dangling link or a loop of them) gets its error line, never opened.
+    return [p for p in paths if not os.path.isdir(p)]
 
 
 def cmd_core(args: argparse.Namespace) -> int:

@@ -612,12 +612,15 @@ class _FileFinder:
         return s if isinstance(s, dict) else None
 
     def _check(self, file: str) -> dict[str, Any] | str | None:
-        """The file's elf_summary; why this ELF file cannot be used; None: not an ELF file."""
+        """The file's elf_summary; why this file cannot be used (another machine's ELF file, or
+        not a regular file: a FIFO, a device, never opened); None: not an ELF file."""
         if file not in self._summaries:
             try:
                 s = elf_summary(file)
-            except ElfError:
-                self._summaries[file] = None
+            except ElfError as e:
+                # The native reader says what a file that is not a regular file is.
+                why = str(e).removeprefix(f"{file}: ")
+                self._summaries[file] = None if os.path.isfile(file) else f"{file} {why}"
             else:
                 ok = s["machine"] == self._arch
                 self._summaries[file] = s if ok else f"{file} is {s['machine']}, not {self._arch}"
@@ -641,13 +644,14 @@ class _FileFinder:
         if explicit is not None:
             s = self._check(explicit)
             if not isinstance(s, dict):
-                why = (s or "not an ELF file") if os.path.isfile(explicit) else "no such file"
+                exists = os.path.exists(explicit)
+                why = s or ("not an ELF file" if exists else "no such file")
                 raise CoreError(f"executable {explicit}: {why}")
             return explicit, s, []
         fallback: tuple[str, dict[str, Any]] | None = None
         rejected: list[str] = []
         for candidate in self._candidates(path):
-            if not os.path.isfile(candidate):
+            if not os.path.exists(candidate):  # a FIFO or a device is a reason, given below
                 continue
             s = self._check(candidate)
             if s is None:

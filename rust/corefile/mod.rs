@@ -17,7 +17,6 @@ mod linkmap;
 mod notes;
 
 use std::fmt;
-use std::fs::File;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -204,17 +203,12 @@ pub struct CoreFile {
 impl CoreFile {
     /// Map the file at `path` and read it.
     pub fn open(path: &Path) -> Result<CoreFile, CoreError> {
-        let file = File::open(path).map_err(CoreError::Io)?;
+        let file = crate::files::open_regular(path).map_err(CoreError::Io)?;
         let meta = file.metadata().map_err(CoreError::Io)?;
-        if meta.is_dir() {
-            return Err(CoreError::Io(std::io::Error::from_raw_os_error(21))); // EISDIR
-        }
         if meta.len() == 0 {
             return Err(CoreError::NotElf);
         }
-        // SAFETY: read-only mapping; like every tool that maps its input, we
-        // assume the file is not truncated while in use.
-        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(CoreError::Map)?;
+        let map = crate::files::map_file(&file).map_err(CoreError::Map)?;
         CoreFile::from_data(Data::Mapped(map))
     }
 

@@ -4,7 +4,6 @@
 //! `stackdb`, `perf`, `corefile`. This file registers them all. Files are
 //! mapped, never copied.
 
-use std::fs::File;
 use std::path::PathBuf;
 
 use pyo3::buffer::PyBuffer;
@@ -30,11 +29,8 @@ fn elf_bytes(source: &Bound<'_, PyAny>) -> PyResult<(String, Data)> {
     }
     let path: PathBuf = source.extract()?;
     let name = path.to_string_lossy().into_owned();
-    let file = File::open(&path).map_err(|e| ElfError::new_err(format!("{name}: {e}")))?;
-    // SAFETY: read-only mapping of a file assumed not to shrink while in use.
-    let map = unsafe { memmap2::Mmap::map(&file) }
-        .map_err(|e| ElfError::new_err(format!("{name}: cannot map: {e}")))?;
-    Ok((name, Data::Mapped(map)))
+    let data = crate::files::map(&path).map_err(|e| ElfError::new_err(format!("{name}: {e}")))?;
+    Ok((name, data))
 }
 
 #[pymodule]

@@ -51,8 +51,9 @@ pub(super) fn perf_report<'py>(
     // A regular file is mapped and its records read in place; anything else
     // (a FIFO) is streamed.
     let is_file = file.metadata().is_ok_and(|m| m.is_file());
-    // SAFETY: read-only mapping; a perf.data file is not changed while read.
-    match is_file.then(|| unsafe { memmap2::Mmap::map(&file) }.ok()).flatten() {
+    // A file cut short while read (or still being written) reads as zeros
+    // past its new end, and the reader reports it cut (see crate::files).
+    match is_file.then(|| crate::files::map_file(&file).ok()).flatten() {
         Some(map) => {
             let data = Arc::new(Data::Mapped(map));
             run.profile(py, crate::perf::PerfFile::from_data(data).map_err(open_error)?)

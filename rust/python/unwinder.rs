@@ -1,7 +1,6 @@
 //! `Unwinder`, and the `Trace` of `Frame`s it returns: `crate::unwind`'s
 //! unwinder, with the registers and memory given as Python values.
 
-use std::fs::File;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -203,14 +202,11 @@ impl PyUnwinder {
         debug_root: Option<PathBuf>,
     ) -> PyResult<()> {
         let name = path.to_string_lossy().into_owned();
-        let file = File::open(&path).map_err(|e| ElfError::new_err(format!("{name}: {e}")))?;
-        // SAFETY: the file is mapped read-only; like every tool that maps its
-        // input (gdb, eu-stack), we assume it is not truncated while in use.
-        let map = unsafe { memmap2::Mmap::map(&file) }
-            .map_err(|e| ElfError::new_err(format!("{name}: cannot map: {e}")))?;
+        let data =
+            crate::files::map(&path).map_err(|e| ElfError::new_err(format!("{name}: {e}")))?;
         let debug = debug_root.map(|root| (path.as_path(), root));
         let debug = debug.as_ref().map(|(p, r)| (*p, r.as_path()));
-        self.add(name, Data::Mapped(map), bias, ranges, debug)
+        self.add(name, data, bias, ranges, debug)
     }
 
     /// The separate debug file whose `.debug_frame` the module added from

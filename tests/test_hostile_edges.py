@@ -1,0 +1,264 @@
+"""Hostile input at the edges around the native core: paths that name FIFOs, devices and loops
+of symbolic links (a core's NT_FILE, a perf.data MMAP2 record, a debug root, a directory of
+cores, ``Unwinder.add_module``), files that shrink while they are in use, and counts that would
+make the program allocate without bound. The rule, as for damaged bytes (test_hostile_input.py):
+a StackwalkError subclass or a result; never a hang, a signal, or memory without bound. Whatever
+could hang or kill the interpreter runs in a process of its own, so that the test fails instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from corefiles import Cores, build_id_of, note_span
+from perfdata import O2, PERF, Recordings, data_section, perf_env, stackwalk_perf
+from realstacks import Builder
+
+# Nothing here takes more than a few seconds; the bound only turns a hang into a failure.
+HANG = 60
+
+
+def python(code: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``code`` run by the test's interpreter in a process of its own."""
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code), *args],
+        capture_output=True, text=True, timeout=HANG,
+    )  # fmt: skip
+
+
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    """A directory with a short path: a path in a core's note is replaced in place, by one no
+    longer than it."""
+    with tempfile.TemporaryDirectory(dir="/tmp") as d:
+        yield Path(d)
+
+
+def fifo(path: Path) -> Path:
+    os.mkfifo(path)
+    return path
+
+
+def same_length(path: Path, length: int) -> bytes:
+    """``path`` as bytes of ``length``: led by extra slashes, which name the same file."""
+    raw = os.fsencode(path)
+    assert len(raw) <= length, (raw, length)
+    return b"/" * (length - len(raw)) + raw
+
+
+def core_with_fifo_module(cores: Cores, directory: Path) -> tuple[Path, bytes]:
+    """A copy of the "deep" core whose NT_FILE names a FIFO where it named libc."""
+    made = cores("deep")
+    data = bytearray(made.path.read_bytes())
+    start, end = note_span(made.path, "NT_FILE")
+    note = bytes(data[start:end])
+    (libc,) = {p for p in note.split(b"\0") if p.endswith(b"/libc.so.6")}
+    replacement = same_length(fifo(directory / "libc.so.6"), len(libc))
+    data[start:end] = note.replace(libc, replacement)
+    core = directory / "fifo-module.core"
+    core.write_bytes(data)
+    return core, replacement
+
+
+def test_a_core_whose_module_is_a_fifo(cores: Cores, short_dir: Path) -> None:
+    """The core's libc is a FIFO: the run finishes, the warning names it and says what it is,
+    and the crashing thread is still unwound through the program's own frames (gdb's)."""
+    core, fifo_path = core_with_fifo_module(cores, short_dir)
+    made = cores("deep")
+    proc = subprocess.run(
+        [sys.executable, "-m", "stackwalk", "core", str(core), "--json"],
+        capture_output=True, text=True, timeout=HANG,
+    )  # fmt: skip
+    assert proc.returncode in (0, 1), proc.stderr
+    (warning,) = [line for line in proc.stderr.splitlines() if "libc.so.6" in line]
+    assert os.fsdecode(fifo_path) in warning and "is a FIFO" in warning, warning
+    doc = json.loads(proc.stdout)
+    pcs = [int(f["pc"], 16) for f in doc["threads"][0]["frames"]]
+    reference = made.reference_pcs()[doc["crashing_thread"]]
+    # The program's own frames, up to the first in libc, are eu-stack's.
+    low, high = made.notes().file_range(str(made.executable))
+    own = len(reference)
+    own = next((i for i, pc in enumerate(reference) if not low <= pc < high), own)
+    assert own >= 2 and pcs[:own] == reference[:own], (pcs, reference)
+
+
+def test_core_dir_names_what_is_not_a_file(cores: Cores, tmp_path: Path) -> None:
+    """A spool with a FIFO, a link to a character device, a loop of links, a dangling link,
+    a subdirectory and a good core: one error line for each that is not a file (saying what
+    it is), nothing for the subdirectory, the good core's report; the run ends."""
+    made = cores("deep")
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    fifo(spool / "a-fifo")
+    (spool / "b-device").symlink_to("/dev/zero")
+    (spool / "c-loop").symlink_to(spool / "c-loop2")
+    (spool / "c-loop2").symlink_to(spool / "c-loop")
+    (spool / "d-dangling").symlink_to(spool / "nothing")
+    (spool / "e-good").symlink_to(made.path)
+    (spool / "f-subdir").mkdir()
+    for jobs in ("1", "2"):
+        proc = subprocess.run(
+            [sys.executable, "-m", "stackwalk", "core", "--dir", str(spool), "--jobs", jobs],
+            capture_output=True, text=True, timeout=HANG,
+        )  # fmt: skip
+        errors = proc.stderr.splitlines()
+        expected = {
+            "a-fifo": "is a FIFO",
+            "b-device": "is a character device",
+            "c-loop": "symbolic links",
+            "c-loop2": "symbolic links",
+            "d-dangling": "No such file",
+        }
+        for name, what in expected.items():
+            (line,) = [e for e in errors if f"{spool / name}:" in e]
+            assert line.startswith("stackwalk: error:") and what in line, line
+        assert len([e for e in errors if "error:" in e]) == len(expected), proc.stderr
+        assert f"Core {spool / 'e-good'}" in proc.stdout and "crash_here" in proc.stdout
+        assert proc.returncode == 1
+
+
+def test_add_module_and_symbols_of_a_fifo(tmp_path: Path) -> None:
+    """Unwinder.add_module, SymbolTable and elf_summary refuse a FIFO (and a directory, a
+    device) at once, saying what it is."""
+    path = fifo(tmp_path / "lib.so")
+    proc = python(
+        """
+        import sys
+        import stackwalk
+        from stackwalk._core import SymbolTable, elf_summary
+        for target in sys.argv[1:]:
+            for call in (lambda: stackwalk.Unwinder("x86_64").add_module(target),
+                         lambda: SymbolTable(target), lambda: elf_summary(target)):
+                try:
+                    call()
+                except stackwalk.ElfError as e:
+                    print(e)
+        """,
+        str(path), str(tmp_path), "/dev/zero",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert (
+        proc.stdout.splitlines()
+        == [f"{path}: is a FIFO"] * 3
+        + [f"{tmp_path}: is a directory"] * 3
+        + ["/dev/zero: is a character device"] * 3
+    )
+
+
+def test_a_debug_root_of_fifos(cores: Cores, tmp_path: Path) -> None:
+    """Separate debug files looked for by build id under a debug root where every candidate
+    is a FIFO: none is opened, the core is read as without them."""
+    made = cores("deep")
+    root = tmp_path / "debug"
+    for file in (str(made.executable), "/usr/lib/x86_64-linux-gnu/libc.so.6"):
+        build_id = build_id_of(file)
+        (root / ".build-id" / build_id[:2]).mkdir(parents=True, exist_ok=True)
+        fifo(root / ".build-id" / build_id[:2] / f"{build_id[2:]}.debug")
+    proc = subprocess.run(
+        [sys.executable, "-m", "stackwalk", "core", str(made.path), "--json",
+         "--debug-root", str(root)],
+        capture_output=True, text=True, timeout=HANG,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    pcs = [int(f["pc"], 16) for f in doc["threads"][0]["frames"]]
+    assert pcs == made.reference_pcs()[doc["crashing_thread"]]
+
+
+def test_perf_mmap_of_a_fifo(recordings: Recordings, short_dir: Path) -> None:
+    """A perf.data whose MMAP2 records name a FIFO for the program: the report finishes, the
+    warning names the FIFO, and the samples are still there."""
+    recording = recordings("qsort")
+    program = os.fsencode(recording.argv[0])
+    data = recording.path.read_bytes()
+    replacement = same_length(fifo(short_dir / "prog"), len(program))
+    damaged = short_dir / "fifo.perf.data"
+    damaged.write_bytes(data.replace(program + b"\0", replacement + b"\0"))
+    proc = subprocess.run(
+        [sys.executable, "-m", "stackwalk", "perf", str(damaged), "--json"],
+        capture_output=True, text=True, timeout=HANG,
+    )  # fmt: skip
+    assert proc.returncode in (0, 1), proc.stderr
+    assert [line for line in proc.stderr.splitlines() if os.fsdecode(replacement) in line]
+    assert len(proc.stdout.splitlines()) == len(stackwalk_perf(recording.path, "--json")
+                                                .stdout.splitlines())  # fmt: skip
+
+
+# --- files that shrink while they are in use --------------------------------------------------
+
+
+def test_a_module_cut_short_while_in_use(cores: Cores, tmp_path: Path) -> None:
+    """The executable, mapped by the unwinder, is truncated to nothing before the stacks are
+    walked: its CFI and code now read as zeros, and the walk ends with a reason where they are
+    needed; the process is not killed by SIGBUS. Frame 0 (the registers) is still eu-stack's."""
+    made = cores("deep")
+    executable = tmp_path / "crash_deep"
+    executable.write_bytes(made.executable.read_bytes())
+    proc = python(
+        """
+        import json, os, sys
+        from stackwalk.core import Core
+        core = Core.open(sys.argv[1], sys.argv[2], debug_root=None)
+        os.truncate(sys.argv[2], 0)
+        doc = core.to_dict()
+        thread = doc["threads"][0]
+        print(json.dumps({"crashing": doc["crashing_thread"], "end": thread["end"],
+                          "pcs": [int(f["pc"], 16) for f in thread["frames"]]}))
+        """,
+        str(made.path), str(executable),
+    )  # fmt: skip
+    assert proc.returncode == 0, (proc.returncode, proc.stderr)
+    answer = json.loads(proc.stdout)
+    reference = made.reference_pcs()[answer["crashing"]]
+    assert answer["pcs"][0] == reference[0]
+    assert answer["end"], answer
+
+
+def test_a_perf_data_cut_short_while_read(build: Builder, tmp_path: Path) -> None:
+    """A perf.data file truncated (to a quarter of its data) while ``stackwalk perf`` reads it:
+    the command is held by its own output (a pipe not read) after its first batches, with most
+    of the file still to read, until the file is cut; it then ends with the error of a file cut
+    short, after the samples before it, and is not killed by SIGBUS. (Some 7,000 samples, small
+    stack copies; a batch is 1,024 samples, and the pipe holds far less than a batch's output.)"""
+    recording = tmp_path / "cut.perf.data"
+    program = build("perf_qsort.c", *O2)
+    record = [PERF, "record", "-q", "-F", "4999", "-e", "cpu-clock", "--call-graph",
+              "dwarf,1024", "-o", str(recording), "--", str(program), "100"]  # fmt: skip
+    subprocess.run(record, env=perf_env(tmp_path), check=True, capture_output=True, timeout=HANG)
+    start, size = data_section(recording)
+    whole = stackwalk_perf(recording, "--json").stdout.splitlines()
+    assert len(whole) > 5000
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "stackwalk", "perf", str(recording), "--json"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        first = b""
+        while not first.endswith(b"\n"):  # it has mapped the file and begun (unbuffered:
+            byte = proc.stdout.read(1)  # communicate() reads the rest from the pipe)
+            assert byte, first
+            first += byte
+        os.truncate(recording, start + size // 4)
+        out, err = proc.communicate(timeout=HANG)
+    finally:
+        proc.kill()
+        proc.wait()
+    rest, errors = out.decode(), err.decode()
+    assert proc.returncode != -signal.SIGBUS, errors
+    assert proc.returncode == 1, (proc.returncode, errors)
+    assert "perf.data: cannot read perf.data at offset" in errors, errors
+    assert "the file was cut short while it was read" in errors, errors
+    got = [first.decode().rstrip("\n"), *rest.splitlines()]
+    assert 0 < len(got) < len(whole)
+    # The samples before the cut are the whole file's first ones.
+    assert got[:1000] == whole[:1000]
