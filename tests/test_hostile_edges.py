@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import stackwalk
 from corefiles import Cores, build_id_of, note_span
 from perfdata import O2, PERF, Recordings, data_section, perf_env, stackwalk_perf
 from realstacks import Builder
@@ -262,3 +263,102 @@ def test_a_perf_data_cut_short_while_read(build: Builder, tmp_path: Path) -> Non
     assert 0 < len(got) < len(whole)
     # The samples before the cut are the whole file's first ones.
     assert got[:1000] == whole[:1000]
+
+
+# --- counts that would make the program allocate without bound ---------------------------------
+
+
+def test_stackdb_refuses_a_trace_longer_than_any_stack() -> None:
+    """``StackDB.add(range(10**12))``: a sequence whose length no allocation may trust (it
+    aborted the interpreter); refused with StackwalkError, the database unchanged and usable.
+    A trace of the most pcs allowed is still taken."""
+    proc = python(
+        """
+        import stackwalk
+        from stackwalk._core import StackDB
+        db = StackDB()
+        for huge in (range(10**12), iter(range(10**12)), list(range(2**20 + 1))):
+            try:
+                db.add(huge)
+            except stackwalk.StackwalkError as e:
+                print(type(e).__name__, e)
+        print(len(db), db.add(range(2**20)), len(db.trace(0)))
+        """
+    )
+    assert proc.returncode == 0, (proc.returncode, proc.stderr)
+    lines = proc.stdout.splitlines()
+    assert lines[:3] == ["StackwalkError a trace of more than 1048576 pcs: not a stack"] * 3
+    assert lines[3] == "0 0 1048576"
+
+
+def test_jobs_are_bounded() -> None:
+    """--jobs past MAX_JOBS (100,000 worker threads never start: the run hung) is a usage error
+    for both commands, and perf_report refuses it too."""
+    from stackwalk._core import MAX_JOBS, perf_report
+
+    assert MAX_JOBS == 256
+    for command in (["core", "--dir", "/nonexistent"], ["perf", "/nonexistent"]):
+        proc = subprocess.run(
+            [sys.executable, "-m", "stackwalk", *command, "--jobs", "100000"],
+            capture_output=True, text=True, timeout=HANG,
+        )  # fmt: skip
+        assert proc.returncode == 2 and proc.stdout == "", proc.stderr
+        assert "--jobs: must be at most 256, not 100000" in proc.stderr, proc.stderr
+    with tempfile.NamedTemporaryFile() as empty:
+        with pytest.raises(stackwalk.StackwalkError, match="at most 256"):
+            perf_report(empty.name, output=os.devnull, jobs=100_000)
+
+
+def many_threads(core: Path, count: int, output: Path) -> Path:
+    """A copy of ``core`` whose notes are moved to its end with ``count`` more copies of its
+    first NT_PRSTATUS (tids from 100000 on) after them."""
+    data = bytearray(core.read_bytes())
+    start, end = note_span(core, "NT_PRSTATUS")
+    note = bytearray(data[start:end])
+    namesz = int.from_bytes(note[0:4], "little")
+    pid_at = 12 + (namesz + 3) // 4 * 4 + 32  # pr_pid, after pr_info, pr_cursig and 3 words
+    extra = bytearray()
+    for tid in range(100000, 100000 + count):
+        note[pid_at : pid_at + 4] = tid.to_bytes(4, "little")
+        extra += note
+    phoff = int.from_bytes(data[32:40], "little")
+    phentsize, phnum = (int.from_bytes(data[at : at + 2], "little") for at in (54, 56))
+    for header in range(phoff, phoff + phnum * phentsize, phentsize):
+        if int.from_bytes(data[header : header + 4], "little") == 4:  # PT_NOTE
+            offset = int.from_bytes(data[header + 8 : header + 16], "little")
+            size = int.from_bytes(data[header + 32 : header + 40], "little")
+            notes = data[offset : offset + size] + extra
+            data[header + 8 : header + 16] = len(data).to_bytes(8, "little")
+            data[header + 32 : header + 40] = len(notes).to_bytes(8, "little")
+            data += notes
+            break
+    output.write_bytes(data)
+    return output
+
+
+def test_a_core_of_many_threads_is_read_in_memory_of_its_size(cores: Cores, tmp_path: Path) -> None:
+    """A core of 20,000 threads: Core.open reads every thread, the crashing one first, in
+    memory a few times the core's size (a dict of registers per thread made it ten times; the
+    registers are now read when a thread is unwound)."""
+    made = cores("deep")
+    core = many_threads(made.path, 20_000, tmp_path / "many.core")
+    proc = python(
+        """
+        import sys
+        from stackwalk.core import Core
+
+        def rss():
+            with open("/proc/self/statm") as f:
+                return int(f.read().split()[1]) * 4096
+
+        before = rss()
+        core = Core.open(sys.argv[1], debug_root=None)
+        grown = rss() - before
+        print(len(core.threads), core.threads[0].tid, grown, len(core.threads[-1].regs))
+        """,
+        str(core),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    count, first, grown, registers = map(int, proc.stdout.split())
+    assert count == 20_001 and first == made.notes().tids[0] and registers == 27
+    assert grown < 5 * core.stat().st_size, (grown, core.stat().st_size)

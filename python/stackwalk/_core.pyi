@@ -29,7 +29,11 @@ __all__ = [
     "perf_report",
     "perf_samples",
     "flamegraph",
+    "MAX_JOBS",
 ]
+
+# The most worker threads (perf_report's jobs) or `core --dir` processes a run may ask for.
+MAX_JOBS: int
 
 class StackwalkError(Exception): ...
 class ElfError(StackwalkError): ...
@@ -120,9 +124,8 @@ class CoreFile:
     @property
     def memory(self) -> MappedMemory: ...
     @property
-    def threads(
-        self,
-    ) -> list[tuple[int, int, dict[str, int], tuple[int, int, int] | None]]: ...
+    def threads(self) -> list[tuple[int, int, int, tuple[int, int, int] | None]]: ...
+    def registers(self, index: int) -> dict[str, int]: ...
     @property
     def pid(self) -> int | None: ...
     @property

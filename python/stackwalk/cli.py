@@ -314,7 +314,18 @@ def _at_least(minimum: int, what: str) -> Callable[[str], int]:
 
 
 _frame_count = _at_least(1, "a number of frames")
-_count = _at_least(0, "a number")  # worker counts: 0 is one per CPU
+_count = _at_least(0, "a number")
+
+
+def _jobs(text: str) -> int:
+    """A worker count: 0 (one per CPU) up to the native core's MAX_JOBS, past which workers
+    only exhaust the machine (100,000 of them never start)."""
+    from stackwalk._core import MAX_JOBS
+
+    value = _count(text)
+    if value > MAX_JOBS:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_JOBS}, not {value}")
+    return value
 
 
 def _add_max_frames(parser: argparse.ArgumentParser, stack: str = "the captured stack") -> None:
@@ -380,7 +391,7 @@ def _add_core(sub: Any) -> None:
     k.add_argument("--no-scan", action="store_true", help="never scan the stack")
     k.add_argument(
         "--jobs",
-        type=_count,
+        type=_jobs,
         default=0,
         metavar="N",
         help="with --dir: cores read on N processes at once (default: one per CPU)",
@@ -403,7 +414,7 @@ def _add_perf(sub: Any) -> None:
     out.add_argument("--json", action="store_true", help="JSON Lines, one object per sample")
     out.add_argument("--collapsed", action="store_true", help="folded stacks with counts")
     out.add_argument("--flamegraph", metavar="OUT.svg", help="write an interactive SVG flame graph")
-    pf.add_argument("--jobs", type=_count, default=0, help="worker threads (default: one per core)")
+    pf.add_argument("--jobs", type=_jobs, default=0, help="worker threads (default: one per core)")
     _add_max_frames(pf, "each sample's stack copy")
     pf.set_defaults(func=cmd_perf)
 

@@ -80,10 +80,17 @@ class CoreModule:
 @dataclass(frozen=True, slots=True)
 class Thread:
     tid: int
-    regs: dict[str, int]
     signal: int  # pr_cursig: the signal the thread was stopped by (0: none)
     _unwinder: Unwinder = field(repr=False, compare=False)
     _memory: MappedMemory = field(repr=False, compare=False)
+    # Its registers are read from the core when asked for (a dict per thread of a core of
+    # 100,000 threads was most of the memory Core.open took).
+    _core: CoreFile = field(repr=False, compare=False)
+    _index: int = field(repr=False, compare=False)
+
+    @property
+    def regs(self) -> dict[str, int]:
+        return self._core.registers(self._index)
 
     def unwind(self, max_frames: int | None = None) -> Trace:
         """This thread's frames: at most ``max_frames``, or, when None, as many as its
@@ -95,8 +102,9 @@ class Thread:
 _Segment = tuple[int, int, int]
 # An NT_FILE entry: (start, end, file offset in bytes, path).
 _Mapping = tuple[int, int, int, str]
-# An NT_PRSTATUS: (tid, pr_cursig, registers, the NT_SIGINFO after it: (signo, code, address)).
-_ThreadNotes = tuple[int, int, dict[str, int], tuple[int, int, int] | None]
+# An NT_PRSTATUS: (tid, pr_cursig, its index for CoreFile.registers, the NT_SIGINFO after it:
+# (signo, code, address)).
+_ThreadNotes = tuple[int, int, int, tuple[int, int, int] | None]
 
 
 def _signal_name(number: int) -> str:
@@ -224,8 +232,8 @@ class Core:
             crashing = raw[0]
         ordered = ([crashing] if crashing else []) + [t for t in raw if t is not crashing]
         self.threads = [
-            Thread(tid, regs, cursig, self.unwinder, self.memory)
-            for tid, cursig, regs, _ in ordered
+            Thread(tid, cursig, self.unwinder, self.memory, self._core, index)
+            for tid, cursig, index, _ in ordered
         ]
         self.crashing_tid = crashing[0] if crashing else None
         self.signal = _signal_of(crashing) if crashing else None

@@ -42,6 +42,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("MemoryReadError", py.get_type::<MemoryReadError>())?;
     m.add("ArchError", py.get_type::<ArchError>())?;
     m.add("CoreError", py.get_type::<CoreError>())?;
+    m.add("MAX_JOBS", perf::MAX_JOBS)?;
     m.add_class::<unwinder::PyUnwinder>()?;
     m.add_class::<unwinder::PyTrace>()?;
     m.add_class::<unwinder::PyFrame>()?;
