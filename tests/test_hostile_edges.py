@@ -16,13 +16,18 @@ import sys
 import tempfile
 import textwrap
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 import stackwalk
 from corefiles import Cores, build_id_of, note_span
+from elftools.elf.elffile import ELFFile
+from hypothesis import event, given
+from hypothesis import strategies as st
 from perfdata import O2, PERF, Recordings, data_section, perf_env, stackwalk_perf
 from realstacks import Builder
+from test_hostile_input import mutate, mutations
 
 # Nothing here takes more than a few seconds; the bound only turns a hang into a failure.
 HANG = 60
@@ -128,16 +133,18 @@ def test_core_dir_names_what_is_not_a_file(cores: Cores, tmp_path: Path) -> None
 
 
 def test_add_module_and_symbols_of_a_fifo(tmp_path: Path) -> None:
-    """Unwinder.add_module, SymbolTable and elf_summary refuse a FIFO (and a directory, a
-    device) at once, saying what it is."""
+    """Unwinder.add_module (the native core's and the baseline's), SymbolTable and elf_summary
+    refuse a FIFO (and a directory, a device) at once, saying what it is."""
     path = fifo(tmp_path / "lib.so")
     proc = python(
         """
         import sys
         import stackwalk
+        from stackwalk import baseline
         from stackwalk._core import SymbolTable, elf_summary
         for target in sys.argv[1:]:
             for call in (lambda: stackwalk.Unwinder("x86_64").add_module(target),
+                         lambda: baseline.Unwinder("x86_64").add_module(target),
                          lambda: SymbolTable(target), lambda: elf_summary(target)):
                 try:
                     call()
@@ -149,9 +156,9 @@ def test_add_module_and_symbols_of_a_fifo(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert (
         proc.stdout.splitlines()
-        == [f"{path}: is a FIFO"] * 3
-        + [f"{tmp_path}: is a directory"] * 3
-        + ["/dev/zero: is a character device"] * 3
+        == [f"{path}: is a FIFO"] * 4
+        + [f"{tmp_path}: is a directory"] * 4
+        + ["/dev/zero: is a character device"] * 4
     )
 
 
@@ -362,3 +369,69 @@ def test_a_core_of_many_threads_is_read_in_memory_of_its_size(cores: Cores, tmp_
     count, first, grown, registers = map(int, proc.stdout.split())
     assert count == 20_001 and first == made.notes().tids[0] and registers == 27
     assert grown < 5 * core.stat().st_size, (grown, core.stat().st_size)
+
+
+# --- the pure-Python baseline on damaged modules ------------------------------------------------
+
+
+def hot_ranges_of_elf(path: Path) -> list[tuple[int, int]]:
+    """The ELF header, program and section headers, and the CFI sections of a file."""
+    with open(path, "rb") as f:
+        elf = ELFFile(f)
+        ranges = [(0, 64), (elf["e_phoff"], elf["e_phoff"] + elf["e_phnum"] * 56)]
+        ranges.append((elf["e_shoff"], elf["e_shoff"] + elf["e_shnum"] * 64))
+        for name in (".eh_frame", ".eh_frame_hdr", ".debug_frame"):
+            section = elf.get_section_by_name(name)
+            if section is not None:
+                ranges.append((section["sh_offset"], section["sh_offset"] + section["sh_size"]))
+    return ranges
+
+
+@dataclass(frozen=True)
+class Program:
+    """An ELF file's bytes, its hot ranges and the addresses of its functions (not shown in
+    hypothesis's reports: they are the same in every example)."""
+
+    data: bytes = field(repr=False)
+    hot: list[tuple[int, int]] = field(repr=False)
+    functions: list[int] = field(repr=False)
+
+
+@pytest.fixture(scope="module")
+def baseline_module(build: Builder) -> Program:
+    """A -O2 program with -g's .debug_frame beside .eh_frame."""
+    program = build("crash_deep.c", "-O2", "-g", "-fno-asynchronous-unwind-tables")
+    with open(program, "rb") as f:
+        symtab = ELFFile(f).get_section_by_name(".symtab")
+        functions = sorted(
+            s["st_value"] for s in symtab.iter_symbols() if s["st_info"]["type"] == "STT_FUNC"
+        )
+    return Program(program.read_bytes(), hot_ranges_of_elf(program), [f for f in functions if f])
+
+
+@given(data=st.data())
+def test_baseline_on_damaged_modules(baseline_module: Program, data: st.DataObject) -> None:
+    """The baseline reads a program whose headers and CFI are damaged and unwinds from each of
+    its functions over a stack of garbage: a StackwalkError subclass or a trace, never another
+    exception (pyelftools raised RecursionError, OverflowError...)."""
+    from stackwalk import baseline
+
+    original, functions = baseline_module.data, baseline_module.functions
+    damaged = mutate(original, data.draw(mutations(len(original), baseline_module.hot)))
+    bias = 0x5555_5555_4000
+    stack = data.draw(st.binary(min_size=64, max_size=512))
+    sp = 0x7FFF_FFFF_D000
+    uw = baseline.Unwinder("x86_64")
+    try:
+        uw.add_module_image("damaged", damaged, bias)
+    except stackwalk.StackwalkError as e:
+        event(f"add_module_image: {type(e).__name__}")
+        return
+    for function in functions:
+        regs = {"rip": function + bias, "rsp": sp, "rbp": sp + 64}
+        try:
+            trace = uw.unwind(regs, [(sp, stack)])
+        except stackwalk.StackwalkError as e:
+            event(f"unwind: {type(e).__name__}")
+        else:
+            event(f"unwind: {trace.end}")
