@@ -97,6 +97,22 @@ def test_a_core_whose_module_is_a_fifo(cores: Cores, short_dir: Path) -> None:
     assert own >= 2 and pcs[:own] == reference[:own], (pcs, reference)
 
 
+def test_a_fifo_given_as_the_core_or_the_executable(cores: Cores, tmp_path: Path) -> None:
+    """``stackwalk core FIFO`` and ``stackwalk core CORE FIFO``: one error line each, saying
+    what the file is, at once."""
+    made = cores("deep")
+    path = fifo(tmp_path / "pipe")
+    for args, error in (
+        ([path], f"stackwalk: error: {path}: is a FIFO"),
+        ([made.path, path], f"stackwalk: error: executable {path}: {path} is a FIFO"),
+    ):
+        proc = subprocess.run(
+            [sys.executable, "-m", "stackwalk", "core", *map(str, args)],
+            capture_output=True, text=True, timeout=HANG,
+        )  # fmt: skip
+        assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", error + "\n")
+
+
 def test_core_dir_names_what_is_not_a_file(cores: Cores, tmp_path: Path) -> None:
     """A spool with a FIFO, a link to a character device, a loop of links, a dangling link,
     a subdirectory and a good core: one error line for each that is not a file (saying what
