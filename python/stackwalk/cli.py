@@ -246,7 +246,10 @@ def _one_core(args: argparse.Namespace, path: str, executable: str | None) -> in
         # With --dir, one document per line (JSON Lines).
         import json
 
-        print(json.dumps(doc) if args.dir is not None else json.dumps(doc, indent=2))
+        if args.dir is not None:
+            print(json.dumps(doc))
+        else:
+            _write_json(doc)
     else:
         if args.dir is not None:
             print()  # a blank line between the reports of successive cores
@@ -256,6 +259,20 @@ def _one_core(args: argparse.Namespace, path: str, executable: str | None) -> in
         return EXIT_FAILED
     clean = all(t["end"] in ("end_of_stack", "pc_zero") for t in threads)
     return EXIT_OK if clean else EXIT_PARTIAL
+
+
+def _write_json(doc: dict[str, Any]) -> None:
+    """``doc`` indented on stdout, written as it is encoded, some thousand pieces at a time: the
+    document of a core of 100,000 threads is never held whole as text (json.dumps held 900 MB)."""
+    import json
+
+    pieces: list[str] = []
+    for piece in json.JSONEncoder(indent=2).iterencode(doc):
+        pieces.append(piece)
+        if len(pieces) >= 4096:
+            sys.stdout.write("".join(pieces))
+            pieces.clear()
+    sys.stdout.write("".join(pieces) + "\n")
 
 
 def cmd_perf(args: argparse.Namespace) -> int:
