@@ -113,6 +113,33 @@ def test_a_fifo_given_as_the_core_or_the_executable(cores: Cores, tmp_path: Path
         assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", error + "\n")
 
 
+def test_a_module_path_that_is_not_utf8(cores: Cores, tmp_path: Path) -> None:
+    """A core whose NT_FILE names libc with a byte that is not UTF-8 (found by the long
+    campaign of test_hostile_input.py: the missing module's name, a str holding a lone
+    surrogate, could not be passed to the native core): the module is missing, the warning
+    names it, and the program's own frames are still eu-stack's."""
+    made = cores("deep")
+    data = bytearray(made.path.read_bytes())
+    start, end = note_span(made.path, "NT_FILE")
+    note = bytes(data[start:end])
+    (libc,) = {p for p in note.split(b"\0") if p.endswith(b"/libc.so.6")}
+    data[start:end] = note.replace(libc, libc[:-1] + b"\xaf")
+    core = tmp_path / "not-utf8.core"
+    core.write_bytes(data)
+    proc = subprocess.run(
+        [sys.executable, "-m", "stackwalk", "core", str(core), "--json"],
+        capture_output=True, text=True, timeout=HANG,
+    )  # fmt: skip
+    assert proc.returncode in (0, 1), proc.stderr
+    assert "module not found: " + os.fsdecode(libc[:-1]) in proc.stderr, proc.stderr
+    doc = json.loads(proc.stdout)
+    pcs = [int(f["pc"], 16) for f in doc["threads"][0]["frames"]]
+    reference = made.reference_pcs()[doc["crashing_thread"]]
+    low, high = made.notes().file_range(str(made.executable))
+    own = next((i for i, pc in enumerate(reference) if not low <= pc < high), len(reference))
+    assert own >= 2 and pcs[:own] == reference[:own], (pcs, reference)
+
+
 def test_core_dir_names_what_is_not_a_file(cores: Cores, tmp_path: Path) -> None:
     """A spool with a FIFO, a link to a character device, a loop of links, a dangling link,
     a subdirectory and a good core: one error line for each that is not a file (saying what

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use pyo3::buffer::PyBuffer;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyString, PyTuple};
 
 use super::errors::{guard, ArchError, CfiError, ElfError, MemoryReadError, StackwalkError};
 use super::memory::PyMappedMemory;
@@ -220,13 +220,13 @@ impl PyUnwinder {
     /// loaded at `bias`. The bytes are copied.
     fn add_module_image(
         &mut self,
-        name: String,
+        name: &Bound<'_, PyString>,
         image: &Bound<'_, PyAny>,
         bias: i128,
     ) -> PyResult<()> {
         let buf = PyBuffer::<u8>::get(image)?;
         let bytes = buf.to_vec(image.py())?;
-        self.add(name, Data::Owned(bytes), bias, None, None)
+        self.add(module_name(name), Data::Owned(bytes), bias, None, None)
     }
 
     /// Add a module whose file is missing: only where it is (`ranges`) and
@@ -235,10 +235,11 @@ impl PyUnwinder {
     /// a frame in it has no CFI, and is walked on by the other strategies.
     fn add_missing_module(
         &mut self,
-        name: String,
+        name: &Bound<'_, PyString>,
         ranges: Vec<(u64, u64)>,
         code: Vec<(u64, u64)>,
     ) -> PyResult<()> {
+        let name = module_name(name);
         let code = code
             .iter()
             .filter(|(a, b)| a < b)
@@ -447,6 +448,13 @@ impl PyUnwinder {
 const _: () = assert!(unwind::DEFAULT_SCAN_WORDS == 1024);
 
 /// Strategy names, checked: known, at least one, each once.
+/// A module's name as given: a path from a core's NT_FILE may hold bytes
+/// that are not UTF-8, which Python keeps as lone surrogates (a `String`
+/// could not take them); they are shown as U+FFFD.
+fn module_name(name: &Bound<'_, PyString>) -> String {
+    name.to_string_lossy().into_owned()
+}
+
 fn parse_strategies(names: &[String]) -> PyResult<Vec<Strategy>> {
     if names.is_empty() {
         return Err(StackwalkError::new_err(
