@@ -8,7 +8,6 @@
 //! debuglink candidate the same build id, or, when either file has none, the
 //! CRC-32 the link records (gdb's checks).
 
-use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -65,19 +64,9 @@ fn build_id(data: &[u8]) -> Option<Vec<u8>> {
     crate::elf::summarize(data).ok()?.build_id
 }
 
-/// A regular file, mapped read-only.
+/// A regular file, mapped read-only (never opened if it is not one).
 pub fn map(path: &Path) -> Option<Data> {
-    map_file(&File::open(path).ok()?)
-}
-
-/// The bytes of an open regular file, mapped; None for anything else.
-pub fn map_file(file: &File) -> Option<Data> {
-    if !file.metadata().ok()?.is_file() {
-        return None;
-    }
-    // SAFETY: read-only mapping of a file assumed not to shrink while in use
-    // (as for every module file).
-    unsafe { memmap2::Mmap::map(file) }.ok().map(Data::Mapped)
+    crate::files::map(path).ok()
 }
 
 /// The separate debug file of the ELF file `data` (found at `path`, if it

@@ -2,11 +2,23 @@
 //! the one narrow [`Memory`] interface, so cores, perf samples and plain
 //! buffers plug in the same way.
 
-/// A file's bytes: mapped from disk (zero-copy) or owned (e.g. a vdso image
-/// copied out of a core).
+/// A file's bytes: mapped from disk (zero-copy, guarded against the file
+/// shrinking: see [`crate::files`]) or owned (e.g. a vdso image copied out of
+/// a core).
 pub enum Data {
-    Mapped(memmap2::Mmap),
+    Mapped(crate::files::Mapped),
     Owned(Vec<u8>),
+}
+
+impl Data {
+    /// Where a mapped file turned out to end, if it shrank while mapped
+    /// and was read past its new end (the bytes from there on read as zeros).
+    pub fn cut_at(&self) -> Option<usize> {
+        match self {
+            Data::Mapped(m) => m.cut_at(),
+            Data::Owned(_) => None,
+        }
+    }
 }
 
 impl std::ops::Deref for Data {

@@ -108,7 +108,7 @@ const TABLES_MAX: usize = 256;
 pub fn file_table(path: &Path, debug_root: Option<&Path>) -> Option<Arc<SymbolTable>> {
     static TABLES: OnceLock<Mutex<TableCache>> = OnceLock::new();
     let tables = TABLES.get_or_init(Mutex::default);
-    let file = std::fs::File::open(path).ok()?;
+    let file = crate::files::open_regular(path).ok()?;
     let identity = identity(&file.metadata().ok()?);
     let key = (path.to_path_buf(), debug_root.map(Path::to_path_buf));
     {
@@ -123,8 +123,9 @@ pub fn file_table(path: &Path, debug_root: Option<&Path>) -> Option<Arc<SymbolTa
         }
     }
     // Read without the lock: another thread may read another file meanwhile.
-    let table = crate::debugfile::map_file(&file)
-        .and_then(|data| read_table(&data, debug_root))
+    let table = crate::files::map_file(&file)
+        .ok()
+        .and_then(|map| read_table(&Data::Mapped(map), debug_root))
         .map(Arc::new);
     let mut cache = tables.lock().unwrap_or_else(|e| e.into_inner());
     let TableCache { entries, clock } = &mut *cache;

@@ -17,7 +17,6 @@ from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from elftools.common.exceptions import DWARFError, ELFError
 from elftools.dwarf.callframe import CIE, FDE, CallFrameInfo
 from elftools.dwarf.structs import DWARFStructs
 
@@ -546,9 +545,11 @@ class CfiSection:
         )
         try:
             entries = cfi.get_entries()
-        except (ELFError, DWARFError, AssertionError, KeyError, ValueError, struct.error) as exc:
+        except Exception as exc:  # noqa: BLE001
             # pyelftools reports malformed CFI (unknown opcodes, unsupported pointer encodings,
-            # truncation) with these; the stream position says where it stopped.
+            # truncation) with ELFError, DWARFError, struct.error and the like, but damaged bytes
+            # also make it raise OverflowError, RecursionError (a CIE pointer that leads back
+            # to its FDE)...; the stream position says where it stopped.
             self._parse_error = (
                 f"{self.origin}: cannot parse {self.name} near section offset "
                 f"{cfi.stream.tell():#x}: {exc or type(exc).__name__}"

@@ -33,7 +33,11 @@ __all__ = [
     "flamegraph",
     "TRUST_LEVELS",
     "END_REASONS",
+    "MAX_JOBS",
 ]
+
+# The most worker threads (perf_report's jobs) or `core --dir` processes a run may ask for.
+MAX_JOBS: int
 
 # How a frame was found, most trusted first (`TRUST_LEVELS` at run time).
 _Trust = Literal["context", "cfi", "frame_pointer", "cfi_scan", "scan"]
@@ -207,9 +211,8 @@ class CoreFile:
     @property
     def memory(self) -> MappedMemory: ...
     @property
-    def threads(
-        self,
-    ) -> list[tuple[int, int, dict[str, int], tuple[int, int, int] | None]]: ...
+    def threads(self) -> list[tuple[int, int, int, tuple[int, int, int] | None]]: ...
+    def registers(self, index: int) -> dict[str, int]: ...
     @property
     def pid(self) -> int | None: ...
     @property

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import io
 import operator
-import struct
+import os
+import stat
 from bisect import bisect_right
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import IO, Any
 
-from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 
 from stackwalk._baseline_cfi import (
@@ -141,6 +141,20 @@ class _Module:
         self.sections = sections  # .eh_frame first, then .debug_frame
 
 
+def _not_regular(mode: int) -> str:
+    """What a file that is not a regular file is (the native core's words)."""
+    for test, what in (
+        (stat.S_ISDIR, "is a directory"),
+        (stat.S_ISFIFO, "is a FIFO"),
+        (stat.S_ISCHR, "is a character device"),
+        (stat.S_ISBLK, "is a block device"),
+        (stat.S_ISSOCK, "is a socket"),
+    ):
+        if test(mode):
+            return what
+    return "is not a regular file"
+
+
 class Unwinder:
     """Unwinds captured stacks with the DWARF CFI of the modules added to it."""
 
@@ -168,10 +182,17 @@ class Unwinder:
     def add_module(self, path: str, bias: int = 0) -> None:
         """Add an ELF file from disk; bias = runtime address - ELF virtual address."""
         try:
-            with open(path, "rb") as stream:
-                self._add(str(path), stream, bias)
+            # Not a blocking open(): a FIFO would wait for a writer for ever.
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
         except OSError as exc:
             raise ElfError(f"cannot read {path}: {exc.strerror or exc}") from None
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            os.close(fd)
+            raise ElfError(f"{path}: {_not_regular(mode)}")
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb") as stream:
+            self._add(str(path), stream, bias)
 
     def add_module_image(self, name: str, image: Any, bias: int) -> None:
         """Add an ELF image held in memory (e.g. the vdso); bias = load address - image vaddr."""
@@ -213,8 +234,13 @@ class Unwinder:
                         bias=bias,
                     )
                 )
-        except (ELFError, struct.error, ValueError) as exc:
-            raise ElfError(f"{name}: not a readable ELF file: {exc}") from None
+        except StackwalkError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            # pyelftools, given damaged headers, raises whatever its parsing hits: ELFError and
+            # struct.error, but also OverflowError (an offset past ssize_t), RecursionError...
+            why = exc or type(exc).__name__
+            raise ElfError(f"{name}: not a readable ELF file: {why}") from None
         if not loads:
             raise ElfError(f"{name}: no PT_LOAD segment")
         start = min(lo for lo, _ in loads) + bias

@@ -203,7 +203,9 @@ def _directory_files(directory: str) -> list[str]:
     except OSError as e:
         raise StackwalkError(f"{directory}: {e.strerror or e}") from None
     paths = [os.path.join(directory, name) for name in names]
-    return [p for p in paths if os.path.isfile(p)]
+    # Subdirectories are not looked into; anything else is read, and what is not a regular file
+    # (a FIFO, a device, a dangling link or a loop of them) gets its error line, never opened.
+    return [p for p in paths if not os.path.isdir(p)]
 
 
 def cmd_core(args: argparse.Namespace) -> int:
@@ -280,7 +282,10 @@ def _one_core(
         # With --dir, one document per line (JSON Lines).
         import json
 
-        print(json.dumps(doc) if args.dir is not None else json.dumps(doc, indent=2))
+        if args.dir is not None:
+            print(json.dumps(doc))
+        else:
+            _write_json(doc)
     else:
         if args.dir is not None:
             print()  # a blank line between the reports of successive cores
@@ -290,6 +295,20 @@ def _one_core(
         return EXIT_FAILED
     clean = all(t["end"] in ("end_of_stack", "pc_zero") for t in threads)
     return EXIT_OK if clean else EXIT_PARTIAL
+
+
+def _write_json(doc: dict[str, Any]) -> None:
+    """``doc`` indented on stdout, written as it is encoded, some thousand pieces at a time: the
+    document of a core of 100,000 threads is never held whole as text (json.dumps held 900 MB)."""
+    import json
+
+    pieces: list[str] = []
+    for piece in json.JSONEncoder(indent=2).iterencode(doc):
+        pieces.append(piece)
+        if len(pieces) >= 4096:
+            sys.stdout.write("".join(pieces))
+            pieces.clear()
+    sys.stdout.write("".join(pieces) + "\n")
 
 
 def cmd_perf(args: argparse.Namespace) -> int:
@@ -385,7 +404,18 @@ def _size(text: str) -> int:
 
 
 _frame_count = _at_least(1, "a number of frames")
-_count = _at_least(0, "a number")  # worker counts: 0 is one per CPU
+_count = _at_least(0, "a number")
+
+
+def _jobs(text: str) -> int:
+    """A worker count: 0 (one per CPU) up to the native core's MAX_JOBS, past which workers
+    only exhaust the machine (100,000 of them never start)."""
+    from stackwalk._core import MAX_JOBS
+
+    value = _count(text)
+    if value > MAX_JOBS:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_JOBS}, not {value}")
+    return value
 
 
 def _add_max_frames(parser: argparse.ArgumentParser, stack: str = "the captured stack") -> None:
@@ -454,7 +484,7 @@ def _add_core(sub: Any) -> None:
     k.add_argument("--no-scan", action="store_true", help="never scan the stack")
     k.add_argument(
         "--jobs",
-        type=_count,
+        type=_jobs,
         default=0,
         metavar="N",
         help="with --dir: cores read on N processes at once (default: one per CPU)",
@@ -487,7 +517,7 @@ def _add_perf(sub: Any) -> None:
     out.add_argument("--json", action="store_true", help="JSON Lines, one object per sample")
     out.add_argument("--collapsed", action="store_true", help="folded stacks with counts")
     out.add_argument("--flamegraph", metavar="OUT.svg", help="write an interactive SVG flame graph")
-    pf.add_argument("--jobs", type=_count, default=0, help="worker threads (default: one per core)")
+    pf.add_argument("--jobs", type=_jobs, default=0, help="worker threads (default: one per core)")
     _add_max_frames(pf, "each sample's stack copy")
     pf.set_defaults(func=cmd_perf)
 

@@ -150,20 +150,31 @@ class CoreModule(_Record):
 class Thread(_Record):
     """A thread of the core: its registers, and its frames on demand."""
 
-    __slots__ = ("tid", "regs", "signal", "_unwinder", "_memory")
+    __slots__ = ("tid", "signal", "_unwinder", "_memory", "_core", "_index")
     tid: int
-    regs: dict[str, int]
     signal: int  # pr_cursig: the signal the thread was stopped by (0: none)
     _unwinder: Unwinder
     _memory: MappedMemory
+    # Its registers are read from the core when asked for (a dict per thread of a core of
+    # 100,000 threads was most of the memory Core.open took).
+    _core: CoreFile
+    _index: int
 
     def __init__(
-        self, tid: int, regs: dict[str, int], signal: int, unwinder: Unwinder, memory: MappedMemory
+        self,
+        tid: int,
+        signal: int,
+        unwinder: Unwinder,
+        memory: MappedMemory,
+        core: CoreFile,
+        index: int,
     ) -> None:
-        self._set(tid=tid, regs=regs, signal=signal, _unwinder=unwinder, _memory=memory)
+        self._set(tid=tid, signal=signal, _unwinder=unwinder, _memory=memory)
+        self._set(_core=core, _index=index)
 
-    def __hash__(self) -> int:
-        return hash((self.tid, self.signal))  # regs, a dict, is not hashable
+    @property
+    def regs(self) -> dict[str, int]:
+        return self._core.registers(self._index)
 
     def unwind(self, max_frames: int | None = None) -> Trace:
         """This thread's frames: at most ``max_frames``, or, when None, as many as its
@@ -175,8 +186,9 @@ class Thread(_Record):
 _Segment = tuple[int, int, int]
 # An NT_FILE entry: (start, end, file offset in bytes, path).
 _Mapping = tuple[int, int, int, str]
-# An NT_PRSTATUS: (tid, pr_cursig, registers, the NT_SIGINFO after it: (signo, code, address)).
-_ThreadNotes = tuple[int, int, dict[str, int], tuple[int, int, int] | None]
+# An NT_PRSTATUS: (tid, pr_cursig, its index for CoreFile.registers, the NT_SIGINFO after it:
+# (signo, code, address)).
+_ThreadNotes = tuple[int, int, int, tuple[int, int, int] | None]
 
 
 def _signal_name(number: int) -> str:
@@ -315,8 +327,8 @@ class Core:
         crashing = next((t for t in raw if _is_crash(_signal_of(t))), None)
         ordered = ([crashing] if crashing else []) + [t for t in raw if t is not crashing]
         self.threads = [
-            Thread(tid, regs, cursig, self.unwinder, self.memory)
-            for tid, cursig, regs, _ in ordered
+            Thread(tid, cursig, self.unwinder, self.memory, self._core, index)
+            for tid, cursig, index, _ in ordered
         ]
         self.crashing_tid = crashing[0] if crashing else None
         self.signal = _signal_of(ordered[0]) if ordered else None
@@ -695,12 +707,15 @@ class _FileFinder:
         return s if isinstance(s, dict) else None
 
     def _check(self, file: str) -> ElfSummary | str | None:
-        """The file's elf_summary; why this ELF file cannot be used; None: not an ELF file."""
+        """The file's elf_summary; why this file cannot be used (another machine's ELF file, or
+        not a regular file: a FIFO, a device, never opened); None: not an ELF file."""
         if file not in self._summaries:
             try:
                 s = elf_summary(file)
-            except ElfError:
-                self._summaries[file] = None
+            except ElfError as e:
+                # The native reader says what a file that is not a regular file is.
+                why = str(e).removeprefix(f"{file}: ")
+                self._summaries[file] = None if os.path.isfile(file) else f"{file} {why}"
             else:
                 ok = s["machine"] == self._arch
                 self._summaries[file] = s if ok else f"{file} is {s['machine']}, not {self._arch}"
@@ -724,13 +739,14 @@ class _FileFinder:
         if explicit is not None:
             s = self._check(explicit)
             if not isinstance(s, dict):
-                why = (s or "not an ELF file") if os.path.isfile(explicit) else "no such file"
+                exists = os.path.exists(explicit)
+                why = s or ("not an ELF file" if exists else "no such file")
                 raise CoreError(f"executable {explicit}: {why}")
             return explicit, s, []
         fallback: tuple[str, ElfSummary] | None = None
         rejected: list[str] = []
         for candidate in self._candidates(path):
-            if not os.path.isfile(candidate):
+            if not os.path.exists(candidate):  # a FIFO or a device is a reason, given below
                 continue
             s = self._check(candidate)
             if s is None:

@@ -21,7 +21,6 @@ mod linkmap;
 mod notes;
 
 use std::fmt;
-use std::fs::File;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -222,17 +221,12 @@ impl CoreFile {
     /// [`CoreFile::open`], a compressed file decompressed to at most
     /// `max_size` bytes (more is an error).
     pub fn open_with_limit(path: &Path, max_size: u64) -> Result<CoreFile, CoreError> {
-        let file = File::open(path).map_err(CoreError::Io)?;
+        let file = crate::files::open_regular(path).map_err(CoreError::Io)?;
         let meta = file.metadata().map_err(CoreError::Io)?;
-        if meta.is_dir() {
-            return Err(CoreError::Io(std::io::Error::from_raw_os_error(21))); // EISDIR
-        }
         if meta.len() == 0 {
             return Err(CoreError::NotElf);
         }
-        // SAFETY: read-only mapping; like every tool that maps its input, we
-        // assume the file is not truncated while in use.
-        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(CoreError::Map)?;
+        let map = crate::files::map_file(&file).map_err(CoreError::Map)?;
         match Compression::detect(&map) {
             None => CoreFile::from_data(Data::Mapped(map)),
             Some(kind) => {

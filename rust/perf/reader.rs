@@ -355,6 +355,7 @@ impl<R: Read + Seek> PerfFile<R> {
             }
             None => read_full(&mut self.reader, &mut head).map_err(|e| io_error(offset, e))?,
         };
+        self.check_cut(offset, 8)?;
         if got == 0 && self.data_end.is_none() {
             return Ok(None);
         }
@@ -376,6 +377,7 @@ impl<R: Read + Seek> PerfFile<R> {
                 if end > map.len() as u64 {
                     return Err(PerfError::TruncatedRecord { offset });
                 }
+                self.check_cut(offset, size)?;
                 if let Some(pager) = &mut self.pager {
                     pager.reached(end);
                 }
@@ -423,6 +425,19 @@ impl<R: Read + Seek> PerfFile<R> {
             self.pos = payload_end;
         }
         Ok(Some((offset, size)))
+    }
+
+    /// An error if the mapped file shrank while read and the record of
+    /// `size` bytes at `offset` reaches past its new end (it reads as zeros
+    /// there: see `crate::files`).
+    fn check_cut(&self, offset: u64, size: usize) -> Result<(), PerfError> {
+        let cut = self.map.as_ref().and_then(|map| map.cut_at());
+        match cut {
+            Some(cut) if (cut as u64) < offset.saturating_add(size as u64) => {
+                Err(io_error(offset, io::Error::other("the file was cut short while it was read")))
+            }
+            _ => Ok(()),
+        }
     }
 
     /// The bytes of a record [`next_record`] returned, while it is the

@@ -446,7 +446,8 @@ impl Profiler {
             spare: self.spare.clone(),
         };
         let work = std::mem::replace(batch, Vec::with_capacity(self.options.batch));
-        let oldest = work.first().map_or(0, |p| p.offset);
+        // In time order, not file order: the lowest offset is anywhere.
+        let oldest = work.iter().map(|p| p.offset).min().unwrap_or(0);
         let (send, done) = std::sync::mpsc::channel();
         scope.spawn(move |_| {
             let chunks: Vec<ChunkOut> = work.par_chunks(CHUNK).map(|c| ctx.work(c)).collect();

@@ -60,11 +60,7 @@ impl Profiler {
         let data = if filename == b"[vdso]" {
             self.vdso.clone()
         } else {
-            std::fs::File::open(&*path)
-                .ok()
-                // SAFETY: read-only mapping of a file assumed not to shrink while in use.
-                .and_then(|f| unsafe { memmap2::Mmap::map(&f) }.ok())
-                .map(|m| Arc::new(Data::Mapped(m)))
+            crate::files::map(std::path::Path::new(&*path)).ok().map(Arc::new)
         };
         let mut unwind = None;
         let mut loads = Vec::new();

@@ -1,6 +1,5 @@
 //! `MappedMemory`: `crate::memory`'s segment memory over a mapped file.
 
-use std::fs::File;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -25,11 +24,9 @@ impl PyMappedMemory {
     #[new]
     fn new(path: PathBuf, segments: Vec<(u64, u64, u64)>) -> PyResult<Self> {
         let name = path.to_string_lossy().into_owned();
-        let file =
-            File::open(&path).map_err(|e| MemoryReadError::new_err(format!("{name}: {e}")))?;
-        // SAFETY: read-only mapping; the file is assumed not to be truncated
-        // while in use, as every tool that maps its input assumes.
-        let map = unsafe { memmap2::Mmap::map(&file) }
+        let file = crate::files::open_regular(&path)
+            .map_err(|e| MemoryReadError::new_err(format!("{name}: {e}")))?;
+        let map = crate::files::map_file(&file)
             .map_err(|e| MemoryReadError::new_err(format!("{name}: cannot map: {e}")))?;
         let segments: Vec<Segment> = segments
             .into_iter()

@@ -4,7 +4,6 @@
 //! `symbolize`, `elf`, `stackdb`, `perf`, `corefile`. This file registers
 //! them all. Files are mapped, never copied.
 
-use std::fs::File;
 use std::path::PathBuf;
 
 use pyo3::buffer::PyBuffer;
@@ -32,11 +31,8 @@ fn elf_bytes(source: &Bound<'_, PyAny>) -> PyResult<(String, Data)> {
     }
     let path: PathBuf = source.extract()?;
     let name = path.to_string_lossy().into_owned();
-    let file = File::open(&path).map_err(|e| ElfError::new_err(format!("{name}: {e}")))?;
-    // SAFETY: read-only mapping of a file assumed not to shrink while in use.
-    let map = unsafe { memmap2::Mmap::map(&file) }
-        .map_err(|e| ElfError::new_err(format!("{name}: cannot map: {e}")))?;
-    Ok((name, Data::Mapped(map)))
+    let data = crate::files::map(&path).map_err(|e| ElfError::new_err(format!("{name}: {e}")))?;
+    Ok((name, data))
 }
 
 #[pymodule]
@@ -53,6 +49,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let names = |all: &[&'static str]| pyo3::types::PyTuple::new(py, all.iter().copied());
     m.add("TRUST_LEVELS", names(&crate::unwind::Trust::ALL.map(|t| t.as_str()))?)?;
     m.add("END_REASONS", names(&crate::unwind::EndReason::ALL.map(|e| e.as_str()))?)?;
+    m.add("MAX_JOBS", perf::MAX_JOBS)?;
     m.add_class::<unwinder::PyUnwinder>()?;
     m.add_class::<unwinder::PyTrace>()?;
     m.add_class::<batch::PyTraceBatch>()?;

@@ -35,6 +35,9 @@ pub(super) fn perf_report<'py>(
     progress: Option<f64>,
 ) -> PyResult<Bound<'py, PyDict>> {
     use crate::profile::{Format, Options};
+    if jobs > MAX_JOBS {
+        return Err(StackwalkError::new_err(format!("{jobs} worker threads: at most {MAX_JOBS}")));
+    }
     let progress = progress
         .map(|s| super::progress::bar(std::time::Duration::from_secs_f64(s.clamp(0.0, 1e6))));
     let format = match format {
@@ -51,8 +54,9 @@ pub(super) fn perf_report<'py>(
     // A regular file is mapped and its records read in place; anything else
     // (a FIFO) is streamed.
     let is_file = file.metadata().is_ok_and(|m| m.is_file());
-    // SAFETY: read-only mapping; a perf.data file is not changed while read.
-    match is_file.then(|| unsafe { memmap2::Mmap::map(&file) }.ok()).flatten() {
+    // A file cut short while read (or still being written) reads as zeros
+    // past its new end, and the reader reports it cut (see crate::files).
+    match is_file.then(|| crate::files::map_file(&file).ok()).flatten() {
         Some(map) => {
             let data = Arc::new(Data::Mapped(map));
             run.profile(py, crate::perf::PerfFile::from_data(data).map_err(open_error)?)
@@ -116,6 +120,10 @@ pub(super) fn perf_samples<'py>(
     out.set_item("samples", samples)?;
     Ok(out)
 }
+
+/// The most worker threads (or `core --dir` processes) a run may ask for:
+/// more than any machine runs at once, and few enough to start.
+pub(super) const MAX_JOBS: usize = 256;
 
 /// The output buffer: smaller than a chunk of formatted samples, which are
 /// then written as they are rather than copied into it.

@@ -16,23 +16,45 @@ pub struct PyStackDb {
     pcs: Vec<u64>,
 }
 
+/// The most pcs a trace may have: more frames than a stack of 8 MiB (Linux's
+/// default limit) could hold at one word each. The length a sequence claims
+/// is never trusted for an allocation (`range(10**12)` is a sequence).
+pub(super) const MAX_TRACE_PCS: usize = 1 << 20;
+
 /// The pcs of a trace given as a Trace or as a sequence of ints, into
 /// `pcs`. Tuples and lists are read in place: the generic sequence protocol
 /// cost more than the database's own work.
 fn trace_pcs(trace: &Bound<'_, PyAny>, pcs: &mut Vec<u64>) -> PyResult<()> {
     pcs.clear();
+    let too_long = || {
+        StackwalkError::new_err(format!("a trace of more than {MAX_TRACE_PCS} pcs: not a stack"))
+    };
     if let Ok(t) = trace.cast::<PyTrace>() {
         pcs.extend(t.get().frames.iter().map(|f| f.pc));
     } else if let Ok(t) = trace.cast::<PyTuple>() {
+        if t.len() > MAX_TRACE_PCS {
+            return Err(too_long());
+        }
         for pc in t.iter_borrowed() {
             pcs.push(pc_from(&pc)?);
         }
     } else if let Ok(l) = trace.cast::<PyList>() {
+        if l.len() > MAX_TRACE_PCS {
+            return Err(too_long());
+        }
         for pc in l.iter() {
             pcs.push(pc_from(&pc)?);
         }
     } else {
-        *pcs = trace.extract()?;
+        if trace.is_instance_of::<pyo3::types::PyString>() {
+            return Err(pyo3::exceptions::PyTypeError::new_err("a trace is not a str"));
+        }
+        for pc in trace.try_iter()? {
+            if pcs.len() == MAX_TRACE_PCS {
+                return Err(too_long());
+            }
+            pcs.push(pc_from(&pc?)?);
+        }
     }
     Ok(())
 }

@@ -1,7 +1,6 @@
 //! `Unwinder`, and the `Trace` of `Frame`s it returns: `crate::unwind`'s
 //! unwinder, with the registers and memory given as Python values.
 
-use std::fs::File;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -215,14 +214,11 @@ impl PyUnwinder {
         debug_root: Option<PathBuf>,
     ) -> PyResult<()> {
         let name = path.to_string_lossy().into_owned();
-        let file = File::open(&path).map_err(|e| ElfError::new_err(format!("{name}: {e}")))?;
-        // SAFETY: the file is mapped read-only; like every tool that maps its
-        // input (gdb, eu-stack), we assume it is not truncated while in use.
-        let map = unsafe { memmap2::Mmap::map(&file) }
-            .map_err(|e| ElfError::new_err(format!("{name}: cannot map: {e}")))?;
+        let data =
+            crate::files::map(&path).map_err(|e| ElfError::new_err(format!("{name}: {e}")))?;
         let debug = debug_root.map(|root| (path.as_path(), root));
         let debug = debug.as_ref().map(|(p, r)| (*p, r.as_path()));
-        self.add(name, Data::Mapped(map), bias, ranges, debug)
+        self.add(name, data, bias, ranges, debug)
     }
 
     /// The separate debug file whose `.debug_frame` the module added from
@@ -236,13 +232,13 @@ impl PyUnwinder {
     /// loaded at `bias`. The bytes are copied.
     fn add_module_image(
         &mut self,
-        name: String,
+        name: &Bound<'_, PyString>,
         image: &Bound<'_, PyAny>,
         bias: i128,
     ) -> PyResult<()> {
         let buf = PyBuffer::<u8>::get(image)?;
         let bytes = buf.to_vec(image.py())?;
-        self.add(name, Data::Owned(bytes), bias, None, None)
+        self.add(module_name(name), Data::Owned(bytes), bias, None, None)
     }
 
     /// Add a module whose file is missing: only where it is (`ranges`) and
@@ -251,10 +247,11 @@ impl PyUnwinder {
     /// a frame in it has no CFI, and is walked on by the other strategies.
     fn add_missing_module(
         &mut self,
-        name: String,
+        name: &Bound<'_, PyString>,
         ranges: Vec<(u64, u64)>,
         code: Vec<(u64, u64)>,
     ) -> PyResult<()> {
+        let name = module_name(name);
         let code = code
             .iter()
             .filter(|(a, b)| a < b)
@@ -479,6 +476,13 @@ impl PyUnwinder {
 const _: () = assert!(unwind::DEFAULT_SCAN_WORDS == 1024);
 
 /// Strategy names, checked: known, at least one, each once.
+/// A module's name as given: a path from a core's NT_FILE may hold bytes
+/// that are not UTF-8, which Python keeps as lone surrogates (a `String`
+/// could not take them); they are shown as U+FFFD.
+fn module_name(name: &Bound<'_, PyString>) -> String {
+    name.to_string_lossy().into_owned()
+}
+
 fn parse_strategies(names: &[String]) -> PyResult<Vec<Strategy>> {
     if names.is_empty() {
         return Err(StackwalkError::new_err(
