@@ -89,7 +89,7 @@ pub fn map_file(file: &File) -> io::Result<Mapped> {
     // shrinks reads as zeros past its end (the guard), never a signal.
     let map = unsafe { memmap2::Mmap::map(file) }?;
     let slot = guard::register(map.as_ptr() as usize, map.len());
-    Ok(Mapped { map, slot })
+    Ok(Mapped { map, slot, file: file.try_clone().ok() })
 }
 
 /// A guarded read-only file mapping.
@@ -98,6 +98,8 @@ pub struct Mapped {
     /// Its entry in the guard's table (None: the table was full, and the
     /// mapping is as unguarded as any).
     slot: Option<usize>,
+    /// The file, to ask its size again (see [`Mapped::shrunk`]).
+    file: Option<File>,
 }
 
 impl Mapped {
@@ -105,6 +107,16 @@ impl Mapped {
     /// read went past its new end: the bytes from there on are zeros.
     pub fn cut_at(&self) -> Option<usize> {
         self.slot.and_then(guard::cut_at)
+    }
+
+    /// Where the file ends now, if that is before the mapping's end: also
+    /// when no read faulted, as the rest of the page holding the new end
+    /// reads as zeros without one. A system call: for error paths, where
+    /// bytes that look damaged may be a file cut short.
+    pub fn shrunk(&self) -> Option<usize> {
+        let now = self.file.as_ref()?.metadata().ok()?.len();
+        let now = usize::try_from(now).unwrap_or(usize::MAX);
+        self.cut_at().or((now < self.map.len()).then_some(now))
     }
 }
 

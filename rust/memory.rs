@@ -19,6 +19,15 @@ impl Data {
             Data::Owned(_) => None,
         }
     }
+
+    /// Where a mapped file ends now, if it shrank while mapped (see
+    /// [`crate::files::Mapped::shrunk`]: a system call, for error paths).
+    pub fn shrunk(&self) -> Option<usize> {
+        match self {
+            Data::Mapped(m) => m.shrunk(),
+            Data::Owned(_) => None,
+        }
+    }
 }
 
 impl std::ops::Deref for Data {

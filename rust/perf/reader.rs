@@ -317,7 +317,16 @@ impl<R: Read + Seek> PerfFile<R> {
                 }
                 Err(e) => {
                     self.done = true;
-                    return Err(e);
+                    // Bytes that look damaged past the end of a file that
+                    // shrank while read are the file's cut, not damage.
+                    let offset = self.pos;
+                    return Err(match self.map.as_ref().and_then(|m| m.shrunk()) {
+                        Some(end) if end as u64 <= offset.saturating_add(8) => io_error(
+                            offset,
+                            io::Error::other("the file was cut short while it was read"),
+                        ),
+                        _ => e,
+                    });
                 }
             },
         };

@@ -60,7 +60,7 @@ impl PySymbolizer {
             let item = item?;
             let (path, start, end, bias, doubtful) = match item.len()? {
                 4 => {
-                    let (path, start, end, bias): (String, i128, i128, i128) = item.extract()?;
+                    let (path, start, end, bias): (PathBuf, i128, i128, i128) = item.extract()?;
                     (path, start, end, bias, false)
                 }
                 5 => item.extract()?,
@@ -73,21 +73,27 @@ impl PySymbolizer {
             // Python ints: a damaged core can place a module past either end
             // of the address space, where no pc is.
             let clamp = |v: i128| v.clamp(0, i128::from(u64::MAX)) as u64;
-            let file = match files.get(&path) {
+            // A path need not be UTF-8 (a core's NT_FILE names bytes): the
+            // file is opened by its bytes, and named lossily.
+            let (path, name): (PathBuf, Arc<str>) = {
+                let name = path.to_string_lossy().into_owned();
+                (path, name.into())
+            };
+            let file = match files.get(&*name) {
                 Some(file) => file.clone(),
                 None => {
-                    let file = Arc::new(match images.as_ref().and_then(|i| i.get(&path)) {
+                    let file = Arc::new(match images.as_ref().and_then(|i| i.get(&*name)) {
                         Some(image) => {
                             let bytes = PyBuffer::<u8>::get(image)?.to_vec(image.py())?;
                             let source = Source::Image(Arc::new(Data::Owned(bytes)));
-                            SymbolFile::new(path.as_str().into(), source, None)
+                            SymbolFile::new(name.clone(), source, None)
                         }
                         None => {
-                            let source = Source::Path(PathBuf::from(&path));
-                            SymbolFile::new(path.as_str().into(), source, debug_root.clone())
+                            let source = Source::Path(path);
+                            SymbolFile::new(name.clone(), source, debug_root.clone())
                         }
                     });
-                    files.insert(path, file.clone());
+                    files.insert(name.to_string(), file.clone());
                     file
                 }
             };
