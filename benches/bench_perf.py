@@ -349,7 +349,9 @@ def test_peak_memory_is_flat(benchmark: Any, recordings: dict[str, Path]) -> Non
     benchmark.extra_info.update(
         {f"{k}_peak_rss_mib": f"{min(v) >> 10}-{max(v) >> 10}" for k, v in peaks.items()}
     )
-    assert sizes["long"] > 10 * sizes["quarter"]
+    # Twelve times the samples on a quiet machine; fewer where perf record itself was starved
+    # (9.8 times once on a loaded one): what matters is that it is many times longer.
+    assert sizes["long"] > 6 * sizes["quarter"], sizes
     # Whatever the length, up to about 10 MiB of the file is mapped ahead of the reading, two
     # batches of samples (about 9 MiB each) and the records of the last two rounds are held,
     # and up to 8 MiB of pages wait to be dropped: on a quiet machine the peaks differ by a few

@@ -366,7 +366,9 @@ class Recordings:
         if name == "lld":
             return [str(build("perf_qsort.c", *O2, "-fuse-ld=lld"))]
         if name == "leaf":
-            return [str(build("perf_leaf.c", *O2, "-pthread"))]
+            # 50,000 threads: the main thread's samples in clone3 come by chance (a few dozen to
+            # a few hundred in 20,000 on a quiet machine, none once on a loaded one).
+            return [str(build("perf_leaf.c", *O2, "-pthread")), "600000000", "50000"]
         if name == "fork":
             child = build("perf_qsort.c", *O2)  # the qsort workload's program
             return [str(build("perf_fork.c", "-O2")), str(child), "10"]

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 from perfdata import (
     PERF,
@@ -191,6 +192,31 @@ def stopped_without_cfi(
     return readelf_row(last["module"], address) is None
 
 
+@functools.cache
+def _code_ranges(path: str) -> tuple[tuple[int, int], ...]:
+    """The file ranges (offset, end) of an ELF file's executable PT_LOADs; none if unreadable."""
+    try:
+        with open(path, "rb") as f:
+            return tuple(
+                (seg["p_offset"], seg["p_offset"] + seg["p_filesz"])
+                for seg in ELFFile(f).iter_segments()
+                if seg["p_type"] == "PT_LOAD" and seg["p_flags"] & 1
+            )
+    except (OSError, ELFError):
+        return ()
+
+
+def _not_code(frame: tuple[str | None, int]) -> bool:
+    """A frame of perf's that is no code address: ``[unknown]``, or a file offset that lies in
+    none of its module's executable segments (perf's frame-pointer fallback, once lost, reads
+    any word as a return address: ``17b9f214 [unknown] (/usr/bin/python3.11)``, past the end of
+    a 7 MB file)."""
+    module, address = frame
+    if module is None:
+        return True
+    return not any(start <= address < end for start, end in _code_ranges(module))
+
+
 def perf_skipped_frames(perf_frames: list[tuple[str | None, int]],
                         frames: Sequence[Mapping[str, Any]]) -> bool:  # fmt: skip
     """Whether perf left frames out of the middle of our stack, and ours are right there.
@@ -205,13 +231,14 @@ def perf_skipped_frames(perf_frames: list[tuple[str | None, int]],
     ``__run_exit_handlers`` where ours show ``_dl_fini``, which calls each object's ``_fini``,
     then ``__run_exit_handlers``; there perf then lost its way (an ``[unknown]`` frame). Counted
     as such when perf's frames are ours with some left out (the same first frame, and the same
-    last one unless perf's stack ends in ``[unknown]`` frames, which are left out with the part of
+    last one unless perf's stack ends in frames that are no code address (``[unknown]``, or past
+    the end of its module's code: see _not_code), which are left out with the part of
     ours past the last frame perf matched) and, around every frame perf left out, each of our
     return addresses follows a call (objdump) that calls the function of the frame inside it,
     when the call is direct."""
     ours = our_user_addresses(frames)
     lost = 0
-    while len(perf_frames) > lost and perf_frames[-1 - lost][0] is None:
+    while len(perf_frames) > lost and _not_code(perf_frames[-1 - lost]):
         lost += 1
     if lost and ours and ours[-1][0] is not None:
         perf_frames = perf_frames[:-lost]
