@@ -2,7 +2,9 @@
 //! CFI parsing and no allocation. Two-way set-associative over a prime
 //! number of sets (framehop's cache has 509 direct-mapped slots; with two
 //! ways, two hot addresses that share a set no longer evict each other on
-//! every walk).
+//! every walk). The tags (key, module set) of a set's two ways share one
+//! small record, apart from the rows: a lookup reads one cache line of tags
+//! and then only the row it hits.
 
 use crate::cfi::{CfaRule, CompactRow, Row};
 
@@ -11,20 +13,21 @@ const SETS: usize = 509;
 
 const EMPTY_KEY: u64 = u64::MAX;
 
+/// What identifies the entries of one set.
 #[derive(Clone, Copy)]
-struct Entry {
-    key: u64,
-    /// The module set the entry was made for (`ModuleSet::generation`).
-    generation: u64,
-    module: u32,
-    row: CompactRow,
-}
-
-#[derive(Clone, Copy)]
-struct Set {
-    ways: [Entry; 2],
+struct Tags {
+    keys: [u64; 2],
+    /// The module set each entry was made for (`ModuleSet::generation`).
+    generations: [u64; 2],
     /// The way to replace next: the one not used most recently.
     victim: u8,
+}
+
+/// What a cached entry holds.
+#[derive(Clone, Copy)]
+struct Entry {
+    module: u32,
+    row: CompactRow,
 }
 
 /// Hit and miss counts, for benchmarks and tests.
@@ -35,7 +38,8 @@ pub struct Stats {
 }
 
 pub struct RuleCache {
-    sets: Box<[Set]>,
+    tags: Box<[Tags; SETS]>,
+    entries: Box<[[Entry; 2]; SETS]>,
     /// Rows with more rules than a compact row holds: a signal trampoline's
     /// (glibc's `__restore_rt` restores every register), which a walk through
     /// a signal handler meets once. Few, so a handful of slots, replaced in
@@ -63,13 +67,11 @@ impl Default for RuleCache {
 
 impl RuleCache {
     pub fn new() -> Self {
+        let tags = Tags { keys: [EMPTY_KEY; 2], generations: [0; 2], victim: 0 };
         let empty = Entry {
-            key: EMPTY_KEY,
-            generation: 0,
             module: 0,
             row: CompactRow::new(CfaRule::RegOffset { reg: 0, offset: 0 }, 0, false),
         };
-        let set = Set { ways: [empty; 2], victim: 0 };
         let wide = WideEntry {
             key: EMPTY_KEY,
             generation: 0,
@@ -77,7 +79,8 @@ impl RuleCache {
             row: Row::new(CfaRule::RegOffset { reg: 0, offset: 0 }, 0, false),
         };
         RuleCache {
-            sets: vec![set; SETS].into_boxed_slice(),
+            tags: boxed_array(tags),
+            entries: boxed_array([empty; 2]),
             wide: Box::new([wide; WIDE_SLOTS]),
             next_wide: 0,
             stats: Stats::default(),
@@ -86,9 +89,8 @@ impl RuleCache {
 
     /// Forget every entry (the modules changed).
     pub fn clear(&mut self) {
-        for set in self.sets.iter_mut() {
-            set.ways[0].key = EMPTY_KEY;
-            set.ways[1].key = EMPTY_KEY;
+        for tags in self.tags.iter_mut() {
+            tags.keys = [EMPTY_KEY; 2];
         }
         for entry in self.wide.iter_mut() {
             entry.key = EMPTY_KEY;
@@ -99,18 +101,19 @@ impl RuleCache {
     /// `generation` (counted as a hit).
     #[inline]
     pub fn get(&mut self, key: u64, generation: u64) -> Option<(usize, &CompactRow)> {
-        let set = &mut self.sets[(key % SETS as u64) as usize];
-        let hit = |e: &Entry| e.key == key && e.generation == generation;
-        let way = if hit(&set.ways[0]) {
+        let set = (key % SETS as u64) as usize;
+        let tags = &mut self.tags[set];
+        let hit = |way: usize| tags.keys[way] == key && tags.generations[way] == generation;
+        let way = if hit(0) {
             0
-        } else if hit(&set.ways[1]) {
+        } else if hit(1) {
             1
         } else {
             return None;
         };
         self.stats.hits += 1;
-        set.victim = 1 - way as u8;
-        let entry = &set.ways[way];
+        tags.victim = 1 - way as u8;
+        let entry = &self.entries[set][way];
         Some((entry.module as usize, &entry.row))
     }
 
@@ -136,10 +139,21 @@ impl RuleCache {
 
     /// Cache `row` for `key` in the module set of `generation`.
     pub fn insert(&mut self, key: u64, generation: u64, module: usize, row: CompactRow) {
-        let set = &mut self.sets[(key % SETS as u64) as usize];
-        let way = set.victim as usize;
-        set.ways[way] = Entry { key, generation, module: module as u32, row };
-        set.victim = 1 - set.victim;
+        let set = (key % SETS as u64) as usize;
+        let tags = &mut self.tags[set];
+        let way = usize::from(tags.victim & 1);
+        tags.keys[way] = key;
+        tags.generations[way] = generation;
+        tags.victim = 1 - way as u8;
+        self.entries[set][way] = Entry { module: module as u32, row };
+    }
+}
+
+/// `[value; SETS]` on the heap, without building it on the stack first.
+fn boxed_array<T: Copy>(value: T) -> Box<[T; SETS]> {
+    match vec![value; SETS].into_boxed_slice().try_into() {
+        Ok(array) => array,
+        Err(_) => unreachable!("a vector of SETS items"),
     }
 }
 

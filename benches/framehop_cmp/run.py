@@ -5,7 +5,8 @@ The stacks are the test programs of tests/programs, compiled here: C at -O0, -O2
 (deep.c), C through libc's qsort (qsort.c), C++ (cxx.cpp), the system python3 deep in
 Python -> C -> Python recursion (pyrecurse.py, stopped in math_gcd), and a signal handler
 (signal.c, stopped in handler_leaf). Extra arguments go to the benchmark binary (criterion's,
-e.g. a filter); ``--captures DIR`` keeps the capture files there (else a temporary directory).
+e.g. a filter); ``--captures DIR`` keeps the capture files there, with the programs they
+captured in DIR/programs (else both go to a temporary directory).
 """
 
 from __future__ import annotations
@@ -63,8 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="framehop-cmp-") as tmp:
         captures = args.captures or Path(tmp) / "captures"
         captures.mkdir(parents=True, exist_ok=True)
-        build = Path(tmp) / "build"
-        build.mkdir()
+        build = captures / "programs"
+        build.mkdir(exist_ok=True)
         capture_all(captures, build)
         env = {**os.environ, "FRAMEHOP_CMP_CAPTURES": str(captures)}
         cmd = [cargo, "bench", "--manifest-path", str(HERE / "Cargo.toml"), "--", *rest]

@@ -60,6 +60,14 @@ fn walks(stack: &mut Stack) -> Walks {
     let mut addresses = Vec::new();
     let mut cache = CacheX86_64::new();
     let fh_end = stack.walk_framehop(&mut cache, &mut addresses);
+    // Warm: what one more walk costs each rule cache.
+    let before = stack.stackwalk.cache_stats();
+    stack.walk_stackwalk(&mut regions, &mut frames);
+    let after = stack.stackwalk.cache_stats();
+    stack.walk_framehop(&mut cache, &mut addresses).ok();
+    let fh_before = cache.stats();
+    stack.walk_framehop(&mut cache, &mut addresses).ok();
+    let fh_after = cache.stats();
     let pcs: Vec<u64> = frames.iter().map(|f| f.pc).collect();
     let gdb = if pcs == stack.gdb_pcs { "gdb's pcs" } else { "NOT gdb's pcs" };
     println!(
@@ -72,6 +80,13 @@ fn walks(stack: &mut Stack) -> Walks {
             Ok(()) => "ended: root reached".to_owned(),
             Err(e) => format!("ended: {e}"),
         }
+    );
+    println!(
+        "  warm walk: stackwalk's rule cache {} hits, {} misses; framehop's {} hits, {} misses",
+        after.hits - before.hits,
+        after.misses - before.misses,
+        fh_after.hits() - fh_before.hits(),
+        fh_after.misses() - fh_before.misses(),
     );
     let same = pcs.iter().zip(&addresses).take_while(|(a, b)| a == b).count();
     if same == pcs.len() && same == addresses.len() {
