@@ -221,6 +221,22 @@ pub struct Unwinder {
     scan_words: usize,
 }
 
+/// The architectures as const generic parameters: the walk is compiled once
+/// for each, so that its word size, address mask and register columns are
+/// constants rather than a match on the unwinder's architecture per use.
+const X86_64: u8 = 0;
+const AARCH64: u8 = 1;
+const I386: u8 = 2;
+
+#[inline(always)]
+const fn arch_of(a: u8) -> Arch {
+    match a {
+        AARCH64 => Arch::Aarch64,
+        I386 => Arch::I386,
+        _ => Arch::X86_64,
+    }
+}
+
 /// The module index the rule cache records for an address no FDE covers.
 const NO_FDE: usize = u32::MAX as usize;
 const NO_FDE_ROW: CompactRow = CompactRow::new(CfaRule::RegOffset { reg: 0, offset: 0 }, 0, false);
@@ -434,9 +450,9 @@ impl Unwinder {
         // CFI alone (the profiler's walk) is compiled without the fallback
         // path, so it costs nothing there.
         if self.strategies.as_slice() == [Strategy::Cfi] {
-            self.walk::<M, false>(callee, files, mem, max_frames, frames, end)
+            self.walk_arch::<M, false>(callee, files, mem, max_frames, frames, end)
         } else {
-            self.walk::<M, true>(callee, files, mem, max_frames, frames, end)
+            self.walk_arch::<M, true>(callee, files, mem, max_frames, frames, end)
         }
     }
 
@@ -546,12 +562,37 @@ impl Unwinder {
             trust,
         };
         let files = [caller_regs, Registers::new()];
-        self.walk::<M, true>(callee, files, mem, max_frames, frames, end)
+        self.walk_arch::<M, true>(callee, files, mem, max_frames, frames, end)
+    }
+
+    /// [`Unwinder::walk`] compiled for this unwinder's architecture.
+    #[inline(always)]
+    fn walk_arch<M: Memory + ?Sized, const FALLBACK: bool>(
+        &mut self,
+        callee: FrameState,
+        files: [Registers; 2],
+        mem: &mut M,
+        max_frames: usize,
+        frames: &mut Vec<Frame>,
+        end: End,
+    ) -> End {
+        match self.arch {
+            Arch::X86_64 => {
+                self.walk::<M, FALLBACK, X86_64>(callee, files, mem, max_frames, frames, end)
+            }
+            Arch::Aarch64 => {
+                self.walk::<M, FALLBACK, AARCH64>(callee, files, mem, max_frames, frames, end)
+            }
+            Arch::I386 => {
+                self.walk::<M, FALLBACK, I386>(callee, files, mem, max_frames, frames, end)
+            }
+        }
     }
 
     /// The walk from frame 0 (in `frames`, its registers in `files[0]`) on.
-    /// `FALLBACK`: the strategies are not CFI alone.
-    fn walk<M: Memory + ?Sized, const FALLBACK: bool>(
+    /// `FALLBACK`: the strategies are not CFI alone; `A`: the architecture
+    /// ([`arch_of`]), which is the unwinder's.
+    fn walk<M: Memory + ?Sized, const FALLBACK: bool, const A: u8>(
         &mut self,
         mut callee: FrameState,
         mut files: [Registers; 2],
@@ -577,7 +618,7 @@ impl Unwinder {
             let strategies = self.strategies;
             let cfi_first = !FALLBACK || strategies.first() == Some(Strategy::Cfi);
             let stepped = if cfi_first {
-                self.step::<M, FALLBACK>(lookup, &callee, callee_regs, caller_regs, mem, frames)
+                self.step::<M, FALLBACK, A>(lookup, &callee, callee_regs, caller_regs, mem, frames)
             } else {
                 Err((EndReason::NoUnwindInfo, EndDetail::None))
             };
@@ -805,7 +846,17 @@ impl Unwinder {
         mem: &mut M,
         frames: &mut [Frame],
     ) -> Step {
-        self.step::<M, true>(lookup, callee, callee_regs, caller_regs, mem, frames)
+        match self.arch {
+            Arch::X86_64 => {
+                self.step::<M, true, X86_64>(lookup, callee, callee_regs, caller_regs, mem, frames)
+            }
+            Arch::Aarch64 => {
+                self.step::<M, true, AARCH64>(lookup, callee, callee_regs, caller_regs, mem, frames)
+            }
+            Arch::I386 => {
+                self.step::<M, true, I386>(lookup, callee, callee_regs, caller_regs, mem, frames)
+            }
+        }
     }
 
     /// Unwind one frame: find the rules for `lookup` in module `m` (cached),
@@ -814,7 +865,7 @@ impl Unwinder {
     // bundled, so that the two register files can be borrowed apart.
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
-    fn step<M: Memory + ?Sized, const FALLBACK: bool>(
+    fn step<M: Memory + ?Sized, const FALLBACK: bool, const A: u8>(
         &mut self,
         lookup: u64,
         callee: &FrameState,
@@ -832,7 +883,7 @@ impl Unwinder {
             }
             let module = &*self.modules.modules()[m];
             return apply::<M, 8, FALLBACK>(
-                self.arch,
+                arch_of(A),
                 module,
                 row,
                 callee,
@@ -845,7 +896,7 @@ impl Unwinder {
         if let Some((m, row)) = self.cache.get_wide(lookup, generation) {
             let module = &*self.modules.modules()[m];
             return apply::<M, { crate::arch::NUM_REGS }, FALLBACK>(
-                self.arch,
+                arch_of(A),
                 module,
                 row,
                 callee,
@@ -878,7 +929,7 @@ impl Unwinder {
             None => self.cache.insert_wide(lookup, generation, m, row),
         }
         apply::<M, { crate::arch::NUM_REGS }, FALLBACK>(
-            self.arch,
+            arch_of(A),
             &self.modules.modules()[m],
             &row,
             callee,
