@@ -1003,7 +1003,7 @@ fn apply<M: Memory + ?Sized, const N: usize, const FALLBACK: bool>(
         f.cfa = Some(cfa);
     }
     // Columns the CFI says nothing about take the ABI default.
-    caller.inherit(regs, arch.same_value_mask());
+    caller.inherit_fixed(regs, arch.same_value_mask());
     caller.set(arch.sp(), cfa);
     let mut ra_rule = None;
     for &(reg, rule) in row.rules() {
