@@ -161,7 +161,15 @@ impl Memory for Regions<'_> {
 
     #[inline]
     fn read_u64(&mut self, addr: u64) -> Option<u64> {
-        let bytes = self.find(addr, 8)?;
+        // The usual read, from the last region, as one bounds test and a
+        // fixed-size chunk (no slice of a variable length to convert).
+        let off = addr.wrapping_sub(self.last_start);
+        if off < self.last.len() as u64 {
+            if let Some(word) = self.last[off as usize..].first_chunk::<8>() {
+                return Some(u64::from_le_bytes(*word));
+            }
+        }
+        let bytes = self.find_slow(addr, 8)?;
         Some(u64::from_le_bytes(bytes.try_into().ok()?))
     }
 

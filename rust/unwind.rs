@@ -1011,6 +1011,20 @@ fn apply<M: Memory + ?Sized, const N: usize, const FALLBACK: bool>(
         // caller (epilogue CFI still points at slots already popped below
         // sp); only the return address and the stack pointer are essential.
         let essential = reg == row.ra || reg == arch.sp();
+        // Saved on the stack: nearly every rule of every row, tested first
+        // rather than through the match's jump table.
+        if let RegRule::Offset(n) = rule {
+            let addr = cfa.wrapping_add(n as u64) & mask;
+            match read_word(mem, arch, addr) {
+                Some(v) => caller.set(reg, v),
+                None if essential => return Err((EndReason::Memory, EndDetail::Address(addr))),
+                None => caller.forget(reg),
+            }
+            if reg == row.ra {
+                ra_rule = Some(rule);
+            }
+            continue;
+        }
         let value = match rule {
             RegRule::Undefined => None,
             RegRule::SameValue => regs.get(reg),
