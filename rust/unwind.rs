@@ -7,7 +7,7 @@ use std::sync::Arc;
 use gimli::UnwindContext;
 
 use crate::arch::{Arch, DefaultRule};
-use crate::cfi::{CfaRule, CompactRow, FullRow, LookupError, Module, RegRule, RuleSet};
+use crate::cfi::{CfaRule, CompactRow, ExprRef, FullRow, LookupError, Module, RegRule, RuleSet};
 use crate::expr::{self, ExprError};
 use crate::fallback::{self, Strategies};
 pub use crate::fallback::{FpProblem, RaProblem, Strategy, UnknownStrategy};
@@ -881,10 +881,9 @@ impl Unwinder {
             if m == NO_FDE {
                 return Err((EndReason::NoUnwindInfo, EndDetail::Lookup(LookupError::NoFde)));
             }
-            let module = &*self.modules.modules()[m];
             return apply::<M, 8, FALLBACK>(
                 arch_of(A),
-                module,
+                (&self.modules, m),
                 row,
                 callee,
                 callee_regs,
@@ -894,10 +893,9 @@ impl Unwinder {
             );
         }
         if let Some((m, row)) = self.cache.get_wide(lookup, generation) {
-            let module = &*self.modules.modules()[m];
             return apply::<M, { crate::arch::NUM_REGS }, FALLBACK>(
                 arch_of(A),
-                module,
+                (&self.modules, m),
                 row,
                 callee,
                 callee_regs,
@@ -930,7 +928,7 @@ impl Unwinder {
         }
         apply::<M, { crate::arch::NUM_REGS }, FALLBACK>(
             arch_of(A),
-            &self.modules.modules()[m],
+            (&self.modules, m),
             &row,
             callee,
             callee_regs,
@@ -959,7 +957,7 @@ impl Unwinder {
 #[inline(always)]
 fn apply<M: Memory + ?Sized, const N: usize, const FALLBACK: bool>(
     arch: Arch,
-    module: &Module,
+    (modules, m): (&ModuleSet, usize),
     row: &RuleSet<N>,
     callee: &FrameState,
     regs: &Registers,
@@ -970,6 +968,9 @@ fn apply<M: Memory + ?Sized, const N: usize, const FALLBACK: bool>(
     if let Some(f) = frames.last_mut() {
         f.signal_frame = row.signal_frame;
     }
+    // The module (module `m` of `modules`) is looked up only for an
+    // expression's bytes: a row without one needs nothing but the row.
+    let expr_bytes = |e: ExprRef| modules.modules().get(m).map_or(&[][..], |m| m.expr_bytes(e));
     let sp = callee.sp;
     let expr_end = |e: ExprError| match e {
         ExprError::Memory(a) => Err((EndReason::Memory, EndDetail::Address(a))),
@@ -992,12 +993,10 @@ fn apply<M: Memory + ?Sized, const N: usize, const FALLBACK: bool>(
             Some(v) => v.wrapping_add(offset as u64) & mask,
             None => return Err((EndReason::MissingRegister, EndDetail::Register(reg))),
         },
-        CfaRule::Expr(e) => {
-            match expr::evaluate(module.expr_bytes(e), None, regs, mem, address_size) {
-                Ok(v) => v,
-                Err(e) => return expr_end(e),
-            }
-        }
+        CfaRule::Expr(e) => match expr::evaluate(expr_bytes(e), None, regs, mem, address_size) {
+            Ok(v) => v,
+            Err(e) => return expr_end(e),
+        },
     };
     if let Some(f) = frames.last_mut() {
         f.cfa = Some(cfa);
@@ -1038,7 +1037,7 @@ fn apply<M: Memory + ?Sized, const N: usize, const FALLBACK: bool>(
             RegRule::ValOffset(n) => Some(cfa.wrapping_add(n as u64) & mask),
             RegRule::Register(r) => regs.get(r),
             RegRule::Expr(e) => {
-                match expr::evaluate(module.expr_bytes(e), Some(cfa), regs, mem, address_size) {
+                match expr::evaluate(expr_bytes(e), Some(cfa), regs, mem, address_size) {
                     Ok(addr) => match read_word(mem, arch, addr) {
                         None if essential => {
                             return Err((EndReason::Memory, EndDetail::Address(addr)))
@@ -1050,7 +1049,7 @@ fn apply<M: Memory + ?Sized, const N: usize, const FALLBACK: bool>(
                 }
             }
             RegRule::ValExpr(e) => {
-                match expr::evaluate(module.expr_bytes(e), Some(cfa), regs, mem, address_size) {
+                match expr::evaluate(expr_bytes(e), Some(cfa), regs, mem, address_size) {
                     Ok(v) => Some(v),
                     Err(ExprError::Memory(_)) if !essential => None,
                     Err(e) => return expr_end(e),
