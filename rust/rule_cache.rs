@@ -6,7 +6,7 @@
 //! small record, apart from the rows: a lookup reads one cache line of tags
 //! and then only the row it hits.
 
-use crate::cfi::{CfaRule, CompactRow, Row};
+use crate::cfi::{CfaRule, RegRule, Row, RuleSet, Rules};
 
 /// Sets in the cache (a prime, so that addresses spread evenly).
 const SETS: usize = 509;
@@ -27,7 +27,117 @@ struct Tags {
 #[derive(Clone, Copy)]
 struct Entry {
     module: u32,
-    row: CompactRow,
+    row: PackedRow,
+}
+
+/// Rules per packed row: ordinary functions save a handful of registers
+/// (x86_64: six callee-saved ones and the return address).
+const PACKED_RULES: usize = 8;
+
+/// A rule in 8 bytes: its column, its kind, and an offset or a column.
+#[derive(Clone, Copy)]
+struct PackedRule {
+    reg: u16,
+    kind: u8,
+    value: i32,
+}
+
+const UNDEFINED: u8 = 0;
+const SAME_VALUE: u8 = 1;
+const OFFSET: u8 = 2;
+const VAL_OFFSET: u8 = 3;
+const REGISTER: u8 = 4;
+
+/// A row as the cache keeps it: a CFA of a register plus an offset and at
+/// most [`PACKED_RULES`] rules with 32-bit offsets, in 76 bytes (a
+/// `RuleSet<8>` takes 216), so that the rows of a walk's hot frames stay
+/// in the nearest cache. Rows that do not fit (DWARF expressions, more
+/// rules, wider offsets) are kept whole with the wide rows.
+#[derive(Clone, Copy)]
+pub struct PackedRow {
+    cfa_reg: u16,
+    ra: u16,
+    signal_frame: bool,
+    len: u8,
+    cfa_offset: i32,
+    rules: [PackedRule; PACKED_RULES],
+}
+
+impl PackedRow {
+    /// A row with no rules and the CFA at register 0.
+    pub const EMPTY: PackedRow = PackedRow {
+        cfa_reg: 0,
+        ra: 0,
+        signal_frame: false,
+        len: 0,
+        cfa_offset: 0,
+        rules: [PackedRule { reg: 0, kind: UNDEFINED, value: 0 }; PACKED_RULES],
+    };
+
+    /// `row` packed, if it fits.
+    pub fn pack<const N: usize>(row: &RuleSet<N>) -> Option<PackedRow> {
+        let CfaRule::RegOffset { reg, offset } = row.cfa else { return None };
+        let mut out = PackedRow {
+            cfa_reg: reg,
+            ra: row.ra,
+            signal_frame: row.signal_frame,
+            cfa_offset: i32::try_from(offset).ok()?,
+            ..PackedRow::EMPTY
+        };
+        let rules = row.rules();
+        if rules.len() > PACKED_RULES {
+            return None;
+        }
+        for (slot, &(reg, rule)) in out.rules.iter_mut().zip(rules) {
+            let (kind, value) = match rule {
+                RegRule::Undefined => (UNDEFINED, 0),
+                RegRule::SameValue => (SAME_VALUE, 0),
+                RegRule::Offset(n) => (OFFSET, i32::try_from(n).ok()?),
+                RegRule::ValOffset(n) => (VAL_OFFSET, i32::try_from(n).ok()?),
+                RegRule::Register(r) => (REGISTER, i32::from(r)),
+                RegRule::Expr(_) | RegRule::ValExpr(_) => return None,
+            };
+            *slot = PackedRule { reg, kind, value };
+        }
+        out.len = rules.len() as u8;
+        Some(out)
+    }
+}
+
+impl Rules for PackedRow {
+    #[inline(always)]
+    fn cfa(&self) -> CfaRule {
+        CfaRule::RegOffset { reg: self.cfa_reg, offset: i64::from(self.cfa_offset) }
+    }
+
+    #[inline(always)]
+    fn ra(&self) -> u16 {
+        self.ra
+    }
+
+    #[inline(always)]
+    fn signal_frame(&self) -> bool {
+        self.signal_frame
+    }
+
+    #[inline(always)]
+    fn count(&self) -> usize {
+        usize::from(self.len).min(PACKED_RULES)
+    }
+
+    #[inline(always)]
+    fn at(&self, i: usize) -> (u16, RegRule) {
+        let PackedRule { reg, kind, value } = self.rules[i];
+        let rule = match kind {
+            OFFSET => RegRule::Offset(i64::from(value)),
+            SAME_VALUE => RegRule::SameValue,
+            VAL_OFFSET => RegRule::ValOffset(i64::from(value)),
+            // Packed from a u16 column: the value fits.
+            REGISTER => RegRule::Register(value as u16),
+            _ => RegRule::Undefined,
+        };
+        (reg, rule)
+    }
 }
 
 /// Hit and miss counts, for benchmarks and tests.
@@ -68,10 +178,7 @@ impl Default for RuleCache {
 impl RuleCache {
     pub fn new() -> Self {
         let tags = Tags { keys: [EMPTY_KEY; 2], generations: [0; 2], victim: 0 };
-        let empty = Entry {
-            module: 0,
-            row: CompactRow::new(CfaRule::RegOffset { reg: 0, offset: 0 }, 0, false),
-        };
+        let empty = Entry { module: 0, row: PackedRow::EMPTY };
         let wide = WideEntry {
             key: EMPTY_KEY,
             generation: 0,
@@ -100,7 +207,7 @@ impl RuleCache {
     /// The module index and rules cached for `key` in the module set of
     /// `generation` (counted as a hit).
     #[inline]
-    pub fn get(&mut self, key: u64, generation: u64) -> Option<(usize, &CompactRow)> {
+    pub fn get(&mut self, key: u64, generation: u64) -> Option<(usize, &PackedRow)> {
         let set = (key % SETS as u64) as usize;
         let tags = &mut self.tags[set];
         let hit = |way: usize| tags.keys[way] == key && tags.generations[way] == generation;
@@ -138,7 +245,7 @@ impl RuleCache {
     }
 
     /// Cache `row` for `key` in the module set of `generation`.
-    pub fn insert(&mut self, key: u64, generation: u64, module: usize, row: CompactRow) {
+    pub fn insert(&mut self, key: u64, generation: u64, module: usize, row: PackedRow) {
         let set = (key % SETS as u64) as usize;
         let tags = &mut self.tags[set];
         let way = usize::from(tags.victim & 1);
@@ -161,8 +268,8 @@ fn boxed_array<T: Copy>(value: T) -> Box<[T; SETS]> {
 mod tests {
     use super::*;
 
-    fn row(offset: i64) -> CompactRow {
-        CompactRow::new(CfaRule::RegOffset { reg: 7, offset }, 16, false)
+    fn row(offset: i64) -> PackedRow {
+        PackedRow::pack(&Row::new(CfaRule::RegOffset { reg: 7, offset }, 16, false)).unwrap()
     }
 
     #[test]
@@ -172,8 +279,8 @@ mod tests {
         cache.insert(a, 7, 1, row(8));
         cache.insert(b, 7, 2, row(16));
         for _ in 0..3 {
-            assert_eq!(cache.get(a, 7).map(|(m, r)| (m, r.cfa)), Some((1, row(8).cfa)));
-            assert_eq!(cache.get(b, 7).map(|(m, r)| (m, r.cfa)), Some((2, row(16).cfa)));
+            assert_eq!(cache.get(a, 7).map(|(m, r)| (m, r.cfa())), Some((1, row(8).cfa())));
+            assert_eq!(cache.get(b, 7).map(|(m, r)| (m, r.cfa())), Some((2, row(16).cfa())));
         }
         // A third evicts the least recently used (a), not the one just used.
         cache.insert(c, 7, 3, row(24));
@@ -184,5 +291,42 @@ mod tests {
         assert!(cache.get(b, 8).is_none(), "another module set");
         cache.clear();
         assert!(cache.get(b, 7).is_none());
+    }
+
+    #[test]
+    fn packed_rows_keep_every_rule() {
+        let mut full = Row::new(CfaRule::RegOffset { reg: 6, offset: 16 }, 16, true);
+        let rules = [
+            (3, RegRule::Offset(-24)),
+            (6, RegRule::Offset(-16)),
+            (12, RegRule::SameValue),
+            (13, RegRule::Undefined),
+            (14, RegRule::Register(5)),
+            (15, RegRule::ValOffset(-8)),
+            (16, RegRule::Offset(-8)),
+        ];
+        for (reg, rule) in rules {
+            full.push(reg, rule);
+        }
+        let packed = PackedRow::pack(&full).unwrap();
+        assert_eq!(packed.cfa(), full.cfa);
+        assert_eq!((packed.ra(), packed.signal_frame()), (16, true));
+        assert_eq!((0..packed.count()).map(|i| packed.at(i)).collect::<Vec<_>>(), rules);
+        assert_eq!(packed.rule_for(14), Some(RegRule::Register(5)));
+        // What does not fit stays unpacked (the wide rows).
+        let mut wide = full;
+        wide.push(0, RegRule::Offset(-32));
+        wide.push(1, RegRule::Offset(-40));
+        assert!(PackedRow::pack(&wide).is_none(), "nine rules");
+        let mut far = full;
+        far.push(0, RegRule::Offset(1 << 40));
+        assert!(PackedRow::pack(&far).is_none(), "an offset past 32 bits");
+        let expr =
+            crate::cfi::ExprRef { section: crate::cfi::SectionKind::EhFrame, offset: 0, len: 1 };
+        let mut by_expr = full;
+        by_expr.push(0, RegRule::Expr(expr));
+        assert!(PackedRow::pack(&by_expr).is_none(), "an expression");
+        let cfa_expr = Row::new(CfaRule::Expr(expr), 16, false);
+        assert!(PackedRow::pack(&cfa_expr).is_none(), "a CFA expression");
     }
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use gimli::UnwindContext;
 
 use crate::arch::{Arch, DefaultRule};
-use crate::cfi::{CfaRule, CompactRow, ExprRef, FullRow, LookupError, Module, RegRule, RuleSet};
+use crate::cfi::{CfaRule, ExprRef, FullRow, LookupError, Module, RegRule, Rules};
 use crate::expr::{self, ExprError};
 use crate::fallback::{self, Strategies};
 pub use crate::fallback::{FpProblem, RaProblem, Strategy, UnknownStrategy};
@@ -15,8 +15,8 @@ use crate::memory::Memory;
 use crate::modules::ModuleSet;
 pub use crate::modules::OverlapError;
 use crate::registers::Registers;
-use crate::rule_cache::RuleCache;
 pub use crate::rule_cache::Stats;
+use crate::rule_cache::{PackedRow, RuleCache};
 
 /// How a frame was found, best first (rust-minidump's trust levels).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -239,7 +239,7 @@ const fn arch_of(a: u8) -> Arch {
 
 /// The module index the rule cache records for an address no FDE covers.
 const NO_FDE: usize = u32::MAX as usize;
-const NO_FDE_ROW: CompactRow = CompactRow::new(CfaRule::RegOffset { reg: 0, offset: 0 }, 0, false);
+const NO_FDE_ROW: PackedRow = PackedRow::EMPTY;
 
 /// How many stack words a scan looks at by default.
 pub const DEFAULT_SCAN_WORDS: usize = 1024;
@@ -881,7 +881,7 @@ impl Unwinder {
             if m == NO_FDE {
                 return Err((EndReason::NoUnwindInfo, EndDetail::Lookup(LookupError::NoFde)));
             }
-            return apply::<M, 8, FALLBACK>(
+            return apply::<M, _, FALLBACK>(
                 arch_of(A),
                 (&self.modules, m),
                 row,
@@ -893,7 +893,7 @@ impl Unwinder {
             );
         }
         if let Some((m, row)) = self.cache.get_wide(lookup, generation) {
-            return apply::<M, { crate::arch::NUM_REGS }, FALLBACK>(
+            return apply::<M, _, FALLBACK>(
                 arch_of(A),
                 (&self.modules, m),
                 row,
@@ -922,11 +922,11 @@ impl Unwinder {
             }
             Err(e) => return Err((EndReason::BadCfi, EndDetail::Lookup(e))),
         };
-        match row.resize::<8>() {
-            Some(compact) => self.cache.insert(lookup, generation, m, compact),
+        match PackedRow::pack(&row) {
+            Some(packed) => self.cache.insert(lookup, generation, m, packed),
             None => self.cache.insert_wide(lookup, generation, m, row),
         }
-        apply::<M, { crate::arch::NUM_REGS }, FALLBACK>(
+        apply::<M, _, FALLBACK>(
             arch_of(A),
             (&self.modules, m),
             &row,
@@ -955,10 +955,10 @@ impl Unwinder {
 /// sp (compiled out of the CFI-only walk).
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-fn apply<M: Memory + ?Sized, const N: usize, const FALLBACK: bool>(
+fn apply<M: Memory + ?Sized, R: Rules, const FALLBACK: bool>(
     arch: Arch,
     (modules, m): (&ModuleSet, usize),
-    row: &RuleSet<N>,
+    row: &R,
     callee: &FrameState,
     regs: &Registers,
     caller: &mut Registers,
@@ -966,8 +966,9 @@ fn apply<M: Memory + ?Sized, const N: usize, const FALLBACK: bool>(
     frames: &mut [Frame],
 ) -> Step {
     if let Some(f) = frames.last_mut() {
-        f.signal_frame = row.signal_frame;
+        f.signal_frame = row.signal_frame();
     }
+    let ra_column = row.ra();
     // The module (module `m` of `modules`) is looked up only for an
     // expression's bytes: a row without one needs nothing but the row.
     let expr_bytes = |e: ExprRef| modules.modules().get(m).map_or(&[][..], |m| m.expr_bytes(e));
@@ -985,7 +986,7 @@ fn apply<M: Memory + ?Sized, const N: usize, const FALLBACK: bool>(
     // Addresses wrap at the width of the address space (32 bits on i386).
     let mask = arch.address_mask();
     let address_size = arch.word_size() as u8;
-    let cfa = match row.cfa {
+    let cfa = match row.cfa() {
         CfaRule::RegOffset { reg, .. } if reg == arch.sp() && fp_cfa.is_some_and(|c| c >= sp) => {
             fp_cfa.unwrap_or(sp)
         }
@@ -1005,11 +1006,12 @@ fn apply<M: Memory + ?Sized, const N: usize, const FALLBACK: bool>(
     caller.inherit_fixed(regs, arch.same_value_mask());
     caller.set(arch.sp(), cfa);
     let mut ra_rule = None;
-    for &(reg, rule) in row.rules() {
+    for i in 0..row.count() {
+        let (reg, rule) = row.at(i);
         // A saved register outside the captured memory is unknown in the
         // caller (epilogue CFI still points at slots already popped below
         // sp); only the return address and the stack pointer are essential.
-        let essential = reg == row.ra || reg == arch.sp();
+        let essential = reg == ra_column || reg == arch.sp();
         // Saved on the stack: nearly every rule of every row, tested first
         // rather than through the match's jump table.
         if let RegRule::Offset(n) = rule {
@@ -1019,7 +1021,7 @@ fn apply<M: Memory + ?Sized, const N: usize, const FALLBACK: bool>(
                 None if essential => return Err((EndReason::Memory, EndDetail::Address(addr))),
                 None => caller.forget(reg),
             }
-            if reg == row.ra {
+            if reg == ra_column {
                 ra_rule = Some(rule);
             }
             continue;
@@ -1060,24 +1062,24 @@ fn apply<M: Memory + ?Sized, const N: usize, const FALLBACK: bool>(
             Some(v) => caller.set(reg, v),
             None => caller.forget(reg),
         }
-        if reg == row.ra {
+        if reg == ra_column {
             ra_rule = Some(rule);
         }
     }
     // The outermost frame says so with an undefined return-address rule (or,
     // where the ABI default is "undefined", with no rule at all); a return
     // address that merely could not be recovered is not the end.
-    let ra = match caller.get(row.ra) {
+    let ra = match caller.get(ra_column) {
         Some(ra) => ra,
         None => {
             let no_caller = match ra_rule {
                 Some(rule) => rule == RegRule::Undefined,
-                None => arch.default_rule(row.ra) == DefaultRule::Undefined,
+                None => arch.default_rule(ra_column) == DefaultRule::Undefined,
             };
             return Err(if no_caller {
                 (EndReason::EndOfStack, EndDetail::None)
             } else {
-                (EndReason::MissingRegister, EndDetail::Register(row.ra))
+                (EndReason::MissingRegister, EndDetail::Register(ra_column))
             });
         }
     };
@@ -1095,7 +1097,7 @@ fn apply<M: Memory + ?Sized, const N: usize, const FALLBACK: bool>(
     if let Some(col) = arch.pc_column() {
         caller.set(col, caller_pc);
     }
-    Ok(Caller { pc: caller_pc, sp: caller_sp, interrupted: row.signal_frame, sp_exact: true })
+    Ok(Caller { pc: caller_pc, sp: caller_sp, interrupted: row.signal_frame(), sp_exact: true })
 }
 
 /// Whether a strategy's failure means it applied to the frame (and failed),
@@ -1109,8 +1111,8 @@ fn applied(arch: Arch, (reason, detail): &(EndReason, EndDetail)) -> bool {
 }
 
 /// The CFA as `fp − n` where the row saves fp at CFA + n.
-fn fp_based_cfa<const N: usize>(arch: Arch, row: &RuleSet<N>, regs: &Registers) -> Option<u64> {
-    match row.rule(arch.fp())? {
+fn fp_based_cfa<R: Rules>(arch: Arch, row: &R, regs: &Registers) -> Option<u64> {
+    match row.rule_for(arch.fp())? {
         RegRule::Offset(n) => Some(regs.get(arch.fp())?.wrapping_sub(n as u64)),
         _ => None,
     }
