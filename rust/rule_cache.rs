@@ -6,7 +6,7 @@
 //! small record, apart from the rows: a lookup reads one cache line of tags
 //! and then only the row it hits.
 
-use crate::cfi::{CfaRule, RegRule, Row, RuleSet, Rules};
+use crate::cfi::{CfaRule, ExprRef, RegRule, Row, RuleSet, Rules, SectionKind};
 
 /// Sets in the cache (a prime, so that addresses spread evenly).
 const SETS: usize = 509;
@@ -48,20 +48,31 @@ const OFFSET: u8 = 2;
 const VAL_OFFSET: u8 = 3;
 const REGISTER: u8 = 4;
 
-/// A row as the cache keeps it: a CFA of a register plus an offset and at
-/// most [`PACKED_RULES`] rules with 32-bit offsets, in 76 bytes (a
-/// `RuleSet<8>` takes 216), so that the rows of a walk's hot frames stay
-/// in the nearest cache. Rows that do not fit (DWARF expressions, more
-/// rules, wider offsets) are kept whole with the wide rows.
+/// A row as the cache keeps it: a CFA of a register plus a 32-bit offset
+/// (or an expression, as PLT entries have) and at most [`PACKED_RULES`]
+/// rules with 32-bit offsets, in 76 bytes (a `RuleSet<8>` takes 216), so
+/// that the rows of a walk's hot frames stay in the nearest cache. Rows
+/// that do not fit (rules by DWARF expression, more rules, wider offsets)
+/// are kept whole with the wide rows.
 #[derive(Clone, Copy)]
 pub struct PackedRow {
+    /// The CFA's register, or the length of its expression.
     cfa_reg: u16,
     ra: u16,
     signal_frame: bool,
     len: u8,
+    cfa_kind: u8,
+    /// The CFA's offset, or the offset of its expression (as u32).
     cfa_offset: i32,
     rules: [PackedRule; PACKED_RULES],
 }
+
+const _: () = assert!(std::mem::size_of::<PackedRow>() == 76);
+
+/// `PackedRow::cfa_kind`: register + offset, or an expression in a section.
+const CFA_REG: u8 = 0;
+const CFA_EH_FRAME: u8 = 1;
+const CFA_DEBUG_FRAME: u8 = 2;
 
 impl PackedRow {
     /// A row with no rules and the CFA at register 0.
@@ -70,18 +81,29 @@ impl PackedRow {
         ra: 0,
         signal_frame: false,
         len: 0,
+        cfa_kind: CFA_REG,
         cfa_offset: 0,
         rules: [PackedRule { reg: 0, kind: UNDEFINED, value: 0 }; PACKED_RULES],
     };
 
     /// `row` packed, if it fits.
     pub fn pack<const N: usize>(row: &RuleSet<N>) -> Option<PackedRow> {
-        let CfaRule::RegOffset { reg, offset } = row.cfa else { return None };
+        let (cfa_kind, cfa_reg, cfa_offset) = match row.cfa {
+            CfaRule::RegOffset { reg, offset } => (CFA_REG, reg, i32::try_from(offset).ok()?),
+            CfaRule::Expr(e) => {
+                let kind = match e.section {
+                    SectionKind::EhFrame => CFA_EH_FRAME,
+                    SectionKind::DebugFrame => CFA_DEBUG_FRAME,
+                };
+                (kind, u16::try_from(e.len).ok()?, e.offset as i32)
+            }
+        };
         let mut out = PackedRow {
-            cfa_reg: reg,
+            cfa_reg,
             ra: row.ra,
             signal_frame: row.signal_frame,
-            cfa_offset: i32::try_from(offset).ok()?,
+            cfa_kind,
+            cfa_offset,
             ..PackedRow::EMPTY
         };
         let rules = row.rules();
@@ -107,7 +129,15 @@ impl PackedRow {
 impl Rules for PackedRow {
     #[inline(always)]
     fn cfa(&self) -> CfaRule {
-        CfaRule::RegOffset { reg: self.cfa_reg, offset: i64::from(self.cfa_offset) }
+        let section = match self.cfa_kind {
+            CFA_REG => {
+                return CfaRule::RegOffset { reg: self.cfa_reg, offset: i64::from(self.cfa_offset) }
+            }
+            CFA_EH_FRAME => SectionKind::EhFrame,
+            _ => SectionKind::DebugFrame,
+        };
+        let (offset, len) = (self.cfa_offset as u32, u32::from(self.cfa_reg));
+        CfaRule::Expr(ExprRef { section, offset, len })
     }
 
     #[inline(always)]
@@ -321,12 +351,21 @@ mod tests {
         let mut far = full;
         far.push(0, RegRule::Offset(1 << 40));
         assert!(PackedRow::pack(&far).is_none(), "an offset past 32 bits");
-        let expr =
-            crate::cfi::ExprRef { section: crate::cfi::SectionKind::EhFrame, offset: 0, len: 1 };
+        let expr = ExprRef { section: SectionKind::EhFrame, offset: 0, len: 1 };
         let mut by_expr = full;
         by_expr.push(0, RegRule::Expr(expr));
         assert!(PackedRow::pack(&by_expr).is_none(), "an expression");
-        let cfa_expr = Row::new(CfaRule::Expr(expr), 16, false);
-        assert!(PackedRow::pack(&cfa_expr).is_none(), "a CFA expression");
+        // A CFA by expression (a PLT entry's) is packed, in either section.
+        for section in [SectionKind::EhFrame, SectionKind::DebugFrame] {
+            let expr = ExprRef { section, offset: 0xfedc_ba98, len: 11 };
+            let mut plt = Row::new(CfaRule::Expr(expr), 16, false);
+            plt.push(16, RegRule::Offset(-8));
+            let packed = PackedRow::pack(&plt).unwrap();
+            assert_eq!(packed.cfa(), CfaRule::Expr(expr));
+            assert_eq!(packed.at(0), (16, RegRule::Offset(-8)));
+        }
+        let long = ExprRef { section: SectionKind::EhFrame, offset: 0, len: 1 << 16 };
+        let cfa_expr = Row::new(CfaRule::Expr(long), 16, false);
+        assert!(PackedRow::pack(&cfa_expr).is_none(), "a CFA expression of 64 KiB");
     }
 }
