@@ -228,6 +228,26 @@ const X86_64: u8 = 0;
 const AARCH64: u8 = 1;
 const I386: u8 = 2;
 
+/// `$body` with `$a` the const parameter ([`arch_of`]) of the architecture `$arch`.
+macro_rules! with_arch {
+    ($arch:expr, $a:ident => $body:expr) => {
+        match $arch {
+            Arch::X86_64 => {
+                const $a: u8 = X86_64;
+                $body
+            }
+            Arch::Aarch64 => {
+                const $a: u8 = AARCH64;
+                $body
+            }
+            Arch::I386 => {
+                const $a: u8 = I386;
+                $body
+            }
+        }
+    };
+}
+
 #[inline(always)]
 const fn arch_of(a: u8) -> Arch {
     match a {
@@ -576,17 +596,9 @@ impl Unwinder {
         frames: &mut Vec<Frame>,
         end: End,
     ) -> End {
-        match self.arch {
-            Arch::X86_64 => {
-                self.walk::<M, FALLBACK, X86_64>(callee, files, mem, max_frames, frames, end)
-            }
-            Arch::Aarch64 => {
-                self.walk::<M, FALLBACK, AARCH64>(callee, files, mem, max_frames, frames, end)
-            }
-            Arch::I386 => {
-                self.walk::<M, FALLBACK, I386>(callee, files, mem, max_frames, frames, end)
-            }
-        }
+        with_arch!(self.arch, A => {
+            self.walk::<M, FALLBACK, A>(callee, files, mem, max_frames, frames, end)
+        })
     }
 
     /// The walk from frame 0 (in `frames`, its registers in `files[0]`) on.
@@ -846,17 +858,9 @@ impl Unwinder {
         mem: &mut M,
         frames: &mut [Frame],
     ) -> Step {
-        match self.arch {
-            Arch::X86_64 => {
-                self.step::<M, true, X86_64>(lookup, callee, callee_regs, caller_regs, mem, frames)
-            }
-            Arch::Aarch64 => {
-                self.step::<M, true, AARCH64>(lookup, callee, callee_regs, caller_regs, mem, frames)
-            }
-            Arch::I386 => {
-                self.step::<M, true, I386>(lookup, callee, callee_regs, caller_regs, mem, frames)
-            }
-        }
+        with_arch!(self.arch, A => {
+            self.step::<M, true, A>(lookup, callee, callee_regs, caller_regs, mem, frames)
+        })
     }
 
     /// Unwind one frame: find the rules for `lookup` in module `m` (cached),
