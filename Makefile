@@ -4,7 +4,7 @@
 PYTHON ?= .venv/bin/python
 export PYTHON
 
-.PHONY: setup build demo test test-rust test-python bench lint fuzz
+.PHONY: setup build demo test test-rust test-python bench bench-rust lint fuzz
 
 setup:            ## install system packages, make .venv, install the package in it (builds the Rust core)
 	.ci/setup
@@ -26,6 +26,11 @@ test-python:
 
 bench: setup      ## run the benchmarks for real and print the ratios
 	$(PYTHON) -m pytest benches --benchmark-enable --benchmark-group-by=group -q
+
+# Not part of `make test`: the comparison crate (benches/framehop_cmp, its own workspace) builds
+# framehop and criterion, minutes on this machine; BENCH_ARGS go to the benchmark binary.
+bench-rust: setup ## stackwalk's Rust unwind loop vs framehop, ns/frame on the same captured stacks
+	$(PYTHON) benches/framehop_cmp/run.py $(BENCH_ARGS)
 
 lint:            ## rustfmt, clippy -D warnings, ruff (lint and format), mypy --strict, stubtest
 	cargo fmt --check

@@ -106,6 +106,52 @@ impl<const N: usize> RuleSet<N> {
     }
 }
 
+/// A row's rules, however they are stored: a [`RuleSet`], or the rule
+/// cache's packed rows (`crate::rule_cache::PackedRow`). What the unwind
+/// step reads.
+pub trait Rules {
+    fn cfa(&self) -> CfaRule;
+    /// The return-address column.
+    fn ra(&self) -> u16;
+    fn signal_frame(&self) -> bool;
+    /// How many rules there are.
+    fn count(&self) -> usize;
+    /// Rule `i` (below [`Rules::count`]): its column and the rule.
+    fn at(&self, i: usize) -> (u16, RegRule);
+
+    /// The rule for column `reg`, if the row has one.
+    fn rule_for(&self, reg: u16) -> Option<RegRule> {
+        (0..self.count()).map(|i| self.at(i)).find(|(r, _)| *r == reg).map(|(_, rule)| rule)
+    }
+}
+
+impl<const N: usize> Rules for RuleSet<N> {
+    #[inline(always)]
+    fn cfa(&self) -> CfaRule {
+        self.cfa
+    }
+
+    #[inline(always)]
+    fn ra(&self) -> u16 {
+        self.ra
+    }
+
+    #[inline(always)]
+    fn signal_frame(&self) -> bool {
+        self.signal_frame
+    }
+
+    #[inline(always)]
+    fn count(&self) -> usize {
+        self.len as usize
+    }
+
+    #[inline(always)]
+    fn at(&self, i: usize) -> (u16, RegRule) {
+        self.rules[i]
+    }
+}
+
 /// Every rule of a row, tracked column or not (see [`Module::find_full_row`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FullRow {

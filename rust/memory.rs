@@ -74,22 +74,24 @@ impl<F: FnMut(u64) -> Option<u64>> Memory for F {
 #[derive(Debug, Default, Clone)]
 pub struct Regions<'a> {
     regions: Vec<(u64, &'a [u8])>,
-    /// The region the last read was served from: unwinding reads
-    /// neighbouring stack words, so it is tried first. Used only while the
-    /// regions are disjoint, where any region holding a read is the answer.
-    last: usize,
+    /// The start and bytes of the region the last read was served from:
+    /// unwinding reads neighbouring stack words, so it is tried first, with
+    /// no search and no index into `regions`. Set only while the regions are
+    /// disjoint, where any region holding a read is the answer; else empty.
+    last_start: u64,
+    last: &'a [u8],
     disjoint: bool,
 }
 
 impl<'a> Regions<'a> {
     pub fn new() -> Self {
-        Regions { regions: Vec::new(), last: 0, disjoint: true }
+        Regions { regions: Vec::new(), last_start: 0, last: &[], disjoint: true }
     }
 
     /// Remove all regions, keeping the allocation for reuse.
     pub fn clear(&mut self) {
         self.regions.clear();
-        self.last = 0;
+        self.last = &[];
         self.disjoint = true;
     }
 
@@ -106,7 +108,7 @@ impl<'a> Regions<'a> {
             }
             return out;
         }
-        Regions { regions, last: 0, disjoint }
+        Regions { regions, last_start: 0, last: &[], disjoint }
     }
 
     pub fn add(&mut self, start: u64, bytes: &'a [u8]) {
@@ -121,7 +123,7 @@ impl<'a> Regions<'a> {
             self.disjoint = false;
         }
         self.regions.insert(pos, (start, bytes));
-        self.last = 0;
+        self.last = &[];
     }
 
     pub fn len(&self) -> usize {
@@ -136,14 +138,12 @@ impl<'a> Regions<'a> {
     #[inline(always)]
     fn find(&mut self, addr: u64, size: u64) -> Option<&'a [u8]> {
         // Unwinding reads neighbouring stack words: the region of the last
-        // read usually holds this one too.
-        if self.disjoint {
-            if let Some(&(start, bytes)) = self.regions.get(self.last) {
-                let off = addr.wrapping_sub(start);
-                if off < bytes.len() as u64 && bytes.len() as u64 - off >= size {
-                    return Some(&bytes[off as usize..(off + size) as usize]);
-                }
-            }
+        // read usually holds this one too (`last` is empty where that cannot
+        // be trusted: overlapping regions).
+        let bytes = self.last;
+        let off = addr.wrapping_sub(self.last_start);
+        if off < bytes.len() as u64 && bytes.len() as u64 - off >= size {
+            return bytes.get(off as usize..(off + size) as usize);
         }
         self.find_slow(addr, size)
     }
@@ -162,7 +162,7 @@ impl<'a> Regions<'a> {
         };
         let idx = self.regions.partition_point(|(s, _)| *s <= addr).checked_sub(1)?;
         if self.disjoint {
-            self.last = idx;
+            (self.last_start, self.last) = self.regions[idx];
             return fits(&self.regions[idx]);
         }
         // Where regions overlap, the one starting highest wins; the nearest
@@ -180,8 +180,17 @@ impl Memory for Regions<'_> {
         })
     }
 
+    #[inline]
     fn read_u64(&mut self, addr: u64) -> Option<u64> {
-        let bytes = self.find(addr, 8)?;
+        // The usual read, from the last region, as one bounds test and a
+        // fixed-size chunk (no slice of a variable length to convert).
+        let off = addr.wrapping_sub(self.last_start);
+        if off < self.last.len() as u64 {
+            if let Some(word) = self.last[off as usize..].first_chunk::<8>() {
+                return Some(u64::from_le_bytes(*word));
+            }
+        }
+        let bytes = self.find_slow(addr, 8)?;
         Some(u64::from_le_bytes(bytes.try_into().ok()?))
     }
 

@@ -61,6 +61,21 @@ impl Registers {
         }
     }
 
+    /// [`Registers::inherit`] for a mask known when compiling (an
+    /// architecture's, in a walk compiled for it): every column of the mask
+    /// is copied, known or not (the values of unknown columns are never
+    /// read), which unrolls into a fixed handful of moves with no loop over
+    /// the known bits.
+    #[inline(always)]
+    pub fn inherit_fixed(&mut self, from: &Registers, mask: u64) {
+        self.known = from.known & mask;
+        for i in 0..NUM_REGS {
+            if (mask >> i) & 1 != 0 {
+                self.values[i] = from.values[i];
+            }
+        }
+    }
+
     /// The known columns, in ascending order.
     pub fn iter(&self) -> impl Iterator<Item = (u16, u64)> + '_ {
         (0..NUM_REGS as u16).filter_map(move |r| self.get(r).map(|v| (r, v)))

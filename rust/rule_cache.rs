@@ -2,29 +2,172 @@
 //! CFI parsing and no allocation. Two-way set-associative over a prime
 //! number of sets (framehop's cache has 509 direct-mapped slots; with two
 //! ways, two hot addresses that share a set no longer evict each other on
-//! every walk).
+//! every walk). The tags (key, module set) of a set's two ways share one
+//! small record, apart from the rows: a lookup reads one cache line of tags
+//! and then only the row it hits.
 
-use crate::cfi::{CfaRule, CompactRow, Row};
+use crate::cfi::{CfaRule, ExprRef, RegRule, Row, RuleSet, Rules, SectionKind};
 
 /// Sets in the cache (a prime, so that addresses spread evenly).
 const SETS: usize = 509;
 
 const EMPTY_KEY: u64 = u64::MAX;
 
+/// What identifies the entries of one set.
 #[derive(Clone, Copy)]
-struct Entry {
-    key: u64,
-    /// The module set the entry was made for (`ModuleSet::generation`).
-    generation: u64,
-    module: u32,
-    row: CompactRow,
-}
-
-#[derive(Clone, Copy)]
-struct Set {
-    ways: [Entry; 2],
+struct Tags {
+    keys: [u64; 2],
+    /// The module set each entry was made for (`ModuleSet::generation`).
+    generations: [u64; 2],
     /// The way to replace next: the one not used most recently.
     victim: u8,
+}
+
+/// What a cached entry holds.
+#[derive(Clone, Copy)]
+struct Entry {
+    module: u32,
+    row: PackedRow,
+}
+
+/// Rules per packed row: ordinary functions save a handful of registers
+/// (x86_64: six callee-saved ones and the return address).
+const PACKED_RULES: usize = 8;
+
+/// A rule in 8 bytes: its column, its kind, and an offset or a column.
+#[derive(Clone, Copy)]
+struct PackedRule {
+    reg: u16,
+    kind: u8,
+    value: i32,
+}
+
+const UNDEFINED: u8 = 0;
+const SAME_VALUE: u8 = 1;
+const OFFSET: u8 = 2;
+const VAL_OFFSET: u8 = 3;
+const REGISTER: u8 = 4;
+
+/// A row as the cache keeps it: a CFA of a register plus a 32-bit offset
+/// (or an expression, as PLT entries have) and at most [`PACKED_RULES`]
+/// rules with 32-bit offsets, in 76 bytes (a `RuleSet<8>` takes 216), so
+/// that the rows of a walk's hot frames stay in the nearest cache. Rows
+/// that do not fit (rules by DWARF expression, more rules, wider offsets)
+/// are kept whole with the wide rows.
+#[derive(Clone, Copy)]
+pub struct PackedRow {
+    /// The CFA's register, or the length of its expression.
+    cfa_reg: u16,
+    ra: u16,
+    signal_frame: bool,
+    len: u8,
+    cfa_kind: u8,
+    /// The CFA's offset, or the offset of its expression (as u32).
+    cfa_offset: i32,
+    rules: [PackedRule; PACKED_RULES],
+}
+
+const _: () = assert!(std::mem::size_of::<PackedRow>() == 76);
+
+/// `PackedRow::cfa_kind`: register + offset, or an expression in a section.
+const CFA_REG: u8 = 0;
+const CFA_EH_FRAME: u8 = 1;
+const CFA_DEBUG_FRAME: u8 = 2;
+
+impl PackedRow {
+    /// A row with no rules and the CFA at register 0.
+    pub const EMPTY: PackedRow = PackedRow {
+        cfa_reg: 0,
+        ra: 0,
+        signal_frame: false,
+        len: 0,
+        cfa_kind: CFA_REG,
+        cfa_offset: 0,
+        rules: [PackedRule { reg: 0, kind: UNDEFINED, value: 0 }; PACKED_RULES],
+    };
+
+    /// `row` packed, if it fits.
+    pub fn pack<const N: usize>(row: &RuleSet<N>) -> Option<PackedRow> {
+        let (cfa_kind, cfa_reg, cfa_offset) = match row.cfa {
+            CfaRule::RegOffset { reg, offset } => (CFA_REG, reg, i32::try_from(offset).ok()?),
+            CfaRule::Expr(e) => {
+                let kind = match e.section {
+                    SectionKind::EhFrame => CFA_EH_FRAME,
+                    SectionKind::DebugFrame => CFA_DEBUG_FRAME,
+                };
+                (kind, u16::try_from(e.len).ok()?, e.offset as i32)
+            }
+        };
+        let mut out = PackedRow {
+            cfa_reg,
+            ra: row.ra,
+            signal_frame: row.signal_frame,
+            cfa_kind,
+            cfa_offset,
+            ..PackedRow::EMPTY
+        };
+        let rules = row.rules();
+        if rules.len() > PACKED_RULES {
+            return None;
+        }
+        for (slot, &(reg, rule)) in out.rules.iter_mut().zip(rules) {
+            let (kind, value) = match rule {
+                RegRule::Undefined => (UNDEFINED, 0),
+                RegRule::SameValue => (SAME_VALUE, 0),
+                RegRule::Offset(n) => (OFFSET, i32::try_from(n).ok()?),
+                RegRule::ValOffset(n) => (VAL_OFFSET, i32::try_from(n).ok()?),
+                RegRule::Register(r) => (REGISTER, i32::from(r)),
+                RegRule::Expr(_) | RegRule::ValExpr(_) => return None,
+            };
+            *slot = PackedRule { reg, kind, value };
+        }
+        out.len = rules.len() as u8;
+        Some(out)
+    }
+}
+
+impl Rules for PackedRow {
+    #[inline(always)]
+    fn cfa(&self) -> CfaRule {
+        let section = match self.cfa_kind {
+            CFA_REG => {
+                return CfaRule::RegOffset { reg: self.cfa_reg, offset: i64::from(self.cfa_offset) }
+            }
+            CFA_EH_FRAME => SectionKind::EhFrame,
+            _ => SectionKind::DebugFrame,
+        };
+        let (offset, len) = (self.cfa_offset as u32, u32::from(self.cfa_reg));
+        CfaRule::Expr(ExprRef { section, offset, len })
+    }
+
+    #[inline(always)]
+    fn ra(&self) -> u16 {
+        self.ra
+    }
+
+    #[inline(always)]
+    fn signal_frame(&self) -> bool {
+        self.signal_frame
+    }
+
+    #[inline(always)]
+    fn count(&self) -> usize {
+        usize::from(self.len).min(PACKED_RULES)
+    }
+
+    #[inline(always)]
+    fn at(&self, i: usize) -> (u16, RegRule) {
+        let PackedRule { reg, kind, value } = self.rules[i];
+        let rule = match kind {
+            OFFSET => RegRule::Offset(i64::from(value)),
+            SAME_VALUE => RegRule::SameValue,
+            VAL_OFFSET => RegRule::ValOffset(i64::from(value)),
+            // Packed from a u16 column: the value fits.
+            REGISTER => RegRule::Register(value as u16),
+            _ => RegRule::Undefined,
+        };
+        (reg, rule)
+    }
 }
 
 /// Hit and miss counts, for benchmarks and tests.
@@ -35,7 +178,8 @@ pub struct Stats {
 }
 
 pub struct RuleCache {
-    sets: Box<[Set]>,
+    tags: Box<[Tags; SETS]>,
+    entries: Box<[[Entry; 2]; SETS]>,
     /// Rows with more rules than a compact row holds: a signal trampoline's
     /// (glibc's `__restore_rt` restores every register), which a walk through
     /// a signal handler meets once. Few, so a handful of slots, replaced in
@@ -63,13 +207,8 @@ impl Default for RuleCache {
 
 impl RuleCache {
     pub fn new() -> Self {
-        let empty = Entry {
-            key: EMPTY_KEY,
-            generation: 0,
-            module: 0,
-            row: CompactRow::new(CfaRule::RegOffset { reg: 0, offset: 0 }, 0, false),
-        };
-        let set = Set { ways: [empty; 2], victim: 0 };
+        let tags = Tags { keys: [EMPTY_KEY; 2], generations: [0; 2], victim: 0 };
+        let empty = Entry { module: 0, row: PackedRow::EMPTY };
         let wide = WideEntry {
             key: EMPTY_KEY,
             generation: 0,
@@ -77,7 +216,8 @@ impl RuleCache {
             row: Row::new(CfaRule::RegOffset { reg: 0, offset: 0 }, 0, false),
         };
         RuleCache {
-            sets: vec![set; SETS].into_boxed_slice(),
+            tags: boxed_array(tags),
+            entries: boxed_array([empty; 2]),
             wide: Box::new([wide; WIDE_SLOTS]),
             next_wide: 0,
             stats: Stats::default(),
@@ -86,9 +226,8 @@ impl RuleCache {
 
     /// Forget every entry (the modules changed).
     pub fn clear(&mut self) {
-        for set in self.sets.iter_mut() {
-            set.ways[0].key = EMPTY_KEY;
-            set.ways[1].key = EMPTY_KEY;
+        for tags in self.tags.iter_mut() {
+            tags.keys = [EMPTY_KEY; 2];
         }
         for entry in self.wide.iter_mut() {
             entry.key = EMPTY_KEY;
@@ -98,19 +237,20 @@ impl RuleCache {
     /// The module index and rules cached for `key` in the module set of
     /// `generation` (counted as a hit).
     #[inline]
-    pub fn get(&mut self, key: u64, generation: u64) -> Option<(usize, &CompactRow)> {
-        let set = &mut self.sets[(key % SETS as u64) as usize];
-        let hit = |e: &Entry| e.key == key && e.generation == generation;
-        let way = if hit(&set.ways[0]) {
+    pub fn get(&mut self, key: u64, generation: u64) -> Option<(usize, &PackedRow)> {
+        let set = (key % SETS as u64) as usize;
+        let tags = &mut self.tags[set];
+        let hit = |way: usize| tags.keys[way] == key && tags.generations[way] == generation;
+        let way = if hit(0) {
             0
-        } else if hit(&set.ways[1]) {
+        } else if hit(1) {
             1
         } else {
             return None;
         };
         self.stats.hits += 1;
-        set.victim = 1 - way as u8;
-        let entry = &set.ways[way];
+        tags.victim = 1 - way as u8;
+        let entry = &self.entries[set][way];
         Some((entry.module as usize, &entry.row))
     }
 
@@ -135,11 +275,22 @@ impl RuleCache {
     }
 
     /// Cache `row` for `key` in the module set of `generation`.
-    pub fn insert(&mut self, key: u64, generation: u64, module: usize, row: CompactRow) {
-        let set = &mut self.sets[(key % SETS as u64) as usize];
-        let way = set.victim as usize;
-        set.ways[way] = Entry { key, generation, module: module as u32, row };
-        set.victim = 1 - set.victim;
+    pub fn insert(&mut self, key: u64, generation: u64, module: usize, row: PackedRow) {
+        let set = (key % SETS as u64) as usize;
+        let tags = &mut self.tags[set];
+        let way = usize::from(tags.victim & 1);
+        tags.keys[way] = key;
+        tags.generations[way] = generation;
+        tags.victim = 1 - way as u8;
+        self.entries[set][way] = Entry { module: module as u32, row };
+    }
+}
+
+/// `[value; SETS]` on the heap, without building it on the stack first.
+fn boxed_array<T: Copy>(value: T) -> Box<[T; SETS]> {
+    match vec![value; SETS].into_boxed_slice().try_into() {
+        Ok(array) => array,
+        Err(_) => unreachable!("a vector of SETS items"),
     }
 }
 
@@ -147,8 +298,8 @@ impl RuleCache {
 mod tests {
     use super::*;
 
-    fn row(offset: i64) -> CompactRow {
-        CompactRow::new(CfaRule::RegOffset { reg: 7, offset }, 16, false)
+    fn row(offset: i64) -> PackedRow {
+        PackedRow::pack(&Row::new(CfaRule::RegOffset { reg: 7, offset }, 16, false)).unwrap()
     }
 
     #[test]
@@ -158,8 +309,8 @@ mod tests {
         cache.insert(a, 7, 1, row(8));
         cache.insert(b, 7, 2, row(16));
         for _ in 0..3 {
-            assert_eq!(cache.get(a, 7).map(|(m, r)| (m, r.cfa)), Some((1, row(8).cfa)));
-            assert_eq!(cache.get(b, 7).map(|(m, r)| (m, r.cfa)), Some((2, row(16).cfa)));
+            assert_eq!(cache.get(a, 7).map(|(m, r)| (m, r.cfa())), Some((1, row(8).cfa())));
+            assert_eq!(cache.get(b, 7).map(|(m, r)| (m, r.cfa())), Some((2, row(16).cfa())));
         }
         // A third evicts the least recently used (a), not the one just used.
         cache.insert(c, 7, 3, row(24));
@@ -170,5 +321,51 @@ mod tests {
         assert!(cache.get(b, 8).is_none(), "another module set");
         cache.clear();
         assert!(cache.get(b, 7).is_none());
+    }
+
+    #[test]
+    fn packed_rows_keep_every_rule() {
+        let mut full = Row::new(CfaRule::RegOffset { reg: 6, offset: 16 }, 16, true);
+        let rules = [
+            (3, RegRule::Offset(-24)),
+            (6, RegRule::Offset(-16)),
+            (12, RegRule::SameValue),
+            (13, RegRule::Undefined),
+            (14, RegRule::Register(5)),
+            (15, RegRule::ValOffset(-8)),
+            (16, RegRule::Offset(-8)),
+        ];
+        for (reg, rule) in rules {
+            full.push(reg, rule);
+        }
+        let packed = PackedRow::pack(&full).unwrap();
+        assert_eq!(packed.cfa(), full.cfa);
+        assert_eq!((packed.ra(), packed.signal_frame()), (16, true));
+        assert_eq!((0..packed.count()).map(|i| packed.at(i)).collect::<Vec<_>>(), rules);
+        assert_eq!(packed.rule_for(14), Some(RegRule::Register(5)));
+        // What does not fit stays unpacked (the wide rows).
+        let mut wide = full;
+        wide.push(0, RegRule::Offset(-32));
+        wide.push(1, RegRule::Offset(-40));
+        assert!(PackedRow::pack(&wide).is_none(), "nine rules");
+        let mut far = full;
+        far.push(0, RegRule::Offset(1 << 40));
+        assert!(PackedRow::pack(&far).is_none(), "an offset past 32 bits");
+        let expr = ExprRef { section: SectionKind::EhFrame, offset: 0, len: 1 };
+        let mut by_expr = full;
+        by_expr.push(0, RegRule::Expr(expr));
+        assert!(PackedRow::pack(&by_expr).is_none(), "an expression");
+        // A CFA by expression (a PLT entry's) is packed, in either section.
+        for section in [SectionKind::EhFrame, SectionKind::DebugFrame] {
+            let expr = ExprRef { section, offset: 0xfedc_ba98, len: 11 };
+            let mut plt = Row::new(CfaRule::Expr(expr), 16, false);
+            plt.push(16, RegRule::Offset(-8));
+            let packed = PackedRow::pack(&plt).unwrap();
+            assert_eq!(packed.cfa(), CfaRule::Expr(expr));
+            assert_eq!(packed.at(0), (16, RegRule::Offset(-8)));
+        }
+        let long = ExprRef { section: SectionKind::EhFrame, offset: 0, len: 1 << 16 };
+        let cfa_expr = Row::new(CfaRule::Expr(long), 16, false);
+        assert!(PackedRow::pack(&cfa_expr).is_none(), "a CFA expression of 64 KiB");
     }
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use gimli::UnwindContext;
 
 use crate::arch::{Arch, DefaultRule};
-use crate::cfi::{CfaRule, CompactRow, FullRow, LookupError, Module, RegRule, RuleSet};
+use crate::cfi::{CfaRule, ExprRef, FullRow, LookupError, Module, RegRule, Rules};
 use crate::expr::{self, ExprError};
 use crate::fallback::{self, Strategies};
 pub use crate::fallback::{FpProblem, RaProblem, Strategy, UnknownStrategy};
@@ -15,8 +15,8 @@ use crate::memory::Memory;
 use crate::modules::ModuleSet;
 pub use crate::modules::OverlapError;
 use crate::registers::Registers;
-use crate::rule_cache::RuleCache;
 pub use crate::rule_cache::Stats;
+use crate::rule_cache::{PackedRow, RuleCache};
 
 /// How a frame was found, best first (rust-minidump's trust levels).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -221,9 +221,45 @@ pub struct Unwinder {
     scan_words: usize,
 }
 
+/// The architectures as const generic parameters: the walk is compiled once
+/// for each, so that its word size, address mask and register columns are
+/// constants rather than a match on the unwinder's architecture per use.
+const X86_64: u8 = 0;
+const AARCH64: u8 = 1;
+const I386: u8 = 2;
+
+/// `$body` with `$a` the const parameter ([`arch_of`]) of the architecture `$arch`.
+macro_rules! with_arch {
+    ($arch:expr, $a:ident => $body:expr) => {
+        match $arch {
+            Arch::X86_64 => {
+                const $a: u8 = X86_64;
+                $body
+            }
+            Arch::Aarch64 => {
+                const $a: u8 = AARCH64;
+                $body
+            }
+            Arch::I386 => {
+                const $a: u8 = I386;
+                $body
+            }
+        }
+    };
+}
+
+#[inline(always)]
+const fn arch_of(a: u8) -> Arch {
+    match a {
+        AARCH64 => Arch::Aarch64,
+        I386 => Arch::I386,
+        _ => Arch::X86_64,
+    }
+}
+
 /// The module index the rule cache records for an address no FDE covers.
 const NO_FDE: usize = u32::MAX as usize;
-const NO_FDE_ROW: CompactRow = CompactRow::new(CfaRule::RegOffset { reg: 0, offset: 0 }, 0, false);
+const NO_FDE_ROW: PackedRow = PackedRow::EMPTY;
 
 /// How many stack words a scan looks at by default.
 pub const DEFAULT_SCAN_WORDS: usize = 1024;
@@ -434,9 +470,9 @@ impl Unwinder {
         // CFI alone (the profiler's walk) is compiled without the fallback
         // path, so it costs nothing there.
         if self.strategies.as_slice() == [Strategy::Cfi] {
-            self.walk::<M, false>(callee, files, mem, max_frames, frames, end)
+            self.walk_arch::<M, false>(callee, files, mem, max_frames, frames, end)
         } else {
-            self.walk::<M, true>(callee, files, mem, max_frames, frames, end)
+            self.walk_arch::<M, true>(callee, files, mem, max_frames, frames, end)
         }
     }
 
@@ -546,12 +582,29 @@ impl Unwinder {
             trust,
         };
         let files = [caller_regs, Registers::new()];
-        self.walk::<M, true>(callee, files, mem, max_frames, frames, end)
+        self.walk_arch::<M, true>(callee, files, mem, max_frames, frames, end)
+    }
+
+    /// [`Unwinder::walk`] compiled for this unwinder's architecture.
+    #[inline(always)]
+    fn walk_arch<M: Memory + ?Sized, const FALLBACK: bool>(
+        &mut self,
+        callee: FrameState,
+        files: [Registers; 2],
+        mem: &mut M,
+        max_frames: usize,
+        frames: &mut Vec<Frame>,
+        end: End,
+    ) -> End {
+        with_arch!(self.arch, A => {
+            self.walk::<M, FALLBACK, A>(callee, files, mem, max_frames, frames, end)
+        })
     }
 
     /// The walk from frame 0 (in `frames`, its registers in `files[0]`) on.
-    /// `FALLBACK`: the strategies are not CFI alone.
-    fn walk<M: Memory + ?Sized, const FALLBACK: bool>(
+    /// `FALLBACK`: the strategies are not CFI alone; `A`: the architecture
+    /// ([`arch_of`]), which is the unwinder's.
+    fn walk<M: Memory + ?Sized, const FALLBACK: bool, const A: u8>(
         &mut self,
         mut callee: FrameState,
         mut files: [Registers; 2],
@@ -577,7 +630,7 @@ impl Unwinder {
             let strategies = self.strategies;
             let cfi_first = !FALLBACK || strategies.first() == Some(Strategy::Cfi);
             let stepped = if cfi_first {
-                self.step::<M, FALLBACK>(lookup, &callee, callee_regs, caller_regs, mem, frames)
+                self.step::<M, FALLBACK, A>(lookup, &callee, callee_regs, caller_regs, mem, frames)
             } else {
                 Err((EndReason::NoUnwindInfo, EndDetail::None))
             };
@@ -805,7 +858,9 @@ impl Unwinder {
         mem: &mut M,
         frames: &mut [Frame],
     ) -> Step {
-        self.step::<M, true>(lookup, callee, callee_regs, caller_regs, mem, frames)
+        with_arch!(self.arch, A => {
+            self.step::<M, true, A>(lookup, callee, callee_regs, caller_regs, mem, frames)
+        })
     }
 
     /// Unwind one frame: find the rules for `lookup` in module `m` (cached),
@@ -814,7 +869,7 @@ impl Unwinder {
     // bundled, so that the two register files can be borrowed apart.
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
-    fn step<M: Memory + ?Sized, const FALLBACK: bool>(
+    fn step<M: Memory + ?Sized, const FALLBACK: bool, const A: u8>(
         &mut self,
         lookup: u64,
         callee: &FrameState,
@@ -830,10 +885,9 @@ impl Unwinder {
             if m == NO_FDE {
                 return Err((EndReason::NoUnwindInfo, EndDetail::Lookup(LookupError::NoFde)));
             }
-            let module = &*self.modules.modules()[m];
-            return apply::<M, 8, FALLBACK>(
-                self.arch,
-                module,
+            return apply::<M, _, FALLBACK>(
+                arch_of(A),
+                (&self.modules, m),
                 row,
                 callee,
                 callee_regs,
@@ -843,10 +897,9 @@ impl Unwinder {
             );
         }
         if let Some((m, row)) = self.cache.get_wide(lookup, generation) {
-            let module = &*self.modules.modules()[m];
-            return apply::<M, { crate::arch::NUM_REGS }, FALLBACK>(
-                self.arch,
-                module,
+            return apply::<M, _, FALLBACK>(
+                arch_of(A),
+                (&self.modules, m),
                 row,
                 callee,
                 callee_regs,
@@ -873,13 +926,13 @@ impl Unwinder {
             }
             Err(e) => return Err((EndReason::BadCfi, EndDetail::Lookup(e))),
         };
-        match row.resize::<8>() {
-            Some(compact) => self.cache.insert(lookup, generation, m, compact),
+        match PackedRow::pack(&row) {
+            Some(packed) => self.cache.insert(lookup, generation, m, packed),
             None => self.cache.insert_wide(lookup, generation, m, row),
         }
-        apply::<M, { crate::arch::NUM_REGS }, FALLBACK>(
-            self.arch,
-            &self.modules.modules()[m],
+        apply::<M, _, FALLBACK>(
+            arch_of(A),
+            (&self.modules, m),
             &row,
             callee,
             callee_regs,
@@ -906,10 +959,10 @@ impl Unwinder {
 /// sp (compiled out of the CFI-only walk).
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-fn apply<M: Memory + ?Sized, const N: usize, const FALLBACK: bool>(
+fn apply<M: Memory + ?Sized, R: Rules, const FALLBACK: bool>(
     arch: Arch,
-    module: &Module,
-    row: &RuleSet<N>,
+    (modules, m): (&ModuleSet, usize),
+    row: &R,
     callee: &FrameState,
     regs: &Registers,
     caller: &mut Registers,
@@ -917,8 +970,12 @@ fn apply<M: Memory + ?Sized, const N: usize, const FALLBACK: bool>(
     frames: &mut [Frame],
 ) -> Step {
     if let Some(f) = frames.last_mut() {
-        f.signal_frame = row.signal_frame;
+        f.signal_frame = row.signal_frame();
     }
+    let ra_column = row.ra();
+    // The module (module `m` of `modules`) is looked up only for an
+    // expression's bytes: a row without one needs nothing but the row.
+    let expr_bytes = |e: ExprRef| modules.modules().get(m).map_or(&[][..], |m| m.expr_bytes(e));
     let sp = callee.sp;
     let expr_end = |e: ExprError| match e {
         ExprError::Memory(a) => Err((EndReason::Memory, EndDetail::Address(a))),
@@ -933,7 +990,7 @@ fn apply<M: Memory + ?Sized, const N: usize, const FALLBACK: bool>(
     // Addresses wrap at the width of the address space (32 bits on i386).
     let mask = arch.address_mask();
     let address_size = arch.word_size() as u8;
-    let cfa = match row.cfa {
+    let cfa = match row.cfa() {
         CfaRule::RegOffset { reg, .. } if reg == arch.sp() && fp_cfa.is_some_and(|c| c >= sp) => {
             fp_cfa.unwrap_or(sp)
         }
@@ -941,25 +998,38 @@ fn apply<M: Memory + ?Sized, const N: usize, const FALLBACK: bool>(
             Some(v) => v.wrapping_add(offset as u64) & mask,
             None => return Err((EndReason::MissingRegister, EndDetail::Register(reg))),
         },
-        CfaRule::Expr(e) => {
-            match expr::evaluate(module.expr_bytes(e), None, regs, mem, address_size) {
-                Ok(v) => v,
-                Err(e) => return expr_end(e),
-            }
-        }
+        CfaRule::Expr(e) => match expr::evaluate(expr_bytes(e), None, regs, mem, address_size) {
+            Ok(v) => v,
+            Err(e) => return expr_end(e),
+        },
     };
     if let Some(f) = frames.last_mut() {
         f.cfa = Some(cfa);
     }
     // Columns the CFI says nothing about take the ABI default.
-    caller.inherit(regs, arch.same_value_mask());
+    caller.inherit_fixed(regs, arch.same_value_mask());
     caller.set(arch.sp(), cfa);
     let mut ra_rule = None;
-    for &(reg, rule) in row.rules() {
+    for i in 0..row.count() {
+        let (reg, rule) = row.at(i);
         // A saved register outside the captured memory is unknown in the
         // caller (epilogue CFI still points at slots already popped below
         // sp); only the return address and the stack pointer are essential.
-        let essential = reg == row.ra || reg == arch.sp();
+        let essential = reg == ra_column || reg == arch.sp();
+        // Saved on the stack: nearly every rule of every row, tested first
+        // rather than through the match's jump table.
+        if let RegRule::Offset(n) = rule {
+            let addr = cfa.wrapping_add(n as u64) & mask;
+            match read_word(mem, arch, addr) {
+                Some(v) => caller.set(reg, v),
+                None if essential => return Err((EndReason::Memory, EndDetail::Address(addr))),
+                None => caller.forget(reg),
+            }
+            if reg == ra_column {
+                ra_rule = Some(rule);
+            }
+            continue;
+        }
         let value = match rule {
             RegRule::Undefined => None,
             RegRule::SameValue => regs.get(reg),
@@ -973,7 +1043,7 @@ fn apply<M: Memory + ?Sized, const N: usize, const FALLBACK: bool>(
             RegRule::ValOffset(n) => Some(cfa.wrapping_add(n as u64) & mask),
             RegRule::Register(r) => regs.get(r),
             RegRule::Expr(e) => {
-                match expr::evaluate(module.expr_bytes(e), Some(cfa), regs, mem, address_size) {
+                match expr::evaluate(expr_bytes(e), Some(cfa), regs, mem, address_size) {
                     Ok(addr) => match read_word(mem, arch, addr) {
                         None if essential => {
                             return Err((EndReason::Memory, EndDetail::Address(addr)))
@@ -985,7 +1055,7 @@ fn apply<M: Memory + ?Sized, const N: usize, const FALLBACK: bool>(
                 }
             }
             RegRule::ValExpr(e) => {
-                match expr::evaluate(module.expr_bytes(e), Some(cfa), regs, mem, address_size) {
+                match expr::evaluate(expr_bytes(e), Some(cfa), regs, mem, address_size) {
                     Ok(v) => Some(v),
                     Err(ExprError::Memory(_)) if !essential => None,
                     Err(e) => return expr_end(e),
@@ -996,24 +1066,24 @@ fn apply<M: Memory + ?Sized, const N: usize, const FALLBACK: bool>(
             Some(v) => caller.set(reg, v),
             None => caller.forget(reg),
         }
-        if reg == row.ra {
+        if reg == ra_column {
             ra_rule = Some(rule);
         }
     }
     // The outermost frame says so with an undefined return-address rule (or,
     // where the ABI default is "undefined", with no rule at all); a return
     // address that merely could not be recovered is not the end.
-    let ra = match caller.get(row.ra) {
+    let ra = match caller.get(ra_column) {
         Some(ra) => ra,
         None => {
             let no_caller = match ra_rule {
                 Some(rule) => rule == RegRule::Undefined,
-                None => arch.default_rule(row.ra) == DefaultRule::Undefined,
+                None => arch.default_rule(ra_column) == DefaultRule::Undefined,
             };
             return Err(if no_caller {
                 (EndReason::EndOfStack, EndDetail::None)
             } else {
-                (EndReason::MissingRegister, EndDetail::Register(row.ra))
+                (EndReason::MissingRegister, EndDetail::Register(ra_column))
             });
         }
     };
@@ -1031,7 +1101,7 @@ fn apply<M: Memory + ?Sized, const N: usize, const FALLBACK: bool>(
     if let Some(col) = arch.pc_column() {
         caller.set(col, caller_pc);
     }
-    Ok(Caller { pc: caller_pc, sp: caller_sp, interrupted: row.signal_frame, sp_exact: true })
+    Ok(Caller { pc: caller_pc, sp: caller_sp, interrupted: row.signal_frame(), sp_exact: true })
 }
 
 /// Whether a strategy's failure means it applied to the frame (and failed),
@@ -1045,8 +1115,8 @@ fn applied(arch: Arch, (reason, detail): &(EndReason, EndDetail)) -> bool {
 }
 
 /// The CFA as `fp − n` where the row saves fp at CFA + n.
-fn fp_based_cfa<const N: usize>(arch: Arch, row: &RuleSet<N>, regs: &Registers) -> Option<u64> {
-    match row.rule(arch.fp())? {
+fn fp_based_cfa<R: Rules>(arch: Arch, row: &R, regs: &Registers) -> Option<u64> {
+    match row.rule_for(arch.fp())? {
         RegRule::Offset(n) => Some(regs.get(arch.fp())?.wrapping_sub(n as u64)),
         _ => None,
     }

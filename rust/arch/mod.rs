@@ -86,6 +86,7 @@ impl Arch {
     }
 
     /// The DWARF column of the stack pointer.
+    #[inline]
     pub fn sp(self) -> u16 {
         match self {
             Arch::X86_64 => x86_64::SP,
@@ -95,6 +96,7 @@ impl Arch {
     }
 
     /// The DWARF column of the frame pointer.
+    #[inline]
     pub fn fp(self) -> u16 {
         match self {
             Arch::X86_64 => x86_64::FP,
@@ -104,6 +106,7 @@ impl Arch {
     }
 
     /// The return-address column CIEs of this architecture use.
+    #[inline]
     pub fn ra(self) -> u16 {
         match self {
             Arch::X86_64 => x86_64::RA,
@@ -114,6 +117,7 @@ impl Arch {
 
     /// The column that holds the program counter itself, if the ABI gives it
     /// one (x86_64: 16, `rip`; i386: 8, `eip`; aarch64 has none).
+    #[inline]
     pub fn pc_column(self) -> Option<u16> {
         match self {
             Arch::X86_64 => Some(x86_64::RA),
@@ -128,6 +132,7 @@ impl Arch {
     }
 
     /// The rule that applies to `reg` in the caller when the CFI gives none.
+    #[inline]
     pub fn default_rule(self, reg: u16) -> DefaultRule {
         if reg < 64 && self.same_value_mask() & (1 << reg) != 0 {
             DefaultRule::SameValue
@@ -179,6 +184,7 @@ impl Arch {
     /// Turn a recovered return address into a code address: aarch64 return
     /// addresses may carry pointer-authentication bits above the 48-bit
     /// user address space; i386 ones are 32 bits.
+    #[inline]
     pub fn strip_return_address(self, ra: u64) -> u64 {
         match self {
             Arch::X86_64 => ra,
