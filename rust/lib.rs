@@ -13,6 +13,7 @@ pub mod debugfile;
 pub mod elf;
 pub mod expr;
 pub mod fallback;
+pub mod lines;
 pub mod memory;
 pub mod modules;
 pub mod perf;

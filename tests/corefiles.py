@@ -173,6 +173,9 @@ END_SPECS = {
         Spec("clone", "crash_clone.c", ("-O2",)),
     )
 }  # fmt: skip
+# Source lines and inline frames (test_lines.py): a NULL store in functions inlined into each
+# other.
+LINES_SPECS = {spec.id: spec for spec in (Spec("inline", "crash_inline.c", ("-O2",)),)}
 # Snapshots of a live process that did not fault (gdb's gcore attaches, stopping it with SIGSTOP):
 # running, or stopped beforehand with SIGSTOP (kill -STOP).
 SNAPSHOT_SPECS = {
@@ -193,6 +196,7 @@ SPECS.update(FALLBACK_SPECS)
 SPECS.update(PLACEMENT_SPECS)
 SPECS.update(END_SPECS)
 SPECS.update(SNAPSHOT_SPECS)
+SPECS.update(LINES_SPECS)
 
 
 # --- references -----------------------------------------------------------------------------
