@@ -586,6 +586,21 @@ def file_offset(core: Path, address: int) -> tuple[int, int]:
     return offset, lost
 
 
+def eu_addr2line(
+    path: str | os.PathLike[str], address: int
+) -> list[tuple[str | None, str | None, int | None]]:
+    """``eu-addr2line -i -f``: (function, file, line) at an ELF address, innermost first."""
+    out = run(["eu-addr2line", "-i", "-f", "-C", "-e", path, hex(address)]).stdout.splitlines()
+    chain = []
+    for name, where in zip(out[::2], out[1::2], strict=True):
+        match = re.match(r"(.*?):(\d+)(?::\d+)?$", where)
+        file, line = (match.group(1), int(match.group(2))) if match else (None, None)
+        file = None if file == "??" else file
+        chain.append((None if name == "??" else name.split(" inlined at ")[0], file,
+                      line or None))  # fmt: skip
+    return chain
+
+
 def addr2line_function(path: str, address: int) -> str:
     proc = run(["addr2line", "-f", "-e", path, f"{address:#x}"])
     return proc.stdout.splitlines()[0]

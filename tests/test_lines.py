@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from corefiles import build_id_of, run, same_function
+from corefiles import build_id_of, eu_addr2line, run, same_function
 
 GDB_SCRIPT = Path(__file__).parent / "gdb_inline_bt.py"
 
@@ -24,19 +24,6 @@ def core_json(core: Path, exe: Path, *options: str) -> dict[str, Any]:
     proc = run(cmd)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)  # type: ignore[no-any-return]
-
-
-def eu_addr2line(path: str, address: int) -> list[tuple[str | None, str | None, int | None]]:
-    """``eu-addr2line -i -f``: (function, file, line) at an ELF address, innermost first."""
-    out = run(["eu-addr2line", "-i", "-f", "-C", "-e", path, hex(address)]).stdout.splitlines()
-    chain = []
-    for name, where in zip(out[::2], out[1::2], strict=True):
-        match = re.match(r"(.*?):(\d+)(?::\d+)?$", where)
-        file, line = (match.group(1), int(match.group(2))) if match else (None, None)
-        file = None if file == "??" else file
-        chain.append((None if name == "??" else name.split(" inlined at ")[0], file,
-                      line or None))  # fmt: skip
-    return chain
 
 
 def bare(name: str | None) -> str | None:
