@@ -121,15 +121,21 @@ impl<T> Default for FileCache<T> {
     }
 }
 
-/// Files each cache holds at most.
-const FILES_MAX: usize = 256;
+/// Symbol tables the cache holds at most.
+const TABLES_MAX: usize = 256;
 
-/// What `read` makes of the file at `path`, read once per process and file:
+/// Files whose DWARF the cache holds at most: fewer, as a distribution's
+/// debug file takes tens of megabytes once decompressed.
+const LINES_MAX: usize = 64;
+
+/// What `read` makes of the file at `path` (kept for `max` files at most,
+/// the one used longest ago dropped first), read once per process and file:
 /// a later call for the same path (and debug root) gives the same while the
 /// file is unchanged (same device, inode, size and modification time), and
 /// reads it again once it was replaced. None when the file cannot be opened.
 fn cached<T: Clone>(
     cache: &OnceLock<Mutex<FileCache<T>>>,
+    max: usize,
     path: &Path,
     debug_root: Option<&Path>,
     read: impl FnOnce(&std::fs::File) -> T,
@@ -153,7 +159,7 @@ fn cached<T: Clone>(
     let value = read(&file);
     let mut cache = cache.lock().unwrap_or_else(|e| e.into_inner());
     let FileCache { entries, clock } = &mut *cache;
-    if entries.len() >= FILES_MAX && !entries.contains_key(&key) {
+    if entries.len() >= max && !entries.contains_key(&key) {
         let oldest = entries.iter().min_by_key(|(_, (_, _, used))| *used).map(|(k, _)| k.clone());
         if let Some(oldest) = oldest {
             entries.remove(&oldest);
@@ -169,7 +175,7 @@ fn cached<T: Clone>(
 /// (remembered too, until the file changes).
 pub fn file_table(path: &Path, debug_root: Option<&Path>) -> Option<Arc<SymbolTable>> {
     static TABLES: OnceLock<Mutex<FileCache<Option<Arc<SymbolTable>>>>> = OnceLock::new();
-    cached(&TABLES, path, debug_root, |file| {
+    cached(&TABLES, TABLES_MAX, path, debug_root, |file| {
         crate::debugfile::map_file(file)
             .and_then(|data| read_table(&data, debug_root))
             .map(Arc::new)
@@ -181,7 +187,7 @@ pub fn file_table(path: &Path, debug_root: Option<&Path>) -> Option<Arc<SymbolTa
 /// None when it has none.
 pub fn file_lines(path: &Path, debug_root: Option<&Path>) -> Option<Arc<DebugInfo>> {
     static LINES: OnceLock<Mutex<FileCache<Option<Arc<DebugInfo>>>>> = OnceLock::new();
-    cached(&LINES, path, debug_root, |file| {
+    cached(&LINES, LINES_MAX, path, debug_root, |file| {
         let data = Arc::new(crate::debugfile::map_file(file)?);
         DebugInfo::load(data, Some(path), debug_root).map(Arc::new)
     })?
