@@ -14,6 +14,7 @@ pub mod elf;
 pub mod expr;
 pub mod fallback;
 pub mod files;
+pub mod lines;
 pub mod memory;
 pub mod modules;
 pub mod perf;

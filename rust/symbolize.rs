@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use rustc_hash::FxHashMap;
 
 use crate::cfi::Data;
+use crate::lines::{DebugInfo, SourceFrame};
 use crate::symbols::SymbolTable;
 
 /// Where a file's symbols come from.
@@ -39,11 +40,19 @@ pub struct SymbolFile {
     /// `.symtab` looked for (by build id); None: not looked for.
     debug_root: Option<PathBuf>,
     table: OnceLock<Option<Arc<SymbolTable>>>,
+    lines: OnceLock<Option<Arc<DebugInfo>>>,
 }
 
 impl SymbolFile {
     pub fn new(path: Arc<str>, source: Source, debug_root: Option<PathBuf>) -> SymbolFile {
-        SymbolFile { id: next_id(), path, source, debug_root, table: OnceLock::new() }
+        SymbolFile {
+            id: next_id(),
+            path,
+            source,
+            debug_root,
+            table: OnceLock::new(),
+            lines: OnceLock::new(),
+        }
     }
 
     /// Unique in this process, never 0.
@@ -59,6 +68,19 @@ impl SymbolFile {
             Source::None => None,
         });
         table.as_deref()
+    }
+
+    /// Its DWARF, for source lines and inline frames: None when neither it
+    /// nor its separate debug file has any.
+    pub fn lines(&self) -> Option<&DebugInfo> {
+        let lines = self.lines.get_or_init(|| match &self.source {
+            Source::Path(path) => file_lines(path, self.debug_root.as_deref()),
+            Source::Image(data) => {
+                DebugInfo::load(data.clone(), None, self.debug_root.as_deref()).map(Arc::new)
+            }
+            Source::None => None,
+        });
+        lines.as_deref()
     }
 }
 
@@ -81,62 +103,96 @@ fn read_table(data: &[u8], debug_root: Option<&Path>) -> Option<SymbolTable> {
 /// inode, size, modification time in ns).
 type Identity = (u64, u64, u64, i128);
 
-/// A file's path and the debug root its table was completed from.
-type TableKey = (PathBuf, Option<PathBuf>);
+/// A file's path and the debug root its entry was completed from.
+type FileKey = (PathBuf, Option<PathBuf>);
 
-/// A table, the identity of the file it was read from, and when it was
+/// What was read of files in this process (their symbol tables, their
+/// DWARF): per file, its identity when read, what was read, and when it was
 /// last used.
-type TableEntry = (Identity, Option<Arc<SymbolTable>>, u64);
-
-/// The symbol tables of files read in this process.
-#[derive(Default)]
-struct TableCache {
-    entries: FxHashMap<TableKey, TableEntry>,
+struct FileCache<T> {
+    entries: FxHashMap<FileKey, (Identity, T, u64)>,
     /// Bumped at each use; the entry used longest ago goes first.
     clock: u64,
 }
 
-/// Tables the cache holds at most.
+impl<T> Default for FileCache<T> {
+    fn default() -> Self {
+        FileCache { entries: FxHashMap::default(), clock: 0 }
+    }
+}
+
+/// Symbol tables the cache holds at most.
 const TABLES_MAX: usize = 256;
 
-/// The symbol table of the ELF file at `path` (see [`SymbolTable::for_file`];
-/// `debug_root` None: its own symbols only), read once per process and
-/// file: a later call for the same path gives the same table while the file
-/// is unchanged (same device, inode, size and modification time), and reads
-/// it again once it was replaced. None when it cannot be read or is no ELF
-/// file (remembered too, until the file changes).
-pub fn file_table(path: &Path, debug_root: Option<&Path>) -> Option<Arc<SymbolTable>> {
-    static TABLES: OnceLock<Mutex<TableCache>> = OnceLock::new();
-    let tables = TABLES.get_or_init(Mutex::default);
+/// Files whose DWARF the cache holds at most: fewer, as a distribution's
+/// debug file takes tens of megabytes once decompressed.
+const LINES_MAX: usize = 64;
+
+/// What `read` makes of the file at `path` (kept for `max` files at most,
+/// the one used longest ago dropped first), read once per process and file:
+/// a later call for the same path (and debug root) gives the same while the
+/// file is unchanged (same device, inode, size and modification time), and
+/// reads it again once it was replaced. None when the file cannot be opened.
+fn cached<T: Clone>(
+    cache: &OnceLock<Mutex<FileCache<T>>>,
+    max: usize,
+    path: &Path,
+    debug_root: Option<&Path>,
+    read: impl FnOnce(&std::fs::File) -> T,
+) -> Option<T> {
+    let cache = cache.get_or_init(Mutex::default);
     let file = crate::files::open_regular(path).ok()?;
     let identity = identity(&file.metadata().ok()?);
     let key = (path.to_path_buf(), debug_root.map(Path::to_path_buf));
     {
-        let mut cache = tables.lock().unwrap_or_else(|e| e.into_inner());
-        let TableCache { entries, clock } = &mut *cache;
+        let mut cache = cache.lock().unwrap_or_else(|e| e.into_inner());
+        let FileCache { entries, clock } = &mut *cache;
         *clock += 1;
-        if let Some((id, table, used)) = entries.get_mut(&key) {
+        if let Some((id, value, used)) = entries.get_mut(&key) {
             if *id == identity {
                 *used = *clock;
-                return table.clone();
+                return Some(value.clone());
             }
         }
     }
     // Read without the lock: another thread may read another file meanwhile.
-    let table = crate::files::map_file(&file)
-        .ok()
-        .and_then(|map| read_table(&Data::Mapped(map), debug_root))
-        .map(Arc::new);
-    let mut cache = tables.lock().unwrap_or_else(|e| e.into_inner());
-    let TableCache { entries, clock } = &mut *cache;
-    if entries.len() >= TABLES_MAX && !entries.contains_key(&key) {
+    let value = read(&file);
+    let mut cache = cache.lock().unwrap_or_else(|e| e.into_inner());
+    let FileCache { entries, clock } = &mut *cache;
+    if entries.len() >= max && !entries.contains_key(&key) {
         let oldest = entries.iter().min_by_key(|(_, (_, _, used))| *used).map(|(k, _)| k.clone());
         if let Some(oldest) = oldest {
             entries.remove(&oldest);
         }
     }
-    entries.insert(key, (identity, table.clone(), *clock));
-    table
+    entries.insert(key, (identity, value.clone(), *clock));
+    Some(value)
+}
+
+/// The symbol table of the ELF file at `path` (see [`SymbolTable::for_file`];
+/// `debug_root` None: its own symbols only), read once per process and file
+/// (see [`cached`]). None when it cannot be read or is no ELF file
+/// (remembered too, until the file changes).
+pub fn file_table(path: &Path, debug_root: Option<&Path>) -> Option<Arc<SymbolTable>> {
+    static TABLES: OnceLock<Mutex<FileCache<Option<Arc<SymbolTable>>>>> = OnceLock::new();
+    cached(&TABLES, TABLES_MAX, path, debug_root, |file| {
+        crate::files::map_file(file)
+            .ok()
+            .map(Data::Mapped)
+            .and_then(|data| read_table(&data, debug_root))
+            .map(Arc::new)
+    })?
+}
+
+/// The DWARF of the ELF file at `path`, its own or its separate debug
+/// file's (see [`DebugInfo::load`]), kept as [`file_table`] keeps tables.
+/// None when it has none.
+pub fn file_lines(path: &Path, debug_root: Option<&Path>) -> Option<Arc<DebugInfo>> {
+    static LINES: OnceLock<Mutex<FileCache<Option<Arc<DebugInfo>>>>> = OnceLock::new();
+    cached(&LINES, LINES_MAX, path, debug_root, |file| {
+        let data = Arc::new(Data::Mapped(crate::files::map_file(file).ok()?));
+        DebugInfo::load(data, Some(path), debug_root).map(Arc::new)
+    })?
 }
 
 fn identity(meta: &std::fs::Metadata) -> Identity {
@@ -232,6 +288,29 @@ impl Symbolizer {
     /// worker's `cache`.
     pub fn locate_cached(&self, pc: u64, lookup: u64, cache: &mut SymbolCache) -> Location<'_> {
         self.locate_with(pc, lookup, |file, table, address| cache.index(file, table, address))
+    }
+
+    /// Reads the DWARF of the modules holding these lookup pcs, several
+    /// files at once (decompressing a distribution's debug file takes tens
+    /// of milliseconds): the lookups that follow find it ready.
+    pub fn load_lines(&self, lookups: impl Iterator<Item = u64>) {
+        use rayon::prelude::*;
+        let mut files: Vec<&Arc<SymbolFile>> =
+            lookups.filter_map(|pc| self.module_at(pc)).map(|p| &p.file).collect();
+        files.sort_by_key(|f| f.id);
+        files.dedup_by_key(|f| f.id);
+        files.par_iter().for_each(|f| {
+            f.lines();
+        });
+    }
+
+    /// The functions at `lookup` (a frame's lookup pc) as its module's DWARF
+    /// gives them, innermost first (see [`DebugInfo::frames`]); empty
+    /// outside every module or without DWARF.
+    pub fn source_frames(&self, lookup: u64) -> Vec<SourceFrame> {
+        self.module_at(lookup)
+            .and_then(|p| Some(p.file.lines()?.frames(lookup.wrapping_sub(p.bias))))
+            .unwrap_or_default()
     }
 
     fn locate_with(
@@ -335,6 +414,12 @@ mod tests {
         let back = file_table(&path, None).expect("an ELF file again");
         assert!(!Arc::ptr_eq(&first, &back));
         assert_eq!(back.len(), first.len());
+        // Its DWARF (tests are built with debug info) is kept the same way.
+        let lines = file_lines(&path, None).expect("DWARF");
+        assert!(Arc::ptr_eq(&lines, &file_lines(&path, None).unwrap()), "parsed twice");
+        std::fs::remove_file(&path).unwrap();
+        std::fs::copy("/proc/self/exe", &path).unwrap();
+        assert!(!Arc::ptr_eq(&lines, &file_lines(&path, None).unwrap()), "a stale file's");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -173,6 +173,9 @@ END_SPECS = {
         Spec("clone", "crash_clone.c", ("-O2",)),
     )
 }  # fmt: skip
+# Source lines and inline frames (test_lines.py): a NULL store in functions inlined into each
+# other.
+LINES_SPECS = {spec.id: spec for spec in (Spec("inline", "crash_inline.c", ("-O2",)),)}
 # Snapshots of a live process that did not fault (gdb's gcore attaches, stopping it with SIGSTOP):
 # running, or stopped beforehand with SIGSTOP (kill -STOP).
 SNAPSHOT_SPECS = {
@@ -193,6 +196,7 @@ SPECS.update(FALLBACK_SPECS)
 SPECS.update(PLACEMENT_SPECS)
 SPECS.update(END_SPECS)
 SPECS.update(SNAPSHOT_SPECS)
+SPECS.update(LINES_SPECS)
 
 
 # --- references -----------------------------------------------------------------------------
@@ -580,6 +584,21 @@ def file_offset(core: Path, address: int) -> tuple[int, int]:
     ]
     lost = sum(max(0, s["p_offset"] + s["p_filesz"] - max(s["p_offset"], offset)) for s in loads)
     return offset, lost
+
+
+def eu_addr2line(
+    path: str | os.PathLike[str], address: int
+) -> list[tuple[str | None, str | None, int | None]]:
+    """``eu-addr2line -i -f``: (function, file, line) at an ELF address, innermost first."""
+    out = run(["eu-addr2line", "-i", "-f", "-C", "-e", path, hex(address)]).stdout.splitlines()
+    chain = []
+    for name, where in zip(out[::2], out[1::2], strict=True):
+        match = re.match(r"(.*?):(\d+)(?::\d+)?$", where)
+        file, line = (match.group(1), int(match.group(2))) if match else (None, None)
+        file = None if file == "??" else file
+        chain.append((None if name == "??" else name.split(" inlined at ")[0], file,
+                      line or None))  # fmt: skip
+    return chain
 
 
 def addr2line_function(path: str, address: int) -> str:

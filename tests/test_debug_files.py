@@ -20,7 +20,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from corefiles import CRASH_ENV, build_id_of, eu_stack, gdb_crash_core, run, stackwalk_core
+from corefiles import (
+    CRASH_ENV,
+    build_id_of,
+    eu_addr2line,
+    eu_stack,
+    gdb_crash_core,
+    run,
+    stackwalk_core,
+)
 from realstacks import Builder
 from stackwalk.core import Core
 
@@ -123,6 +131,15 @@ def test_debug_frame_of_the_separate_debug_file(where: str, split: Split, empty_
         (thread,) = core.threads
         trace = thread.unwind()
         doc = core.to_dict()
+        plain = core.to_dict(inline=False)["threads"][0]["frames"]
+    # Source lines from the debug file's DWARF too: the line of each frame's lookup pc (the pc
+    # for frame 0, the return address - 1 for callers) as eu-addr2line reads it there.
+    own = [f for f in plain if f["module"] == str(split.executable)]
+    assert len(own) >= len(OWN_FUNCTIONS)
+    for frame in own:
+        lookup = int(frame["module_offset"], 16) - (1 if frame["index"] else 0)
+        _, file, line = eu_addr2line(split.debug, lookup)[0]
+        assert (frame["file"], frame["line"]) == (file, line), frame
     theirs = reference.pcs(thread.tid)
     assert trace.pcs == theirs, f"ours {[hex(p) for p in trace.pcs]}\neu-stack {theirs}"
     assert trace.end == "end_of_stack", trace.end_detail

@@ -270,7 +270,9 @@ def _one_core(
     if not core.threads:
         reasons = "; ".join(core.warnings) or "it has no NT_PRSTATUS note"
         raise StackwalkError(f"{path}: no thread could be read ({reasons})")
-    doc = core.to_dict(max_frames=args.max_frames, end_details=not args.json)
+    doc = core.to_dict(
+        max_frames=args.max_frames, end_details=not args.json, inline=not args.no_inline
+    )
     if args.thread is not None:
         doc["threads"] = [t for t in doc["threads"] if t["tid"] == args.thread]
         if not doc["threads"]:
@@ -482,6 +484,11 @@ def _add_core(sub: Any) -> None:
         "(default: cfi,frame_pointer,scan)",
     )
     k.add_argument("--no-scan", action="store_true", help="never scan the stack")
+    k.add_argument(
+        "--no-inline",
+        action="store_true",
+        help="no frames for the functions inlined at a pc (from DWARF, shown by default)",
+    )
     k.add_argument(
         "--jobs",
         type=_jobs,

@@ -625,11 +625,13 @@ class Core:
     # -- output ----------------------------------------------------------------------------
 
     def to_dict(
-        self, max_frames: int | None = None, *, end_details: bool = False
+        self, max_frames: int | None = None, *, end_details: bool = False, inline: bool = True
     ) -> dict[str, Any]:
         """The JSON document of ``stackwalk core --json``: every thread unwound and
-        symbolized. ``end_details`` adds each thread's ``end_detail`` (where and why its
-        walk stopped), which the text report prints."""
+        symbolized, with source lines from DWARF. ``end_details`` adds each thread's
+        ``end_detail`` (where and why its walk stopped), which the text report prints.
+        ``inline``: the functions inlined at a frame's pc are frames of their own, before it
+        (``max_frames`` counts the others)."""
         symbolizer = Symbolizer(
             (
                 (m.file or m.path, start, end, m.bias, m.found and m.path in self._mismatched)
@@ -646,7 +648,7 @@ class Core:
             entry: dict[str, Any] = {
                 "tid": thread.tid,
                 "end": trace.end,
-                "frames": symbolizer.frame_dicts(trace),
+                "frames": symbolizer.frame_dicts(trace, inline=inline),
             }
             if end_details:
                 entry["end_detail"] = trace.end_detail

@@ -16,16 +16,22 @@ def frame_lines(frames: Iterable[dict[str, Any]]) -> list[str]:
 
 
 def how_found(d: dict[str, Any]) -> str:
-    """``[cfi]``, ``[cfi, doubtful]``: the trust of a frame, after it in the text."""
+    """``[cfi]``, ``[cfi, doubtful]``: the trust of a frame, after it in the text;
+    ``[inline]`` for a function inlined at the next frame's pc."""
+    if d.get("inline"):
+        return "[inline]"
     return f"[{d['trust']}, doubtful]" if d.get("doubtful") else f"[{d['trust']}]"
 
 
 def frame_text(d: dict[str, Any]) -> str:
-    """One frame as gdb and eu-stack print it, e.g.
-    ``#3  0x00007f1c2a83c24a in __libc_start_call_main+0x7a (/usr/lib/.../libc.so.6)``."""
+    """One frame as gdb and eu-stack print it, e.g. ``#3  0x00007f1c2a83c24a in
+    __libc_start_call_main+0x7a at ../sysdeps/nptl/libc_start_call_main.h:58
+    (/usr/lib/.../libc.so.6)``."""
     where = d["function"] or "??"
     if d["function"] and d["function_offset"] not in (None, "0x0"):
         where += f"+{d['function_offset']}"
+    if d.get("file"):
+        where += f" at {d['file']}:{d['line']}" if d.get("line") else f" at {d['file']}"
     module = f" ({d['module']})" if d["module"] else ""
     return f"#{d['index']:<2} {int(d['pc'], 16):#018x} in {where}{module}"
 

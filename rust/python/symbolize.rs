@@ -14,6 +14,7 @@ use pyo3::{intern, IntoPyObjectExt};
 use super::errors::guard;
 use super::unwinder::{PyFrame, PyTrace};
 use crate::cfi::Data;
+use crate::lines::SourceFrame;
 use crate::symbolize::{Placed, Source, SymbolFile, Symbolizer};
 
 /// Names the frames of traces: the module each pc is in, its ELF address,
@@ -34,9 +35,10 @@ struct FrameIn {
     lookup: u64,
 }
 
-/// What `frame_dicts` finds of a frame: its module, ELF address, and
-/// function with the pc's offset in it.
-type Found<'s> = (Option<&'s Placed>, u64, Option<(&'s str, u64)>);
+/// What `frame_dicts` finds of a frame: its module, ELF address, function
+/// with the pc's offset in it, and the functions at its lookup pc as DWARF
+/// gives them, innermost first.
+type Found<'s> = (Option<&'s Placed>, u64, Option<(&'s str, u64)>, Vec<SourceFrame>);
 
 #[pymethods]
 impl PySymbolizer {
@@ -112,47 +114,76 @@ impl PySymbolizer {
     /// The frames (a `Trace`, or a sequence of frames: objects with `pc`,
     /// `sp`, `cfa`, `trust` and `lookup_pc`) as the JSON documents give
     /// them: index, pc, sp, cfa, trust, module, module_offset (the ELF
-    /// address), function, function_offset, doubtful, addresses as hex
-    /// strings. A frame is doubtful from the first frame in a doubtful
-    /// module on: its own name, and the registers its callers were unwound
-    /// from, came from a file that may not be the one the process ran.
+    /// address), function, function_offset, file, line, column (from the
+    /// module's DWARF, at the frame's lookup pc), inline, doubtful,
+    /// addresses as hex strings. A frame is doubtful from the first frame in
+    /// a doubtful module on: its own name, and the registers its callers were
+    /// unwound from, came from a file that may not be the one the process
+    /// ran. `inline`: each function inlined at a frame's pc comes before it
+    /// as a frame of its own (same pc, `inline` true, its file and line
+    /// where it is, the next one's the call site), numbered as gdb numbers
+    /// frames; without, a frame's line is where its pc is.
+    #[pyo3(signature = (frames, *, inline = false))]
     fn frame_dicts<'py>(
         &self,
         py: Python<'py>,
         frames: &Bound<'py, PyAny>,
+        inline: bool,
     ) -> PyResult<Bound<'py, PyList>> {
         let (frames, trusts) = read_frames(frames)?;
         let inner = &self.inner;
         let found: Vec<Found<'_>> = py.detach(|| {
             guard("symbolizing", || {
+                inner.load_lines(frames.iter().map(|f| f.lookup));
                 frames
                     .iter()
                     .map(|f| {
                         let loc = inner.locate(f.pc, f.lookup);
-                        (loc.module, loc.offset, loc.function)
+                        (loc.module, loc.offset, loc.function, inner.source_frames(f.lookup))
                     })
                     .collect()
             })
         })?;
         let out = PyList::empty(py);
         let mut doubtful = false;
-        for (i, ((f, trust), (module, offset, function))) in
-            frames.iter().zip(trusts).zip(found).enumerate()
+        for ((f, trust), (module, offset, function, sources)) in
+            frames.iter().zip(trusts).zip(found)
         {
             doubtful |= module.is_some_and(|m| m.doubtful);
-            let d = PyDict::new(py);
-            d.set_item(intern!(py, "index"), i)?;
-            d.set_item(intern!(py, "pc"), hex(f.pc))?;
-            d.set_item(intern!(py, "sp"), hex(f.sp))?;
-            d.set_item(intern!(py, "cfa"), f.cfa.map(hex))?;
-            d.set_item(intern!(py, "trust"), trust)?;
-            d.set_item(intern!(py, "module"), module.map(|m| &*m.file.path))?;
-            d.set_item(intern!(py, "module_offset"), module.map(|_| hex(offset)))?;
-            let (name, function_offset) = function.unzip();
-            d.set_item(intern!(py, "function"), name)?;
-            d.set_item(intern!(py, "function_offset"), function_offset.map(hex))?;
-            d.set_item(intern!(py, "doubtful"), doubtful)?;
-            out.append(d)?;
+            let dict = |function: Option<&str>,
+                        function_offset: Option<u64>,
+                        source: Option<&SourceFrame>,
+                        is_inline: bool| {
+                let d = PyDict::new(py);
+                d.set_item(intern!(py, "index"), out.len())?;
+                d.set_item(intern!(py, "pc"), hex(f.pc))?;
+                d.set_item(intern!(py, "sp"), hex(f.sp))?;
+                d.set_item(intern!(py, "cfa"), f.cfa.map(hex))?;
+                d.set_item(intern!(py, "trust"), &trust)?;
+                d.set_item(intern!(py, "module"), module.map(|m| &*m.file.path))?;
+                d.set_item(intern!(py, "module_offset"), module.map(|_| hex(offset)))?;
+                d.set_item(intern!(py, "function"), function)?;
+                d.set_item(intern!(py, "function_offset"), function_offset.map(hex))?;
+                d.set_item(intern!(py, "file"), source.and_then(|s| s.file.as_deref()))?;
+                d.set_item(intern!(py, "line"), source.and_then(|s| s.line))?;
+                d.set_item(intern!(py, "column"), source.and_then(|s| s.column))?;
+                d.set_item(intern!(py, "inline"), is_inline)?;
+                d.set_item(intern!(py, "doubtful"), doubtful)?;
+                out.append(d)
+            };
+            let (inlined, own) = match sources.split_last() {
+                Some((own, inlined)) if inline => (inlined, Some(own)),
+                _ => (&[][..], sources.first()),
+            };
+            for source in inlined {
+                dict(source.function.as_deref(), None, Some(source), true)?;
+            }
+            // The symbol table's name, else the one DWARF gives.
+            let (name, function_offset) = match function {
+                Some((name, offset)) => (Some(name), Some(offset)),
+                None => (sources.last().and_then(|s| s.function.as_deref()), None),
+            };
+            dict(name, function_offset, own, false)?;
         }
         Ok(out)
     }

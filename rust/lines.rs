@@ -1,0 +1,187 @@
+//! Source lines and inline frames: the DWARF (`.debug_info`, `.debug_line`,
+//! DWARF 4 and 5) of an ELF file or of its separate debug file, read with
+//! gimli's `addr2line`. Units, lines and functions are parsed on first use,
+//! one unit at a time; a file's [`DebugInfo`] is kept for the life of the
+//! process next to its symbol table (`crate::symbolize::file_lines`).
+
+use std::borrow::Cow;
+use std::fmt;
+use std::ops::{Deref, Range};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use object::{Object, ObjectSection};
+
+use crate::memory::Data;
+
+/// Bytes of one section: a range of a mapped file, or a decompressed copy.
+#[derive(Clone)]
+pub struct SectionBytes {
+    data: Arc<Data>,
+    range: Range<usize>,
+}
+
+impl Deref for SectionBytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.data[self.range.clone()]
+    }
+}
+
+impl fmt::Debug for SectionBytes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SectionBytes({} bytes)", self.range.len())
+    }
+}
+
+// SAFETY: the bytes are those of an `Arc<Data>` (a read-only mapping or a
+// vector never resized), which stay where they are while any clone lives.
+unsafe impl gimli::StableDeref for SectionBytes {}
+// SAFETY: as above; a clone shares the same `Arc`.
+unsafe impl gimli::CloneStableDeref for SectionBytes {}
+
+type Reader = gimli::EndianReader<gimli::RunTimeEndian, SectionBytes>;
+
+/// The sections addr2line reads.
+const NEEDED: [gimli::SectionId; 10] = {
+    use gimli::SectionId::*;
+    [
+        DebugAbbrev,
+        DebugAddr,
+        DebugAranges,
+        DebugInfo,
+        DebugLine,
+        DebugLineStr,
+        DebugRanges,
+        DebugRngLists,
+        DebugStr,
+        DebugStrOffsets,
+    ]
+};
+
+/// One function at an address: the innermost is where the pc is, each next
+/// one the function it was inlined into, at the call site.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SourceFrame {
+    /// As DWARF names it, demangled.
+    pub function: Option<String>,
+    pub file: Option<String>,
+    pub line: Option<u32>,
+    /// None where unknown (DWARF's 0, the left edge, included).
+    pub column: Option<u32>,
+}
+
+/// The DWARF of one file, parsed as lookups need it.
+pub struct DebugInfo {
+    /// addr2line parses into cells that are not `Sync`: one lookup at a time.
+    context: Mutex<addr2line::Context<Reader>>,
+}
+
+impl DebugInfo {
+    /// The DWARF of the ELF file `data` (at `path`, if it came from a file):
+    /// its own, else its separate debug file's (see
+    /// [`crate::debugfile::find`]; `debug_root` None: not looked for). None
+    /// when neither has any, or it cannot be read.
+    pub fn load(data: Arc<Data>, path: Option<&Path>, debug_root: Option<&Path>) -> Option<Self> {
+        if let Some(info) = DebugInfo::from_elf(data.clone()) {
+            return Some(info);
+        }
+        let (_, debug) = crate::debugfile::find(&data, path, debug_root?)?;
+        DebugInfo::from_elf(Arc::new(debug))
+    }
+
+    /// The DWARF of the ELF file `data` itself; None without `.debug_info`.
+    pub fn from_elf(data: Arc<Data>) -> Option<Self> {
+        let file = object::File::parse(&**data).ok()?;
+        let info = file.section_by_name(".debug_info")?;
+        // A stripped file's section headers may remain, with no bytes (NOBITS).
+        info.file_range().filter(|&(_, size)| size > 0)?;
+        let endian = if file.is_little_endian() {
+            gimli::RunTimeEndian::Little
+        } else {
+            gimli::RunTimeEndian::Big
+        };
+        let base = data.as_ptr() as usize;
+        let load = |id: gimli::SectionId| -> Result<Reader, ()> {
+            // Only what lines and inline chains need: location lists, macros and the
+            // like are never read (nor decompressed).
+            let section = NEEDED.contains(&id).then(|| file.section_by_name(id.name())).flatten();
+            let bytes = match section.map(|s| s.uncompressed_data()) {
+                Some(Ok(Cow::Borrowed(slice))) => {
+                    let start = slice.as_ptr() as usize - base;
+                    SectionBytes { data: data.clone(), range: start..start + slice.len() }
+                }
+                Some(Ok(Cow::Owned(vec))) => {
+                    let len = vec.len();
+                    SectionBytes { data: Arc::new(Data::Owned(vec)), range: 0..len }
+                }
+                // Missing, or compressed with a damaged stream: none.
+                _ => SectionBytes { data: data.clone(), range: 0..0 },
+            };
+            Ok(gimli::EndianReader::new(bytes, endian))
+        };
+        let dwarf = gimli::Dwarf::load(load).ok()?;
+        let context = addr2line::Context::from_dwarf(dwarf).ok()?;
+        Some(DebugInfo { context: Mutex::new(context) })
+    }
+
+    /// The functions at ELF address `address`, innermost first: the last is
+    /// the function the machine code belongs to, the others were inlined,
+    /// each into the next, at the file and line they give. Empty where the
+    /// DWARF says nothing of the address (or is damaged there).
+    pub fn frames(&self, address: u64) -> Vec<SourceFrame> {
+        let context = self.context.lock().unwrap_or_else(|e| e.into_inner());
+        let mut out = Vec::new();
+        let Ok(mut frames) = context.find_frames(address).skip_all_loads() else {
+            return out;
+        };
+        while let Ok(Some(frame)) = frames.next() {
+            let function = frame
+                .function
+                .as_ref()
+                .and_then(|f| f.raw_name().ok())
+                .map(|name| crate::symbols::demangle(&name).into_owned());
+            let location = frame.location.as_ref();
+            out.push(SourceFrame {
+                function,
+                file: location.and_then(|l| l.file).map(str::to_owned),
+                line: location.and_then(|l| l.line).filter(|&l| l != 0),
+                column: location.and_then(|l| l.column).filter(|&c| c != 0),
+            });
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// This test program's own DWARF (tests are built with debug info): the
+    /// function at an address inside this test is this test, in this file.
+    #[test]
+    fn names_and_places_its_own_functions() {
+        let exe = std::fs::read("/proc/self/exe").unwrap();
+        let table = crate::symbols::SymbolTable::from_elf(&exe).unwrap();
+        let (name, start) = (0..table.len())
+            .filter_map(|i| table.demangled(i))
+            .find(|(name, _)| name.ends_with("lines::tests::names_and_places_its_own_functions"))
+            .map(|(n, s)| (n.to_owned(), s))
+            .expect("this test in the symbol table");
+        let info = DebugInfo::load(Arc::new(Data::Owned(exe)), None, None).expect("DWARF");
+        let frames = info.frames(start + 1);
+        let own = frames.last().expect("a frame");
+        assert_eq!(own.function.as_deref(), Some(name.as_str()));
+        assert!(own.file.as_deref().is_some_and(|f| f.ends_with("rust/lines.rs")), "{own:?}");
+        assert!(own.line.is_some_and(|l| l > 100), "{own:?}");
+        // Nothing where no code is.
+        assert_eq!(info.frames(u64::MAX - 16), vec![]);
+    }
+
+    #[test]
+    fn damaged_or_dwarfless_files_have_none() {
+        let garbage = Arc::new(Data::Owned(b"\x7fELF not really".to_vec()));
+        assert!(DebugInfo::from_elf(garbage.clone()).is_none());
+        assert!(DebugInfo::load(garbage, None, Some(Path::new("/nonexistent"))).is_none());
+    }
+}

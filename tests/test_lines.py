@@ -1,0 +1,194 @@
+"""Source lines and inline frames (``file``, ``line``, ``column``, ``inline`` in the frames of
+``stackwalk core --json``) against elfutils' ``eu-addr2line -i -f`` and gdb's ``bt`` on cores
+of programs compiled at -O2 -g at test time."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from corefiles import build_id_of, eu_addr2line, run, same_function
+
+GDB_SCRIPT = Path(__file__).parent / "gdb_inline_bt.py"
+
+
+def core_json(core: Path, exe: Path, *options: str) -> dict[str, Any]:
+    cmd = [sys.executable, "-m", "stackwalk", "core", "--json", str(core), str(exe), *options]
+    proc = run(cmd)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)  # type: ignore[no-any-return]
+
+
+def bare(name: str | None) -> str | None:
+    """A function's name without its parameter list and clone suffix (gdb prints neither)."""
+    name = name and re.sub(r"( \[clone [^]]*\])+$", "", name)
+    if name is None or not name.endswith(")"):
+        return name
+    depth = 0
+    for i in range(len(name) - 1, -1, -1):
+        depth += {")": 1, "(": -1}.get(name[i], 0)
+        if depth == 0:
+            return name[:i]
+    return name
+
+
+def comparable(name: str | None) -> str:
+    """A C or C++ function's name as both gdb and we give it: without parameters and clone
+    suffix; and where lambdas are involved, which gdb demangles as ``<lambda(int)>`` and
+    cpp_demangle as ``{lambda(int)#1}`` (and then with the template function's return type),
+    up to its first template argument."""
+    name = bare(name) or ""
+    if "lambda" in name:
+        name = re.split(r"[<(]", name)[0].split(" ")[-1]
+    return name
+
+
+def gdb_bt(exe: Path, core: Path, tmp: Path) -> list[dict[str, Any]]:
+    out = tmp / "gdb-bt.json"
+    env = {**os.environ, "STACKWALK_GDB_OUT": str(out)}
+    cmd = ["gdb", "-batch", "-nx", "-iex", "set debuginfod enabled off", "-ex",
+           "set backtrace past-main on", "-x", str(GDB_SCRIPT), str(exe), str(core)]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
+    assert out.exists(), proc.stdout + proc.stderr
+    # Tail-call frames (gdb's guesses from DW_TAG_call_site) are neither inline nor real.
+    return [f for f in json.loads(out.read_text()) if not f["tailcall"]]
+
+
+def physical_groups(frames: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """The frames as chains: each real frame with the inline frames before it."""
+    groups: list[list[dict[str, Any]]] = [[]]
+    for frame in frames:
+        groups[-1].append(frame)
+        if not frame["inline"]:
+            groups.append([])
+    return groups[:-1]
+
+
+def check_against_eu_addr2line(frames: list[dict[str, Any]]) -> int:
+    """Every frame's chain (function, file, line) is eu-addr2line's at its module offset (less
+    one for a caller). Returns how many inline frames there were."""
+    inlined = 0
+    for n, group in enumerate(physical_groups(frames)):
+        real = group[-1]
+        assert all(f["pc"] == real["pc"] for f in group)
+        if real["module"] is None or real["module"].startswith("["):
+            continue
+        lookup = int(real["module_offset"], 16) - (1 if n else 0)
+        theirs = eu_addr2line(real["module"], lookup)
+        if theirs[0][1] is None:  # no DWARF there: no lines from us either
+            assert all(f["file"] is None and f["line"] is None for f in group), group
+            assert len(group) == 1
+            continue
+        assert len(group) == len(theirs), (group, theirs)
+        for frame, (function, file, line) in zip(group, theirs, strict=True):
+            assert frame["line"] == line, (frame, theirs)
+            # glibc's relative paths ("./nptl" and "./nptl/pthread_kill.c"): elfutils joins
+            # them as "./nptl/./nptl/pthread_kill.c", gdb and addr2line as one path; absolute
+            # paths (the tests' programs) are the same.
+            same = frame["file"] == file or not file.startswith("/")
+            assert same and Path(frame["file"]).name == Path(file).name, (frame, theirs)
+            if frame["inline"]:
+                assert bare(frame["function"]) == bare(function), (frame, theirs)
+        inlined += len(group) - 1
+    return inlined
+
+
+def check_against_gdb(frames: list[dict[str, Any]], gdb: list[dict[str, Any]]) -> None:
+    """gdb's inline and real frames, names and lines, are ours from its first frame on. gdb
+    leaves out frame 0's innermost inline frames whose code starts at the pc (as if stopped
+    before the call: gdb's skip_inline_frames, on cores too); eu-addr2line and eu-stack -i
+    show them, and check_against_eu_addr2line compares them."""
+    skipped = len(frames) - len(gdb) if len(gdb) < len(frames) else 0
+    assert all(f["inline"] and f["pc"] == frames[0]["pc"] for f in frames[:skipped])
+    ours = frames[skipped : skipped + len(gdb)]
+    assert [int(f["pc"], 16) for f in ours] == [g["pc"] for g in gdb]
+    for frame, theirs in zip(ours, gdb, strict=True):
+        assert frame["inline"] == theirs["inline"], (frame, theirs)
+        # Real frames: the symbol table's name, or an alias of it at the same address
+        # (glibc's raise and __GI_raise).
+        ours_name, gdb_name = comparable(frame["function"]), comparable(theirs["function"])
+        # Real frames: the symbol table's name, or an alias of it at the same address (glibc's
+        # raise and __GI_raise). Inline frames: DWARF's name, which for an inlined function
+        # without a linkage name is its DW_AT_name, unqualified (__invoke_impl<...>), where gdb
+        # adds the enclosing namespaces (std::__invoke_impl<...>).
+        same = ours_name == gdb_name or (
+            gdb_name.endswith(f"::{ours_name}")
+            if frame["inline"]
+            else same_function(frame["module"], frame["function"], theirs["function"])
+        )
+        assert same, (frame, theirs)
+        if theirs["file"] is not None:
+            assert frame["file"].endswith("/" + theirs["file"].lstrip("./")), (frame, theirs)
+            assert frame["line"] == theirs["line"], (frame, theirs)
+
+
+@pytest.fixture(scope="module")
+def inline_core(cores: Any) -> tuple[Path, Path]:
+    made = cores("inline")
+    return made.executable, made.path
+
+
+def test_c_inline_chain_is_eu_addr2line_and_gdb(inline_core: tuple[Path, Path],
+                                                 tmp_path: Path) -> None:  # fmt: skip
+    exe, core = inline_core
+    frames = core_json(core, exe)["threads"][0]["frames"]
+    assert [f["index"] for f in frames] == list(range(len(frames)))
+    # store, inlined into parse_field, into parse_header, into read_request.
+    names = [(f["function"], f["inline"]) for f in frames[:5]]
+    assert names == [("store", True), ("parse_field", True), ("parse_header", True),
+                     ("read_request", False), ("main", False)]  # fmt: skip
+    assert check_against_eu_addr2line(frames) >= 3
+    check_against_gdb(frames, gdb_bt(exe, core, tmp_path))
+    assert all(f["column"] is None or f["column"] > 0 for f in frames)
+    # Without inline frames: the real frames, each with the line where its pc is.
+    plain = core_json(core, exe, "--no-inline")["threads"][0]["frames"]
+    assert [f["pc"] for f in plain] == [f["pc"] for f in frames if not f["inline"]]
+    assert not any(f["inline"] for f in plain)
+    assert (plain[0]["file"], plain[0]["line"]) == (frames[0]["file"], frames[0]["line"])
+    # The text: each frame's file:line, the inline frames marked.
+    text = run([sys.executable, "-m", "stackwalk", "core", str(core), str(exe)]).stdout
+    assert f"#0  {int(frames[0]['pc'], 16):#018x} in store at {frames[0]['file']}:" in text
+    assert "[inline]" in text
+
+
+def test_cxx_templates_and_lambdas(cores: Any, tmp_path: Path) -> None:
+    made = cores("cxx")
+    frames = core_json(made.path, made.executable)["threads"][0]["frames"]
+    assert check_against_eu_addr2line(frames) > 0
+    check_against_gdb(frames, gdb_bt(made.executable, made.path, tmp_path))
+
+
+def test_stripped_binary_with_its_debug_file_in_a_build_id_tree(
+    inline_core: tuple[Path, Path], tmp_path: Path
+) -> None:
+    exe, core = inline_core
+    reference = core_json(core, exe)["threads"][0]["frames"]
+    stripped = tmp_path / "bin" / exe.name
+    stripped.parent.mkdir()
+    shutil.copy(exe, stripped)
+    build_id = build_id_of(str(exe))
+    debug = tmp_path / "root" / ".build-id" / build_id[:2] / f"{build_id[2:]}.debug"
+    debug.parent.mkdir(parents=True)
+    for cmd in (["objcopy", "--only-keep-debug", stripped, debug], ["strip", "-g", stripped]):
+        assert run(cmd).returncode == 0
+    assert ".debug_info" not in run(["readelf", "-SW", stripped]).stdout
+    frames = core_json(core, stripped, "--debug-root", str(tmp_path / "root"))["threads"][0]
+
+    def own(frames: list[dict[str, Any]], module: Path) -> list[tuple[Any, ...]]:
+        # The program's frames (libc's debug file is under /usr/lib/debug, not this root).
+        return [(f["function"], f["file"], f["line"], f["inline"]) for f in frames
+                if f["module"] == str(module)]  # fmt: skip
+
+    assert own(frames["frames"], stripped) == own(reference, exe)
+    assert sum(f["inline"] for f in frames["frames"]) >= 3
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    without = core_json(core, stripped, "--debug-root", str(empty))["threads"][0]["frames"]
+    assert without[0]["inline"] is False and without[0]["file"] is None
