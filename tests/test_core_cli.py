@@ -15,6 +15,7 @@ import functools
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -606,6 +607,27 @@ def test_library_with_another_build_id(cores: Cores) -> None:
     assert os.path.samefile(frames[0]["module"], made.extra["v2"]) and frames[0]["doubtful"]
     assert all(f["doubtful"] for f in frames)
     assert "doubtful]" in _stackwalk(*args, "--allow-mismatch").stdout
+
+
+def test_library_replaced_in_place_is_not_named_from(cores: Cores) -> None:
+    """The common case of wrong answer 5: the library at the very path the core names was
+    replaced by another build (a package upgrade). Its frames show by path and offset only, as
+    for a missing file: named from the rebuilt file they would be confidently wrong."""
+    made = cores("lib")
+    library = Path(made.extra["library"])
+    library.parent.mkdir()
+    try:
+        shutil.copy(made.extra["v2"], library)
+        proc = _stackwalk(str(made.path), str(made.executable), "--json", "--strategies", "cfi")
+        assert "not used" in proc.stderr, proc.stderr
+        doc = json.loads(proc.stdout)
+        (module,) = [m for m in doc["modules"] if m["path"] == str(library)]
+        assert module["found"] is False and module["build_id_matches"] is False
+        in_library = [f for f in doc["threads"][0]["frames"] if f["module"] == str(library)]
+        assert in_library, doc["threads"][0]["frames"]
+        assert all(f["function"] is None and f["line"] is None for f in in_library)
+    finally:
+        shutil.rmtree(library.parent)
 
 
 def test_missing_executable(cores: Cores) -> None:

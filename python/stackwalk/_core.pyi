@@ -177,7 +177,11 @@ class _FrameLike(Protocol):
 class Symbolizer:
     def __new__(
         cls,
-        modules: Iterable[tuple[str, int, int, int] | tuple[str, int, int, int, bool]],
+        modules: Iterable[
+            tuple[str, int, int, int]
+            | tuple[str, int, int, int, bool]
+            | tuple[str, int, int, int, bool, str | None]
+        ],
         images: dict[str, Buffer] | None = None,
         *,
         debug_root: str | PathLike[str] | None = ...,

@@ -634,7 +634,16 @@ class Core:
         (``max_frames`` counts the others)."""
         symbolizer = Symbolizer(
             (
-                (m.file or m.path, start, end, m.bias, m.found and m.path in self._mismatched)
+                # Symbols from the file used, never from a file that was rejected (another
+                # build in the module's place: its names would be confident and wrong).
+                (
+                    m.file or m.path,
+                    start,
+                    end,
+                    m.bias,
+                    m.found and m.path in self._mismatched,
+                    m.file,
+                )
                 for m in self.modules
                 for start, end in m.spans
             ),

@@ -42,8 +42,10 @@ type Found<'s> = (Option<&'s Placed>, u64, Option<(&'s str, u64)>, Vec<SourceFra
 
 #[pymethods]
 impl PySymbolizer {
-    /// `modules`: (path, start, end, bias) or (path, start, end, bias,
-    /// doubtful) for each runtime range `start..end` of a module, bias the
+    /// `modules`: (path, start, end, bias), (path, start, end, bias,
+    /// doubtful) or (path, start, end, bias, doubtful, file: the file to read
+    /// symbols from, None for none) for each runtime range `start..end` of a
+    /// module, bias the
     /// runtime − ELF address (as `Unwinder.modules` lists them). A path in
     /// `images` (e.g. "[vdso]") is symbolized from those ELF bytes; any
     /// other from the file at the path, its symbols completed from its
@@ -60,15 +62,24 @@ impl PySymbolizer {
         let mut placed = Vec::new();
         for item in modules.try_iter()? {
             let item = item?;
-            let (path, start, end, bias, doubtful) = match item.len()? {
+            // The file symbols are read from: the path itself, unless a sixth
+            // item names another or None (a module whose file was rejected:
+            // known by name and place only, never named from whatever file
+            // sits at its path now).
+            let (path, start, end, bias, doubtful, file) = match item.len()? {
                 4 => {
                     let (path, start, end, bias): (PathBuf, i128, i128, i128) = item.extract()?;
-                    (path, start, end, bias, false)
+                    (path.clone(), start, end, bias, false, Some(path))
                 }
-                5 => item.extract()?,
+                5 => {
+                    let (path, start, end, bias, doubtful): (PathBuf, i128, i128, i128, bool) =
+                        item.extract()?;
+                    (path.clone(), start, end, bias, doubtful, Some(path))
+                }
+                6 => item.extract()?,
                 n => {
                     return Err(PyValueError::new_err(format!(
-                        "a module is (path, start, end, bias[, doubtful]), not {n} items"
+                        "a module is (path, start, end, bias[, doubtful[, file]]), not {n} items"
                     )))
                 }
             };
@@ -77,10 +88,8 @@ impl PySymbolizer {
             let clamp = |v: i128| v.clamp(0, i128::from(u64::MAX)) as u64;
             // A path need not be UTF-8 (a core's NT_FILE names bytes): the
             // file is opened by its bytes, and named lossily.
-            let (path, name): (PathBuf, Arc<str>) = {
-                let name = path.to_string_lossy().into_owned();
-                (path, name.into())
-            };
+            let name: Arc<str> = path.to_string_lossy().into_owned().into();
+            let file: Option<PathBuf> = file;
             let file = match files.get(&*name) {
                 Some(file) => file.clone(),
                 None => {
@@ -91,7 +100,7 @@ impl PySymbolizer {
                             SymbolFile::new(name.clone(), source, None)
                         }
                         None => {
-                            let source = Source::Path(path);
+                            let source = file.map_or(Source::None, Source::Path);
                             SymbolFile::new(name.clone(), source, debug_root.clone())
                         }
                     });
