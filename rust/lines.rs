@@ -102,11 +102,12 @@ impl DebugInfo {
             gimli::RunTimeEndian::Big
         };
         let base = data.as_ptr() as usize;
-        let load = |id: gimli::SectionId| -> Result<Reader, ()> {
-            // Only what lines and inline chains need: location lists, macros and the
-            // like are never read (nor decompressed).
-            let section = NEEDED.contains(&id).then(|| file.section_by_name(id.name())).flatten();
-            let bytes = match section.map(|s| s.uncompressed_data()) {
+        // Only what lines and inline chains need: location lists, macros and the like are
+        // never read (nor decompressed). A distribution's debug sections are compressed:
+        // they are decompressed side by side, on the rayon pool.
+        let bytes_of = |id: &gimli::SectionId| -> SectionBytes {
+            let section = file.section_by_name(id.name());
+            match section.map(|s| s.uncompressed_data()) {
                 Some(Ok(Cow::Borrowed(slice))) => {
                     let start = slice.as_ptr() as usize - base;
                     SectionBytes { data: data.clone(), range: start..start + slice.len() }
@@ -117,6 +118,16 @@ impl DebugInfo {
                 }
                 // Missing, or compressed with a damaged stream: none.
                 _ => SectionBytes { data: data.clone(), range: 0..0 },
+            }
+        };
+        let sections: Vec<SectionBytes> = {
+            use rayon::prelude::*;
+            NEEDED.par_iter().map(bytes_of).collect()
+        };
+        let load = |id: gimli::SectionId| -> Result<Reader, ()> {
+            let bytes = match NEEDED.iter().position(|&n| n == id) {
+                Some(i) => sections[i].clone(),
+                None => SectionBytes { data: data.clone(), range: 0..0 },
             };
             Ok(gimli::EndianReader::new(bytes, endian))
         };
