@@ -367,13 +367,32 @@ def _report_perf(args: argparse.Namespace, path: str, name: str | None = None) -
         print(f"stackwalk: note: {shown} was recorded without a call graph: each sample shows "
               "only where it was; for its stack, record with 'perf record --call-graph dwarf'",
               file=sys.stderr)  # fmt: skip
-    for path in summary["modules_missing"]:
-        print(f"stackwalk: warning: cannot read {path}: its frames stop there", file=sys.stderr)
+    for missing in summary["modules_missing"]:
+        why = _not_a_file(missing)
+        print(f"stackwalk: warning: cannot read {missing}{why}: its frames stop there",
+              file=sys.stderr)  # fmt: skip
     if summary["error"]:
         error = summary["error"] if name is None else summary["error"].replace(path, name)
         _error(f"{error} (after {summary['samples']} samples)")
         return EXIT_PARTIAL if summary["samples"] else EXIT_FAILED
     return EXIT_OK
+
+
+def _not_a_file(path: str) -> str:
+    """Why ``path`` cannot be read as a module, where stat tells (it never opens it: a FIFO
+    would block): " (is a FIFO)", " (no such file)"...; "" for a regular file."""
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as e:
+        return f" ({e.strerror.lower()})" if e.strerror else ""
+    for test, what in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISDIR, "a directory"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")):  # fmt: skip
+        if test(mode):
+            return f" (is {what})"
+    return ""
 
 
 def _at_least(minimum: int, what: str) -> Callable[[str], int]:
