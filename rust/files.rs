@@ -26,7 +26,10 @@ use std::path::Path;
 
 use crate::memory::Data;
 
+mod cache;
 mod guard;
+
+pub use cache::FileCache;
 
 /// What a file that is not a regular file is, for its error message.
 fn kind(file_type: FileType) -> &'static str {

@@ -9,11 +9,10 @@
 
 use std::ops::Range;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock};
-
-use rustc_hash::FxHashMap;
+use std::sync::{Arc, OnceLock};
 
 use crate::cfi::Data;
+use crate::files::FileCache;
 use crate::lines::{DebugInfo, SourceFrame};
 use crate::symbols::SymbolTable;
 
@@ -70,6 +69,16 @@ impl SymbolFile {
         table.as_deref()
     }
 
+    /// Whether [`lines`](SymbolFile::lines) gives its answer without
+    /// reading a file.
+    fn lines_at_hand(&self) -> bool {
+        self.lines.get().is_some()
+            || match &self.source {
+                Source::Path(path) => LINES.at_hand(path, self.debug_root.as_deref()),
+                Source::Image(_) | Source::None => false,
+            }
+    }
+
     /// Its DWARF, for source lines and inline frames: None when neither it
     /// nor its separate debug file has any.
     pub fn lines(&self) -> Option<&DebugInfo> {
@@ -99,106 +108,39 @@ fn read_table(data: &[u8], debug_root: Option<&Path>) -> Option<SymbolTable> {
     }
 }
 
-/// What tells a file from the one that was at its path before: (device,
-/// inode, size, modification time in ns).
-type Identity = (u64, u64, u64, i128);
-
-/// A file's path and the debug root its entry was completed from.
-type FileKey = (PathBuf, Option<PathBuf>);
-
-/// What was read of files in this process (their symbol tables, their
-/// DWARF): per file, its identity when read, what was read, and when it was
-/// last used.
-struct FileCache<T> {
-    entries: FxHashMap<FileKey, (Identity, T, u64)>,
-    /// Bumped at each use; the entry used longest ago goes first.
-    clock: u64,
-}
-
-impl<T> Default for FileCache<T> {
-    fn default() -> Self {
-        FileCache { entries: FxHashMap::default(), clock: 0 }
-    }
-}
-
-/// Symbol tables the cache holds at most.
-const TABLES_MAX: usize = 256;
-
-/// Files whose DWARF the cache holds at most: fewer, as a distribution's
-/// debug file takes tens of megabytes once decompressed.
-const LINES_MAX: usize = 64;
-
-/// What `read` makes of the file at `path` (kept for `max` files at most,
-/// the one used longest ago dropped first), read once per process and file:
-/// a later call for the same path (and debug root) gives the same while the
-/// file is unchanged (same device, inode, size and modification time), and
-/// reads it again once it was replaced. None when the file cannot be opened.
-fn cached<T: Clone>(
-    cache: &OnceLock<Mutex<FileCache<T>>>,
-    max: usize,
-    path: &Path,
-    debug_root: Option<&Path>,
-    read: impl FnOnce(&std::fs::File) -> T,
-) -> Option<T> {
-    let cache = cache.get_or_init(Mutex::default);
-    let file = crate::files::open_regular(path).ok()?;
-    let identity = identity(&file.metadata().ok()?);
-    let key = (path.to_path_buf(), debug_root.map(Path::to_path_buf));
-    {
-        let mut cache = cache.lock().unwrap_or_else(|e| e.into_inner());
-        let FileCache { entries, clock } = &mut *cache;
-        *clock += 1;
-        if let Some((id, value, used)) = entries.get_mut(&key) {
-            if *id == identity {
-                *used = *clock;
-                return Some(value.clone());
-            }
-        }
-    }
-    // Read without the lock: another thread may read another file meanwhile.
-    let value = read(&file);
-    let mut cache = cache.lock().unwrap_or_else(|e| e.into_inner());
-    let FileCache { entries, clock } = &mut *cache;
-    if entries.len() >= max && !entries.contains_key(&key) {
-        let oldest = entries.iter().min_by_key(|(_, (_, _, used))| *used).map(|(k, _)| k.clone());
-        if let Some(oldest) = oldest {
-            entries.remove(&oldest);
-        }
-    }
-    entries.insert(key, (identity, value.clone(), *clock));
-    Some(value)
-}
-
 /// The symbol table of the ELF file at `path` (see [`SymbolTable::for_file`];
 /// `debug_root` None: its own symbols only), read once per process and file
 /// (see [`cached`]). None when it cannot be read or is no ELF file
 /// (remembered too, until the file changes).
 pub fn file_table(path: &Path, debug_root: Option<&Path>) -> Option<Arc<SymbolTable>> {
-    static TABLES: OnceLock<Mutex<FileCache<Option<Arc<SymbolTable>>>>> = OnceLock::new();
-    cached(&TABLES, TABLES_MAX, path, debug_root, |file| {
-        crate::files::map_file(file)
-            .ok()
-            .map(Data::Mapped)
-            .and_then(|data| read_table(&data, debug_root))
-            .map(Arc::new)
-    })?
+    TABLES
+        .get(path, debug_root, |file| {
+            crate::files::map_file(file)
+                .ok()
+                .map(Data::Mapped)
+                .and_then(|data| read_table(&data, debug_root))
+                .map(Arc::new)
+        })
+        .ok()?
 }
+
+/// Symbol tables of files, for at most 256 files.
+static TABLES: FileCache<Option<Arc<SymbolTable>>> = FileCache::new(256);
+
+/// The DWARF of files, for fewer: a distribution's debug file takes tens
+/// of megabytes once decompressed.
+static LINES: FileCache<Option<Arc<DebugInfo>>> = FileCache::new(64);
 
 /// The DWARF of the ELF file at `path`, its own or its separate debug
 /// file's (see [`DebugInfo::load`]), kept as [`file_table`] keeps tables.
 /// None when it has none.
 pub fn file_lines(path: &Path, debug_root: Option<&Path>) -> Option<Arc<DebugInfo>> {
-    static LINES: OnceLock<Mutex<FileCache<Option<Arc<DebugInfo>>>>> = OnceLock::new();
-    cached(&LINES, LINES_MAX, path, debug_root, |file| {
-        let data = Arc::new(Data::Mapped(crate::files::map_file(file).ok()?));
-        DebugInfo::load(data, Some(path), debug_root).map(Arc::new)
-    })?
-}
-
-fn identity(meta: &std::fs::Metadata) -> Identity {
-    use std::os::unix::fs::MetadataExt;
-    let mtime = i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec());
-    (meta.dev(), meta.ino(), meta.size(), mtime)
+    LINES
+        .get(path, debug_root, |file| {
+            let data = Arc::new(Data::Mapped(crate::files::map_file(file).ok()?));
+            DebugInfo::load(data, Some(path), debug_root).map(Arc::new)
+        })
+        .ok()?
 }
 
 /// A module placed in an address space, for symbolizing.
@@ -299,9 +241,20 @@ impl Symbolizer {
             lookups.filter_map(|pc| self.module_at(pc)).map(|p| &p.file).collect();
         files.sort_by_key(|f| f.id);
         files.dedup_by_key(|f| f.id);
-        files.par_iter().for_each(|f| {
-            f.lines();
-        });
+        // Only the files not read yet, and side by side only when there are
+        // several: a parallel loop wakes the thread pool, whose threads then
+        // spin for a while, taking a CPU from the other workers of `core
+        // --dir` at every core.
+        files.retain(|f| !f.lines_at_hand());
+        match files.as_slice() {
+            [] => {}
+            [one] => {
+                one.lines();
+            }
+            _ => files.par_iter().for_each(|f| {
+                f.lines();
+            }),
+        }
     }
 
     /// The functions at `lookup` (a frame's lookup pc) as its module's DWARF
