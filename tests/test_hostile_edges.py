@@ -205,6 +205,32 @@ def test_add_module_and_symbols_of_a_fifo(tmp_path: Path) -> None:
     )
 
 
+def test_a_module_replaced_between_two_reads_is_read_again(tmp_path: Path) -> None:
+    """A module file read once is kept for the next unwinder (a directory of cores adds the
+    same libraries again and again), but only while it is the same file: replaced, as a package
+    upgrade replaces a library, it is read again, by add_module and elf_summary alike."""
+    from stackwalk._core import elf_summary
+
+    program = Path(os.path.realpath(sys.executable))
+    lib, new = tmp_path / "libx.so", tmp_path / "new"
+
+    def replace(data: bytes) -> None:
+        new.write_bytes(data)
+        os.replace(new, lib)
+
+    replace(program.read_bytes())
+    stackwalk.Unwinder("x86_64").add_module(str(lib), 0x10000)
+    assert elf_summary(str(lib))["machine"] == "x86_64"
+    replace(b"no ELF file now\n" * 8)
+    with pytest.raises(stackwalk.ElfError, match="libx.so"):
+        stackwalk.Unwinder("x86_64").add_module(str(lib), 0x10000)
+    with pytest.raises(stackwalk.ElfError, match="libx.so"):
+        elf_summary(str(lib))
+    replace(program.read_bytes())
+    stackwalk.Unwinder("x86_64").add_module(str(lib), 0x10000)
+    assert elf_summary(str(lib))["build_id"] == elf_summary(str(program))["build_id"]
+
+
 def test_a_debug_root_of_fifos(cores: Cores, tmp_path: Path) -> None:
     """Separate debug files looked for by build id under a debug root where every candidate
     is a FIFO: none is opened, the core is read as without them."""

@@ -1,12 +1,17 @@
 //! ELF facts for the Python layer: `elf_summary`, `elf_section_address`
 //! (`crate::elf`), and `place_mappings` (`crate::space`).
 
+use std::path::PathBuf;
+
+use pyo3::buffer::PyBuffer;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use super::elf_bytes;
 use super::errors::ElfError;
 use crate::arch::Arch;
+use crate::elf::ElfSummary;
+use crate::files::FileCache;
 
 fn machine_name(machine: u16) -> String {
     Arch::from_elf_machine(machine).map_or_else(|| machine.to_string(), |a| a.name().to_owned())
@@ -20,9 +25,27 @@ pub(super) fn elf_summary<'py>(
     py: Python<'py>,
     source: &Bound<'py, PyAny>,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let (name, data) = elf_bytes(source)?;
-    let summary =
-        crate::elf::summarize(&data).map_err(|e| ElfError::new_err(format!("{name}: {e}")))?;
+    let summary = match PyBuffer::<u8>::get(source) {
+        Ok(buf) => {
+            let data = buf.to_vec(py)?;
+            crate::elf::summarize(&data).map_err(|e| ElfError::new_err(format!("<image>: {e}")))?
+        }
+        Err(_) => {
+            // A file is summarized once per process while it is unchanged: a
+            // directory of cores checks the same libraries again and again.
+            static SUMMARIES: FileCache<Result<ElfSummary, String>> = FileCache::new(1024);
+            let path: PathBuf = source.extract()?;
+            let name = path.to_string_lossy();
+            let summary = SUMMARIES.get(&path, None, |file| {
+                let data = crate::files::map_file(file).map_err(|e| e.to_string())?;
+                crate::elf::summarize(&data).map_err(|e| e.to_string())
+            });
+            summary
+                .map_err(|e| e.to_string())
+                .and_then(|s| s)
+                .map_err(|e| ElfError::new_err(format!("{name}: {e}")))?
+        }
+    };
     let out = PyDict::new(py);
     out.set_item("machine", machine_name(summary.machine))?;
     let e_type = match summary.e_type {

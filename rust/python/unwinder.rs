@@ -214,11 +214,18 @@ impl PyUnwinder {
         debug_root: Option<PathBuf>,
     ) -> PyResult<()> {
         let name = path.to_string_lossy().into_owned();
-        let data =
-            crate::files::map(&path).map_err(|e| ElfError::new_err(format!("{name}: {e}")))?;
-        let debug = debug_root.map(|root| (path.as_path(), root));
-        let debug = debug.as_ref().map(|(p, r)| (*p, r.as_path()));
-        self.add(name, data, bias, ranges, debug)
+        let root = debug_root.as_deref();
+        let file = MODULE_FILES
+            .get(&path, root, |file| {
+                Arc::new(match crate::files::map_file(file) {
+                    Ok(data) => {
+                        ModuleFile::read(Data::Mapped(data), root.map(|r| (path.as_path(), r)))
+                    }
+                    Err(e) => ModuleFile::Unreadable(e.to_string()),
+                })
+            })
+            .map_err(|e| ElfError::new_err(format!("{name}: {e}")))?;
+        self.add(name, &file, bias, ranges)
     }
 
     /// The separate debug file whose `.debug_frame` the module added from
@@ -238,7 +245,7 @@ impl PyUnwinder {
     ) -> PyResult<()> {
         let buf = PyBuffer::<u8>::get(image)?;
         let bytes = buf.to_vec(image.py())?;
-        self.add(module_name(name), Data::Owned(bytes), bias, None, None)
+        self.add(module_name(name), &ModuleFile::read(Data::Owned(bytes), None), bias, None)
     }
 
     /// Add a module whose file is missing: only where it is (`ranges`) and
@@ -405,55 +412,109 @@ impl PyUnwinder {
     }
 }
 
-impl PyUnwinder {
+/// A module's file as `add_module` reads it: its CFI indexed, or why it
+/// cannot be used. Kept per file for the life of the process (at most 256
+/// files): a directory of cores, or a program unwinding many stacks, adds
+/// the same libraries again and again.
+#[derive(Clone)]
+enum ModuleFile {
+    Indexed {
+        arch: Arch,
+        info: Arc<UnwindInfo>,
+        /// The loadable segments' span, in ELF addresses.
+        range: std::ops::Range<u64>,
+        /// The separate debug file whose `.debug_frame` it uses.
+        debug_path: Option<String>,
+    },
+    /// An ELF file of a machine no unwinder is for (its e_machine).
+    OtherMachine(u16),
+    /// No usable ELF file: why (an ElfError's message, without the name).
+    Unreadable(String),
+    /// An internal error while reading it (a StackwalkError's message).
+    Internal(String),
+}
+
+static MODULE_FILES: crate::files::FileCache<Arc<ModuleFile>> = crate::files::FileCache::new(256);
+
+impl ModuleFile {
     /// `debug`: the file's path and the root to look for its separate debug
     /// file under.
+    fn read(data: Data, debug: Option<(&std::path::Path, &std::path::Path)>) -> ModuleFile {
+        let info = match read_elf(&data) {
+            Ok(info) => info,
+            Err(e) => return ModuleFile::Unreadable(e.to_string()),
+        };
+        let Some(arch) = Arch::from_elf_machine(info.machine) else {
+            return ModuleFile::OtherMachine(info.machine);
+        };
+        let indexed = guard("finding the debug file", || {
+            match (debug, info.sections.debug_frame) {
+                (Some((path, root)), None) => {
+                    crate::debugfile::separate_debug_frame(&data, Some(path), root)
+                }
+                _ => None,
+            }
+        })
+        .and_then(|separate| {
+            let debug_path = separate.as_ref().map(|(_, _, p)| p.to_string_lossy().into_owned());
+            guard("indexing CFI", || {
+                let debug = separate.map(|(bytes, section, _)| (bytes, section));
+                UnwindInfo::with_debug_file(arch, Arc::new(data), info.sections, debug)
+                    .map(|unwind_info| (Arc::new(unwind_info), debug_path))
+            })
+        });
+        match indexed {
+            Ok(Ok((info_arc, debug_path))) => {
+                ModuleFile::Indexed { arch, info: info_arc, range: info.range, debug_path }
+            }
+            Ok(Err(e)) => ModuleFile::Unreadable(e.to_string()),
+            Err(e) => ModuleFile::Internal(e.to_string()),
+        }
+    }
+}
+
+impl PyUnwinder {
+    /// Place the module read as `file` at `bias`, in `ranges` (runtime
+    /// addresses) or its loadable segments' span.
     fn add(
         &mut self,
         name: String,
-        data: Data,
+        file: &ModuleFile,
         bias: i128,
         ranges: Option<Vec<(u64, u64)>>,
-        debug: Option<(&std::path::Path, &std::path::Path)>,
     ) -> PyResult<()> {
         let arch = self.inner.arch();
-        let info = read_elf(&data).map_err(|e| ElfError::new_err(format!("{name}: {e}")))?;
-        if info.machine != arch.elf_machine() {
-            let theirs = Arch::from_elf_machine(info.machine)
-                .map_or_else(|| format!("e_machine {}", info.machine), |a| a.to_string());
-            return Err(ArchError::new_err(format!(
-                "{name}: the file is for {theirs}, the unwinder for {arch}"
-            )));
-        }
+        let (info, range, debug_path) = match file {
+            ModuleFile::Indexed { arch: theirs, .. } if *theirs != arch => {
+                return Err(ArchError::new_err(format!(
+                    "{name}: the file is for {theirs}, the unwinder for {arch}"
+                )));
+            }
+            ModuleFile::Indexed { info, range, debug_path, .. } => (info, range, debug_path),
+            ModuleFile::OtherMachine(machine) => {
+                return Err(ArchError::new_err(format!(
+                    "{name}: the file is for e_machine {machine}, the unwinder for {arch}"
+                )));
+            }
+            ModuleFile::Unreadable(e) => return Err(ElfError::new_err(format!("{name}: {e}"))),
+            ModuleFile::Internal(e) => return Err(StackwalkError::new_err(e.clone())),
+        };
         // Bias is runtime − ELF address, taken modulo 2^64 (it may be negative).
         let bias = bias as u64;
-        let separate = match (debug, info.sections.debug_frame) {
-            (Some((path, root)), None) => guard("finding the debug file", || {
-                crate::debugfile::separate_debug_frame(&data, Some(path), root)
-            })?,
-            _ => None,
-        };
-        let debug_path = separate.as_ref().map(|(_, _, p)| p.to_string_lossy().into_owned());
-        let (sections, range) = (info.sections, info.range);
         // ELF address ranges: the given runtime ranges less the bias, or the
         // loadable segments' span.
         let elf_ranges = match ranges {
             Some(r) => r.iter().map(|&(a, b)| a.wrapping_sub(bias)..b.wrapping_sub(bias)).collect(),
-            None => vec![range],
+            None => vec![range.clone()],
         };
-        let modules = guard("indexing CFI", || {
-            let debug = separate.map(|(bytes, section, _)| (bytes, section));
-            let unwind_info = UnwindInfo::with_debug_file(arch, Arc::new(data), sections, debug)?;
-            let info = Arc::new(unwind_info);
-            elf_ranges
-                .into_iter()
-                .map(|r| Module::place(name.clone(), info.clone(), r, bias).map(Arc::new))
-                .collect::<Result<Vec<_>, _>>()
-        })?
-        .map_err(|e| ElfError::new_err(format!("{name}: {e}")))?;
+        let modules = elf_ranges
+            .into_iter()
+            .map(|r| Module::place(name.clone(), info.clone(), r, bias).map(Arc::new))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| ElfError::new_err(format!("{name}: {e}")))?;
         self.add_placed(modules)?;
         if let Some(d) = debug_path {
-            self.debug_files.push((name, d));
+            self.debug_files.push((name, d.clone()));
         }
         Ok(())
     }
