@@ -580,11 +580,36 @@ class _Version(argparse.Action):
         parser.exit()
 
 
+class _Formatter(argparse.HelpFormatter):
+    """argparse's help formatter, the terminal's width found without ``shutil`` (argparse
+    makes a formatter for every argument added, and shutil's import alone is a few ms of a
+    short command's start)."""
+
+    def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24) -> None:
+        try:
+            columns = int(os.environ["COLUMNS"])
+        except (KeyError, ValueError):
+            try:
+                columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+            except (AttributeError, ValueError, OSError):  # no stdout, or not a terminal
+                columns = 80
+        super().__init__(prog, indent_increment, max_help_position, columns - 2)
+
+
+class _Parser(argparse.ArgumentParser):
+    """The command's parser and its subcommands' (argparse makes those of the parser's own
+    class), with the formatter above."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _Formatter)
+        super().__init__(*args, **kwargs)
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser of every command, or of `command` alone: building the
     others' (argparse looks up a translation of each help string) is a good
     part of a short run's start."""
-    p = argparse.ArgumentParser(prog="stackwalk", description=__doc__)
+    p = _Parser(prog="stackwalk", description=__doc__)
     p.add_argument("--version", action=_Version, help="print the version and exit")
     sub = p.add_subparsers(dest="command", required=True)
     for name, add in COMMANDS.items():
