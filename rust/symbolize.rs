@@ -70,13 +70,20 @@ impl SymbolFile {
     }
 
     /// Whether [`lines`](SymbolFile::lines) gives its answer without
-    /// reading a file.
+    /// reading a file (and if so, takes it from the process's cache).
     fn lines_at_hand(&self) -> bool {
-        self.lines.get().is_some()
-            || match &self.source {
-                Source::Path(path) => LINES.at_hand(path, self.debug_root.as_deref()),
-                Source::Image(_) | Source::None => false,
+        if self.lines.get().is_some() {
+            return true;
+        }
+        let Source::Path(path) = &self.source else { return false };
+        match LINES.peek(path, self.debug_root.as_deref()) {
+            Some(lines) => {
+                // Set here or by another thread meanwhile: the same either way.
+                let _ = self.lines.set(lines.ok().flatten());
+                true
             }
+            None => false,
+        }
     }
 
     /// Its DWARF, for source lines and inline frames: None when neither it

@@ -80,7 +80,17 @@ impl<T: Clone> FileCache<T> {
     /// Whether [`get`](FileCache::get) would answer without reading: the
     /// file is held unchanged, or cannot be opened.
     pub fn at_hand(&self, path: &Path, debug_root: Option<&Path>) -> bool {
-        !matches!(self.lookup(path, debug_root), Ok(Lookup::Miss(..)))
+        self.peek(path, debug_root).is_some()
+    }
+
+    /// What [`get`](FileCache::get) would answer without reading the file;
+    /// None when it would read it.
+    pub fn peek(&self, path: &Path, debug_root: Option<&Path>) -> Option<io::Result<T>> {
+        match self.lookup(path, debug_root) {
+            Ok(Lookup::Hit(value)) => Some(Ok(value)),
+            Ok(Lookup::Miss(..)) => None,
+            Err(e) => Some(Err(e)),
+        }
     }
 
     fn lookup(&self, path: &Path, debug_root: Option<&Path>) -> io::Result<Lookup<T>> {
