@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from datetime import UTC
 
 from stackwalk.errors import StackwalkError
 
@@ -378,6 +379,81 @@ def _report_perf(args: argparse.Namespace, path: str, name: str | None = None) -
     return EXIT_OK
 
 
+def cmd_triage(args: argparse.Namespace) -> int:
+    from stackwalk.triage import CrashStore, Options, triage
+
+    options = Options(
+        sysroot=args.sysroot,
+        debug_root=args.debug_root,
+        rules=args.rules,
+        all_threads=args.all_threads,
+        max_core_size=args.max_core_size,
+    )
+    if args.rules is not None:
+        from stackwalk.signature import Rules
+
+        Rules.load(args.rules)  # a bad rules file is one error, before any work
+    progress = sys.stderr.isatty() and not args.json
+    seen = 0
+
+    def each(record: dict[str, Any]) -> None:
+        nonlocal seen
+        seen += 1
+        if args.json:
+            import json
+
+            keys = ("path", "signature", "bucket", "error")
+            print(json.dumps({k: record.get(k) for k in keys}), flush=True)
+        elif progress:
+            print(f"\r{seen} crashes read", end="", file=sys.stderr, flush=True)
+
+    with CrashStore(args.db) as store:
+        stored, skipped = triage(
+            args.paths, store, options, jobs=args.jobs, dask=args.dask, each=each
+        )
+        crashes, buckets, errors = store.counts()
+    if progress:
+        print(file=sys.stderr)
+    summary = (
+        f"{stored} crashes stored, {skipped} already there; {args.db}: {crashes} crashes "
+        f"in {buckets} buckets, {errors} files unreadable"
+    )
+    print(summary, file=sys.stderr if args.json else sys.stdout)
+    return EXIT_OK
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from stackwalk.triage import CrashStore
+
+    if not os.path.exists(args.db):
+        raise StackwalkError(f"{args.db}: no such crash store")
+    with CrashStore(args.db) as store:
+        buckets = store.buckets(top=args.top, since=args.since)
+        for b in buckets:
+            b["example"] = store.crash(b["example_crash"])
+    if args.json:
+        _write_json({"db": args.db, "buckets": buckets})
+        return EXIT_OK
+    from stackwalk.render import report_lines
+
+    print("\n".join(report_lines(buckets)))
+    return EXIT_OK
+
+
+def _date(text: str) -> float:
+    """An argparse type: a date (2026-11-24) or time (2026-11-24T10:00) as Unix seconds, UTC
+    unless the text names a zone."""
+    from datetime import datetime
+
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a date: {text!r} (2026-11-24, ...)") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return when.timestamp()
+
+
 def _not_a_file(path: str) -> str:
     """Why ``path`` cannot be read as a module, where stat tells (it never opens it: a FIFO
     would block): " (is a FIFO)", " (no such file)"...; "" for a regular file."""
@@ -557,12 +633,44 @@ def _add_unwind(sub: Any) -> None:
     u.set_defaults(func=cmd_unwind)
 
 
+def _add_triage(sub: Any) -> None:
+    t = sub.add_parser(
+        "triage", help="read a spool of crashes into a database: signatures, buckets, counts"
+    )
+    t.add_argument("paths", nargs="+", metavar="PATH", help="crash files and directories of them")
+    t.add_argument("--db", required=True, help="the SQLite crash store (made if missing)")
+    t.add_argument("--jobs", type=_jobs, default=0, metavar="N", help="processes (default: CPUs)")
+    t.add_argument(
+        "--dask",
+        metavar="ADDRESS",
+        help="run on this dask.distributed scheduler ('local': a LocalCluster on this machine)",
+    )
+    t.add_argument("--rules", metavar="FILE", help="signature rules (TOML) added to the defaults")
+    t.add_argument("--all-threads", action="store_true", help="store every thread's frames")
+    t.add_argument("--json", action="store_true", help="one JSON line per crash stored")
+    t.add_argument("--sysroot", help="prefix every module path with DIR")
+    t.add_argument("--debug-root", metavar="DIR", default="/usr/lib/debug")
+    t.add_argument("--max-core-size", type=_size, metavar="SIZE")
+    t.set_defaults(func=cmd_triage)
+
+
+def _add_report(sub: Any) -> None:
+    r = sub.add_parser("report", help="the buckets of a crash store, most crashes first")
+    r.add_argument("--db", required=True, help="the SQLite crash store")
+    r.add_argument("--top", type=_frame_count, metavar="N", help="the N biggest buckets")
+    r.add_argument("--since", type=_date, metavar="DATE", help="crashes since DATE only")
+    r.add_argument("--json", action="store_true", help="one JSON document")
+    r.set_defaults(func=cmd_report)
+
+
 COMMANDS: dict[str, Callable[[Any], None]] = {
     "demo": _add_demo,
     "capture": _add_capture,
     "core": _add_core,
     "perf": _add_perf,
     "unwind": _add_unwind,
+    "triage": _add_triage,
+    "report": _add_report,
 }
 
 

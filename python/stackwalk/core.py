@@ -30,7 +30,7 @@ from stackwalk.unwinder import CRASH_STRATEGIES, MappedMemory, Trace, Unwinder
 # small core a fifth of its time in imports. mypy takes this name as typing's.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Collection, Sequence
     from typing import Any
 
     from stackwalk._core import _ElfSummary as ElfSummary
@@ -625,13 +625,18 @@ class Core:
     # -- output ----------------------------------------------------------------------------
 
     def to_dict(
-        self, max_frames: int | None = None, *, end_details: bool = False, inline: bool = True
+        self,
+        max_frames: int | None = None,
+        *,
+        end_details: bool = False,
+        inline: bool = True,
+        tids: Collection[int] | None = None,
     ) -> dict[str, Any]:
         """The JSON document of ``stackwalk core --json``: every thread unwound and
         symbolized, with source lines from DWARF. ``end_details`` adds each thread's
         ``end_detail`` (where and why its walk stopped), which the text report prints.
         ``inline``: the functions inlined at a frame's pc are frames of their own, before it
-        (``max_frames`` counts the others)."""
+        (``max_frames`` counts the others). ``tids``: only these threads."""
         symbolizer = Symbolizer(
             (
                 # Symbols from the file used, never from a file that was rejected (another
@@ -653,6 +658,8 @@ class Core:
         sig = self.signal
         threads = []
         for thread in self.threads:
+            if tids is not None and thread.tid not in tids:
+                continue
             trace = thread.unwind(max_frames)
             entry: dict[str, Any] = {
                 "tid": thread.tid,

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC
+
 # Annotations only: `typing` would cost a short command's start some 4 ms of imports.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -59,4 +61,33 @@ def core_lines(doc: dict[str, Any]) -> list[str]:
         lines.extend(frame_lines(thread["frames"]))
         if thread["end"] not in ("end_of_stack", "pc_zero"):
             lines.append(f"   (stopped early: {thread['end']}: {thread.get('end_detail', '')})")
+    return lines
+
+
+def report_lines(buckets: list[dict[str, Any]]) -> list[str]:
+    """The text of ``stackwalk report``: each bucket's count, signature, sightings and builds,
+    and its example crash's stack."""
+    from datetime import datetime
+
+    def day(t: float) -> str:
+        return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M")
+
+    lines = []
+    for rank, b in enumerate(buckets, 1):
+        lines.append(f"{rank:>3}. {b['count']:>6}  {b['signature']}  [{b['bucket']}]")
+        lines.append(f"     first {day(b['first_seen'])}, last {day(b['last_seen'])} UTC")
+        for exe, build_id, count in b["builds"]:
+            lines.append(f"     {count:>6} x {exe or '?'} {build_id or '(no build id)'}")
+        example = b.get("example")
+        if example:
+            lines.append(f"     e.g. {example['path']}:")
+            tid = example["crashing_tid"]
+            for f in example["frames"]:
+                if f["tid"] != tid:
+                    break
+                frame = {**f, "index": f["idx"], "pc": f"{f['pc']:#x}"}
+                if f["function_offset"] is not None:
+                    frame["function_offset"] = f"{f['function_offset']:#x}"
+                lines.append(f"       {frame_text(frame)}")
+        lines.append("")
     return lines

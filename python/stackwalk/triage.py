@@ -1,0 +1,516 @@
+"""Crash triage: every crash file of a spool unwound, given a signature (stackwalk.signature)
+and stored in a SQLite database, where crashes of the same signature share a bucket with a
+count, first and last sightings, and the builds they came from.
+
+The store (``CrashStore``) is one SQLite file in WAL mode. Each batch of crashes is written in
+one transaction with its buckets' counts, so a run killed at any point leaves whole crashes
+only, and a rerun picks up where it stopped: a file already stored (same path, size and
+modification time, or the same contents under another name) is not read again.
+
+Schema (``PRAGMA user_version`` 1):
+
+- ``crashes``: one row per file read: ``path``, ``content_hash`` (BLAKE2b of the file),
+  ``size``, ``mtime``, ``executable``, ``pid``, ``uid``, ``boot_id``, ``signal`` (its name),
+  ``signal_number``, ``crash_time`` (Unix seconds: systemd-coredump's file name, else the
+  file's modification time), ``crashing_tid``, ``signature``, ``bucket``, ``fingerprint``,
+  ``error`` (why the file could not be read; its signature is then NULL), ``processed_at``.
+- ``frames``: the crashing thread's frames (every thread's with ``--all-threads``), per
+  ``crash_id``, ``tid``, ``idx``: ``pc``, ``module``, ``module_offset``, ``function``,
+  ``function_offset``, ``file``, ``line``, ``inline``, ``trust``.
+- ``modules``: per ``crash_id``: ``path``, ``build_id``, ``found``.
+- ``buckets``: per ``bucket``: ``signature``, ``count``, ``first_seen``, ``last_seen``,
+  ``example_crash`` (the first crash stored in it).
+- ``bucket_builds``: per ``bucket``: each (``executable``, ``build_id``) seen in it, with its
+  count.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sqlite3
+import time
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Iterator, Sequence
+    from typing import Any
+
+    from stackwalk.signature import Rules
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS crashes (
+    id INTEGER PRIMARY KEY,
+    path TEXT NOT NULL,
+    content_hash TEXT NOT NULL UNIQUE,
+    size INTEGER NOT NULL,
+    mtime REAL NOT NULL,
+    executable TEXT,
+    pid INTEGER,
+    uid INTEGER,
+    boot_id TEXT,
+    signal TEXT,
+    signal_number INTEGER,
+    crash_time REAL NOT NULL,
+    crashing_tid INTEGER,
+    signature TEXT,
+    bucket TEXT,
+    fingerprint TEXT,
+    error TEXT,
+    processed_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS crashes_bucket ON crashes (bucket, crash_time);
+CREATE INDEX IF NOT EXISTS crashes_time ON crashes (crash_time);
+CREATE INDEX IF NOT EXISTS crashes_file ON crashes (path, size, mtime);
+CREATE TABLE IF NOT EXISTS frames (
+    crash_id INTEGER NOT NULL REFERENCES crashes (id),
+    tid INTEGER NOT NULL,
+    idx INTEGER NOT NULL,
+    pc INTEGER NOT NULL,
+    module TEXT,
+    module_offset INTEGER,
+    function TEXT,
+    function_offset INTEGER,
+    file TEXT,
+    line INTEGER,
+    inline INTEGER NOT NULL,
+    trust TEXT NOT NULL,
+    PRIMARY KEY (crash_id, tid, idx)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS modules (
+    crash_id INTEGER NOT NULL REFERENCES crashes (id),
+    path TEXT NOT NULL,
+    build_id TEXT,
+    found INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS modules_crash ON modules (crash_id);
+CREATE INDEX IF NOT EXISTS modules_build_id ON modules (build_id);
+CREATE TABLE IF NOT EXISTS buckets (
+    bucket TEXT PRIMARY KEY,
+    signature TEXT NOT NULL,
+    count INTEGER NOT NULL,
+    first_seen REAL NOT NULL,
+    last_seen REAL NOT NULL,
+    example_crash INTEGER NOT NULL REFERENCES crashes (id)
+);
+CREATE INDEX IF NOT EXISTS buckets_count ON buckets (count DESC);
+CREATE TABLE IF NOT EXISTS bucket_builds (
+    bucket TEXT NOT NULL REFERENCES buckets (bucket),
+    executable TEXT NOT NULL,
+    build_id TEXT NOT NULL,
+    count INTEGER NOT NULL,
+    PRIMARY KEY (bucket, executable, build_id)
+) WITHOUT ROWID;
+"""
+
+# systemd-coredump's file names: core.COMM.UID.BOOT_ID.PID.USEC[.zst|.xz|.lz4]
+_COREDUMP_NAME = re.compile(
+    r"core\.(?P<comm>.+)\.(?P<uid>\d+)\.(?P<boot_id>[0-9a-f]{32})\.(?P<pid>\d+)"
+    r"\.(?P<usec>\d+)(?:\.(?:zst|xz|lz4|gz))?\Z"
+)
+
+
+class CrashStore:
+    """The triage database at ``path`` (made if missing)."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        from stackwalk.errors import StackwalkError
+
+        self.path = os.fspath(path)
+        try:
+            self._db = sqlite3.connect(self.path, isolation_level=None)
+            self._db.execute("PRAGMA journal_mode = WAL")
+            self._db.execute("PRAGMA synchronous = NORMAL")
+            self._db.execute("PRAGMA foreign_keys = ON")
+            version = self._db.execute("PRAGMA user_version").fetchone()[0]
+            if version not in (0, SCHEMA_VERSION):
+                raise StackwalkError(
+                    f"{self.path}: a crash store of schema {version}, this stackwalk's is "
+                    f"{SCHEMA_VERSION}"
+                )
+            self._db.executescript(_SCHEMA)
+            self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        except sqlite3.DatabaseError as e:
+            raise StackwalkError(f"{self.path}: not a crash store ({e})") from None
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> CrashStore:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    # -- what is there already ------------------------------------------------------------
+
+    def stored_files(self) -> set[tuple[str, int, float]]:
+        """(path, size, mtime) of every file stored."""
+        return set(self._db.execute("SELECT path, size, mtime FROM crashes"))
+
+    def content_hashes(self) -> set[str]:
+        return {h for (h,) in self._db.execute("SELECT content_hash FROM crashes")}
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def add(self, records: Iterable[dict[str, Any]]) -> int:
+        """Store crashes (``process_file``'s records) in one transaction, with their buckets;
+        a record whose contents are stored already is left out. How many were stored."""
+        db = self._db
+        stored = 0
+        now = time.time()
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            for r in records:
+                cur = db.execute(
+                    "INSERT OR IGNORE INTO crashes (path, content_hash, size, mtime, executable,"
+                    " pid, uid, boot_id, signal, signal_number, crash_time, crashing_tid,"
+                    " signature, bucket, fingerprint, error, processed_at)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        r["path"], r["content_hash"], r["size"], r["mtime"], r.get("executable"),
+                        r.get("pid"), r.get("uid"), r.get("boot_id"), r.get("signal"),
+                        r.get("signal_number"), r["crash_time"], r.get("crashing_tid"),
+                        r.get("signature"), r.get("bucket"), r.get("fingerprint"),
+                        r.get("error"), now,
+                    ),
+                )  # fmt: skip
+                if cur.rowcount == 0:
+                    continue  # the same contents under another name, stored already
+                crash_id = cur.lastrowid
+                stored += 1
+                db.executemany(
+                    "INSERT INTO frames VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    ((crash_id, *f) for f in r.get("frames", ())),
+                )
+                db.executemany(
+                    "INSERT INTO modules VALUES (?, ?, ?, ?)",
+                    ((crash_id, *m) for m in r.get("modules", ())),
+                )
+                if r.get("bucket") is None:
+                    continue
+                db.execute(
+                    "INSERT INTO buckets VALUES (?, ?, 1, ?, ?, ?) ON CONFLICT (bucket) DO UPDATE"
+                    " SET count = count + 1, first_seen = min(first_seen, excluded.first_seen),"
+                    " last_seen = max(last_seen, excluded.last_seen)",
+                    (r["bucket"], r["signature"], r["crash_time"], r["crash_time"], crash_id),
+                )
+                db.execute(
+                    "INSERT INTO bucket_builds VALUES (?, ?, ?, 1) ON CONFLICT DO UPDATE"
+                    " SET count = count + 1",
+                    (r["bucket"], r.get("executable") or "", r.get("build_id") or ""),
+                )
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        return stored
+
+    # -- queries ---------------------------------------------------------------------------
+
+    def buckets(self, top: int | None = None, since: float | None = None) -> list[dict[str, Any]]:
+        """Buckets by count, most first: ``bucket``, ``signature``, ``count``, ``first_seen``,
+        ``last_seen``, ``builds`` [(executable, build id, count)], ``example_crash``. With
+        ``since`` (Unix seconds), counts and sightings are of the crashes since then only."""
+        if since is None:
+            rows = self._db.execute(
+                "SELECT bucket, signature, count, first_seen, last_seen, example_crash"
+                " FROM buckets ORDER BY count DESC, bucket LIMIT ?",
+                (top if top is not None else -1,),
+            ).fetchall()
+        else:
+            rows = self._db.execute(
+                "SELECT bucket, signature, count(*) AS n, min(crash_time), max(crash_time),"
+                " min(id) FROM crashes WHERE bucket IS NOT NULL AND crash_time >= ?"
+                " GROUP BY bucket ORDER BY n DESC, bucket LIMIT ?",
+                (since, top if top is not None else -1),
+            ).fetchall()
+        out = []
+        for bucket, signature, count, first, last, example in rows:
+            builds = self._db.execute(
+                "SELECT executable, build_id, count FROM bucket_builds WHERE bucket = ?"
+                " ORDER BY count DESC, executable, build_id",
+                (bucket,),
+            ).fetchall()
+            out.append(
+                {
+                    "bucket": bucket,
+                    "signature": signature,
+                    "count": count,
+                    "first_seen": first,
+                    "last_seen": last,
+                    "builds": [list(b) for b in builds],
+                    "example_crash": example,
+                }
+            )
+        return out
+
+    def crash(self, crash_id: int) -> dict[str, Any] | None:
+        """One crash's row, with its crashing thread's frames."""
+        self._db.row_factory = sqlite3.Row
+        try:
+            row = self._db.execute("SELECT * FROM crashes WHERE id = ?", (crash_id,)).fetchone()
+            if row is None:
+                return None
+            crash = dict(row)
+            frames = self._db.execute(
+                "SELECT tid, idx, pc, module, module_offset, function, function_offset, file,"
+                " line, inline, trust FROM frames WHERE crash_id = ? ORDER BY tid = ? DESC,"
+                " tid, idx",
+                (crash_id, crash["crashing_tid"]),
+            ).fetchall()
+            crash["frames"] = [dict(f) for f in frames]
+            return crash
+        finally:
+            self._db.row_factory = None
+
+    def crash_buckets(self) -> dict[str, str | None]:
+        """Every crash's bucket, by path."""
+        return dict(self._db.execute("SELECT path, bucket FROM crashes"))
+
+    def errors(self) -> list[tuple[str, str]]:
+        """(path, error) of every file that could not be read."""
+        return self._db.execute(
+            "SELECT path, error FROM crashes WHERE error IS NOT NULL ORDER BY path"
+        ).fetchall()
+
+    def counts(self) -> tuple[int, int, int]:
+        """(crashes, buckets, errors)."""
+        crashes, errors = self._db.execute("SELECT count(*), count(error) FROM crashes").fetchone()
+        (buckets,) = self._db.execute("SELECT count(*) FROM buckets").fetchone()
+        return crashes, buckets, errors
+
+
+# -- one file ---------------------------------------------------------------------------------
+
+
+class Options:
+    """What ``process_file`` needs besides the path (picklable, for workers and Dask)."""
+
+    def __init__(
+        self,
+        *,
+        sysroot: str | None = None,
+        debug_root: str | None = None,
+        rules: str | None = None,
+        all_threads: bool = False,
+        max_core_size: int | None = None,
+        known_hashes: frozenset[str] = frozenset(),
+    ) -> None:
+        self.sysroot = sysroot
+        self.debug_root = debug_root
+        self.rules = rules
+        self.all_threads = all_threads
+        self.max_core_size = max_core_size
+        self.known_hashes = known_hashes
+
+
+_RULES: dict[str | None, Rules] = {}
+
+
+def _rules(path: str | None) -> Rules:
+    from stackwalk.signature import Rules
+
+    if path not in _RULES:
+        _RULES[path] = Rules.load(path)
+    return _RULES[path]
+
+
+def content_hash(path: str) -> str:
+    import hashlib
+
+    h = hashlib.blake2b(digest_size=20)
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _hex(text: str | None) -> int | None:
+    return int(text, 16) if text is not None else None
+
+
+def process_file(path: str, options: Options) -> dict[str, Any] | None:
+    """One crash file read, unwound and given its signature: the record ``CrashStore.add``
+    stores, with ``error`` set (and no signature) when it cannot be read. None when its
+    contents are among ``options.known_hashes``."""
+    from stackwalk.errors import StackwalkError
+
+    record: dict[str, Any] = {"path": path, "content_hash": None, "error": None}
+    try:
+        st = os.stat(path)
+        record["size"], record["mtime"] = st.st_size, st.st_mtime
+        record["crash_time"] = st.st_mtime
+        digest = content_hash(path)
+    except OSError as e:
+        record.update(size=0, mtime=0.0, crash_time=0.0, error=e.strerror or str(e))
+        # An unreadable file has no contents to tell it by: its path stands in.
+        record["content_hash"] = f"unreadable:{path}"
+        return record
+    if digest in options.known_hashes:
+        return None
+    record["content_hash"] = digest
+    m = _COREDUMP_NAME.match(os.path.basename(path))
+    if m:
+        record.update(
+            uid=int(m["uid"]), boot_id=m["boot_id"], pid=int(m["pid"]),
+            crash_time=int(m["usec"]) / 1e6,
+        )  # fmt: skip
+    try:
+        _unwind_into(record, path, options)
+    except StackwalkError as e:
+        record["error"] = str(e)
+    return record
+
+
+def _unwind_into(record: dict[str, Any], path: str, options: Options) -> None:
+    from stackwalk.core import Core
+    from stackwalk.signature import signature
+
+    core = Core.open(
+        path,
+        sysroot=options.sysroot,
+        debug_root=options.debug_root,
+        max_size=options.max_core_size,
+    )
+    if not core.threads:
+        reasons = "; ".join(core.warnings) or "it has no NT_PRSTATUS note"
+        raise _error(f"no thread could be read ({reasons})")
+    crashing = core.crashing_tid
+    tids = None if options.all_threads else {crashing if crashing is not None else -1}
+    doc = core.to_dict(tids=tids)
+    exe = next((m for m in core.modules if m.file and m.file == core.executable), None)
+    record.update(
+        executable=core.executable,
+        build_id=exe.build_id if exe is not None else None,
+        crashing_tid=crashing,
+    )
+    if record.get("pid") is None:
+        record["pid"] = core.pid
+    if core.signal is not None:
+        record.update(signal=core.signal.name, signal_number=core.signal.number)
+    crashed = next((t for t in doc["threads"] if t["tid"] == crashing), None)
+    sig = signature(crashed["frames"] if crashed else None, _rules(options.rules))
+    record.update(signature=sig.text, bucket=sig.bucket, fingerprint=sig.fingerprint)
+    record["frames"] = [
+        (
+            t["tid"], f["index"], int(f["pc"], 16), f["module"], _hex(f["module_offset"]),
+            f["function"], _hex(f["function_offset"]), f.get("file"), f.get("line"),
+            int(bool(f.get("inline"))), f["trust"],
+        )
+        for t in doc["threads"]
+        for f in t["frames"]
+    ]  # fmt: skip
+    record["modules"] = [(m.path, m.build_id, int(m.found)) for m in core.modules]
+
+
+def _error(message: str) -> Exception:
+    from stackwalk.errors import StackwalkError
+
+    return StackwalkError(message)
+
+
+# -- many files ---------------------------------------------------------------------------
+
+
+def crash_files(paths: Sequence[str]) -> list[str]:
+    """Every regular file under ``paths`` (files, and directories walked), in name order."""
+    out: list[str] = []
+    for path in paths:
+        if os.path.isdir(path):
+            for root, dirs, files in os.walk(path):
+                dirs.sort()
+                out.extend(os.path.join(root, f) for f in sorted(files))
+        else:
+            out.append(path)
+    return out
+
+
+def triage(
+    paths: Sequence[str],
+    store: CrashStore,
+    options: Options,
+    *,
+    jobs: int = 1,
+    dask: str | None = None,
+    each: Callable[[dict[str, Any]], None] | None = None,
+    batch: int = 64,
+) -> tuple[int, int]:
+    """Read every crash file under ``paths`` not stored yet into ``store``, on ``jobs``
+    processes (or the Dask cluster at ``dask``, ``"local"`` for one on this machine).
+    ``each`` is called with each record written. (files stored, files that were stored
+    already, under their name or another)."""
+    files = crash_files(paths)
+    stored_files = store.stored_files()
+    todo = []
+    for f in files:
+        try:
+            st = os.stat(f)
+        except OSError:
+            todo.append(f)
+            continue
+        if (f, st.st_size, st.st_mtime) not in stored_files:
+            todo.append(f)
+    options.known_hashes = frozenset(store.content_hashes())
+    stored = 0
+    pending: list[dict[str, Any]] = []
+
+    def flush() -> None:
+        nonlocal stored
+        stored += store.add(pending)
+        if each is not None:
+            for r in pending:
+                each(r)
+        pending.clear()
+
+    for record in _records(todo, options, jobs, dask):
+        if record is None:
+            continue  # its contents are stored under another name
+        pending.append(record)
+        if len(pending) >= batch:
+            flush()
+    flush()
+    return stored, len(files) - stored
+
+
+def _records(
+    files: Sequence[str], options: Options, jobs: int, dask: str | None
+) -> Iterator[dict[str, Any] | None]:
+    if dask is not None:
+        yield from _dask_records(files, options, dask)
+        return
+    jobs = min(jobs or len(os.sched_getaffinity(0)), len(files))
+    if jobs <= 1:
+        for f in files:
+            yield process_file(f, options)
+        return
+    import functools
+    import multiprocessing
+
+    with multiprocessing.get_context("fork").Pool(jobs) as pool:
+        yield from pool.imap(functools.partial(process_file, options=options), files, 8)
+
+
+def _dask_records(
+    files: Sequence[str], options: Options, address: str
+) -> Iterator[dict[str, Any] | None]:
+    from stackwalk.errors import StackwalkError
+
+    try:
+        from dask.distributed import Client, LocalCluster, as_completed
+    except ModuleNotFoundError:
+        raise StackwalkError(
+            "--dask needs dask.distributed: pip install 'stackwalk[dask]'"
+        ) from None
+    local = address == "local"
+    cluster = LocalCluster(processes=True, threads_per_worker=1) if local else None  # type: ignore[no-untyped-call]
+    try:
+        with Client(cluster if cluster is not None else address) as client:  # type: ignore[no-untyped-call]
+            futures = client.map(process_file, files, options=options, pure=False)
+            for future in as_completed(futures):  # type: ignore[no-untyped-call]
+                yield future.result()
+    finally:
+        if cluster is not None:
+            cluster.close()
