@@ -296,6 +296,84 @@ def test_report(spool: Spool, tmp_path: Path) -> None:
     assert proc.returncode == 2 and "no such crash store" in proc.stderr
 
 
+BOOT_ID = "8d5ea8f1c2b14a6e9f0d3c7b2a1e4f60"
+DAY = 86400
+
+
+def coredump_spool(spool: Spool, directory: Path) -> dict[str, tuple[str, int, float]]:
+    """Cores of four bugs renamed as systemd-coredump names them (and xz-compressed, as it may
+    compress them), over three days: {file name: (bug, pid, time)}."""
+    import lzma
+
+    directory.mkdir()
+    start = 1_763_942_400  # 2025-11-24 00:00 UTC
+    made = {}
+    bugs = ["null dereference in parse_header", "assertion in check_config",
+            "abort in fatal_error", "memcpy to NULL in copy_record"]  # fmt: skip
+    for b, bug in enumerate(bugs):
+        cores = [p for p, truth in sorted(spool.truth.items()) if truth == bug][: 8 - 2 * b]
+        for i, core in enumerate(cores):
+            when = start + (i % 3) * DAY + 3600 * b + i
+            pid = 4000 + 100 * b + i
+            name = f"core.bugs.1000.{BOOT_ID}.{pid}.{when * 1_000_000}.xz"
+            (directory / name).write_bytes(lzma.compress(Path(core).read_bytes(), preset=0))
+            made[name] = (bug, pid, float(when))
+    return made
+
+
+def png_colours(path: Path) -> int:
+    """How many different byte values the pixel rows of a PNG hold (a blank page: very few)."""
+    import zlib
+
+    data = path.read_bytes()
+    assert data.startswith(b"\x89PNG\r\n\x1a\n")
+    pos, idat = 8, b""
+    while pos < len(data):
+        length = int.from_bytes(data[pos : pos + 4], "big")
+        if data[pos + 4 : pos + 8] == b"IDAT":
+            idat += data[pos + 8 : pos + 8 + length]
+        pos += 12 + length
+    return len(set(zlib.decompress(idat)))
+
+
+def test_html_report_in_chromium(spool: Spool, tmp_path: Path) -> None:
+    """systemd-coredump's spool (its names, its compression) triaged, and the report's page
+    rendered by headless Chromium: the table holds every bucket, sorted as its address asks;
+    the chart has a bar for each bucket and day; the page is no blank screenshot."""
+    chromium = shutil.which("chromium")
+    assert chromium, "chromium is installed by .ci/setup"
+    made = coredump_spool(spool, tmp_path / "coredump")
+    db, page = tmp_path / "coredump.sqlite", tmp_path / "report.html"
+    stackwalk_cli("triage", str(tmp_path / "coredump"), "--db", str(db))
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute("SELECT path, pid, uid, boot_id, crash_time, error FROM crashes")
+        stored = {Path(path).name: tuple(rest) for path, *rest in rows}
+    assert stored == {n: (pid, 1000, BOOT_ID, when, None) for n, (_, pid, when) in made.items()}
+    stackwalk_cli("report", "--db", str(db), "--html", str(page))
+    browse = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--window-size=1100,900"]
+    url = f"{page.as_uri()}#sort=signature"
+    dom = subprocess.run([*browse, "--dump-dom", url], capture_output=True, text=True,
+                         timeout=120).stdout  # fmt: skip
+    assert '<body data-sorted-by="signature">' in dom  # the page's script ran, and sorted
+    import re
+
+    signatures = re.findall(r'<tr class="bucket"[^>]* data-signature="([^"]*)"', dom)
+    expected = {}
+    with CrashStore(db) as store:
+        for b in store.buckets():
+            expected[b["signature"]] = b["count"]
+        per_day = store.per_day([b["bucket"] for b in store.buckets()])
+    assert signatures == sorted(expected)
+    bars = dom.count('<rect class="bar"')
+    assert bars == sum(len(buckets) for buckets in per_day.values()) and len(per_day) == 3
+    for sig, count in expected.items():
+        assert f'data-count="{count}" data-signature="{sig}"' in dom
+    shot = tmp_path / "report.png"
+    subprocess.run([*browse, f"--screenshot={shot}", page.as_uri()], capture_output=True,
+                   timeout=120, check=True)  # fmt: skip
+    assert png_colours(shot) > 16
+
+
 def test_dask_local_cluster_gives_the_same_store(spool: Spool, tmp_path: Path) -> None:
     pytest.importorskip("distributed")  # installed by .ci/setup; the test needs it
     files = sorted(str(p) for p in spool.directory.iterdir())[::5]

@@ -431,6 +431,15 @@ def cmd_report(args: argparse.Namespace) -> int:
         buckets = store.buckets(top=args.top, since=args.since)
         for b in buckets:
             b["example"] = store.crash(b["example_crash"])
+        if args.html is not None:
+            from stackwalk.html_report import CHART_BUCKETS, render
+
+            top = [b["bucket"] for b in buckets[:CHART_BUCKETS]]
+            page = render(buckets, store.per_day(top, args.since), f"Crashes in {args.db}")
+    if args.html is not None:
+        with open(args.html, "w", encoding="utf-8") as f:
+            f.write(page)
+        return EXIT_OK
     if args.json:
         _write_json({"db": args.db, "buckets": buckets})
         return EXIT_OK
@@ -659,7 +668,13 @@ def _add_report(sub: Any) -> None:
     r.add_argument("--db", required=True, help="the SQLite crash store")
     r.add_argument("--top", type=_frame_count, metavar="N", help="the N biggest buckets")
     r.add_argument("--since", type=_date, metavar="DATE", help="crashes since DATE only")
-    r.add_argument("--json", action="store_true", help="one JSON document")
+    out = r.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="one JSON document")
+    out.add_argument(
+        "--html",
+        metavar="OUT.html",
+        help="write one static page: sortable table, stacks, chart",
+    )
     r.set_defaults(func=cmd_report)
 
 

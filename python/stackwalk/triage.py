@@ -247,6 +247,21 @@ class CrashStore:
             )
         return out
 
+    def per_day(
+        self, buckets: Sequence[str], since: float | None = None
+    ) -> dict[str, dict[str, int]]:
+        """{day (UTC, 2026-11-24): {bucket: crashes that day}} of these buckets."""
+        out: dict[str, dict[str, int]] = {}
+        marks = ", ".join("?" * len(buckets))
+        rows = self._db.execute(
+            "SELECT date(crash_time, 'unixepoch'), bucket, count(*) FROM crashes"
+            f" WHERE bucket IN ({marks}) AND crash_time >= ? GROUP BY 1, 2",
+            (*buckets, since if since is not None else float("-inf")),
+        )
+        for day, bucket, count in rows:
+            out.setdefault(day, {})[bucket] = count
+        return out
+
     def crash(self, crash_id: int) -> dict[str, Any] | None:
         """One crash's row, with its crashing thread's frames."""
         self._db.row_factory = sqlite3.Row
