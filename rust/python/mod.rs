@@ -35,6 +35,21 @@ fn elf_bytes(source: &Bound<'_, PyAny>) -> PyResult<(String, Data)> {
     Ok((name, data))
 }
 
+/// The BLAKE3 hash (hex) of the regular file at `path`, read through a
+/// mapping without the GIL: what tells one crash file from another, under
+/// any name.
+#[pyfunction]
+fn content_hash(py: Python<'_>, path: PathBuf) -> PyResult<String> {
+    let hashed = py.detach(|| -> std::io::Result<blake3::Hash> {
+        let file = crate::files::open_regular(&path)?;
+        let data = crate::files::map_file(&file)?;
+        Ok(blake3::hash(&data))
+    });
+    hashed
+        .map(|h| h.to_hex().to_string())
+        .map_err(|e| pyo3::exceptions::PyOSError::new_err(format!("{}: {e}", path.display())))
+}
+
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
@@ -60,6 +75,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<stackdb::PyStackDb>()?;
     m.add_class::<corefile::PyCoreFile>()?;
     m.add_function(wrap_pyfunction!(elf::elf_summary, m)?)?;
+    m.add_function(wrap_pyfunction!(content_hash, m)?)?;
     m.add_function(wrap_pyfunction!(elf::elf_section_address, m)?)?;
     m.add_function(wrap_pyfunction!(symbols::demangle, m)?)?;
     m.add_function(wrap_pyfunction!(elf::place_mappings, m)?)?;

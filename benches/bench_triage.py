@@ -1,0 +1,111 @@
+"""`stackwalk triage` throughput: crashes triaged per second on one CPU, on two (`--jobs 2`),
+and on a Dask LocalCluster of two worker processes, side by side in one run on the same spool;
+and `stackwalk report` on a store of 100,000 crashes.
+
+The spool: the small C program of bench_core.py crashed at three depths (a dozen to sixty-odd
+frames, three modules), copied over and over, each copy made distinct by 8 bytes appended past
+the core's last segment (which readers ignore), so that triage's content hashes see as many
+crashes as files."""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from bench_core import small_cores  # noqa: F401  (a fixture)
+
+SPOOL_CORES = 1000  # files when the benchmarks run for real
+SPOOL_CORES_SMOKE = 8  # and in the test run's smoke pass
+STORE_CRASHES = 100_000
+STORE_CRASHES_SMOKE = 500
+
+
+def _enabled(request: pytest.FixtureRequest) -> bool:
+    session = getattr(request.config, "_benchmarksession", None)
+    return session is not None and not session.disabled
+
+
+@pytest.fixture(scope="module")
+def spool(
+    tmp_path_factory: pytest.TempPathFactory,
+    small_cores: dict[int, Path],  # noqa: F811
+    request: pytest.FixtureRequest,
+) -> Path:
+    distinct = list(small_cores.values())
+    images = [p.read_bytes() for p in distinct]
+    spool = tmp_path_factory.mktemp("triage") / "spool"
+    spool.mkdir()
+    for i in range(SPOOL_CORES if _enabled(request) else SPOOL_CORES_SMOKE):
+        (spool / f"core.{i:05d}").write_bytes(images[i % len(images)] + i.to_bytes(8, "little"))
+    return spool
+
+
+def _triage(spool: Path, db: Path, *options: str) -> subprocess.CompletedProcess[str]:
+    db.unlink(missing_ok=True)
+    argv = [sys.executable, "-m", "stackwalk", "triage", str(spool), "--db", str(db), *options]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=1800)
+
+
+@pytest.mark.benchmark(group="triage")
+@pytest.mark.parametrize("how", ["--jobs=1", "--jobs=2", "--dask=local"])
+def test_triage(benchmark: Any, spool: Path, tmp_path: Path, how: str) -> None:
+    if how == "--dask=local":
+        pytest.importorskip("distributed")
+    files = len(list(spool.iterdir()))
+    proc = benchmark.pedantic(
+        _triage, args=(spool, tmp_path / "crashes.sqlite", how), rounds=1, warmup_rounds=0
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.startswith(f"{files} crashes stored"), proc.stdout
+    benchmark.extra_info["crashes"] = files
+
+
+@pytest.fixture(scope="module")
+def big_store(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Path:
+    """A store of STORE_CRASHES crashes in 2,000 buckets (sizes drawn from a long tail, as
+    crash reports are), each with 12 frames, written through CrashStore.add."""
+    from stackwalk.signature import bucket_id
+    from stackwalk.triage import CrashStore
+
+    path = tmp_path_factory.mktemp("store") / "big.sqlite"
+    crashes = STORE_CRASHES if _enabled(request) else STORE_CRASHES_SMOKE
+    rng = random.Random(1)
+    signatures = [f"function_{i} | caller_{i % 7}" for i in range(2000)]
+    weights = [1 / (i + 1) for i in range(len(signatures))]
+    with CrashStore(path) as store:
+        batch = []
+        for i in range(crashes):
+            sig = rng.choices(signatures, weights)[0]
+            frames = [(1, f, 0x401000 + f, "/usr/bin/app", 0x1000 + f, sig.split()[0], f, None,
+                       None, 0, "cfi") for f in range(12)]  # fmt: skip
+            batch.append({
+                "path": f"/var/crash/core.{i}", "content_hash": f"{i:040x}", "size": 1,
+                "mtime": 0.0, "crash_time": 1_763_942_400 + i * 30, "executable": "/usr/bin/app",
+                "build_id": "ab" * 20, "signature": sig, "bucket": bucket_id(sig),
+                "fingerprint": "0" * 16, "crashing_tid": 1, "frames": frames,
+            })  # fmt: skip
+            if len(batch) == 5000:
+                store.add(batch)
+                batch.clear()
+        store.add(batch)
+    return path
+
+
+@pytest.mark.benchmark(group="report")
+@pytest.mark.parametrize("how", ["text", "--json", "--html"])
+def test_report(benchmark: Any, big_store: Path, tmp_path: Path, how: str) -> None:
+    argv = [sys.executable, "-m", "stackwalk", "report", "--db", str(big_store)]
+    if how == "--html":
+        argv += ["--html", str(tmp_path / "report.html")]
+    elif how == "--json":
+        argv.append("--json")
+
+    def run() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=600)
+
+    proc = benchmark.pedantic(run, rounds=3, warmup_rounds=1)
+    assert proc.returncode == 0, proc.stderr[-2000:]
