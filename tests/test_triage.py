@@ -258,6 +258,26 @@ def test_unreadable_files_are_recorded_and_the_run_goes_on(spool: Spool, tmp_pat
         assert store.counts() == (3, 1, 2)
 
 
+def test_modules_missing_are_said(spool: Spool, tmp_path: Path) -> None:
+    """A machine without a module's file (a Dask worker without the shared mount; here, the
+    program deleted after its crash) still stores the crash, and says it was read so, and
+    where."""
+    program = tmp_path / "gone"
+    shutil.copy(spool.programs["c"], program)
+    core = tmp_path / "core.gone"
+    gdb = _gdb_cores(program, [("null-a", core)], tmp_path)
+    assert gdb.wait(timeout=300) == 0 and core.exists()
+    program.unlink()
+    db = tmp_path / "missing.sqlite"
+    proc = stackwalk_cli("triage", str(core), "--db", str(db))
+    assert "1 read with modules missing" in proc.stdout
+    with sqlite3.connect(db) as conn:
+        [(warnings, host, sig)] = conn.execute("SELECT warnings, host, signature FROM crashes")
+    assert f"module not found: {program}" in json.loads(warnings)
+    assert host == os.uname().nodename
+    assert sig.startswith("gone@0x")
+
+
 def test_a_rules_file_extends_the_lists(spool: Spool, tmp_path: Path) -> None:
     rules = tmp_path / "rules.toml"
     rules.write_text('prefix = ["parse_header$"]\n')

@@ -19,6 +19,10 @@ def __getattr__(name: str) -> object:
         from stackwalk import core
 
         return getattr(core, name)
+    if name == "CrashStore":
+        from stackwalk.triage import CrashStore
+
+        return CrashStore
     raise AttributeError(f"module 'stackwalk' has no attribute {name!r}")
 
 
@@ -26,6 +30,7 @@ __all__ = [
     "CRASH_STRATEGIES",
     "Core",
     "CoreError",
+    "CrashStore",
     "Unwinder",
     "Trace",
     "Frame",

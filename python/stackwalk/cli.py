@@ -412,12 +412,17 @@ def cmd_triage(args: argparse.Namespace) -> int:
             args.paths, store, options, jobs=args.jobs, dask=args.dask, each=each
         )
         crashes, buckets, errors = store.counts()
+        missing = store.missing_modules()
     if progress:
         print(file=sys.stderr)
     summary = (
         f"{stored} crashes stored, {skipped} already there; {args.db}: {crashes} crashes "
         f"in {buckets} buckets, {errors} files unreadable"
     )
+    if missing:
+        # On a cluster, most often a worker without the modules' files (or their debug files)
+        # at the paths the cores name: the crashes' warnings say which.
+        summary += f", {missing} read with modules missing (see crashes.warnings, host)"
     print(summary, file=sys.stderr if args.json else sys.stdout)
     return EXIT_OK
 

@@ -13,7 +13,9 @@ Schema (``PRAGMA user_version`` 1):
   ``size``, ``mtime``, ``executable``, ``pid``, ``uid``, ``boot_id``, ``signal`` (its name),
   ``signal_number``, ``crash_time`` (Unix seconds: systemd-coredump's file name, else the
   file's modification time), ``crashing_tid``, ``signature``, ``bucket``, ``fingerprint``,
-  ``error`` (why the file could not be read; its signature is then NULL), ``processed_at``.
+  ``error`` (why the file could not be read; its signature is then NULL), ``warnings`` (a
+  JSON list: modules not found, build ids that differ, ...), ``host`` (the machine that read
+  it: a Dask worker's, or this one), ``processed_at``.
 - ``frames``: the crashing thread's frames (every thread's with ``--all-threads``), per
   ``crash_id``, ``tid``, ``idx``: ``pc``, ``module``, ``module_offset``, ``function``,
   ``function_offset``, ``file``, ``line``, ``inline``, ``trust``.
@@ -59,6 +61,8 @@ CREATE TABLE IF NOT EXISTS crashes (
     bucket TEXT,
     fingerprint TEXT,
     error TEXT,
+    warnings TEXT,
+    host TEXT,
     processed_at REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS crashes_bucket ON crashes (bucket, crash_time);
@@ -167,14 +171,14 @@ class CrashStore:
                 cur = db.execute(
                     "INSERT OR IGNORE INTO crashes (path, content_hash, size, mtime, executable,"
                     " pid, uid, boot_id, signal, signal_number, crash_time, crashing_tid,"
-                    " signature, bucket, fingerprint, error, processed_at)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    " signature, bucket, fingerprint, error, warnings, host, processed_at)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         r["path"], r["content_hash"], r["size"], r["mtime"], r.get("executable"),
                         r.get("pid"), r.get("uid"), r.get("boot_id"), r.get("signal"),
                         r.get("signal_number"), r["crash_time"], r.get("crashing_tid"),
                         r.get("signature"), r.get("bucket"), r.get("fingerprint"),
-                        r.get("error"), now,
+                        r.get("error"), _warnings(r), r.get("host"), now,
                     ),
                 )  # fmt: skip
                 if cur.rowcount == 0:
@@ -291,11 +295,25 @@ class CrashStore:
             "SELECT path, error FROM crashes WHERE error IS NOT NULL ORDER BY path"
         ).fetchall()
 
+    def missing_modules(self) -> int:
+        """How many crashes were read without some of their modules' files."""
+        (n,) = self._db.execute(
+            "SELECT count(*) FROM crashes WHERE warnings LIKE '%module not found%'"
+        ).fetchone()
+        return int(n)
+
     def counts(self) -> tuple[int, int, int]:
         """(crashes, buckets, errors)."""
         crashes, errors = self._db.execute("SELECT count(*), count(error) FROM crashes").fetchone()
         (buckets,) = self._db.execute("SELECT count(*) FROM buckets").fetchone()
         return crashes, buckets, errors
+
+
+def _warnings(record: dict[str, Any]) -> str | None:
+    import json
+
+    warnings = record.get("warnings")
+    return json.dumps(warnings) if warnings else None
 
 
 # -- one file ---------------------------------------------------------------------------------
@@ -348,9 +366,12 @@ def process_file(path: str, options: Options) -> dict[str, Any] | None:
     """One crash file read, unwound and given its signature: the record ``CrashStore.add``
     stores, with ``error`` set (and no signature) when it cannot be read. None when its
     contents are among ``options.known_hashes``."""
+    import socket
+
     from stackwalk.errors import StackwalkError
 
     record: dict[str, Any] = {"path": path, "content_hash": None, "error": None}
+    record["host"] = socket.gethostname()
     try:
         st = os.stat(path)
         record["size"], record["mtime"] = st.st_size, st.st_mtime
@@ -416,6 +437,7 @@ def _unwind_into(record: dict[str, Any], path: str, options: Options) -> None:
         for f in t["frames"]
     ]  # fmt: skip
     record["modules"] = [(m.path, m.build_id, int(m.found)) for m in core.modules]
+    record["warnings"] = list(core.warnings)
 
 
 def _error(message: str) -> Exception:
