@@ -39,11 +39,14 @@ impl SymbolTable {
     fn from_functions(symbols: Functions, full: bool) -> SymbolTable {
         // Aliases (same range) are ordered so that the name a lookup returns
         // (the last) is the one people use: unversioned, else the default
-        // version (`name@@VERSION`), else an old version (`name@VERSION`).
+        // version (`name@@VERSION`), else an old version (`name@VERSION`);
+        // never the local alias GCC makes of a function for calls from its
+        // own file (`name.localalias`) when the function's name is there.
         let rank = |name: &str| match name.find('@') {
-            None => 2,
-            Some(i) if name[i..].starts_with("@@") => 1,
-            Some(_) => 0,
+            _ if name.ends_with(".localalias") => 0,
+            None => 3,
+            Some(i) if name[i..].starts_with("@@") => 2,
+            Some(_) => 1,
         };
         let mut symbols: Vec<_> =
             symbols.into_iter().map(|(s, e, n)| (s, e, rank(&n), n)).collect();
@@ -408,6 +411,17 @@ mod tests {
         assert_eq!(at(0x3000), Some(("absolute", 0)));
         assert_eq!(at(0x3001), None);
         assert_eq!(at(0xfff), None);
+    }
+
+    #[test]
+    fn a_function_is_named_by_its_name_not_its_local_alias() {
+        let t = table(&[
+            (0x1000, 0x20, Some((0x1000, 0x2000)), Some("wait.localalias")),
+            (0x1000, 0x20, Some((0x1000, 0x2000)), Some("wait")),
+            (0x1100, 0x20, Some((0x1000, 0x2000)), Some("alone.localalias")),
+        ]);
+        assert_eq!(t.lookup(0x1010), Some(("wait", 0x10)));
+        assert_eq!(t.lookup(0x1100), Some(("alone.localalias", 0)));
     }
 
     #[test]
