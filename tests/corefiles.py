@@ -369,13 +369,20 @@ def run(cmd: Sequence[str | os.PathLike[str]], **kwargs: Any) -> subprocess.Comp
 
 @functools.cache
 def eu_stack(
-    core: str, executable: str, *, symbols: bool = False, debuginfo_path: str | None = None
+    core: str | None,
+    executable: str | None,
+    *,
+    symbols: bool = False,
+    debuginfo_path: str | None = None,
+    pid: int | None = None,
 ) -> EuStack:
-    """``eu-stack -n 0`` (every frame) of every thread. ``symbols``: also each frame's function
-    (``-m``: from the module's symbol table, or its separate debug file's, see symbol_file()),
-    build id and module offset (``-b``). ``debuginfo_path``: where eu-stack looks for separate
-    debug files (its ``--debuginfo-path``; default ``:.debug:/usr/lib/debug``)."""
-    cmd = ["eu-stack", "-n", "0", f"--core={core}", "-e", executable]
+    """``eu-stack -n 0`` (every frame) of every thread of a core, or of the running process
+    ``pid`` (``-p``). ``symbols``: also each frame's function (``-m``: from the module's symbol
+    table, or its separate debug file's, see symbol_file()), build id and module offset
+    (``-b``). ``debuginfo_path``: where eu-stack looks for separate debug files (its
+    ``--debuginfo-path``; default ``:.debug:/usr/lib/debug``)."""
+    cmd = ["eu-stack", "-n", "0"]
+    cmd += [f"--core={core}", "-e", str(executable)] if pid is None else ["-p", str(pid)]
     if debuginfo_path is not None:
         cmd.append(f"--debuginfo-path={debuginfo_path}")
     cmd += ["-m", "-b"] if symbols else ["-q"]
@@ -386,7 +393,7 @@ def eu_stack(
     frame_re = re.compile(r"#\d+\s+0x([0-9a-f]+)(?:\s+(.*?))??(?:\s+-\s+(\S+))?\s*$")
     where_re = re.compile(r"\s+\[([0-9a-f]+)\]@0x([0-9a-f]+)\+0x([0-9a-f]+)\s*$")
     for line in proc.stdout.splitlines():
-        if match := re.match(r"PID (\d+) - core", line):
+        if match := re.match(r"PID (\d+) - (?:core|process)", line):
             pid = int(match.group(1))
         elif match := re.match(r"TID (\d+):", line):
             current = threads.setdefault(int(match.group(1)), [])
@@ -741,6 +748,14 @@ def gdb_on_core(executable: str, core: str, directory: Path, *, sysroot: str | N
     cmd = [*_gdb_command(gdb, sysroot), "-x", str(script), executable, core]
     proc = run(cmd, env=CRASH_ENV)
     return _gdb_view(result, f"{core}", proc.stdout + proc.stderr)
+
+
+def gdb_on_process(pid: int, directory: Path) -> GdbView:
+    """gdb's backtrace of every thread of the running process ``pid`` (gdb attaches, and
+    leaves the process as it found it, stopped or running)."""
+    script, result = _gdb_script(directory)
+    proc = run([*_gdb_command("gdb", None), "-p", str(pid), "-x", str(script)])
+    return _gdb_view(result, f"pid {pid}", proc.stdout + proc.stderr)
 
 
 def gdb_crash_core(argv: Sequence[str], core: Path, env: Mapping[str, str]) -> None:

@@ -19,6 +19,10 @@ def __getattr__(name: str) -> object:
         from stackwalk import core
 
         return getattr(core, name)
+    if name == "Process":
+        from stackwalk.process import Process
+
+        return Process
     if name == "CrashStore":
         from stackwalk.triage import CrashStore
 
@@ -31,6 +35,7 @@ __all__ = [
     "Core",
     "CoreError",
     "CrashStore",
+    "Process",
     "Unwinder",
     "Trace",
     "Frame",

@@ -379,6 +379,34 @@ def _report_perf(args: argparse.Namespace, path: str, name: str | None = None) -
     return EXIT_OK
 
 
+def cmd_pid(args: argparse.Namespace) -> int:
+    from stackwalk.process import Process
+    from stackwalk.render import core_lines
+
+    strategies = [s for s in args.strategies.split(",") if s]
+    if args.no_scan:
+        strategies = [s for s in strategies if s != "scan"]
+    proc = Process.attach(args.pid, debug_root=args.debug_root, strategies=strategies)
+    tids = {args.thread} if args.thread is not None else None
+    doc = proc.to_dict(
+        max_frames=args.max_frames, end_details=not args.json, inline=not args.no_inline, tids=tids
+    )
+    if args.thread is not None and not doc["threads"]:
+        all_tids = ", ".join(str(t.tid) for t in proc.threads)
+        raise StackwalkError(f"pid {args.pid}: no thread {args.thread} (threads: {all_tids})")
+    for warning in proc.warnings:
+        print(f"stackwalk: warning: {warning}", file=sys.stderr)
+    if args.json:
+        _write_json(doc)
+    else:
+        print("\n".join(core_lines(doc)))
+    threads = doc["threads"]
+    if not any(t["frames"] for t in threads):
+        return EXIT_FAILED
+    clean = all(t["end"] in ("end_of_stack", "pc_zero") for t in threads)
+    return EXIT_OK if clean else EXIT_PARTIAL
+
+
 def cmd_triage(args: argparse.Namespace) -> int:
     from stackwalk.triage import CrashStore, Options, triage
 
@@ -647,6 +675,19 @@ def _add_unwind(sub: Any) -> None:
     u.set_defaults(func=cmd_unwind)
 
 
+def _add_pid(sub: Any) -> None:
+    p = sub.add_parser("pid", help="backtraces of every thread of a running process")
+    p.add_argument("pid", type=int, metavar="PID", help="the process (stopped for milliseconds)")
+    p.add_argument("--json", action="store_true", help="one JSON document")
+    p.add_argument("--thread", type=int, metavar="TID", help="only this thread")
+    _add_max_frames(p)
+    p.add_argument("--debug-root", metavar="DIR", default="/usr/lib/debug")
+    p.add_argument("--strategies", default="cfi,frame_pointer,scan", metavar="LIST")
+    p.add_argument("--no-scan", action="store_true", help="never scan the stack")
+    p.add_argument("--no-inline", action="store_true", help="no frames for inlined functions")
+    p.set_defaults(func=cmd_pid)
+
+
 def _add_triage(sub: Any) -> None:
     t = sub.add_parser(
         "triage", help="read a spool of crashes into a database: signatures, buckets, counts"
@@ -689,6 +730,7 @@ COMMANDS: dict[str, Callable[[Any], None]] = {
     "core": _add_core,
     "perf": _add_perf,
     "unwind": _add_unwind,
+    "pid": _add_pid,
     "triage": _add_triage,
     "report": _add_report,
 }

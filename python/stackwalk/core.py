@@ -296,7 +296,7 @@ class Core:
         self._mismatched: dict[str, str] = {}
         self.debug_root = os.fspath(debug_root) if debug_root is not None else None
         # CoreError if it is not a readable core
-        core = self._core = CoreFile(self.path, max_size)
+        core = self._core = self._open_source(max_size)
         self.warnings = core.warnings
         self.arch = core.arch
         self._segments: list[_Segment] = core.segments
@@ -306,7 +306,7 @@ class Core:
         self._fname = core.fname
         self._auxv: dict[int, int] = core.auxv
         self.unwinder = Unwinder(self.arch, strategies=tuple(strategies))
-        self._finder = _FileFinder(self.arch, sysroot, lib_search_path)
+        self._finder = _FileFinder(self.arch, sysroot, lib_search_path, self._readable_at)
         self._page = core.page_size
         self._vdso_image: bytes | None = None
         explicit = os.fspath(executable) if executable is not None else None
@@ -316,6 +316,14 @@ class Core:
         if explicit is not None and exe_module is None:
             self.warnings.append(f"executable {explicit} not used: the core does not show where")
         self._set_threads(core.threads)
+
+    # Where a module's file can be read now when its path cannot be used (a live process's
+    # library deleted since it was mapped: /proc/PID/map_files/...): path -> file.
+    _readable_at: dict[str, str] = {}
+
+    def _open_source(self, max_size: int | None) -> CoreFile:
+        """The file read: the source of the threads, memory and mappings."""
+        return CoreFile(self.path, max_size)
 
     # -- threads and signal ----------------------------------------------------------------
 
@@ -642,7 +650,8 @@ class Core:
                 # Symbols from the file used, never from a file that was rejected (another
                 # build in the module's place: its names would be confident and wrong).
                 (
-                    m.file or m.path,
+                    # A file read through /proc/PID/map_files/ is named by its mapped path.
+                    m.path if m.file in self._readable_at.values() else (m.file or m.path),
                     start,
                     end,
                     m.bias,
@@ -714,8 +723,10 @@ class _FileFinder:
         arch: str,
         sysroot: str | os.PathLike[str] | None,
         search: Sequence[str | os.PathLike[str]] | None,
+        readable_at: dict[str, str] | None = None,
     ) -> None:
         self._arch = arch
+        self._readable_at = readable_at or {}
         self._sysroot = os.fspath(sysroot) if sysroot is not None else None
         self._search = [os.fspath(d) for d in search or ()]
         self._summaries: dict[str, ElfSummary | str | None] = {}
@@ -740,6 +751,8 @@ class _FileFinder:
         return self._summaries[file]
 
     def _candidates(self, path: str) -> list[str]:
+        if path in self._readable_at:
+            return [self._readable_at[path]]
         if path.endswith(" (deleted)"):
             path = path[: -len(" (deleted)")]
         out = []

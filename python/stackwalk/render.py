@@ -41,13 +41,18 @@ def frame_text(d: dict[str, Any]) -> str:
 def core_lines(doc: dict[str, Any]) -> list[str]:
     """The text report of ``stackwalk core``, from the same document ``--json`` prints."""
     sig = doc.get("signal")
-    what = f"Core {doc['core']}"
-    if doc.get("pid") is not None:
-        what += f", pid {doc['pid']}"
+    if "process" in doc:  # a live process (stackwalk pid)
+        what = f"Process {doc['process']}"
+    else:
+        what = f"Core {doc['core']}"
+        if doc.get("pid") is not None:
+            what += f", pid {doc['pid']}"
     if doc.get("executable"):
         what += f", {doc['executable']}"
     lines = [what]
-    if doc.get("crashing_thread") is None:
+    if "process" in doc:
+        lines.append(f"Stopped for {doc['stopped_ms']:.1f} ms while its threads were copied")
+    elif doc.get("crashing_thread") is None:
         # A snapshot (gcore's) of a process that did not crash.
         stopped = f", stopped by {sig['name']} (signal {sig['number']})" if sig else ""
         lines.append(f"Snapshot of a running process{stopped}: no thread crashed")

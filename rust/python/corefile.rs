@@ -192,3 +192,26 @@ impl PyCoreFile {
         )
     }
 }
+
+/// Stop every thread of the live process `pid` for as short a time as can
+/// be, copy its registers and memory, let it go (see `crate::process`):
+/// (the copy, as a CoreFile held in memory; how long the process was
+/// stopped, in ns; [(a mapped path as /proc/PID/maps gives it, where that
+/// file can be read now)] for files deleted since they were mapped).
+#[pyfunction]
+#[allow(clippy::type_complexity)]
+pub(super) fn snapshot_process(
+    py: Python<'_>,
+    pid: i32,
+) -> PyResult<(PyCoreFile, u64, Vec<(PathBuf, String)>)> {
+    let snap = py
+        .detach(|| crate::process::snapshot(pid))
+        .map_err(|e| super::errors::StackwalkError::new_err(e.to_string()))?;
+    let paths = snap
+        .file_paths
+        .into_iter()
+        .map(|(path, via)| (PathBuf::from(fs_str(&path)), via))
+        .collect();
+    let stopped = u64::try_from(snap.stopped.as_nanos()).unwrap_or(u64::MAX);
+    Ok((PyCoreFile { inner: snap.core, path: format!("pid {pid}") }, stopped, paths))
+}

@@ -76,6 +76,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<corefile::PyCoreFile>()?;
     m.add_function(wrap_pyfunction!(elf::elf_summary, m)?)?;
     m.add_function(wrap_pyfunction!(content_hash, m)?)?;
+    m.add_function(wrap_pyfunction!(corefile::snapshot_process, m)?)?;
     m.add_function(wrap_pyfunction!(elf::elf_section_address, m)?)?;
     m.add_function(wrap_pyfunction!(symbols::demangle, m)?)?;
     m.add_function(wrap_pyfunction!(elf::place_mappings, m)?)?;

@@ -1,0 +1,74 @@
+"""Live processes: ``stackwalk pid PID`` and ``Process.attach(pid)``.
+
+Every thread is stopped for as short a time as can be (ptrace ``PTRACE_SEIZE`` and
+``PTRACE_INTERRUPT``), its registers read, its stack, the vdso and each module's first page
+copied (``process_vm_readv``), and the process let go; the copy is then unwound and symbolized
+as a core dumped at that moment would be (``Process`` is a ``Core``: the same threads, modules,
+``to_dict``). No gdb, no debug info needed. A library deleted since it was loaded is read
+through ``/proc/PID/map_files/``."""
+
+from __future__ import annotations
+
+import os
+
+from stackwalk._core import CoreFile, snapshot_process
+from stackwalk.core import DEBUG_ROOT, Core
+from stackwalk.unwinder import CRASH_STRATEGIES
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Collection, Sequence
+    from typing import Any
+
+__all__ = ["Process"]
+
+
+class Process(Core):
+    """A live process, copied at one moment; see the module docstring."""
+
+    # How long the process was stopped, in seconds.
+    stopped_for: float
+
+    @classmethod
+    def attach(
+        cls,
+        pid: int,
+        *,
+        sysroot: str | os.PathLike[str] | None = None,
+        lib_search_path: Sequence[str | os.PathLike[str]] | None = None,
+        debug_root: str | os.PathLike[str] | None = DEBUG_ROOT,
+        strategies: Sequence[str] = CRASH_STRATEGIES,
+    ) -> Process:
+        """Stop ``pid``, copy what unwinding its threads needs, let it go. StackwalkError with
+        one line saying why if it cannot be read (no such process, a zombie, not permitted)."""
+        return cls(
+            pid,
+            sysroot=sysroot,
+            lib_search_path=lib_search_path,
+            debug_root=debug_root,
+            strategies=strategies,
+        )
+
+    def __init__(self, pid: int, **options: Any) -> None:
+        self._pid = pid
+        super().__init__(f"pid {pid}", **options)
+
+    def _open_source(self, max_size: int | None) -> CoreFile:
+        source, stopped_ns, deleted = snapshot_process(self._pid)
+        self.stopped_for = stopped_ns / 1e9
+        self._readable_at = {os.fsdecode(path): via for path, via in deleted}
+        return source
+
+    def to_dict(
+        self,
+        max_frames: int | None = None,
+        *,
+        end_details: bool = False,
+        inline: bool = True,
+        tids: Collection[int] | None = None,
+    ) -> dict[str, Any]:
+        """``Core.to_dict``'s document, ``"process": PID`` and ``"stopped_ms"`` (how long the
+        process was stopped) in place of ``"core"``."""
+        doc = super().to_dict(max_frames, end_details=end_details, inline=inline, tids=tids)
+        del doc["core"]
+        return {"process": self._pid, "stopped_ms": round(self.stopped_for * 1e3, 3), **doc}

@@ -1,0 +1,182 @@
+"""`stackwalk pid` and `stackwalk.Process`: running programs, stopped by the test (SIGSTOP) so
+that stackwalk, `eu-stack -p` and gdb all see the same moment; after each tool the program is
+still as the test left it (stopped, untraced), and runs on when let go."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import stackwalk
+from corefiles import eu_stack, gdb_on_process
+from realstacks import Builder
+
+SYS_PAUSE = 34  # x86_64's pause(2), as /proc/PID/syscall names a thread's blocking call
+
+
+def state(pid: int) -> tuple[str, int]:
+    """(the process's state letter, its tracer's pid: 0 for none)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    fields = dict(line.split(":\t", 1) for line in status.splitlines() if ":\t" in line)
+    return fields["State"][0], int(fields["TracerPid"])
+
+
+@contextmanager
+def running(argv: list[str]) -> Iterator[subprocess.Popen[str]]:
+    """The program started, once it has said "ready"; killed at the end."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@contextmanager
+def stopped(pid: int) -> Iterator[None]:
+    """The process in a group stop (SIGSTOP) until the block ends, then let go; every thread
+    checked stopped and untraced after each look at it (see check_stopped)."""
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + 60
+    while state(pid)[0] != "T":
+        assert time.monotonic() < deadline, state(pid)
+        time.sleep(0.005)
+    try:
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
+def check_stopped(pid: int) -> None:
+    """Every thread still in the stop the test put it in, and no tracer left behind."""
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+        assert stat[stat.rindex(")") + 2] == "T", (tid, stat)
+    assert state(pid)[1] == 0
+
+
+def stackwalk_pid(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "stackwalk", "pid", *args], capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+
+
+def test_every_thread_equals_eu_stack_and_gdb(build: Builder, tmp_path: Path) -> None:
+    program = build("pid_threads.c", "-O2", "-pthread")
+    with running([str(program)]) as proc:
+        with stopped(proc.pid):
+            out = stackwalk_pid(str(proc.pid), "--json", "--no-inline")
+            check_stopped(proc.pid)
+            eu = eu_stack(None, None, pid=proc.pid)
+            check_stopped(proc.pid)
+            gdb = gdb_on_process(proc.pid, tmp_path)
+            check_stopped(proc.pid)
+        # Let go, it runs on: still there, untraced, and not stopped.
+        deadline = time.monotonic() + 60
+        while state(proc.pid)[0] not in "RS":
+            assert time.monotonic() < deadline, state(proc.pid)
+            time.sleep(0.005)
+        assert state(proc.pid)[1] == 0
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["process"] == proc.pid and doc["crashing_thread"] is None
+    ours = {t["tid"]: [int(f["pc"], 16) for f in t["frames"]] for t in doc["threads"]}
+    assert len(ours) == 9  # main and eight threads
+    assert ours == {tid: eu.pcs(tid) for tid in ours}
+    assert ours == {t.tid: t.pcs for t in gdb.threads}
+    functions = {f["function"] for t in doc["threads"] for f in t["frames"]}
+    assert {"in_pause", "in_sleep", "in_read", "in_lock", "in_cond", "in_poll", "in_select",
+            "nested", "main"} <= functions  # fmt: skip
+    assert all(t["end"] == "end_of_stack" for t in doc["threads"])
+
+
+def test_a_running_process_is_stopped_briefly_and_let_go(build: Builder) -> None:
+    """Without the test's SIGSTOP: the process is stopped only while it is copied (said in the
+    report), and runs on."""
+    program = build("pid_threads.c", "-O2", "-pthread")
+    with running([str(program)]) as proc:
+        p = stackwalk.Process.attach(proc.pid)
+        assert 0 < p.stopped_for < 10.0  # seconds: a bound no load reaches, not a speed test
+        assert {t.tid for t in p.threads} == {int(t) for t in os.listdir(f"/proc/{proc.pid}/task")}
+        assert state(proc.pid)[1] == 0 and state(proc.pid)[0] in "RS"
+        text = stackwalk_pid(str(proc.pid), "--thread", str(proc.pid))
+        assert text.returncode == 0, text.stderr
+        lines = text.stdout.splitlines()
+        assert lines[0] == f"Process {proc.pid}, {program}"
+        assert lines[1].startswith("Stopped for ") and lines[1].endswith(
+            " ms while its threads were copied"
+        )
+        assert sum(line.startswith("Thread ") for line in lines) == 1
+        assert any(" in main+0x" in line for line in lines)
+
+
+def test_a_deleted_library_is_read_through_map_files(build: Builder, tmp_path: Path) -> None:
+    lib = tmp_path / "libgone.so"
+    built = build("pid_gone_lib.c", "-O2", "-shared", "-fPIC")
+    lib.write_bytes(built.read_bytes())
+    program = build("pid_gone.c", "-O2", "-ldl")
+    with running([str(program), str(lib)]) as proc:
+        lib.unlink()
+        # In the library's pause(), not still on its way there from printing "ready".
+        deadline = time.monotonic() + 60
+        while not Path(f"/proc/{proc.pid}/syscall").read_text().startswith(f"{SYS_PAUSE} "):
+            assert time.monotonic() < deadline
+            time.sleep(0.005)
+        with stopped(proc.pid):
+            out = stackwalk_pid(str(proc.pid), "--json")
+            check_stopped(proc.pid)
+            eu = eu_stack(None, None, pid=proc.pid)
+    assert out.returncode == 0, out.stderr
+    [thread] = json.loads(out.stdout)["threads"]
+    gone = [f for f in thread["frames"] if f["function"] == "gone_wait"]
+    assert len(gone) == 4  # the recursion of depth 3 and its end
+    assert {f["module"] for f in gone} == {f"{lib} (deleted)"}
+    assert all(f["file"] and f["file"].endswith("pid_gone_lib.c") for f in gone)
+    assert [int(f["pc"], 16) for f in thread["frames"] if not f["inline"]] == eu.pcs(proc.pid)
+
+
+def test_errors_are_one_line(tmp_path: Path) -> None:
+    # No such process: a pid that was, and is no more.
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    out = stackwalk_pid(str(gone.pid))
+    assert (out.returncode, out.stdout) == (2, "")
+    assert out.stderr == f"stackwalk: error: pid {gone.pid}: no such process\n"
+    # A zombie: exited, not reaped by its parent (this test, until the end).
+    zombie = subprocess.Popen(["true"])
+    deadline = time.monotonic() + 60
+    while state(zombie.pid)[0] != "Z":
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+    out = stackwalk_pid(str(zombie.pid))
+    assert out.returncode == 2 and out.stderr.startswith(
+        f"stackwalk: error: pid {zombie.pid}: a zombie"
+    )
+    zombie.wait()
+
+
+def test_a_process_traced_already_says_by_whom(build: Builder) -> None:
+    """ptrace refused (here: another tracer, this test, holds the process; Yama's ptrace_scope,
+    another user and containers refuse the same way): one line on why and what to do, and the
+    process never stopped by stackwalk."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    ptrace_seize = 0x4206
+    program = build("pid_threads.c", "-O2", "-pthread")
+    with running([str(program)]) as proc:
+        assert libc.ptrace(ptrace_seize, proc.pid, None, None) == 0, ctypes.get_errno()
+        out = stackwalk_pid(str(proc.pid))
+        assert out.returncode == 2, out
+        assert out.stderr == (
+            f"stackwalk: error: pid {proc.pid}: already traced by pid {os.getpid()} (a "
+            "debugger?): detach it first\n"
+        )
+        assert state(proc.pid) in (("S", os.getpid()), ("R", os.getpid()))
