@@ -18,6 +18,7 @@ pub mod lines;
 pub mod memory;
 pub mod modules;
 pub mod perf;
+pub mod perfmap;
 pub mod process;
 pub mod profile;
 pub mod registers;

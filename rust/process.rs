@@ -355,6 +355,22 @@ pub fn snapshot(pid: i32) -> Result<Snapshot, ProcessError> {
             segments.push(LoadSegment { vaddr: a, offset, filesz: n, memsz: n, flags });
         }
     }
+    // Code outside every file (a JIT's): where it is, not what it holds,
+    // so that return addresses into it are taken for what they are.
+    for m in &maps {
+        let special = m.path.starts_with(b"[v");
+        if m.inode == 0 && m.flags & PF_X != 0 && !special {
+            let offset = bytes.len() as u64;
+            let size = m.end - m.start;
+            segments.push(LoadSegment {
+                vaddr: m.start,
+                offset,
+                filesz: 0,
+                memsz: size,
+                flags: m.flags,
+            });
+        }
+    }
     drop(stopped); // the process runs again
     let stopped_for = began.elapsed();
 
@@ -401,6 +417,7 @@ pub fn snapshot(pid: i32) -> Result<Snapshot, ProcessError> {
     };
     let captured: Vec<Segment> = segments
         .iter()
+        .filter(|s| s.filesz > 0)
         .map(|s| Segment { address: s.vaddr, offset: s.offset, size: s.filesz })
         .collect();
     let memory = SegmentMemory::new(Data::Owned(bytes), &captured);

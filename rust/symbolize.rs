@@ -191,6 +191,8 @@ impl Location<'_> {
 #[derive(Clone, Default)]
 pub struct Symbolizer {
     modules: Vec<Placed>,
+    /// Names of JIT code outside every module (a perf map).
+    jit: Option<Arc<crate::perfmap::PerfMap>>,
 }
 
 impl Symbolizer {
@@ -198,7 +200,13 @@ impl Symbolizer {
     /// last given wins.
     pub fn new(mut modules: Vec<Placed>) -> Symbolizer {
         modules.sort_by_key(|m| m.range.start);
-        Symbolizer { modules }
+        Symbolizer { modules, jit: None }
+    }
+
+    /// These modules, and the JIT code a perf map names outside them.
+    pub fn with_perf_map(mut self, map: Arc<crate::perfmap::PerfMap>) -> Symbolizer {
+        self.jit = Some(map);
+        self
     }
 
     pub fn modules(&self) -> &[Placed] {
@@ -217,7 +225,7 @@ impl Symbolizer {
             .collect();
         let at = modules.partition_point(|p| p.range.start < range.start);
         modules.insert(at, module);
-        Symbolizer { modules }
+        Symbolizer { modules, jit: self.jit.clone() }
     }
 
     /// The module holding `address`.
@@ -280,11 +288,15 @@ impl Symbolizer {
         index: impl FnOnce(&SymbolFile, &SymbolTable, u64) -> Option<usize>,
     ) -> Location<'_> {
         let Some(p) = self.module_at(lookup) else {
+            let function = self.jit.as_ref().and_then(|map| {
+                let (name, offset) = map.lookup(lookup)?;
+                Some((name, offset.wrapping_add(pc.wrapping_sub(lookup))))
+            });
             return Location {
                 module: None,
                 offset: pc,
                 file_offset: lookup,
-                function: None,
+                function,
                 symbol: None,
             };
         };

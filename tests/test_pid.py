@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -18,7 +19,9 @@ import stackwalk
 from corefiles import eu_stack, gdb_on_process
 from realstacks import Builder
 
-SYS_PAUSE = 34  # x86_64's pause(2), as /proc/PID/syscall names a thread's blocking call
+# x86_64's system calls, as /proc/PID/syscall names the one a thread is blocked in.
+SYS_PAUSE = 34
+SYS_FUTEX = 202
 
 
 def state(pid: int) -> tuple[str, int]:
@@ -180,3 +183,50 @@ def test_a_process_traced_already_says_by_whom(build: Builder) -> None:
             "debugger?): detach it first\n"
         )
         assert state(proc.pid) in (("S", os.getpid()), ("R", os.getpid()))
+
+
+NODE_SCRIPT = """
+function innerMost(n) {
+  const cell = new Int32Array(new SharedArrayBuffer(4));
+  console.log("ready");
+  Atomics.wait(cell, 0, 0);  // forever: nothing wakes it
+  return n;
+}
+function middle(n) { return n > 0 ? middle(n - 1) + 1 : innerMost(n); }
+function outer() { return middle(3); }
+outer();
+"""
+
+
+def test_node_jit_frames_are_named_and_walked(tmp_path: Path) -> None:
+    """node's JavaScript frames are code outside every module, without CFI: named from the
+    perf map node writes (--perf-basic-prof; --interpreted-frames-native-stack gives each
+    interpreted function code of its own), and walked by their frame-pointer chain to main, as
+    eu-stack walks them, not scanned past."""
+    node = shutil.which("node")
+    assert node, "node is on this kind of machine (see /work/.library/env)"
+    script = tmp_path / "wait.js"
+    script.write_text(NODE_SCRIPT)
+    argv = [node, "--perf-basic-prof", "--interpreted-frames-native-stack", str(script)]
+    with running(argv) as proc:
+        perf_map = Path(f"/tmp/perf-{proc.pid}.map")
+        try:
+            # In Atomics.wait's futex, not still writing "ready".
+            deadline = time.monotonic() + 60
+            while not Path(f"/proc/{proc.pid}/syscall").read_text().startswith(f"{SYS_FUTEX} "):
+                assert time.monotonic() < deadline
+                time.sleep(0.005)
+            with stopped(proc.pid):
+                out = stackwalk_pid(str(proc.pid), "--json", "--thread", str(proc.pid))
+                eu = eu_stack(None, None, pid=proc.pid)
+        finally:
+            perf_map.unlink(missing_ok=True)
+    assert out.returncode == 0, out.stderr
+    [thread] = json.loads(out.stdout)["threads"]
+    frames = [f for f in thread["frames"] if not f["inline"]]
+    assert [int(f["pc"], 16) for f in frames] == eu.pcs(proc.pid)
+    js = [f for f in frames if f["module"] is None]
+    names = [f["function"].split()[0] for f in js]
+    assert names[:6] == ["JS:~innerMost", *["JS:~middle"] * 4, "JS:~outer"], names
+    assert all(f["trust"] == "frame_pointer" for f in js)
+    assert frames[-1]["function"] == "_start"

@@ -187,6 +187,7 @@ class Symbolizer:
         images: dict[str, Buffer] | None = None,
         *,
         debug_root: str | PathLike[str] | None = ...,
+        perf_map: str | PathLike[str] | None = None,
     ) -> Symbolizer: ...
     def frame_dicts(
         self, frames: Trace | Iterable[_FrameLike], *, inline: bool = False

@@ -261,6 +261,7 @@ def _one_core(
             strategies=strategies,
             allow_mismatch=args.allow_mismatch,
             max_size=args.max_core_size,
+            perf_map=args.perf_map,
         )
     except StackwalkError as e:
         if name is None:
@@ -386,7 +387,9 @@ def cmd_pid(args: argparse.Namespace) -> int:
     strategies = [s for s in args.strategies.split(",") if s]
     if args.no_scan:
         strategies = [s for s in strategies if s != "scan"]
-    proc = Process.attach(args.pid, debug_root=args.debug_root, strategies=strategies)
+    proc = Process.attach(
+        args.pid, debug_root=args.debug_root, strategies=strategies, perf_map=args.perf_map
+    )
     tids = {args.thread} if args.thread is not None else None
     doc = proc.to_dict(
         max_frames=args.max_frames, end_details=not args.json, inline=not args.no_inline, tids=tids
@@ -646,6 +649,11 @@ def _add_core(sub: Any) -> None:
         help="the most a compressed core (zstd, xz, lz4, gzip) may decompress to, in bytes "
         "or with K, M, G (default 8G); more is an error",
     )
+    k.add_argument(
+        "--perf-map",
+        metavar="FILE",
+        help="a JIT's perf map (/tmp/perf-PID.map): names for its code, outside every module",
+    )
     k.set_defaults(func=cmd_core)
 
 
@@ -685,6 +693,9 @@ def _add_pid(sub: Any) -> None:
     p.add_argument("--strategies", default="cfi,frame_pointer,scan", metavar="LIST")
     p.add_argument("--no-scan", action="store_true", help="never scan the stack")
     p.add_argument("--no-inline", action="store_true", help="no frames for inlined functions")
+    p.add_argument(
+        "--perf-map", metavar="FILE", help="a JIT's perf map (default: /tmp/perf-PID.map if any)"
+    )
     p.set_defaults(func=cmd_pid)
 
 

@@ -254,6 +254,7 @@ class Core:
         strategies: Sequence[str] = CRASH_STRATEGIES,
         allow_mismatch: bool = False,
         max_size: int | None = None,
+        perf_map: str | os.PathLike[str] | None = None,
     ) -> Core:
         """Read the core at ``path``. ``executable`` overrides the program file; ``sysroot``
         prefixes every module path; ``lib_search_path`` is searched by file name;
@@ -276,6 +277,7 @@ class Core:
             strategies=strategies,
             allow_mismatch=allow_mismatch,
             max_size=max_size,
+            perf_map=perf_map,
         )
 
     def __init__(
@@ -289,8 +291,11 @@ class Core:
         strategies: Sequence[str] = CRASH_STRATEGIES,
         allow_mismatch: bool = False,
         max_size: int | None = None,
+        perf_map: str | os.PathLike[str] | None = None,
     ) -> None:
         self.path = os.fspath(path)
+        # A JIT's perf map (/tmp/perf-PID.map): the names of its code, outside every module.
+        self.perf_map = os.fspath(perf_map) if perf_map is not None else None
         self._allow_mismatch = allow_mismatch
         # Module path -> build id of the file found for it that differs from the core's.
         self._mismatched: dict[str, str] = {}
@@ -312,6 +317,7 @@ class Core:
         explicit = os.fspath(executable) if executable is not None else None
         modules, exe_module = self._find_modules(core.files, explicit)
         self.modules = sorted(modules, key=lambda m: m.start)
+        self._add_jit_code()
         self.executable = exe_module.file if exe_module is not None else None
         if explicit is not None and exe_module is None:
             self.warnings.append(f"executable {explicit} not used: the core does not show where")
@@ -324,6 +330,19 @@ class Core:
     def _open_source(self, max_size: int | None) -> CoreFile:
         """The file read: the source of the threads, memory and mappings."""
         return CoreFile(self.path, max_size)
+
+    def _add_jit_code(self) -> None:
+        """Executable memory in no module (a JIT's code: node's, the JVM's) told to the
+        unwinder as code without a file, so that a frame-pointer chain through it is followed,
+        its return addresses taken for what they are, instead of scanned past."""
+        taken = [span for m in self.modules for span in m.spans]
+        for start, end, flags in self._segments:
+            if not flags & _PF_X or any(a < end and start < b for a, b in taken):
+                continue
+            try:
+                self.unwinder.add_missing_module("[jit]", [(start, end)], [(start, end)])
+            except StackwalkError:
+                pass  # over another piece of code: known already
 
     # -- threads and signal ----------------------------------------------------------------
 
@@ -663,6 +682,7 @@ class Core:
             ),
             {"[vdso]": self._vdso_image} if self._vdso_image is not None else None,
             debug_root=self.debug_root,
+            perf_map=self.perf_map,
         )
         sig = self.signal
         threads = []

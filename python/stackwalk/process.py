@@ -38,19 +38,30 @@ class Process(Core):
         lib_search_path: Sequence[str | os.PathLike[str]] | None = None,
         debug_root: str | os.PathLike[str] | None = DEBUG_ROOT,
         strategies: Sequence[str] = CRASH_STRATEGIES,
+        perf_map: str | os.PathLike[str] | None = None,
     ) -> Process:
         """Stop ``pid``, copy what unwinding its threads needs, let it go. StackwalkError with
-        one line saying why if it cannot be read (no such process, a zombie, not permitted)."""
+        one line saying why if it cannot be read (no such process, a zombie, not permitted).
+        ``perf_map``: a JIT's names for its code (default: /tmp/perf-PID.map if there is one)."""
+        options: dict[str, Any] = {}
+        if perf_map is not None:
+            options["perf_map"] = perf_map
         return cls(
             pid,
             sysroot=sysroot,
             lib_search_path=lib_search_path,
             debug_root=debug_root,
             strategies=strategies,
+            **options,
         )
 
     def __init__(self, pid: int, **options: Any) -> None:
         self._pid = pid
+        # A JIT's names for its code, where it writes them for perf (node --perf-basic-prof,
+        # the JVM's agents, LuaJIT, CPython 3.12's -X perf).
+        perf_map = f"/tmp/perf-{pid}.map"
+        if "perf_map" not in options and os.path.isfile(perf_map):
+            options["perf_map"] = perf_map
         super().__init__(f"pid {pid}", **options)
 
     def _open_source(self, max_size: int | None) -> CoreFile:

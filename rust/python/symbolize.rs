@@ -11,7 +11,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString};
 use pyo3::{intern, IntoPyObjectExt};
 
-use super::errors::guard;
+use super::errors::{guard, StackwalkError};
 use super::unwinder::{PyFrame, PyTrace};
 use crate::cfi::Data;
 use crate::lines::SourceFrame;
@@ -52,11 +52,12 @@ impl PySymbolizer {
     /// separate debug file under `debug_root` when it has only exported
     /// ones (None: not looked for).
     #[new]
-    #[pyo3(signature = (modules, images = None, *, debug_root = Some(PathBuf::from("/usr/lib/debug"))))]
+    #[pyo3(signature = (modules, images = None, *, debug_root = Some(PathBuf::from("/usr/lib/debug")), perf_map = None))]
     fn new(
         modules: &Bound<'_, PyAny>,
         images: Option<HashMap<String, Bound<'_, PyAny>>>,
         debug_root: Option<PathBuf>,
+        perf_map: Option<PathBuf>,
     ) -> PyResult<Self> {
         let mut files: HashMap<String, Arc<SymbolFile>> = HashMap::new();
         let mut placed = Vec::new();
@@ -117,7 +118,19 @@ impl PySymbolizer {
                 doubtful,
             });
         }
-        Ok(PySymbolizer { inner: Symbolizer::new(placed) })
+        let mut inner = Symbolizer::new(placed);
+        if let Some(path) = perf_map {
+            // A JIT's perf map (`/tmp/perf-PID.map`): names of code outside
+            // every module.
+            let text = crate::files::open_regular(&path)
+                .and_then(|mut f| {
+                    let mut text = Vec::new();
+                    std::io::Read::read_to_end(&mut f, &mut text).map(|_| text)
+                })
+                .map_err(|e| StackwalkError::new_err(format!("{}: {e}", path.display())))?;
+            inner = inner.with_perf_map(Arc::new(crate::perfmap::PerfMap::parse(&text)));
+        }
+        Ok(PySymbolizer { inner })
     }
 
     /// The frames (a `Trace`, or a sequence of frames: objects with `pc`,
