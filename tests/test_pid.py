@@ -219,8 +219,20 @@ def test_node_jit_frames_are_named_and_walked(tmp_path: Path) -> None:
             with stopped(proc.pid):
                 out = stackwalk_pid(str(proc.pid), "--json", "--thread", str(proc.pid))
                 eu = eu_stack(None, None, pid=proc.pid)
+                # And a core of the same moment, read with the map kept beside it.
+                core = tmp_path / "node.core"
+                gcore = ["gdb", "-batch", "-nx", "-p", str(proc.pid), "-ex", f"gcore {core}"]
+                subprocess.run(gcore, capture_output=True, timeout=600)
+                kept = shutil.copy(perf_map, tmp_path / "node.map")
         finally:
             perf_map.unlink(missing_ok=True)
+    from_core = subprocess.run(
+        [sys.executable, "-m", "stackwalk", "core", str(core), "--perf-map", str(kept), "--json",
+         "--thread", str(proc.pid)],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert from_core.returncode == 0, from_core.stderr
+    [core_thread] = json.loads(from_core.stdout)["threads"]
     assert out.returncode == 0, out.stderr
     [thread] = json.loads(out.stdout)["threads"]
     frames = [f for f in thread["frames"] if not f["inline"]]
@@ -230,3 +242,8 @@ def test_node_jit_frames_are_named_and_walked(tmp_path: Path) -> None:
     assert names[:6] == ["JS:~innerMost", *["JS:~middle"] * 4, "JS:~outer"], names
     assert all(f["trust"] == "frame_pointer" for f in js)
     assert frames[-1]["function"] == "_start"
+    # The core gives the same frames, names and trusts.
+    keys = ("pc", "function", "trust")
+    assert [[f[k] for k in keys] for f in core_thread["frames"] if not f["inline"]] == [
+        [f[k] for k in keys] for f in frames
+    ]
