@@ -32,9 +32,10 @@ def state(pid: int) -> tuple[str, int]:
 
 
 @contextmanager
-def running(argv: list[str]) -> Iterator[subprocess.Popen[str]]:
+def running(argv: list[str], cwd: Path | None = None) -> Iterator[subprocess.Popen[str]]:
     """The program started, once it has said "ready"; killed at the end."""
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            cwd=cwd)  # fmt: skip
     try:
         assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
         yield proc
@@ -208,7 +209,7 @@ def test_node_jit_frames_are_named_and_walked(tmp_path: Path) -> None:
     script = tmp_path / "wait.js"
     script.write_text(NODE_SCRIPT)
     argv = [node, "--perf-basic-prof", "--interpreted-frames-native-stack", str(script)]
-    with running(argv) as proc:
+    with running(argv, cwd=tmp_path) as proc:  # node writes its v8 logs where it runs
         perf_map = Path(f"/tmp/perf-{proc.pid}.map")
         try:
             # In Atomics.wait's futex, not still writing "ready".
