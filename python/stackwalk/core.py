@@ -49,6 +49,8 @@ _STOP_SIGNALS = frozenset({19, 20, 21, 22})  # SIGSTOP, SIGTSTP, SIGTTIN, SIGTTO
 _HEADER_IMAGE_LIMIT = 1 << 16  # bytes of a module's first mapping read for its headers
 _ADDRESS_LIMIT = 1 << 64
 _ELF_MAGIC = b"\x7fELF"
+# Addresses from here up are the kernel's (x86_64's [vsyscall] page is dumped in cores).
+_KERNEL_HALF = 1 << 56
 DEBUG_ROOT = "/usr/lib/debug"  # where gdb and eu-stack look for separate debug files
 
 
@@ -339,6 +341,8 @@ class Core:
         for start, end, flags in self._segments:
             if not flags & _PF_X or any(a < end and start < b for a, b in taken):
                 continue
+            if start >= _KERNEL_HALF:
+                continue  # x86_64's [vsyscall] page: the kernel's, no JIT's
             try:
                 self.unwinder.add_missing_module("[jit]", [(start, end)], [(start, end)])
             except StackwalkError:
