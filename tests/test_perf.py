@@ -879,7 +879,11 @@ def check_damaged(recording: Recording, damaged: Path, before: int, offsets: Seq
     assert not lost, f"{what}: {len(lost)} of the {len(expected)} samples before the damage lost"
     kinds = Counter(classify(intact[key], ours[key]) for key in expected)
     assert not kinds[DISAGREE], f"{what}: {kinds}"
-    assert kinds[EXACT] >= MIN_EXACT * len(expected), f"{what}: {kinds}"
+    # Where perf stopped early (how many, depends on where the samples fell: a handful in a
+    # cut recording can pass 1%), the frames are ours on the intact file: the damage changes
+    # no sample before it.
+    whole = by_key(json_lines(stackwalk_perf(recording.path, "--json").stdout))
+    assert all(ours[key] == whole[key] for key in expected), f"{what}: differs from the intact"
 
 
 @pytest.mark.parametrize("where", ["in a sample", "in a header", "at a record boundary"])
