@@ -260,6 +260,7 @@ def _one_core(
             strategies=strategies,
             allow_mismatch=args.allow_mismatch,
             max_size=args.max_core_size,
+            offline=args.offline,
         )
     except StackwalkError as e:
         if name is None:
@@ -492,6 +493,12 @@ def _add_core(sub: Any) -> None:
         default="/usr/lib/debug",
         help="where separate debug files are (.build-id/xx/yyyy.debug, .gnu_debuglink); "
         "default /usr/lib/debug",
+    )
+    k.add_argument(
+        "--offline",
+        action="store_true",
+        help="fetch nothing from the debuginfod servers of DEBUGINFOD_URLS (what their cache "
+        "holds is still used); also STACKWALK_OFFLINE=1",
     )
     k.add_argument("--thread", type=int, metavar="TID", help="only this thread")
     _add_max_frames(k)
