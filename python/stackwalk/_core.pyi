@@ -83,6 +83,7 @@ class _PerfSummary(TypedDict):
     frames: int
     processes: int
     modules_missing: list[str]
+    warnings: list[str]
     error: str | None
     # How the samples' stacks were recorded: "dwarf" (registers and stack, unwound here),
     # "callchain" (perf's frame-pointer callchain, -g) or "none" (the sampled ip alone).

@@ -368,6 +368,8 @@ def _report_perf(args: argparse.Namespace, path: str, name: str | None = None) -
         print(f"stackwalk: note: {shown} was recorded without a call graph: each sample shows "
               "only where it was; for its stack, record with 'perf record --call-graph dwarf'",
               file=sys.stderr)  # fmt: skip
+    for warning in summary["warnings"]:
+        print(f"stackwalk: warning: {warning}", file=sys.stderr)
     for missing in summary["modules_missing"]:
         why = _not_a_file(missing)
         print(f"stackwalk: warning: cannot read {missing}{why}: its frames stop there",
