@@ -6,7 +6,8 @@
 //! `.debug/` directory next to it, and under `DEBUG_ROOT/<the file's
 //! directory>/`. A build-id candidate must carry the same build id; a
 //! debuglink candidate the same build id, or, when either file has none, the
-//! CRC-32 the link records (gdb's checks).
+//! CRC-32 the link records (gdb's checks). Last, debuginfod's cache
+//! (`crate::debuginfod::cached`), by build id.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -70,7 +71,8 @@ pub fn map(path: &Path) -> Option<Data> {
 }
 
 /// The separate debug file of the ELF file `data` (found at `path`, if it
-/// came from a file), checked to belong to it.
+/// came from a file), checked to belong to it: by build id under
+/// `debug_root`, by `.gnu_debuglink`, then in debuginfod's cache.
 pub fn find(data: &[u8], path: Option<&Path>, debug_root: &Path) -> Option<(PathBuf, Data)> {
     let own_id = build_id(data);
     if let Some(candidate) = own_id.as_deref().and_then(|id| build_id_path(id, debug_root)) {
@@ -80,6 +82,23 @@ pub fn find(data: &[u8], path: Option<&Path>, debug_root: &Path) -> Option<(Path
             }
         }
     }
+    if let Some(found) = by_debuglink(data, path, debug_root, own_id.as_deref()) {
+        return Some(found);
+    }
+    let id = own_id?;
+    let cached = crate::debuginfod::cached(&id, crate::debuginfod::Kind::Debuginfo)?;
+    let debug = map(&cached)?;
+    (build_id(&debug).as_deref() == Some(&*id)).then_some((cached, debug))
+}
+
+/// The file `.gnu_debuglink` names, next to the file, in `.debug/` next to
+/// it, or under `debug_root`: with the same build id, or the link's CRC.
+fn by_debuglink(
+    data: &[u8],
+    path: Option<&Path>,
+    debug_root: &Path,
+    own_id: Option<&[u8]>,
+) -> Option<(PathBuf, Data)> {
     let (name, crc) = debuglink(data)?;
     let dir = path?.parent()?;
     let mut candidates = vec![dir.join(&name), dir.join(".debug").join(&name)];
@@ -93,7 +112,7 @@ pub fn find(data: &[u8], path: Option<&Path>, debug_root: &Path) -> Option<(Path
             return None; // the link names the file itself
         }
         let debug = map(&candidate)?;
-        let ids_match = own_id.is_some() && build_id(&debug) == own_id;
+        let ids_match = own_id.is_some() && build_id(&debug).as_deref() == own_id;
         (ids_match || crc32(&debug) == crc).then_some((candidate, debug))
     })
 }

@@ -10,6 +10,7 @@ pub mod arch;
 pub mod cfi;
 pub mod corefile;
 pub mod debugfile;
+pub mod debuginfod;
 pub mod elf;
 pub mod expr;
 pub mod fallback;

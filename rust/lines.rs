@@ -1,14 +1,18 @@
 //! Source lines and inline frames: the DWARF (`.debug_info`, `.debug_line`,
 //! DWARF 4 and 5) of an ELF file or of its separate debug file, read with
-//! gimli's `addr2line`. Units, lines and functions are parsed on first use,
+//! gimli's `addr2line`. Split DWARF (`-gsplit-dwarf`): a skeleton unit's
+//! functions are read from its `.dwo` file (the name the unit gives, under
+//! its compilation directory, else next to the file) or from the DWARF
+//! package `FILE.dwp` next to the file, as gdb finds them. Units, lines and functions are parsed on first use,
 //! one unit at a time; a file's [`DebugInfo`] is kept for the life of the
 //! process next to its symbol table (`crate::symbolize::file_lines`).
 
 use std::borrow::Cow;
 use std::fmt;
 use std::ops::{Deref, Range};
-use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use object::{Object, ObjectSection};
 
@@ -59,6 +63,28 @@ const NEEDED: [gimli::SectionId; 10] = {
     ]
 };
 
+/// The sections of a split unit's `.dwo` file (or of a `.dwp`) read: all of
+/// them, as a package's index slices every section it names (a section
+/// left out would be one the index points past the end of).
+const NEEDED_DWO: [gimli::SectionId; 13] = {
+    use gimli::SectionId::*;
+    [
+        DebugAbbrev,
+        DebugCuIndex,
+        DebugInfo,
+        DebugLine,
+        DebugLoc,
+        DebugLocLists,
+        DebugMacinfo,
+        DebugMacro,
+        DebugRngLists,
+        DebugStr,
+        DebugStrOffsets,
+        DebugTuIndex,
+        DebugTypes,
+    ]
+};
+
 /// One function at an address: the innermost is where the pc is, each next
 /// one the function it was inlined into, at the call site.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -75,6 +101,20 @@ pub struct SourceFrame {
 pub struct DebugInfo {
     /// addr2line parses into cells that are not `Sync`: one lookup at a time.
     context: Mutex<addr2line::Context<Reader>>,
+    /// Where split units are looked for.
+    split: SplitFiles,
+}
+
+/// Where the split units (`-gsplit-dwarf`) of a file are: next to the file
+/// (a `.dwo` named relative to it) and in its DWARF package.
+#[derive(Default)]
+struct SplitFiles {
+    /// The file's directory.
+    dir: Option<PathBuf>,
+    /// `FILE.dwp`.
+    dwp_path: Option<PathBuf>,
+    /// The package, read on first need; None inside: there is none.
+    dwp: OnceLock<Option<gimli::DwarfPackage<Reader>>>,
 }
 
 impl DebugInfo {
@@ -83,57 +123,28 @@ impl DebugInfo {
     /// [`crate::debugfile::find`]; `debug_root` None: not looked for). None
     /// when neither has any, or it cannot be read.
     pub fn load(data: Arc<Data>, path: Option<&Path>, debug_root: Option<&Path>) -> Option<Self> {
-        if let Some(info) = DebugInfo::from_elf(data.clone()) {
-            return Some(info);
-        }
-        let (_, debug) = crate::debugfile::find(&data, path, debug_root?)?;
-        DebugInfo::from_elf(Arc::new(debug))
+        let mut info = match DebugInfo::from_elf(data.clone()) {
+            Some(info) => info,
+            None => {
+                let (_, debug) = crate::debugfile::find(&data, path, debug_root?)?;
+                DebugInfo::from_elf(Arc::new(debug))?
+            }
+        };
+        info.split.dir = path.and_then(Path::parent).map(Path::to_path_buf);
+        info.split.dwp_path = path.map(|p| {
+            let mut name = p.as_os_str().to_owned();
+            name.push(".dwp");
+            PathBuf::from(name)
+        });
+        Some(info)
     }
 
     /// The DWARF of the ELF file `data` itself; None without `.debug_info`.
     pub fn from_elf(data: Arc<Data>) -> Option<Self> {
-        let file = object::File::parse(&**data).ok()?;
-        let info = file.section_by_name(".debug_info")?;
-        // A stripped file's section headers may remain, with no bytes (NOBITS).
-        info.file_range().filter(|&(_, size)| size > 0)?;
-        let endian = if file.is_little_endian() {
-            gimli::RunTimeEndian::Little
-        } else {
-            gimli::RunTimeEndian::Big
-        };
-        let base = data.as_ptr() as usize;
-        // Only what lines and inline chains need: location lists, macros and the like are
-        // never read (nor decompressed). A distribution's debug sections are compressed:
-        // they are decompressed side by side, on the rayon pool.
-        let bytes_of = |id: &gimli::SectionId| -> SectionBytes {
-            let section = file.section_by_name(id.name());
-            match section.map(|s| s.uncompressed_data()) {
-                Some(Ok(Cow::Borrowed(slice))) => {
-                    let start = slice.as_ptr() as usize - base;
-                    SectionBytes { data: data.clone(), range: start..start + slice.len() }
-                }
-                Some(Ok(Cow::Owned(vec))) => {
-                    let len = vec.len();
-                    SectionBytes { data: Arc::new(Data::Owned(vec)), range: 0..len }
-                }
-                // Missing, or compressed with a damaged stream: none.
-                _ => SectionBytes { data: data.clone(), range: 0..0 },
-            }
-        };
-        let sections: Vec<SectionBytes> = {
-            use rayon::prelude::*;
-            NEEDED.par_iter().map(bytes_of).collect()
-        };
-        let load = |id: gimli::SectionId| -> Result<Reader, ()> {
-            let bytes = match NEEDED.iter().position(|&n| n == id) {
-                Some(i) => sections[i].clone(),
-                None => SectionBytes { data: data.clone(), range: 0..0 },
-            };
-            Ok(gimli::EndianReader::new(bytes, endian))
-        };
-        let dwarf = gimli::Dwarf::load(load).ok()?;
+        let sections = Sections::read(data, false)?;
+        let dwarf = gimli::Dwarf::load(|id| Ok::<_, ()>(sections.reader(id))).ok()?;
         let context = addr2line::Context::from_dwarf(dwarf).ok()?;
-        Some(DebugInfo { context: Mutex::new(context) })
+        Some(DebugInfo { context: Mutex::new(context), split: SplitFiles::default() })
     }
 
     /// The functions at ELF address `address`, innermost first: the last is
@@ -143,7 +154,17 @@ impl DebugInfo {
     pub fn frames(&self, address: u64) -> Vec<SourceFrame> {
         let context = self.context.lock().unwrap_or_else(|e| e.into_inner());
         let mut out = Vec::new();
-        let Ok(mut frames) = context.find_frames(address).skip_all_loads() else {
+        let mut lookup = context.find_frames(address);
+        let found = loop {
+            match lookup {
+                addr2line::LookupResult::Output(found) => break found,
+                addr2line::LookupResult::Load { load, continuation } => {
+                    use addr2line::LookupContinuation as _;
+                    lookup = continuation.resume(self.split.load(&load));
+                }
+            }
+        };
+        let Ok(mut frames) = found else {
             return out;
         };
         while let Ok(Some(frame)) = frames.next() {
@@ -162,6 +183,128 @@ impl DebugInfo {
         }
         out
     }
+}
+
+/// The DWARF sections of an ELF file that lines and inline chains need,
+/// each a range of the mapped file or a decompressed copy.
+struct Sections {
+    data: Arc<Data>,
+    ids: &'static [gimli::SectionId],
+    bytes: Vec<SectionBytes>,
+    endian: gimli::RunTimeEndian,
+}
+
+impl Sections {
+    /// Those of ELF file `data` (a split unit's `.dwo` sections when
+    /// `dwo`); None without `.debug_info` (`.debug_info.dwo`).
+    fn read(data: Arc<Data>, dwo: bool) -> Option<Sections> {
+        let file = object::File::parse(&**data).ok()?;
+        let info = file.section_by_name(if dwo { ".debug_info.dwo" } else { ".debug_info" });
+        // A stripped file's section headers may remain, with no bytes (NOBITS).
+        info.and_then(|s| s.file_range()).filter(|&(_, size)| size > 0)?;
+        let endian = if file.is_little_endian() {
+            gimli::RunTimeEndian::Little
+        } else {
+            gimli::RunTimeEndian::Big
+        };
+        let base = data.as_ptr() as usize;
+        // Only what lines and inline chains need: location lists, macros and the like are
+        // never read (nor decompressed). A distribution's debug sections are compressed:
+        // they are decompressed side by side, on the rayon pool.
+        let bytes_of = |id: &gimli::SectionId| -> SectionBytes {
+            let name = if dwo { id.dwo_name() } else { Some(id.name()) };
+            match name.and_then(|n| file.section_by_name(n)).map(|s| s.uncompressed_data()) {
+                Some(Ok(Cow::Borrowed(slice))) => {
+                    let start = slice.as_ptr() as usize - base;
+                    SectionBytes { data: data.clone(), range: start..start + slice.len() }
+                }
+                Some(Ok(Cow::Owned(vec))) => {
+                    let len = vec.len();
+                    SectionBytes { data: Arc::new(Data::Owned(vec)), range: 0..len }
+                }
+                // Missing, or compressed with a damaged stream: none.
+                _ => SectionBytes { data: data.clone(), range: 0..0 },
+            }
+        };
+        let ids: &'static [gimli::SectionId] = if dwo { &NEEDED_DWO } else { &NEEDED };
+        let bytes = {
+            use rayon::prelude::*;
+            ids.par_iter().map(bytes_of).collect()
+        };
+        Some(Sections { data, ids, bytes, endian })
+    }
+
+    /// The bytes of section `id` (none where it is not read).
+    fn reader(&self, id: gimli::SectionId) -> Reader {
+        let bytes = match self.ids.iter().position(|&n| n == id) {
+            Some(i) => self.bytes[i].clone(),
+            None => SectionBytes { data: self.data.clone(), range: 0..0 },
+        };
+        gimli::EndianReader::new(bytes, self.endian)
+    }
+}
+
+impl SplitFiles {
+    /// The split unit `load` asks for, from its `.dwo` file or the `.dwp`;
+    /// None where neither has it (the lookup then goes on without it).
+    fn load(&self, load: &addr2line::SplitDwarfLoad<Reader>) -> Option<Arc<gimli::Dwarf<Reader>>> {
+        use gimli::Reader as _;
+        let text = |r: &Option<Reader>| {
+            let bytes = r.as_ref()?.to_slice().ok()?;
+            Some(PathBuf::from(std::ffi::OsStr::from_bytes(&bytes)))
+        };
+        let (comp_dir, name) = (text(&load.comp_dir), text(&load.path));
+        let mut candidates = Vec::new();
+        if let Some(name) = &name {
+            candidates.extend(comp_dir.map(|d| d.join(name)));
+            candidates.push(name.clone());
+            if let (Some(dir), Some(base)) = (&self.dir, name.file_name()) {
+                candidates.push(dir.join(base));
+            }
+        }
+        for candidate in candidates {
+            let Ok(data) = crate::files::map(&candidate) else { continue };
+            let Some(sections) = Sections::read(Arc::new(data), true) else { continue };
+            let Ok(mut dwarf) = gimli::Dwarf::load(|id| Ok::<_, ()>(sections.reader(id))) else {
+                continue;
+            };
+            // A .dwo of another build is not this unit's.
+            let unit_type = dwarf.units().next().ok().flatten().map(|h| h.type_());
+            if matches!(unit_type, Some(gimli::UnitType::SplitCompilation(id)) if id != load.dwo_id)
+            {
+                continue;
+            }
+            dwarf.make_dwo(&load.parent);
+            return Some(Arc::new(dwarf));
+        }
+        let dwp = self.dwp.get_or_init(|| {
+            let data = crate::files::map(self.dwp_path.as_deref()?).ok()?;
+            let sections = Sections::read(Arc::new(data), true)?;
+            let empty = SectionBytes { data: sections.data.clone(), range: 0..0 };
+            let empty = gimli::EndianReader::new(empty, sections.endian);
+            gimli::DwarfPackage::load(|id| Ok::<_, gimli::Error>(sections.reader(id)), empty).ok()
+        });
+        let dwarf = dwp.as_ref()?.find_cu(load.dwo_id, &load.parent).ok()??;
+        Some(Arc::new(dwarf))
+    }
+}
+
+/// Whether the ELF file has a `.debug_info` with bytes (a stripped file's
+/// section headers may remain, with none: NOBITS).
+fn has_debug_info(file: &object::File<'_>) -> bool {
+    let info = file.section_by_name(".debug_info");
+    info.and_then(|s| s.file_range()).is_some_and(|(_, size)| size > 0)
+}
+
+/// Whether the ELF file `data` (at `path`) has DWARF here: its own, or its
+/// separate debug file's where [`DebugInfo::load`] finds it, without
+/// reading it.
+pub fn has_dwarf(data: &[u8], path: Option<&Path>, debug_root: Option<&Path>) -> bool {
+    let own = |data: &[u8]| object::File::parse(data).is_ok_and(|f| has_debug_info(&f));
+    own(data)
+        || debug_root
+            .and_then(|root| crate::debugfile::find(data, path, root))
+            .is_some_and(|(_, debug)| own(&debug))
 }
 
 #[cfg(test)]

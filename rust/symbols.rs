@@ -70,17 +70,21 @@ impl SymbolTable {
     /// The symbols for the ELF file at `path`: its own `.symtab`, else, when
     /// it has only `.dynsym` (exported names), the `.symtab` of its separate
     /// debug file under `debug_root` (`.build-id/xx/yyyy.debug`, found by
-    /// build id as gdb and eu-stack find it), else its `.dynsym`.
+    /// build id as gdb and eu-stack find it) or in debuginfod's cache, else
+    /// its `.dynsym`.
     pub fn for_file(data: &[u8], debug_root: &std::path::Path) -> Result<SymbolTable, ElfError> {
         let table = SymbolTable::from_elf(data)?;
         if table.full {
             return Ok(table);
         }
-        let debug = crate::elf::summarize(data)
-            .ok()
-            .and_then(|s| s.build_id)
-            .and_then(|id| crate::debugfile::build_id_path(&id, debug_root));
-        if let Some(bytes) = debug.and_then(|p| crate::debugfile::map(&p)) {
+        let Some(id) = crate::elf::summarize(data).ok().and_then(|s| s.build_id) else {
+            return Ok(table);
+        };
+        let candidates = [
+            crate::debugfile::build_id_path(&id, debug_root),
+            crate::debuginfod::cached(&id, crate::debuginfod::Kind::Debuginfo),
+        ];
+        for bytes in candidates.into_iter().flatten().filter_map(|p| crate::debugfile::map(&p)) {
             if let Ok(full) = SymbolTable::from_elf(&bytes) {
                 if full.full {
                     return Ok(full);

@@ -12,6 +12,11 @@ from hypothesis import HealthCheck, settings
 from perfdata import Recordings
 from realstacks import IMPLEMENTATIONS, Builder, Captures
 
+# No test fetches from the debuginfod servers of the environment (Debian's, say): the tests of
+# the debuginfod client (test_debuginfod.py) name their own.
+for _name in ("DEBUGINFOD_URLS", "STACKWALK_OFFLINE"):
+    os.environ.pop(_name, None)
+
 # Hypothesis (test_hostile_input.py): a few dozen examples per test in the normal run;
 # HYPOTHESIS_PROFILE=long for a campaign. Time is bounded by the tests themselves (each file is
 # read in a worker process with a time limit), not by hypothesis' per-example deadline, which a

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from corefiles import build_id_of, eu_addr2line, run, same_function
+from corefiles import CRASH_ENV, build_id_of, eu_addr2line, gdb_crash_core, run, same_function
+from realstacks import PROGRAMS
 
 GDB_SCRIPT = Path(__file__).parent / "gdb_inline_bt.py"
 
@@ -192,3 +193,39 @@ def test_stripped_binary_with_its_debug_file_in_a_build_id_tree(
     empty.mkdir()
     without = core_json(core, stripped, "--debug-root", str(empty))["threads"][0]["frames"]
     assert without[0]["inline"] is False and without[0]["file"] is None
+
+
+@pytest.mark.parametrize("form", ["dwo", "dwp"])
+def test_split_dwarf(form: str, tmp_path: Path) -> None:
+    """A program built with -gsplit-dwarf: its functions and inline chains are in the .dwo file
+    the skeleton unit names (under its compilation directory), or in the DWARF package
+    ``prog.dwp`` next to the program, as gdb finds them. elfutils 0.188 (eu-addr2line -i,
+    eu-stack -s -i) shows no inline frame from a .dwo, so gdb is the reference here."""
+    directory = tmp_path / form
+    directory.mkdir()
+    # binutils 2.40's dwp crashes on DWARF 5 units: the package is made of a DWARF 4 build.
+    flags = ["-g", "-O2", "-gsplit-dwarf", *(["-gdwarf-4"] if form == "dwp" else [])]
+    source = PROGRAMS / "crash_inline.c"
+    for cmd in (["gcc", *flags, "-c", source, "-o", "crash_inline.o"],
+                ["gcc", "crash_inline.o", "-o", "prog"]):  # fmt: skip
+        assert run(cmd, cwd=directory).returncode == 0
+    split_files = [directory / "crash_inline.dwo"]
+    if form == "dwp":
+        assert run(["dwp", "-e", "prog", "-o", "prog.dwp"], cwd=directory).returncode == 0
+        split_files[0].unlink()
+        split_files = [directory / "prog.dwp"]
+    exe, core = directory / "prog", directory / "prog.core"
+    sections = run(["readelf", "-SW", exe]).stdout
+    assert ".debug_info" in sections and ".debug_info.dwo" not in sections  # the skeleton only
+    gdb_crash_core([str(exe)], core, CRASH_ENV)
+    frames = core_json(core, exe)["threads"][0]["frames"]
+    names = [(f["function"], f["inline"]) for f in frames[:5]]
+    assert names == [("store", True), ("parse_field", True), ("parse_header", True),
+                     ("read_request", False), ("main", False)]  # fmt: skip
+    check_against_gdb(frames, gdb_bt(exe, core, tmp_path))
+    # Without the split file, the skeleton's line table alone: no inline frames.
+    for file in split_files:
+        file.unlink()
+    without = core_json(core, exe)["threads"][0]["frames"]
+    assert not any(f["inline"] for f in without)
+    assert without[0]["line"] == frames[0]["line"]

@@ -33,6 +33,9 @@ __all__ = [
     "perf_report",
     "perf_samples",
     "flamegraph",
+    "debuginfod_urls",
+    "debuginfod_fetch",
+    "has_dwarf",
     "TRUST_LEVELS",
     "END_REASONS",
     "MAX_JOBS",
@@ -82,6 +85,7 @@ class _PerfSummary(TypedDict):
     frames: int
     processes: int
     modules_missing: list[str]
+    warnings: list[str]
     error: str | None
     # How the samples' stacks were recorded: "dwarf" (registers and stack, unwound here),
     # "callchain" (perf's frame-pointer callchain, -g) or "none" (the sampled ip alone).
@@ -265,6 +269,11 @@ def perf_report(
     progress: float | None = None,
 ) -> _PerfSummary: ...
 def perf_samples(path: str | PathLike[str], max_samples: int = 1000) -> dict[str, Any]: ...
+def debuginfod_urls() -> list[str]: ...
+def debuginfod_fetch(
+    requests: Sequence[tuple[str, str]], *, offline: bool = False
+) -> list[tuple[str | None, str | None]]: ...
+def has_dwarf(path: str | PathLike[str], debug_root: str | PathLike[str] | None = None) -> bool: ...
 
 @disjoint_base
 class Unwinder:

@@ -262,6 +262,7 @@ def _one_core(
             allow_mismatch=args.allow_mismatch,
             max_size=args.max_core_size,
             perf_map=args.perf_map,
+            offline=args.offline,
         )
     except StackwalkError as e:
         if name is None:
@@ -369,6 +370,8 @@ def _report_perf(args: argparse.Namespace, path: str, name: str | None = None) -
         print(f"stackwalk: note: {shown} was recorded without a call graph: each sample shows "
               "only where it was; for its stack, record with 'perf record --call-graph dwarf'",
               file=sys.stderr)  # fmt: skip
+    for warning in summary["warnings"]:
+        print(f"stackwalk: warning: {warning}", file=sys.stderr)
     for missing in summary["modules_missing"]:
         why = _not_a_file(missing)
         print(f"stackwalk: warning: cannot read {missing}{why}: its frames stop there",
@@ -613,6 +616,12 @@ def _add_core(sub: Any) -> None:
         default="/usr/lib/debug",
         help="where separate debug files are (.build-id/xx/yyyy.debug, .gnu_debuglink); "
         "default /usr/lib/debug",
+    )
+    k.add_argument(
+        "--offline",
+        action="store_true",
+        help="fetch nothing from the debuginfod servers of DEBUGINFOD_URLS (what their cache "
+        "holds is still used); also STACKWALK_OFFLINE=1",
     )
     k.add_argument("--thread", type=int, metavar="TID", help="only this thread")
     _add_max_frames(k)

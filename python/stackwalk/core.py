@@ -11,8 +11,10 @@ the core's memory::
         print(thread.tid, [hex(pc) for pc in thread.unwind().pcs])
 
 Modules come from ``NT_FILE``; a core without it (qemu-user writes those) is read through the
-dynamic linker's link map in its memory. Cores of 64-bit (x86_64, aarch64) and 32-bit (i386)
-processes are read. Build ids are read
+dynamic linker's link map in its memory. A module whose file is not here, or whose DWARF is not,
+is fetched by build id from the debuginfod servers of ``DEBUGINFOD_URLS``, several at once, into
+debuginfod's cache (``stackwalk._core.debuginfod_fetch``), unless ``offline``. Cores of 64-bit
+(x86_64, aarch64) and 32-bit (i386) processes are read. Build ids are read
 from the module headers the core holds and compared with the files found; every doubt is a line
 in ``core.warnings``.
 """
@@ -22,7 +24,15 @@ from __future__ import annotations
 import os
 import signal as _signal
 
-from stackwalk._core import CoreFile, Symbolizer, elf_summary, place_mappings
+from stackwalk._core import (
+    CoreFile,
+    Symbolizer,
+    debuginfod_fetch,
+    debuginfod_urls,
+    elf_summary,
+    has_dwarf,
+    place_mappings,
+)
 from stackwalk.errors import ArchError, CoreError, ElfError, StackwalkError
 from stackwalk.unwinder import CRASH_STRATEGIES, MappedMemory, Trace, Unwinder
 
@@ -257,6 +267,7 @@ class Core:
         allow_mismatch: bool = False,
         max_size: int | None = None,
         perf_map: str | os.PathLike[str] | None = None,
+        offline: bool = False,
     ) -> Core:
         """Read the core at ``path``. ``executable`` overrides the program file; ``sysroot``
         prefixes every module path; ``lib_search_path`` is searched by file name;
@@ -269,7 +280,10 @@ class Core:
         ``allow_mismatch``; then the frames unwound through it are marked doubtful. A core
         compressed with zstd, xz, lz4 or gzip (told by its first bytes, whatever its name) is
         decompressed into memory, to at most ``max_size`` bytes (default 8 GiB): more is a
-        CoreError, not a process that takes all the memory."""
+        CoreError, not a process that takes all the memory. A module whose file is missing here
+        (or has no DWARF here) is fetched by build id from the debuginfod servers
+        ``DEBUGINFOD_URLS`` names, into debuginfod's cache, unless ``offline`` (or
+        ``STACKWALK_OFFLINE`` is set): then only files already in the cache are used."""
         return cls(
             path,
             executable,
@@ -280,6 +294,7 @@ class Core:
             allow_mismatch=allow_mismatch,
             max_size=max_size,
             perf_map=perf_map,
+            offline=offline,
         )
 
     def __init__(
@@ -294,6 +309,7 @@ class Core:
         allow_mismatch: bool = False,
         max_size: int | None = None,
         perf_map: str | os.PathLike[str] | None = None,
+        offline: bool = False,
     ) -> None:
         self.path = os.fspath(path)
         # A JIT's perf map (/tmp/perf-PID.map): the names of its code, outside every module.
@@ -302,6 +318,10 @@ class Core:
         # Module path -> build id of the file found for it that differs from the core's.
         self._mismatched: dict[str, str] = {}
         self.debug_root = os.fspath(debug_root) if debug_root is not None else None
+        # Files fetched from debuginfod: the servers asked (none: offline), and the executables
+        # fetched, named in the output by the core's path, not by their cache entry.
+        self._debuginfod = not offline and bool(debuginfod_urls())
+        self._fetched: set[str] = set()
         # CoreError if it is not a readable core
         core = self._core = self._open_source(max_size)
         self.warnings = core.warnings
@@ -332,6 +352,11 @@ class Core:
     def _open_source(self, max_size: int | None) -> CoreFile:
         """The file read: the source of the threads, memory and mappings."""
         return CoreFile(self.path, max_size)
+
+    def _stand_ins(self) -> set[str]:
+        """The files read in place of a module's path: /proc/PID/map_files/ links to libraries
+        deleted since they were mapped, files fetched from debuginfod."""
+        return set(self._readable_at.values()) | self._fetched
 
     def _add_jit_code(self) -> None:
         """Executable memory in no module (a JIT's code: node's, the JVM's) told to the
@@ -410,14 +435,27 @@ class Core:
         code = [(start, end) for start, end, flags in self._segments if flags & _PF_X]
         modules: list[CoreModule] = []
         exe: CoreModule | None = None
+        # Every module's file is looked for here first, then those missing fetched at once.
+        located = []
+        named_seen = False
         for path, maps in groups.items():
             first = min((start for start, _, offset in maps if offset == 0), default=None)
             in_core = self._header_summary(first) if first is not None else None
-            named_exe = entry is None and exe is None and _named_as(path, explicit, self._fname)
+            named_exe = entry is None and not named_seen and _named_as(path, explicit, self._fname)
+            named_seen |= named_exe
             holds_entry = entry is not None and any(a <= entry < b for a, b, _ in maps)
             file, on_disk, rejected = self._locate(
                 path, in_core, explicit if holds_entry or named_exe else None
             )
+            located.append((path, maps, in_core, named_exe, file, on_disk, rejected))
+        fetched = self._fetch(
+            [(path, in_core, file) for path, _, in_core, _, file, _, _ in located]
+        )
+        for (path, maps, in_core, named_exe, file, on_disk, rejected), got in zip(
+            located, fetched, strict=True
+        ):
+            if got is not None:
+                file, on_disk, rejected = got, self._finder.summary(got), []
             if on_disk is None:
                 # Without ELF headers in the core, nor an ELF file, it is a module only if it
                 # held code (else a data file: locale archive, font, database...).
@@ -484,6 +522,9 @@ class Core:
                 continue
             in_core = self._header_summary(bias)
             file, on_disk, rejected = self._locate(name, in_core, None)
+            (got,) = self._fetch([(name, in_core, file)])
+            if got is not None:
+                file, on_disk, rejected = got, self._finder.summary(got), []
             if on_disk is not None:
                 start, end = self._load_range(on_disk, bias)
                 if in_core is None:
@@ -510,6 +551,9 @@ class Core:
         phdr = self._auxv.get(_AT_PHDR)
         in_core = self._header_summary(phdr - phdr % self._page) if phdr else None
         file, on_disk, rejected = self._locate(name, in_core, explicit)
+        (got,) = self._fetch([(name, in_core, file)])
+        if got is not None:
+            file, on_disk, rejected = got, self._finder.summary(got), []
         if on_disk is None:
             self._not_found(name, rejected)
         summary = on_disk or in_core
@@ -582,6 +626,45 @@ class Core:
                 if not use:
                     return None, None, [f"{file} has another build id"]
         return file, summary, rejected
+
+    def _fetch(
+        self, modules: Sequence[tuple[str, ElfSummary | None, str | None]]
+    ) -> list[str | None]:
+        """For each (module path, its headers in the core, the file found for it here): the
+        executable fetched from debuginfod by its build id where no file was found (else None);
+        and the DWARF of every module without it here, into debuginfod's cache, where the
+        lookups of lines and debug files find it. Several downloads at once; each file that no
+        server gave is a warning."""
+        out: list[str | None] = [None] * len(modules)
+        if not self._debuginfod:
+            return out
+        ids = [in_core["build_id"] if in_core else None for _, in_core, _ in modules]
+        wanted = [i for i, (_, _, file) in enumerate(modules) if ids[i] and file is None]
+        for i, (path, error) in zip(
+            wanted, self._ask([ids[i] for i in wanted], "executable"), strict=True
+        ):
+            if path is not None and self._finder.summary(path) is not None:
+                out[i] = path
+                self._fetched.add(path)
+            else:
+                why = error or f"{path} is not an ELF file of this architecture"
+                self.warnings.append(f"debuginfod: no executable for {modules[i][0]}: {why}")
+        if self.debug_root is not None:  # None: no debug files looked for
+            files = [out[i] or modules[i][2] for i in range(len(modules))]
+            wanted = [
+                i
+                for i, file in enumerate(files)
+                if ids[i] and file is not None and not has_dwarf(file, self.debug_root)
+            ]
+            for i, (path, error) in zip(
+                wanted, self._ask([ids[i] for i in wanted], "debuginfo"), strict=True
+            ):
+                if path is None:
+                    self.warnings.append(f"debuginfod: no debuginfo for {modules[i][0]}: {error}")
+        return out
+
+    def _ask(self, build_ids: list[str | None], kind: str) -> list[tuple[str | None, str | None]]:
+        return debuginfod_fetch([(b, kind) for b in build_ids if b]) if build_ids else []
 
     def _not_found(self, path: str, rejected: list[str]) -> None:
         reason = f" ({'; '.join(rejected)})" if rejected else ""
@@ -673,8 +756,9 @@ class Core:
                 # Symbols from the file used, never from a file that was rejected (another
                 # build in the module's place: its names would be confident and wrong).
                 (
-                    # A file read through /proc/PID/map_files/ is named by its mapped path.
-                    m.path if m.file in self._readable_at.values() else (m.file or m.path),
+                    # A file read through /proc/PID/map_files/, or fetched from debuginfod,
+                    # is named by its mapped path.
+                    m.path if m.file in self._stand_ins() else (m.file or m.path),
                     start,
                     end,
                     m.bias,

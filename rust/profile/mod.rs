@@ -121,6 +121,10 @@ pub struct Summary {
     pub frames: u64,
     pub processes: usize,
     pub modules_missing: Vec<String>,
+    /// What was found wrong with the files the recording names, or taken
+    /// from elsewhere (another build at the path, perf's copy used), one
+    /// line each.
+    pub warnings: Vec<String>,
     /// What the recording holds to find the user frames with: "dwarf" (user
     /// registers and stack, unwound here), "callchain" (perf's own, by
     /// frame pointers: `-g`), or "none" (the sampled ip alone).
@@ -179,6 +183,8 @@ pub struct Profiler {
     address_process: Vec<Process>,
     /// The vdso image the recording's processes had, when known.
     vdso: Option<Arc<Data>>,
+    /// The build id `HEADER_BUILD_ID` records for each file name.
+    recorded: FxHashMap<Vec<u8>, Vec<u8>>,
     decoder: Arc<Decoder>,
     spare: Arc<Spare>,
     /// Where the damage `summary.error` tells of is.
@@ -194,6 +200,7 @@ impl Profiler {
         let vdso = vdso_build_id.and_then(own_vdso).map(Arc::new);
         let mut profiler = Profiler {
             vdso,
+            recorded: FxHashMap::default(),
             arch,
             options,
             files: FxHashMap::default(),
@@ -225,6 +232,9 @@ impl Profiler {
         out: &mut W,
     ) -> std::io::Result<()> {
         let header = perf.header();
+        for entry in &header.build_ids {
+            self.recorded.insert(entry.filename.as_bytes().to_vec(), entry.build_id.clone());
+        }
         let has = |bits: u64| header.attrs.iter().any(|a| a.sample_type & bits == bits);
         self.summary.call_graph = if has(PERF_SAMPLE_REGS_USER | PERF_SAMPLE_STACK_USER) {
             "dwarf"
@@ -236,12 +246,9 @@ impl Profiler {
         // Kernel frames need /proc/kallsyms: read it beside the unwinding.
         if header.attrs.iter().any(|a| a.sample_type & PERF_SAMPLE_CALLCHAIN != 0) {
             let kernel_id = header.build_ids.iter().find(|b| b.filename == "[kernel.kallsyms]");
-            let cached = kernel_id.zip(std::env::var_os("HOME")).map(|(id, home)| {
+            let cached = kernel_id.zip(process::perf_buildid_dir()).map(|(id, dir)| {
                 let hex: String = id.build_id.iter().map(|b| format!("{b:02x}")).collect();
-                std::path::Path::new(&home)
-                    .join(".debug/[kernel.kallsyms]")
-                    .join(hex)
-                    .join("kallsyms")
+                dir.join("[kernel.kallsyms]").join(hex).join("kallsyms")
             });
             self.kernel.start(cached);
         }

@@ -57,10 +57,36 @@ impl Profiler {
             return f.clone();
         }
         let path: Arc<str> = String::from_utf8_lossy(filename).into();
+        // The file read: the one at the path, unless it is another build
+        // than the recording's; then perf's own copy, by build id.
+        let mut file_path = std::path::PathBuf::from(&*path);
         let data = if filename == b"[vdso]" {
             self.vdso.clone()
         } else {
-            crate::files::map(std::path::Path::new(&*path)).ok().map(Arc::new)
+            let recorded = self.recorded.get(filename).filter(|id| !id.is_empty()).cloned();
+            let mut data = crate::files::map(&file_path).ok().map(Arc::new);
+            if let (Some(want), Some(d)) = (&recorded, &data) {
+                let theirs = crate::elf::summarize(d).ok().and_then(|s| s.build_id);
+                if let Some(theirs) = theirs.filter(|t| !same_build_id(want, t)) {
+                    self.summary.warnings.push(format!(
+                        "{path} has build id {}, the recording's is {}: not used",
+                        hex(&theirs),
+                        hex(want)
+                    ));
+                    data = None;
+                }
+            }
+            if let (None, Some(want)) = (&data, &recorded) {
+                if let Some((cached, d)) = perf_cached(want) {
+                    self.summary.warnings.push(format!(
+                        "{path} read from perf's build-id cache: {}",
+                        cached.display()
+                    ));
+                    file_path = cached;
+                    data = Some(Arc::new(d));
+                }
+            }
+            data
         };
         let mut unwind = None;
         let mut loads = Vec::new();
@@ -73,7 +99,7 @@ impl Profiler {
                         None if filename.starts_with(b"/") => {
                             crate::debugfile::separate_debug_frame(
                                 data,
-                                Some(std::path::Path::new(&*path)),
+                                Some(&file_path),
                                 &self.options.debug_root,
                             )
                             .map(|(bytes, section, _)| (bytes, section))
@@ -96,7 +122,7 @@ impl Profiler {
         // Symbols from the file at its path, through the process's cache;
         // the vdso's from its image.
         let source = match data {
-            Some(_) if path.starts_with('/') => Source::Path(path.to_string().into()),
+            Some(_) if path.starts_with('/') => Source::Path(file_path),
             Some(data) => Source::Image(data),
             None => Source::None,
         };
@@ -106,6 +132,35 @@ impl Profiler {
         self.files.insert(filename.to_vec(), info.clone());
         info
     }
+}
+
+/// perf's build-id cache: `$PERF_BUILDID_DIR`, else `~/.debug`.
+pub(super) fn perf_buildid_dir() -> Option<std::path::PathBuf> {
+    let set = |name| std::env::var_os(name).filter(|v| !v.is_empty());
+    set("PERF_BUILDID_DIR")
+        .map(std::path::PathBuf::from)
+        .or_else(|| set("HOME").map(|home| std::path::Path::new(&home).join(".debug")))
+}
+
+/// The copy of the file of build id `id` that `perf record` left in its
+/// cache (`.build-id/xx/rest/elf`), checked to carry that build id.
+fn perf_cached(id: &[u8]) -> Option<(std::path::PathBuf, Data)> {
+    let hex = hex(id);
+    let dir = perf_buildid_dir()?.join(".build-id").join(hex.get(..2)?).join(hex.get(2..)?);
+    let path = dir.join("elf");
+    let data = crate::files::map(&path).ok()?;
+    let theirs = crate::elf::summarize(&data).ok()?.build_id?;
+    same_build_id(id, &theirs).then_some((path, data))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Whether a build id perf recorded is `actual`: perf pads ids to 20 bytes
+/// where it did not record their size.
+fn same_build_id(recorded: &[u8], actual: &[u8]) -> bool {
+    recorded.starts_with(actual) && recorded[actual.len()..].iter().all(|&b| b == 0)
 }
 
 /// This process's vdso image, if its build id is `build_id`.
@@ -119,7 +174,5 @@ pub(super) fn own_vdso(build_id: &[u8]) -> Option<Data> {
     // SAFETY: the kernel maps the vdso readable for the life of the process.
     let image = unsafe { std::slice::from_raw_parts(start as *const u8, end.checked_sub(start)?) };
     let ours = crate::elf::summarize(image).ok()?.build_id?;
-    // perf pads build ids to 20 bytes.
-    (build_id.starts_with(&ours) && build_id[ours.len()..].iter().all(|&b| b == 0))
-        .then(|| Data::Owned(image.to_vec()))
+    same_build_id(build_id, &ours).then(|| Data::Owned(image.to_vec()))
 }

@@ -1,7 +1,7 @@
 //! The PyO3 bindings: the only module that knows about Python. Each is a
 //! thin wrapper over a plain-Rust type, split by area, one file each:
 //! `errors` (the exceptions), `unwinder`, `memory`, `symbols`,
-//! `symbolize`, `elf`, `stackdb`, `perf`, `corefile`. This file registers
+//! `symbolize`, `elf`, `stackdb`, `perf`, `corefile`, `debuginfod`. This file registers
 //! them all. Files are mapped, never copied.
 
 use std::path::PathBuf;
@@ -11,6 +11,7 @@ use pyo3::prelude::*;
 
 mod batch;
 mod corefile;
+mod debuginfod;
 mod elf;
 mod errors;
 mod memory;
@@ -83,5 +84,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(perf::perf_report, m)?)?;
     m.add_function(wrap_pyfunction!(perf::perf_samples, m)?)?;
     m.add_function(wrap_pyfunction!(perf::flamegraph, m)?)?;
+    m.add_function(wrap_pyfunction!(debuginfod::debuginfod_urls, m)?)?;
+    m.add_function(wrap_pyfunction!(debuginfod::debuginfod_fetch, m)?)?;
+    m.add_function(wrap_pyfunction!(debuginfod::has_dwarf, m)?)?;
     Ok(())
 }

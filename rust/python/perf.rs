@@ -190,6 +190,7 @@ impl Run<'_> {
         out.set_item("frames", s.frames)?;
         out.set_item("processes", s.processes)?;
         out.set_item("modules_missing", s.modules_missing.clone())?;
+        out.set_item("warnings", s.warnings.clone())?;
         out.set_item("call_graph", s.call_graph)?;
         out.set_item("error", s.error.as_ref().map(|e| format!("{name}: {e}")))?;
         Ok(out)

@@ -1,0 +1,58 @@
+//! The debuginfod client (`crate::debuginfod`) for the Python layer:
+//! `debuginfod_urls`, `debuginfod_fetch`, and `has_dwarf`, which tells
+//! whether a module's DWARF is at hand without it.
+
+use std::path::PathBuf;
+
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+
+use crate::debuginfod::{Config, Kind};
+
+/// The servers `DEBUGINFOD_URLS` names, in order (none when it is unset or
+/// empty, or when `STACKWALK_OFFLINE` is set).
+#[pyfunction]
+pub(super) fn debuginfod_urls() -> Vec<String> {
+    Config::from_env().urls
+}
+
+/// Each (build id in hex, "debuginfo" or "executable") of `requests`, from
+/// debuginfod's cache or its servers (the environment's settings; `offline`:
+/// the cache alone), several downloads at once, without the GIL. Returns
+/// (path, None) or (None, why not) for each, in order.
+#[pyfunction]
+#[pyo3(signature = (requests, *, offline = false))]
+pub(super) fn debuginfod_fetch(
+    py: Python<'_>,
+    requests: Vec<(String, String)>,
+    offline: bool,
+) -> PyResult<Vec<(Option<String>, Option<String>)>> {
+    let requests = requests
+        .into_iter()
+        .map(|(id, kind)| match Kind::from_name(&kind) {
+            Some(kind) => Ok((id, kind)),
+            None => {
+                Err(PyValueError::new_err(format!("{kind:?}: not \"debuginfo\" or \"executable\"")))
+            }
+        })
+        .collect::<PyResult<Vec<_>>>()?;
+    let config = if offline { Config::from_env().offline() } else { Config::from_env() };
+    let answers = py.detach(|| crate::debuginfod::fetch_all(&config, &requests));
+    Ok(answers
+        .into_iter()
+        .map(|a| match a {
+            Ok(path) => (Some(path.to_string_lossy().into_owned()), None),
+            Err(e) => (None, Some(e.to_string())),
+        })
+        .collect())
+}
+
+/// Whether the ELF file at `path` has DWARF (source lines) here: its own, or
+/// its separate debug file's under `debug_root` (None: not looked for), by
+/// `.gnu_debuglink` or in debuginfod's cache. False when it cannot be read.
+#[pyfunction]
+#[pyo3(signature = (path, debug_root = None))]
+pub(super) fn has_dwarf(path: PathBuf, debug_root: Option<PathBuf>) -> bool {
+    crate::files::map(&path)
+        .is_ok_and(|data| crate::lines::has_dwarf(&data, Some(&path), debug_root.as_deref()))
+}
