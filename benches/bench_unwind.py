@@ -40,6 +40,20 @@ def test_unwind_rust(benchmark: Any, stacks: dict[str, Stack], name: str) -> Non
 
 @pytest.mark.benchmark(group="unwind")
 @pytest.mark.parametrize("name", STACKS)
+def test_unwind_rust_registers(benchmark: Any, stacks: dict[str, Stack], name: str) -> None:
+    """The same call with a reusable Registers object instead of the dict: no name is looked up
+    per call."""
+    stack = stacks[name]
+    uw = _unwinder(stackwalk.Unwinder, stack)
+    cap = stack.cap
+    regs = stackwalk.Registers(cap.arch, cap.regs)
+    trace = benchmark(uw.unwind, regs, cap.memory, MAX_FRAMES)
+    _check(trace, stack)
+    benchmark.extra_info["frames"] = len(trace.pcs)
+
+
+@pytest.mark.benchmark(group="unwind")
+@pytest.mark.parametrize("name", STACKS)
 def test_unwind_baseline(benchmark: Any, stacks: dict[str, Stack], name: str) -> None:
     stack = stacks[name]
     uw = _unwinder(stackwalk.baseline.Unwinder, stack)
@@ -70,6 +84,21 @@ def test_unwind_many_rust(benchmark: Any, stacks: dict[str, Stack], name: str) -
     benchmark.extra_info["batch_frames"] = len(batch.pcs)
 
 
+@pytest.mark.benchmark(group="unwind")
+@pytest.mark.parametrize("name", STACKS)
+def test_unwind_many_rust_registers(benchmark: Any, stacks: dict[str, Stack], name: str) -> None:
+    """unwind_many with a Registers object per stack instead of a dict."""
+    stack = stacks[name]
+    uw = _unwinder(stackwalk.Unwinder, stack)
+    cap = stack.cap
+    given = [(stackwalk.Registers(cap.arch, cap.regs), cap.memory)] * BATCH
+    batch = benchmark(uw.unwind_many, given, MAX_FRAMES)
+    assert len(batch) == BATCH
+    _check(batch[BATCH - 1], stack)
+    benchmark.extra_info["batch"] = BATCH
+    benchmark.extra_info["batch_frames"] = len(batch.pcs)
+
+
 ITERATIONS = 500
 
 
@@ -82,6 +111,7 @@ def test_core_per_frame(benchmark: Any, stacks: dict[str, Stack], name: str) -> 
     cap = stack.cap
     frames, _ = benchmark(uw._bench_unwind, cap.regs, cap.memory, ITERATIONS, MAX_FRAMES)
     assert frames == ITERATIONS * len(cap.gdb_pcs)
+    benchmark.extra_info["iterations"] = ITERATIONS
     if benchmark.stats:
         benchmark.extra_info["ns_per_frame"] = benchmark.stats.stats.median * 1e9 / frames
 

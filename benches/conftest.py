@@ -121,14 +121,34 @@ def pytest_terminal_summary(
                 f"ratio baseline/rust through the Python API, {stack}: "
                 f"{base.stats.median / rust.stats.median:.0f}x"
             )
+        by_obj = by_name.get(f"test_unwind_rust_registers[{stack}]")
+        if by_obj and base:
+            dict_over = f"; dict/Registers {rust.stats.median / by_obj.stats.median:.2f}x"
+            lines.append(
+                f"ratio baseline/rust with a Registers object, {stack}: "
+                f"{base.stats.median / by_obj.stats.median:.0f}x" + (dict_over if rust else "")
+            )
+        core = by_name.get(f"test_core_per_frame[{stack}]")
+        if core and by_obj and rust and "iterations" in core.extra_info:
+            inside = core.stats.median / core.extra_info["iterations"]
+            lines.append(
+                f"fixed cost of one unwind() call, {stack}: dict "
+                f"{(rust.stats.median - inside) * 1e6:.2f} us, Registers "
+                f"{(by_obj.stats.median - inside) * 1e6:.2f} us"
+            )
+        for suffix in ("", "_registers"):
+            many = by_name.get(f"test_unwind_many_rust{suffix}[{stack}]")
+            if many and base:
+                per_stack = many.stats.median / many.extra_info["batch"]
+                lines.append(
+                    f"unwind_many{' with Registers' if suffix else ''}, {stack}: "
+                    f"{per_stack * 1e6:.2f} us per stack, "
+                    f"{many.stats.median * 1e9 / many.extra_info['batch_frames']:.1f} ns per "
+                    f"frame; baseline/unwind_many per stack {base.stats.median / per_stack:.0f}x"
+                )
         many = by_name.get(f"test_unwind_many_rust[{stack}]")
         if many and base:
             per_stack = many.stats.median / many.extra_info["batch"]
-            lines.append(
-                f"unwind_many, {stack}: {per_stack * 1e6:.2f} us per stack, "
-                f"{many.stats.median * 1e9 / many.extra_info['batch_frames']:.1f} ns per frame; "
-                f"baseline/unwind_many per stack {base.stats.median / per_stack:.0f}x"
-            )
             if rust:
                 lines.append(
                     f"unwind/unwind_many per stack, {stack}: {rust.stats.median / per_stack:.1f}x"

@@ -9,7 +9,15 @@ reads ELF core files.
 """
 
 from stackwalk.errors import ArchError, CfiError, ElfError, MemoryReadError, StackwalkError
-from stackwalk.unwinder import CRASH_STRATEGIES, Frame, MappedMemory, StackDB, Trace, Unwinder
+from stackwalk.unwinder import (
+    CRASH_STRATEGIES,
+    Frame,
+    MappedMemory,
+    Registers,
+    StackDB,
+    Trace,
+    Unwinder,
+)
 
 
 def __getattr__(name: str) -> object:
@@ -27,6 +35,7 @@ __all__ = [
     "Core",
     "CoreError",
     "Unwinder",
+    "Registers",
     "Trace",
     "Frame",
     "MappedMemory",
