@@ -316,6 +316,15 @@ struct Caller {
     sp_exact: bool,
 }
 
+impl Caller {
+    /// The caller's frame, its CFA not known yet.
+    #[inline(always)]
+    fn frame(&self, trust: Trust) -> Frame {
+        let (pc, sp, interrupted) = (self.pc, self.sp, self.interrupted);
+        Frame { pc, sp, cfa: None, trust, interrupted, signal_frame: false }
+    }
+}
+
 type Step = Result<Caller, (EndReason, EndDetail)>;
 
 impl Unwinder {
@@ -650,14 +659,7 @@ impl Unwinder {
                         end.detail = EndDetail::None;
                         return end;
                     }
-                    frames.push(Frame {
-                        pc: caller.pc,
-                        sp: caller.sp,
-                        cfa: None,
-                        trust: Trust::Cfi,
-                        interrupted: caller.interrupted,
-                        signal_frame: false,
-                    });
+                    frames.push(caller.frame(Trust::Cfi));
                     callee.pc = caller.pc;
                     callee.sp = caller.sp;
                     callee.interrupted = caller.interrupted;
@@ -786,14 +788,7 @@ impl Unwinder {
                         end.detail = EndDetail::None;
                         return end;
                     }
-                    frames.push(Frame {
-                        pc: caller.pc,
-                        sp: caller.sp,
-                        cfa: None,
-                        trust,
-                        interrupted: caller.interrupted,
-                        signal_frame: false,
-                    });
+                    frames.push(caller.frame(trust));
                     callee.pc = caller.pc;
                     callee.sp = caller.sp;
                     callee.interrupted = caller.interrupted;
@@ -1214,6 +1209,13 @@ fn apply_saved<M: Memory + ?Sized, const A: u8>(
     mem: &mut M,
     frames: &mut [Frame],
 ) -> Step {
+    // The caller's file starts as the callee's, and is recovered in place.
+    *caller = *regs;
+    let rules = (ra_column, signal_frame);
+    if let Some(step) = apply_in_place::<M, A>(row, rules, callee, caller, mem, frames) {
+        return step;
+    }
+    // No window: word by word, each read checked.
     let arch = arch_of(A);
     let mask = arch.address_mask();
     let Some(base) = regs.get(row.cfa_reg) else {
@@ -1224,43 +1226,17 @@ fn apply_saved<M: Memory + ?Sized, const A: u8>(
         f.signal_frame = signal_frame;
         f.cfa = Some(cfa);
     }
-    let mut out = caller.recover_from(regs, arch.same_value_mask());
+    let mut out = caller.recover_in_place(arch.same_value_mask());
     out.set(arch.sp(), cfa);
-    let word = arch.word_size();
-    let lo = cfa.wrapping_add(row.lo as u64) & mask;
-    let len = row.span + word;
-    // The window must not wrap at the top of the address space, where each
-    // word's address would.
-    let window =
-        if row.rules.is_empty() || lo > mask - (len - 1) { None } else { mem.window(lo, len) };
-    match window {
-        Some(window) => {
-            for rule in row.rules {
-                let at = (rule.offset() - row.lo) as usize;
-                // Inside the window by its making: the test always passes.
-                let bytes = window.get(at..).unwrap_or_default();
-                let value = match word {
-                    8 => bytes.first_chunk::<8>().map(|w| u64::from_le_bytes(*w)),
-                    _ => bytes.first_chunk::<4>().map(|w| u64::from(u32::from_le_bytes(*w))),
-                };
-                match value {
-                    Some(v) => out.set(rule.reg(), v),
-                    None => out.forget(rule.reg()),
-                }
+    for rule in row.rules {
+        let reg = rule.reg();
+        let addr = cfa.wrapping_add(rule.offset() as u64) & mask;
+        match read_word(mem, arch, addr) {
+            Some(v) => out.set(reg, v),
+            None if reg == ra_column || reg == arch.sp() => {
+                return Err((EndReason::Memory, EndDetail::Address(addr)))
             }
-        }
-        None => {
-            for rule in row.rules {
-                let reg = rule.reg();
-                let addr = cfa.wrapping_add(rule.offset() as u64) & mask;
-                match read_word(mem, arch, addr) {
-                    Some(v) => out.set(reg, v),
-                    None if reg == ra_column || reg == arch.sp() => {
-                        return Err((EndReason::Memory, EndDetail::Address(addr)))
-                    }
-                    None => out.forget(reg),
-                }
-            }
+            None => out.forget(reg),
         }
     }
     drop(out);
