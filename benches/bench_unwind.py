@@ -14,6 +14,7 @@ import stackwalk.baseline
 from benchstacks import Stack, library_path
 
 STACKS = ["c-O2", "python3"]
+FORMS = ["dict", "registers"]  # how the registers are given
 MAX_FRAMES = 4096
 
 
@@ -27,13 +28,19 @@ def _check(trace: Any, stack: Stack) -> None:
     assert trace.pcs == stack.cap.gdb_pcs, "the benchmark's answer differs from gdb's"
 
 
+def _regs(cap: Any, form: str) -> Any:
+    """The registers as a dict, or as a reusable Registers object (no name looked up per call)."""
+    return cap.regs if form == "dict" else stackwalk.Registers(cap.arch, cap.regs)
+
+
 @pytest.mark.benchmark(group="unwind")
 @pytest.mark.parametrize("name", STACKS)
-def test_unwind_rust(benchmark: Any, stacks: dict[str, Stack], name: str) -> None:
+@pytest.mark.parametrize("form", FORMS)
+def test_unwind_rust(benchmark: Any, stacks: dict[str, Stack], name: str, form: str) -> None:
     stack = stacks[name]
     uw = _unwinder(stackwalk.Unwinder, stack)
     cap = stack.cap
-    trace = benchmark(uw.unwind, cap.regs, cap.memory, MAX_FRAMES)
+    trace = benchmark(uw.unwind, _regs(cap, form), cap.memory, MAX_FRAMES)
     _check(trace, stack)
     benchmark.extra_info["frames"] = len(trace.pcs)
 
@@ -57,12 +64,13 @@ BATCH = 1000  # stacks per unwind_many call
 
 @pytest.mark.benchmark(group="unwind")
 @pytest.mark.parametrize("name", STACKS)
-def test_unwind_many_rust(benchmark: Any, stacks: dict[str, Stack], name: str) -> None:
+@pytest.mark.parametrize("form", FORMS)
+def test_unwind_many_rust(benchmark: Any, stacks: dict[str, Stack], name: str, form: str) -> None:
     """BATCH copies of the stack in one unwind_many call (every CPU, no GIL, flat buffers)."""
     stack = stacks[name]
     uw = _unwinder(stackwalk.Unwinder, stack)
     cap = stack.cap
-    given = [(cap.regs, cap.memory)] * BATCH
+    given = [(_regs(cap, form), cap.memory)] * BATCH
     batch = benchmark(uw.unwind_many, given, MAX_FRAMES)
     assert len(batch) == BATCH
     _check(batch[BATCH - 1], stack)
@@ -82,6 +90,7 @@ def test_core_per_frame(benchmark: Any, stacks: dict[str, Stack], name: str) -> 
     cap = stack.cap
     frames, _ = benchmark(uw._bench_unwind, cap.regs, cap.memory, ITERATIONS, MAX_FRAMES)
     assert frames == ITERATIONS * len(cap.gdb_pcs)
+    benchmark.extra_info["iterations"] = ITERATIONS
     if benchmark.stats:
         benchmark.extra_info["ns_per_frame"] = benchmark.stats.stats.median * 1e9 / frames
 

@@ -114,24 +114,39 @@ def pytest_terminal_summary(
         if "ns_per_frame" in info:
             lines.append(f"{key}: {info['ns_per_frame']:.1f} ns per frame inside Rust (warm cache)")
     for stack in ("c-O2", "python3"):
-        rust = by_name.get(f"test_unwind_rust[{stack}]")
+        rust = by_name.get(f"test_unwind_rust[dict-{stack}]")
+        by_obj = by_name.get(f"test_unwind_rust[registers-{stack}]")
         base = by_name.get(f"test_unwind_baseline[{stack}]")
-        if rust and base:
+        for form, one in (("a dict", rust), ("a Registers object", by_obj)):
+            if one and base:
+                lines.append(
+                    f"ratio baseline/rust through the Python API with {form}, {stack}: "
+                    f"{base.stats.median / one.stats.median:.0f}x"
+                )
+        core = by_name.get(f"test_core_per_frame[{stack}]")
+        if core and rust and by_obj and "iterations" in core.extra_info:
+            # Minimums: the difference of two medians on a loaded machine can even be negative.
+            inside = core.stats.min / core.extra_info["iterations"]
             lines.append(
-                f"ratio baseline/rust through the Python API, {stack}: "
-                f"{base.stats.median / rust.stats.median:.0f}x"
+                f"fixed cost of one unwind() call (minimums), {stack}: dict "
+                f"{(rust.stats.min - inside) * 1e6:.2f} us, Registers "
+                f"{(by_obj.stats.min - inside) * 1e6:.2f} us"
             )
-        many = by_name.get(f"test_unwind_many_rust[{stack}]")
-        if many and base:
+        for form in ("dict", "registers"):
+            many = by_name.get(f"test_unwind_many_rust[{form}-{stack}]")
+            if not (many and base):
+                continue
             per_stack = many.stats.median / many.extra_info["batch"]
             lines.append(
-                f"unwind_many, {stack}: {per_stack * 1e6:.2f} us per stack, "
+                f"unwind_many ({form}), {stack}: {per_stack * 1e6:.2f} us per stack, "
                 f"{many.stats.median * 1e9 / many.extra_info['batch_frames']:.1f} ns per frame; "
                 f"baseline/unwind_many per stack {base.stats.median / per_stack:.0f}x"
             )
-            if rust:
+            one = rust if form == "dict" else by_obj
+            if one:
                 lines.append(
-                    f"unwind/unwind_many per stack, {stack}: {rust.stats.median / per_stack:.1f}x"
+                    f"unwind/unwind_many per stack ({form}), {stack}: "
+                    f"{one.stats.median / per_stack:.1f}x"
                 )
     for what in ("libc", "python3.11"):
         rust = by_name.get(f"test_add_module_rust[{what}]")

@@ -76,9 +76,60 @@ impl Registers {
         }
     }
 
+    /// [`Registers::inherit_fixed`], then the columns a step recovers set
+    /// through the [`Recovery`] returned, which keeps the known mask in a
+    /// register until it is dropped rather than in the file at every write.
+    #[inline(always)]
+    pub fn recover_from(&mut self, from: &Registers, mask: u64) -> Recovery<'_> {
+        self.inherit_fixed(from, mask);
+        let known = self.known;
+        Recovery { file: self, known }
+    }
+
+    /// [`Registers::recover_from`] this file itself: the columns of `mask`
+    /// keep their values, the others become unknown.
+    #[inline(always)]
+    pub fn recover_in_place(&mut self, mask: u64) -> Recovery<'_> {
+        let known = self.known & mask;
+        Recovery { file: self, known }
+    }
+
     /// The known columns, in ascending order.
     pub fn iter(&self) -> impl Iterator<Item = (u16, u64)> + '_ {
         (0..NUM_REGS as u16).filter_map(move |r| self.get(r).map(|v| (r, v)))
+    }
+}
+
+/// A register file being written by one step (see [`Registers::recover_from`]).
+pub struct Recovery<'a> {
+    file: &'a mut Registers,
+    known: u64,
+}
+
+impl Recovery<'_> {
+    /// Set a column's value; columns the file does not track are ignored.
+    #[inline(always)]
+    pub fn set(&mut self, reg: u16, value: u64) {
+        let i = reg as usize;
+        if i < NUM_REGS {
+            self.file.values[i] = value;
+            self.known |= 1 << i;
+        }
+    }
+
+    #[inline(always)]
+    pub fn forget(&mut self, reg: u16) {
+        let i = reg as usize;
+        if i < NUM_REGS {
+            self.known &= !(1 << i);
+        }
+    }
+}
+
+impl Drop for Recovery<'_> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        self.file.known = self.known;
     }
 }
 

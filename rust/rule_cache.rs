@@ -1,15 +1,25 @@
 //! The rule cache: unwind rules by address, so that the warm path does no
-//! CFI parsing and no allocation. Two-way set-associative over a prime
-//! number of sets (framehop's cache has 509 direct-mapped slots; with two
-//! ways, two hot addresses that share a set no longer evict each other on
-//! every walk). The tags (key, module set) of a set's two ways share one
-//! small record, apart from the rows: a lookup reads one cache line of tags
-//! and then only the row it hits.
+//! CFI parsing and no allocation. Two-way set-associative (framehop's cache
+//! has 509 direct-mapped slots; with two ways, two hot addresses that share
+//! a set no longer evict each other on every walk) over a power of two of
+//! sets, picked by the address's low bits: a mask, not a division, on the
+//! path from a frame's pc to its rules. The tags (key, module set) of a
+//! set's two ways share one small record, apart from the rows: a lookup
+//! reads one cache line of tags and then only the row it hits.
 
+use crate::arch::NUM_REGS;
 use crate::cfi::{CfaRule, ExprRef, RegRule, Row, RuleSet, Rules, SectionKind};
 
-/// Sets in the cache (a prime, so that addresses spread evenly).
-const SETS: usize = 509;
+/// Sets in the cache: a power of two. Return addresses' low bits spread
+/// them as evenly as a prime modulus does.
+const SETS: usize = 512;
+const _: () = assert!(SETS.is_power_of_two());
+
+/// The set of `key`.
+#[inline(always)]
+fn set_of(key: u64) -> usize {
+    key as usize & (SETS - 1)
+}
 
 const EMPTY_KEY: u64 = u64::MAX;
 
@@ -36,10 +46,40 @@ const PACKED_RULES: usize = 8;
 
 /// A rule in 8 bytes: its column, its kind, and an offset or a column.
 #[derive(Clone, Copy)]
-struct PackedRule {
+pub struct PackedRule {
     reg: u16,
     kind: u8,
     value: i32,
+}
+
+impl PackedRule {
+    /// The register's column.
+    #[inline(always)]
+    pub fn reg(&self) -> u16 {
+        self.reg
+    }
+
+    /// The offset from the CFA (a rule of a [`Saved`] row).
+    #[inline(always)]
+    pub fn offset(&self) -> i64 {
+        i64::from(self.value)
+    }
+}
+
+/// The commonest row, as [`PackedRow::saved`] gives it: the CFA is a tracked
+/// register plus an offset, and every rule saves a tracked register at an
+/// offset from the CFA (x86_64's `CFA = rsp + 8, rip at CFA − 8`, or `CFA =
+/// rbp + 16` with rbp and the callee-saved registers below it). A walk
+/// applies it with no decoding per rule, and reads the saved words from one
+/// slice of the stack: `span` bytes (plus a word) from `CFA + lo`.
+pub struct Saved<'a> {
+    pub cfa_reg: u16,
+    pub cfa_offset: i64,
+    /// The lowest offset of a rule (0 when there is none).
+    pub lo: i64,
+    /// The highest offset of a rule less `lo`.
+    pub span: u64,
+    pub rules: &'a [PackedRule],
 }
 
 const UNDEFINED: u8 = 0;
@@ -50,7 +90,7 @@ const REGISTER: u8 = 4;
 
 /// A row as the cache keeps it: a CFA of a register plus a 32-bit offset
 /// (or an expression, as PLT entries have) and at most [`PACKED_RULES`]
-/// rules with 32-bit offsets, in 76 bytes (a `RuleSet<8>` takes 216), so
+/// rules with 32-bit offsets, in 80 bytes (a `RuleSet<8>` takes 216), so
 /// that the rows of a walk's hot frames stay in the nearest cache. Rows
 /// that do not fit (rules by DWARF expression, more rules, wider offsets)
 /// are kept whole with the wide rows.
@@ -62,12 +102,17 @@ pub struct PackedRow {
     signal_frame: bool,
     len: u8,
     cfa_kind: u8,
+    /// The row is a [`Saved`] one.
+    saved: bool,
     /// The CFA's offset, or the offset of its expression (as u32).
     cfa_offset: i32,
+    /// A [`Saved`] row's lowest rule offset and the span of its offsets.
+    lo: i16,
+    span: u16,
     rules: [PackedRule; PACKED_RULES],
 }
 
-const _: () = assert!(std::mem::size_of::<PackedRow>() == 76);
+const _: () = assert!(std::mem::size_of::<PackedRow>() == 80);
 
 /// `PackedRow::cfa_kind`: register + offset, or an expression in a section.
 const CFA_REG: u8 = 0;
@@ -82,7 +127,10 @@ impl PackedRow {
         signal_frame: false,
         len: 0,
         cfa_kind: CFA_REG,
+        saved: false,
         cfa_offset: 0,
+        lo: 0,
+        span: 0,
         rules: [PackedRule { reg: 0, kind: UNDEFINED, value: 0 }; PACKED_RULES],
     };
 
@@ -122,7 +170,42 @@ impl PackedRow {
             *slot = PackedRule { reg, kind, value };
         }
         out.len = rules.len() as u8;
+        out.mark_saved();
         Some(out)
+    }
+
+    /// Mark the row a [`Saved`] one if it is.
+    fn mark_saved(&mut self) {
+        let tracked = |reg: u16| usize::from(reg) < NUM_REGS;
+        let rules = &self.rules[..usize::from(self.len)];
+        if self.cfa_kind != CFA_REG
+            || !tracked(self.cfa_reg)
+            || !rules.iter().all(|r| r.kind == OFFSET && tracked(r.reg))
+        {
+            return;
+        }
+        let lo = rules.iter().map(|r| r.value).min().unwrap_or(0);
+        let hi = rules.iter().map(|r| r.value).max().unwrap_or(0);
+        let (Ok(lo), Ok(span)) = (i16::try_from(lo), u16::try_from(i64::from(hi) - i64::from(lo)))
+        else {
+            return;
+        };
+        (self.saved, self.lo, self.span) = (true, lo, span);
+    }
+
+    /// The row as a [`Saved`] one, if it is.
+    #[inline(always)]
+    pub fn saved(&self) -> Option<Saved<'_>> {
+        if !self.saved {
+            return None;
+        }
+        Some(Saved {
+            cfa_reg: self.cfa_reg,
+            cfa_offset: i64::from(self.cfa_offset),
+            lo: i64::from(self.lo),
+            span: u64::from(self.span),
+            rules: &self.rules[..usize::from(self.len).min(PACKED_RULES)],
+        })
     }
 }
 
@@ -238,7 +321,7 @@ impl RuleCache {
     /// `generation` (counted as a hit).
     #[inline]
     pub fn get(&mut self, key: u64, generation: u64) -> Option<(usize, &PackedRow)> {
-        let set = (key % SETS as u64) as usize;
+        let set = set_of(key);
         let tags = &mut self.tags[set];
         let hit = |way: usize| tags.keys[way] == key && tags.generations[way] == generation;
         let way = if hit(0) {
@@ -252,6 +335,17 @@ impl RuleCache {
         tags.victim = 1 - way as u8;
         let entry = &self.entries[set][way];
         Some((entry.module as usize, &entry.row))
+    }
+
+    /// The module index cached for `key` in the module set of
+    /// `generation`, if any (not counted, nothing changed).
+    #[inline]
+    pub fn peek(&self, key: u64, generation: u64) -> Option<usize> {
+        let set = set_of(key);
+        let tags = &self.tags[set];
+        (0..2)
+            .find(|&way| tags.keys[way] == key && tags.generations[way] == generation)
+            .map(|way| self.entries[set][way].module as usize)
     }
 
     /// Like [`RuleCache::get`], for a row too wide for the compact cache.
@@ -276,7 +370,7 @@ impl RuleCache {
 
     /// Cache `row` for `key` in the module set of `generation`.
     pub fn insert(&mut self, key: u64, generation: u64, module: usize, row: PackedRow) {
-        let set = (key % SETS as u64) as usize;
+        let set = set_of(key);
         let tags = &mut self.tags[set];
         let way = usize::from(tags.victim & 1);
         tags.keys[way] = key;

@@ -16,7 +16,7 @@ use crate::modules::ModuleSet;
 pub use crate::modules::OverlapError;
 use crate::registers::Registers;
 pub use crate::rule_cache::Stats;
-use crate::rule_cache::{PackedRow, RuleCache};
+use crate::rule_cache::{PackedRow, RuleCache, Saved};
 
 /// How a frame was found, best first (rust-minidump's trust levels).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -316,6 +316,15 @@ struct Caller {
     sp_exact: bool,
 }
 
+impl Caller {
+    /// The caller's frame, its CFA not known yet.
+    #[inline(always)]
+    fn frame(&self, trust: Trust) -> Frame {
+        let (pc, sp, interrupted) = (self.pc, self.sp, self.interrupted);
+        Frame { pc, sp, cfa: None, trust, interrupted, signal_frame: false }
+    }
+}
+
 type Step = Result<Caller, (EndReason, EndDetail)>;
 
 impl Unwinder {
@@ -597,8 +606,110 @@ impl Unwinder {
         end: End,
     ) -> End {
         with_arch!(self.arch, A => {
-            self.walk::<M, FALLBACK, A>(callee, files, mem, max_frames, frames, end)
+            if FALLBACK {
+                self.walk::<M, true, A>(callee, files, mem, max_frames, frames, end)
+            } else {
+                self.walk_cfi::<M, A>(callee, files, mem, max_frames, frames, end)
+            }
         })
+    }
+
+    /// [`Unwinder::walk`] for CFI alone (the default, and the profiler's):
+    /// a frame's registers are always in `files[0]`, and the commonest rows
+    /// ([`Saved`]) found in the rule cache recover the caller's in place,
+    /// with no second register file to fill. Where CFI fails, the walk ends,
+    /// so the callee's registers are never needed after its step.
+    fn walk_cfi<M: Memory + ?Sized, const A: u8>(
+        &mut self,
+        mut callee: FrameState,
+        mut files: [Registers; 2],
+        mem: &mut M,
+        max_frames: usize,
+        frames: &mut Vec<Frame>,
+        mut end: End,
+    ) -> End {
+        let generation = self.modules.generation();
+        loop {
+            let lookup = if callee.interrupted { callee.pc } else { callee.pc.wrapping_sub(1) };
+            let stepped = match self
+                .step_cached::<M, A>(lookup, generation, &callee, &mut files, mem, frames)
+            {
+                Some(step) => step,
+                None => {
+                    let [a, b] = &mut files;
+                    let step = self.step::<M, false, A>(lookup, &callee, a, b, mem, frames);
+                    if step.is_ok() {
+                        *a = *b;
+                    }
+                    step
+                }
+            };
+            end.frame = frames.len() - 1;
+            end.lookup_pc = lookup;
+            match stepped {
+                Err((reason, detail)) => {
+                    end.module = self.end_module_index(lookup, generation);
+                    end.reason = reason;
+                    end.detail = detail;
+                    return end;
+                }
+                Ok(caller) => {
+                    if frames.len() >= max_frames {
+                        end.reason = EndReason::FrameLimit;
+                        end.detail = EndDetail::None;
+                        return end;
+                    }
+                    frames.push(caller.frame(Trust::Cfi));
+                    callee.pc = caller.pc;
+                    callee.sp = caller.sp;
+                    callee.interrupted = caller.interrupted;
+                }
+            }
+        }
+    }
+
+    /// The module of `lookup` for a walk's end: the one its cached rules
+    /// came from, else found by search.
+    #[inline(always)]
+    fn end_module_index(&mut self, lookup: u64, generation: u64) -> Option<usize> {
+        match self.cache.peek(lookup, generation) {
+            Some(m) if m != NO_FDE => Some(m),
+            _ => self.module_index(lookup),
+        }
+    }
+
+    /// One step of [`Unwinder::walk_cfi`] from the rule cache: None on a
+    /// miss (nothing done, nothing counted). The caller's registers go to
+    /// `files[0]`.
+    #[inline(always)]
+    fn step_cached<M: Memory + ?Sized, const A: u8>(
+        &mut self,
+        lookup: u64,
+        generation: u64,
+        callee: &FrameState,
+        files: &mut [Registers; 2],
+        mem: &mut M,
+        frames: &mut [Frame],
+    ) -> Option<Step> {
+        let (m, row) = self.cache.get(lookup, generation)?;
+        if m == NO_FDE {
+            return Some(Err((EndReason::NoUnwindInfo, EndDetail::Lookup(LookupError::NoFde))));
+        }
+        let [a, b] = files;
+        if let Some(saved) = row.saved() {
+            let (ra, signal_frame) = (row.ra(), row.signal_frame());
+            if let Some(step) =
+                apply_in_place::<M, A>(&saved, (ra, signal_frame), callee, a, mem, frames)
+            {
+                return Some(step);
+            }
+        }
+        let step =
+            apply::<M, _, false>(arch_of(A), (&self.modules, m), row, callee, a, b, mem, frames);
+        if step.is_ok() {
+            *a = *b;
+        }
+        Some(step)
     }
 
     /// The walk from frame 0 (in `frames`, its registers in `files[0]`) on.
@@ -677,14 +788,7 @@ impl Unwinder {
                         end.detail = EndDetail::None;
                         return end;
                     }
-                    frames.push(Frame {
-                        pc: caller.pc,
-                        sp: caller.sp,
-                        cfa: None,
-                        trust,
-                        interrupted: caller.interrupted,
-                        signal_frame: false,
-                    });
+                    frames.push(caller.frame(trust));
                     callee.pc = caller.pc;
                     callee.sp = caller.sp;
                     callee.interrupted = caller.interrupted;
@@ -885,6 +989,23 @@ impl Unwinder {
             if m == NO_FDE {
                 return Err((EndReason::NoUnwindInfo, EndDetail::Lookup(LookupError::NoFde)));
             }
+            // The commonest rows, where the callee's sp is exact (always,
+            // in the CFI-only walk), by the short way.
+            if !FALLBACK || callee.sp_exact {
+                if let Some(saved) = row.saved() {
+                    let signal_frame = row.signal_frame();
+                    let ra = row.ra();
+                    return apply_saved::<M, A>(
+                        &saved,
+                        (ra, signal_frame),
+                        callee,
+                        callee_regs,
+                        caller_regs,
+                        mem,
+                        frames,
+                    );
+                }
+            }
             return apply::<M, _, FALLBACK>(
                 arch_of(A),
                 (&self.modules, m),
@@ -1070,6 +1191,125 @@ fn apply<M: Memory + ?Sized, R: Rules, const FALLBACK: bool>(
             ra_rule = Some(rule);
         }
     }
+    finish(arch, ra_column, ra_rule, row.signal_frame(), callee, caller)
+}
+
+/// [`apply`] for a [`Saved`] row (`(ra, signal_frame)`: its return-address
+/// column and whether it is a signal frame's), whose callee's sp is exact:
+/// the CFA from a register, every rule a word read at an offset from it,
+/// read from one window of the stack where the memory lends one.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn apply_saved<M: Memory + ?Sized, const A: u8>(
+    row: &Saved<'_>,
+    (ra_column, signal_frame): (u16, bool),
+    callee: &FrameState,
+    regs: &Registers,
+    caller: &mut Registers,
+    mem: &mut M,
+    frames: &mut [Frame],
+) -> Step {
+    // The caller's file starts as the callee's, and is recovered in place.
+    *caller = *regs;
+    let rules = (ra_column, signal_frame);
+    if let Some(step) = apply_in_place::<M, A>(row, rules, callee, caller, mem, frames) {
+        return step;
+    }
+    // No window: word by word, each read checked.
+    let arch = arch_of(A);
+    let mask = arch.address_mask();
+    let Some(base) = regs.get(row.cfa_reg) else {
+        return Err((EndReason::MissingRegister, EndDetail::Register(row.cfa_reg)));
+    };
+    let cfa = base.wrapping_add(row.cfa_offset as u64) & mask;
+    if let Some(f) = frames.last_mut() {
+        f.signal_frame = signal_frame;
+        f.cfa = Some(cfa);
+    }
+    let mut out = caller.recover_in_place(arch.same_value_mask());
+    out.set(arch.sp(), cfa);
+    for rule in row.rules {
+        let reg = rule.reg();
+        let addr = cfa.wrapping_add(rule.offset() as u64) & mask;
+        match read_word(mem, arch, addr) {
+            Some(v) => out.set(reg, v),
+            None if reg == ra_column || reg == arch.sp() => {
+                return Err((EndReason::Memory, EndDetail::Address(addr)))
+            }
+            None => out.forget(reg),
+        }
+    }
+    drop(out);
+    // A rule for the return-address column always recovers it (or the walk
+    // ended above): where it is unknown, there was none.
+    finish(arch, ra_column, None, signal_frame, callee, caller)
+}
+
+/// [`apply_saved`] in place: `regs` becomes the caller's. None, with
+/// nothing done, where the memory lends no window holding every saved word
+/// (the word-by-word way then gives the same answer, or the right error).
+#[inline(always)]
+fn apply_in_place<M: Memory + ?Sized, const A: u8>(
+    row: &Saved<'_>,
+    (ra_column, signal_frame): (u16, bool),
+    callee: &FrameState,
+    regs: &mut Registers,
+    mem: &mut M,
+    frames: &mut [Frame],
+) -> Option<Step> {
+    let arch = arch_of(A);
+    let mask = arch.address_mask();
+    let Some(base) = regs.get(row.cfa_reg) else {
+        return Some(Err((EndReason::MissingRegister, EndDetail::Register(row.cfa_reg))));
+    };
+    let cfa = base.wrapping_add(row.cfa_offset as u64) & mask;
+    let word = arch.word_size();
+    let lo = cfa.wrapping_add(row.lo as u64) & mask;
+    let len = row.span + word;
+    let window = if row.rules.is_empty() {
+        &[][..]
+    } else if lo > mask - (len - 1) {
+        return None;
+    } else {
+        mem.window(lo, len)?
+    };
+    if let Some(f) = frames.last_mut() {
+        f.signal_frame = signal_frame;
+        f.cfa = Some(cfa);
+    }
+    // The callee-saved columns keep their values, the others are unknown.
+    let mut out = regs.recover_in_place(arch.same_value_mask());
+    out.set(arch.sp(), cfa);
+    for rule in row.rules {
+        let at = (rule.offset() - row.lo) as usize;
+        // Inside the window by its making: the test always passes.
+        let bytes = window.get(at..).unwrap_or_default();
+        let value = match word {
+            8 => bytes.first_chunk::<8>().map(|w| u64::from_le_bytes(*w)),
+            _ => bytes.first_chunk::<4>().map(|w| u64::from(u32::from_le_bytes(*w))),
+        };
+        match value {
+            Some(v) => out.set(rule.reg(), v),
+            None => out.forget(rule.reg()),
+        }
+    }
+    drop(out);
+    Some(finish(arch, ra_column, None, signal_frame, callee, regs))
+}
+
+/// The caller found by a step, from the registers recovered into `caller`:
+/// its pc (the return address in `ra_column`, whose rule, if the row had
+/// one, was `ra_rule`) and sp, checked.
+#[inline(always)]
+fn finish(
+    arch: Arch,
+    ra_column: u16,
+    ra_rule: Option<RegRule>,
+    signal_frame: bool,
+    callee: &FrameState,
+    caller: &mut Registers,
+) -> Step {
+    let sp = callee.sp;
     // The outermost frame says so with an undefined return-address rule (or,
     // where the ABI default is "undefined", with no rule at all); a return
     // address that merely could not be recovered is not the end.
@@ -1101,7 +1341,7 @@ fn apply<M: Memory + ?Sized, R: Rules, const FALLBACK: bool>(
     if let Some(col) = arch.pc_column() {
         caller.set(col, caller_pc);
     }
-    Ok(Caller { pc: caller_pc, sp: caller_sp, interrupted: row.signal_frame(), sp_exact: true })
+    Ok(Caller { pc: caller_pc, sp: caller_sp, interrupted: signal_frame, sp_exact: true })
 }
 
 /// Whether a strategy's failure means it applied to the frame (and failed),

@@ -4,6 +4,7 @@ stacks), whatever kind of buffer holds the memory, in the order the stacks were 
 
 from __future__ import annotations
 
+import array
 import mmap
 from typing import Any
 
@@ -140,3 +141,44 @@ def test_a_signal_frame_is_cached_like_any_other(stacks: list[Capture]) -> None:
     assert _frames(again) == _frames(first)
     # One lookup per frame: each frame's rules, the last one's saying the stack ends there.
     assert uw.cache_stats == (hits + len(first), misses), "every lookup a hit"
+
+
+@pytest.mark.parametrize("case", range(len(CASES)), ids=[c[0] for c in CASES])
+def test_a_registers_object_gives_what_a_dict_gives(stacks: list[Capture], case: int) -> None:
+    """A Registers, filled by name or loaded from a uint64 array in Registers.names' order and
+    reused from call to call, walks as the dict of gdb's registers walks, in unwind and in
+    unwind_many."""
+    cap = stacks[case]
+    uw = _unwinder(cap)
+    want = uw.unwind(cap.regs, cap.memory)
+    assert_gdb_frames(want, cap)
+    by_name = stackwalk.Registers(cap.arch, cap.regs)
+    names = stackwalk.Registers.names(cap.arch)
+    # A thread's registers as a profiler holds them: every one, those unknown as 0.
+    loaded = stackwalk.Registers(cap.arch)
+    loaded.load(array.array("Q", [cap.regs.get(name, 0) for name in names]))
+    assert loaded.to_dict() == {name: cap.regs.get(name, 0) for name in names}
+    for regs in (by_name, loaded, by_name):
+        got = uw.unwind(regs, cap.memory)
+        assert _frames(got) == _frames(want)
+        assert (got.end, got.end_detail) == (want.end, want.end_detail)
+    batch = uw.unwind_many([(by_name, cap.memory), (cap.regs, cap.memory), (loaded, cap.memory)])
+    assert [_frames(t) for t in batch] == [_frames(want)] * 3
+
+
+def test_registers_are_checked(stacks: list[Capture]) -> None:
+    cap = stacks[0]
+    uw = _unwinder(cap)
+    regs = stackwalk.Registers(cap.arch, cap.regs)
+    assert regs["rsp"] == cap.regs["rsp"] and regs["rip"] == cap.regs["rip"]
+    with pytest.raises(KeyError):
+        regs["eflags"] = 0
+    with pytest.raises(ValueError, match="2 values for the 17 registers of x86_64"):
+        regs.load([1, 2])
+    with pytest.raises(ValueError, match="wider than a i386 register"):
+        stackwalk.Registers("i386", [1 << 32] * len(stackwalk.Registers.names("i386")))
+    with pytest.raises(stackwalk.ArchError, match="registers of aarch64, the unwinder is for"):
+        uw.unwind(stackwalk.Registers("aarch64", {"pc": 1, "sp": 2}), cap.memory)
+    no_sp = stackwalk.Registers(cap.arch, {k: v for k, v in cap.regs.items() if k != "rsp"})
+    with pytest.raises(stackwalk.StackwalkError, match="stack 1: regs lacks the stack pointer"):
+        uw.unwind_many([(regs, cap.memory), (no_sp, cap.memory)])

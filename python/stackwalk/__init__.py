@@ -9,7 +9,15 @@ reads ELF core files.
 """
 
 from stackwalk.errors import ArchError, CfiError, ElfError, MemoryReadError, StackwalkError
-from stackwalk.unwinder import CRASH_STRATEGIES, Frame, MappedMemory, StackDB, Trace, Unwinder
+from stackwalk.unwinder import (
+    CRASH_STRATEGIES,
+    Frame,
+    MappedMemory,
+    Registers,
+    StackDB,
+    Trace,
+    Unwinder,
+)
 
 
 def __getattr__(name: str) -> object:
@@ -37,6 +45,7 @@ __all__ = [
     "CrashStore",
     "Process",
     "Unwinder",
+    "Registers",
     "Trace",
     "Frame",
     "MappedMemory",

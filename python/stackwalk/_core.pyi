@@ -19,6 +19,7 @@ __all__ = [
     "Trace",
     "TraceBatch",
     "Unwinder",
+    "Registers",
     "MappedMemory",
     "SymbolTable",
     "Symbolizer",
@@ -275,6 +276,21 @@ def debuginfod_fetch(
 ) -> list[tuple[str | None, str | None]]: ...
 def has_dwarf(path: str | PathLike[str], debug_root: str | PathLike[str] | None = None) -> bool: ...
 
+@final
+class Registers:
+    def __new__(
+        cls, arch: str = "x86_64", values: Mapping[str, int] | Sequence[int] | Buffer | None = None
+    ) -> Registers: ...
+    @staticmethod
+    def names(arch: str = "x86_64") -> list[str]: ...
+    @property
+    def arch(self) -> str: ...
+    def load(self, values: Sequence[int] | Buffer) -> None: ...
+    def update(self, mapping: Mapping[str, int]) -> None: ...
+    def __setitem__(self, name: str, value: int, /) -> None: ...
+    def __getitem__(self, name: str, /) -> int: ...
+    def to_dict(self) -> dict[str, int]: ...
+
 @disjoint_base
 class Unwinder:
     def __new__(
@@ -308,18 +324,20 @@ class Unwinder:
     ) -> None: ...
     def unwind(
         self,
-        regs: Mapping[str, int],
+        regs: Mapping[str, int] | Registers,
         memory: Iterable[tuple[int, Buffer]] | MappedMemory,
         max_frames: int | None = None,
     ) -> Trace: ...
     def unwind_many(
         self,
-        stacks: Iterable[tuple[Mapping[str, int], Iterable[tuple[int, Buffer]] | MappedMemory]],
+        stacks: Iterable[
+            tuple[Mapping[str, int] | Registers, Iterable[tuple[int, Buffer]] | MappedMemory]
+        ],
         max_frames: int | None = None,
     ) -> TraceBatch: ...
     def _bench_unwind(
         self,
-        regs: Mapping[str, int],
+        regs: Mapping[str, int] | Registers,
         memory: Iterable[tuple[int, Buffer]],
         iterations: int,
         max_frames: int | None = None,

@@ -2,7 +2,7 @@
 ELF file and reads its headers in Rust (the ``object`` crate), so adding a
 module costs microseconds; CFI is parsed on demand."""
 
-from stackwalk._core import Frame, MappedMemory, StackDB, Trace, Unwinder
+from stackwalk._core import Frame, MappedMemory, Registers, StackDB, Trace, Unwinder
 
 # What a crash processor tries for every frame: CFI wherever it covers the pc,
 # else the frame-pointer chain, else a scan of the stack for a return address.
@@ -11,4 +11,12 @@ from stackwalk._core import Frame, MappedMemory, StackDB, Trace, Unwinder
 # ``stackwalk core`` use these.
 CRASH_STRATEGIES = ("cfi", "frame_pointer", "scan")
 
-__all__ = ["CRASH_STRATEGIES", "Frame", "MappedMemory", "StackDB", "Trace", "Unwinder"]
+__all__ = [
+    "CRASH_STRATEGIES",
+    "Frame",
+    "MappedMemory",
+    "Registers",
+    "StackDB",
+    "Trace",
+    "Unwinder",
+]

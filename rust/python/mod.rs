@@ -1,6 +1,6 @@
 //! The PyO3 bindings: the only module that knows about Python. Each is a
 //! thin wrapper over a plain-Rust type, split by area, one file each:
-//! `errors` (the exceptions), `unwinder`, `memory`, `symbols`,
+//! `errors` (the exceptions), `unwinder`, `registers`, `memory`, `symbols`,
 //! `symbolize`, `elf`, `stackdb`, `perf`, `corefile`, `debuginfod`. This file registers
 //! them all. Files are mapped, never copied.
 
@@ -17,6 +17,7 @@ mod errors;
 mod memory;
 mod perf;
 mod progress;
+mod registers;
 mod stackdb;
 mod symbolize;
 mod symbols;
@@ -67,6 +68,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("END_REASONS", names(&crate::unwind::EndReason::ALL.map(|e| e.as_str()))?)?;
     m.add("MAX_JOBS", perf::MAX_JOBS)?;
     m.add_class::<unwinder::PyUnwinder>()?;
+    m.add_class::<registers::PyRegisters>()?;
     m.add_class::<unwinder::PyTrace>()?;
     m.add_class::<batch::PyTraceBatch>()?;
     m.add_class::<unwinder::PyFrame>()?;

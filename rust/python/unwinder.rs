@@ -11,6 +11,7 @@ use pyo3::types::{PyBytes, PyDict, PyString, PyTuple};
 
 use super::errors::{guard, ArchError, CfiError, ElfError, MemoryReadError, StackwalkError};
 use super::memory::PyMappedMemory;
+use super::registers::PyRegisters;
 use crate::arch::Arch;
 use crate::cfi::{CfaRule, Data, Module, RegRule, UnwindInfo};
 use crate::elf::read_elf;
@@ -591,7 +592,38 @@ fn register_keys(py: Python<'_>, arch: Arch) -> &[RegisterKey] {
     })
 }
 
+/// The pc and registers of `regs`: a `Registers` of this architecture (no
+/// name looked up), or a mapping of names to values. Both must be there.
 pub(super) fn extract_registers(arch: Arch, regs: &Bound<'_, PyAny>) -> PyResult<(u64, Registers)> {
+    let (pc, registers) = match regs.cast::<PyRegisters>() {
+        Ok(given) => {
+            let given = given.borrow();
+            if given.arch != arch {
+                return Err(ArchError::new_err(format!(
+                    "registers of {}, the unwinder is for {arch}",
+                    given.arch
+                )));
+            }
+            (given.pc, given.regs)
+        }
+        Err(_) => registers_by_name(arch, regs)?,
+    };
+    let pc_name = arch.pc_name();
+    let pc = pc.ok_or_else(|| {
+        StackwalkError::new_err(format!("regs lacks the program counter ({pc_name})"))
+    })?;
+    if registers.get(arch.sp()).is_none() {
+        let sp_name = arch.register_name(arch.sp()).unwrap_or("sp");
+        return Err(StackwalkError::new_err(format!("regs lacks the stack pointer ({sp_name})")));
+    }
+    Ok((pc, registers))
+}
+
+/// The pc (if given) and registers a mapping of register names names.
+pub(super) fn registers_by_name(
+    arch: Arch,
+    regs: &Bound<'_, PyAny>,
+) -> PyResult<(Option<u64>, Registers)> {
     let mut registers = Registers::new();
     let mut pc = None;
     let mut set = |col: Option<u16>, value: &Bound<'_, PyAny>| -> PyResult<()> {
@@ -617,14 +649,6 @@ pub(super) fn extract_registers(arch: Arch, regs: &Bound<'_, PyAny>) -> PyResult
                 set(col, &v)?;
             }
         }
-    }
-    let pc_name = arch.pc_name();
-    let pc = pc.ok_or_else(|| {
-        StackwalkError::new_err(format!("regs lacks the program counter ({pc_name})"))
-    })?;
-    if registers.get(arch.sp()).is_none() {
-        let sp_name = arch.register_name(arch.sp()).unwrap_or("sp");
-        return Err(StackwalkError::new_err(format!("regs lacks the stack pointer ({sp_name})")));
     }
     Ok((pc, registers))
 }
