@@ -16,6 +16,7 @@ pub mod fallback;
 pub mod files;
 pub mod lines;
 pub mod memory;
+pub mod minidump;
 pub mod modules;
 pub mod perf;
 pub mod profile;
