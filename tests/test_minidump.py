@@ -8,13 +8,23 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import struct
 from pathlib import Path
 from typing import Any
 
 import pytest
 from corefiles import build_id_of, stackwalk_core, stackwalk_minidump
-from minidumps import DUMP_SPECS, MINIDUMP_STACKWALK, Dumps, MadeDump, thread_list_tids
-from stackwalk.minidump import Minidump, MinidumpError
+from minidumps import (
+    DUMP_SPECS,
+    EXCEPTION,
+    LINUX_MAPS,
+    MINIDUMP_STACKWALK,
+    Dumps,
+    MadeDump,
+    minidump_streams,
+    thread_list_tids,
+)
+from stackwalk.minidump import Minidump, MinidumpError, Signal
 
 CASES = [*DUMP_SPECS, "snapshot"]
 
@@ -178,3 +188,45 @@ def test_not_a_minidump(tmp_path: Path) -> None:
     core.write_bytes(b"")
     with pytest.raises(MinidumpError, match="not a minidump"):
         Minidump.open(core)
+
+
+def _patched(made: MadeDump, directory: Path, edits: list[tuple[int, bytes]]) -> Path:
+    data = bytearray(made.path.read_bytes())
+    for at, value in edits:
+        data[at : at + len(value)] = value
+    path = directory / f"patched-{made.spec.id}.dmp"
+    path.write_bytes(data)
+    return path
+
+
+def test_the_exception_stream_names_the_crashing_thread(dumps: Dumps, tmp_path: Path) -> None:
+    """The exception stream of a crash handler's dump (minidump-writer's with a crash context:
+    the signal in exception_code, si_code in exception_flags, si_addr in exception_address),
+    made from the requested dump of the program stopped at its NULL store: that thread is the
+    crashing one, listed first, killed by SIGSEGV at address 0 -- what the kernel's core says."""
+    made = dumps("deep")
+    rva, _ = minidump_streams(made.path)[EXCEPTION]
+    record = rva + 8  # MINIDUMP_EXCEPTION_STREAM: thread id, alignment, then the record
+    segv_maperr = struct.pack("<IIQQ", 11, 1, 0, 0)  # code, flags, nested record, address
+    crashed = _patched(made, tmp_path, [(record, segv_maperr)])
+    dump = Minidump.open(crashed)
+    assert dump.crashing_tid == made.pid and dump.threads[0].tid == made.pid
+    assert dump.signal == Signal(11, "SIGSEGV", 0, 1)
+    text = stackwalk_minidump(crashed).stdout.splitlines()
+    assert text[1] == "Killed by SIGSEGV (signal 11) at address 0x0"
+    assert text[3] == f"Thread {made.pid} (crashed):"
+
+
+def test_modules_from_the_module_list_without_a_maps_stream(dumps: Dumps, tmp_path: Path) -> None:
+    """A dump without the Linux maps stream (its directory entry's type changed to one no reader
+    knows): the modules are placed from the module list instead, and every frame is the same."""
+    made = dumps("snapshot")
+    data = made.path.read_bytes()
+    count, directory = struct.unpack_from("<II", data, 8)
+    kinds = [struct.unpack_from("<I", data, directory + 12 * i)[0] for i in range(count)]
+    entry = directory + 12 * kinds.index(LINUX_MAPS)
+    unmapped = _patched(made, tmp_path, [(entry, struct.pack("<I", 0x7FFF0000))])
+    whole, without = Minidump.open(made.path).to_dict(), Minidump.open(unmapped).to_dict()
+    assert without["threads"] == whole["threads"]
+    found = {m["path"] for m in without["modules"] if m["found"]}
+    assert str(made.executable) in found and any("libc.so" in p for p in found), found

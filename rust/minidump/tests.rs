@@ -12,19 +12,27 @@ const CONTEXT_AMD64: u32 = 0x0010_0000;
 const CONTEXT_SIZE: usize = 1232;
 const RIP: usize = 248;
 const RSP: usize = 152;
+const AMD64: u16 = 9;
+const ARM64: u16 = 12;
 
 /// A minidump of one x86_64 thread (tid 7, rip 0x401000, rsp 0x7000) with
 /// 16 bytes of stack, its thread context `context_size` bytes long; the
 /// memory list names the stack again, with `memory_count` as its count.
 fn dump(context_size: usize, memory_count: u32) -> Vec<u8> {
-    let mut system_info = vec![0u8; 56];
-    system_info[..2].copy_from_slice(&9u16.to_le_bytes()); // PROCESSOR_ARCHITECTURE_AMD64
-    system_info[20..24].copy_from_slice(&0x8201u32.to_le_bytes()); // Linux
     let mut context = vec![0u8; CONTEXT_SIZE];
     context[48..52].copy_from_slice(&CONTEXT_AMD64.to_le_bytes());
     context[RIP..RIP + 8].copy_from_slice(&0x401000u64.to_le_bytes());
     context[RSP..RSP + 8].copy_from_slice(&0x7000u64.to_le_bytes());
     context.truncate(context_size);
+    dump_of(AMD64, context, memory_count)
+}
+
+/// A minidump of one thread of the architecture `processor_architecture`
+/// with `context` (see [`dump`]).
+fn dump_of(processor_architecture: u16, context: Vec<u8>, memory_count: u32) -> Vec<u8> {
+    let mut system_info = vec![0u8; 56];
+    system_info[..2].copy_from_slice(&processor_architecture.to_le_bytes());
+    system_info[20..24].copy_from_slice(&0x8201u32.to_le_bytes()); // Linux
     let stack = [0xabu8; 16];
 
     // Layout: header, directory (3 entries), system info, thread list,
@@ -126,4 +134,36 @@ fn every_truncation_is_read_or_refused_without_panic() {
 fn not_a_minidump() {
     assert!(matches!(read_dump(b"\x7fELF\x02\x01\x01".to_vec()), Err(MinidumpError::NotMinidump)));
     assert!(matches!(read_dump(b"MDM".to_vec()), Err(MinidumpError::Header(_))));
+}
+
+#[test]
+fn reads_an_aarch64_context() {
+    // CONTEXT_ARM64: flags, cpsr, x0..x30, sp, pc, then the vector and debug registers.
+    let mut context = vec![0u8; 912];
+    context[..4].copy_from_slice(&0x0040_0000u32.to_le_bytes());
+    for i in 0..31u64 {
+        let at = 8 + 8 * i as usize;
+        context[at..at + 8].copy_from_slice(&(0x1000 + i).to_le_bytes());
+    }
+    context[256..264].copy_from_slice(&0x7000u64.to_le_bytes());
+    context[264..272].copy_from_slice(&0x401000u64.to_le_bytes());
+    let md = read_dump(dump_of(ARM64, context, 1)).expect("a minidump");
+    assert_eq!(md.arch, Arch::Aarch64);
+    let thread = &md.threads[0];
+    assert_eq!(register(thread, "pc"), Some(0x401000));
+    assert_eq!(register(thread, "sp"), Some(0x7000));
+    assert_eq!(register(thread, "x0"), Some(0x1000));
+    assert_eq!(register(thread, "x29"), Some(0x1000 + 29));
+    assert_eq!(register(thread, "x30"), Some(0x1000 + 30));
+}
+
+#[test]
+fn without_system_info_the_contexts_say_the_architecture() {
+    let mut bytes = dump(CONTEXT_SIZE, 1);
+    // The system info stream's directory entry (the first) names an unknown stream type.
+    bytes[32..36].copy_from_slice(&0x7fff_0000u32.to_le_bytes());
+    let md = read_dump(bytes).expect("a minidump");
+    assert_eq!(md.arch, Arch::X86_64);
+    assert_eq!(register(&md.threads[0], "rip"), Some(0x401000));
+    assert!(md.warnings.iter().any(|w| w.contains("thread contexts")), "{:?}", md.warnings);
 }
