@@ -11,17 +11,14 @@ use std::path::PathBuf;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
+use super::corefile::{image, link_map_objects, string_object, LinkMap, SigInfo};
 use super::errors::MinidumpError;
 use super::memory::PyMappedMemory;
-use crate::corefile::LinkMapEntry;
 use crate::minidump::{MinidumpFile, DUMP_REQUESTED};
 
 /// `p_flags` of a module of the module list, without a maps stream: code.
 const READ_EXECUTE: u32 = 5;
 const AT_PAGESZ: u64 = 6;
-
-/// `(si_signo, si_code, si_addr)`, as `CoreFile` gives a thread's `NT_SIGINFO`.
-type SigInfo = (i32, i32, u64);
 
 /// A minidump: its threads, process facts, modules and memory.
 #[pyclass(module = "stackwalk._core", name = "MinidumpFile", frozen)]
@@ -197,9 +194,13 @@ impl PyMinidumpFile {
 
     /// The NUL-terminated string at `address` (None: not all in the dump).
     #[pyo3(signature = (address, limit = 4096))]
-    fn string(&self, address: u64, limit: usize) -> Option<String> {
-        let bytes = self.inner.string(address, limit)?;
-        Some(String::from_utf8_lossy(&bytes).into_owned())
+    fn string<'py>(
+        &self,
+        py: Python<'py>,
+        address: u64,
+        limit: usize,
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
+        string_object(py, self.inner.string(address, limit))
     }
 
     /// The bytes the dump holds contiguously from `address` on, at most
@@ -210,22 +211,13 @@ impl PyMinidumpFile {
         address: u64,
         limit: usize,
     ) -> Option<Bound<'py, PyBytes>> {
-        let bytes = self.inner.memory.tail(address, limit);
-        (!bytes.is_empty()).then(|| PyBytes::new(py, bytes))
+        image(py, &self.inner.memory, address, limit)
     }
 
     /// The dynamic linker's link map, where the dump holds it: as
     /// `CoreFile.link_map`.
-    #[allow(clippy::type_complexity)]
-    fn link_map(&self, dynamic: u64) -> (Vec<(Option<String>, u64, u64)>, Vec<String>) {
-        let (entries, warnings) = self.inner.link_map(dynamic);
-        let entries = entries
-            .into_iter()
-            .map(|LinkMapEntry { name, bias, dynamic }| {
-                (name.map(|n| String::from_utf8_lossy(&n).into_owned()), bias, dynamic)
-            })
-            .collect();
-        (entries, warnings)
+    fn link_map<'py>(&self, py: Python<'py>, dynamic: u64) -> PyResult<LinkMap<'py>> {
+        link_map_objects(py, self.inner.link_map(dynamic))
     }
 
     fn __repr__(&self) -> String {
