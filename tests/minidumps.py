@@ -34,7 +34,7 @@ from typing import Any
 
 import pytest
 from corefiles import CRASH_ENV, SPECS, TIMEOUT, GdbView, Spec, gdb_on_core, run
-from realstacks import Builder
+from realstacks import PROGRAMS, SYSTEM_PYTHON, Builder
 
 ROOT = Path(__file__).resolve().parent.parent
 DUMPER = Path(__file__).resolve().parent / "dumper"
@@ -49,8 +49,9 @@ THREAD_LIST, MODULE_LIST, MEMORY_LIST, EXCEPTION, SYSTEM_INFO = 3, 4, 5, 6, 7
 LINUX_MAPS = 0x47670009
 
 # The programs dumped at their fault (x86_64: minidump-writer dumps processes of its own
-# architecture), and the snapshot of a process that did not fault.
-DUMP_SPECS = ("deep", "libc", "cxx", "signal")
+# architecture; python: three threads, the crashing one deep in libpython), and the snapshot of
+# a process of two threads that did not fault.
+DUMP_SPECS = ("deep", "libc", "cxx", "signal", "python")
 SNAPSHOT = Spec("snapshot", "snapshot.c", ("-O2", "-pthread"), signal="SIGSTOP")
 
 
@@ -176,10 +177,14 @@ class Dumps:
     def _make(self, spec: Spec) -> MadeDump:
         if self._dumper is None:
             self._dumper = build_dumper()
-        program = self._build(spec.source, *spec.flags, compiler=spec.compiler)
+        if spec.source.endswith(".py"):
+            program = Path(SYSTEM_PYTHON)
+            argv = [SYSTEM_PYTHON, "-I", "-S", str(PROGRAMS / spec.source)]
+        else:
+            program = self._build(spec.source, *spec.flags, compiler=spec.compiler)
+            argv = [str(program)]
         directory = self.directory / spec.id
         directory.mkdir(parents=True, exist_ok=True)
-        argv = [str(program)]
         stop = _stop_snapshot if spec is SNAPSHOT else _stop_at_fault
         process = stop(argv)
         try:

@@ -45,21 +45,24 @@ def real_frames(thread: dict[str, Any]) -> list[dict[str, Any]]:
 Key = tuple[int, int | None, int | None, str]
 
 
-def key(frame: dict[str, Any], bases: dict[str, int]) -> Key:
-    """(pc, where its module starts, module offset, trust) of a frame of ours. (The module by
+def key(frame: dict[str, Any], modules: dict[str, dict[str, Any]]) -> Key:
+    """(pc, where its module starts, offset from there, trust) of a frame of ours. (The module by
     where it is, not by name: the module list names a library by its soname, ``libstdc++.so.6``,
-    which minidump-stackwalk shows, the maps stream by its file, ``libstdc++.so.6.0.30``.)"""
-    module = bases[frame["module"]] if frame["module"] else None
-    offset = int(frame["module_offset"], 16) if frame["module_offset"] else None
-    return int(frame["pc"], 16), module, offset, frame["trust"]
+    which minidump-stackwalk shows, the maps stream by its file, ``libstdc++.so.6.0.30``.) Our
+    ``module_offset`` is the ELF address ``addr2line`` takes: + bias - start is the offset from
+    the module's start, minidump-stackwalk's (the two differ for a non-PIE executable)."""
+    if not frame["module"]:
+        return int(frame["pc"], 16), None, None, frame["trust"]
+    module = modules[frame["module"]]
+    start, bias = int(module["start"], 16), int(module["bias"], 16)
+    offset = int(frame["module_offset"], 16) + bias - start
+    return int(frame["pc"], 16), start, offset, frame["trust"]
 
 
 def their_key(frame: dict[str, Any], bases: dict[str, int]) -> Key:
-    """The same of a frame of minidump-stackwalk's. Its ``offset`` of a caller is the return
-    address - 1 (an address inside the call instruction, as Breakpad reports callers), its
-    ``module_offset`` relative to the module's base; ours are the return address and the
-    ELF address ``addr2line`` takes, which is the offset from the base for these programs and
-    libraries (their first segment at address 0)."""
+    """The same of a frame of minidump-stackwalk's. Its ``offset`` and ``module_offset`` of a
+    caller are those of the return address - 1 (an address inside the call instruction, as
+    Breakpad reports callers); ours, of the return address."""
     shift = 0 if frame["trust"] == "context" else 1
     offset = frame.get("module_offset")
     return (
@@ -81,13 +84,26 @@ def test_frames_match_minidump_stackwalk(case: str, dumps: Dumps) -> None:
     assert [t["thread_id"] for t in theirs["threads"]] == tids
     assert sorted(t["tid"] for t in doc["threads"]) == sorted(tids)
     by_tid = {t["tid"]: t for t in doc["threads"]}
-    our_bases = {m["path"]: int(m["start"], 16) for m in doc["modules"]}
+    our_modules = {m["path"]: m for m in doc["modules"]}
     their_bases = {m["filename"]: int(m["base_addr"], 16) for m in theirs["modules"]}
+    non_pie = {int(m["start"], 16) for m in doc["modules"] if m["bias"] == "0x0"}
     for their_thread in theirs["threads"]:
         tid = their_thread["thread_id"]
-        mine = [key(f, our_bases) for f in real_frames(by_tid[tid])]
+        mine = [key(f, our_modules) for f in real_frames(by_tid[tid])]
         their = [their_key(f, their_bases) for f in their_thread["frames"]]
-        assert mine == their, (tid, mine, their)
+        if mine == their:
+            continue
+        # Where they differ, minidump-stackwalk is wrong: it uses no CFI for a pc in a non-PIE
+        # executable (python3.11, at 0x400000; its .eh_frame covers those functions), so it
+        # finds such a frame's caller by scanning, goes astray (functions that were not
+        # called) and stops early. Ours went on by that module's CFI, and every frame of ours
+        # is gdb's on the core of the same stop (also below).
+        split = next(i for i, (a, b) in enumerate(zip(mine, their, strict=False)) if a != b)
+        assert mine[:split] == their[:split], (tid, mine, their)
+        assert their[split][3] == "scan" and their[split - 1][1] in non_pie, (tid, their[split])
+        assert mine[split][3] == "cfi", (tid, mine[split])
+        gdb_pcs = made.gdb.thread(tid).pcs
+        assert [pc for pc, *_ in mine] == gdb_pcs, tid
 
 
 @pytest.mark.parametrize("case", CASES)
