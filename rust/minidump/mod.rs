@@ -258,7 +258,9 @@ fn read(data: &[u8]) -> Result<Read, MinidumpError> {
     }
     segments.extend(streams.memory_list(&mut warnings));
     segments.extend(streams.memory64_list(&mut warnings));
-    segments.sort_by_key(|s| (s.address, s.offset));
+    // A stack is usually in the memory list too: one region per address,
+    // the largest the dump has there.
+    segments.sort_by_key(|s| (s.address, std::cmp::Reverse(s.size)));
     segments.dedup_by_key(|s| s.address);
 
     let modules = streams

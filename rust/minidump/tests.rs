@@ -167,3 +167,13 @@ fn without_system_info_the_contexts_say_the_architecture() {
     assert_eq!(register(&md.threads[0], "rip"), Some(0x401000));
     assert!(md.warnings.iter().any(|w| w.contains("thread contexts")), "{:?}", md.warnings);
 }
+
+#[test]
+fn a_stack_named_twice_keeps_the_larger_region() {
+    let mut bytes = dump(CONTEXT_SIZE, 1);
+    // The thread's stack descriptor says 8 bytes, the memory list's 16 at the same address.
+    let thread = 32 + 3 * 12 + 56 + 4;
+    bytes[thread + 32..thread + 36].copy_from_slice(&8u32.to_le_bytes());
+    let md = read_dump(bytes).expect("a minidump");
+    assert_eq!(md.memory.bytes(0x7000, 16), Some(&[0xab; 16][..]));
+}
