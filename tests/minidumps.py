@@ -6,10 +6,11 @@ through a test-only helper, ``tests/dumper`` (``dump-pid PID OUTPUT``: a crate o
 once into ``target/dumper`` and reused by later runs), which ptrace-attaches to every thread of a
 process by pid as a crash handler does. Each program is first stopped at a known point:
 
-* a crash program at its fault: it runs as a ptrace tracee (``PTRACE_TRACEME``) until the fatal
-  signal stops it, then is detached with SIGSTOP in place of that signal, so that the whole
-  process stops with the faulting thread's registers at the faulting instruction, the signal
-  never delivered;
+* a crash program at its fault: it runs as a ptrace tracee (``PTRACE_TRACEME``, its threads
+  traced as they start) until its fatal signal stops one of them (other signals, such as the
+  SIGALRM whose handler faults, go on to the program); then the whole process is stopped and
+  every thread detached into that stop, the faulting one with SIGSTOP in place of its signal, so
+  that its registers stay at the faulting instruction, the signal never delivered;
 * ``snapshot.c`` (nothing faults), stopped with SIGSTOP once it is ready.
 
 While it is stopped, gdb's ``gcore`` also writes a core of it: the same threads, registers and
@@ -43,15 +44,18 @@ DUMPER_TARGET = ROOT / "target" / "dumper"
 MINIDUMP_STACKWALK = shutil.which("minidump-stackwalk") or os.path.expanduser(
     "~/.cargo/bin/minidump-stackwalk"
 )
-_PTRACE_TRACEME, _PTRACE_CONT, _PTRACE_DETACH = 0, 7, 17
+_PTRACE_TRACEME, _PTRACE_CONT, _PTRACE_DETACH, _PTRACE_SETOPTIONS = 0, 7, 17, 0x4200
+_PTRACE_O_TRACECLONE, _PTRACE_EVENT_CLONE = 8, 3
+_WALL = 0x40000000  # waitpid: every child thread, traced ones included
 # Stream types of the minidump format.
 THREAD_LIST, MODULE_LIST, MEMORY_LIST, EXCEPTION, SYSTEM_INFO = 3, 4, 5, 6, 7
 LINUX_MAPS = 0x47670009
 
 # The programs dumped at their fault (x86_64: minidump-writer dumps processes of its own
-# architecture; python: three threads, the crashing one deep in libpython), and the snapshot of
-# a process of two threads that did not fault.
-DUMP_SPECS = ("deep", "libc", "cxx", "signal", "python")
+# architecture; threads: six, one crashing while the others block; python: three threads, the
+# crashing one deep in libpython), and the snapshot of a process of two threads that did not
+# fault.
+DUMP_SPECS = ("deep", "threads", "libc", "cxx", "signal", "python")
 SNAPSHOT = Spec("snapshot", "snapshot.c", ("-O2", "-pthread"), signal="SIGSTOP")
 
 
@@ -130,23 +134,46 @@ def _wait_stopped(pid: int) -> None:
     pytest.fail(f"process {pid} did not stop")
 
 
-def _stop_at_fault(argv: list[str]) -> subprocess.Popen[bytes]:
-    """``argv`` run as a tracee up to its fatal signal, then detached into a SIGSTOP: the process
-    stopped with the faulting thread at the faulting instruction."""
+def _stop_at_fault(argv: list[str], fatal: int) -> subprocess.Popen[bytes]:
+    """``argv`` run as a tracee, every thread traced (PTRACE_O_TRACECLONE), up to the signal
+    ``fatal`` in one of them; then the whole process is stopped (SIGSTOP) and every thread
+    detached into that stop, the faulting one with SIGSTOP in place of its fatal signal, so that
+    it stays at the faulting instruction."""
     program = subprocess.Popen(argv, env=CRASH_ENV, stdin=subprocess.DEVNULL,
                                stdout=subprocess.DEVNULL, preexec_fn=_trace_me)  # fmt: skip
     libc = _libc()
-    while True:
-        _, status = os.waitpid(program.pid, 0)
+    pid = program.pid
+    _, status = os.waitpid(pid, 0)  # the exec's SIGTRAP
+    assert os.WIFSTOPPED(status) and os.WSTOPSIG(status) == signal.SIGTRAP, status
+    libc.ptrace(_PTRACE_SETOPTIONS, pid, None, _PTRACE_O_TRACECLONE)
+    libc.ptrace(_PTRACE_CONT, pid, None, None)
+    traced = {pid}
+    faulted = None
+    while faulted is None:
+        tid, status = os.waitpid(-1, _WALL)
         if not os.WIFSTOPPED(status):
-            pytest.fail(f"{argv} ended before it faulted (status {status:#x})")
-        sig = os.WSTOPSIG(status)
-        if sig == signal.SIGTRAP:  # the exec
-            libc.ptrace(_PTRACE_CONT, program.pid, None, None)
+            traced.discard(tid)
+            if tid == pid:
+                pytest.fail(f"{argv} ended before it faulted (status {status:#x})")
             continue
-        break
-    libc.ptrace(_PTRACE_DETACH, program.pid, None, signal.SIGSTOP)
-    _wait_stopped(program.pid)
+        sig = os.WSTOPSIG(status)
+        if status >> 16 == _PTRACE_EVENT_CLONE or (tid not in traced and sig == signal.SIGSTOP):
+            traced.add(tid)  # a new thread's first stop, or its creator's report of it
+            libc.ptrace(_PTRACE_CONT, tid, None, None)
+        elif sig == fatal:
+            faulted = tid
+        else:  # another signal: the program's own business
+            libc.ptrace(_PTRACE_CONT, tid, None, sig)
+    # Stop the others: each reports its stop, and is detached into it.
+    os.kill(pid, signal.SIGSTOP)
+    waiting = traced - {faulted}
+    while waiting:
+        tid, status = os.waitpid(-1, _WALL)
+        waiting.discard(tid)
+        if os.WIFSTOPPED(status):
+            libc.ptrace(_PTRACE_DETACH, tid, None, signal.SIGSTOP)
+    libc.ptrace(_PTRACE_DETACH, faulted, None, signal.SIGSTOP)
+    _wait_stopped(pid)
     return program
 
 
@@ -185,8 +212,10 @@ class Dumps:
             argv = [str(program)]
         directory = self.directory / spec.id
         directory.mkdir(parents=True, exist_ok=True)
-        stop = _stop_snapshot if spec is SNAPSHOT else _stop_at_fault
-        process = stop(argv)
+        if spec is SNAPSHOT:
+            process = _stop_snapshot(argv)
+        else:
+            process = _stop_at_fault(argv, signal.Signals[spec.signal])
         try:
             # gcore first: it leaves the process stopped, where minidump-writer continues it
             # (SIGCONT) once it has written the dump.
