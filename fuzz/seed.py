@@ -7,7 +7,9 @@
 - perf: ``perf record --call-graph dwarf`` of tests/programs/perf_qsort.c, to a file and to a
   pipe, with small stack copies so the seeds stay small;
 - core: gdb's ``gcore`` core of the same stop, its notes whole and each segment cut to its
-  first page (the ELF headers of each module, the bottom of the stack).
+  first page (the ELF headers of each module, the bottom of the stack);
+- minidump: ``minidump-writer``'s minidump (the tests' ``tests/dumper``, built by cargo) of
+  tests/programs/snapshot.c, two threads blocked in libc, stopped with SIGSTOP.
 
 Usage: python fuzz/seed.py [CORPUS_DIR]   (default: fuzz/corpus; run by ``make fuzz``)
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import struct
 import subprocess
 import sys
@@ -145,6 +148,23 @@ def seed_core(work: Path, out: Path) -> None:
     (out / "deep").write_bytes(compact_core(core))
 
 
+def seed_minidump(work: Path, out: Path) -> None:
+    dumper = ROOT / "tests" / "dumper"
+    target = ROOT / "target" / "dumper"
+    subprocess.run(["cargo", "build", "--quiet", "--manifest-path", str(dumper / "Cargo.toml"),
+                    "--target-dir", str(target)], check=True)  # fmt: skip
+    program = build(work, "snapshot.c", "-O2", "-pthread")
+    process = subprocess.Popen([str(program)], stdout=subprocess.PIPE, env=ENV)
+    try:
+        assert process.stdout is not None and process.stdout.readline() == b"ready\n"
+        os.kill(process.pid, signal.SIGSTOP)
+        dump = [str(target / "debug" / "dump-pid"), str(process.pid), str(out / "snapshot.dmp")]
+        subprocess.run(dump, check=True, timeout=120)
+    finally:
+        process.kill()
+        process.wait()
+
+
 def seed_perf(work: Path, out: Path) -> None:
     program = build(work, "perf_qsort.c", "-O2", "-fomit-frame-pointer")
     env = {**ENV, "HOME": str(work)}
@@ -162,7 +182,7 @@ def main() -> int:
     corpus = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "fuzz" / "corpus"
     with tempfile.TemporaryDirectory() as tmp:
         seeds = (("cfi", seed_cfi), ("unwind", seed_unwind), ("perf", seed_perf),
-                 ("core", seed_core))  # fmt: skip
+                 ("core", seed_core), ("minidump", seed_minidump))  # fmt: skip
         for name, seed in seeds:
             out = corpus / name
             out.mkdir(parents=True, exist_ok=True)

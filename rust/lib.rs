@@ -17,6 +17,7 @@ pub mod fallback;
 pub mod files;
 pub mod lines;
 pub mod memory;
+pub mod minidump;
 pub mod modules;
 pub mod perf;
 pub mod perfmap;

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from corefiles import Cores
 from hypothesis import HealthCheck, settings
+from minidumps import Dumps
 from perfdata import Recordings
 from realstacks import IMPLEMENTATIONS, Builder, Captures
 
@@ -53,3 +54,9 @@ def cores(tmp_path_factory: pytest.TempPathFactory, build: Builder) -> Cores:
 def recordings(tmp_path_factory: pytest.TempPathFactory, build: Builder) -> Recordings:
     """Every workload's perf.data (tests/perfdata.py), recorded once per session."""
     return Recordings(tmp_path_factory.mktemp("perf"), build)
+
+
+@pytest.fixture(scope="session")
+def dumps(tmp_path_factory: pytest.TempPathFactory, build: Builder) -> Dumps:
+    """Minidumps made at test time (tests/minidumps.py), once per session."""
+    return Dumps(tmp_path_factory.mktemp("minidumps"), build)

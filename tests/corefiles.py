@@ -979,3 +979,8 @@ def _take_references(made: MadeCore) -> None:
 def stackwalk_core(*args: str | os.PathLike[str]) -> subprocess.CompletedProcess[str]:
     """``python -m stackwalk core ARGS`` in a process of its own."""
     return run([sys.executable, "-m", "stackwalk", "core", *args])
+
+
+def stackwalk_minidump(*args: str | os.PathLike[str]) -> subprocess.CompletedProcess[str]:
+    """``python -m stackwalk minidump ARGS`` in a process of its own."""
+    return run([sys.executable, "-m", "stackwalk", "minidump", *args])

@@ -1,7 +1,7 @@
 """A process that reads damaged files for test_hostile_input.py, so that a crash, a hang or a
-runaway allocation cannot take pytest down with it: one request per line on stdin (``core PATH``
-or ``perf PATH``), one JSON line per answer on stdout. Its address space is limited (argv[1],
-in MiB), so memory that grows without bound ends it instead of the machine."""
+runaway allocation cannot take pytest down with it: one request per line on stdin (``core PATH``,
+``minidump PATH`` or ``perf PATH``), one JSON line per answer on stdout. Its address space is
+limited (argv[1], in MiB), so memory that grows without bound ends it instead of the machine."""
 
 from __future__ import annotations
 
@@ -15,18 +15,19 @@ from typing import Any
 from stackwalk._core import perf_report
 from stackwalk.core import Core
 from stackwalk.errors import StackwalkError
+from stackwalk.minidump import Minidump
 
 MAX_FRAMES = 128
 
 
 def read(kind: str, path: str) -> dict[str, Any]:
     try:
-        if kind == "core":
+        if kind in ("core", "minidump"):
             # No debug root: a damaged core must not send us through /usr/lib/debug.
-            core = Core.open(path, debug_root=None)
+            core = (Core if kind == "core" else Minidump).open(path, debug_root=None)
             doc = core.to_dict(max_frames=MAX_FRAMES, end_details=True)
             ends = [t["end"] for t in doc["threads"]]
-            return {"threads": len(ends), "ends": ends}
+            return {"threads": len(ends), "ends": ends, "warnings": core.warnings}
         summary = perf_report(path, "json", output=os.devnull, jobs=1, max_frames=MAX_FRAMES)
         return {"samples": summary["samples"], "error": summary["error"]}
     except StackwalkError as e:

@@ -9,6 +9,10 @@ without bound.
 The number of examples comes from the hypothesis profile: ``default`` keeps the suite quick,
 ``HYPOTHESIS_PROFILE=long`` runs a campaign (see conftest.py).
 
+Minidumps made at test time (tests/minidumps.py) the same way, and cut or damaged where a reader
+decides what to trust (the stream directory, counts, thread contexts): a MinidumpError naming the
+file, or the threads that could be read unwound and a warning naming the damaged stream.
+
 Also: ``stackwalk core --dir`` and ``stackwalk perf`` over several files, damaged and not.
 """
 
@@ -16,7 +20,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import select
+import struct
 import subprocess
 import sys
 import time
@@ -25,12 +31,30 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from corefiles import Cores, core_notes, note_span, stackwalk_core, truncated_copy
+from corefiles import (
+    Cores,
+    core_notes,
+    note_span,
+    stackwalk_core,
+    stackwalk_minidump,
+    truncated_copy,
+)
 from elftools.elf.elffile import ELFFile
 from hypothesis import event, given
 from hypothesis import strategies as st
+from minidumps import (
+    EXCEPTION,
+    LINUX_MAPS,
+    MEMORY_LIST,
+    MODULE_LIST,
+    SYSTEM_INFO,
+    THREAD_LIST,
+    Dumps,
+    minidump_streams,
+)
 from perfdata import Recordings, data_section, stackwalk_perf
 from stackwalk.core import Core, CoreError
+from stackwalk.minidump import Minidump, MinidumpError
 
 WORKER = Path(__file__).with_name("hostile_worker.py")
 MEMORY_LIMIT_MIB = 2048
@@ -140,6 +164,17 @@ def hot_ranges_of_core(path: Path) -> list[tuple[int, int]]:
     return [(0, header_end), *notes]
 
 
+def hot_ranges_of_minidump(path: Path) -> list[tuple[int, int]]:
+    """The header and stream directory, and the streams a reader takes its layout from."""
+    data = path.read_bytes()
+    count, directory = struct.unpack_from("<II", data, 8)
+    streams = minidump_streams(path)
+    kinds = (THREAD_LIST, MODULE_LIST, MEMORY_LIST, EXCEPTION, SYSTEM_INFO, LINUX_MAPS)
+    return [(0, 32), (directory, directory + 12 * count)] + [
+        (rva, rva + size) for kind, (rva, size) in streams.items() if kind in kinds
+    ]
+
+
 def hot_ranges_of_perf(path: Path) -> list[tuple[int, int]]:
     """The file header and attributes, the data section's first records, and what follows the
     data (the feature sections)."""
@@ -188,14 +223,15 @@ def check(answer: dict[str, Any], path: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def originals(cores: Cores, recordings: Recordings) -> dict[str, Path]:
+def originals(cores: Cores, recordings: Recordings, dumps: Dumps) -> dict[str, Path]:
     """The real files mutated: a core of four threads (gdb's: modules from NT_FILE), qemu's
     core of a dynamic aarch64 program (no NT_FILE: modules from the link map in its memory),
-    a perf.data of the qsort workload."""
+    a perf.data of the qsort workload, a minidump of a process of two threads."""
     return {
         "core": cores("threads").path,
         "core-linkmap": cores("a64-deep").path,
         "perf": recordings("qsort").path,
+        "minidump": dumps("snapshot").path,
     }
 
 
@@ -203,7 +239,8 @@ def originals(cores: Cores, recordings: Recordings) -> dict[str, Path]:
 def mutated(
     originals: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
 ) -> dict[str, Mutated]:
-    hot = {"core": hot_ranges_of_core, "perf": hot_ranges_of_perf}
+    hot = {"core": hot_ranges_of_core, "perf": hot_ranges_of_perf,
+           "minidump": hot_ranges_of_minidump}  # fmt: skip
     out = {}
     for name, path in originals.items():
         kind = name.split("-")[0]  # the worker's request
@@ -218,6 +255,12 @@ def test_the_worker_reads_the_undamaged_files(worker: Worker, originals: dict[st
         assert core.get("threads") == len(core_notes(str(originals[name])).tids), core
     perf = worker.read("perf", originals["perf"])
     assert perf.get("samples", 0) > 0 and perf["error"] is None, perf
+    dump = worker.read("minidump", originals["minidump"])
+    rva, _ = minidump_streams(originals["minidump"])[THREAD_LIST]
+    (count,) = struct.unpack_from("<I", originals["minidump"].read_bytes(), rva)
+    # minidump-writer does not dump the vdso's memory, and says nothing else is missing.
+    assert dump.get("threads") == count == 2, dump
+    assert [w for w in dump["warnings"] if not w.startswith("vdso at")] == [], dump
 
 
 @pytest.mark.parametrize("name", ["core", "core-linkmap"])
@@ -226,6 +269,13 @@ def test_mutated_cores(
     name: str, data: st.DataObject, worker: Worker, mutated: dict[str, Mutated]
 ) -> None:
     mutated[name].trial(data, worker)
+
+
+@given(data=st.data())
+def test_mutated_minidumps(
+    data: st.DataObject, worker: Worker, mutated: dict[str, Mutated]
+) -> None:
+    mutated["minidump"].trial(data, worker)
 
 
 @given(data=st.data())
@@ -413,3 +463,127 @@ def test_perf_several_files(originals: dict[str, Path], tmp_path: Path) -> None:
     # The cut file's samples before the damage, then every sample of the good one.
     assert samples[len(samples) - len(alone.stdout.splitlines()) :] == alone.stdout.splitlines()
     assert proc.returncode == 1
+
+
+# --- damaged minidumps ----------------------------------------------------------------------
+
+
+def frames_of(dump: Minidump) -> dict[int, list[str]]:
+    return {t["tid"]: [f["pc"] for f in t["frames"]] for t in dump.to_dict()["threads"]}
+
+
+@pytest.fixture(scope="module")
+def good_minidump(originals: dict[str, Path]) -> tuple[Path, bytes, dict[int, list[str]]]:
+    path = originals["minidump"]
+    return path, path.read_bytes(), frames_of(Minidump.open(path, debug_root=None))
+
+
+@pytest.mark.parametrize(
+    "stream", [THREAD_LIST, MODULE_LIST, MEMORY_LIST, EXCEPTION, SYSTEM_INFO, LINUX_MAPS]
+)
+def test_minidump_cut_inside_a_stream(
+    stream: int, good_minidump: tuple[Path, bytes, dict[int, list[str]]], tmp_path: Path
+) -> None:
+    """The file cut in the middle of a stream: a warning naming the stream and every thread
+    unwound as far as the cut file holds its stack and modules, as in the whole file (or, cut in
+    the thread list, a MinidumpError naming the file and the stream)."""
+    path, data, frames = good_minidump
+    rva, size = minidump_streams(path)[stream]
+    cut = truncated_copy(path, rva + size // 2, tmp_path, "cut.dmp")
+    if stream == THREAD_LIST:
+        # The system info stream comes after the thread list: with neither, the architecture
+        # is unknown, and the error says why. (Without the system info stream alone, the
+        # thread contexts say it.)
+        with pytest.raises(MinidumpError, match=re.escape(f"{cut}: ") + ".*thread list stream"):
+            Minidump.open(cut, debug_root=None)
+        return
+    dump = Minidump.open(cut, debug_root=None)
+    assert any(f"({stream})" in w or f"({stream:#x})" in w for w in dump.warnings), dump.warnings
+    assert any("past the end of the file" in w for w in dump.warnings), dump.warnings
+    assert len(dump.threads) == len(frames)
+    for tid, pcs in frames_of(dump).items():
+        # Frame 0 always; the rest as far as the stack and modules the cut file still holds.
+        assert pcs[0] == frames[tid][0] and pcs == frames[tid][: len(pcs)], (tid, pcs)
+
+
+def test_minidump_cut_anywhere(
+    good_minidump: tuple[Path, bytes, dict[int, list[str]]], tmp_path: Path
+) -> None:
+    """Cut every 1/16th of the way: an error naming the file, or frames the whole file has."""
+    path, data, frames = good_minidump
+    for i in range(16):
+        cut = truncated_copy(path, len(data) * i // 16, tmp_path, f"cut-{i}.dmp")
+        try:
+            dump = Minidump.open(cut, debug_root=None)
+        except MinidumpError as e:
+            assert str(cut) in str(e) and "\n" not in str(e)
+            continue
+        assert dump.warnings, f"{cut}: cut, and no warning"
+        for tid, pcs in frames_of(dump).items():
+            assert pcs == frames[tid][: len(pcs)], (cut, tid, pcs)
+
+
+def _damaged(data: bytes, at: int, value: int, directory: Path, name: str) -> Path:
+    out = bytearray(data)
+    out[at : at + 4] = value.to_bytes(4, "little")
+    path = directory / name
+    path.write_bytes(out)
+    return path
+
+
+def test_minidump_directory_past_the_end(
+    good_minidump: tuple[Path, bytes, dict[int, list[str]]], tmp_path: Path
+) -> None:
+    _, data, _ = good_minidump
+    damaged = _damaged(data, 12, len(data) + 64, tmp_path, "directory.dmp")  # stream_directory_rva
+    with pytest.raises(MinidumpError, match=f"{damaged}: the stream directory lies past the end"):
+        Minidump.open(damaged, debug_root=None)
+    # A stream whose rva points past the end: that stream alone is lost.
+    path, data, frames = good_minidump
+    count, directory = struct.unpack_from("<II", data, 8)
+    kinds = [struct.unpack_from("<I", data, directory + 12 * i)[0] for i in range(count)]
+    index = kinds.index(MODULE_LIST)
+    damaged = _damaged(data, directory + 12 * index + 8, len(data) + 64, tmp_path, "stream.dmp")
+    dump = Minidump.open(damaged, debug_root=None)
+    assert any(w.startswith("module list stream (4) at") and "past the end" in w
+               for w in dump.warnings), dump.warnings  # fmt: skip
+    assert frames_of(dump) == frames
+
+
+@pytest.mark.parametrize("stream", [THREAD_LIST, MODULE_LIST, MEMORY_LIST])
+def test_minidump_huge_counts(
+    stream: int, good_minidump: tuple[Path, bytes, dict[int, list[str]]], tmp_path: Path
+) -> None:
+    """A count of 2^32 - 1 in a list stream: that stream's warning, no allocation of its
+    count (the worker's memory limit would end it), the other streams read."""
+    path, data, frames = good_minidump
+    rva, _ = minidump_streams(path)[stream]
+    damaged = _damaged(data, rva, 2**32 - 1, tmp_path, "count.dmp")
+    dump = Minidump.open(damaged, debug_root=None)
+    assert any(w.startswith(f"{('thread', 'module', 'memory')[stream - 3]} list stream ({stream})")
+               for w in dump.warnings), dump.warnings  # fmt: skip
+    if stream == THREAD_LIST:
+        assert not dump.threads
+        proc = stackwalk_minidump(damaged)
+        assert proc.returncode == 2 and "no thread could be read (thread list stream (3)" in (
+            proc.stderr
+        ), proc.stderr
+    else:
+        assert frames_of(dump) == frames
+
+
+def test_minidump_context_of_the_wrong_size(
+    good_minidump: tuple[Path, bytes, dict[int, list[str]]], tmp_path: Path
+) -> None:
+    """The second thread's context said to be 100 bytes long: that thread is left out with a
+    warning naming it; the other is unwound as in the whole file. (The first thread's context is
+    also in the exception stream, which minidump-writer blames for the dump: that one is used.)"""
+    path, data, frames = good_minidump
+    rva, _ = minidump_streams(path)[THREAD_LIST]
+    entry = rva + 4 + 48  # MINIDUMP_THREAD: the id first, the context's (size, rva) at 40
+    tid, *_ = struct.unpack_from("<I", data, entry)
+    damaged = _damaged(data, entry + 40, 100, tmp_path, "context.dmp")
+    dump = Minidump.open(damaged, debug_root=None)
+    assert [w for w in dump.warnings if f"thread {tid}'s context" in w], dump.warnings
+    got = frames_of(dump)
+    assert tid not in got and got == {t: f for t, f in frames.items() if t != tid}

@@ -7,5 +7,6 @@
 
 pub mod cfi;
 pub mod corefile;
+pub mod minidump;
 pub mod perf;
 pub mod unwind;

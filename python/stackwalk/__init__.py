@@ -5,7 +5,7 @@
     trace = uw.unwind(regs, [(rsp, stack_bytes)])
 
 ``stackwalk.baseline`` has the same API in pure Python; ``stackwalk.Core``
-reads ELF core files.
+reads ELF core files, ``stackwalk.Minidump`` minidumps.
 """
 
 from stackwalk.errors import ArchError, CfiError, ElfError, MemoryReadError, StackwalkError
@@ -35,6 +35,10 @@ def __getattr__(name: str) -> object:
         from stackwalk.triage import CrashStore
 
         return CrashStore
+    if name in ("Minidump", "MinidumpError"):
+        from stackwalk import minidump
+
+        return getattr(minidump, name)
     raise AttributeError(f"module 'stackwalk' has no attribute {name!r}")
 
 
@@ -44,6 +48,8 @@ __all__ = [
     "CoreError",
     "CrashStore",
     "Process",
+    "Minidump",
+    "MinidumpError",
     "Unwinder",
     "Registers",
     "Trace",

@@ -224,6 +224,19 @@ def cmd_core(args: argparse.Namespace) -> int:
     return _core_dir(args, paths)
 
 
+def cmd_minidump(args: argparse.Namespace) -> int:
+    if args.dir is None:
+        if not args.minidumps:
+            raise StackwalkError("a minidump file (or --dir DIR) is required")
+        return _each_file(args.minidumps, lambda path: _one_core(args, path, None))
+    if args.minidumps:
+        raise StackwalkError("--dir takes no FILE")
+    paths = _directory_files(args.dir)
+    if not paths:
+        raise StackwalkError(f"{args.dir}: no files")
+    return _core_dir(args, paths)
+
+
 def _core_from_stdin(args: argparse.Namespace) -> int:
     """`stackwalk core -`: the core read from standard input. A file redirected there is read
     in place; a pipe's bytes go to a temporary file first (the core is mapped, not read)."""
@@ -243,16 +256,26 @@ def _core_from_stdin(args: argparse.Namespace) -> int:
 def _one_core(
     args: argparse.Namespace, path: str, executable: str | None, name: str | None = None
 ) -> int:
-    """One core's report; ``name``: what the output calls the file at ``path``."""
+    """One core's (or, for `stackwalk minidump`, one minidump's) report; ``name``: what the
+    output calls the file at ``path``."""
     from stackwalk.core import Core
     from stackwalk.render import core_lines
+
+    opener: type[Core] = Core
+    options: dict[str, Any] = {}
+    if args.command == "minidump":
+        from stackwalk.minidump import Minidump
+
+        opener = Minidump
+    else:
+        options["max_size"] = args.max_core_size
 
     search = [d for d in (args.lib_search_path or "").split(":") if d]
     strategies = [s for s in args.strategies.split(",") if s]
     if args.no_scan:
         strategies = [s for s in strategies if s != "scan"]
     try:
-        core = Core.open(
+        core = opener.open(
             path,
             executable,
             sysroot=args.sysroot,
@@ -260,9 +283,9 @@ def _one_core(
             debug_root=args.debug_root,
             strategies=strategies,
             allow_mismatch=args.allow_mismatch,
-            max_size=args.max_core_size,
             perf_map=args.perf_map,
             offline=args.offline,
+            **options,
         )
     except StackwalkError as e:
         if name is None:
@@ -271,7 +294,8 @@ def _one_core(
     if name is not None:
         core.path = path = name
     if not core.threads:
-        reasons = "; ".join(core.warnings) or "it has no NT_PRSTATUS note"
+        missing = "a thread list" if opener is not Core else "an NT_PRSTATUS note"
+        reasons = "; ".join(core.warnings) or f"it has no {missing}"
         raise StackwalkError(f"{path}: no thread could be read ({reasons})")
     doc = core.to_dict(
         max_frames=args.max_frames, end_details=not args.json, inline=not args.no_inline
@@ -284,17 +308,17 @@ def _one_core(
     for warning in core.warnings:
         print(f"stackwalk: warning: {warning}", file=sys.stderr)
     if args.json:
-        # With --dir, one document per line (JSON Lines).
+        # With --dir or several files, one document per line (JSON Lines).
         import json
 
-        if args.dir is not None:
+        if args.dir is not None or len(getattr(args, "minidumps", ())) > 1:
             print(json.dumps(doc))
         else:
             _write_json(doc)
     else:
-        if args.dir is not None:
-            print()  # a blank line between the reports of successive cores
-        print("\n".join(core_lines(doc)))
+        if args.dir is not None or len(getattr(args, "minidumps", ())) > 1:
+            print()  # a blank line between the reports of successive files
+        print("\n".join(core_lines(doc, "Minidump" if opener is not Core else "Core")))
     threads = doc["threads"]
     if not any(t["frames"] for t in threads):
         return EXIT_FAILED
@@ -599,6 +623,31 @@ def _add_core(sub: Any) -> None:
         "- reads standard input",
     )
     k.add_argument("executable", nargs="?", help="the program (default: found from the core)")
+    _add_dump_options(k, "core")
+    k.add_argument(
+        "--max-core-size",
+        type=_size,
+        metavar="SIZE",
+        help="the most a compressed core (zstd, xz, lz4, gzip) may decompress to, in bytes "
+        "or with K, M, G (default 8G); more is an error",
+    )
+    k.set_defaults(func=cmd_core)
+
+
+def _add_minidump(sub: Any) -> None:
+    m = sub.add_parser("minidump", help="backtraces of every thread of a minidump")
+    m.add_argument(
+        "minidumps",
+        metavar="FILE",
+        nargs="*",
+        help="minidumps (Breakpad's, Crashpad's, minidump-writer's), one after another",
+    )
+    _add_dump_options(m, "minidump")
+    m.set_defaults(func=cmd_minidump)
+
+
+def _add_dump_options(k: argparse.ArgumentParser, what: str) -> None:
+    """The options `core` and `minidump` share; ``what``: the kind of file, for their help."""
     k.add_argument("--json", action="store_true", help="one JSON document")
     k.add_argument("--sysroot", help="prefix every module path with DIR")
     k.add_argument(
@@ -643,27 +692,19 @@ def _add_core(sub: Any) -> None:
         type=_jobs,
         default=0,
         metavar="N",
-        help="with --dir: cores read on N processes at once (default: one per CPU)",
+        help=f"with --dir: {what}s read on N processes at once (default: one per CPU)",
     )
     k.add_argument(
         "--allow-mismatch",
         action="store_true",
-        help="use a module file whose build id differs from the core's (its frames are "
+        help=f"use a module file whose build id differs from the {what}'s (its frames are "
         "marked doubtful); by default such a file is treated as missing",
-    )
-    k.add_argument(
-        "--max-core-size",
-        type=_size,
-        metavar="SIZE",
-        help="the most a compressed core (zstd, xz, lz4, gzip) may decompress to, in bytes "
-        "or with K, M, G (default 8G); more is an error",
     )
     k.add_argument(
         "--perf-map",
         metavar="FILE",
         help="a JIT's perf map (/tmp/perf-PID.map): names for its code, outside every module",
     )
-    k.set_defaults(func=cmd_core)
 
 
 def _add_perf(sub: Any) -> None:
@@ -748,6 +789,7 @@ COMMANDS: dict[str, Callable[[Any], None]] = {
     "demo": _add_demo,
     "capture": _add_capture,
     "core": _add_core,
+    "minidump": _add_minidump,
     "perf": _add_perf,
     "unwind": _add_unwind,
     "pid": _add_pid,

@@ -26,6 +26,7 @@ import signal as _signal
 
 from stackwalk._core import (
     CoreFile,
+    MinidumpFile,
     Symbolizer,
     debuginfod_fetch,
     debuginfod_urls,
@@ -169,7 +170,7 @@ class Thread(_Record):
     _memory: MappedMemory
     # Its registers are read from the core when asked for (a dict per thread of a core of
     # 100,000 threads was most of the memory Core.open took).
-    _core: CoreFile
+    _core: CoreFile | MinidumpFile
     _index: int
 
     def __init__(
@@ -178,7 +179,7 @@ class Thread(_Record):
         signal: int,
         unwinder: Unwinder,
         memory: MappedMemory,
-        core: CoreFile,
+        core: CoreFile | MinidumpFile,
         index: int,
     ) -> None:
         self._set(tid=tid, signal=signal, _unwinder=unwinder, _memory=memory)
@@ -239,6 +240,8 @@ def _named_as(path: str, executable: str | None, fname: str | None) -> bool:
 
 class Core:
     """An ELF core file opened for unwinding; see the module docstring."""
+
+    _FILE_KIND = "core"  # what messages call the file
 
     path: str
     arch: str
@@ -349,9 +352,14 @@ class Core:
     # library deleted since it was mapped: /proc/PID/map_files/...): path -> file.
     _readable_at: dict[str, str] = {}
 
-    def _open_source(self, max_size: int | None) -> CoreFile:
+    def _open_source(self, max_size: int | None) -> CoreFile | MinidumpFile:
         """The file read: the source of the threads, memory and mappings."""
         return CoreFile(self.path, max_size)
+
+    def _build_id_at(self, start: int | None) -> str | None:
+        """The build id the source records for the module mapped at ``start`` where its ELF
+        headers are not in its memory (a core's are, a minidump's module list has them)."""
+        return None
 
     def _stand_ins(self) -> set[str]:
         """The files read in place of a module's path: /proc/PID/map_files/ links to libraries
@@ -444,8 +452,9 @@ class Core:
             named_exe = entry is None and not named_seen and _named_as(path, explicit, self._fname)
             named_seen |= named_exe
             holds_entry = entry is not None and any(a <= entry < b for a, b, _ in maps)
+            recorded = self._build_id_at(first)
             file, on_disk, rejected = self._locate(
-                path, in_core, explicit if holds_entry or named_exe else None
+                path, in_core, explicit if holds_entry or named_exe else None, recorded
             )
             located.append((path, maps, in_core, named_exe, file, on_disk, rejected))
         fetched = self._fetch(
@@ -479,7 +488,9 @@ class Core:
                     is_exe = any(a <= entry < b for a, b in ranges)
                 else:  # the first file named as the executable given, or as the process
                     is_exe = named_exe and exe is None
-                module = self._module(path, file, start, end, bias, in_core, on_disk, tuple(ranges))
+                module = self._module(
+                    path, file, start, end, bias, in_core, on_disk, tuple(ranges), recorded
+                )
                 modules.append(module)
                 if is_exe:
                     exe = module
@@ -593,7 +604,7 @@ class Core:
         end = self._segment_end(address) or address
         image = self._read(address, end - address)
         if image is None:
-            self.warnings.append(f"vdso at {address:#x} is not in the core")
+            self.warnings.append(f"vdso at {address:#x} is not in the {self._FILE_KIND}")
             return None
         try:
             summary = elf_summary(image)
@@ -607,13 +618,17 @@ class Core:
         return CoreModule("[vdso]", None, address, end, bias, summary["build_id"], None, True)
 
     def _locate(
-        self, path: str, in_core: ElfSummary | None, explicit: str | None
+        self,
+        path: str,
+        in_core: ElfSummary | None,
+        explicit: str | None,
+        recorded: str | None = None,
     ) -> tuple[str | None, ElfSummary | None, list[str]]:
         """(the file for module ``path``, its summary, why ELF candidates were rejected). A
         file whose build id differs from the core's is not used (eu-stack does the same), unless
         the core was opened with ``allow_mismatch`` or the file was given (``explicit``); either
         way it is a warning."""
-        want = in_core["build_id"] if in_core else None
+        want = in_core["build_id"] if in_core else recorded
         file, summary, rejected = self._finder.find(path, want, explicit)
         if file is not None and summary is not None:
             if want and summary["build_id"] and summary["build_id"] != want:
@@ -680,6 +695,7 @@ class Core:
         in_core: ElfSummary | None = None,
         on_disk: ElfSummary | None = None,
         ranges: tuple[tuple[int, int], ...] = (),
+        recorded: str | None = None,
     ) -> CoreModule:
         if file is not None:
             try:
@@ -697,7 +713,7 @@ class Core:
             start=start,
             end=end,
             bias=bias,
-            build_id=in_core["build_id"] if in_core else None,
+            build_id=in_core["build_id"] if in_core else recorded,
             file_build_id=on_disk["build_id"] if on_disk else self._mismatched.get(path),
             found=file is not None,
             ranges=ranges,
@@ -812,7 +828,7 @@ class Core:
 
     def __repr__(self) -> str:
         return (
-            f"Core({self.path!r}, arch={self.arch!r}, pid={self.pid}, "
+            f"{type(self).__name__}({self.path!r}, arch={self.arch!r}, pid={self.pid}, "
             f"threads={len(self.threads)}, modules={len(self.modules)})"
         )
 

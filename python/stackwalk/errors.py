@@ -7,7 +7,16 @@ from stackwalk._core import (
     CoreError,
     ElfError,
     MemoryReadError,
+    MinidumpError,
     StackwalkError,
 )
 
-__all__ = ["StackwalkError", "ElfError", "CfiError", "MemoryReadError", "ArchError", "CoreError"]
+__all__ = [
+    "StackwalkError",
+    "ElfError",
+    "CfiError",
+    "MemoryReadError",
+    "ArchError",
+    "CoreError",
+    "MinidumpError",
+]

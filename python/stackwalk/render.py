@@ -38,13 +38,14 @@ def frame_text(d: dict[str, Any]) -> str:
     return f"#{d['index']:<2} {int(d['pc'], 16):#018x} in {where}{module}"
 
 
-def core_lines(doc: dict[str, Any]) -> list[str]:
-    """The text report of ``stackwalk core``, from the same document ``--json`` prints."""
+def core_lines(doc: dict[str, Any], kind: str = "Core") -> list[str]:
+    """The text report of ``stackwalk core`` (``kind`` "Minidump": of ``stackwalk minidump``),
+    from the same document ``--json`` prints."""
     sig = doc.get("signal")
     if "process" in doc:  # a live process (stackwalk pid)
         what = f"Process {doc['process']}"
     else:
-        what = f"Core {doc['core']}"
+        what = f"{kind} {doc['core']}"
         if doc.get("pid") is not None:
             what += f", pid {doc['pid']}"
     if doc.get("executable"):

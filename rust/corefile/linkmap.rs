@@ -51,7 +51,7 @@ impl Reader<'_> {
 /// The NUL-terminated string at `address`, at most `limit` bytes before
 /// the NUL; it may run on through adjacent segments. None where it is not
 /// all captured.
-pub(super) fn string(memory: &SegmentMemory, address: u64, limit: usize) -> Option<Vec<u8>> {
+pub(crate) fn string(memory: &SegmentMemory, address: u64, limit: usize) -> Option<Vec<u8>> {
     let mut out = Vec::new();
     while out.len() < limit {
         let at = address.checked_add(out.len() as u64)?;
@@ -73,7 +73,7 @@ pub(super) fn string(memory: &SegmentMemory, address: u64, limit: usize) -> Opti
 /// warnings). The executable's own entry is left out. No `DT_DEBUG` value
 /// (a static program, or a core written before the dynamic linker ran)
 /// gives no entries and no warning.
-pub(super) fn read_link_map(
+pub(crate) fn read_link_map(
     memory: &SegmentMemory,
     word: u64,
     dynamic: u64,

@@ -17,7 +17,7 @@
 //! the dynamic linker's link map in its memory: [`CoreFile::link_map`].
 
 mod compressed;
-mod linkmap;
+pub(crate) mod linkmap;
 mod notes;
 
 use std::fmt;
@@ -105,7 +105,7 @@ impl std::error::Error for CoreError {}
 
 /// An OS error as the C library words it ("No such file or directory"),
 /// without Rust's " (os error 2)".
-fn os_message(e: &std::io::Error) -> String {
+pub(crate) fn os_message(e: &std::io::Error) -> String {
     let text = e.to_string();
     match (e.raw_os_error(), text.rfind(" (os error ")) {
         (Some(_), Some(cut)) => text[..cut].to_owned(),

@@ -12,6 +12,7 @@ use pyo3::types::{PyBytes, PyDict};
 use super::errors::CoreError;
 use super::memory::PyMappedMemory;
 use crate::corefile::{CoreFile, LinkMapEntry, DEFAULT_MAX_SIZE};
+use crate::memory::SegmentMemory;
 
 /// A path or name read from the core, as Python names files: UTF-8, bytes
 /// that are not kept as surrogates (`os.fsdecode`).
@@ -20,7 +21,47 @@ fn fs_str(bytes: &[u8]) -> &OsStr {
 }
 
 /// `(si_signo, si_code, si_addr)` of an `NT_SIGINFO`.
-type SigInfo = (i32, i32, u64);
+pub(super) type SigInfo = (i32, i32, u64);
+
+/// `link_map`'s answer: ([(l_name or None, l_addr, l_ld)], warnings).
+pub(super) type LinkMap<'py> = (Vec<(Option<Bound<'py, PyAny>>, u64, u64)>, Vec<String>);
+
+/// A string read from the process's memory (None: not all captured), as
+/// Python names files; `CoreFile.string` and `MinidumpFile.string`.
+pub(super) fn string_object<'py>(
+    py: Python<'py>,
+    bytes: Option<Vec<u8>>,
+) -> PyResult<Option<Bound<'py, PyAny>>> {
+    let Some(bytes) = bytes else { return Ok(None) };
+    Ok(Some(fs_str(&bytes).into_pyobject(py)?.into_any()))
+}
+
+/// The bytes `memory` holds contiguously from `address` on, at most `limit`
+/// (None: none there); `CoreFile.image` and `MinidumpFile.image`.
+pub(super) fn image<'py>(
+    py: Python<'py>,
+    memory: &SegmentMemory,
+    address: u64,
+    limit: usize,
+) -> Option<Bound<'py, PyBytes>> {
+    let bytes = memory.tail(address, limit);
+    (!bytes.is_empty()).then(|| PyBytes::new(py, bytes))
+}
+
+/// A link map read from the process's memory, as `link_map` gives it.
+pub(super) fn link_map_objects<'py>(
+    py: Python<'py>,
+    (entries, warnings): (Vec<LinkMapEntry>, Vec<String>),
+) -> PyResult<LinkMap<'py>> {
+    let entries = entries
+        .into_iter()
+        .map(|LinkMapEntry { name, bias, dynamic }| {
+            let name = name.map(|n| fs_str(&n).into_pyobject(py)).transpose()?;
+            Ok((name.map(|n| n.into_any()), bias, dynamic))
+        })
+        .collect::<PyResult<_>>()?;
+    Ok((entries, warnings))
+}
 
 /// An ELF core file: its threads, process facts, mappings and memory.
 #[pyclass(module = "stackwalk._core", name = "CoreFile", frozen)]
@@ -148,8 +189,7 @@ impl PyCoreFile {
         address: u64,
         limit: usize,
     ) -> PyResult<Option<Bound<'py, PyAny>>> {
-        let Some(bytes) = self.inner.string(address, limit) else { return Ok(None) };
-        Ok(Some(fs_str(&bytes).into_pyobject(py)?.into_any()))
+        string_object(py, self.inner.string(address, limit))
     }
 
     /// The bytes the core holds contiguously from `address` on, at most
@@ -160,27 +200,13 @@ impl PyCoreFile {
         address: u64,
         limit: usize,
     ) -> Option<Bound<'py, PyBytes>> {
-        let bytes = self.inner.memory.tail(address, limit);
-        (!bytes.is_empty()).then(|| PyBytes::new(py, bytes))
+        image(py, &self.inner.memory, address, limit)
     }
 
     /// The dynamic linker's link map, for an executable whose PT_DYNAMIC is
     /// at runtime address `dynamic`: ([(l_name or None, l_addr, l_ld)], warnings).
-    #[allow(clippy::type_complexity)]
-    fn link_map<'py>(
-        &self,
-        py: Python<'py>,
-        dynamic: u64,
-    ) -> PyResult<(Vec<(Option<Bound<'py, PyAny>>, u64, u64)>, Vec<String>)> {
-        let (entries, warnings) = self.inner.link_map(dynamic);
-        let entries = entries
-            .into_iter()
-            .map(|LinkMapEntry { name, bias, dynamic }| {
-                let name = name.map(|n| fs_str(&n).into_pyobject(py)).transpose()?;
-                Ok((name.map(|n| n.into_any()), bias, dynamic))
-            })
-            .collect::<PyResult<_>>()?;
-        Ok((entries, warnings))
+    fn link_map<'py>(&self, py: Python<'py>, dynamic: u64) -> PyResult<LinkMap<'py>> {
+        link_map_objects(py, self.inner.link_map(dynamic))
     }
 
     fn __repr__(&self) -> String {

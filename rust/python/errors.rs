@@ -37,6 +37,12 @@ create_exception!(
 );
 create_exception!(
     stackwalk._core,
+    MinidumpError,
+    StackwalkError,
+    "The file is not a minidump that stackwalk can read."
+);
+create_exception!(
+    stackwalk._core,
     ArchError,
     StackwalkError,
     "Unknown or mismatched architecture."

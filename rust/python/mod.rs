@@ -1,7 +1,7 @@
 //! The PyO3 bindings: the only module that knows about Python. Each is a
 //! thin wrapper over a plain-Rust type, split by area, one file each:
 //! `errors` (the exceptions), `unwinder`, `registers`, `memory`, `symbols`,
-//! `symbolize`, `elf`, `stackdb`, `perf`, `corefile`, `debuginfod`. This file registers
+//! `symbolize`, `elf`, `stackdb`, `perf`, `corefile`, `minidump`, `debuginfod`. This file registers
 //! them all. Files are mapped, never copied.
 
 use std::path::PathBuf;
@@ -15,6 +15,7 @@ mod debuginfod;
 mod elf;
 mod errors;
 mod memory;
+mod minidump;
 mod perf;
 mod progress;
 mod registers;
@@ -24,7 +25,9 @@ mod symbols;
 mod unwinder;
 
 use crate::cfi::Data;
-use errors::{ArchError, CfiError, CoreError, ElfError, MemoryReadError, StackwalkError};
+use errors::{
+    ArchError, CfiError, CoreError, ElfError, MemoryReadError, MinidumpError, StackwalkError,
+};
 
 /// An ELF file's bytes: a path (mapped) or a bytes-like image (copied).
 fn elf_bytes(source: &Bound<'_, PyAny>) -> PyResult<(String, Data)> {
@@ -61,6 +64,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("MemoryReadError", py.get_type::<MemoryReadError>())?;
     m.add("ArchError", py.get_type::<ArchError>())?;
     m.add("CoreError", py.get_type::<CoreError>())?;
+    m.add("MinidumpError", py.get_type::<MinidumpError>())?;
     // The values `Frame.trust` and `Trace.end` take (the stubs' `Literal`s are checked against
     // them by the tests).
     let names = |all: &[&'static str]| pyo3::types::PyTuple::new(py, all.iter().copied());
@@ -77,6 +81,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<symbolize::PySymbolizer>()?;
     m.add_class::<stackdb::PyStackDb>()?;
     m.add_class::<corefile::PyCoreFile>()?;
+    m.add_class::<minidump::PyMinidumpFile>()?;
     m.add_function(wrap_pyfunction!(elf::elf_summary, m)?)?;
     m.add_function(wrap_pyfunction!(content_hash, m)?)?;
     m.add_function(wrap_pyfunction!(corefile::snapshot_process, m)?)?;

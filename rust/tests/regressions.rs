@@ -57,6 +57,11 @@ fn core() {
     run_all("core", harness::corefile::run);
 }
 
+#[test]
+fn minidump() {
+    run_all("minidump", harness::minidump::run);
+}
+
 /// The harness itself on a real file: this test's own executable as an ELF
 /// image, looked up at each of its FDEs, which must nearly all be found.
 #[test]

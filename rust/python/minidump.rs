@@ -1,0 +1,231 @@
+//! `MinidumpFile`: a minidump read by `crate::minidump`, with the interface
+//! of `CoreFile` (`stackwalk.core` takes either as its source): threads and
+//! their registers, file mappings, process facts, the memory as a
+//! `MappedMemory` sharing the dump's mapping. A minidump has no `PT_LOAD`s:
+//! its `segments` are the maps stream's mappings (else the module list's
+//! modules, taken as code), what a core's segments tell the placement.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict};
+
+use super::corefile::{image, link_map_objects, string_object, LinkMap, SigInfo};
+use super::errors::MinidumpError;
+use super::memory::PyMappedMemory;
+use crate::minidump::{MinidumpFile, DUMP_REQUESTED};
+
+/// `p_flags` of a module of the module list, without a maps stream: code.
+const READ_EXECUTE: u32 = 5;
+const AT_PAGESZ: u64 = 6;
+
+/// A minidump: its threads, process facts, modules and memory.
+#[pyclass(module = "stackwalk._core", name = "MinidumpFile", frozen)]
+pub struct PyMinidumpFile {
+    inner: MinidumpFile,
+    path: String,
+}
+
+impl PyMinidumpFile {
+    /// The signal the exception stream records (None: none, or a dump
+    /// requested without a crash).
+    fn signal(&self) -> Option<(u32, i32, i32, u64)> {
+        let e = self.inner.exception?;
+        let signo = i32::try_from(e.code).ok().filter(|_| e.code != DUMP_REQUESTED)?;
+        Some((e.tid, signo, e.flags as i32, e.address))
+    }
+}
+
+#[pymethods]
+impl PyMinidumpFile {
+    /// Read the minidump at `path`; MinidumpError (naming the file) if its
+    /// header or stream directory cannot be read, or its architecture is
+    /// not one stackwalk unwinds. Damaged streams are in `warnings`.
+    #[new]
+    fn new(path: PathBuf) -> PyResult<Self> {
+        let name = path.to_string_lossy().into_owned();
+        let inner = MinidumpFile::open(&path)
+            .map_err(|e| MinidumpError::new_err(format!("{name}: {e}")))?;
+        Ok(PyMinidumpFile { inner, path: name })
+    }
+
+    #[getter]
+    fn arch(&self) -> &'static str {
+        self.inner.arch.name()
+    }
+
+    #[getter]
+    fn word_size(&self) -> u64 {
+        self.inner.arch.word_size()
+    }
+
+    /// The mappings as a core's PT_LOADs: (start, end, p_flags).
+    #[getter]
+    fn segments(&self) -> Vec<(u64, u64, u32)> {
+        match &self.inner.maps {
+            Some(maps) => maps.iter().map(|m| (m.start, m.end, m.flags)).collect(),
+            None => self
+                .inner
+                .modules
+                .iter()
+                .map(|m| (m.base, m.base.saturating_add(m.size), READ_EXECUTE))
+                .collect(),
+        }
+    }
+
+    /// The process's memory: the stacks and memory list regions the dump holds.
+    #[getter]
+    fn memory(&self) -> PyMappedMemory {
+        PyMappedMemory { inner: self.inner.memory.clone(), path: self.path.clone() }
+    }
+
+    /// One (tid, signal, index, (si_signo, si_code, si_addr) or None) per
+    /// thread whose context could be read, as `CoreFile.threads`: the
+    /// exception stream's thread has its signal.
+    #[getter]
+    fn threads(&self) -> Vec<(u32, i32, usize, Option<SigInfo>)> {
+        let signal = self.signal();
+        let threads = self.inner.threads.iter().enumerate();
+        threads
+            .map(|(i, t)| match signal {
+                Some((tid, signo, code, address)) if tid == t.tid => {
+                    (t.tid, signo, i, Some((signo, code, address)))
+                }
+                _ => (t.tid, 0, i, None),
+            })
+            .collect()
+    }
+
+    /// The registers by name of the thread at `index` of `threads`.
+    fn registers<'py>(&self, py: Python<'py>, index: usize) -> PyResult<Bound<'py, PyDict>> {
+        let thread = self
+            .inner
+            .threads
+            .get(index)
+            .ok_or_else(|| MinidumpError::new_err(format!("no thread at index {index}")))?;
+        let regs = PyDict::new(py);
+        for &(name, value) in &thread.registers {
+            regs.set_item(name, value)?;
+        }
+        Ok(regs)
+    }
+
+    /// The exception stream: (tid, exception code -- the signal on Linux --,
+    /// flags -- si_code --, address), or None.
+    #[getter]
+    fn exception(&self) -> Option<(u32, u32, u32, u64)> {
+        self.inner.exception.map(|e| (e.tid, e.code, e.flags, e.address))
+    }
+
+    /// The module list: (base, end, name, build id in hex or None).
+    #[getter]
+    fn modules(&self) -> Vec<(u64, u64, &str, Option<String>)> {
+        let hex = |id: &Vec<u8>| id.iter().map(|b| format!("{b:02x}")).collect::<String>();
+        let modules = self.inner.modules.iter();
+        modules
+            .map(|m| {
+                (
+                    m.base,
+                    m.base.saturating_add(m.size),
+                    m.name.as_str(),
+                    m.build_id.as_ref().map(hex),
+                )
+            })
+            .collect()
+    }
+
+    /// The misc info stream's process id, else the Linux status stream's.
+    #[getter]
+    fn pid(&self) -> Option<u32> {
+        self.inner.pid
+    }
+
+    /// The Linux status stream's Name: the command, cut to 15 bytes.
+    #[getter]
+    fn fname(&self) -> Option<&str> {
+        self.inner.name.as_deref()
+    }
+
+    /// The Linux command line stream, its arguments joined by spaces.
+    #[getter]
+    fn psargs(&self) -> Option<&str> {
+        self.inner.command_line.as_deref()
+    }
+
+    /// The Linux auxv stream: type -> value (the first of a type).
+    #[getter]
+    fn auxv(&self) -> BTreeMap<u64, u64> {
+        self.inner.auxv.clone()
+    }
+
+    /// File mappings as NT_FILE's: (start, end, file offset, path), from the
+    /// maps stream (its lines with a path), else one per module of the
+    /// module list (the whole module from offset 0).
+    #[getter]
+    fn files(&self) -> Vec<(u64, u64, u64, &str)> {
+        match &self.inner.maps {
+            Some(maps) => maps
+                .iter()
+                .filter_map(|m| {
+                    let path = m.path.as_deref().filter(|p| p.starts_with('/'))?;
+                    Some((m.start, m.end, m.offset, path))
+                })
+                .collect(),
+            None => self
+                .inner
+                .modules
+                .iter()
+                .map(|m| (m.base, m.base.saturating_add(m.size), 0, m.name.as_str()))
+                .collect(),
+        }
+    }
+
+    /// The auxv's AT_PAGESZ, else 4096.
+    #[getter]
+    fn page_size(&self) -> u64 {
+        self.inner.auxv.get(&AT_PAGESZ).copied().filter(|p| p.is_power_of_two()).unwrap_or(4096)
+    }
+
+    #[getter]
+    fn warnings(&self) -> Vec<String> {
+        self.inner.warnings.clone()
+    }
+
+    /// The NUL-terminated string at `address` (None: not all in the dump).
+    #[pyo3(signature = (address, limit = 4096))]
+    fn string<'py>(
+        &self,
+        py: Python<'py>,
+        address: u64,
+        limit: usize,
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
+        string_object(py, self.inner.string(address, limit))
+    }
+
+    /// The bytes the dump holds contiguously from `address` on, at most
+    /// `limit` (None: none there).
+    fn image<'py>(
+        &self,
+        py: Python<'py>,
+        address: u64,
+        limit: usize,
+    ) -> Option<Bound<'py, PyBytes>> {
+        image(py, &self.inner.memory, address, limit)
+    }
+
+    /// The dynamic linker's link map, where the dump holds it: as
+    /// `CoreFile.link_map`.
+    fn link_map<'py>(&self, py: Python<'py>, dynamic: u64) -> PyResult<LinkMap<'py>> {
+        link_map_objects(py, self.inner.link_map(dynamic))
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "<MinidumpFile {} ({}, {} threads)>",
+            self.path,
+            self.inner.arch,
+            self.inner.threads.len()
+        )
+    }
+}

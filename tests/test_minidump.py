@@ -1,0 +1,252 @@
+"""``stackwalk minidump`` and ``Minidump.open`` on real minidumps made at test time by
+``minidump-writer`` (tests/minidumps.py: programs stopped at their fault, and a snapshot), against
+two references: rust-minidump's ``minidump-stackwalk --use-local-debuginfo`` on the same dump,
+and gdb's backtrace of a core gcore wrote at the same stop."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import struct
+from pathlib import Path
+from typing import Any
+
+import pytest
+from corefiles import build_id_of, stackwalk_core, stackwalk_minidump
+from minidumps import (
+    DUMP_SPECS,
+    EXCEPTION,
+    LINUX_MAPS,
+    MINIDUMP_STACKWALK,
+    Dumps,
+    MadeDump,
+    minidump_streams,
+    thread_list_tids,
+)
+from stackwalk.minidump import Minidump, MinidumpError, Signal
+
+CASES = [*DUMP_SPECS, "snapshot"]
+
+
+def ours(made: MadeDump, *options: str) -> dict[str, Any]:
+    proc = stackwalk_minidump(made.path, "--json", *options)
+    assert proc.returncode == 0, proc.stderr
+    doc: dict[str, Any] = json.loads(proc.stdout)
+    return doc
+
+
+def real_frames(thread: dict[str, Any]) -> list[dict[str, Any]]:
+    """A thread's frames without the inlined functions' (minidump-stackwalk and gdb's core
+    frames have a pc each)."""
+    return [f for f in thread["frames"] if not f["inline"]]
+
+
+Key = tuple[int, int | None, int | None, str]
+
+
+def key(frame: dict[str, Any], modules: dict[str, dict[str, Any]]) -> Key:
+    """(pc, where its module starts, offset from there, trust) of a frame of ours. (The module by
+    where it is, not by name: the module list names a library by its soname, ``libstdc++.so.6``,
+    which minidump-stackwalk shows, the maps stream by its file, ``libstdc++.so.6.0.30``.) Our
+    ``module_offset`` is the ELF address ``addr2line`` takes: + bias - start is the offset from
+    the module's start, minidump-stackwalk's (the two differ for a non-PIE executable)."""
+    if not frame["module"]:
+        return int(frame["pc"], 16), None, None, frame["trust"]
+    module = modules[frame["module"]]
+    start, bias = int(module["start"], 16), int(module["bias"], 16)
+    offset = int(frame["module_offset"], 16) + bias - start
+    return int(frame["pc"], 16), start, offset, frame["trust"]
+
+
+def their_key(frame: dict[str, Any], bases: dict[str, int]) -> Key:
+    """The same of a frame of minidump-stackwalk's. Its ``offset`` and ``module_offset`` of a
+    caller are those of the return address - 1 (an address inside the call instruction, as
+    Breakpad reports callers); ours, of the return address."""
+    shift = 0 if frame["trust"] == "context" else 1
+    offset = frame.get("module_offset")
+    return (
+        int(frame["offset"], 16) + shift,
+        bases[frame["module"]] if frame.get("module") else None,
+        int(offset, 16) + shift if offset else None,
+        frame["trust"],
+    )
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_frames_match_minidump_stackwalk(case: str, dumps: Dumps) -> None:
+    """Every thread's frames, (pc, module, module offset, trust), equal rust-minidump's."""
+    assert os.path.exists(MINIDUMP_STACKWALK), ".ci/setup installs minidump-stackwalk"
+    made = dumps(case)
+    doc = ours(made)
+    theirs = made.minidump_stackwalk()
+    tids = thread_list_tids(made.path)
+    assert [t["thread_id"] for t in theirs["threads"]] == tids
+    assert sorted(t["tid"] for t in doc["threads"]) == sorted(tids)
+    by_tid = {t["tid"]: t for t in doc["threads"]}
+    our_modules = {m["path"]: m for m in doc["modules"]}
+    their_bases = {m["filename"]: int(m["base_addr"], 16) for m in theirs["modules"]}
+    non_pie = {int(m["start"], 16) for m in doc["modules"] if m["bias"] == "0x0"}
+    for their_thread in theirs["threads"]:
+        tid = their_thread["thread_id"]
+        mine = [key(f, our_modules) for f in real_frames(by_tid[tid])]
+        their = [their_key(f, their_bases) for f in their_thread["frames"]]
+        if mine == their:
+            continue
+        # Where they differ, minidump-stackwalk is wrong. It finds the caller of some frames by
+        # scanning, goes astray (functions that were not called) and stops early: the caller
+        # of a frame in a non-PIE executable (python3.11, at 0x400000: it uses no CFI there,
+        # though its .eh_frame covers those functions), and the frame the kernel's signal
+        # frame interrupted (it does not follow the CFI of libc's __restore_rt, expressions
+        # into the ucontext on the stack). Ours goes on by CFI there, and every frame of ours
+        # is gdb's on the core of the same stop (also below).
+        split = next(i for i, (a, b) in enumerate(zip(mine, their, strict=False)) if a != b)
+        assert mine[:split] == their[:split], (tid, mine, their)
+        callee = real_frames(by_tid[tid])[split - 1]
+        cause = their[split - 1][1] in non_pie or callee["function"] == "__restore_rt"
+        assert their[split][3] == "scan" and cause, (tid, their[split], callee)
+        assert mine[split][3] == "cfi", (tid, mine[split])
+        gdb_pcs = made.gdb.thread(tid).pcs
+        assert [pc for pc, *_ in mine] == gdb_pcs, tid
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_frames_match_gdb_on_a_core_of_the_same_stop(case: str, dumps: Dumps) -> None:
+    """The third opinion: gdb's backtrace of the core gcore wrote while the process was stopped
+    as it was dumped. Every thread's pcs equal gdb's; and ``stackwalk core`` on that core gives
+    the same frames, symbolized the same, as the minidump."""
+    made = dumps(case)
+    doc = ours(made)
+    for thread in doc["threads"]:
+        pcs = [int(f["pc"], 16) for f in real_frames(thread)]
+        assert pcs == made.gdb.thread(thread["tid"]).pcs, thread["tid"]
+    proc = stackwalk_core(made.core, "--json")
+    assert proc.returncode == 0, proc.stderr
+    core = json.loads(proc.stdout)
+    keep = ("pc", "module", "module_offset", "function", "function_offset", "file", "line")
+    frames = {t["tid"]: [{k: f[k] for k in keep} for f in t["frames"]] for t in doc["threads"]}
+    assert frames == {
+        t["tid"]: [{k: f[k] for k in keep} for f in t["frames"]] for t in core["threads"]
+    }
+
+
+@pytest.mark.parametrize("case", ["deep", "snapshot"])
+def test_modules_and_build_ids(case: str, dumps: Dumps) -> None:
+    """Every module the dump lists with a file is found at its path, its build id (from the
+    module's CodeView record) the file's as readelf reads it."""
+    made = dumps(case)
+    dump = Minidump.open(made.path)
+    files = [m for m in dump.modules if m.path.startswith("/")]
+    assert {m.path for m in files} >= {str(made.executable)}
+    for module in files:
+        assert module.found and module.build_id == build_id_of(module.path), module
+        assert module.build_id_matches
+    exe = next(m for m in files if m.path == str(made.executable))
+    assert dump.executable == str(made.executable) and exe.bias == exe.start
+
+
+def test_a_requested_dump_is_a_snapshot(dumps: Dumps) -> None:
+    """minidump-writer without a crash context records a dump requested by the process: no
+    signal, no crashing thread -- as stackwalk core says of gcore's snapshots."""
+    made = dumps("deep")
+    dump = Minidump.open(made.path)
+    assert dump.signal is None and dump.crashing_tid is None
+    assert dump.pid == made.pid and dump.threads[0].tid == made.pid
+    text = stackwalk_minidump(made.path)
+    assert text.returncode == 0, text.stderr
+    lines = text.stdout.splitlines()
+    assert lines[0] == f"Minidump {made.path}, pid {made.pid}, {made.executable}"
+    assert lines[1] == "Snapshot of a running process: no thread crashed"
+    assert "crash_here" in text.stdout
+
+
+def test_several_files_and_a_directory(dumps: Dumps, tmp_path: Path) -> None:
+    """``stackwalk minidump A B`` and ``--dir``: each file's document, a file that is not a
+    minidump one error line naming it, the others still shown."""
+    good = [dumps("deep").path, dumps("snapshot").path]
+    bad = tmp_path / "not-a-dump"
+    bad.write_bytes(b"MZ not a minidump")
+    proc = stackwalk_minidump(good[0], bad, good[1], "--json")
+    assert proc.returncode == 1
+    errors = [line for line in proc.stderr.splitlines() if "error:" in line]
+    assert errors == [f"stackwalk: error: {bad}: not a minidump (no MDMP header)"], proc.stderr
+    assert [Path(json.loads(line)["core"]) for line in proc.stdout.splitlines()] == good
+    directory = tmp_path / "dir"
+    directory.mkdir()
+    for path in good:
+        shutil.copy(path, directory / path.name)
+    listing = stackwalk_minidump("--dir", directory, "--json")
+    assert listing.returncode == 0, listing.stderr
+    docs = [json.loads(line) for line in listing.stdout.splitlines()]
+    assert [Path(d["core"]).name for d in docs] == sorted(p.name for p in good)
+
+
+def test_a_module_of_another_build_is_not_used(dumps: Dumps, tmp_path: Path) -> None:
+    """The dump's module list records another build id for the program than its file's (a byte
+    of the CodeView record's changed): the file is not used (a warning names both build ids),
+    as a core's mismatched file is not, unless --allow-mismatch."""
+    made = dumps("deep")
+    data = bytearray(made.path.read_bytes())
+    build_id = bytes.fromhex(build_id_of(str(made.executable)))
+    # The CodeView record: its signature 'BpEL' (0x4270454c, little-endian), the build id.
+    at = data.index((0x4270454C).to_bytes(4, "little") + build_id) + 4
+    data[at] ^= 0xFF
+    other = tmp_path / "other-build.dmp"
+    other.write_bytes(data)
+    proc = stackwalk_minidump(other, "--json")
+    assert f"build-id mismatch for {made.executable}" in proc.stderr, proc.stderr
+    doc = json.loads(proc.stdout)
+    (exe,) = [m for m in doc["modules"] if m["path"] == str(made.executable)]
+    assert exe["found"] is False and exe["build_id"] == bytes(data[at : at + len(build_id)]).hex()
+    allowed = json.loads(stackwalk_minidump(other, "--json", "--allow-mismatch").stdout)
+    frames = real_frames(allowed["threads"][0])
+    assert any(f["doubtful"] for f in frames) and frames[0]["function"] == "crash_here"
+
+
+def test_not_a_minidump(tmp_path: Path) -> None:
+    core = tmp_path / "empty.dmp"
+    core.write_bytes(b"")
+    with pytest.raises(MinidumpError, match="not a minidump"):
+        Minidump.open(core)
+
+
+def _patched(made: MadeDump, directory: Path, edits: list[tuple[int, bytes]]) -> Path:
+    data = bytearray(made.path.read_bytes())
+    for at, value in edits:
+        data[at : at + len(value)] = value
+    path = directory / f"patched-{made.spec.id}.dmp"
+    path.write_bytes(data)
+    return path
+
+
+def test_the_exception_stream_names_the_crashing_thread(dumps: Dumps, tmp_path: Path) -> None:
+    """The exception stream of a crash handler's dump (minidump-writer's with a crash context:
+    the signal in exception_code, si_code in exception_flags, si_addr in exception_address),
+    made from the requested dump of the program stopped at its NULL store: that thread is the
+    crashing one, listed first, killed by SIGSEGV at address 0 -- what the kernel's core says."""
+    made = dumps("deep")
+    rva, _ = minidump_streams(made.path)[EXCEPTION]
+    record = rva + 8  # MINIDUMP_EXCEPTION_STREAM: thread id, alignment, then the record
+    segv_maperr = struct.pack("<IIQQ", 11, 1, 0, 0)  # code, flags, nested record, address
+    crashed = _patched(made, tmp_path, [(record, segv_maperr)])
+    dump = Minidump.open(crashed)
+    assert dump.crashing_tid == made.pid and dump.threads[0].tid == made.pid
+    assert dump.signal == Signal(11, "SIGSEGV", 0, 1)
+    text = stackwalk_minidump(crashed).stdout.splitlines()
+    assert text[1] == "Killed by SIGSEGV (signal 11) at address 0x0"
+    assert text[3] == f"Thread {made.pid} (crashed):"
+
+
+def test_modules_from_the_module_list_without_a_maps_stream(dumps: Dumps, tmp_path: Path) -> None:
+    """A dump without the Linux maps stream (its directory entry's type changed to one no reader
+    knows): the modules are placed from the module list instead, and every frame is the same."""
+    made = dumps("snapshot")
+    data = made.path.read_bytes()
+    count, directory = struct.unpack_from("<II", data, 8)
+    kinds = [struct.unpack_from("<I", data, directory + 12 * i)[0] for i in range(count)]
+    entry = directory + 12 * kinds.index(LINUX_MAPS)
+    unmapped = _patched(made, tmp_path, [(entry, struct.pack("<I", 0x7FFF0000))])
+    whole, without = Minidump.open(made.path).to_dict(), Minidump.open(unmapped).to_dict()
+    assert without["threads"] == whole["threads"]
+    found = {m["path"] for m in without["modules"] if m["found"]}
+    assert str(made.executable) in found and any("libc.so" in p for p in found), found
