@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import stackwalk
+from minidumps import Dumps
 from realstacks import Builder
 from stackwalk.signature import Rules, normalize_function, signature
 from stackwalk.triage import CrashStore
@@ -276,6 +277,31 @@ def test_modules_missing_are_said(spool: Spool, tmp_path: Path) -> None:
     assert f"module not found: {program}" in json.loads(warnings)
     assert host == os.uname().nodename
     assert sig.startswith("gone@0x")
+
+
+def test_minidumps_among_cores(spool: Spool, dumps: Dumps, tmp_path: Path) -> None:
+    """A spool of cores and minidumps: each minidump is read as one (told by its magic, not its
+    name) and stored with its frames; a dump written on request (minidump-writer's here: no
+    exception stream) has no crashing thread, and says so in its signature, as siggen does."""
+    made = dumps("deep")
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    shutil.copy(made.path, mixed / "crash.0001")
+    core = sorted(spool.truth)[0]
+    shutil.copy(core, mixed / "crash.0002")
+    db = tmp_path / "mixed.sqlite"
+    proc = stackwalk_cli("triage", str(mixed), "--db", str(db), "--json")
+    records = {Path(r["path"]).name: r for r in map(json.loads, proc.stdout.splitlines())}
+    assert records["crash.0001"]["error"] is None
+    assert records["crash.0001"]["signature"] == "EMPTY: no crashing thread identified"
+    assert records["crash.0002"]["signature"] == spool.where[spool.truth[core]]
+    with sqlite3.connect(db) as conn:
+        pcs = [pc for (pc,) in conn.execute(
+            "SELECT pc FROM frames JOIN crashes ON crash_id = crashes.id WHERE path LIKE ?"
+            " AND inline = 0 ORDER BY tid, idx", ("%crash.0001",)
+        )]  # fmt: skip
+    # The dump's frames are gdb's on the core of the same stop.
+    assert pcs == [pc for t in made.gdb.threads for pc in t.pcs]
 
 
 def test_a_rules_file_extends_the_lists(spool: Spool, tmp_path: Path) -> None:

@@ -1,6 +1,7 @@
-"""Crash triage: every crash file of a spool unwound, given a signature (stackwalk.signature)
-and stored in a SQLite database, where crashes of the same signature share a bucket with a
-count, first and last sightings, and the builds they came from.
+"""Crash triage: every crash file of a spool (ELF cores, plain or compressed, and minidumps)
+unwound, given a signature (stackwalk.signature) and stored in a SQLite database, where crashes
+of the same signature share a bucket with a count, first and last sightings, and the builds
+they came from.
 
 The store (``CrashStore``) is one SQLite file in WAL mode. Each batch of crashes is written in
 one transaction with its buckets' counts, so a run killed at any point leaves whole crashes
@@ -402,7 +403,13 @@ def _unwind_into(record: dict[str, Any], path: str, options: Options) -> None:
     from stackwalk.core import Core
     from stackwalk.signature import signature
 
-    core = Core.open(
+    opener: type[Core] = Core
+    with open(path, "rb") as f:
+        if f.read(4) == b"MDMP":  # a minidump (Breakpad's, Crashpad's, minidump-writer's)
+            from stackwalk.minidump import Minidump
+
+            opener = Minidump
+    core = opener.open(
         path,
         sysroot=options.sysroot,
         debug_root=options.debug_root,
@@ -412,7 +419,9 @@ def _unwind_into(record: dict[str, Any], path: str, options: Options) -> None:
         reasons = "; ".join(core.warnings) or "it has no NT_PRSTATUS note"
         raise _error(f"no thread could be read ({reasons})")
     crashing = core.crashing_tid
-    tids = None if options.all_threads else {crashing if crashing is not None else -1}
+    # Without a crashing thread (a dump written on request, a snapshot), every thread's frames
+    # are kept: they are all there is to look at.
+    tids = None if options.all_threads or crashing is None else {crashing}
     doc = core.to_dict(tids=tids)
     exe = next((m for m in core.modules if m.file and m.file == core.executable), None)
     record.update(
