@@ -250,3 +250,47 @@ def test_modules_from_the_module_list_without_a_maps_stream(dumps: Dumps, tmp_pa
     assert without["threads"] == whole["threads"]
     found = {m["path"] for m in without["modules"] if m["found"]}
     assert str(made.executable) in found and any("libc.so" in p for p in found), found
+
+
+@pytest.mark.parametrize("case", ["deep", "threads", "libc", "cxx", "snapshot"])
+def test_minidump_stackwalk_format(case: str, dumps: Dumps) -> None:
+    """``--format minidump-stackwalk``: the document minidump-stackwalk --json prints, on the
+    dumps where minidump-stackwalk walks every frame right (see above): the crash, the modules
+    with Breakpad's debug ids, and every frame's number, trust, module, offsets and (for C)
+    function, field for field."""
+    made = dumps(case)
+    proc = stackwalk_minidump(made.path, "--format", "minidump-stackwalk")
+    assert proc.returncode == 0, proc.stderr
+    mine, theirs = json.loads(proc.stdout), made.minidump_stackwalk()
+    crash = ("type", "address", "crashing_thread")
+    assert {k: mine["crash_info"][k] for k in crash} == {k: theirs["crash_info"][k] for k in crash}
+    assert mine["system_info"]["cpu_arch"] == theirs["system_info"]["cpu_arch"]
+    assert (mine["pid"], mine["thread_count"]) == (theirs["pid"], theirs["thread_count"])
+    fields = ("base_addr", "end_addr", "filename", "code_id", "debug_id")
+    assert [[m[k] for k in fields] for m in mine["modules"]] == [
+        [m[k] for k in fields] for m in theirs["modules"]
+    ]
+    keys = ("frame", "trust", "module", "module_offset", "offset")
+    program = made.executable.name
+    for a, b in zip(mine["threads"], theirs["threads"], strict=True):
+        assert a["thread_id"] == b["thread_id"]
+        assert [[f[k] for k in keys] for f in a["frames"]] == [
+            [f[k] for k in keys] for f in b["frames"]
+        ], a["thread_id"]
+        # C functions are named alike, but for one thing minidump-stackwalk gets wrong: it
+        # drops a name's first underscore (as Mach-O symbols have one more than their C
+        # names), so that _start is "start" and __libc_start_call_main "_libc_start_call_main",
+        # where eu-stack, gdb and the ELF symbol tables say _start and __libc_start_call_main.
+        # (C++ names each writes its own way, and libc's aliases at one address each picks
+        # its own: the program's own frames are compared.)
+        if case != "cxx":
+            for f, g in zip(a["frames"], b["frames"], strict=True):
+                if f["module"] != program:
+                    continue
+                ours = f["function"]
+                expected = ours[1:] if ours and ours.startswith("_") else ours
+                assert g["function"] == expected, (f, g)
+    assert any(f["module"] == program for t in mine["threads"] for f in t["frames"])
+    if theirs["crashing_thread"] is not None:
+        index = theirs["crashing_thread"]["threads_index"]
+        assert mine["crashing_thread"]["threads_index"] == index

@@ -293,6 +293,12 @@ def _one_core(
         raise type(e)(str(e).replace(path, name)) from None
     if name is not None:
         core.path = path = name
+    if getattr(args, "format", "stackwalk") == "minidump-stackwalk":
+        from stackwalk.minidump import Minidump, minidump_stackwalk_doc
+
+        assert isinstance(core, Minidump)
+        _write_json(minidump_stackwalk_doc(core))
+        return EXIT_OK
     if not core.threads:
         missing = "a thread list" if opener is not Core else "an NT_PRSTATUS note"
         reasons = "; ".join(core.warnings) or f"it has no {missing}"
@@ -643,6 +649,12 @@ def _add_minidump(sub: Any) -> None:
         help="minidumps (Breakpad's, Crashpad's, minidump-writer's), one after another",
     )
     _add_dump_options(m, "minidump")
+    m.add_argument(
+        "--format",
+        choices=["stackwalk", "minidump-stackwalk"],
+        default="stackwalk",
+        help="the JSON's shape: stackwalk's (as core's), or what minidump-stackwalk --json prints",
+    )
     m.set_defaults(func=cmd_minidump)
 
 

@@ -19,11 +19,15 @@ cannot be read is a MinidumpError.
 
 from __future__ import annotations
 
+import os
+
 from stackwalk._core import MinidumpFile
 from stackwalk.core import Core, CoreModule, Signal, Thread
 from stackwalk.errors import MinidumpError
 
-__all__ = ["Minidump", "MinidumpError", "CoreModule", "Signal", "Thread"]
+__all__ = [
+    "Minidump", "MinidumpError", "CoreModule", "Signal", "Thread", "minidump_stackwalk_doc",
+]  # fmt: skip
 
 
 class Minidump(Core):
@@ -41,3 +45,135 @@ class Minidump(Core):
 
     def _build_id_at(self, start: int | None) -> str | None:
         return self._build_ids.get(start) if start is not None else None
+
+
+# -- minidump-stackwalk's JSON ---------------------------------------------------------------
+
+# rust-minidump's names of the architectures, and of the signals' codes it words.
+_CPU_ARCH = {"x86_64": "amd64", "aarch64": "arm64", "i386": "x86"}
+_SI_CODES = {
+    "SIGSEGV": {1: "SEGV_MAPERR", 2: "SEGV_ACCERR"},
+    "SIGBUS": {1: "BUS_ADRALN", 2: "BUS_ADRERR", 3: "BUS_OBJERR"},
+    "SIGFPE": {1: "FPE_INTDIV", 2: "FPE_INTOVF", 3: "FPE_FLTDIV", 4: "FPE_FLTOVF",
+               5: "FPE_FLTUND", 6: "FPE_FLTRES", 7: "FPE_FLTINV", 8: "FPE_FLTSUB"},
+    "SIGILL": {1: "ILL_ILLOPC", 2: "ILL_ILLOPN", 3: "ILL_ILLADR", 4: "ILL_ILLTRP",
+               5: "ILL_PRVOPC", 6: "ILL_PRVREG", 7: "ILL_COPROC", 8: "ILL_BADSTK"},
+}  # fmt: skip
+# The exception code of a dump written on request, not for a crash.
+_DUMP_REQUESTED = 0xFFFFFFFF
+
+
+def breakpad_debug_id(build_id: str | None) -> str | None:
+    """The debug id Breakpad and dump_syms give an ELF file: the first 16 bytes of its build id
+    (zero-padded) as a GUID, its first three fields byte-swapped, and an age of 0."""
+    if not build_id:
+        return None
+    raw = bytes.fromhex(build_id)[:16].ljust(16, b"\0")
+    guid = raw[3::-1] + raw[5:3:-1] + raw[7:5:-1] + raw[8:]
+    return guid.hex().upper() + "0"
+
+
+def _hex16(value: int | None) -> str | None:
+    return None if value is None else f"{value:#018x}"
+
+
+def _crash_type(signo: int, code: int) -> str:
+    import signal as _signal
+
+    if signo == _DUMP_REQUESTED:
+        return "DUMP_REQUESTED"
+    try:
+        name = _signal.Signals(signo).name
+    except ValueError:
+        return f"{signo:#x}"
+    words = _SI_CODES.get(name, {}).get(code)
+    return f"{name} / {words}" if words else name
+
+
+def minidump_stackwalk_doc(dump: Minidump) -> dict[str, object]:
+    """The document ``minidump-stackwalk --json`` prints for this dump (its fields that say
+    what crashed, where, and the modules; per frame: frame, trust, module, module_offset and
+    offset -- a caller's at its return address less one, as Breakpad gives them -- function,
+    function_offset, file, line, missing_symbols and inlines), from stackwalk's unwinding, so
+    that pipelines built on minidump-stackwalk can take it."""
+    source = dump._core
+    assert isinstance(source, MinidumpFile)
+    listed = sorted(source.modules)  # (base, end, name, build id)
+    doc = dump.to_dict()
+    threads_by_tid = {t["tid"]: t for t in doc["threads"]}
+
+    def module_of(pc: int) -> tuple[int, tuple[int, int, str, str | None]] | None:
+        return next(((i, m) for i, m in enumerate(listed) if m[0] <= pc < m[1]), None)
+
+    def frames(thread: dict[str, object]) -> list[dict[str, object]]:
+        out: list[dict[str, object]] = []
+        inlines: list[dict[str, object]] = []
+        for f in thread["frames"]:  # type: ignore[attr-defined]
+            if f["inline"]:
+                inlines.append({"function": f["function"], "file": f["file"], "line": f["line"]})
+                continue
+            pc = int(f["pc"], 16)
+            at = pc if f["trust"] == "context" else pc - 1
+            found = module_of(at)
+            offset = f["function_offset"]
+            out.append({
+                "frame": len(out),
+                "trust": f["trust"],
+                "module": os.path.basename(found[1][2]) if found else None,
+                "module_offset": _hex16(at - found[1][0]) if found else None,
+                "offset": _hex16(at),
+                "function": f["function"],
+                "function_offset": _hex16(int(offset, 16) - (pc - at)) if offset else None,
+                "file": f["file"],
+                "line": f["line"],
+                "missing_symbols": f["function"] is None and found is not None,
+                "inlines": inlines or None,
+            })  # fmt: skip
+            inlines = []
+        return out
+
+    tids = [tid for tid, *_ in source.threads]
+    exception = source.exception
+    crashing_index = tids.index(exception[0]) if exception and exception[0] in tids else None
+    threads = []
+    for tid in tids:
+        walked = frames(threads_by_tid[tid]) if tid in threads_by_tid else []
+        threads.append({"frame_count": len(walked), "frames": walked, "thread_id": tid,
+                        "thread_name": None, "last_error_value": None})  # fmt: skip
+    crash_info: dict[str, object] = {"type": None, "address": None, "crashing_thread": None}
+    if exception is not None:
+        _, signo, code, address = exception
+        crash_info = {"type": _crash_type(signo, code), "address": _hex16(address),
+                      "crashing_thread": crashing_index}  # fmt: skip
+    executable = dump.executable
+    main = next((i for i, m in enumerate(listed) if executable and m[2] == executable), None)
+    return {
+        "status": "OK",
+        "pid": source.pid,
+        "system_info": {"os": "Linux", "cpu_arch": _CPU_ARCH.get(dump.arch, dump.arch)},
+        "crash_info": crash_info,
+        "crashing_thread": (
+            {**threads[crashing_index], "threads_index": crashing_index}
+            if crashing_index is not None
+            else None
+        ),
+        "main_module": main,
+        "modules": [
+            {
+                "base_addr": _hex16(base),
+                "end_addr": _hex16(end),
+                "filename": os.path.basename(name),
+                "debug_file": os.path.basename(name),
+                "code_id": build_id,
+                "debug_id": breakpad_debug_id(build_id),
+                "missing_symbols": False,
+                "loaded_symbols": False,
+                "corrupt_symbols": False,
+                "symbol_url": None,
+                "version": None,
+            }  # fmt: skip
+            for base, end, name, build_id in listed
+        ],
+        "thread_count": len(threads),
+        "threads": threads,
+    }
