@@ -13,6 +13,7 @@ first frames that are not error machinery, as Sentry groups by its top frames)."
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
@@ -105,6 +106,10 @@ _RUST_HASH = re.compile(r"::h[0-9a-f]{16}\Z")
 _LAMBDA_NUMBER = re.compile(r"::\$_\d+::")
 _SPACE_BEFORE = re.compile(r"\s+([*&,])")
 _COMMA = re.compile(r",(?=\S)")
+_PLACEHOLDER = re.compile("\0(\\d+)\0")
+# A clone's suffix (".cold", ".isra.0", ".part.1", ".constprop.0") is the same function.
+_CLONE_SUFFIX = re.compile(r"(?:\.(?:cold|isra|part|constprop|lto_priv|localalias)(?:\.\d+)?)+\Z")
+_CLONE_NOTE = re.compile(r"\s*\[clone [^\]]*\]")
 
 
 # An operator's own characters are part of its name, not brackets: ``operator<``,
@@ -145,7 +150,7 @@ def _hide_operators(name: str) -> tuple[str, list[str]]:
 
 
 def _show_operators(name: str, operators: Sequence[str]) -> str:
-    return re.sub("\0(\\d+)\0", lambda m: operators[int(m.group(1))], name)
+    return _PLACEHOLDER.sub(lambda m: operators[int(m.group(1))], name)
 
 
 def _replace_groups(name: str, opener: str, replacement: str, keep: Sequence[str] = ()) -> str:
@@ -160,13 +165,13 @@ def _replace_groups(name: str, opener: str, replacement: str, keep: Sequence[str
     return "".join(out)
 
 
+@functools.lru_cache(maxsize=1 << 16)  # crashes name the same functions again and again
 def normalize_function(function: str) -> str:
     """A function's name as a signature shows it: ``ns::Class<T>::method`` for
     ``int ns::Class<std::vector<int> >::method(char const*) const``; a Rust name loses its hash."""
     name = _RUST_HASH.sub("", function.strip())
-    # A clone's suffix (".cold", ".isra.0", ".part.1", ".constprop.0") is the same function.
-    name = re.sub(r"(?:\.(?:cold|isra|part|constprop|lto_priv|localalias)(?:\.\d+)?)+\Z", "", name)
-    name = re.sub(r"\s*\[clone [^\]]*\]", "", name)
+    name = _CLONE_SUFFIX.sub("", name)
+    name = _CLONE_NOTE.sub("", name)
     for qualifier in (" const", " volatile", " &&", " &", " noexcept"):
         if name.endswith(qualifier):
             name = name[: -len(qualifier)]
