@@ -281,27 +281,70 @@ def test_modules_missing_are_said(spool: Spool, tmp_path: Path) -> None:
 
 def test_minidumps_among_cores(spool: Spool, dumps: Dumps, tmp_path: Path) -> None:
     """A spool of cores and minidumps: each minidump is read as one (told by its magic, not its
-    name) and stored with its frames; a dump written on request (minidump-writer's here: no
-    exception stream) has no crashing thread, and says so in its signature, as siggen does."""
+    name) and signed by the thread its exception stream blames (minidump-writer's dumps here,
+    written on request at the fault: the faulting thread), as the core of the same stop is."""
     made = dumps("deep")
     mixed = tmp_path / "mixed"
     mixed.mkdir()
     shutil.copy(made.path, mixed / "crash.0001")
-    core = sorted(spool.truth)[0]
-    shutil.copy(core, mixed / "crash.0002")
+    shutil.copy(made.core, mixed / "crash.0002")
     db = tmp_path / "mixed.sqlite"
     proc = stackwalk_cli("triage", str(mixed), "--db", str(db), "--json")
     records = {Path(r["path"]).name: r for r in map(json.loads, proc.stdout.splitlines())}
-    assert records["crash.0001"]["error"] is None
-    assert records["crash.0001"]["signature"] == "EMPTY: no crashing thread identified"
-    assert records["crash.0002"]["signature"] == spool.where[spool.truth[core]]
+    assert records["crash.0001"]["error"] is None and records["crash.0002"]["error"] is None
+    # gcore's core of the stopped process names no crashing thread (every thread is stopped
+    # alike): its faulting thread's signature is the dump's.
+    assert records["crash.0002"]["signature"] == "EMPTY: no crashing thread identified"
+    core_doc = stackwalk.Core.open(made.core).to_dict(tids={made.pid})
+    expected = signature(core_doc["threads"][0]["frames"]).text
+    assert records["crash.0001"]["signature"] == expected
+    assert not expected.startswith("EMPTY")
     with sqlite3.connect(db) as conn:
         pcs = [pc for (pc,) in conn.execute(
             "SELECT pc FROM frames JOIN crashes ON crash_id = crashes.id WHERE path LIKE ?"
             " AND inline = 0 ORDER BY tid, idx", ("%crash.0001",)
         )]  # fmt: skip
     # The dump's frames are gdb's on the core of the same stop.
-    assert pcs == [pc for t in made.gdb.threads for pc in t.pcs]
+    assert pcs == made.gdb.thread(made.pid).pcs
+
+
+SIGNALS = {"assert": "SIGABRT", "smash": "SIGABRT", "double-free": "SIGABRT", "abort": "SIGABRT",
+           "fpe": "SIGFPE"}  # fmt: skip
+
+
+def test_minidumps_land_in_the_buckets_of_their_bugs(spool: Spool, tmp_path: Path) -> None:
+    """Minidumps of the same crashes as the spool's cores (the C program stopped at each fault
+    and dumped by minidump-writer, blaming the faulting thread): each lands in the bucket of
+    its bug, with the cores of that bug."""
+    import signal as signals
+
+    from minidumps import _stop_at_fault, build_dumper
+
+    dumper = build_dumper()
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    truth: dict[str, str] = {}
+    for bug, (what, _) in C_BUGS.items():
+        core = next(p for p, b in sorted(spool.truth.items()) if f".c.{bug}." in p)
+        os.link(core, mixed / Path(core).name)
+        truth[str(mixed / Path(core).name)] = what
+        fatal = signals.Signals[SIGNALS.get(bug, "SIGSEGV")]
+        process = _stop_at_fault([str(spool.programs["c"]), bug], fatal)
+        dump = mixed / f"dump.{bug}.dmp"
+        try:
+            made = subprocess.run([str(dumper), str(process.pid), str(dump), str(process.pid)],
+                                  capture_output=True, text=True, timeout=300)  # fmt: skip
+        finally:
+            process.kill()
+            process.wait()
+        assert made.returncode == 0 and dump.exists(), made.stderr
+        truth[str(dump)] = what
+    db = tmp_path / "dumps.sqlite"
+    stackwalk_cli("triage", str(mixed), "--db", str(db))
+    with CrashStore(db) as store:
+        assert store.errors() == []
+        purity, completeness = grouping(store.crash_buckets(), truth)
+    assert (purity, completeness) == (1.0, 1.0)
 
 
 def test_a_rules_file_extends_the_lists(spool: Spool, tmp_path: Path) -> None:

@@ -43,6 +43,14 @@ class Minidump(Core):
         self._build_ids = {base: build_id for base, _, _, build_id in dump.modules if build_id}
         return dump
 
+    @property
+    def blamed_tid(self) -> int | None:
+        """The thread the exception stream names (the crashing one, or the one a dump written
+        on request blames), if it is among the threads."""
+        exception = self._core.exception  # type: ignore[union-attr]
+        tids = {t.tid for t in self.threads}
+        return exception[0] if exception is not None and exception[0] in tids else None
+
     def _build_id_at(self, start: int | None) -> str | None:
         return self._build_ids.get(start) if start is not None else None
 

@@ -419,8 +419,12 @@ def _unwind_into(record: dict[str, Any], path: str, options: Options) -> None:
         reasons = "; ".join(core.warnings) or "it has no NT_PRSTATUS note"
         raise _error(f"no thread could be read ({reasons})")
     crashing = core.crashing_tid
-    # Without a crashing thread (a dump written on request, a snapshot), every thread's frames
-    # are kept: they are all there is to look at.
+    if crashing is None:
+        # A minidump written on request (by a crash handler that passes no crash context, or a
+        # hang detector) still blames a thread, in its exception stream: Socorro signs that one.
+        crashing = getattr(core, "blamed_tid", None)
+    # Without such a thread (a snapshot), every thread's frames are kept: they are all there is
+    # to look at.
     tids = None if options.all_threads or crashing is None else {crashing}
     doc = core.to_dict(tids=tids)
     exe = next((m for m in core.modules if m.file and m.file == core.executable), None)
