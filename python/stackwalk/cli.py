@@ -190,6 +190,8 @@ def _core_dir(args: argparse.Namespace, paths: Sequence[str]) -> int:
     sys.stdout.flush()
     sys.stderr.flush()
     statuses = []
+    # (Nothing is read here before the fork: a worker forked after the native core started
+    # its thread pool would wait forever on threads it does not have.)
     with multiprocessing.get_context("fork").Pool(jobs) as pool:
         for out, err, status in pool.imap(_core_in_worker, paths, chunksize=4):
             sys.stdout.write(out)

@@ -369,7 +369,11 @@ class Core:
     def _add_jit_code(self) -> None:
         """Executable memory in no module (a JIT's code: node's, the JVM's) told to the
         unwinder as code without a file, so that a frame-pointer chain through it is followed,
-        its return addresses taken for what they are, instead of scanned past."""
+        its return addresses taken for what they are, instead of scanned past. Only where the
+        source lists the files mapped (NT_FILE, /proc/PID/maps): without that list, a file's
+        code would pass for a JIT's."""
+        if not self._core.files:
+            return
         taken = [span for m in self.modules for span in m.spans]
         for start, end, flags in self._segments:
             if not flags & _PF_X or any(a < end and start < b for a, b in taken):
@@ -456,11 +460,11 @@ class Core:
             file, on_disk, rejected = self._locate(
                 path, in_core, explicit if holds_entry or named_exe else None, recorded
             )
-            located.append((path, maps, in_core, named_exe, file, on_disk, rejected))
+            located.append((path, maps, in_core, named_exe, file, on_disk, rejected, recorded))
         fetched = self._fetch(
-            [(path, in_core, file) for path, _, in_core, _, file, _, _ in located]
+            [(path, in_core, file) for path, _, in_core, _, file, _, _, _ in located]
         )
-        for (path, maps, in_core, named_exe, file, on_disk, rejected), got in zip(
+        for (path, maps, in_core, named_exe, file, on_disk, rejected, recorded), got in zip(
             located, fetched, strict=True
         ):
             if got is not None:

@@ -536,6 +536,8 @@ def _records(
     import functools
     import multiprocessing
 
+    # (Nothing is read here before the fork: a worker forked after the native core started
+    # its thread pool would wait forever on threads it does not have.)
     with multiprocessing.get_context("fork").Pool(jobs) as pool:
         yield from pool.imap(functools.partial(process_file, options=options), files, 8)
 
