@@ -191,6 +191,7 @@ class Symbolizer:
             tuple[str, int, int, int]
             | tuple[str, int, int, int, bool]
             | tuple[str, int, int, int, bool, str | None]
+            | tuple[str, int, int, int, bool, str | None, str | None]
         ],
         images: dict[str, Buffer] | None = None,
         *,
