@@ -409,3 +409,22 @@ def test_symbol_files_name_frames_as_the_elf_files_do(
             assert (frame.get("file"), frame.get("line")) == (mine["file"], mine["line"]), frame
             agreed += 1
     assert agreed >= 2, theirs["threads"]
+
+
+def test_a_damaged_symbol_file_is_a_warning_naming_its_line(dumps: Dumps, tmp_path: Path) -> None:
+    """A .sym file that cannot be read names nothing, and says which line is wrong."""
+    made = dumps("deep")
+    sym = symbol_store(made.executable, tmp_path)
+    module_line = sym.read_text().split("\n", 1)[0]
+    sym.write_text(f"{module_line}\nFUNC 1000 zz 0 f\n")
+    hidden = made.executable.with_name(made.executable.name + ".hidden")
+    os.rename(made.executable, hidden)
+    try:
+        proc = stackwalk_minidump(made.path, "--json", "--offline", "--symbols-path", tmp_path)
+    finally:
+        os.rename(hidden, made.executable)
+    assert f"symbol file not used: {sym}: line 2: FUNC size not hex" in proc.stderr
+    doc = json.loads(proc.stdout)
+    exe = str(made.executable)
+    frames = [f for t in doc["threads"] for f in t["frames"] if f["module"] == exe]
+    assert frames and all(f["function"] is None for f in frames)

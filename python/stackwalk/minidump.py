@@ -23,9 +23,9 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from stackwalk._core import MinidumpFile
+from stackwalk._core import MinidumpFile, read_sym_file
 from stackwalk.core import Core, CoreModule, Signal, Thread
-from stackwalk.errors import MinidumpError
+from stackwalk.errors import MinidumpError, StackwalkError
 
 __all__ = [
     "Minidump", "MinidumpError", "CoreModule", "Signal", "Thread", "minidump_stackwalk_doc",
@@ -66,6 +66,11 @@ class Minidump(Core):
         for store in self.symbols_path:
             path = os.path.join(store, name, debug_id, name + ".sym")
             if os.path.isfile(path):
+                try:
+                    read_sym_file(path)
+                except StackwalkError as e:
+                    self.warnings.append(f"symbol file not used: {e}")
+                    return None
                 return path
         return None
 

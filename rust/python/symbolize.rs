@@ -269,3 +269,11 @@ fn read_frames<'py>(
     };
     Ok(pairs.into_iter().unzip())
 }
+
+/// Reads the Breakpad symbol file at `path` into the process's cache (as
+/// the symbolizer will use it): a StackwalkError naming the file and the
+/// line when it cannot be used.
+#[pyfunction]
+pub(super) fn read_sym_file(py: Python<'_>, path: PathBuf) -> PyResult<()> {
+    py.detach(|| crate::breakpad::sym_file(&path).map(drop)).map_err(StackwalkError::new_err)
+}
