@@ -7,6 +7,7 @@
 mod python;
 
 pub mod arch;
+pub mod breakpad;
 pub mod cfi;
 pub mod corefile;
 pub mod debugfile;

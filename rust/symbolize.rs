@@ -11,6 +11,7 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
+use crate::breakpad::{sym_file, BreakpadSymbols};
 use crate::cfi::Data;
 use crate::files::FileCache;
 use crate::lines::{DebugInfo, SourceFrame};
@@ -40,6 +41,9 @@ pub struct SymbolFile {
     debug_root: Option<PathBuf>,
     table: OnceLock<Option<Arc<SymbolTable>>>,
     lines: OnceLock<Option<Arc<DebugInfo>>>,
+    /// A Breakpad symbol file, used where the file gives no name or line.
+    breakpad: Option<PathBuf>,
+    sym: OnceLock<Option<Arc<BreakpadSymbols>>>,
 }
 
 impl SymbolFile {
@@ -51,7 +55,23 @@ impl SymbolFile {
             debug_root,
             table: OnceLock::new(),
             lines: OnceLock::new(),
+            breakpad: None,
+            sym: OnceLock::new(),
         }
+    }
+
+    /// This file, with the Breakpad symbol file at `path` for the names
+    /// and lines its own symbols and DWARF lack.
+    pub fn with_breakpad(mut self, path: PathBuf) -> SymbolFile {
+        self.breakpad = Some(path);
+        self
+    }
+
+    /// Its Breakpad symbol file's tables (read through the process's
+    /// cache): None without one, or when it cannot be read.
+    pub fn breakpad(&self) -> Option<&BreakpadSymbols> {
+        let sym = self.sym.get_or_init(|| self.breakpad.as_deref().and_then(|p| sym_file(p).ok()));
+        sym.as_deref()
     }
 
     /// Unique in this process, never 0.
@@ -276,9 +296,12 @@ impl Symbolizer {
     /// gives them, innermost first (see [`DebugInfo::frames`]); empty
     /// outside every module or without DWARF.
     pub fn source_frames(&self, lookup: u64) -> Vec<SourceFrame> {
-        self.module_at(lookup)
-            .and_then(|p| Some(p.file.lines()?.frames(lookup.wrapping_sub(p.bias))))
-            .unwrap_or_default()
+        let Some(p) = self.module_at(lookup) else { return Vec::new() };
+        let address = lookup.wrapping_sub(p.bias);
+        match p.file.lines() {
+            Some(lines) => lines.frames(address),
+            None => p.file.breakpad().map(|s| s.frames(address)).unwrap_or_default(),
+        }
     }
 
     fn locate_with(
@@ -303,10 +326,11 @@ impl Symbolizer {
         let table = p.file.table();
         let address = lookup.wrapping_sub(p.bias);
         let symbol = table.and_then(|t| index(&p.file, t, address));
-        let function = table.zip(symbol).and_then(|(t, i)| {
-            let (name, start) = t.demangled(i)?;
-            Some((name, (address - start).wrapping_add(pc.wrapping_sub(lookup))))
-        });
+        let function = table
+            .zip(symbol)
+            .and_then(|(t, i)| t.demangled(i))
+            .or_else(|| p.file.breakpad()?.lookup(address))
+            .map(|(name, start)| (name, (address - start).wrapping_add(pc.wrapping_sub(lookup))));
         let file_offset = lookup.wrapping_sub(p.range.start).wrapping_add(p.pgoff);
         Location { module: Some(p), offset: pc.wrapping_sub(p.bias), file_offset, function, symbol }
     }

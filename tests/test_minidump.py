@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import struct
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -294,3 +296,135 @@ def test_minidump_stackwalk_format(case: str, dumps: Dumps) -> None:
     if theirs["crashing_thread"] is not None:
         index = theirs["crashing_thread"]["threads_index"]
         assert mine["crashing_thread"]["threads_index"] == index
+
+
+# Mozilla's dump_syms: installed by .ci/setup (cargo install, once).
+DUMP_SYMS = shutil.which("dump_syms") or os.path.expanduser("~/.cargo/bin/dump_syms")
+
+
+def symbol_store(binary: Path, store: Path) -> Path:
+    """``dump_syms BINARY`` kept as a symbol store keeps it: NAME/DEBUGID/NAME.sym, the debug id
+    the one dump_syms writes on its MODULE line."""
+    proc = subprocess.run(
+        [DUMP_SYMS, "--inlines", binary], capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    _, _, _, debug_id, name = proc.stdout.split("\n", 1)[0].split(" ", 4)
+    (store / name / debug_id).mkdir(parents=True, exist_ok=True)
+    sym = store / name / debug_id / f"{name}.sym"
+    sym.write_text(proc.stdout)
+    return sym
+
+
+def ours_partial(made: MadeDump, *options: str) -> dict[str, Any]:
+    """Our document, where some stacks may end early (exit 1: without the program's CFI)."""
+    proc = stackwalk_minidump(made.path, "--json", *options)
+    assert proc.returncode in (0, 1) and proc.stdout, proc.stderr
+    doc: dict[str, Any] = json.loads(proc.stdout)
+    return doc
+
+
+def named(frame: dict[str, Any]) -> tuple[str | None, str | None, str | None, int | None]:
+    """A frame's function, offset, file and line. GCC's split-off parts (``f [clone .cold]`` in
+    the ELF symbol table) are the function's own as DWARF, and so dump_syms, names them."""
+    function = frame["function"]
+    if function is not None:
+        function = re.sub(r" \[clone \.[a-z_.0-9]+\]$", "", function)
+    return function, frame["function_offset"], frame["file"], frame["line"]
+
+
+@pytest.mark.parametrize("case", ["deep", "cxx"])
+def test_symbol_files_name_frames_as_the_elf_files_do(
+    case: str, dumps: Dumps, tmp_path: Path
+) -> None:
+    """With the program's file gone, ``--symbols-path`` (a store of dump_syms' ``.sym`` files)
+    names its frames, functions and lines, as its ELF file and DWARF did; and as
+    ``minidump-stackwalk --symbols-path`` does on the same dump."""
+    assert os.path.exists(DUMP_SYMS), ".ci/setup installs dump_syms"
+    made = dumps(case)
+    store = tmp_path / "symbols"
+    with_elf = ours(made, "--offline")
+    # The store a crash service keeps: every module's symbol file (minidump-stackwalk needs
+    # libc's STACK CFI to reach the program from an abort).
+    for module in with_elf["modules"]:
+        if module["found"] and module["path"].startswith("/"):
+            symbol_store(Path(module["path"]), store)
+    exe = str(made.executable)
+    hidden = made.executable.with_name(made.executable.name + ".hidden")
+    os.rename(made.executable, hidden)
+    try:
+        without = ours_partial(made, "--offline")
+        with_syms = ours_partial(made, "--offline", "--symbols-path", str(store))
+        proc = subprocess.run(
+            [MINIDUMP_STACKWALK, "--json", "--symbols-path", store, made.path],
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+    finally:
+        os.rename(hidden, made.executable)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    theirs = json.loads(proc.stdout)
+    # By pc, the frames in the program with its ELF file (inline frames first, as ours are).
+    elf_named: dict[str, list[tuple[Any, ...]]] = {}
+    for thread in with_elf["threads"]:
+        pending: list[tuple[Any, ...]] = []
+        for f in thread["frames"]:
+            pending.append(named(f))
+            if not f["inline"]:
+                elf_named[f["pc"]] = pending
+                pending = []
+    bare = {f["pc"]: f for t in without["threads"] for f in t["frames"] if not f["inline"]}
+    compared = 0
+    for thread in with_syms["threads"]:
+        pending = []
+        for f in thread["frames"]:
+            pending.append(named(f))
+            if f["inline"]:
+                continue
+            if f["module"] == exe and f["pc"] in elf_named:
+                # Without the symbol file the frame has no name (so this is the .sym's).
+                assert bare[f["pc"]]["function"] is None, bare[f["pc"]]
+                assert len(pending) == len(elf_named[f["pc"]]), (pending, elf_named[f["pc"]])
+                for sym, elf in zip(pending, elf_named[f["pc"]], strict=True):
+                    # The symbol table's demangled name of a template function has its return
+                    # type first ("int f<...>(...)"); DWARF's, and dump_syms', does not.
+                    assert sym[1:] == elf[1:] and sym[0] is not None, (sym, elf)
+                    assert elf[0] == sym[0] or elf[0].endswith(" " + sym[0]), (sym, elf)
+                compared += 1
+            pending = []
+    assert compared >= 2, with_syms
+    # minidump-stackwalk's names and lines of the program's frames, at the same pcs.
+    by_pc = {
+        int(f["pc"], 16) - (0 if f["trust"] == "context" else 1): f
+        for t in with_syms["threads"]
+        for f in t["frames"]
+        if f["module"] == exe and not f["inline"]
+    }
+    agreed = 0
+    for thread in theirs["threads"]:
+        for frame in thread["frames"]:
+            mine = by_pc.get(int(frame["offset"], 16))
+            if mine is None or frame.get("module") != made.executable.name:
+                continue
+            assert frame["function"] == mine["function"], (frame, mine)
+            assert (frame.get("file"), frame.get("line")) == (mine["file"], mine["line"]), frame
+            agreed += 1
+    assert agreed >= 2, theirs["threads"]
+
+
+def test_a_damaged_symbol_file_is_a_warning_naming_its_line(dumps: Dumps, tmp_path: Path) -> None:
+    """A .sym file that cannot be read names nothing, and says which line is wrong."""
+    made = dumps("deep")
+    sym = symbol_store(made.executable, tmp_path)
+    module_line = sym.read_text().split("\n", 1)[0]
+    sym.write_text(f"{module_line}\nFUNC 1000 zz 0 f\n")
+    hidden = made.executable.with_name(made.executable.name + ".hidden")
+    os.rename(made.executable, hidden)
+    try:
+        proc = stackwalk_minidump(made.path, "--json", "--offline", "--symbols-path", tmp_path)
+    finally:
+        os.rename(hidden, made.executable)
+    assert f"symbol file not used: {sym}: line 2: FUNC size not hex" in proc.stderr
+    doc = json.loads(proc.stdout)
+    exe = str(made.executable)
+    frames = [f for t in doc["threads"] for f in t["frames"] if f["module"] == exe]
+    assert frames and all(f["function"] is None for f in frames)

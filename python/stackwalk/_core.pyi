@@ -33,6 +33,7 @@ __all__ = [
     "elf_section_address",
     "place_mappings",
     "demangle",
+    "read_sym_file",
     "perf_report",
     "perf_samples",
     "flamegraph",
@@ -191,6 +192,7 @@ class Symbolizer:
             tuple[str, int, int, int]
             | tuple[str, int, int, int, bool]
             | tuple[str, int, int, int, bool, str | None]
+            | tuple[str, int, int, int, bool, str | None, str | None]
         ],
         images: dict[str, Buffer] | None = None,
         *,
@@ -290,6 +292,7 @@ class MinidumpFile:
 def elf_summary(source: str | PathLike[str] | Buffer) -> _ElfSummary: ...
 def elf_section_address(source: str | PathLike[str] | Buffer, name: str) -> int | None: ...
 def demangle(name: str) -> str: ...
+def read_sym_file(path: str | PathLike[str]) -> None: ...
 def place_mappings(
     loads: Sequence[tuple[int, int, int, int, int]],
     mappings: Sequence[tuple[int, int, int]],

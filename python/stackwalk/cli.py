@@ -269,6 +269,7 @@ def _one_core(
         from stackwalk.minidump import Minidump
 
         opener = Minidump
+        options["symbols_path"] = args.symbols_path
     else:
         options["max_size"] = args.max_core_size
 
@@ -651,6 +652,14 @@ def _add_minidump(sub: Any) -> None:
         help="minidumps (Breakpad's, Crashpad's, minidump-writer's), one after another",
     )
     _add_dump_options(m, "minidump")
+    m.add_argument(
+        "--symbols-path",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="a Breakpad symbol store (NAME/DEBUGID/NAME.sym, as dump_syms writes): names and "
+        "lines of modules whose file is missing here or has no symbols (repeatable)",
+    )
     m.add_argument(
         "--format",
         choices=["stackwalk", "minidump-stackwalk"],

@@ -756,6 +756,10 @@ class Core:
             except StackwalkError:
                 pass  # over a module that has a file: that one is kept
 
+    def _sym_file(self, module: CoreModule) -> str | None:
+        """A Breakpad symbol file for the names and lines the module's file lacks (cores: none)."""
+        return None
+
     # -- output ----------------------------------------------------------------------------
 
     def to_dict(
@@ -784,6 +788,7 @@ class Core:
                     m.bias,
                     m.found and m.path in self._mismatched,
                     m.file,
+                    self._sym_file(m),
                 )
                 for m in self.modules
                 for start, end in m.spans

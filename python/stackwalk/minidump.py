@@ -20,10 +20,12 @@ cannot be read is a MinidumpError.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
+from typing import Any
 
-from stackwalk._core import MinidumpFile
+from stackwalk._core import MinidumpFile, read_sym_file
 from stackwalk.core import Core, CoreModule, Signal, Thread
-from stackwalk.errors import MinidumpError
+from stackwalk.errors import MinidumpError, StackwalkError
 
 __all__ = [
     "Minidump", "MinidumpError", "CoreModule", "Signal", "Thread", "minidump_stackwalk_doc",
@@ -36,6 +38,41 @@ class Minidump(Core):
     options (``max_size`` does not apply: minidumps are read as they are)."""
 
     _FILE_KIND = "minidump"
+    # Symbol stores (``NAME/DEBUGID/NAME.sym``), searched in order.
+    symbols_path: tuple[str, ...] = ()
+
+    @classmethod
+    def open(  # type: ignore[override]
+        cls,
+        path: str | os.PathLike[str],
+        executable: str | os.PathLike[str] | None = None,
+        *,
+        symbols_path: Sequence[str | os.PathLike[str]] = (),
+        **options: Any,
+    ) -> Minidump:
+        """``Core.open``'s options, and ``symbols_path``: directories laid out as a Breakpad symbol
+        store (``NAME/DEBUGID/NAME.sym``, as ``dump_syms`` output is kept), whose ``.sym`` files
+        name the functions and lines of modules whose file is missing here or has no symbols."""
+        dump = super().open(path, executable, **options)
+        assert isinstance(dump, Minidump)
+        dump.symbols_path = tuple(os.fspath(d) for d in symbols_path)
+        return dump
+
+    def _sym_file(self, module: CoreModule) -> str | None:
+        debug_id = breakpad_debug_id(self._build_id_at(module.start) or module.build_id)
+        if debug_id is None:
+            return None
+        name = os.path.basename(module.path)
+        for store in self.symbols_path:
+            path = os.path.join(store, name, debug_id, name + ".sym")
+            if os.path.isfile(path):
+                try:
+                    read_sym_file(path)
+                except StackwalkError as e:
+                    self.warnings.append(f"symbol file not used: {e}")
+                    return None
+                return path
+        return None
 
     def _open_source(self, max_size: int | None) -> MinidumpFile:
         dump = MinidumpFile(self.path)

@@ -43,8 +43,9 @@ type Found<'s> = (Option<&'s Placed>, u64, Option<(&'s str, u64)>, Vec<SourceFra
 #[pymethods]
 impl PySymbolizer {
     /// `modules`: (path, start, end, bias), (path, start, end, bias,
-    /// doubtful) or (path, start, end, bias, doubtful, file: the file to read
-    /// symbols from, None for none) for each runtime range `start..end` of a
+    /// doubtful), (path, start, end, bias, doubtful, file: the file to read
+    /// symbols from, None for none) or those and `sym`, a Breakpad symbol
+    /// file for the names and lines the file lacks (None: none), for each runtime range `start..end` of a
     /// module, bias the
     /// runtime − ELF address (as `Unwinder.modules` lists them). A path in
     /// `images` (e.g. "[vdso]") is symbolized from those ELF bytes; any
@@ -67,23 +68,29 @@ impl PySymbolizer {
             // item names another or None (a module whose file was rejected:
             // known by name and place only, never named from whatever file
             // sits at its path now).
-            let (path, start, end, bias, doubtful, file) = match item.len()? {
+            let (path, start, end, bias, doubtful, file, sym) = match item.len()? {
                 4 => {
                     let (path, start, end, bias): (PathBuf, i128, i128, i128) = item.extract()?;
-                    (path.clone(), start, end, bias, false, Some(path))
+                    (path.clone(), start, end, bias, false, Some(path), None)
                 }
                 5 => {
                     let (path, start, end, bias, doubtful): (PathBuf, i128, i128, i128, bool) =
                         item.extract()?;
-                    (path.clone(), start, end, bias, doubtful, Some(path))
+                    (path.clone(), start, end, bias, doubtful, Some(path), None)
                 }
-                6 => item.extract()?,
+                6 => {
+                    let (path, start, end, bias, doubtful, file) = item.extract()?;
+                    (path, start, end, bias, doubtful, file, None)
+                }
+                7 => item.extract()?,
                 n => {
                     return Err(PyValueError::new_err(format!(
-                        "a module is (path, start, end, bias[, doubtful[, file]]), not {n} items"
+                        "a module is (path, start, end, bias[, doubtful[, file[, sym]]]), not {n} \
+                         items"
                     )))
                 }
             };
+            let sym: Option<PathBuf> = sym;
             // Python ints: a damaged core can place a module past either end
             // of the address space, where no pc is.
             let clamp = |v: i128| v.clamp(0, i128::from(u64::MAX)) as u64;
@@ -102,7 +109,11 @@ impl PySymbolizer {
                         }
                         None => {
                             let source = file.map_or(Source::None, Source::Path);
-                            SymbolFile::new(name.clone(), source, debug_root.clone())
+                            let file = SymbolFile::new(name.clone(), source, debug_root.clone());
+                            match sym {
+                                Some(sym) => file.with_breakpad(sym),
+                                None => file,
+                            }
                         }
                     });
                     files.insert(name.to_string(), file.clone());
@@ -257,4 +268,12 @@ fn read_frames<'py>(
         out
     };
     Ok(pairs.into_iter().unzip())
+}
+
+/// Reads the Breakpad symbol file at `path` into the process's cache (as
+/// the symbolizer will use it): a StackwalkError naming the file and the
+/// line when it cannot be used.
+#[pyfunction]
+pub(super) fn read_sym_file(py: Python<'_>, path: PathBuf) -> PyResult<()> {
+    py.detach(|| crate::breakpad::sym_file(&path).map(drop)).map_err(StackwalkError::new_err)
 }
