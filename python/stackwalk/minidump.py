@@ -42,7 +42,7 @@ class Minidump(Core):
     symbols_path: tuple[str, ...] = ()
 
     @classmethod
-    def open(  # type: ignore[override]
+    def open(
         cls,
         path: str | os.PathLike[str],
         executable: str | os.PathLike[str] | None = None,
