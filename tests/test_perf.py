@@ -769,7 +769,6 @@ def test_inline_text_and_folded_stacks(recordings: Recordings) -> None:
     recording = recordings("qsort")
     text = cli(recording, "--inline")
     check_clean_exit(text, f"stackwalk perf {recording.path}")
-    assert cli(recording).stdout == _stackwalk(str(recording.path), "--no-inline").stdout
     theirs_all = perf_script_inline(recording.path, recording.home)
     proc = cli(recording, "--json", "--inline")
     ours_all = by_key(json_lines(proc.stdout))
