@@ -2,10 +2,14 @@
 libc's qsort, `--call-graph dwarf` at 4999 Hz): "full", about 40,000-50,000 samples, "quarter"
 a quarter of it and "long" three times it. In one run:
 
-- perf-command: the whole command, symbolized, against `perf script --no-inline`, on the three
-  recordings, and the interpreter's start alone (`python -c pass`): stackwalk's fixed cost is
-  mostly that, perf script's cost mostly per sample, so the ratio grows with the recording
-  (the summary gives the cost of each sample beyond the quarter file's, for both);
+- perf-command: the whole command, symbolized, `--no-inline`, against `perf script
+  --no-inline`, on the three recordings, and the interpreter's start alone (`python -c
+  pass`): stackwalk's fixed cost is mostly that, perf script's cost mostly per sample, so the
+  ratio grows with the recording (the summary gives the cost of each sample beyond the
+  quarter file's, for both);
+- perf-inline: the whole command with inline frames (`--inline`, libc's from libc6-dbg's
+  DWARF) against perf script with its own (its default), on the full recording, one run of
+  each side by side, and the ratio of their times;
 - perf-reading: the unwinding alone (in process, folded stacks counted, little output) on 1
   and 2 CPUs, against reading the file (`cat FILE > /dev/null`);
 - perf-second-cpu: the speed-up from a second CPU, from runs on 1 and 2 CPUs in turn: of the
@@ -162,7 +166,8 @@ def _samples(path: Path) -> int:
 @pytest.mark.benchmark(group="perf-command")
 @pytest.mark.parametrize("size", SIZES)
 def test_stackwalk_perf(benchmark: Any, recordings: dict[str, Path], size: str) -> None:
-    proc = benchmark.pedantic(_run, args=(_stackwalk(str(recordings[size])),), rounds=3)
+    argv = _stackwalk(str(recordings[size]), "--no-inline")
+    proc = benchmark.pedantic(_run, args=(argv,), rounds=3)
     assert proc.returncode == 0, proc.stderr
     benchmark.extra_info["samples"] = _samples(recordings[size])
 
@@ -173,6 +178,30 @@ def test_perf_script(benchmark: Any, recordings: dict[str, Path], size: str) -> 
     argv = ["perf", "script", "--no-inline", "-i", str(recordings[size])]
     proc = benchmark.pedantic(_run, args=(argv,), rounds=3)
     assert proc.returncode == 0, proc.stderr
+
+
+def _side_by_side(*commands: list[str]) -> list[float]:
+    """Each command run once, one after the other: its time (s)."""
+    took = []
+    for argv in commands:
+        start = time.perf_counter()
+        proc = _run(argv)
+        took.append(time.perf_counter() - start)
+        assert proc.returncode == 0, proc.stderr
+    return took
+
+
+@pytest.mark.benchmark(group="perf-inline")
+def test_inline_vs_perf_script(benchmark: Any, recordings: dict[str, Path]) -> None:
+    """`stackwalk perf --inline` against `perf script` (inline frames on, its default) on the
+    same recording: one run each, side by side; the ratio is perf script's time over ours."""
+    path = str(recordings["full"])
+    ours, theirs = _stackwalk(path, "--inline"), ["perf", "script", "--inline", "-i", path]
+    took = benchmark.pedantic(_side_by_side, args=(ours, theirs), rounds=1)
+    benchmark.extra_info.update(stackwalk_s=took[0], perf_script_s=took[1])
+    benchmark.extra_info["ratio"] = took[1] / took[0]
+    print(f"\nstackwalk perf --inline {took[0]:.2f} s, perf script --inline {took[1]:.2f} s: "
+          f"{took[1] / took[0]:.1f}x")  # fmt: skip
 
 
 @pytest.mark.benchmark(group="perf-command")

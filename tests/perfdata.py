@@ -484,18 +484,73 @@ def disassembly(path: str, objdump: str = "objdump") -> Disassembly:
 
 def our_user_addresses(frames: Iterable[Mapping[str, Any]]) -> list[tuple[str | None, int]]:
     """(module, address) of the user frames of a ``stackwalk perf --json`` sample, as perf
-    script would print them (see the module docstring): frame 0 at the file offset of its ELF
-    address, every caller frame at the file offset of its return address's ELF address less
-    one; a frame outside every module at its runtime pc (less one for a caller)."""
+    script would print them (see the module docstring): frame 0 (and the frames inlined at its
+    pc, ``--inline``) at the file offset of its ELF address, every caller frame at the file
+    offset of its return address's ELF address less one; a frame outside every module at its
+    runtime pc (less one for a caller)."""
     out: list[tuple[str | None, int]] = []
-    for index, frame in enumerate(f for f in frames if not f["kernel"]):
+    caller = 0
+    for frame in (f for f in frames if not f["kernel"]):
         module = frame["module"]
         if module is None:
-            out.append((None, int(frame["pc"], 16) - (1 if index else 0)))
+            out.append((None, int(frame["pc"], 16) - caller))
         else:
-            address = int(frame["module_offset"], 16) - (1 if index else 0)
+            address = int(frame["module_offset"], 16) - caller
             out.append((module, file_offset(module, address)))
+        caller = caller or int(not frame.get("inline", False))
     return out
+
+
+@dataclass(frozen=True)
+class InlineFrame:
+    """A user frame as ``perf script --inline -F ...,srcline`` prints it: each function
+    inlined at a pc comes as a frame of its own at that address, marked ``(inlined)``."""
+
+    address: int
+    symbol: str | None
+    offset: int | None
+    inlined: bool
+    srcline: str  # "FILE:LINE" as perf prints it, FILE's base name; "??:0" or ":0" unknown
+
+
+_SRC_FRAME = re.compile(r"\t\s*(?P<address>[0-9a-f]+) (?P<where>.*?)(?: \((?P<dso>[^()]*)\))?")
+
+
+@functools.cache
+def perf_script_inline(path: Path, home: Path) -> dict[Key, tuple[InlineFrame, ...]]:
+    """The user frames of each sample of ``perf script --inline --ns -F
+    comm,pid,tid,time,ip,sym,symoff,dso,srcline``, by (pid, tid, time). Each frame's line is
+    followed by one of its source line (``  msort.c:52``), ``(inlined)`` after it for an inlined
+    function's frame, whose frame line then names no dso."""
+    cmd = [PERF, "script", "--inline", "--ns", "-F", f"{SCRIPT_FIELDS},srcline", "-i", str(path)]
+    proc = run(cmd, env=perf_env(home))
+    assert proc.returncode == 0, f"{' '.join(cmd)} failed:\n{proc.stderr}"
+    out: dict[Key, list[InlineFrame]] = {}
+    frames: list[InlineFrame] = []
+    frame: re.Match[str] | None = None
+    for number, line in enumerate(proc.stdout.splitlines(), 1):
+        if not line.strip():
+            continue
+        if line.startswith("\t"):
+            frame = _SRC_FRAME.fullmatch(line)
+            assert frame, f"line {number}: not a frame: {line!r}"
+        elif line.startswith("  "):
+            assert frame, f"line {number}: a source line of no frame: {line!r}"
+            srcline, inlined = line.strip(), False
+            if srcline.endswith(" (inlined)"):
+                srcline, inlined = srcline.removesuffix(" (inlined)"), True
+            address = int(frame["address"], 16)
+            if address < KERNEL_START:
+                symbol, offset = _symbol_offset(frame["where"])
+                frames.append(InlineFrame(address, symbol, offset, inlined, srcline))
+            frame = None
+        else:
+            header = _HEADER.fullmatch(line)
+            assert header and header["pid"], f"line {number}: not a sample line: {line!r}"
+            frames = []
+            key = (int(header["pid"]), int(header["tid"]), _time_ns(header["s"], header["f"]))
+            out[key] = frames
+    return {key: tuple(frames) for key, frames in out.items()}
 
 
 def stackwalk_perf(*args: str | os.PathLike[str]) -> subprocess.CompletedProcess[str]:

@@ -217,7 +217,7 @@ def test_perf_profiles_use_the_separate_debug_file(build: Builder, tmp_path: Pat
 
     def own_samples(debug_root: Path) -> list[list[dict[str, object]]]:
         out = tmp_path / f"{debug_root.name}.json"
-        summary = perf_report(data, "json", output=out, debug_root=debug_root)
+        summary = perf_report(data, "json", output=out, debug_root=debug_root, inline=False)
         assert summary["error"] is None and summary["samples"] > 50
         samples = [json.loads(line) for line in out.read_text().splitlines()]
         user = [[f for f in s["frames"] if not f["kernel"]] for s in samples]

@@ -47,6 +47,7 @@ from perfdata import (
     our_user_addresses,
     parse_script,
     perf_env,
+    perf_script_inline,
     sized_function,
     stackwalk_perf,
     symbol_values,
@@ -71,8 +72,11 @@ def _stackwalk(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def cli(recording: Recording | Path, *options: str) -> subprocess.CompletedProcess[str]:
-    """``stackwalk perf`` on a recording, once per session per options."""
+    """``stackwalk perf`` on a recording, once per session per options; ``--no-inline`` unless
+    ``--inline`` is given, as the reference is ``perf script --no-inline``."""
     path = recording.path if isinstance(recording, Recording) else recording
+    if "--inline" not in options:
+        options = (*options, "--no-inline")
     return _stackwalk(str(path), *options)
 
 
@@ -684,6 +688,128 @@ def test_text_output_is_perf_script_shaped(recordings: Recordings, workload: str
                 assert frame.offset == h(json_frame["function_offset"]) - (1 if index else 0)
 
 
+# --- inline frames (--inline, perf script's default) -------------------------------------------
+
+
+@functools.cache
+def eu_addr2line_files(module: str, address: int) -> set[str]:
+    """The base names of the files ``eu-addr2line -i`` gives for an ELF address of a module
+    (its function's and those of the functions inlined there)."""
+    proc = subprocess.run(["eu-addr2line", "-i", "-e", module, hex(address)],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    return {Path(line.rpartition(":")[0].rpartition(":")[0] or line).name
+            for line in proc.stdout.splitlines()}  # fmt: skip
+
+
+def clone_of(ours: str, theirs: str) -> bool:
+    """Whether ``ours`` is a GCC clone of ``theirs`` (``msort_with_tmp.part.0``)."""
+    return ours.split(".")[0] == theirs
+
+
+@pytest.mark.parametrize("workload", ["qsort", "threads"])
+def test_inline_frames_match_perf_script(recordings: Recordings, workload: str) -> None:
+    """With --inline, where perf script (its default, ``--inline``, with ``srcline``) shows
+    the functions inlined at a pc, ours are the same functions in the same order at the same
+    addresses, and every frame's source file and line is the one perf prints. Compared on the
+    samples whose frames agree exactly without inlines. perf names a frame's own function by
+    the DWARF name of the function it is in, and marks it ``(inlined)`` too when that name is
+    not the symbol's (libc's ``msort_with_tmp`` in the clone ``msort_with_tmp.part.0``,
+    ``__libc_start_main_impl`` at ``__libc_start_main``): ours keeps the symbol's name there,
+    an alias or the clone of perf's."""
+    recording = recordings(workload)
+    theirs_all = perf_script_inline(recording.path, recording.home)
+    proc = cli(recording, "--json", "--inline")
+    check_clean_exit(proc, f"stackwalk perf --json --inline {recording.path}")
+    ours_all = by_key(json_lines(proc.stdout))
+    inlined = lines = perf_wrong_file = 0
+    for plain, _ in agreement(recording)[EXACT]:
+        theirs = theirs_all[plain.key]
+        ours = [f for f in ours_all[plain.key]["frames"] if not f["kernel"]]
+        addresses = [address for _, address in our_user_addresses(ours)]
+        assert addresses == [f.address for f in theirs], plain.key
+        caller = False  # past frame 0's group: looked up at the return address less one
+        for index, (mine, frame) in enumerate(zip(ours, theirs, strict=True)):
+            looked_up_before, caller = caller, caller or not mine["inline"]
+            where = f"{workload} {plain.key} #{index} {frame}: ours {mine}"
+            if mine["inline"]:
+                assert frame.inlined and frame.symbol == mine["function"], where
+                inlined += 1
+            elif frame.inlined:
+                assert mine["function"] and frame.symbol, where
+                assert aliases(mine["module"], mine["function"], frame.symbol) or clone_of(
+                    mine["function"], frame.symbol
+                ), where
+            if mine["line"] is None:
+                # perf's "??:0", ":0", or "libc.so.6[26290]" (the module and address).
+                assert not re.fullmatch(r".*:[1-9]\d*", frame.srcline), where
+                continue
+            file = Path(mine["file"]).name
+            assert frame.srcline.rpartition(":")[2] == str(mine["line"]), where
+            if frame.srcline != f"{file}:{mine['line']}":
+                # perf asks binutils' addr2line, which names the unit's file for a function
+                # defined in a header it includes (libc-start.c for libc_start_call_main.h's
+                # __libc_start_call_main): elfutils reads the line table's file.
+                address = h(mine["module_offset"]) - looked_up_before
+                assert file in eu_addr2line_files(mine["module"], address), where
+                perf_wrong_file += 1
+            lines += 1
+    print(f"{workload}: {inlined} inline frames and {lines} source lines as perf shows them "
+          f"({perf_wrong_file} files as elfutils names them, not perf)")  # fmt: skip
+    assert lines > 0
+    # libc's qsort inlines msort_with_tmp into itself (libc6-dbg's DWARF); the threads
+    # workload's functions inline nothing where its samples fall.
+    assert inlined > 0 or workload == "threads"
+
+
+def test_inline_text_and_folded_stacks(recordings: Recordings) -> None:
+    """The default text output shows the inline frames as perf script does (each at its
+    frame's address and symbol offset, ``(inlined)`` for the module), the frames of --json
+    --inline (checked against perf script above); --collapsed --inline folds those frames, the
+    inlined functions annotated ``_[i]`` as stackcollapse-perf does."""
+    recording = recordings("qsort")
+    text = cli(recording, "--inline")
+    check_clean_exit(text, f"stackwalk perf {recording.path}")
+    theirs_all = perf_script_inline(recording.path, recording.home)
+    proc = cli(recording, "--json", "--inline")
+    ours_all = by_key(json_lines(proc.stdout))
+    mine = {(tid, time // 1000): s for (_, tid, time), s in ours_all.items()}
+    exact = {theirs.key for theirs, _ in agreement(recording)[EXACT]}
+    shown = 0
+    for sample in parse_script(text.stdout):
+        ours = mine[(sample.tid, sample.time // 1000)]
+        user = [f for f in ours["frames"] if not f["kernel"]]
+        assert sample.user_addresses() == [
+            ("inlined" if f["inline"] else m, a)
+            for f, (m, a) in zip(user, our_user_addresses(user), strict=True)
+        ], sample.key
+        for frame, json_frame in zip(sample.user_frames, user, strict=True):
+            assert frame.symbol == json_frame["function"], sample.key
+        theirs = theirs_all[(ours["pid"], ours["tid"], ours["time"])]
+        if (ours["pid"], ours["tid"], ours["time"]) in exact:
+            for frame, perf in zip(sample.user_frames, theirs, strict=True):
+                assert frame.address == perf.address, sample.key
+                if frame.dso == "inlined":
+                    assert perf.inlined and perf.symbol == frame.symbol, sample.key
+                    assert perf.offset == frame.offset, sample.key
+                    shown += 1
+    assert shown > 0
+
+    def name(frame: Mapping[str, Any]) -> str:
+        if frame["inline"]:
+            return f"{frame['function']}_[i]"
+        # A function DWARF names, which the symbol table does not, is folded by address.
+        return folded_name({**frame, "function": frame["function_offset"] and frame["function"]})
+
+    expected: Counter[str] = Counter()
+    for sample in ours_all.values():
+        expected[fold(sample["comm"], [name(f) for f in sample["frames"]])] += 1
+    folded = cli(recording, "--collapsed", "--inline")
+    check_clean_exit(folded, f"stackwalk perf --collapsed --inline {recording.path}")
+    ours = parse_folded(folded.stdout)
+    assert ours == expected
+    assert any("_[i]" in stack for stack in ours)
+
+
 # --- recordings without --call-graph dwarf ----------------------------------------------------
 
 
@@ -804,7 +930,7 @@ def test_no_call_graph(recordings: Recordings) -> None:
 def test_flamegraph(recordings: Recordings, workload: str, tmp_path: Path) -> None:
     """``--flamegraph OUT.svg`` writes an SVG whose boxes (their <title> tooltips) are the
     folded stacks' frames with their counts: one box per distinct stack prefix, counting the
-    samples under it."""
+    samples under it; inline frames included (--inline, the default)."""
     recording = recordings(workload)
     out = tmp_path / f"{workload}.svg"
     proc = subprocess.run(
@@ -819,8 +945,8 @@ def test_flamegraph(recordings: Recordings, workload: str, tmp_path: Path) -> No
         match = SVG_TITLE.fullmatch(title.text or "")
         if match:
             boxes[(match["name"], int(match["count"].replace(",", "")))] += 1
-    folded = cli(recording, "--collapsed")
-    check_clean_exit(folded, "stackwalk perf --collapsed")
+    folded = cli(recording, "--collapsed", "--inline")
+    check_clean_exit(folded, "stackwalk perf --collapsed --inline")
     prefixes: Counter[tuple[str, ...]] = Counter()
     for stack, count in parse_folded(folded.stdout).items():
         names = tuple(ANNOTATION.sub("", name) for name in stack.split(";"))
@@ -863,7 +989,7 @@ def check_damaged(recording: Recording, damaged: Path, before: int, offsets: Seq
     """stackwalk on a damaged copy: exit status 1, one error line on stderr naming where the
     damage is (one of ``offsets``), no traceback, and every sample whose record ends at or
     before ``before`` reported, with perf script's frames (on the intact file)."""
-    proc = stackwalk_perf(damaged, "--json")
+    proc = stackwalk_perf(damaged, "--json", "--no-inline")
     what = f"stackwalk perf --json {damaged.name}"
     assert "Traceback" not in proc.stderr, f"{what}:\n{proc.stderr}"
     assert proc.returncode == 1, f"{what}: exit status {proc.returncode}\n{proc.stderr}"
@@ -882,7 +1008,7 @@ def check_damaged(recording: Recording, damaged: Path, before: int, offsets: Seq
     # Where perf stopped early (how many, depends on where the samples fell: a handful in a
     # cut recording can pass 1%), the frames are ours on the intact file: the damage changes
     # no sample before it.
-    whole = by_key(json_lines(stackwalk_perf(recording.path, "--json").stdout))
+    whole = by_key(json_lines(stackwalk_perf(recording.path, "--json", "--no-inline").stdout))
     assert all(ours[key] == whole[key] for key in expected), f"{what}: differs from the intact"
 
 

@@ -41,8 +41,9 @@ def recorded(build: Builder, tmp_path: Path) -> Recorded:
 
 
 def ours(recorded: Recorded, home: Path) -> tuple[list[ScriptSample], str]:
-    """``stackwalk perf`` (its text, perf script's shape), parsed, and its stderr."""
-    cmd = [sys.executable, "-m", "stackwalk", "perf", str(recorded.path)]
+    """``stackwalk perf --no-inline`` (its text, perf script's shape), parsed, and its stderr
+    (the reference is perf script --no-inline)."""
+    cmd = [sys.executable, "-m", "stackwalk", "perf", "--no-inline", str(recorded.path)]
     proc = run(cmd, env=perf_env(home))
     assert proc.returncode in (0, 1), proc.stderr
     return parse_script(proc.stdout), proc.stderr

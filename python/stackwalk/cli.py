@@ -383,8 +383,8 @@ def _report_perf(args: argparse.Namespace, path: str, name: str | None = None) -
     # A progress bar, after half a second, when someone watches stderr and it is not the output.
     watched = sys.stderr.isatty() and (output is not None or not sys.stdout.isatty())
     progress = 0.5 if watched else None
-    summary = perf_report(path, fmt, output=output, jobs=args.jobs,
-                          max_frames=args.max_frames, progress=progress)  # fmt: skip
+    summary = perf_report(path, fmt, output=output, jobs=args.jobs, max_frames=args.max_frames,
+                          progress=progress, inline=args.inline)  # fmt: skip
     if args.flamegraph:
         from stackwalk._core import flamegraph
 
@@ -743,6 +743,13 @@ def _add_perf(sub: Any) -> None:
     out.add_argument("--collapsed", action="store_true", help="folded stacks with counts")
     out.add_argument("--flamegraph", metavar="OUT.svg", help="write an interactive SVG flame graph")
     pf.add_argument("--jobs", type=_jobs, default=0, help="worker threads (default: one per core)")
+    pf.add_argument(
+        "--inline",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="frames for the functions inlined at each pc, and (--json) source file and line, "
+        "from DWARF, as perf script shows them (default: on)",
+    )
     _add_max_frames(pf, "each sample's stack copy")
     pf.set_defaults(func=cmd_perf)
 

@@ -9,6 +9,7 @@ use crate::stackdb::StackDb;
 
 use crate::symbolize::SymbolCache;
 
+use super::cache::SourceCache;
 use super::process::Process;
 use super::Profiler;
 
@@ -20,6 +21,7 @@ impl Profiler {
         let mut folded = StackDb::new();
         let mut names = Names::default();
         let mut symbols = SymbolCache::default();
+        let mut sources = SourceCache::default();
         let mut line = String::new();
         let mut ids = Vec::new();
         for (index, key, count) in self.by_address.iter() {
@@ -33,6 +35,9 @@ impl Profiler {
                 ids.push(names.frame_id((process.id, word), &mut line, |line| {
                     user_frame_name(process, word, line, &mut symbols)
                 }));
+                if self.options.inline {
+                    names.inlined_ids((process, word), &mut sources, &mut line, &mut ids);
+                }
             }
             for &ip in kernel.iter().rev() {
                 ids.push(
@@ -78,6 +83,9 @@ pub(super) struct Names {
     /// (`u64::MAX`, ip) for a kernel frame: address traces share most of
     /// their frames.
     pub(super) frames: FxHashMap<(u64, u64), u64>,
+    /// The name ids of the functions inlined at a frame, outermost first,
+    /// by what `frames` is keyed by.
+    pub(super) inlined: FxHashMap<(u64, u64), Vec<u64>>,
 }
 
 impl Names {
@@ -96,6 +104,34 @@ impl Names {
         let id = self.id(key, name);
         self.frames.insert(at, id);
         id
+    }
+
+    /// Push to `ids` the name ids of the functions inlined at the user frame
+    /// `word` of `process` (see [`user_frame_name`]), outermost first, each
+    /// annotated `_[i]` (as stackcollapse-perf annotates inlined functions);
+    /// looked up the first time.
+    pub(super) fn inlined_ids(
+        &mut self,
+        (process, word): (&Process, u64),
+        sources: &mut SourceCache,
+        buf: &mut String,
+        ids: &mut Vec<u64>,
+    ) {
+        let at = (process.id, word);
+        if !self.inlined.contains_key(&at) {
+            let (_, lookup) = frame_pcs(word);
+            let found = sources.frames(process, lookup);
+            let inlined = found.split_last().map_or(&[][..], |(_, inlined)| inlined);
+            let mut made = Vec::with_capacity(inlined.len());
+            for source in inlined.iter().rev() {
+                buf.clear();
+                buf.push_str(source.function.as_deref().unwrap_or("??"));
+                buf.push_str("_[i]");
+                made.push(self.id(None, buf));
+            }
+            self.inlined.insert(at, made);
+        }
+        ids.extend_from_slice(&self.inlined[&at]);
     }
 
     pub(super) fn id(&mut self, key: Option<NameKey>, name: &str) -> u64 {
@@ -126,8 +162,7 @@ pub(super) fn user_frame_name<'a>(
     buf: &'a mut String,
     symbols: &mut SymbolCache,
 ) -> (Option<NameKey>, &'a str) {
-    let pc = word & !(1 << 63);
-    let lookup = if word >> 63 != 0 { pc } else { pc.wrapping_sub(1) };
+    let (pc, lookup) = frame_pcs(word);
     let loc = process.symbolizer.locate_cached(pc, lookup, symbols);
     match (loc.function, loc.file()) {
         (Some((name, _)), Some(file)) => {
@@ -140,6 +175,13 @@ pub(super) fn user_frame_name<'a>(
         }
         (_, None) => (None, "[unknown]"),
     }
+}
+
+/// The pc and lookup pc of a folded key's user frame `word` (its pc, bit 63
+/// set when interrupted: looked up at the pc itself, else one byte back).
+fn frame_pcs(word: u64) -> (u64, u64) {
+    let pc = word & !(1 << 63);
+    (pc, if word >> 63 != 0 { pc } else { pc.wrapping_sub(1) })
 }
 
 /// A kernel frame's name in a folded stack.

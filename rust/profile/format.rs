@@ -3,12 +3,13 @@
 
 use std::fmt::Write as _;
 
+use crate::lines::SourceFrame;
 use crate::perf::Sample;
 use crate::unwind::Frame;
 
-use crate::symbolize::SymbolCache;
+use crate::symbolize::{Location, SymbolCache};
 
-use super::cache::LineCache;
+use super::cache::{LineCache, SourceCache};
 use super::process::Process;
 use super::work::Context;
 use super::Pending;
@@ -28,7 +29,7 @@ impl Unwound<'_> {
     pub(super) fn text(
         &self,
         kernel: impl Iterator<Item = u64>,
-        symbols: &mut SymbolCache,
+        (symbols, sources): (&mut SymbolCache, &mut SourceCache),
         lines: &mut LineCache,
         out: &mut String,
     ) {
@@ -54,6 +55,9 @@ impl Unwound<'_> {
         for f in frames {
             let lookup = if recorded { f.pc } else { f.lookup_pc() };
             out.push_str(lines.line(&p.process, f.pc, lookup, |line| {
+                if ctx.inline {
+                    inline_lines(&p.process, f.pc, lookup, (symbols, sources), line);
+                }
                 frame_line(&p.process, f.pc, lookup, symbols, line);
             }));
         }
@@ -63,7 +67,7 @@ impl Unwound<'_> {
     pub(super) fn json(
         &self,
         kernel: impl Iterator<Item = u64>,
-        symbols: &mut SymbolCache,
+        (symbols, sources): (&mut SymbolCache, &mut SourceCache),
         out: &mut String,
     ) {
         let Unwound { ctx, p, s, frames, .. } = *self;
@@ -88,27 +92,122 @@ impl Unwound<'_> {
             push_0x(out, ip);
             out.push_str("\", \"function\": ");
             json_function(out, ctx.kernel.lookup(ip));
-            out.push_str(", \"kernel\": true}");
+            out.push_str(", \"kernel\": true");
+            if ctx.inline {
+                json_source(out, None, false);
+            }
+            out.push('}');
         }
         for f in frames {
+            let lookup = f.lookup_pc();
+            let loc = p.process.symbolizer.locate_cached(f.pc, lookup, symbols);
+            let found = if ctx.inline { sources.frames(&p.process, lookup) } else { &[] };
+            let (inlined, own) = match found.split_last() {
+                Some((own, inlined)) => (inlined, Some(own)),
+                None => (&[][..], None),
+            };
+            for source in inlined {
+                if !std::mem::take(&mut first) {
+                    out.push_str(", ");
+                }
+                let function = source.function.as_deref().map(|name| (name, None));
+                json_user_frame(out, f.pc, &loc, function, Some((Some(source), true)));
+            }
             if !std::mem::take(&mut first) {
                 out.push_str(", ");
             }
-            let loc = p.process.symbolizer.locate_cached(f.pc, f.lookup_pc(), symbols);
-            out.push_str("{\"pc\": \"");
-            push_0x(out, f.pc);
-            out.push_str("\", \"module\": ");
-            match loc.file() {
-                Some(file) => json_str(out, &file.path),
-                None => out.push_str("null"),
-            }
-            out.push_str(", \"module_offset\": \"");
-            push_0x(out, loc.offset);
-            out.push_str("\", \"function\": ");
-            json_function(out, loc.function);
-            out.push_str(", \"kernel\": false}");
+            // The symbol table's name, else (with DWARF read) the one DWARF gives.
+            let function = match loc.function {
+                Some((name, offset)) => Some((name, Some(offset))),
+                None => own.and_then(|s| s.function.as_deref()).map(|name| (name, None)),
+            };
+            json_user_frame(out, f.pc, &loc, function, ctx.inline.then_some((own, false)));
         }
         out.push_str("]}\n");
+    }
+}
+
+/// A user frame of a JSON sample: at `pc`, where `loc` is, named
+/// `function` (with its offset, if from the symbol table), and with its
+/// `source` (its file and line, and whether it is an inline frame) when
+/// inline frames are shown.
+fn json_user_frame(
+    out: &mut String,
+    pc: u64,
+    loc: &Location<'_>,
+    function: Option<(&str, Option<u64>)>,
+    source: Option<(Option<&SourceFrame>, bool)>,
+) {
+    out.push_str("{\"pc\": \"");
+    push_0x(out, pc);
+    out.push_str("\", \"module\": ");
+    match loc.file() {
+        Some(file) => json_str(out, &file.path),
+        None => out.push_str("null"),
+    }
+    out.push_str(", \"module_offset\": \"");
+    push_0x(out, loc.offset);
+    out.push_str("\", \"function\": ");
+    match function {
+        Some((name, None)) => {
+            json_str(out, name);
+            out.push_str(", \"function_offset\": null");
+        }
+        Some((name, Some(offset))) => json_function(out, Some((name, offset))),
+        None => json_function(out, None),
+    }
+    out.push_str(", \"kernel\": false");
+    if let Some((source, inline)) = source {
+        json_source(out, source, inline);
+    }
+    out.push('}');
+}
+
+/// A frame's `file`, `line`, `column` and `inline` values, after a comma.
+fn json_source(out: &mut String, source: Option<&SourceFrame>, inline: bool) {
+    out.push_str(", \"file\": ");
+    match source.and_then(|s| s.file.as_deref()) {
+        Some(file) => json_str(out, file),
+        None => out.push_str("null"),
+    }
+    for (key, value) in
+        [("line", source.and_then(|s| s.line)), ("column", source.and_then(|s| s.column))]
+    {
+        let _ = write!(out, ", \"{key}\": ");
+        match value {
+            Some(v) => push_decimal(out, i64::from(v), 0, b' '),
+            None => out.push_str("null"),
+        }
+    }
+    out.push_str(if inline { ", \"inline\": true" } else { ", \"inline\": false" });
+}
+
+/// The functions inlined at a user frame's pc, innermost first, as perf
+/// script prints them before the frame's own line: at the frame's address,
+/// with its symbol's offset, `(inlined)` for the module. None outside every
+/// module or without DWARF.
+fn inline_lines(
+    process: &Process,
+    pc: u64,
+    lookup: u64,
+    (symbols, sources): (&mut SymbolCache, &mut SourceCache),
+    out: &mut String,
+) {
+    let inlined = match sources.frames(process, lookup).split_last() {
+        Some((_, inlined)) if !inlined.is_empty() => inlined,
+        _ => return,
+    };
+    let loc = process.symbolizer.locate_cached(pc, lookup, symbols);
+    for source in inlined {
+        out.push('\t');
+        push_hex(out, loc.file_offset, 16);
+        out.push(' ');
+        out.push_str(source.function.as_deref().unwrap_or("??"));
+        if let Some((_, off)) = loc.function {
+            out.push('+');
+            push_0x(out, off - (pc - lookup));
+        }
+        out.push_str(" (inlined)\n");
     }
 }
 

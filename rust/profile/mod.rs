@@ -62,6 +62,10 @@ pub struct Options {
     pub batch: usize,
     /// Where separate debug files are (`/usr/lib/debug`).
     pub debug_root: std::path::PathBuf,
+    /// The functions inlined at each frame's pc come before it as frames of
+    /// their own, and JSON frames carry their file and line (from DWARF), as
+    /// perf script does by default.
+    pub inline: bool,
     /// Told how far the reading is, at most every `PROGRESS_EVERY`, and
     /// once at the end; a progress bar, say, is the caller's to draw.
     pub progress: Option<ProgressFn>,
@@ -74,6 +78,7 @@ impl std::fmt::Debug for Options {
             .field("max_frames", &self.max_frames)
             .field("batch", &self.batch)
             .field("debug_root", &self.debug_root)
+            .field("inline", &self.inline)
             .field("progress", &self.progress.is_some())
             .finish()
     }
@@ -104,6 +109,7 @@ impl Default for Options {
             max_frames: None,
             batch: 1024,
             debug_root: "/usr/lib/debug".into(),
+            inline: true,
             progress: None,
         }
     }
@@ -446,6 +452,7 @@ impl Profiler {
         let ctx = Context {
             arch: self.arch,
             format: self.options.format,
+            inline: self.options.inline,
             max_frames: self.options.max_frames,
             decoder: self.decoder.clone(),
             kernel: self.kernel.clone(),

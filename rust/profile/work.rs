@@ -13,7 +13,7 @@ use crate::perf::{
 use crate::symbolize::SymbolCache;
 use crate::unwind::{Frame, Trust, Unwinder};
 
-use super::cache::LineCache;
+use super::cache::{LineCache, SourceCache};
 use super::format::Unwound;
 use super::kallsyms::KernelSymbolsLoader;
 use super::{Format, Pending};
@@ -62,6 +62,7 @@ pub(super) struct Worker {
     pub(super) frames: Vec<Frame>,
     pub(super) symbols: SymbolCache,
     pub(super) lines: LineCache,
+    pub(super) sources: SourceCache,
 }
 
 thread_local! {
@@ -72,6 +73,8 @@ thread_local! {
 pub(super) struct Context {
     pub(super) arch: Arch,
     pub(super) format: Format,
+    /// Inline frames shown (`Options::inline`).
+    pub(super) inline: bool,
     pub(super) max_frames: Option<usize>,
     pub(super) decoder: Arc<Decoder>,
     pub(super) kernel: Arc<KernelSymbolsLoader>,
@@ -89,7 +92,7 @@ impl Context {
         }
         WORKER.with(|cell| {
             let worker = &mut *cell.borrow_mut();
-            let Worker { unwinder, frames, symbols, lines } = worker;
+            let Worker { unwinder, frames, symbols, lines, sources } = worker;
             let unwinder = match unwinder {
                 Some(u) if u.arch() == ctx.arch => u,
                 _ => unwinder.insert(Unwinder::new(ctx.arch)),
@@ -131,13 +134,13 @@ impl Context {
                 match ctx.format {
                     Format::Text => Unwound { ctx, p, s: &s, frames, recorded }.text(
                         kernel,
-                        symbols,
+                        (symbols, sources),
                         lines,
                         &mut out.text,
                     ),
                     Format::JsonLines => Unwound { ctx, p, s: &s, frames, recorded }.json(
                         kernel,
-                        symbols,
+                        (symbols, sources),
                         &mut out.text,
                     ),
                     Format::Collapsed => {
