@@ -274,9 +274,7 @@ def _one_core(
         options["max_size"] = args.max_core_size
 
     search = [d for d in (args.lib_search_path or "").split(":") if d]
-    strategies = [s for s in args.strategies.split(",") if s]
-    if args.no_scan:
-        strategies = [s for s in strategies if s != "scan"]
+    strategies = _strategies(args)
     try:
         core = opener.open(
             path,
@@ -328,7 +326,18 @@ def _one_core(
         if args.dir is not None or len(getattr(args, "minidumps", ())) > 1:
             print()  # a blank line between the reports of successive files
         print("\n".join(core_lines(doc, "Minidump" if opener is not Core else "Core")))
-    threads = doc["threads"]
+    return _threads_status(doc["threads"])
+
+
+def _strategies(args: argparse.Namespace) -> list[str]:
+    """``--strategies``, less scanning with ``--no-scan``."""
+    strategies = [s for s in args.strategies.split(",") if s]
+    return [s for s in strategies if s != "scan"] if args.no_scan else strategies
+
+
+def _threads_status(threads: Sequence[dict[str, Any]]) -> int:
+    """The exit status of a report of these threads: EXIT_FAILED when none has a frame,
+    EXIT_PARTIAL when one stopped before the outermost frame."""
     if not any(t["frames"] for t in threads):
         return EXIT_FAILED
     clean = all(t["end"] in ("end_of_stack", "pc_zero") for t in threads)
@@ -420,9 +429,7 @@ def cmd_pid(args: argparse.Namespace) -> int:
     from stackwalk.process import Process
     from stackwalk.render import core_lines
 
-    strategies = [s for s in args.strategies.split(",") if s]
-    if args.no_scan:
-        strategies = [s for s in strategies if s != "scan"]
+    strategies = _strategies(args)
     proc = Process.attach(
         args.pid, debug_root=args.debug_root, strategies=strategies, perf_map=args.perf_map
     )
@@ -439,11 +446,7 @@ def cmd_pid(args: argparse.Namespace) -> int:
         _write_json(doc)
     else:
         print("\n".join(core_lines(doc)))
-    threads = doc["threads"]
-    if not any(t["frames"] for t in threads):
-        return EXIT_FAILED
-    clean = all(t["end"] in ("end_of_stack", "pc_zero") for t in threads)
-    return EXIT_OK if clean else EXIT_PARTIAL
+    return _threads_status(doc["threads"])
 
 
 def cmd_triage(args: argparse.Namespace) -> int:

@@ -108,16 +108,9 @@ def _chart(per_day: dict[str, dict[str, int]], buckets: list[dict[str, Any]]) ->
 def _stack(example: dict[str, Any] | None) -> str:
     if not example:
         return ""
-    from stackwalk.render import frame_text
+    from stackwalk.render import stored_stack_lines
 
-    lines = []
-    for f in example["frames"]:
-        if f["tid"] != example["crashing_tid"]:
-            break
-        frame = {**f, "index": f["idx"], "pc": f"{f['pc']:#x}"}
-        if f["function_offset"] is not None:
-            frame["function_offset"] = f"{f['function_offset']:#x}"
-        lines.append(frame_text(frame))
+    lines = stored_stack_lines(example)
     where = html.escape(example["path"])
     return f"<div>e.g. <code>{where}</code></div><pre>{html.escape(chr(10).join(lines))}</pre>"
 

@@ -87,13 +87,21 @@ def report_lines(buckets: list[dict[str, Any]]) -> list[str]:
         example = b.get("example")
         if example:
             lines.append(f"     e.g. {example['path']}:")
-            tid = example["crashing_tid"]
-            for f in example["frames"]:
-                if f["tid"] != tid:
-                    break
-                frame = {**f, "index": f["idx"], "pc": f"{f['pc']:#x}"}
-                if f["function_offset"] is not None:
-                    frame["function_offset"] = f"{f['function_offset']:#x}"
-                lines.append(f"       {frame_text(frame)}")
+            lines.extend(f"       {line}" for line in stored_stack_lines(example))
         lines.append("")
+    return lines
+
+
+def stored_stack_lines(crash: dict[str, Any]) -> list[str]:
+    """The crashing thread's frames of a crash as a crash store holds it
+    (``CrashStore.crash``: numbers where the JSON has hex), one line each as ``core`` prints
+    them."""
+    lines = []
+    for f in crash["frames"]:
+        if f["tid"] != crash["crashing_tid"]:
+            break
+        frame = {**f, "index": f["idx"], "pc": f"{f['pc']:#x}"}
+        if f["function_offset"] is not None:
+            frame["function_offset"] = f"{f['function_offset']:#x}"
+        lines.append(frame_text(frame))
     return lines
