@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from datetime import UTC
 
 from stackwalk.errors import StackwalkError
 
@@ -527,7 +526,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 def _date(text: str) -> float:
     """An argparse type: a date (2026-11-24) or time (2026-11-24T10:00) as Unix seconds, UTC
     unless the text names a zone."""
-    from datetime import datetime
+    from datetime import UTC, datetime
 
     try:
         when = datetime.fromisoformat(text)

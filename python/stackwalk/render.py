@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-from datetime import UTC
-
 # Annotations only: `typing` would cost a short command's start some 4 ms of imports.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -73,7 +71,7 @@ def core_lines(doc: dict[str, Any], kind: str = "Core") -> list[str]:
 def report_lines(buckets: list[dict[str, Any]]) -> list[str]:
     """The text of ``stackwalk report``: each bucket's count, signature, sightings and builds,
     and its example crash's stack."""
-    from datetime import datetime
+    from datetime import UTC, datetime
 
     def day(t: float) -> str:
         return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M")
