@@ -330,7 +330,13 @@ impl Symbolizer {
             .zip(symbol)
             .and_then(|(t, i)| t.demangled(i))
             .or_else(|| p.file.breakpad()?.lookup(address))
-            .map(|(name, start)| (name, (address - start).wrapping_add(pc.wrapping_sub(lookup))));
+            .map(|(name, start)| (name, (address - start).wrapping_add(pc.wrapping_sub(lookup))))
+            // JIT code placed as a module of its own (a perf recording's
+            // anonymous mappings): named by the perf map.
+            .or_else(|| {
+                let (name, offset) = self.jit.as_ref()?.lookup(lookup)?;
+                Some((name, offset.wrapping_add(pc.wrapping_sub(lookup))))
+            });
         let file_offset = lookup.wrapping_sub(p.range.start).wrapping_add(p.pgoff);
         Location { module: Some(p), offset: pc.wrapping_sub(p.bias), file_offset, function, symbol }
     }

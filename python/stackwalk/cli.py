@@ -392,7 +392,8 @@ def _report_perf(args: argparse.Namespace, path: str, name: str | None = None) -
     watched = sys.stderr.isatty() and (output is not None or not sys.stdout.isatty())
     progress = 0.5 if watched else None
     summary = perf_report(path, fmt, output=output, jobs=args.jobs, max_frames=args.max_frames,
-                          progress=progress, inline=args.inline)  # fmt: skip
+                          progress=progress, inline=args.inline,
+                          perf_map_dir=args.perf_map_dir or None)  # fmt: skip
     if args.flamegraph:
         from stackwalk._core import flamegraph
 
@@ -751,6 +752,14 @@ def _add_perf(sub: Any) -> None:
         default=True,
         help="frames for the functions inlined at each pc, and (--json) source file and line, "
         "from DWARF, as perf script shows them (default: on)",
+    )
+    pf.add_argument(
+        "--perf-map-dir",
+        metavar="DIR",
+        default="/tmp",
+        help="where the JIT's perf maps are (perf-PID.map, written by node --perf-basic-prof, "
+        "the JVM's agents, python -X perf): names for JIT code, walked through by its frame "
+        "pointers (default: /tmp, as perf; empty: none)",
     )
     _add_max_frames(pf, "each sample's stack copy")
     pf.set_defaults(func=cmd_perf)

@@ -38,7 +38,7 @@ use crate::perf::{
 use crate::stackdb::StackDb;
 
 use kallsyms::KernelSymbolsLoader;
-use process::{own_vdso, FileInfo, Process};
+use process::{own_vdso, FileInfo, JitMap, Process};
 use work::{ChunkOut, Context, Spare};
 
 /// How the samples are printed.
@@ -69,6 +69,12 @@ pub struct Options {
     /// Told how far the reading is, at most every `PROGRESS_EVERY`, and
     /// once at the end; a progress bar, say, is the caller's to draw.
     pub progress: Option<ProgressFn>,
+    /// Where the perf maps of JIT code are (`perf-PID.map`, as node
+    /// `--perf-basic-prof`, the JVM's agents and CPython's `-X perf` write
+    /// them; perf reads them from /tmp): names for the code of a process's
+    /// anonymous executable mappings, which are then walked through by
+    /// their frame-pointer chain. None: JIT code is not named.
+    pub perf_map_dir: Option<std::path::PathBuf>,
 }
 
 impl std::fmt::Debug for Options {
@@ -80,6 +86,7 @@ impl std::fmt::Debug for Options {
             .field("debug_root", &self.debug_root)
             .field("inline", &self.inline)
             .field("progress", &self.progress.is_some())
+            .field("perf_map_dir", &self.perf_map_dir)
             .finish()
     }
 }
@@ -111,6 +118,7 @@ impl Default for Options {
             debug_root: "/usr/lib/debug".into(),
             inline: true,
             progress: None,
+            perf_map_dir: Some("/tmp".into()),
         }
     }
 }
@@ -191,6 +199,9 @@ pub struct Profiler {
     vdso: Option<Arc<Data>>,
     /// The build id `HEADER_BUILD_ID` records for each file name.
     recorded: FxHashMap<Vec<u8>, Vec<u8>>,
+    /// Each process's perf map, read at its first anonymous executable
+    /// mapping (None inside: it has none).
+    perf_maps: FxHashMap<i32, Option<Arc<JitMap>>>,
     decoder: Arc<Decoder>,
     spare: Arc<Spare>,
     /// Where the damage `summary.error` tells of is.
@@ -207,6 +218,7 @@ impl Profiler {
         let mut profiler = Profiler {
             vdso,
             recorded: FxHashMap::default(),
+            perf_maps: FxHashMap::default(),
             arch,
             options,
             files: FxHashMap::default(),

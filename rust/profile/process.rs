@@ -2,8 +2,9 @@
 
 use std::sync::Arc;
 
-use crate::cfi::{Data, Module, UnwindInfo};
+use crate::cfi::{CodeSegment, Data, Module, UnwindInfo};
 use crate::modules::ModuleSet;
+use crate::perfmap::PerfMap;
 use crate::space::Segment;
 use crate::symbolize::{Placed, Source, SymbolFile, Symbolizer};
 
@@ -27,11 +28,34 @@ pub(super) struct Process {
     pub(super) modules: Arc<ModuleSet>,
     /// The same modules, for symbolizing.
     pub(super) symbolizer: Arc<Symbolizer>,
+    /// It runs JIT code named by a perf map: where CFI is missing (the JIT
+    /// code's), the walk goes on by the frame-pointer chain.
+    pub(super) jit: bool,
+}
+
+/// A process's perf map, and the name its code is shown under (the map's
+/// path, as perf script shows it).
+pub(super) struct JitMap {
+    map: Arc<PerfMap>,
+    file: Arc<SymbolFile>,
+}
+
+/// A mapping of no file, as perf names it: where a JIT puts its code.
+fn is_anonymous(filename: &[u8]) -> bool {
+    filename == b"//anon"
+        || filename.starts_with(b"/dev/zero")
+        || filename.starts_with(b"/anon_hugepage")
+        || filename.starts_with(b"[anon:")
 }
 
 impl Profiler {
     /// A new executable mapping in process `pid`.
     pub(super) fn map(&mut self, pid: i32, start: u64, len: u64, pgoff: u64, filename: &[u8]) {
+        if is_anonymous(filename) {
+            if let Some(jit) = self.perf_map(pid) {
+                return self.map_jit(pid, start..start.saturating_add(len), &jit);
+            }
+        }
         let file = self.file(filename);
         let range = start..start.saturating_add(len);
         let id = next_id();
@@ -49,7 +73,57 @@ impl Profiler {
         }
         let placed = Placed { range, bias, pgoff, file: file.symbols.clone(), doubtful: false };
         let symbolizer = Arc::new(process.symbolizer.with_mapping(placed));
-        *process = Process { id, modules: Arc::new(modules), symbolizer };
+        *process = Process { id, modules: Arc::new(modules), symbolizer, jit: process.jit };
+    }
+
+    /// An anonymous executable mapping of a process with a perf map: JIT
+    /// code, named by the map, without CFI (a module of code alone, so that
+    /// return addresses into it are taken as in code).
+    fn map_jit(&mut self, pid: i32, range: std::ops::Range<u64>, jit: &JitMap) {
+        let id = next_id();
+        let process = self.processes.entry(pid).or_default();
+        let mut modules = process.modules.without_range(range.clone());
+        let code = vec![CodeSegment {
+            address: range.start,
+            size: range.end - range.start,
+            file_offset: 0,
+            file_size: 0,
+        }];
+        let info = Arc::new(UnwindInfo::without_file(self.arch, code));
+        let name = jit.file.path.to_string();
+        if let Ok(module) = Module::place(name, info, range.clone(), 0) {
+            if let Ok(set) = modules.with_module(Arc::new(module)) {
+                modules = set;
+            }
+        }
+        // Shown at their addresses, as perf script shows JIT code.
+        let placed = Placed {
+            range: range.clone(),
+            bias: 0,
+            pgoff: range.start,
+            file: jit.file.clone(),
+            doubtful: false,
+        };
+        let symbolizer = process.symbolizer.with_mapping(placed).with_perf_map(jit.map.clone());
+        *process =
+            Process { id, modules: Arc::new(modules), symbolizer: Arc::new(symbolizer), jit: true };
+    }
+
+    /// Process `pid`'s perf map (`perf-PID.map` in the options' directory),
+    /// read once; None when there is none.
+    fn perf_map(&mut self, pid: i32) -> Option<Arc<JitMap>> {
+        let dir = self.options.perf_map_dir.as_ref()?;
+        let path = dir.join(format!("perf-{pid}.map"));
+        self.perf_maps
+            .entry(pid)
+            .or_insert_with(|| {
+                let text = crate::files::map(&path).ok()?;
+                let map = PerfMap::parse(&text);
+                let name: Arc<str> = path.to_string_lossy().into();
+                let file = Arc::new(SymbolFile::new(name, Source::None, None));
+                Some(Arc::new(JitMap { map: Arc::new(map), file }))
+            })
+            .clone()
     }
 
     pub(super) fn file(&mut self, filename: &[u8]) -> Arc<FileInfo> {
@@ -116,7 +190,7 @@ impl Profiler {
                 loads = summary.segments().collect();
             }
         }
-        if unwind.is_none() && path.starts_with('/') {
+        if unwind.is_none() && path.starts_with('/') && !is_anonymous(filename) {
             self.summary.modules_missing.push(path.to_string());
         }
         // Symbols from the file at its path, through the process's cache;

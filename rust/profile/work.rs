@@ -5,6 +5,7 @@ use std::cell::RefCell;
 use std::sync::{Arc, Mutex};
 
 use crate::arch::Arch;
+use crate::fallback::Strategy;
 use crate::memory::Buffer;
 use crate::perf::{
     sample_registers, Decoder, Event, Sample, Words, PERF_CONTEXT_HV, PERF_CONTEXT_KERNEL,
@@ -12,6 +13,9 @@ use crate::perf::{
 };
 use crate::symbolize::SymbolCache;
 use crate::unwind::{Frame, Trust, Unwinder};
+
+/// How the samples of a process running JIT code are walked.
+const JIT_STRATEGIES: [Strategy; 2] = [Strategy::Cfi, Strategy::FramePointer];
 
 use super::cache::{LineCache, SourceCache};
 use super::format::Unwound;
@@ -121,6 +125,13 @@ impl Context {
                 } else if let Some((pc, sp)) = user_registers(ctx.arch, &s) {
                     if !Arc::ptr_eq(unwinder.module_set(), &p.process.modules) {
                         unwinder.set_modules(p.process.modules.clone());
+                        // JIT code has no CFI: walked by its frame-pointer chain.
+                        let fp = p.process.jit;
+                        unwinder.set_strategies(if fp {
+                            &JIT_STRATEGIES
+                        } else {
+                            &[Strategy::Cfi]
+                        });
                     }
                     let mut stack = Buffer { start: sp.1, bytes: s.stack };
                     let end = unwinder.unwind_sample(pc, &sp.0, &mut stack, ctx.max_frames, frames);

@@ -20,12 +20,15 @@ use crate::cfi::Data;
 /// user stack (None: as many as its stack copy can hold). `inline`: the
 /// functions inlined at each user frame's pc come before it as frames of
 /// their own (perf script's default), and JSON frames carry `file`, `line`,
-/// `column` and `inline`, from the modules' DWARF. Returns a summary dict; a damaged file stops
+/// `column` and `inline`, from the modules' DWARF. `perf_map_dir`: where
+/// the perf maps of JIT code are (`perf-PID.map`; None: JIT code is not
+/// named nor walked through). Returns a summary dict; a damaged file stops
 /// the reading with summary["error"] set, after the samples before the
 /// damage were written.
 #[pyfunction]
 #[pyo3(signature = (path, format = "text", *, output = None, jobs = 0, max_frames = None,
-                    debug_root = PathBuf::from("/usr/lib/debug"), progress = None, inline = true))]
+                    debug_root = PathBuf::from("/usr/lib/debug"), progress = None, inline = true,
+                    perf_map_dir = Some(PathBuf::from("/tmp"))))]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn perf_report<'py>(
     py: Python<'py>,
@@ -37,6 +40,7 @@ pub(super) fn perf_report<'py>(
     debug_root: PathBuf,
     progress: Option<f64>,
     inline: bool,
+    perf_map_dir: Option<PathBuf>,
 ) -> PyResult<Bound<'py, PyDict>> {
     use crate::profile::{Format, Options};
     if jobs > MAX_JOBS {
@@ -52,8 +56,15 @@ pub(super) fn perf_report<'py>(
     };
     let name = path.to_string_lossy().into_owned();
     let file = File::open(&path).map_err(|e| StackwalkError::new_err(format!("{name}: {e}")))?;
-    let options =
-        Options { format, max_frames, debug_root, progress, inline, ..Options::default() };
+    let options = Options {
+        format,
+        max_frames,
+        debug_root,
+        progress,
+        inline,
+        perf_map_dir,
+        ..Options::default()
+    };
     let run = Run { name: &name, output, jobs, options };
     let open_error = |e: crate::perf::PerfError| StackwalkError::new_err(format!("{name}: {e}"));
     // A regular file is mapped and its records read in place; anything else
