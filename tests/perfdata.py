@@ -163,11 +163,12 @@ def perf_env(home: Path) -> dict[str, str]:
 
 
 def perf_record(output: Path, argv: Sequence[str | os.PathLike[str]], home: Path,
-                call_graph: Sequence[str] = RECORD[-2:]) -> None:  # fmt: skip
+                call_graph: Sequence[str] = RECORD[-2:],
+                cwd: Path | None = None) -> None:  # fmt: skip
     """``perf record -q -F 999 -e cpu-clock --call-graph dwarf -o OUTPUT -- ARGV`` (or with
-    another ``call_graph``)."""
+    another ``call_graph``), in ``cwd`` if given."""
     cmd = [PERF, *RECORD[:-2], *call_graph, "-o", output, "--", *argv]
-    proc = run(cmd, env=perf_env(home), stdin=subprocess.DEVNULL)
+    proc = run(cmd, env=perf_env(home), stdin=subprocess.DEVNULL, cwd=cwd)
     if proc.returncode != 0 or not output.exists():
         pytest.fail(f"{' '.join(map(str, cmd))} failed ({proc.returncode}):\n{proc.stderr}")
 

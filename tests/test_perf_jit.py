@@ -60,7 +60,7 @@ def node_recording(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path
     home.mkdir()
     data = tmp / "node.perf.data"
     argv = [node, "--perf-basic-prof", "--interpreted-frames-native-stack", str(script)]
-    perf_record(data, argv, home)
+    perf_record(data, argv, home, cwd=tmp)  # node writes its v8 logs where it runs
     pids = {int(p) for p in run([PERF, "script", "-F", "pid", "-i", data], env=perf_env(home))
             .stdout.split()}  # fmt: skip
     maps = [Path(f"/tmp/perf-{pid}.map") for pid in pids]
