@@ -6,13 +6,16 @@ home, is the reference."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
-from corefiles import build_id_of
+from corefiles import _free_port, build_id_of
+from debuginfod_server import metrics, split, start_debuginfod
 from perfdata import O2, ScriptSample, parse_script, perf_env, perf_record, perf_script, run
 from realstacks import Builder
 
@@ -116,3 +119,49 @@ def test_a_rebuilt_program_is_not_used(recorded: Recorded, build: Builder, tmp_p
         assert all(f.symbol is None for f in mine.user_frames if f.dso == str(recorded.program))
         in_program += any(f.dso == str(recorded.program) for f in mine.user_frames)
     assert in_program > len(pairs) // 2
+
+
+def with_debuginfod(home: Path, url: str, cache: Path) -> dict[str, str]:
+    return {**perf_env(home), "DEBUGINFOD_URLS": url, "DEBUGINFOD_CACHE_PATH": str(cache)}
+
+
+def ours_json(recorded: Recorded, env: dict[str, str]) -> tuple[list[dict[str, Any]], str]:
+    """``stackwalk perf --json`` (inline frames and lines on, as by default)."""
+    cmd = [sys.executable, "-m", "stackwalk", "perf", "--json", str(recorded.path)]
+    proc = run(cmd, env=env)
+    assert proc.returncode in (0, 1), proc.stderr
+    return [json.loads(line) for line in proc.stdout.splitlines()], proc.stderr
+
+
+def test_a_missing_program_is_fetched_from_debuginfod(recorded: Recorded, tmp_path: Path) -> None:
+    """The program gone and perf's cache empty: its build id, as the recording has it, fetches
+    it from a debuginfod server (elfutils' own, indexing its stripped copy and its debug
+    file), with its DWARF: the same frames, lines and inline frames as with the program in
+    place. A second run is served from debuginfod's cache; a dead server is a warning."""
+    before, _ = ours_json(recorded, perf_env(recorded.home))
+    program = str(recorded.program)
+    assert any(f["module"] == program and f["line"] for s in before for f in s["frames"])
+    shutil.rmtree(recorded.home / ".debug")
+    split(recorded.program, tmp_path / "index")
+    server = start_debuginfod(tmp_path / "index", tmp_path)
+    cache = tmp_path / "cache"
+    try:
+        after, stderr = ours_json(recorded, with_debuginfod(recorded.home, server.url, cache))
+        build_id = build_id_of(str(recorded.original))
+        fetched = cache / build_id / "executable"
+        assert f"{program} read from debuginfod's cache: {fetched}" in stderr
+        assert (cache / build_id / "debuginfo").is_file()
+        # The same frames, every field, but for the file the program was read from.
+        assert after == before
+        served = metrics(server.url).get('http_responses_total{result="file"}', 0)
+        assert served >= 2, "the executable and its debuginfo"
+        again, _ = ours_json(recorded, with_debuginfod(recorded.home, server.url, cache))
+        assert again == before
+        assert metrics(server.url).get('http_responses_total{result="file"}', 0) == served
+    finally:
+        server.stop()
+    # A dead server, an empty cache: a warning, and the frames stop at the program.
+    dead = with_debuginfod(recorded.home, f"http://127.0.0.1:{_free_port()}", tmp_path / "c2")
+    samples, stderr = ours_json(recorded, dead)
+    assert f"debuginfod: no executable for {program}" in stderr
+    assert not any(f["function"] for s in samples for f in s["frames"] if f["module"] == program)

@@ -393,7 +393,8 @@ def _report_perf(args: argparse.Namespace, path: str, name: str | None = None) -
     progress = 0.5 if watched else None
     summary = perf_report(path, fmt, output=output, jobs=args.jobs, max_frames=args.max_frames,
                           progress=progress, inline=args.inline,
-                          perf_map_dir=args.perf_map_dir or None)  # fmt: skip
+                          perf_map_dir=args.perf_map_dir or None,
+                          offline=args.offline)  # fmt: skip
     if args.flamegraph:
         from stackwalk._core import flamegraph
 
@@ -692,12 +693,7 @@ def _add_dump_options(k: argparse.ArgumentParser, what: str) -> None:
         help="where separate debug files are (.build-id/xx/yyyy.debug, .gnu_debuglink); "
         "default /usr/lib/debug",
     )
-    k.add_argument(
-        "--offline",
-        action="store_true",
-        help="fetch nothing from the debuginfod servers of DEBUGINFOD_URLS (what their cache "
-        "holds is still used); also STACKWALK_OFFLINE=1",
-    )
+    _add_offline(k)
     k.add_argument("--thread", type=int, metavar="TID", help="only this thread")
     _add_max_frames(k)
     k.add_argument(
@@ -761,8 +757,18 @@ def _add_perf(sub: Any) -> None:
         "the JVM's agents, python -X perf): names for JIT code, walked through by its frame "
         "pointers (default: /tmp, as perf; empty: none)",
     )
+    _add_offline(pf)
     _add_max_frames(pf, "each sample's stack copy")
     pf.set_defaults(func=cmd_perf)
+
+
+def _add_offline(parser: Any) -> None:
+    parser.add_argument(
+        "--offline",
+        action="store_true",
+        help="fetch nothing from the debuginfod servers of DEBUGINFOD_URLS (what their cache "
+        "holds is still used); also STACKWALK_OFFLINE=1",
+    )
 
 
 def _add_unwind(sub: Any) -> None:

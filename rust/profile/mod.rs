@@ -75,6 +75,12 @@ pub struct Options {
     /// anonymous executable mappings, which are then walked through by
     /// their frame-pointer chain. None: JIT code is not named.
     pub perf_map_dir: Option<std::path::PathBuf>,
+    /// Where the files of the recording that are not here (nor in perf's
+    /// build-id cache) are fetched from by build id, before the samples
+    /// are read, with their DWARF when `inline` (see
+    /// [`crate::debuginfod`]); None: nothing is fetched (debuginfod's
+    /// cache is still read).
+    pub debuginfod: Option<crate::debuginfod::Config>,
 }
 
 impl std::fmt::Debug for Options {
@@ -87,6 +93,7 @@ impl std::fmt::Debug for Options {
             .field("inline", &self.inline)
             .field("progress", &self.progress.is_some())
             .field("perf_map_dir", &self.perf_map_dir)
+            .field("debuginfod", &self.debuginfod.as_ref().map(|c| &c.urls))
             .finish()
     }
 }
@@ -119,6 +126,7 @@ impl Default for Options {
             inline: true,
             progress: None,
             perf_map_dir: Some("/tmp".into()),
+            debuginfod: None,
         }
     }
 }
@@ -252,6 +260,9 @@ impl Profiler {
         let header = perf.header();
         for entry in &header.build_ids {
             self.recorded.insert(entry.filename.as_bytes().to_vec(), entry.build_id.clone());
+        }
+        if let Some(config) = self.options.debuginfod.take() {
+            self.fetch_missing(&config);
         }
         let has = |bits: u64| header.attrs.iter().any(|a| a.sample_type & bits == bits);
         self.summary.call_graph = if has(PERF_SAMPLE_REGS_USER | PERF_SAMPLE_STACK_USER) {

@@ -151,11 +151,13 @@ impl Profiler {
                 }
             }
             if let (None, Some(want)) = (&data, &recorded) {
-                if let Some((cached, d)) = perf_cached(want) {
-                    self.summary.warnings.push(format!(
-                        "{path} read from perf's build-id cache: {}",
-                        cached.display()
-                    ));
+                let from_perf = perf_cached(want).map(|c| (c, "perf's build-id cache"));
+                let cached = from_perf
+                    .or_else(|| debuginfod_cached(want).map(|c| (c, "debuginfod's cache")));
+                if let Some(((cached, d), whose)) = cached {
+                    self.summary
+                        .warnings
+                        .push(format!("{path} read from {whose}: {}", cached.display()));
                     file_path = cached;
                     data = Some(Arc::new(d));
                 }
@@ -206,6 +208,82 @@ impl Profiler {
         self.files.insert(filename.to_vec(), info.clone());
         info
     }
+}
+
+impl Profiler {
+    /// The recorded files (`HEADER_BUILD_ID`: those with samples) that are
+    /// not here as recorded, nor in perf's build-id cache, fetched by build
+    /// id; and, with inline frames and lines wanted, the DWARF of those
+    /// without it here. Several downloads at once; each file no server
+    /// gave is a warning, and its frames go without it.
+    pub(super) fn fetch_missing(&mut self, config: &crate::debuginfod::Config) {
+        use crate::debuginfod::Kind;
+        if config.urls.is_empty() {
+            return;
+        }
+        let mut files: Vec<(String, String, Option<std::path::PathBuf>)> = Vec::new();
+        for (name, id) in &self.recorded {
+            let path = String::from_utf8_lossy(name).into_owned();
+            if !path.starts_with('/') || id.is_empty() || is_anonymous(name) {
+                continue;
+            }
+            let here = crate::files::map(std::path::Path::new(&path)).ok().filter(|d| {
+                crate::elf::summarize(d)
+                    .ok()
+                    .and_then(|s| s.build_id)
+                    .is_some_and(|t| same_build_id(id, &t))
+            });
+            let found = match here {
+                Some(_) => Some(std::path::PathBuf::from(&path)),
+                None => perf_cached(id).or_else(|| debuginfod_cached(id)).map(|(p, _)| p),
+            };
+            files.push((path, hex(id), found));
+        }
+        let wanted: Vec<usize> = (0..files.len()).filter(|&i| files[i].2.is_none()).collect();
+        let requests: Vec<_> =
+            wanted.iter().map(|&i| (files[i].1.clone(), Kind::Executable)).collect();
+        let answers = crate::debuginfod::fetch_all(config, &requests);
+        for (&i, answer) in wanted.iter().zip(answers) {
+            match answer {
+                Ok(path) => files[i].2 = Some(path),
+                Err(e) => {
+                    let name = &files[i].0;
+                    self.summary
+                        .warnings
+                        .push(format!("debuginfod: no executable for {name}: {e}"));
+                }
+            }
+        }
+        if !self.options.inline {
+            return;
+        }
+        let root = self.options.debug_root.clone();
+        let without: Vec<usize> = (0..files.len())
+            .filter(|&i| {
+                files[i].2.as_ref().is_some_and(|p| {
+                    crate::files::map(p)
+                        .is_ok_and(|d| !crate::lines::has_dwarf(&d, Some(p), Some(&root)))
+                })
+            })
+            .collect();
+        let requests: Vec<_> =
+            without.iter().map(|&i| (files[i].1.clone(), Kind::Debuginfo)).collect();
+        let answers = crate::debuginfod::fetch_all(config, &requests);
+        for (&i, answer) in without.iter().zip(answers) {
+            if let Err(e) = answer {
+                let name = &files[i].0;
+                self.summary.warnings.push(format!("debuginfod: no debuginfo for {name}: {e}"));
+            }
+        }
+    }
+}
+
+/// A file of build id `id` fetched before from debuginfod: its path in
+/// debuginfod's cache, and its bytes.
+fn debuginfod_cached(id: &[u8]) -> Option<(std::path::PathBuf, Data)> {
+    let path = crate::debuginfod::cached(id, crate::debuginfod::Kind::Executable)?;
+    let data = crate::files::map(&path).ok()?;
+    Some((path, data))
 }
 
 /// perf's build-id cache: `$PERF_BUILDID_DIR`, else `~/.debug`.

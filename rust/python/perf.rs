@@ -22,13 +22,15 @@ use crate::cfi::Data;
 /// their own (perf script's default), and JSON frames carry `file`, `line`,
 /// `column` and `inline`, from the modules' DWARF. `perf_map_dir`: where
 /// the perf maps of JIT code are (`perf-PID.map`; None: JIT code is not
-/// named nor walked through). Returns a summary dict; a damaged file stops
+/// named nor walked through). `offline`: nothing fetched from the
+/// debuginfod servers of `DEBUGINFOD_URLS` (else the recording's files not
+/// here, and with `inline` their DWARF, are). Returns a summary dict; a damaged file stops
 /// the reading with summary["error"] set, after the samples before the
 /// damage were written.
 #[pyfunction]
 #[pyo3(signature = (path, format = "text", *, output = None, jobs = 0, max_frames = None,
                     debug_root = PathBuf::from("/usr/lib/debug"), progress = None, inline = true,
-                    perf_map_dir = Some(PathBuf::from("/tmp"))))]
+                    perf_map_dir = Some(PathBuf::from("/tmp")), offline = false))]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn perf_report<'py>(
     py: Python<'py>,
@@ -41,6 +43,7 @@ pub(super) fn perf_report<'py>(
     progress: Option<f64>,
     inline: bool,
     perf_map_dir: Option<PathBuf>,
+    offline: bool,
 ) -> PyResult<Bound<'py, PyDict>> {
     use crate::profile::{Format, Options};
     if jobs > MAX_JOBS {
@@ -56,6 +59,7 @@ pub(super) fn perf_report<'py>(
     };
     let name = path.to_string_lossy().into_owned();
     let file = File::open(&path).map_err(|e| StackwalkError::new_err(format!("{name}: {e}")))?;
+    let debuginfod = (!offline).then(crate::debuginfod::Config::from_env);
     let options = Options {
         format,
         max_frames,
@@ -63,6 +67,7 @@ pub(super) fn perf_report<'py>(
         progress,
         inline,
         perf_map_dir,
+        debuginfod,
         ..Options::default()
     };
     let run = Run { name: &name, output, jobs, options };
