@@ -21,7 +21,7 @@
 use std::fmt;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 /// What is asked for by build id.
@@ -139,6 +139,41 @@ fn cached_in(cache: &Path, build_id: &str, kind: Kind) -> Option<PathBuf> {
     (meta.is_file() && meta.len() > 0).then_some(path)
 }
 
+/// How far the downloads of [`fetch_all_reporting`] are.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Downloads {
+    /// Files asked for.
+    pub files: usize,
+    /// Files answered: from the cache, from a server, or refused.
+    pub answered: usize,
+    /// Bytes received so far.
+    pub received: u64,
+    /// The sizes the servers announced (`Content-Length`) of the downloads
+    /// begun; 0 for those that announced none.
+    pub announced: u64,
+}
+
+/// The counts behind [`Downloads`], shared by the downloading threads, and
+/// whom to tell of each change.
+struct Tally<'a> {
+    files: usize,
+    answered: AtomicUsize,
+    received: AtomicU64,
+    announced: AtomicU64,
+    report: &'a (dyn Fn(Downloads) + Sync),
+}
+
+impl Tally<'_> {
+    fn report(&self) {
+        (self.report)(Downloads {
+            files: self.files,
+            answered: self.answered.load(Ordering::Relaxed),
+            received: self.received.load(Ordering::Relaxed),
+            announced: self.announced.load(Ordering::Relaxed),
+        });
+    }
+}
+
 /// Why a file could not be had.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -175,6 +210,15 @@ impl std::error::Error for FetchError {}
 /// The file of `build_id` (hex digits): from the cache, else from the first
 /// server that has it, written to the cache.
 pub fn fetch(config: &Config, build_id: &str, kind: Kind) -> Result<PathBuf, FetchError> {
+    fetch_counted(config, build_id, kind, None)
+}
+
+fn fetch_counted(
+    config: &Config,
+    build_id: &str,
+    kind: Kind,
+    tally: Option<&Tally<'_>>,
+) -> Result<PathBuf, FetchError> {
     let id = checked_build_id(build_id).ok_or_else(|| FetchError::BadBuildId(build_id.into()))?;
     if let Some(path) = config.cache.as_deref().and_then(|c| cached_in(c, &id, kind)) {
         return Ok(path);
@@ -186,7 +230,7 @@ pub fn fetch(config: &Config, build_id: &str, kind: Kind) -> Result<PathBuf, Fet
     let mut answers = Vec::new();
     for url in &config.urls {
         let url = format!("{}/buildid/{id}/{}", url.trim_end_matches('/'), kind.name());
-        match download(&agent, config, &url, &id) {
+        match download(&agent, config, &url, &id, tally) {
             Ok(file) => return store(config, &id, kind, file),
             Err(why) => answers.push((url, why)),
         }
@@ -197,6 +241,17 @@ pub fn fetch(config: &Config, build_id: &str, kind: Kind) -> Result<PathBuf, Fet
 /// [`fetch`] for each of `requests`, several at once; the answers in the
 /// same order. A request made twice is fetched once.
 pub fn fetch_all(config: &Config, requests: &[(String, Kind)]) -> Vec<Result<PathBuf, FetchError>> {
+    fetch_all_reporting(config, requests, &|_| {})
+}
+
+/// [`fetch_all`], telling `progress` how far the downloads are at each
+/// change (from the downloading threads: a progress bar, say, is the
+/// caller's to draw, and to draw no more often than it likes).
+pub fn fetch_all_reporting(
+    config: &Config,
+    requests: &[(String, Kind)],
+    progress: &(dyn Fn(Downloads) + Sync),
+) -> Vec<Result<PathBuf, FetchError>> {
     let mut unique: Vec<&(String, Kind)> = Vec::new();
     for r in requests {
         if !unique.contains(&r) {
@@ -204,6 +259,13 @@ pub fn fetch_all(config: &Config, requests: &[(String, Kind)]) -> Vec<Result<Pat
         }
     }
     let next = AtomicUsize::new(0);
+    let tally = Tally {
+        files: unique.len(),
+        answered: AtomicUsize::new(0),
+        received: AtomicU64::new(0),
+        announced: AtomicU64::new(0),
+        report: progress,
+    };
     let mut answers: Vec<Option<Result<PathBuf, FetchError>>> = vec![None; unique.len()];
     let slots: Vec<std::sync::Mutex<&mut Option<Result<PathBuf, FetchError>>>> =
         answers.iter_mut().map(std::sync::Mutex::new).collect();
@@ -212,8 +274,10 @@ pub fn fetch_all(config: &Config, requests: &[(String, Kind)]) -> Vec<Result<Pat
             scope.spawn(|| loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 let Some((id, kind)) = unique.get(i) else { break };
-                let answer = fetch(config, id, *kind);
+                let answer = fetch_counted(config, id, *kind, Some(&tally));
                 **slots[i].lock().unwrap_or_else(|e| e.into_inner()) = Some(answer);
+                tally.answered.fetch_add(1, Ordering::Relaxed);
+                tally.report();
             });
         }
     });
@@ -249,7 +313,13 @@ struct Download {
 
 /// The response of `url`, written to a temporary file and checked to be an
 /// ELF file with build id `id`; else why not, in a few words.
-fn download(agent: &ureq::Agent, config: &Config, url: &str, id: &str) -> Result<Download, String> {
+fn download(
+    agent: &ureq::Agent,
+    config: &Config,
+    url: &str,
+    id: &str,
+    tally: Option<&Tally<'_>>,
+) -> Result<Download, String> {
     if !(url.starts_with("http://") || url.starts_with("https://")) {
         return Err("not an http:// or https:// URL".into());
     }
@@ -272,9 +342,15 @@ fn download(agent: &ureq::Agent, config: &Config, url: &str, id: &str) -> Result
         None => std::env::temp_dir(),
     };
     let mut file = tempfile_like::TempFile::new(&dir).map_err(|e| e.to_string())?;
+    let announced = response.body().content_length();
+    if let Some(tally) = tally {
+        tally.announced.fetch_add(announced.unwrap_or(0), Ordering::Relaxed);
+        tally.report();
+    }
     let mut body = response.into_body().into_reader();
     let limit = config.max_size.unwrap_or(u64::MAX);
-    let copied = std::io::copy(&mut (&mut body).take(limit.saturating_add(1)), file.writer())
+    let mut counted = Counted { inner: (&mut body).take(limit.saturating_add(1)), tally };
+    let copied = std::io::copy(&mut counted, file.writer())
         .map_err(|e| format!("download cut short: {}", io_message(&e)))?;
     if copied > limit {
         return Err(format!("larger than DEBUGINFOD_MAXSIZE ({limit} bytes)"));
@@ -287,6 +363,23 @@ fn download(agent: &ureq::Agent, config: &Config, url: &str, id: &str) -> Result
         return Err(format!("the file has build id {}", theirs.as_deref().unwrap_or("none")));
     }
     Ok(Download { file })
+}
+
+/// A download's body, its bytes counted as they come.
+struct Counted<'t, 'a, R> {
+    inner: R,
+    tally: Option<&'t Tally<'a>>,
+}
+
+impl<R: Read> Read for Counted<'_, '_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        if let Some(tally) = self.tally.filter(|_| n > 0) {
+            tally.received.fetch_add(n as u64, Ordering::Relaxed);
+            tally.report();
+        }
+        Ok(n)
+    }
 }
 
 /// An I/O error as the C library words it ("Connection refused"), without

@@ -367,6 +367,30 @@ def run(cmd: Sequence[str | os.PathLike[str]], **kwargs: Any) -> subprocess.Comp
     )
 
 
+def on_terminal(argv: Sequence[str], **kwargs: Any) -> tuple[subprocess.CompletedProcess[str], str]:
+    """Run ``argv`` with stderr a terminal (a pty; stdout piped): its result, and what it
+    drew on the terminal, the tty's line ends made ``\\n``."""
+    import pty
+
+    master, slave = pty.openpty()
+    try:
+        proc = subprocess.run(argv, stderr=slave, stdout=subprocess.PIPE, text=True,
+                              timeout=TIMEOUT, **kwargs)  # fmt: skip
+    finally:
+        os.close(slave)
+    drawn = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        drawn += chunk
+    os.close(master)
+    return proc, drawn.decode(errors="replace").replace("\r\n", "\n")
+
+
 @functools.cache
 def eu_stack(
     core: str | None,

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from corefiles import CRASH_ENV, _free_port, build_id_of, gdb_crash_core, run
+from corefiles import CRASH_ENV, _free_port, build_id_of, gdb_crash_core, on_terminal, run
 from debuginfod_server import Server, split, start_debuginfod
 from realstacks import Builder
 
@@ -208,3 +208,29 @@ def test_offline_fetches_nothing(cases: dict[str, Case], server: Server, tmp_pat
         assert "debuginfod:" not in stderr
         assert not any(f["line"] for f in doc["threads"][0]["frames"][:2])
         assert not cache.exists()
+
+
+def test_download_progress_bar_on_a_terminal(
+    cases: dict[str, Case], server: Server, tmp_path: Path
+) -> None:
+    """With stderr a terminal, the downloads draw a bar there (redrawn in place with \\r) that
+    ends full, with the bytes the server sent and every file answered; piped, nothing."""
+    ids = cases["callback"].build_ids
+    code = ("import sys; from stackwalk._core import debuginfod_fetch; "
+            "answers = debuginfod_fetch([(i, 'executable') for i in sys.argv[1:]], progress=0.0); "
+            "print(*[path for path, _ in answers])")  # fmt: skip
+    env = with_server(server.url, tmp_path / "cache")
+    proc, drawn = on_terminal([sys.executable, "-c", code, *ids], env=env)
+    assert proc.returncode == 0, drawn
+    paths = proc.stdout.split()
+    assert len(paths) == len(ids) and all(os.path.isfile(p) for p in paths), proc.stdout
+    mib = sum(os.path.getsize(p) for p in paths) / (1 << 20)
+    bars = drawn.split("\r")
+    assert bars[-1] == f"debuginfod [{'#' * 30}] {mib:.1f} of {mib:.1f} MiB, 2/2 files\n", drawn
+    assert len(bars) > 2, "drawn as the downloads went"
+    again, drawn = on_terminal([sys.executable, "-c", code, *ids], env=env)
+    assert again.stdout == proc.stdout and drawn == "", "from the cache: nothing to show"
+    # The command draws it only when stderr is a terminal.
+    env = with_server(server.url, tmp_path / "another-cache")
+    piped = run([sys.executable, "-m", "stackwalk", "core", str(cases["callback"].core)], env=env)
+    assert piped.returncode in (0, 1) and "debuginfod [" not in piped.stderr, piped.stderr

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from corefiles import on_terminal
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 from perfdata import (
@@ -1257,30 +1258,15 @@ def test_progress_bar_on_a_terminal(recordings: Recordings) -> None:
     """With stderr a terminal, a progress bar is drawn there (redrawn in place with \\r) and
     ends at 100% with the number of samples; when stderr is not a terminal (every other test
     here), nothing but messages goes there."""
-    import pty
-
     recording = recordings("qsort")
-    master, slave = pty.openpty()
     code = ("import os, sys; from stackwalk._core import perf_report; "
             "s = perf_report(sys.argv[1], 'collapsed', output=os.devnull, progress=0.0); "
             "print(s['samples'])")  # fmt: skip
-    proc = subprocess.run([sys.executable, "-c", code, str(recording.path)], stderr=slave,
-                          stdout=subprocess.PIPE, text=True, timeout=120)  # fmt: skip
-    os.close(slave)
-    drawn = b""
-    while True:
-        try:
-            chunk = os.read(master, 65536)
-        except OSError:
-            break
-        if not chunk:
-            break
-        drawn += chunk
-    os.close(master)
+    proc, drawn = on_terminal([sys.executable, "-c", code, str(recording.path)])
     assert proc.returncode == 0
     samples = int(proc.stdout)
     assert samples == len(recording.script())
-    bars = drawn.decode().replace("\r\n", "\n").split("\r")  # the tty ends lines with \r\n
+    bars = drawn.split("\r")
     assert bars[-1].strip() == f"[{'#' * 40}] 100% {samples} samples", drawn
     piped = stackwalk_perf(recording.path, "--collapsed")
     assert "\r" not in piped.stderr and "samples" not in piped.stderr, piped.stderr

@@ -271,6 +271,10 @@ def _one_core(
         options["symbols_path"] = args.symbols_path
     else:
         options["max_size"] = args.max_core_size
+        # A bar of debuginfod's downloads, after half a second, when someone watches stderr
+        # (one core at a time: the workers of --dir would draw over each other).
+        watched = sys.stderr.isatty() and args.dir is None
+        options["progress"] = 0.5 if watched else None
 
     search = [d for d in (args.lib_search_path or "").split(":") if d]
     strategies = _strategies(args)

@@ -271,6 +271,7 @@ class Core:
         max_size: int | None = None,
         perf_map: str | os.PathLike[str] | None = None,
         offline: bool = False,
+        progress: float | None = None,
     ) -> Core:
         """Read the core at ``path``. ``executable`` overrides the program file; ``sysroot``
         prefixes every module path; ``lib_search_path`` is searched by file name;
@@ -286,7 +287,9 @@ class Core:
         CoreError, not a process that takes all the memory. A module whose file is missing here
         (or has no DWARF here) is fetched by build id from the debuginfod servers
         ``DEBUGINFOD_URLS`` names, into debuginfod's cache, unless ``offline`` (or
-        ``STACKWALK_OFFLINE`` is set): then only files already in the cache are used."""
+        ``STACKWALK_OFFLINE`` is set): then only files already in the cache are used. With
+        ``progress`` (seconds), a bar of the downloads is drawn on stderr once they last that
+        long."""
         return cls(
             path,
             executable,
@@ -298,6 +301,7 @@ class Core:
             max_size=max_size,
             perf_map=perf_map,
             offline=offline,
+            progress=progress,
         )
 
     def __init__(
@@ -313,6 +317,7 @@ class Core:
         max_size: int | None = None,
         perf_map: str | os.PathLike[str] | None = None,
         offline: bool = False,
+        progress: float | None = None,
     ) -> None:
         self.path = os.fspath(path)
         # A JIT's perf map (/tmp/perf-PID.map): the names of its code, outside every module.
@@ -324,6 +329,7 @@ class Core:
         # Files fetched from debuginfod: the servers asked (none: offline), and the executables
         # fetched, named in the output by the core's path, not by their cache entry.
         self._debuginfod = not offline and bool(debuginfod_urls())
+        self._progress = progress
         self._fetched: set[str] = set()
         # CoreError if it is not a readable core
         core = self._core = self._open_source(max_size)
@@ -683,7 +689,8 @@ class Core:
         return out
 
     def _ask(self, build_ids: list[str | None], kind: str) -> list[tuple[str | None, str | None]]:
-        return debuginfod_fetch([(b, kind) for b in build_ids if b]) if build_ids else []
+        requests = [(b, kind) for b in build_ids if b]
+        return debuginfod_fetch(requests, progress=self._progress) if requests else []
 
     def _not_found(self, path: str, rejected: list[str]) -> None:
         reason = f" ({'; '.join(rejected)})" if rejected else ""

@@ -81,7 +81,13 @@ pub struct Options {
     /// [`crate::debuginfod`]); None: nothing is fetched (debuginfod's
     /// cache is still read).
     pub debuginfod: Option<crate::debuginfod::Config>,
+    /// Told how far those downloads are; dropped once they are over (a
+    /// progress bar ends its line then).
+    pub downloads: Option<DownloadsFn>,
 }
+
+/// A caller's report of debuginfod's downloads.
+pub type DownloadsFn = Box<dyn Fn(crate::debuginfod::Downloads) + Send + Sync>;
 
 impl std::fmt::Debug for Options {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -94,6 +100,7 @@ impl std::fmt::Debug for Options {
             .field("progress", &self.progress.is_some())
             .field("perf_map_dir", &self.perf_map_dir)
             .field("debuginfod", &self.debuginfod.as_ref().map(|c| &c.urls))
+            .field("downloads", &self.downloads.is_some())
             .finish()
     }
 }
@@ -127,6 +134,7 @@ impl Default for Options {
             progress: None,
             perf_map_dir: Some("/tmp".into()),
             debuginfod: None,
+            downloads: None,
         }
     }
 }

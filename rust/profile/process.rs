@@ -218,6 +218,13 @@ impl Profiler {
     /// gave is a warning, and its frames go without it.
     pub(super) fn fetch_missing(&mut self, config: &crate::debuginfod::Config) {
         use crate::debuginfod::Kind;
+        // The bar of the downloads is over with them: dropped on the way out.
+        let downloads = self.options.downloads.take();
+        let report = |d| {
+            if let Some(report) = &downloads {
+                report(d);
+            }
+        };
         if config.urls.is_empty() {
             return;
         }
@@ -242,7 +249,7 @@ impl Profiler {
         let wanted: Vec<usize> = (0..files.len()).filter(|&i| files[i].2.is_none()).collect();
         let requests: Vec<_> =
             wanted.iter().map(|&i| (files[i].1.clone(), Kind::Executable)).collect();
-        let answers = crate::debuginfod::fetch_all(config, &requests);
+        let answers = crate::debuginfod::fetch_all_reporting(config, &requests, &report);
         for (&i, answer) in wanted.iter().zip(answers) {
             match answer {
                 Ok(path) => files[i].2 = Some(path),
@@ -268,7 +275,7 @@ impl Profiler {
             .collect();
         let requests: Vec<_> =
             without.iter().map(|&i| (files[i].1.clone(), Kind::Debuginfo)).collect();
-        let answers = crate::debuginfod::fetch_all(config, &requests);
+        let answers = crate::debuginfod::fetch_all_reporting(config, &requests, &report);
         for (&i, answer) in without.iter().zip(answers) {
             if let Err(e) = answer {
                 let name = &files[i].0;

@@ -19,13 +19,16 @@ pub(super) fn debuginfod_urls() -> Vec<String> {
 /// Each (build id in hex, "debuginfo" or "executable") of `requests`, from
 /// debuginfod's cache or its servers (the environment's settings; `offline`:
 /// the cache alone), several downloads at once, without the GIL. Returns
-/// (path, None) or (None, why not) for each, in order.
+/// (path, None) or (None, why not) for each, in order. `progress`: draw a
+/// progress bar on stderr once the downloads have lasted that many seconds
+/// (None: never).
 #[pyfunction]
-#[pyo3(signature = (requests, *, offline = false))]
+#[pyo3(signature = (requests, *, offline = false, progress = None))]
 pub(super) fn debuginfod_fetch(
     py: Python<'_>,
     requests: Vec<(String, String)>,
     offline: bool,
+    progress: Option<f64>,
 ) -> PyResult<Vec<(Option<String>, Option<String>)>> {
     let requests = requests
         .into_iter()
@@ -37,7 +40,13 @@ pub(super) fn debuginfod_fetch(
         })
         .collect::<PyResult<Vec<_>>>()?;
     let config = if offline { Config::from_env().offline() } else { Config::from_env() };
-    let answers = py.detach(|| crate::debuginfod::fetch_all(&config, &requests));
+    let answers = py.detach(|| match progress {
+        Some(after) => {
+            let bar = super::progress::DownloadBar::new(super::progress::seconds(after));
+            crate::debuginfod::fetch_all_reporting(&config, &requests, &|d| bar.report(d))
+        }
+        None => crate::debuginfod::fetch_all(&config, &requests),
+    });
     Ok(answers
         .into_iter()
         .map(|a| match a {

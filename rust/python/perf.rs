@@ -49,8 +49,11 @@ pub(super) fn perf_report<'py>(
     if jobs > MAX_JOBS {
         return Err(StackwalkError::new_err(format!("{jobs} worker threads: at most {MAX_JOBS}")));
     }
-    let progress = progress
-        .map(|s| super::progress::bar(std::time::Duration::from_secs_f64(s.clamp(0.0, 1e6))));
+    let downloads = progress.map(|s| {
+        let bar = super::progress::DownloadBar::new(super::progress::seconds(s));
+        Box::new(move |d| bar.report(d)) as crate::profile::DownloadsFn
+    });
+    let progress = progress.map(|s| super::progress::bar(super::progress::seconds(s)));
     let format = match format {
         "text" => Format::Text,
         "json" => Format::JsonLines,
@@ -68,6 +71,7 @@ pub(super) fn perf_report<'py>(
         inline,
         perf_map_dir,
         debuginfod,
+        downloads,
         ..Options::default()
     };
     let run = Run { name: &name, output, jobs, options };
