@@ -17,7 +17,7 @@ from pathlib import Path
 
 import stackwalk
 from corefiles import eu_stack, gdb_on_process
-from realstacks import Builder
+from realstacks import SYSTEM_PYTHON, Builder
 
 # x86_64's system calls, as /proc/PID/syscall names the one a thread is blocked in.
 SYS_PAUSE = 34
@@ -248,3 +248,35 @@ def test_node_jit_frames_are_named_and_walked(tmp_path: Path) -> None:
     assert [[f[k] for k in keys] for f in core_thread["frames"] if not f["inline"]] == [
         [f[k] for k in keys] for f in frames
     ]
+
+
+def test_python_threads_equal_eu_stack_and_gdb(tmp_path: Path) -> None:
+    """python3 (the distribution's, with its debug symbols) with threads blocked in a lock, a
+    sleep and select, and its main thread deep in a recursion through C: every thread's native
+    frames equal eu-stack's and gdb's, at the same stop."""
+    script = Path(__file__).parent / "programs" / "pid_python.py"
+    argv = [SYSTEM_PYTHON, str(script)]
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+        # (Wherever each thread is when stopped: all three tools look at the same stop.)
+        with stopped(proc.pid):
+            out = stackwalk_pid(str(proc.pid), "--json", "--no-inline")
+            eu = eu_stack(None, None, pid=proc.pid)
+            gdb = gdb_on_process(proc.pid, tmp_path)
+            check_stopped(proc.pid)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    ours = {
+        t["tid"]: [int(f["pc"], 16) for f in t["frames"] if f.get("kind", "native") == "native"]
+        for t in doc["threads"]
+    }
+    assert len(ours) == 4
+    assert ours == {tid: eu.pcs(tid) for tid in ours}
+    assert ours == {t.tid: t.pcs for t in gdb.threads}
+    [main] = [t for t in doc["threads"] if t["tid"] == proc.pid]
+    assert sum(f["function"].startswith("map_next") for f in main["frames"]) >= 40
+    assert all(t["end"] == "end_of_stack" for t in doc["threads"])
