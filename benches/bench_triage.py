@@ -1,5 +1,6 @@
 """`stackwalk triage` throughput: crashes triaged per second on one CPU, on two (`--jobs 2`),
-and on a Dask LocalCluster of two worker processes, side by side in one run on the same spool;
+and on a Dask LocalCluster of two worker processes (started by the command, and up already),
+side by side in one run on the same spool;
 and `stackwalk report` on a store of 100,000 crashes.
 
 The spool: the small C program of bench_core.py crashed at three depths (a dozen to sixty-odd
@@ -12,6 +13,7 @@ from __future__ import annotations
 import random
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -50,11 +52,26 @@ def _triage(spool: Path, db: Path, *options: str) -> subprocess.CompletedProcess
     return subprocess.run(argv, capture_output=True, text=True, timeout=1800)
 
 
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[str]:
+    """A Dask LocalCluster of two worker processes, one thread each, started before the runs
+    that use it (as a cluster a service sends its crashes to is): its scheduler's address."""
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(n_workers=2, processes=True, threads_per_worker=1) as local:
+        yield local.scheduler_address
+
+
 @pytest.mark.benchmark(group="triage")
-@pytest.mark.parametrize("how", ["--jobs=1", "--jobs=2", "--dask=local"])
-def test_triage(benchmark: Any, spool: Path, tmp_path: Path, how: str) -> None:
+@pytest.mark.parametrize("how", ["--jobs=1", "--jobs=2", "--dask=local", "--dask=running"])
+def test_triage(
+    benchmark: Any, spool: Path, tmp_path: Path, how: str, request: pytest.FixtureRequest
+) -> None:
+    """--dask=local starts its cluster (a second or two of the run); --dask=running is sent
+    to the cluster of the fixture, up already."""
     if how == "--dask=local":
         pytest.importorskip("distributed")
+    if how == "--dask=running":
+        how = f"--dask={request.getfixturevalue('cluster')}"
     files = len(list(spool.iterdir()))
     proc = benchmark.pedantic(
         _triage, args=(spool, tmp_path / "crashes.sqlite", how), rounds=1, warmup_rounds=0
