@@ -36,6 +36,8 @@ pub enum ProcessError {
     NoSuchProcess(i32),
     /// A zombie: it has exited and has no memory left.
     Zombie(i32),
+    /// It exited (or was killed) while it was being read.
+    Exited(i32),
     /// ptrace refused: permission (Yama, another user, another tracer).
     NotPermitted {
         pid: i32,
@@ -53,6 +55,7 @@ impl fmt::Display for ProcessError {
             ProcessError::Zombie(pid) => {
                 write!(f, "pid {pid}: a zombie (it has exited; its parent has not reaped it)")
             }
+            ProcessError::Exited(pid) => write!(f, "pid {pid}: it exited while being read"),
             ProcessError::NotPermitted { pid, why } => write!(f, "pid {pid}: {why}"),
             ProcessError::OtherArch(pid, what) => write!(f, "pid {pid}: {what}"),
             ProcessError::Io(pid, what) => write!(f, "pid {pid}: {what}"),
@@ -184,6 +187,19 @@ impl Drop for Stopped {
     }
 }
 
+/// Whether thread `tid` is exiting: it is gone, or a zombie, within a
+/// tenth of a second (ptrace refuses a thread on its way out with EPERM,
+/// as it refuses one it may not trace).
+fn exiting(tid: i32) -> bool {
+    for _ in 0..20 {
+        match state(tid) {
+            Ok(b'Z' | b'X') | Err(_) => return true,
+            Ok(_) => std::thread::sleep(Duration::from_millis(5)),
+        }
+    }
+    false
+}
+
 /// Seize and stop `tid`; false if it is gone meanwhile.
 fn stop(pid: i32, tid: i32) -> Result<bool, ProcessError> {
     // SAFETY: ptrace with integer arguments only.
@@ -191,6 +207,8 @@ fn stop(pid: i32, tid: i32) -> Result<bool, ProcessError> {
     if seized != 0 {
         return match errno() {
             libc::ESRCH => Ok(false),
+            // A thread that is exiting cannot be attached either.
+            libc::EPERM if exiting(tid) => Ok(false),
             libc::EPERM => Err(not_permitted(pid)),
             e => Err(ProcessError::Io(
                 pid,
@@ -309,7 +327,7 @@ pub fn snapshot(pid: i32) -> Result<Snapshot, ProcessError> {
         }
     }
     if stopped.tids.is_empty() {
-        return Err(ProcessError::NoSuchProcess(pid));
+        return Err(ProcessError::Exited(pid));
     }
     let mut threads = Vec::new();
     for &tid in &stopped.tids {
@@ -317,7 +335,16 @@ pub fn snapshot(pid: i32) -> Result<Snapshot, ProcessError> {
             threads.push(ThreadNotes { tid, cursig: 0, registers, siginfo: None });
         }
     }
-    let maps = read_maps(pid)?;
+    // A thread stopped is gone only if killed (SIGKILL ends a stop): then
+    // the whole process is.
+    let gone = |e| match e {
+        ProcessError::NoSuchProcess(pid) => ProcessError::Exited(pid),
+        e => e,
+    };
+    if threads.is_empty() {
+        return Err(ProcessError::Exited(pid));
+    }
+    let maps = read_maps(pid).map_err(gone)?;
     let sp_name = if arch == Arch::Aarch64 { "sp" } else { "rsp" };
     let sp_index = arch.prstatus().names.iter().position(|n| *n == sp_name);
     // What to copy: each thread's stack from below its sp to the end of

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -164,6 +165,49 @@ def test_errors_are_one_line(tmp_path: Path) -> None:
         f"stackwalk: error: pid {zombie.pid}: a zombie"
     )
     zombie.wait()
+    # Another user's process, and no CAP_SYS_PTRACE (these tests run as root: the capability
+    # is dropped for the command).
+    other = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                              "sleep", "600"])  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while Path(f"/proc/{other.pid}/status").read_text().find("Uid:\t65534") < 0:
+            assert time.monotonic() < deadline
+            time.sleep(0.005)
+        drop = ["setpriv", "--inh-caps=-sys_ptrace", "--bounding-set=-sys_ptrace"]
+        out = subprocess.run([*drop, sys.executable, "-m", "stackwalk", "pid", str(other.pid)],
+                             capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert (out.returncode, out.stdout) == (2, ""), out.stderr
+        assert out.stderr.startswith(f"stackwalk: error: pid {other.pid}: not permitted to trace")
+        assert out.stderr.count("\n") == 1 and "CAP_SYS_PTRACE" in out.stderr, out.stderr
+        assert state(other.pid) == ("S", 0), "left as it was"
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_a_process_that_exits_while_read(build: Builder) -> None:
+    """Processes that exit at about the moment they are read (killed a few milliseconds after
+    the command starts, at a different moment each time): each read either gives the process's
+    threads or says in one line that it exited, never a traceback or a hang."""
+    program = build("pid_threads.c", "-O2", "-pthread")
+    for attempt in range(12):
+        with running([str(program)]) as proc:
+            cmd = [sys.executable, "-m", "stackwalk", "pid", str(proc.pid), "--json"]
+            reader = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True)  # fmt: skip
+            time.sleep(attempt * 0.01)
+            proc.kill()
+            out, err = reader.communicate(timeout=120)
+        if reader.returncode == 0:
+            assert json.loads(out)["process"] == proc.pid
+        else:
+            assert reader.returncode == 2 and out == "", err
+            assert re.fullmatch(
+                rf"stackwalk: error: pid {proc.pid}: (no such process|it exited while being "
+                r"read|a zombie \(.*\))\n",
+                err,
+            ), err
 
 
 def test_a_process_traced_already_says_by_whom(build: Builder) -> None:
