@@ -195,11 +195,38 @@ class Dumps:
         self._build = build
         self._dumper: Path | None = None
         self._made: dict[str, MadeDump] = {}
+        self._own_files: dict[str, list[Path]] = {}
 
     def __call__(self, spec_id: str) -> MadeDump:
         if spec_id not in self._made:
             self._made[spec_id] = self._make(SNAPSHOT if spec_id == "snapshot" else SPECS[spec_id])
         return self._made[spec_id]
+
+    def with_own_libraries(self, spec_id: str) -> tuple[MadeDump, list[Path]]:
+        """The program of ``SPECS[spec_id]`` dumped as it ran on private copies of its shared
+        libraries and dynamic linker (linked with ``--dynamic-linker`` and an rpath to a
+        directory of its own): (the dump, every ELF file the process mapped), so that a test can
+        hide them all, as a crash service that has only symbol files sees the dump."""
+        key = f"{spec_id}-own-libs"
+        if key not in self._made:
+            base = SPECS[spec_id]
+            libs = self.directory / key / "lib"
+            libs.mkdir(parents=True, exist_ok=True)
+            loader = libs / "ld-linux-x86-64.so.2"
+            # DT_RPATH (not RUNPATH): the libraries' own dependencies come from there too.
+            rpath = ("-Wl,--disable-new-dtags", f"-Wl,-rpath,{libs}")
+            flags = (*base.flags, f"-Wl,--dynamic-linker={loader}", *rpath)
+            spec = Spec(key, base.source, flags, base.compiler, base.arch, base.signal)
+            program = self._build(spec.source, *spec.flags, compiler=spec.compiler)
+            # ldd resolves each library (and the missing loader) to the system's file.
+            listed = run(["ldd", str(program)]).stdout
+            for line in listed.splitlines():
+                name, arrow, rest = line.strip().partition(" => ")
+                if arrow and rest.startswith("/"):
+                    shutil.copy(rest.split(" (")[0], libs / Path(name).name)
+            self._made[key] = self._make(spec)
+            self._own_files[key] = [program, *sorted(libs.iterdir())]
+        return self._made[key], self._own_files[key]
 
     def _make(self, spec: Spec) -> MadeDump:
         if self._dumper is None:

@@ -364,7 +364,12 @@ class Unwinder:
     def debug_file(self, path: str | PathLike[str]) -> str | None: ...
     def add_module_image(self, name: str, image: Buffer, bias: int) -> None: ...
     def add_missing_module(
-        self, name: str, ranges: Sequence[tuple[int, int]], code: Sequence[tuple[int, int]]
+        self,
+        name: str,
+        ranges: Sequence[tuple[int, int]],
+        code: Sequence[tuple[int, int]],
+        sym_file: str | PathLike[str] | None = None,
+        base: int = 0,
     ) -> None: ...
     def unwind(
         self,

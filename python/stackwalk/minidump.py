@@ -52,17 +52,34 @@ class Minidump(Core):
     ) -> Minidump:
         """``Core.open``'s options, and ``symbols_path``: directories laid out as a Breakpad symbol
         store (``NAME/DEBUGID/NAME.sym``, as ``dump_syms`` output is kept), whose ``.sym`` files
-        name the functions and lines of modules whose file is missing here or has no symbols."""
-        dump = super().open(path, executable, **options)
-        assert isinstance(dump, Minidump)
-        dump.symbols_path = tuple(os.fspath(d) for d in symbols_path)
-        return dump
+        name the functions and lines of modules whose file is missing here or has no symbols,
+        and unwind (their ``STACK CFI`` records) those whose file is missing."""
+        return cls(path, executable, symbols_path=symbols_path, **options)
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        executable: str | os.PathLike[str] | None = None,
+        *,
+        symbols_path: Sequence[str | os.PathLike[str]] = (),
+        **options: Any,
+    ) -> None:
+        # Before the modules are placed: their symbol files' STACK CFI unwinds them.
+        self.symbols_path = tuple(os.fspath(d) for d in symbols_path)
+        self._sym_files: dict[tuple[str, str], str | None] = {}
+        super().__init__(path, executable, **options)
 
     def _sym_file(self, module: CoreModule) -> str | None:
         debug_id = breakpad_debug_id(self._build_id_at(module.start) or module.build_id)
         if debug_id is None:
             return None
-        name = os.path.basename(module.path)
+        key = (os.path.basename(module.path), debug_id)
+        # Asked for when the module is placed (its STACK CFI) and when it is symbolized: once.
+        if key not in self._sym_files:
+            self._sym_files[key] = self._find_sym_file(*key)
+        return self._sym_files[key]
+
+    def _find_sym_file(self, name: str, debug_id: str) -> str | None:
         for store in self.symbols_path:
             path = os.path.join(store, name, debug_id, name + ".sym")
             if os.path.isfile(path):
