@@ -10,14 +10,18 @@ import json
 import os
 import re
 import shutil
+import socket
 import struct
 import subprocess
+import sys
+import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from corefiles import build_id_of, stackwalk_core, stackwalk_minidump
+from corefiles import _free_port, build_id_of, run, stackwalk_core, stackwalk_minidump
 from minidumps import (
     DUMP_SPECS,
     EXCEPTION,
@@ -509,3 +513,115 @@ def test_stack_cfi_unwinds_modules_whose_files_are_gone(
         ]
         calls = disassembly(module["path"]).calls
         assert trust == "scan" and pc - int(module["bias"], 16) not in calls, (tid, hex(pc), module)
+
+
+@dataclass
+class SymbolServer:
+    """``python -m http.server`` on 127.0.0.1 serving a symbol store; its log of requests."""
+
+    url: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    def requests(self) -> list[tuple[str, int]]:
+        """(path, status) of every GET so far."""
+        text = self.log.read_text(errors="replace")
+        return [(p, int(s)) for p, s in re.findall(r'"GET (\S+) HTTP/[\d.]+" (\d+)', text)]
+
+
+@contextlib.contextmanager
+def symbol_server(store: Path, log: Path) -> Iterator[SymbolServer]:
+    for _ in range(5):  # another process may take the free port first
+        port = _free_port()
+        cmd = [sys.executable, "-u", "-m", "http.server", "--bind", "127.0.0.1",
+               "--directory", str(store), str(port)]  # fmt: skip
+        with log.open("wb") as out:
+            process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+        while process.poll() is None:
+            with socket.socket() as sock:
+                if sock.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.05)  # not listening yet
+        if process.poll() is None:
+            break
+    else:
+        pytest.fail(f"http.server did not start:\n{log.read_text()}")
+    try:
+        yield SymbolServer(f"http://127.0.0.1:{port}", process, log)
+    finally:
+        process.kill()
+        process.wait(timeout=60)
+
+
+def test_symbols_url_fetches_into_a_cache(dumps: Dumps, tmp_path: Path) -> None:
+    """``--symbols-url``: the store served over HTTP (a local http.server) gives the frames the
+    store on disk gives, every module's .sym file asked for once; a second run reads them all
+    from the cache (no request); a file the server lacks (404) is asked for once per run, even
+    for two dumps; ``--offline`` asks nothing."""
+    made, files = dumps.with_own_libraries("deep")
+    store = tmp_path / "store"
+    syms = [symbol_store(file, store) for file in files]
+    # The store lacks the dynamic linker's (no stack passes through it).
+    (lacking,) = [sym for sym in syms if sym.name.startswith("ld-linux")]
+    shutil.rmtree(lacking.parent.parent)
+    syms.remove(lacking)
+    served = {"/" + str(sym.relative_to(store)) for sym in syms}
+    env = {**os.environ, "DEBUGINFOD_CACHE_PATH": str(tmp_path / "cache")}
+    minidump: list[str | Path] = [sys.executable, "-m", "stackwalk", "minidump", "--json"]
+    with hidden(files), symbol_server(store, tmp_path / "http.log") as server:
+        local = ours(made, "--symbols-path", str(store))
+        offline = run([*minidump, made.path, "--offline", "--symbols-url", server.url], env=env)
+        assert server.requests() == [], "offline"
+        first = run([*minidump, made.path, made.path, "--jobs", "1", "--symbols-url", server.url],
+                    env=env)  # fmt: skip
+        fetched = server.requests()
+        second = run([*minidump, made.path, "--symbols-url", server.url], env=env)
+        again = server.requests()[len(fetched) :]
+    assert first.returncode == second.returncode == 0, first.stderr + second.stderr
+    docs = [json.loads(line) for line in first.stdout.splitlines()]
+    assert len(docs) == 2
+    for doc in [*docs, json.loads(second.stdout)]:
+        assert doc["threads"] == local["threads"]
+    assert {f["function"] for t in local["threads"] for f in t["frames"]} >= {"crash_here", "main"}
+    # Each module of the store fetched once (200), the one it lacks asked for once (404).
+    missing = "/" + str(lacking.relative_to(store))
+    assert sorted(fetched) == sorted([(p, 200) for p in served] + [(missing, 404)]), fetched
+    # The next run: every file from the cache; the one the server lacks asked for again.
+    assert again == [(missing, 404)], again
+    for sym in syms:
+        cached = tmp_path / "cache" / "breakpad" / sym.relative_to(store)
+        assert cached.read_bytes() == sym.read_bytes()
+    # Offline, with nothing cached yet: no symbols, a stack without the .sym's CFI.
+    assert offline.stdout and "crash_here" not in offline.stdout, offline.stderr
+
+
+def test_a_dead_symbol_server_is_one_warning(dumps: Dumps, tmp_path: Path) -> None:
+    """A server that does not answer: one warning (not one per module), the frames that can be
+    found without its symbols, and the next server still asked."""
+    made, files = dumps.with_own_libraries("deep")
+    store = tmp_path / "store"
+    for file in files:
+        symbol_store(file, store)
+    dead = f"http://127.0.0.1:{_free_port()}"
+    env = {**os.environ, "DEBUGINFOD_CACHE_PATH": str(tmp_path / "cache")}
+    minidump: list[str | Path] = [
+        sys.executable,
+        "-m",
+        "stackwalk",
+        "minidump",
+        "--json",
+        made.path,
+    ]
+    with hidden(files), symbol_server(store, tmp_path / "http.log") as server:
+        alone = run([*minidump, "--symbols-url", dead], env=env)
+        both = run([*minidump, "--symbols-url", dead, "--symbols-url", server.url], env=env)
+        local = ours(made, "--symbols-path", str(store))
+    for proc in (alone, both):
+        warnings = [line for line in proc.stderr.splitlines() if "symbol server" in line]
+        assert warnings == [
+            f"stackwalk: warning: symbol server {dead} did not answer (Connection refused): "
+            "not asked again"
+        ], proc.stderr
+        assert "error" not in proc.stderr, proc.stderr
+    assert alone.returncode in (0, 1) and "crash_here" not in alone.stdout
+    assert both.returncode == 0 and json.loads(both.stdout)["threads"] == local["threads"]

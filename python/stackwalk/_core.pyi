@@ -40,6 +40,7 @@ __all__ = [
     "debuginfod_urls",
     "debuginfod_fetch",
     "has_dwarf",
+    "symbols_fetch",
     "TRUST_LEVELS",
     "END_REASONS",
     "MAX_JOBS",
@@ -318,6 +319,9 @@ def debuginfod_urls() -> list[str]: ...
 def debuginfod_fetch(
     requests: Sequence[tuple[str, str]], *, offline: bool = False
 ) -> list[tuple[str | None, str | None]]: ...
+def symbols_fetch(
+    urls: Sequence[str], name: str, debug_id: str, *, offline: bool = False
+) -> tuple[str | None, list[str]]: ...
 def has_dwarf(path: str | PathLike[str], debug_root: str | PathLike[str] | None = None) -> bool: ...
 
 @final
