@@ -15,6 +15,7 @@
 use std::fmt;
 use std::ops::Range;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::arch::{Arch, NUM_REGS};
@@ -489,10 +490,20 @@ fn parse_number(word: &str) -> Option<i64> {
 /// `.sym` files read, for at most 64 files.
 static SYMS: FileCache<Result<Arc<BreakpadSymbols>, Arc<str>>> = FileCache::new(64);
 
+/// How many times a `.sym` file was parsed in this process.
+static PARSES: AtomicU64 = AtomicU64::new(0);
+
+/// How many times [`sym_file`] parsed a file in this process (not the
+/// times it gave one already parsed): for tests and benchmarks.
+pub fn parse_count() -> u64 {
+    PARSES.load(Ordering::Relaxed)
+}
+
 /// The tables of the `.sym` file at `path`, mapped and parsed once per
 /// process while the file is unchanged. The error names the file.
 pub fn sym_file(path: &Path) -> Result<Arc<BreakpadSymbols>, String> {
     let read = SYMS.get(path, None, |file| {
+        PARSES.fetch_add(1, Ordering::Relaxed);
         let data = crate::files::map_file(file).map_err(|e| Arc::from(e.to_string()))?;
         BreakpadSymbols::parse(Data::Mapped(data)).map(Arc::new).map_err(|e| e.to_string().into())
     });

@@ -40,6 +40,8 @@ from realstacks import PROGRAMS, SYSTEM_PYTHON, Builder
 ROOT = Path(__file__).resolve().parent.parent
 DUMPER = Path(__file__).resolve().parent / "dumper"
 DUMPER_TARGET = ROOT / "target" / "dumper"
+# Mozilla's dump_syms: installed by .ci/setup (cargo install, once).
+DUMP_SYMS = shutil.which("dump_syms") or os.path.expanduser("~/.cargo/bin/dump_syms")
 # rust-minidump's processor: installed by .ci/setup (cargo install, once).
 MINIDUMP_STACKWALK = shutil.which("minidump-stackwalk") or os.path.expanduser(
     "~/.cargo/bin/minidump-stackwalk"
@@ -89,6 +91,20 @@ class MadeDump:
         assert proc.returncode == 0, proc.stderr[-3000:]
         doc: dict[str, Any] = json.loads(proc.stdout)
         return doc
+
+
+def symbol_store(binary: Path, store: Path) -> Path:
+    """``dump_syms BINARY`` kept as a symbol store keeps it: NAME/DEBUGID/NAME.sym, the debug id
+    the one dump_syms writes on its MODULE line."""
+    proc = subprocess.run(
+        [DUMP_SYMS, "--inlines", binary], capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    _, _, _, debug_id, name = proc.stdout.split("\n", 1)[0].split(" ", 4)
+    (store / name / debug_id).mkdir(parents=True, exist_ok=True)
+    sym = store / name / debug_id / f"{name}.sym"
+    sym.write_text(proc.stdout)
+    return sym
 
 
 def minidump_streams(path: Path) -> dict[int, tuple[int, int]]:
@@ -202,14 +218,13 @@ class Dumps:
             self._made[spec_id] = self._make(SNAPSHOT if spec_id == "snapshot" else SPECS[spec_id])
         return self._made[spec_id]
 
-    def with_own_libraries(self, spec_id: str) -> tuple[MadeDump, list[Path]]:
-        """The program of ``SPECS[spec_id]`` dumped as it ran on private copies of its shared
+    def with_own_libraries(self, base: Spec) -> tuple[MadeDump, list[Path]]:
+        """The program of ``base`` (a C or C++ one) dumped as it ran on private copies of its shared
         libraries and dynamic linker (linked with ``--dynamic-linker`` and an rpath to a
         directory of its own): (the dump, every ELF file the process mapped), so that a test can
         hide them all, as a crash service that has only symbol files sees the dump."""
-        key = f"{spec_id}-own-libs"
+        key = f"{base.id}-own-libs"
         if key not in self._made:
-            base = SPECS[spec_id]
             libs = self.directory / key / "lib"
             libs.mkdir(parents=True, exist_ok=True)
             loader = libs / "ld-linux-x86-64.so.2"

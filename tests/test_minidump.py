@@ -21,15 +21,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from corefiles import _free_port, build_id_of, run, stackwalk_core, stackwalk_minidump
+from corefiles import SPECS, _free_port, build_id_of, run, stackwalk_core, stackwalk_minidump
 from minidumps import (
     DUMP_SPECS,
+    DUMP_SYMS,
     EXCEPTION,
     LINUX_MAPS,
     MINIDUMP_STACKWALK,
     Dumps,
     MadeDump,
     minidump_streams,
+    symbol_store,
     thread_list_tids,
 )
 from perfdata import disassembly
@@ -305,24 +307,6 @@ def test_minidump_stackwalk_format(case: str, dumps: Dumps) -> None:
         assert mine["crashing_thread"]["threads_index"] == index
 
 
-# Mozilla's dump_syms: installed by .ci/setup (cargo install, once).
-DUMP_SYMS = shutil.which("dump_syms") or os.path.expanduser("~/.cargo/bin/dump_syms")
-
-
-def symbol_store(binary: Path, store: Path) -> Path:
-    """``dump_syms BINARY`` kept as a symbol store keeps it: NAME/DEBUGID/NAME.sym, the debug id
-    the one dump_syms writes on its MODULE line."""
-    proc = subprocess.run(
-        [DUMP_SYMS, "--inlines", binary], capture_output=True, text=True, timeout=300
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    _, _, _, debug_id, name = proc.stdout.split("\n", 1)[0].split(" ", 4)
-    (store / name / debug_id).mkdir(parents=True, exist_ok=True)
-    sym = store / name / debug_id / f"{name}.sym"
-    sym.write_text(proc.stdout)
-    return sym
-
-
 def ours_partial(made: MadeDump, *options: str) -> dict[str, Any]:
     """Our document, where some stacks may end early (exit 1: without the program's CFI)."""
     proc = stackwalk_minidump(made.path, "--json", *options)
@@ -468,7 +452,7 @@ def test_stack_cfi_unwinds_modules_whose_files_are_gone(
     minidump-stackwalk's frames, trust included, on the same dump and store. The program is
     built at -O2 without frame pointers (deep: a 5000-byte frame, callee-saved registers
     pushed): neither the frame-pointer chain nor a scan would find these frames."""
-    made, files = dumps.with_own_libraries(case)
+    made, files = dumps.with_own_libraries(SPECS[case])
     store = tmp_path / "symbols"
     for file in files:
         symbol_store(file, store)
@@ -558,7 +542,7 @@ def test_symbols_url_fetches_into_a_cache(dumps: Dumps, tmp_path: Path) -> None:
     store on disk gives, every module's .sym file asked for once; a second run reads them all
     from the cache (no request); a file the server lacks (404) is asked for once per run, even
     for two dumps; ``--offline`` asks nothing."""
-    made, files = dumps.with_own_libraries("deep")
+    made, files = dumps.with_own_libraries(SPECS["deep"])
     store = tmp_path / "store"
     syms = [symbol_store(file, store) for file in files]
     # The store lacks the dynamic linker's (no stack passes through it).
@@ -598,7 +582,7 @@ def test_symbols_url_fetches_into_a_cache(dumps: Dumps, tmp_path: Path) -> None:
 def test_a_dead_symbol_server_is_one_warning(dumps: Dumps, tmp_path: Path) -> None:
     """A server that does not answer: one warning (not one per module), the frames that can be
     found without its symbols, and the next server still asked."""
-    made, files = dumps.with_own_libraries("deep")
+    made, files = dumps.with_own_libraries(SPECS["deep"])
     store = tmp_path / "store"
     for file in files:
         symbol_store(file, store)
