@@ -84,6 +84,23 @@ def their_key(frame: dict[str, Any], bases: dict[str, int]) -> Key:
     )
 
 
+def compared_threads(
+    doc: dict[str, Any], theirs: dict[str, Any]
+) -> list[tuple[int, list[Key], list[Key]]]:
+    """(tid, our frames' keys, minidump-stackwalk's) of each thread of its document."""
+    by_tid = {t["tid"]: t for t in doc["threads"]}
+    our_modules = {m["path"]: m for m in doc["modules"]}
+    their_bases = {m["filename"]: int(m["base_addr"], 16) for m in theirs["modules"]}
+    return [
+        (
+            t["thread_id"],
+            [key(f, our_modules) for f in real_frames(by_tid[t["thread_id"]])],
+            [their_key(f, their_bases) for f in t["frames"]],
+        )
+        for t in theirs["threads"]
+    ]
+
+
 @pytest.mark.parametrize("case", CASES)
 def test_frames_match_minidump_stackwalk(case: str, dumps: Dumps) -> None:
     """Every thread's frames, (pc, module, module offset, trust), equal rust-minidump's."""
@@ -95,13 +112,8 @@ def test_frames_match_minidump_stackwalk(case: str, dumps: Dumps) -> None:
     assert [t["thread_id"] for t in theirs["threads"]] == tids
     assert sorted(t["tid"] for t in doc["threads"]) == sorted(tids)
     by_tid = {t["tid"]: t for t in doc["threads"]}
-    our_modules = {m["path"]: m for m in doc["modules"]}
-    their_bases = {m["filename"]: int(m["base_addr"], 16) for m in theirs["modules"]}
     non_pie = {int(m["start"], 16) for m in doc["modules"] if m["bias"] == "0x0"}
-    for their_thread in theirs["threads"]:
-        tid = their_thread["thread_id"]
-        mine = [key(f, our_modules) for f in real_frames(by_tid[tid])]
-        their = [their_key(f, their_bases) for f in their_thread["frames"]]
+    for tid, mine, their in compared_threads(doc, theirs):
         if mine == their:
             continue
         # Where they differ, minidump-stackwalk is wrong. It finds the caller of some frames by
@@ -473,14 +485,9 @@ def test_stack_cfi_unwinds_modules_whose_files_are_gone(
     # minidump-stackwalk, thread by thread.
     assert proc.returncode == 0, proc.stderr[-3000:]
     theirs = json.loads(proc.stdout)
-    our_modules = {m["path"]: m for m in from_syms["modules"]}
-    their_bases = {m["filename"]: int(m["base_addr"], 16) for m in theirs["modules"]}
     by_tid = {t["tid"]: t for t in from_syms["threads"]}
     assert sorted(by_tid) == sorted(t["thread_id"] for t in theirs["threads"])
-    for their_thread in theirs["threads"]:
-        tid = their_thread["thread_id"]
-        mine = [key(f, our_modules) for f in real_frames(by_tid[tid])]
-        their = [their_key(f, their_bases) for f in their_thread["frames"]]
+    for tid, mine, their in compared_threads(from_syms, theirs):
         if mine == their:
             continue
         # Where they differ, minidump-stackwalk goes on past the outermost frame: dump_syms
