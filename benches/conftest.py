@@ -95,6 +95,31 @@ def _core_dir(by_name: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _minidump(by_name: dict[str, Any]) -> list[str]:
+    """Minidumps per second: stackwalk minidump --dir in one process, minidump-stackwalk once
+    per dump (interleaved rounds, the medians), and the dumps read in process."""
+    lines = []
+    rates = by_name.get("test_minidump_dumps_per_second")
+    if rates and "stackwalk_s_per_dump" in rates.extra_info:
+        ours = rates.extra_info["stackwalk_s_per_dump"]
+        theirs = rates.extra_info["minidump_stackwalk_s_per_dump"]
+        lines.append(
+            f"minidumps per second ({rates.extra_info['dumps']} dumps, .sym files only): "
+            f"stackwalk minidump --dir {1 / ours:.0f}, minidump-stackwalk per dump "
+            f"{1 / theirs:.1f} ({theirs / ours:.1f}x)"
+        )
+    in_process = by_name.get("test_minidump_in_process")
+    if in_process and in_process.extra_info.get("dumps"):
+        info = in_process.extra_info
+        lines.append(
+            f"Minidump.open(...).to_dict() in process: "
+            f"{in_process.stats.median / info['dumps'] * 1e3:.2f} ms per dump; "
+            f"{info['sym_parses']} .sym parses for {info['sym_files']} files and "
+            f"{info['dumps']} dumps"
+        )
+    return lines
+
+
 def pytest_terminal_summary(
     terminalreporter: pytest.TerminalReporter, config: pytest.Config
 ) -> None:
@@ -174,6 +199,7 @@ def pytest_terminal_summary(
             f"{to_dict.stats.median * 1e3:.2f} ms"
         )
     lines.extend(_core_dir(by_name))
+    lines.extend(_minidump(by_name))
     pairs = [
         *(
             (

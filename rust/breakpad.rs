@@ -6,15 +6,20 @@
 //! Records read: `MODULE`, `FILE n path`, `INLINE_ORIGIN n name`,
 //! `FUNC [m] addr size param_size name` with its line records
 //! (`addr size line file`) and `INLINE depth call_line call_file origin
-//! addr size...` records, and `PUBLIC [m] addr param_size name`. Others
-//! (`INFO`, `STACK ...`) are skipped. A line that cannot be read is an
-//! error naming its number: a damaged file gives no names rather than
-//! wrong ones.
+//! addr size...` records, `PUBLIC [m] addr param_size name`, and the
+//! unwind rules of `STACK CFI INIT addr size rules` and `STACK CFI addr
+//! rules` (see [`BreakpadSymbols::cfi_row`]). Others (`INFO`, `STACK WIN`,
+//! Windows' own) are skipped. A line that cannot be read is an error naming
+//! its number: a damaged file gives no names rather than wrong ones.
 
 use std::fmt;
+use std::ops::Range;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use crate::arch::{Arch, NUM_REGS};
+use crate::cfi::{CfaRule, LookupError, RegRule, Row};
 use crate::files::FileCache;
 use crate::lines::SourceFrame;
 use crate::memory::Data;
@@ -32,6 +37,17 @@ struct Func {
     lines: (u32, u32),
     /// Its inline records: `inlines[first..end]`.
     inlines: (u32, u32),
+}
+
+/// A `STACK CFI INIT` record: the rules at `address`, and the `STACK CFI`
+/// records after it that change them further on.
+#[derive(Clone, Copy, Debug)]
+struct CfiInit {
+    address: u64,
+    size: u64,
+    rules: Span,
+    /// Its `STACK CFI` records: `cfi_deltas[first..end]`.
+    deltas: (u32, u32),
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -89,6 +105,10 @@ pub struct BreakpadSymbols {
     inlines: Vec<Inline>,
     /// (address, name), sorted by address.
     publics: Vec<(u64, Span)>,
+    /// Sorted by address.
+    cfi: Vec<CfiInit>,
+    /// (address, rules) of the `STACK CFI` records, each INIT's in address order.
+    cfi_deltas: Vec<(u64, Span)>,
 }
 
 fn hex(word: &str) -> Option<u64> {
@@ -120,6 +140,8 @@ impl BreakpadSymbols {
             lines: Vec::new(),
             inlines: Vec::new(),
             publics: Vec::new(),
+            cfi: Vec::new(),
+            cfi_deltas: Vec::new(),
         };
         let bytes: &[u8] = &data;
         let mut at = 0usize;
@@ -199,7 +221,26 @@ impl BreakpadSymbols {
                     }
                     func.inlines.1 = out.inlines.len() as u32;
                 }
-                "MODULE" | "INFO" | "STACK" => {}
+                "STACK" => {
+                    // STACK WIN (Windows' frame data) is skipped.
+                    let Some(("CFI", rest)) = split(rest) else { continue };
+                    let (address, rest) = split(rest).ok_or(bad("STACK CFI cut short"))?;
+                    if address == "INIT" {
+                        let (address, rest) = split(rest).ok_or(bad("STACK CFI cut short"))?;
+                        let address = hex(address).ok_or(bad("STACK CFI address not hex"))?;
+                        let (size, rules) = split(rest).ok_or(bad("STACK CFI cut short"))?;
+                        let size = hex(size).ok_or(bad("STACK CFI size not hex"))?;
+                        let d = out.cfi_deltas.len() as u32;
+                        let rules = span(rules);
+                        out.cfi.push(CfiInit { address, size, rules, deltas: (d, d) });
+                    } else {
+                        let init = out.cfi.last_mut().ok_or(bad("STACK CFI before any INIT"))?;
+                        let address = hex(address).ok_or(bad("STACK CFI address not hex"))?;
+                        out.cfi_deltas.push((address, span(rest)));
+                        init.deltas.1 = out.cfi_deltas.len() as u32;
+                    }
+                }
+                "MODULE" | "INFO" => {}
                 _ if kind.bytes().all(|b| b.is_ascii_hexdigit()) => {
                     let func = out.funcs.last_mut().ok_or(bad("a line record before any FUNC"))?;
                     let mut fields = text.split(' ').filter(|w| !w.is_empty());
@@ -223,7 +264,11 @@ impl BreakpadSymbols {
             out.inlines[f.inlines.0 as usize..f.inlines.1 as usize]
                 .sort_by_key(|i| (i.depth, i.address));
         }
+        for c in &out.cfi {
+            out.cfi_deltas[c.deltas.0 as usize..c.deltas.1 as usize].sort_by_key(|d| d.0);
+        }
         out.funcs.sort_by_key(|f| f.address);
+        out.cfi.sort_by_key(|c| c.address);
         out.publics.sort_by_key(|p| p.0);
         out.files.sort_by_key(|f| f.0);
         out.origins.sort_by_key(|o| o.0);
@@ -305,13 +350,160 @@ impl BreakpadSymbols {
     }
 }
 
+impl BreakpadSymbols {
+    /// Whether the file has `STACK CFI` records.
+    pub fn has_cfi(&self) -> bool {
+        !self.cfi.is_empty()
+    }
+
+    /// The rules in force at `address` (a module offset), as the DWARF CFI
+    /// path gives them ([`crate::cfi::Module::find_row`]), with the
+    /// `STACK CFI INIT` record's range; `LookupError::NoFde` where no record
+    /// covers it.
+    ///
+    /// The rules are postfix expressions per register, as `dump_syms`
+    /// writes them from the DWARF CFI: `.cfa: $rsp 16 + .ra: .cfa -8 + ^
+    /// $rbx: .cfa -16 + ^` (aarch64's names without `$`: `.cfa: sp 16 +
+    /// x29: .cfa -16 + ^`). Those of the forms DWARF rows have are taken:
+    /// the CFA a register plus or minus a constant, a register saved at
+    /// `.cfa N + ^` (or its value `.cfa N +`, or in another register). A
+    /// row without a `.ra` rule is the outermost frame's (`dump_syms`
+    /// leaves out the undefined return address of `_start` and `clone`).
+    /// Anything else (other arithmetic, `^` elsewhere, an unknown register)
+    /// is `LookupError::Breakpad`, and the walk falls back as it does where
+    /// DWARF CFI fails.
+    pub fn cfi_row(&self, arch: Arch, address: u64) -> Result<(Row, Range<u64>), LookupError> {
+        let i = self.cfi.partition_point(|c| c.address <= address).checked_sub(1);
+        let init = i.map(|i| self.cfi[i]).ok_or(LookupError::NoFde)?;
+        if address - init.address >= init.size {
+            return Err(LookupError::NoFde);
+        }
+        // The INIT's rules, then each later record's up to the address: the
+        // last expression given for a register is in force.
+        let deltas = &self.cfi_deltas[init.deltas.0 as usize..init.deltas.1 as usize];
+        let texts = std::iter::once(init.rules)
+            .chain(deltas.iter().take_while(|d| d.0 <= address).map(|d| d.1))
+            .map(|span| self.text(span));
+        let mut rules: Vec<(&str, Vec<&str>)> = Vec::new();
+        for text in texts {
+            for word in text.split_ascii_whitespace() {
+                if let Some(name) = word.strip_suffix(':') {
+                    // Last, as the words of its expression follow.
+                    rules.retain(|(n, _)| *n != name);
+                    rules.push((name, Vec::new()));
+                } else {
+                    let (_, expr) = rules.last_mut().ok_or(unsupported("a rule without a name"))?;
+                    expr.push(word);
+                }
+            }
+        }
+        let cfa = rules.iter().find(|(n, _)| *n == ".cfa").ok_or(unsupported("no .cfa rule"))?;
+        let cfa = match cfi_value(arch, &cfa.1)? {
+            Value::Register(reg, offset) => CfaRule::RegOffset { reg, offset },
+            _ => return Err(unsupported("a CFA that is not a register plus a constant")),
+        };
+        let ra = arch.ra();
+        let mut row = Row::new(cfa, ra, false);
+        let mut has_ra = false;
+        for (name, expr) in &rules {
+            let reg = match *name {
+                ".cfa" => continue,
+                ".ra" => {
+                    has_ra = true;
+                    ra
+                }
+                name => match cfi_register(arch, name)? {
+                    // `.ra` says what the return-address column holds.
+                    r if r == ra && rules.iter().any(|(n, _)| *n == ".ra") => continue,
+                    r => r,
+                },
+            };
+            let rule = match cfi_value(arch, expr)? {
+                Value::Cfa(offset, true) => RegRule::Offset(offset),
+                Value::Cfa(offset, false) => RegRule::ValOffset(offset),
+                Value::Register(r, 0) if r == reg => RegRule::SameValue,
+                Value::Register(r, 0) => RegRule::Register(r),
+                Value::Register(..) => return Err(unsupported("a register plus a constant")),
+            };
+            if !row.push(reg, rule) {
+                return Err(unsupported("more rules than registers"));
+            }
+        }
+        if !has_ra {
+            row.push(ra, RegRule::Undefined);
+        }
+        Ok((row, init.address..init.address.saturating_add(init.size)))
+    }
+}
+
+fn unsupported(why: &'static str) -> LookupError {
+    LookupError::Breakpad(why)
+}
+
+/// What a rule's expression computes, in the forms a DWARF row has.
+enum Value {
+    /// A register's value plus a constant.
+    Register(u16, i64),
+    /// The CFA plus a constant, and whether the word there is read (`^`).
+    Cfa(i64, bool),
+}
+
+/// The DWARF column of a register of a `STACK CFI` rule: `$rsp`, `x29`, `sp`.
+fn cfi_register(arch: Arch, name: &str) -> Result<u16, LookupError> {
+    let name = name.strip_prefix('$').unwrap_or(name);
+    match arch.register_by_name(name) {
+        Some(Some(reg)) if (reg as usize) < NUM_REGS => Ok(reg),
+        Some(None) => arch.pc_column().ok_or(unsupported("a rule for the pc")),
+        _ => Err(unsupported("a register this architecture does not have")),
+    }
+}
+
+/// A postfix expression of the forms `BASE`, `BASE N +`, `BASE N -`, each
+/// optionally followed by `^` (BASE a register or `.cfa`).
+fn cfi_value(arch: Arch, words: &[&str]) -> Result<Value, LookupError> {
+    let (words, deref) = match words.split_last() {
+        Some((&"^", rest)) => (rest, true),
+        _ => (words, false),
+    };
+    let (base, offset) = match *words {
+        [base] => (base, 0),
+        [base, n, op @ ("+" | "-")] => {
+            let n = parse_number(n).ok_or(unsupported("an operand that is not a number"))?;
+            (base, if op == "+" { n } else { n.checked_neg().ok_or(unsupported("overflow"))? })
+        }
+        _ => return Err(unsupported("an expression of another form")),
+    };
+    match (base, deref) {
+        (".cfa", _) => Ok(Value::Cfa(offset, deref)),
+        (_, true) => Err(unsupported("a word read other than at the CFA")),
+        (reg, false) => Ok(Value::Register(cfi_register(arch, reg)?, offset)),
+    }
+}
+
+fn parse_number(word: &str) -> Option<i64> {
+    match word.strip_prefix("0x") {
+        Some(hex) => i64::from_str_radix(hex, 16).ok(),
+        None => word.parse().ok(),
+    }
+}
+
 /// `.sym` files read, for at most 64 files.
 static SYMS: FileCache<Result<Arc<BreakpadSymbols>, Arc<str>>> = FileCache::new(64);
+
+/// How many times a `.sym` file was parsed in this process.
+static PARSES: AtomicU64 = AtomicU64::new(0);
+
+/// How many times [`sym_file`] parsed a file in this process (not the
+/// times it gave one already parsed): for tests and benchmarks.
+pub fn parse_count() -> u64 {
+    PARSES.load(Ordering::Relaxed)
+}
 
 /// The tables of the `.sym` file at `path`, mapped and parsed once per
 /// process while the file is unchanged. The error names the file.
 pub fn sym_file(path: &Path) -> Result<Arc<BreakpadSymbols>, String> {
     let read = SYMS.get(path, None, |file| {
+        PARSES.fetch_add(1, Ordering::Relaxed);
         let data = crate::files::map_file(file).map_err(|e| Arc::from(e.to_string()))?;
         BreakpadSymbols::parse(Data::Mapped(data)).map(Arc::new).map_err(|e| e.to_string().into())
     });
@@ -364,6 +556,86 @@ mod tests {
         );
         assert_eq!(syms.frames(0x1004)[0].line, Some(10));
         assert!(syms.frames(0x2004).is_empty());
+    }
+
+    const CFI: &str = "MODULE Linux x86_64 0123456789ABCDEF0123456789ABCDEF0 prog\n\
+        STACK CFI INIT 1000 40 .cfa: $rsp 8 + .ra: .cfa -8 + ^\n\
+        STACK CFI 1001 .cfa: $rsp 16 + $rbp: .cfa -16 + ^\n\
+        STACK CFI 1004 .cfa: $rbp 16 +\n\
+        STACK CFI INIT 2000 10 .cfa: $rsp 8 +\n\
+        STACK CFI INIT 3000 10 .cfa: $rdi 0 + .ra: $rdx $rsp: $r8 $rbx: $rbx $r12: .cfa 16 +\n\
+        STACK WIN 4 1000 10 0 0 0 0 0 0 1 $eip 4 + ^ =\n\
+        STACK CFI INIT 5000 10 .cfa: $rsp 8 + 4 *\n\
+        STACK CFI INIT 5010 10 .cfa: $rsp 8 + .ra: $rsp ^\n\
+        STACK CFI INIT 5020 10 .cfa: .cfa 8 + .ra: .cfa -8 + ^\n\
+        STACK CFI INIT 5030 10 .cfa: $rsp 8 + .ra: .cfa -8 + ^ $xmm0: .cfa -16 + ^\n\
+        STACK CFI INIT 5040 10 .ra: .cfa -8 + ^\n";
+
+    fn rules(syms: &BreakpadSymbols, arch: Arch, at: u64) -> (CfaRule, Vec<(u16, RegRule)>) {
+        let (row, _) = syms.cfi_row(arch, at).unwrap();
+        assert_eq!(row.ra, arch.ra());
+        (row.cfa, row.rules().to_vec())
+    }
+
+    #[test]
+    fn stack_cfi_records_are_rows() {
+        let syms = parsed(CFI).unwrap();
+        assert!(syms.has_cfi());
+        let x86 = Arch::X86_64;
+        let rsp = |offset| CfaRule::RegOffset { reg: 7, offset };
+        assert_eq!(rules(&syms, x86, 0x1000), (rsp(8), vec![(16, RegRule::Offset(-8))]));
+        // The INIT's rules, then each later record's up to the address.
+        let pushed = vec![(16, RegRule::Offset(-8)), (6, RegRule::Offset(-16))];
+        assert_eq!(rules(&syms, x86, 0x1003), (rsp(16), pushed.clone()));
+        let rbp = CfaRule::RegOffset { reg: 6, offset: 16 };
+        assert_eq!(rules(&syms, x86, 0x103f), (rbp, pushed));
+        assert_eq!(syms.cfi_row(x86, 0x1003).unwrap().1, 0x1000..0x1040);
+        for outside in [0xfff, 0x1040, 0x2010, 0x4000] {
+            assert_eq!(syms.cfi_row(x86, outside).err(), Some(LookupError::NoFde), "{outside:#x}");
+        }
+        // No .ra: the outermost frame (clone's, _start's undefined return address).
+        assert_eq!(rules(&syms, x86, 0x2004), (rsp(8), vec![(16, RegRule::Undefined)]));
+        // Registers in registers (__longjmp's CFI), the same value, a value at the CFA.
+        let (cfa, got) = rules(&syms, x86, 0x3000);
+        assert_eq!(cfa, CfaRule::RegOffset { reg: 5, offset: 0 });
+        assert_eq!(
+            got,
+            [
+                (16, RegRule::Register(1)),
+                (7, RegRule::Register(8)),
+                (3, RegRule::SameValue),
+                (12, RegRule::ValOffset(16))
+            ]
+        );
+    }
+
+    #[test]
+    fn stack_cfi_of_other_forms_is_an_error_not_a_row() {
+        let syms = parsed(CFI).unwrap();
+        for at in [0x5000, 0x5010, 0x5020, 0x5030, 0x5040] {
+            let got = syms.cfi_row(Arch::X86_64, at).err();
+            assert!(matches!(got, Some(LookupError::Breakpad(_))), "{at:#x}: {got:?}");
+        }
+        let damaged = "MODULE a b c d\nSTACK CFI 1000 .cfa: $rsp 8 +\n";
+        assert!(matches!(parsed(damaged), Err(SymError::Line { line: 2, .. })));
+        let damaged = "MODULE a b c d\nSTACK CFI INIT 1000 zz .cfa: $rsp 8 +\n";
+        assert!(matches!(parsed(damaged), Err(SymError::Line { line: 2, .. })));
+    }
+
+    /// aarch64's names have no `$`; `.ra` is x30's column.
+    #[test]
+    fn aarch64_stack_cfi() {
+        let text = "MODULE Linux arm64 0123456789ABCDEF0123456789ABCDEF0 prog\n\
+            STACK CFI INIT 1000 40 .cfa: sp 0 + .ra: x30\n\
+            STACK CFI 1004 .cfa: sp 32 + .ra: .cfa -24 + ^ x29: .cfa -32 + ^\n\
+            STACK CFI 1008 .cfa: x29 32 +\n";
+        let syms = parsed(text).unwrap();
+        let a64 = Arch::Aarch64;
+        let sp = CfaRule::RegOffset { reg: 31, offset: 0 };
+        assert_eq!(rules(&syms, a64, 0x1000), (sp, vec![(30, RegRule::SameValue)]));
+        let saved = vec![(30, RegRule::Offset(-24)), (29, RegRule::Offset(-32))];
+        let fp = CfaRule::RegOffset { reg: 29, offset: 32 };
+        assert_eq!(rules(&syms, a64, 0x1010), (fp, saved));
     }
 
     #[test]

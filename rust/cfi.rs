@@ -12,6 +12,7 @@ use gimli::{
 };
 
 use crate::arch::{Arch, NUM_REGS};
+use crate::breakpad::BreakpadSymbols;
 pub use crate::memory::Data;
 
 type Slice<'a> = EndianSlice<'a, LittleEndian>;
@@ -232,6 +233,8 @@ pub enum LookupError {
     Cfi(gimli::Error),
     /// The return-address column is one this unwinder does not track.
     BadReturnColumn(u16),
+    /// A Breakpad `STACK CFI` rule of a form a row cannot hold (this one).
+    Breakpad(&'static str),
 }
 
 impl fmt::Display for LookupError {
@@ -240,6 +243,7 @@ impl fmt::Display for LookupError {
             LookupError::NoFde => f.write_str("no FDE covers the address"),
             LookupError::Cfi(e) => write!(f, "malformed CFI: {e}"),
             LookupError::BadReturnColumn(r) => write!(f, "unsupported return-address column {r}"),
+            LookupError::Breakpad(why) => write!(f, "STACK CFI rule not supported: {why}"),
         }
     }
 }
@@ -311,6 +315,9 @@ pub struct UnwindInfo {
     /// The function holding the entry point, found when first asked for
     /// (see [`UnwindInfo::entry_function`]).
     entry_function: OnceLock<Option<EntryFunction>>,
+    /// A missing file's Breakpad symbols, whose `STACK CFI` records stand
+    /// in for its CFI, and the runtime address their offsets are from.
+    breakpad: Option<(std::sync::Arc<BreakpadSymbols>, u64)>,
 }
 
 /// The extent of the function holding a module's entry point (`_start`).
@@ -444,6 +451,7 @@ impl UnwindInfo {
             index_errors: Vec::new(),
             missing: false,
             entry_function: OnceLock::new(),
+            breakpad: None,
         };
         info.hdr_table = info.parse_hdr_table();
         if info.hdr_table.is_none() {
@@ -482,7 +490,25 @@ impl UnwindInfo {
             index_errors: Vec::new(),
             missing: true,
             entry_function: OnceLock::new(),
+            breakpad: None,
         }
+    }
+
+    /// A missing file's info (see [`UnwindInfo::without_file`]) unwound with
+    /// the `STACK CFI` records of its Breakpad symbol file, whose offsets are
+    /// from runtime address `base` (the module's start).
+    pub fn with_breakpad_cfi(
+        mut self,
+        symbols: std::sync::Arc<BreakpadSymbols>,
+        base: u64,
+    ) -> Self {
+        self.breakpad = Some((symbols, base));
+        self
+    }
+
+    /// Whether the module is unwound with Breakpad `STACK CFI` records.
+    pub fn has_breakpad_cfi(&self) -> bool {
+        self.breakpad.is_some()
     }
 
     /// Whether the module's file is missing (see [`UnwindInfo::without_file`]).
@@ -697,6 +723,9 @@ impl UnwindInfo {
         address: u64,
         ctx: &mut UnwindContext<usize>,
     ) -> Result<(Row, Range<u64>), LookupError> {
+        if let Some((symbols, base)) = &self.breakpad {
+            return breakpad_row(symbols, self.arch, *base, address);
+        }
         self.with_row(address, ctx, |row, cie, kind| {
             let mut out =
                 Row::new(convert_cfa(row, kind)?, return_column(cie)?, cie.is_signal_trampoline());
@@ -718,6 +747,11 @@ impl UnwindInfo {
         address: u64,
         ctx: &mut UnwindContext<usize>,
     ) -> Result<(FullRow, Range<u64>), LookupError> {
+        if let Some((symbols, base)) = &self.breakpad {
+            let (row, range) = breakpad_row(symbols, self.arch, *base, address)?;
+            let (cfa, ra, signal_frame) = (row.cfa, row.ra, row.signal_frame);
+            return Ok((FullRow { cfa, ra, signal_frame, rules: row.rules().to_vec() }, range));
+        }
         self.with_row(address, ctx, |row, cie, kind| {
             let mut rules = Vec::new();
             convert_rules(row, kind, |reg, rule| rules.push((reg, rule)))?;
@@ -790,6 +824,17 @@ impl UnwindInfo {
         }
         Ok(None)
     }
+}
+
+/// The `STACK CFI` rules at runtime address `address` of a module at `base`.
+fn breakpad_row(
+    symbols: &BreakpadSymbols,
+    arch: Arch,
+    base: u64,
+    address: u64,
+) -> Result<(Row, Range<u64>), LookupError> {
+    let (row, range) = symbols.cfi_row(arch, address.wrapping_sub(base))?;
+    Ok((row, range.start.wrapping_add(base)..range.end.wrapping_add(base)))
 }
 
 /// Index every FDE of a section once, sorted by start address. An FDE that

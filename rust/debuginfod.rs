@@ -78,9 +78,8 @@ impl Config {
 
     /// The settings from a lookup of environment variables.
     pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Config {
-        let offline = var("STACKWALK_OFFLINE").is_some_and(|v| !v.is_empty() && v != "0");
         let urls = match var("DEBUGINFOD_URLS") {
-            Some(urls) if !offline => urls.split_whitespace().map(str::to_owned).collect(),
+            Some(urls) if !is_offline(&var) => urls.split_whitespace().map(str::to_owned).collect(),
             _ => Vec::new(),
         };
         let seconds =
@@ -99,6 +98,16 @@ impl Config {
         self.urls.clear();
         self
     }
+}
+
+/// Whether `STACKWALK_OFFLINE` (set, not empty or `0`) says to ask no server.
+fn is_offline(var: &impl Fn(&str) -> Option<String>) -> bool {
+    var("STACKWALK_OFFLINE").is_some_and(|v| !v.is_empty() && v != "0")
+}
+
+/// Whether the environment says to ask no server (`STACKWALK_OFFLINE`).
+pub fn offline_from_env() -> bool {
+    is_offline(&|name: &str| std::env::var_os(name).map(|v| v.to_string_lossy().into_owned()))
 }
 
 /// The cache directory as libdebuginfod picks it.
@@ -155,7 +164,7 @@ pub struct Downloads {
 
 /// The counts behind [`Downloads`], shared by the downloading threads, and
 /// whom to tell of each change.
-struct Tally<'a> {
+pub(crate) struct Tally<'a> {
     files: usize,
     answered: AtomicUsize,
     received: AtomicU64,
@@ -291,7 +300,8 @@ pub fn fetch_all_reporting(
         .collect()
 }
 
-fn agent(config: &Config) -> ureq::Agent {
+/// The HTTP client, with `config`'s timeouts.
+pub(crate) fn agent(config: &Config) -> ureq::Agent {
     ureq::Agent::config_builder()
         .http_status_as_error(false)
         .timeout_connect(Some(config.timeout))
@@ -320,42 +330,8 @@ fn download(
     id: &str,
     tally: Option<&Tally<'_>>,
 ) -> Result<Download, String> {
-    if !(url.starts_with("http://") || url.starts_with("https://")) {
-        return Err("not an http:// or https:// URL".into());
-    }
-    let response = agent.get(url).call().map_err(|e| match e {
-        ureq::Error::Io(e) => io_message(&e),
-        ureq::Error::Timeout(_) => format!("no answer in {} s", config.timeout.as_secs()),
-        e => e.to_string(),
-    })?;
-    let status = response.status();
-    if status != 200 {
-        return Err(format!("{} {}", status.as_u16(), status.canonical_reason().unwrap_or("")));
-    }
-    let dir = match &config.cache {
-        Some(cache) => {
-            let dir = cache.join(id);
-            std::fs::create_dir_all(&dir)
-                .map_err(|e| format!("cannot make {}: {e}", dir.display()))?;
-            dir
-        }
-        None => std::env::temp_dir(),
-    };
-    let mut file = tempfile_like::TempFile::new(&dir).map_err(|e| e.to_string())?;
-    let announced = response.body().content_length();
-    if let Some(tally) = tally {
-        tally.announced.fetch_add(announced.unwrap_or(0), Ordering::Relaxed);
-        tally.report();
-    }
-    let mut body = response.into_body().into_reader();
-    let limit = config.max_size.unwrap_or(u64::MAX);
-    let mut counted = Counted { inner: (&mut body).take(limit.saturating_add(1)), tally };
-    let copied = std::io::copy(&mut counted, file.writer())
-        .map_err(|e| format!("download cut short: {}", io_message(&e)))?;
-    if copied > limit {
-        return Err(format!("larger than DEBUGINFOD_MAXSIZE ({limit} bytes)"));
-    }
-    file.writer().flush().map_err(|e| e.to_string())?;
+    let dir = config.cache.as_ref().map(|cache| cache.join(id));
+    let file = get(agent, config, url, dir.as_deref(), tally).map_err(|e| e.to_string())?;
     let data = crate::files::map(file.path()).map_err(|e| e.to_string())?;
     let theirs = crate::elf::summarize(&data).map_err(|_| "not an ELF file".to_string())?.build_id;
     let theirs: Option<String> = theirs.map(|b| b.iter().map(|b| format!("{b:02x}")).collect());
@@ -382,6 +358,78 @@ impl<R: Read> Read for Counted<'_, '_, R> {
     }
 }
 
+/// Why a GET gave no file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum GetError {
+    /// The server answered with this status (and its reason), not 200.
+    Status(u16, String),
+    /// No answer: the connection failed, timed out, or broke.
+    Transport(String),
+    /// The answer could not be kept (too large, a local error).
+    Other(String),
+}
+
+impl fmt::Display for GetError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            GetError::Status(code, reason) => write!(f, "{code} {reason}"),
+            GetError::Transport(why) | GetError::Other(why) => f.write_str(why),
+        }
+    }
+}
+
+/// The body of `url`'s answer (status 200), written to a temporary file in
+/// `dir` (made if need be; None: the system's temporary directory), at most
+/// `config.max_size` bytes; its bytes counted in `tally`, if given.
+pub(crate) fn get(
+    agent: &ureq::Agent,
+    config: &Config,
+    url: &str,
+    dir: Option<&Path>,
+    tally: Option<&Tally<'_>>,
+) -> Result<tempfile_like::TempFile, GetError> {
+    if !(url.starts_with("http://") || url.starts_with("https://")) {
+        return Err(GetError::Other("not an http:// or https:// URL".into()));
+    }
+    let response = agent.get(url).call().map_err(|e| {
+        GetError::Transport(match e {
+            ureq::Error::Io(e) => io_message(&e),
+            ureq::Error::Timeout(_) => format!("no answer in {} s", config.timeout.as_secs()),
+            e => e.to_string(),
+        })
+    })?;
+    let status = response.status();
+    if status != 200 {
+        let reason = status.canonical_reason().unwrap_or("").to_owned();
+        return Err(GetError::Status(status.as_u16(), reason));
+    }
+    let dir = match dir {
+        Some(dir) => {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| GetError::Other(format!("cannot make {}: {e}", dir.display())))?;
+            dir.to_owned()
+        }
+        None => std::env::temp_dir(),
+    };
+    let mut file =
+        tempfile_like::TempFile::new(&dir).map_err(|e| GetError::Other(e.to_string()))?;
+    let announced = response.body().content_length();
+    if let Some(tally) = tally {
+        tally.announced.fetch_add(announced.unwrap_or(0), Ordering::Relaxed);
+        tally.report();
+    }
+    let mut body = response.into_body().into_reader();
+    let limit = config.max_size.unwrap_or(u64::MAX);
+    let mut counted = Counted { inner: (&mut body).take(limit.saturating_add(1)), tally };
+    let copied = std::io::copy(&mut counted, file.writer())
+        .map_err(|e| GetError::Transport(format!("download cut short: {}", io_message(&e))))?;
+    if copied > limit {
+        return Err(GetError::Other(format!("larger than DEBUGINFOD_MAXSIZE ({limit} bytes)")));
+    }
+    file.writer().flush().map_err(|e| GetError::Other(e.to_string()))?;
+    Ok(file)
+}
+
 /// An I/O error as the C library words it ("Connection refused"), without
 /// Rust's " (os error 111)".
 fn io_message(e: &std::io::Error) -> String {
@@ -406,7 +454,7 @@ fn store(config: &Config, id: &str, kind: Kind, download: Download) -> Result<Pa
 
 /// A temporary file made next to where it goes, so that a rename puts it
 /// there at once.
-mod tempfile_like {
+pub(crate) mod tempfile_like {
     use std::fs::File;
     use std::io;
     use std::path::{Path, PathBuf};

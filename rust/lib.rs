@@ -31,4 +31,5 @@ pub mod space;
 pub mod stackdb;
 pub mod symbolize;
 pub mod symbols;
+pub mod symserver;
 pub mod unwind;

@@ -1029,8 +1029,10 @@ impl Unwinder {
                 frames,
             );
         }
-        let Some(m) =
-            self.module_index(lookup).filter(|&m| !self.modules.modules()[m].is_missing())
+        // A module whose file is missing has rules only from its Breakpad
+        // symbol file's STACK CFI records, if it has one.
+        let usable = |m: &Module| !m.is_missing() || m.has_breakpad_cfi();
+        let Some(m) = self.module_index(lookup).filter(|&m| usable(&self.modules.modules()[m]))
         else {
             return Err((EndReason::NoModule, EndDetail::Address(lookup)));
         };
@@ -1038,6 +1040,11 @@ impl Unwinder {
         let module = &self.modules.modules()[m];
         let row = match module.find_row(lookup.wrapping_sub(module.bias), &mut self.ctx) {
             Ok((row, _)) => row,
+            // Where the STACK CFI records say nothing, as where there are
+            // none (a signal trampoline's CFI is not in them).
+            Err(LookupError::NoFde) if module.is_missing() => {
+                return Err((EndReason::NoModule, EndDetail::Address(lookup)));
+            }
             Err(LookupError::NoFde) => {
                 // Remembered too: code without CFI is walked by the
                 // fallback strategies, which should not search for an FDE

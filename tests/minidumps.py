@@ -40,6 +40,8 @@ from realstacks import PROGRAMS, SYSTEM_PYTHON, Builder
 ROOT = Path(__file__).resolve().parent.parent
 DUMPER = Path(__file__).resolve().parent / "dumper"
 DUMPER_TARGET = ROOT / "target" / "dumper"
+# Mozilla's dump_syms: installed by .ci/setup (cargo install, once).
+DUMP_SYMS = shutil.which("dump_syms") or os.path.expanduser("~/.cargo/bin/dump_syms")
 # rust-minidump's processor: installed by .ci/setup (cargo install, once).
 MINIDUMP_STACKWALK = shutil.which("minidump-stackwalk") or os.path.expanduser(
     "~/.cargo/bin/minidump-stackwalk"
@@ -89,6 +91,20 @@ class MadeDump:
         assert proc.returncode == 0, proc.stderr[-3000:]
         doc: dict[str, Any] = json.loads(proc.stdout)
         return doc
+
+
+def symbol_store(binary: Path, store: Path) -> Path:
+    """``dump_syms BINARY`` kept as a symbol store keeps it: NAME/DEBUGID/NAME.sym, the debug id
+    the one dump_syms writes on its MODULE line."""
+    proc = subprocess.run(
+        [DUMP_SYMS, "--inlines", binary], capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    _, _, _, debug_id, name = proc.stdout.split("\n", 1)[0].split(" ", 4)
+    (store / name / debug_id).mkdir(parents=True, exist_ok=True)
+    sym = store / name / debug_id / f"{name}.sym"
+    sym.write_text(proc.stdout)
+    return sym
 
 
 def minidump_streams(path: Path) -> dict[int, tuple[int, int]]:
@@ -195,11 +211,37 @@ class Dumps:
         self._build = build
         self._dumper: Path | None = None
         self._made: dict[str, MadeDump] = {}
+        self._own_files: dict[str, list[Path]] = {}
 
     def __call__(self, spec_id: str) -> MadeDump:
         if spec_id not in self._made:
             self._made[spec_id] = self._make(SNAPSHOT if spec_id == "snapshot" else SPECS[spec_id])
         return self._made[spec_id]
+
+    def with_own_libraries(self, base: Spec) -> tuple[MadeDump, list[Path]]:
+        """The program of ``base`` (a C or C++ one) dumped as it ran on private copies of its shared
+        libraries and dynamic linker (linked with ``--dynamic-linker`` and an rpath to a
+        directory of its own): (the dump, every ELF file the process mapped), so that a test can
+        hide them all, as a crash service that has only symbol files sees the dump."""
+        key = f"{base.id}-own-libs"
+        if key not in self._made:
+            libs = self.directory / key / "lib"
+            libs.mkdir(parents=True, exist_ok=True)
+            loader = libs / "ld-linux-x86-64.so.2"
+            # DT_RPATH (not RUNPATH): the libraries' own dependencies come from there too.
+            rpath = ("-Wl,--disable-new-dtags", f"-Wl,-rpath,{libs}")
+            flags = (*base.flags, f"-Wl,--dynamic-linker={loader}", *rpath)
+            spec = Spec(key, base.source, flags, base.compiler, base.arch, base.signal)
+            program = self._build(spec.source, *spec.flags, compiler=spec.compiler)
+            # ldd resolves each library (and the missing loader) to the system's file.
+            listed = run(["ldd", str(program)]).stdout
+            for line in listed.splitlines():
+                name, arrow, rest = line.strip().partition(" => ")
+                if arrow and rest.startswith("/"):
+                    shutil.copy(rest.split(" (")[0], libs / Path(name).name)
+            self._made[key] = self._make(spec)
+            self._own_files[key] = [program, *sorted(libs.iterdir())]
+        return self._made[key], self._own_files[key]
 
     def _make(self, spec: Spec) -> MadeDump:
         if self._dumper is None:

@@ -5,27 +5,36 @@ and gdb's backtrace of a core gcore wrote at the same stop."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
+import socket
 import struct
 import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from corefiles import build_id_of, stackwalk_core, stackwalk_minidump
+from corefiles import SPECS, _free_port, build_id_of, run, stackwalk_core, stackwalk_minidump
 from minidumps import (
     DUMP_SPECS,
+    DUMP_SYMS,
     EXCEPTION,
     LINUX_MAPS,
     MINIDUMP_STACKWALK,
     Dumps,
     MadeDump,
     minidump_streams,
+    symbol_store,
     thread_list_tids,
 )
+from perfdata import disassembly
 from stackwalk.minidump import Minidump, MinidumpError, Signal
 
 CASES = [*DUMP_SPECS, "snapshot"]
@@ -75,6 +84,23 @@ def their_key(frame: dict[str, Any], bases: dict[str, int]) -> Key:
     )
 
 
+def compared_threads(
+    doc: dict[str, Any], theirs: dict[str, Any]
+) -> list[tuple[int, list[Key], list[Key]]]:
+    """(tid, our frames' keys, minidump-stackwalk's) of each thread of its document."""
+    by_tid = {t["tid"]: t for t in doc["threads"]}
+    our_modules = {m["path"]: m for m in doc["modules"]}
+    their_bases = {m["filename"]: int(m["base_addr"], 16) for m in theirs["modules"]}
+    return [
+        (
+            t["thread_id"],
+            [key(f, our_modules) for f in real_frames(by_tid[t["thread_id"]])],
+            [their_key(f, their_bases) for f in t["frames"]],
+        )
+        for t in theirs["threads"]
+    ]
+
+
 @pytest.mark.parametrize("case", CASES)
 def test_frames_match_minidump_stackwalk(case: str, dumps: Dumps) -> None:
     """Every thread's frames, (pc, module, module offset, trust), equal rust-minidump's."""
@@ -86,13 +112,8 @@ def test_frames_match_minidump_stackwalk(case: str, dumps: Dumps) -> None:
     assert [t["thread_id"] for t in theirs["threads"]] == tids
     assert sorted(t["tid"] for t in doc["threads"]) == sorted(tids)
     by_tid = {t["tid"]: t for t in doc["threads"]}
-    our_modules = {m["path"]: m for m in doc["modules"]}
-    their_bases = {m["filename"]: int(m["base_addr"], 16) for m in theirs["modules"]}
     non_pie = {int(m["start"], 16) for m in doc["modules"] if m["bias"] == "0x0"}
-    for their_thread in theirs["threads"]:
-        tid = their_thread["thread_id"]
-        mine = [key(f, our_modules) for f in real_frames(by_tid[tid])]
-        their = [their_key(f, their_bases) for f in their_thread["frames"]]
+    for tid, mine, their in compared_threads(doc, theirs):
         if mine == their:
             continue
         # Where they differ, minidump-stackwalk is wrong. It finds the caller of some frames by
@@ -298,24 +319,6 @@ def test_minidump_stackwalk_format(case: str, dumps: Dumps) -> None:
         assert mine["crashing_thread"]["threads_index"] == index
 
 
-# Mozilla's dump_syms: installed by .ci/setup (cargo install, once).
-DUMP_SYMS = shutil.which("dump_syms") or os.path.expanduser("~/.cargo/bin/dump_syms")
-
-
-def symbol_store(binary: Path, store: Path) -> Path:
-    """``dump_syms BINARY`` kept as a symbol store keeps it: NAME/DEBUGID/NAME.sym, the debug id
-    the one dump_syms writes on its MODULE line."""
-    proc = subprocess.run(
-        [DUMP_SYMS, "--inlines", binary], capture_output=True, text=True, timeout=300
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    _, _, _, debug_id, name = proc.stdout.split("\n", 1)[0].split(" ", 4)
-    (store / name / debug_id).mkdir(parents=True, exist_ok=True)
-    sym = store / name / debug_id / f"{name}.sym"
-    sym.write_text(proc.stdout)
-    return sym
-
-
 def ours_partial(made: MadeDump, *options: str) -> dict[str, Any]:
     """Our document, where some stacks may end early (exit 1: without the program's CFI)."""
     proc = stackwalk_minidump(made.path, "--json", *options)
@@ -372,7 +375,10 @@ def test_symbol_files_name_frames_as_the_elf_files_do(
             if not f["inline"]:
                 elf_named[f["pc"]] = pending
                 pending = []
-    bare = {f["pc"]: f for t in without["threads"] for f in t["frames"] if not f["inline"]}
+    # Without the symbol file the program's frames have no names (so those below are the
+    # .sym's). (Nor its STACK CFI: the walk through the program may differ.)
+    bare = [f for t in without["threads"] for f in t["frames"] if f["module"] == exe]
+    assert bare and all(f["function"] is None for f in bare), bare
     compared = 0
     for thread in with_syms["threads"]:
         pending = []
@@ -381,8 +387,6 @@ def test_symbol_files_name_frames_as_the_elf_files_do(
             if f["inline"]:
                 continue
             if f["module"] == exe and f["pc"] in elf_named:
-                # Without the symbol file the frame has no name (so this is the .sym's).
-                assert bare[f["pc"]]["function"] is None, bare[f["pc"]]
                 assert len(pending) == len(elf_named[f["pc"]]), (pending, elf_named[f["pc"]])
                 for sym, elf in zip(pending, elf_named[f["pc"]], strict=True):
                     # The symbol table's demangled name of a template function has its return
@@ -428,3 +432,187 @@ def test_a_damaged_symbol_file_is_a_warning_naming_its_line(dumps: Dumps, tmp_pa
     exe = str(made.executable)
     frames = [f for t in doc["threads"] for f in t["frames"] if f["module"] == exe]
     assert frames and all(f["function"] is None for f in frames)
+
+
+@contextlib.contextmanager
+def hidden(files: list[Path]) -> Iterator[None]:
+    """``files`` renamed away for the block: not at their paths, as on a crash service."""
+    for f in files:
+        os.rename(f, f.with_name(f.name + ".hidden"))
+    try:
+        yield
+    finally:
+        for f in files:
+            os.rename(f.with_name(f.name + ".hidden"), f)
+
+
+def placed(doc: dict[str, Any]) -> dict[int, list[tuple[str, str | None, str | None]]]:
+    """Each thread's frames (without inline ones): pc, module, module offset."""
+    return {
+        t["tid"]: [(f["pc"], f["module"], f["module_offset"]) for f in real_frames(t)]
+        for t in doc["threads"]
+    }
+
+
+@pytest.mark.parametrize("case", ["deep", "threads", "cxx"])
+def test_stack_cfi_unwinds_modules_whose_files_are_gone(
+    case: str, dumps: Dumps, tmp_path: Path
+) -> None:
+    """A process whose every file is gone (it ran on private copies of its libraries, then
+    hidden), but the store of dump_syms' .sym files: their STACK CFI records unwind every thread
+    to the same frames (pc, module, module offset) as the ELF files' CFI, and to
+    minidump-stackwalk's frames, trust included, on the same dump and store. The program is
+    built at -O2 without frame pointers (deep: a 5000-byte frame, callee-saved registers
+    pushed): neither the frame-pointer chain nor a scan would find these frames."""
+    made, files = dumps.with_own_libraries(SPECS[case])
+    store = tmp_path / "symbols"
+    for file in files:
+        symbol_store(file, store)
+    with_elf = ours(made, "--offline")
+    with hidden(files):
+        from_syms = ours(made, "--offline", "--symbols-path", str(store))
+        proc = subprocess.run(
+            [MINIDUMP_STACKWALK, "--json", "--symbols-path", store, made.path],
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+    missing = {m["path"] for m in from_syms["modules"] if not m["found"]}
+    assert missing >= {str(f) for f in files}, from_syms["modules"]
+    assert placed(from_syms) == placed(with_elf)
+    for thread in from_syms["threads"]:
+        trusts = [f["trust"] for f in real_frames(thread)]
+        assert trusts == ["context"] + ["cfi"] * (len(trusts) - 1), (thread["tid"], trusts)
+        assert thread["end"] == "end_of_stack", thread
+    # minidump-stackwalk, thread by thread.
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    theirs = json.loads(proc.stdout)
+    by_tid = {t["tid"]: t for t in from_syms["threads"]}
+    assert sorted(by_tid) == sorted(t["thread_id"] for t in theirs["threads"])
+    for tid, mine, their in compared_threads(from_syms, theirs):
+        if mine == their:
+            continue
+        # Where they differ, minidump-stackwalk goes on past the outermost frame: dump_syms
+        # leaves out the undefined return address of _start (at the entry point) and of clone3
+        # (a new thread's first frame), and minidump-stackwalk, finding no .ra rule there,
+        # scans the stack for a word that points into code. What it finds is no return
+        # address: it follows no call instruction (objdump) of its module.
+        assert their[: len(mine)] == mine, (tid, mine, their)
+        outermost = real_frames(by_tid[tid])[-1]["function"]
+        assert outermost in ("_start", "clone3"), (tid, outermost)
+        pc, _, _, trust = their[len(mine)]
+        (module,) = [
+            m for m in from_syms["modules"] if int(m["start"], 16) <= pc < int(m["end"], 16)
+        ]
+        calls = disassembly(module["path"]).calls
+        assert trust == "scan" and pc - int(module["bias"], 16) not in calls, (tid, hex(pc), module)
+
+
+@dataclass
+class SymbolServer:
+    """``python -m http.server`` on 127.0.0.1 serving a symbol store; its log of requests."""
+
+    url: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    def requests(self) -> list[tuple[str, int]]:
+        """(path, status) of every GET so far."""
+        text = self.log.read_text(errors="replace")
+        return [(p, int(s)) for p, s in re.findall(r'"GET (\S+) HTTP/[\d.]+" (\d+)', text)]
+
+
+@contextlib.contextmanager
+def symbol_server(store: Path, log: Path) -> Iterator[SymbolServer]:
+    for _ in range(5):  # another process may take the free port first
+        port = _free_port()
+        cmd = [sys.executable, "-u", "-m", "http.server", "--bind", "127.0.0.1",
+               "--directory", str(store), str(port)]  # fmt: skip
+        with log.open("wb") as out:
+            process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+        while process.poll() is None:
+            with socket.socket() as sock:
+                if sock.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.05)  # not listening yet
+        if process.poll() is None:
+            break
+    else:
+        pytest.fail(f"http.server did not start:\n{log.read_text()}")
+    try:
+        yield SymbolServer(f"http://127.0.0.1:{port}", process, log)
+    finally:
+        process.kill()
+        process.wait(timeout=60)
+
+
+def test_symbols_url_fetches_into_a_cache(dumps: Dumps, tmp_path: Path) -> None:
+    """``--symbols-url``: the store served over HTTP (a local http.server) gives the frames the
+    store on disk gives, every module's .sym file asked for once; a second run reads them all
+    from the cache (no request); a file the server lacks (404) is asked for once per run, even
+    for two dumps; ``--offline`` asks nothing."""
+    made, files = dumps.with_own_libraries(SPECS["deep"])
+    store = tmp_path / "store"
+    syms = [symbol_store(file, store) for file in files]
+    # The store lacks the dynamic linker's (no stack passes through it).
+    (lacking,) = [sym for sym in syms if sym.name.startswith("ld-linux")]
+    shutil.rmtree(lacking.parent.parent)
+    syms.remove(lacking)
+    served = {"/" + str(sym.relative_to(store)) for sym in syms}
+    env = {**os.environ, "DEBUGINFOD_CACHE_PATH": str(tmp_path / "cache")}
+    minidump: list[str | Path] = [sys.executable, "-m", "stackwalk", "minidump", "--json"]
+    with hidden(files), symbol_server(store, tmp_path / "http.log") as server:
+        local = ours(made, "--symbols-path", str(store))
+        offline = run([*minidump, made.path, "--offline", "--symbols-url", server.url], env=env)
+        assert server.requests() == [], "offline"
+        first = run([*minidump, made.path, made.path, "--jobs", "1", "--symbols-url", server.url],
+                    env=env)  # fmt: skip
+        fetched = server.requests()
+        second = run([*minidump, made.path, "--symbols-url", server.url], env=env)
+        again = server.requests()[len(fetched) :]
+    assert first.returncode == second.returncode == 0, first.stderr + second.stderr
+    docs = [json.loads(line) for line in first.stdout.splitlines()]
+    assert len(docs) == 2
+    for doc in [*docs, json.loads(second.stdout)]:
+        assert doc["threads"] == local["threads"]
+    assert {f["function"] for t in local["threads"] for f in t["frames"]} >= {"crash_here", "main"}
+    # Each module of the store fetched once (200), the one it lacks asked for once (404).
+    missing = "/" + str(lacking.relative_to(store))
+    assert sorted(fetched) == sorted([(p, 200) for p in served] + [(missing, 404)]), fetched
+    # The next run: every file from the cache; the one the server lacks asked for again.
+    assert again == [(missing, 404)], again
+    for sym in syms:
+        cached = tmp_path / "cache" / "breakpad" / sym.relative_to(store)
+        assert cached.read_bytes() == sym.read_bytes()
+    # Offline, with nothing cached yet: no symbols, a stack without the .sym's CFI.
+    assert offline.stdout and "crash_here" not in offline.stdout, offline.stderr
+
+
+def test_a_dead_symbol_server_is_one_warning(dumps: Dumps, tmp_path: Path) -> None:
+    """A server that does not answer: one warning (not one per module), the frames that can be
+    found without its symbols, and the next server still asked."""
+    made, files = dumps.with_own_libraries(SPECS["deep"])
+    store = tmp_path / "store"
+    for file in files:
+        symbol_store(file, store)
+    dead = f"http://127.0.0.1:{_free_port()}"
+    env = {**os.environ, "DEBUGINFOD_CACHE_PATH": str(tmp_path / "cache")}
+    minidump: list[str | Path] = [
+        sys.executable,
+        "-m",
+        "stackwalk",
+        "minidump",
+        "--json",
+        made.path,
+    ]
+    with hidden(files), symbol_server(store, tmp_path / "http.log") as server:
+        alone = run([*minidump, "--symbols-url", dead], env=env)
+        both = run([*minidump, "--symbols-url", dead, "--symbols-url", server.url], env=env)
+        local = ours(made, "--symbols-path", str(store))
+    for proc in (alone, both):
+        warnings = [line for line in proc.stderr.splitlines() if "symbol server" in line]
+        assert warnings == [
+            f"stackwalk: warning: symbol server {dead} did not answer (Connection refused): "
+            "not asked again"
+        ], proc.stderr
+        assert "error" not in proc.stderr, proc.stderr
+    assert alone.returncode in (0, 1) and "crash_here" not in alone.stdout
+    assert both.returncode == 0 and json.loads(both.stdout)["threads"] == local["threads"]

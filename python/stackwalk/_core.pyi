@@ -34,12 +34,14 @@ __all__ = [
     "place_mappings",
     "demangle",
     "read_sym_file",
+    "sym_file_parses",
     "perf_report",
     "perf_samples",
     "flamegraph",
     "debuginfod_urls",
     "debuginfod_fetch",
     "has_dwarf",
+    "symbols_fetch",
     "TRUST_LEVELS",
     "END_REASONS",
     "MAX_JOBS",
@@ -293,6 +295,7 @@ def elf_summary(source: str | PathLike[str] | Buffer) -> _ElfSummary: ...
 def elf_section_address(source: str | PathLike[str] | Buffer, name: str) -> int | None: ...
 def demangle(name: str) -> str: ...
 def read_sym_file(path: str | PathLike[str]) -> None: ...
+def sym_file_parses() -> int: ...
 def place_mappings(
     loads: Sequence[tuple[int, int, int, int, int]],
     mappings: Sequence[tuple[int, int, int]],
@@ -320,6 +323,9 @@ def debuginfod_urls() -> list[str]: ...
 def debuginfod_fetch(
     requests: Sequence[tuple[str, str]], *, offline: bool = False, progress: float | None = None
 ) -> list[tuple[str | None, str | None]]: ...
+def symbols_fetch(
+    urls: Sequence[str], name: str, debug_id: str, *, offline: bool = False
+) -> tuple[str | None, list[str]]: ...
 def has_dwarf(path: str | PathLike[str], debug_root: str | PathLike[str] | None = None) -> bool: ...
 
 @final
@@ -366,7 +372,12 @@ class Unwinder:
     def debug_file(self, path: str | PathLike[str]) -> str | None: ...
     def add_module_image(self, name: str, image: Buffer, bias: int) -> None: ...
     def add_missing_module(
-        self, name: str, ranges: Sequence[tuple[int, int]], code: Sequence[tuple[int, int]]
+        self,
+        name: str,
+        ranges: Sequence[tuple[int, int]],
+        code: Sequence[tuple[int, int]],
+        sym_file: str | PathLike[str] | None = None,
+        base: int = 0,
     ) -> None: ...
     def unwind(
         self,

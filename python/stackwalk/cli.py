@@ -269,6 +269,7 @@ def _one_core(
 
         opener = Minidump
         options["symbols_path"] = args.symbols_path
+        options["symbols_url"] = args.symbols_url
     else:
         options["max_size"] = args.max_core_size
         # A bar of debuginfod's downloads, after half a second, when someone watches stderr
@@ -667,6 +668,14 @@ def _add_minidump(sub: Any) -> None:
         metavar="DIR",
         help="a Breakpad symbol store (NAME/DEBUGID/NAME.sym, as dump_syms writes): names and "
         "lines of modules whose file is missing here or has no symbols (repeatable)",
+    )
+    m.add_argument(
+        "--symbols-url",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="a Breakpad symbol server (URL/NAME/DEBUGID/NAME.sym over HTTP), asked for what "
+        "the --symbols-path stores lack; downloads are cached (repeatable)",
     )
     m.add_argument(
         "--format",

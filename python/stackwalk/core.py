@@ -716,9 +716,7 @@ class Core:
             except StackwalkError as e:  # not ELF, another arch, or over another module
                 self.warnings.append(f"module {path}: {e}")
                 file, on_disk = None, None
-        if file is None:
-            self._add_missing(path, ranges or ((start, end),), bias, in_core)
-        return CoreModule(
+        module = CoreModule(
             path=path,
             file=file,
             start=start,
@@ -729,6 +727,11 @@ class Core:
             found=file is not None,
             ranges=ranges,
         )
+        if file is None:
+            sym_file = self._sym_file(module)
+            sym = (sym_file, start) if sym_file is not None else None
+            self._add_missing(path, module.spans, bias, in_core, sym)
+        return module
 
     def _add_missing(
         self,
@@ -736,12 +739,15 @@ class Core:
         spans: tuple[tuple[int, int], ...],
         bias: int,
         in_core: ElfSummary | None,
+        sym: tuple[str, int] | None = None,
     ) -> None:
         """Tell the unwinder where a module without a file has code -- its executable segments
         as the headers in the core place them, else the core's executable segments within it
         (gdb's gcore leaves unmodified file pages out) -- so that a return address into it is
         accepted, and the walk goes on past it by frame pointers or scanning, instead of
-        dropping a right frame for lying in no module."""
+        dropping a right frame for lying in no module. A Breakpad symbol file's ``STACK CFI``
+        records (``sym``: the file, and the address its offsets are from, the module's start)
+        unwind it where they cover a pc."""
         page = self._page
         segments = [
             (vaddr + bias, vaddr + bias + memsz)
@@ -759,7 +765,7 @@ class Core:
         code = [(a, b) for a, b in code if 0 <= a < b < _ADDRESS_LIMIT]
         if code and spans:
             try:
-                self.unwinder.add_missing_module(path, spans, code)
+                self.unwinder.add_missing_module(path, spans, code, *(sym or ()))
             except StackwalkError:
                 pass  # over a module that has a file: that one is kept
 

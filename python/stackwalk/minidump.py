@@ -23,7 +23,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from stackwalk._core import MinidumpFile, read_sym_file
+from stackwalk._core import MinidumpFile, read_sym_file, symbols_fetch
 from stackwalk.core import Core, CoreModule, Signal, Thread
 from stackwalk.errors import MinidumpError, StackwalkError
 
@@ -38,8 +38,10 @@ class Minidump(Core):
     options (``max_size`` does not apply: minidumps are read as they are)."""
 
     _FILE_KIND = "minidump"
-    # Symbol stores (``NAME/DEBUGID/NAME.sym``), searched in order.
+    # Symbol stores (``NAME/DEBUGID/NAME.sym``), searched in order; then symbol servers (URLs
+    # of stores over HTTP).
     symbols_path: tuple[str, ...] = ()
+    symbols_url: tuple[str, ...] = ()
 
     @classmethod
     def open(
@@ -48,31 +50,60 @@ class Minidump(Core):
         executable: str | os.PathLike[str] | None = None,
         *,
         symbols_path: Sequence[str | os.PathLike[str]] = (),
+        symbols_url: Sequence[str] = (),
         **options: Any,
     ) -> Minidump:
         """``Core.open``'s options, and ``symbols_path``: directories laid out as a Breakpad symbol
         store (``NAME/DEBUGID/NAME.sym``, as ``dump_syms`` output is kept), whose ``.sym`` files
-        name the functions and lines of modules whose file is missing here or has no symbols."""
-        dump = super().open(path, executable, **options)
-        assert isinstance(dump, Minidump)
-        dump.symbols_path = tuple(os.fspath(d) for d in symbols_path)
-        return dump
+        name the functions and lines of modules whose file is missing here or has no symbols,
+        and unwind (their ``STACK CFI`` records) those whose file is missing; ``symbols_url``:
+        symbol servers (HTTP, the same layout: Mozilla's, Sentry's) asked in order for the
+        modules the stores lack, their files kept in a cache (debuginfod's cache directory,
+        ``breakpad/``), read first; ``offline`` (or ``STACKWALK_OFFLINE``): the cache alone.
+        A server that does not answer is one warning, and the frames without its symbols."""
+        return cls(path, executable, symbols_path=symbols_path, symbols_url=symbols_url, **options)
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        executable: str | os.PathLike[str] | None = None,
+        *,
+        symbols_path: Sequence[str | os.PathLike[str]] = (),
+        symbols_url: Sequence[str] = (),
+        **options: Any,
+    ) -> None:
+        # Before the modules are placed: their symbol files' STACK CFI unwinds them.
+        self.symbols_path = tuple(os.fspath(d) for d in symbols_path)
+        self.symbols_url = tuple(symbols_url)
+        self._offline = bool(options.get("offline", False))
+        self._sym_files: dict[tuple[str, str], str | None] = {}
+        super().__init__(path, executable, **options)
 
     def _sym_file(self, module: CoreModule) -> str | None:
         debug_id = breakpad_debug_id(self._build_id_at(module.start) or module.build_id)
         if debug_id is None:
             return None
-        name = os.path.basename(module.path)
-        for store in self.symbols_path:
-            path = os.path.join(store, name, debug_id, name + ".sym")
-            if os.path.isfile(path):
-                try:
-                    read_sym_file(path)
-                except StackwalkError as e:
-                    self.warnings.append(f"symbol file not used: {e}")
-                    return None
-                return path
-        return None
+        key = (os.path.basename(module.path), debug_id)
+        # Asked for when the module is placed (its STACK CFI) and when it is symbolized: once.
+        if key not in self._sym_files:
+            self._sym_files[key] = self._find_sym_file(*key)
+        return self._sym_files[key]
+
+    def _find_sym_file(self, name: str, debug_id: str) -> str | None:
+        """The module's .sym file: in the local stores, else from the symbol servers (through
+        their cache). One that cannot be read is a warning, and none."""
+        paths = (os.path.join(store, name, debug_id, name + ".sym") for store in self.symbols_path)
+        path = next((p for p in paths if os.path.isfile(p)), None)
+        if path is None and self.symbols_url:
+            path, warnings = symbols_fetch(self.symbols_url, name, debug_id, offline=self._offline)
+            self.warnings.extend(warnings)
+        if path is not None:
+            try:
+                read_sym_file(path)
+            except StackwalkError as e:
+                self.warnings.append(f"symbol file not used: {e}")
+                return None
+        return path
 
     def _open_source(self, max_size: int | None) -> MinidumpFile:
         dump = MinidumpFile(self.path)

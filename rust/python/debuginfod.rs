@@ -1,6 +1,7 @@
 //! The debuginfod client (`crate::debuginfod`) for the Python layer:
 //! `debuginfod_urls`, `debuginfod_fetch`, and `has_dwarf`, which tells
-//! whether a module's DWARF is at hand without it.
+//! whether a module's DWARF is at hand without it; and the Breakpad symbol
+//! server client (`crate::symserver`), `symbols_fetch`.
 
 use std::path::PathBuf;
 
@@ -64,4 +65,22 @@ pub(super) fn debuginfod_fetch(
 pub(super) fn has_dwarf(path: PathBuf, debug_root: Option<PathBuf>) -> bool {
     crate::files::map(&path)
         .is_ok_and(|data| crate::lines::has_dwarf(&data, Some(&path), debug_root.as_deref()))
+}
+
+/// The Breakpad symbol file of module `name` (its file name) with debug id
+/// `debug_id` from the symbol servers `urls` (`URL/NAME/DEBUGID/NAME.sym`),
+/// through the cache (`crate::symserver`), without the GIL: (its path or
+/// None, what to warn about).
+#[pyfunction]
+#[pyo3(signature = (urls, name, debug_id, *, offline = false))]
+pub(super) fn symbols_fetch(
+    py: Python<'_>,
+    urls: Vec<String>,
+    name: String,
+    debug_id: String,
+    offline: bool,
+) -> (Option<String>, Vec<String>) {
+    let config = Config::from_env();
+    let found = py.detach(|| crate::symserver::fetch(&config, &urls, &name, &debug_id, offline));
+    (found.path.map(|p| p.to_string_lossy().into_owned()), found.warnings)
 }

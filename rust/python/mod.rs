@@ -88,6 +88,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(elf::elf_section_address, m)?)?;
     m.add_function(wrap_pyfunction!(symbols::demangle, m)?)?;
     m.add_function(wrap_pyfunction!(symbolize::read_sym_file, m)?)?;
+    m.add_function(wrap_pyfunction!(symbolize::sym_file_parses, m)?)?;
     m.add_function(wrap_pyfunction!(elf::place_mappings, m)?)?;
     m.add_function(wrap_pyfunction!(perf::perf_report, m)?)?;
     m.add_function(wrap_pyfunction!(perf::perf_samples, m)?)?;
@@ -95,5 +96,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(debuginfod::debuginfod_urls, m)?)?;
     m.add_function(wrap_pyfunction!(debuginfod::debuginfod_fetch, m)?)?;
     m.add_function(wrap_pyfunction!(debuginfod::has_dwarf, m)?)?;
+    m.add_function(wrap_pyfunction!(debuginfod::symbols_fetch, m)?)?;
     Ok(())
 }

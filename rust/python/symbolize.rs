@@ -270,6 +270,13 @@ fn read_frames<'py>(
     Ok(pairs.into_iter().unzip())
 }
 
+/// How many times a Breakpad `.sym` file was parsed in this process (a file
+/// already parsed, and unchanged, is not parsed again).
+#[pyfunction]
+pub(super) fn sym_file_parses() -> u64 {
+    crate::breakpad::parse_count()
+}
+
 /// Reads the Breakpad symbol file at `path` into the process's cache (as
 /// the symbolizer will use it): a StackwalkError naming the file and the
 /// line when it cannot be used.

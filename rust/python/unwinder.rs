@@ -252,12 +252,18 @@ impl PyUnwinder {
     /// Add a module whose file is missing: only where it is (`ranges`) and
     /// which of it is code (`code`), as runtime (start, end) pairs. Return
     /// addresses into its code are accepted (checked against `code` only);
-    /// a frame in it has no CFI, and is walked on by the other strategies.
+    /// a frame in it has no CFI, and is walked on by the other strategies,
+    /// unless `sym_file` names its Breakpad symbol file, whose `STACK CFI`
+    /// records (offsets from `base`, the module's start) then stand in.
+    #[pyo3(signature = (name, ranges, code, sym_file = None, base = 0))]
     fn add_missing_module(
         &mut self,
+        py: Python<'_>,
         name: &Bound<'_, PyString>,
         ranges: Vec<(u64, u64)>,
         code: Vec<(u64, u64)>,
+        sym_file: Option<PathBuf>,
+        base: u64,
     ) -> PyResult<()> {
         let name = module_name(name);
         let code = code
@@ -270,7 +276,15 @@ impl PyUnwinder {
                 file_size: 0,
             })
             .collect();
-        let info = Arc::new(UnwindInfo::without_file(self.inner.arch(), code));
+        let mut info = UnwindInfo::without_file(self.inner.arch(), code);
+        if let Some(path) = sym_file {
+            let symbols =
+                py.detach(|| crate::breakpad::sym_file(&path)).map_err(StackwalkError::new_err)?;
+            if symbols.has_cfi() {
+                info = info.with_breakpad_cfi(symbols, base);
+            }
+        }
+        let info = Arc::new(info);
         let modules = ranges
             .iter()
             .map(|&(a, b)| Module::place(name.clone(), info.clone(), a..b, 0).map(Arc::new))
