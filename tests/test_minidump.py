@@ -616,3 +616,30 @@ def test_a_dead_symbol_server_is_one_warning(dumps: Dumps, tmp_path: Path) -> No
         assert "error" not in proc.stderr, proc.stderr
     assert alone.returncode in (0, 1) and "crash_here" not in alone.stdout
     assert both.returncode == 0 and json.loads(both.stdout)["threads"] == local["threads"]
+
+
+def test_rust_minidumps_public_linux_dump() -> None:
+    """rust-minidump's own test dump (linux-mini.dmp: a crash on Ubuntu 16.04, whose files are
+    not here), read as minidump-stackwalk reads it: the crash, the threads' frame 0, the
+    modules with their debug and code ids, the system, in its JSON shape."""
+    dump = Path(__file__).parent / "data" / "rust-minidump" / "linux-mini.dmp"
+    ours = run([sys.executable, "-m", "stackwalk", "minidump", "--format", "minidump-stackwalk",
+                str(dump)])  # fmt: skip
+    assert ours.returncode in (0, 1), ours.stderr
+    theirs = run([MINIDUMP_STACKWALK, "--json", str(dump)])
+    assert theirs.returncode == 0, theirs.stderr
+    mine, ref = json.loads(ours.stdout), json.loads(theirs.stdout)
+    for key in ("type", "address", "crashing_thread"):
+        assert mine["crash_info"][key] == ref["crash_info"][key], key
+    for key in ("pid", "thread_count", "main_module"):
+        assert mine[key] == ref[key], key
+    for key in ("os", "cpu_arch"):
+        assert mine["system_info"][key] == ref["system_info"][key], key
+    fields = ("filename", "base_addr", "end_addr", "debug_id", "code_id")
+    assert [[m[k] for k in fields] for m in mine["modules"]] == [
+        [m[k] for k in fields] for m in ref["modules"]
+    ]
+    first = ("offset", "module", "module_offset", "trust")
+    assert [[t["frames"][0][k] for k in first] for t in mine["threads"]] == [
+        [t["frames"][0][k] for k in first] for t in ref["threads"]
+    ]

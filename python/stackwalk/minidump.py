@@ -223,6 +223,10 @@ def minidump_stackwalk_doc(dump: Minidump) -> dict[str, object]:
                       "crashing_thread": crashing_index}  # fmt: skip
     executable = dump.executable
     main = next((i for i, m in enumerate(listed) if executable and m[2] == executable), None)
+    if main is None and listed:
+        # Unknown: the module list's first (Breakpad writes the executable first; rust-minidump
+        # takes the first as the main module).
+        main = 0
     return {
         "status": "OK",
         "pid": source.pid,
