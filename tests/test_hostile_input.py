@@ -37,6 +37,7 @@ from corefiles import (
     note_span,
     stackwalk_core,
     stackwalk_minidump,
+    symbol_in_core,
     truncated_copy,
 )
 from elftools.elf.elffile import ELFFile
@@ -164,6 +165,13 @@ def hot_ranges_of_core(path: Path) -> list[tuple[int, int]]:
     return [(0, header_end), *notes]
 
 
+def hot_ranges_of_python_core(path: Path) -> list[tuple[int, int]]:
+    """A core's, and ``_PyRuntime`` (3.11 holds the main interpreter and thread states in it),
+    where the Python frames' reader starts."""
+    offset, size = symbol_in_core(path, "_PyRuntime")
+    return [*hot_ranges_of_core(path), (offset, offset + size), (offset, offset + 4096)]
+
+
 def hot_ranges_of_minidump(path: Path) -> list[tuple[int, int]]:
     """The header and stream directory, and the streams a reader takes its layout from."""
     data = path.read_bytes()
@@ -230,6 +238,7 @@ def originals(cores: Cores, recordings: Recordings, dumps: Dumps) -> dict[str, P
     return {
         "core": cores("threads").path,
         "core-linkmap": cores("a64-deep").path,
+        "pycore": cores("python").path,
         "perf": recordings("qsort").path,
         "minidump": dumps("snapshot").path,
     }
@@ -240,7 +249,7 @@ def mutated(
     originals: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
 ) -> dict[str, Mutated]:
     hot = {"core": hot_ranges_of_core, "perf": hot_ranges_of_perf,
-           "minidump": hot_ranges_of_minidump}  # fmt: skip
+           "minidump": hot_ranges_of_minidump, "pycore": hot_ranges_of_python_core}  # fmt: skip
     out = {}
     for name, path in originals.items():
         kind = name.split("-")[0]  # the worker's request
@@ -253,6 +262,8 @@ def test_the_worker_reads_the_undamaged_files(worker: Worker, originals: dict[st
     for name in ("core", "core-linkmap"):
         core = worker.read("core", originals[name])
         assert core.get("threads") == len(core_notes(str(originals[name])).tids), core
+    python = worker.read("pycore", originals["pycore"])
+    assert python["python"]["error"] is None and python["python_frames"] > 10, python
     perf = worker.read("perf", originals["perf"])
     assert perf.get("samples", 0) > 0 and perf["error"] is None, perf
     dump = worker.read("minidump", originals["minidump"])
@@ -269,6 +280,15 @@ def test_mutated_cores(
     name: str, data: st.DataObject, worker: Worker, mutated: dict[str, Mutated]
 ) -> None:
     mutated[name].trial(data, worker)
+
+
+@given(data=st.data())
+def test_mutated_python_core(
+    data: st.DataObject, worker: Worker, mutated: dict[str, Mutated]
+) -> None:
+    """A python process's core, damaged where the Python frames' reader reads (and anywhere):
+    read with its Python frames, never a crash or a hang."""
+    mutated["pycore"].trial(data, worker)
 
 
 @given(data=st.data())

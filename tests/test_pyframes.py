@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from corefiles import core_notes, elf_symbols, file_offset, first_load_vaddr, run
+from corefiles import Cores, run, symbol_in_core
 from processes import check_stopped, running, stopped
 from realstacks import PROGRAMS
 
@@ -67,7 +67,11 @@ class PystackThread:
         ]
 
 
-HEADER = re.compile(r"Traceback for thread (\d+) \(.*?\) \[(.*?)\].* \(most recent call last\):$")
+# "Traceback for thread TID (COMM) [Has the GIL] (most recent call last):"; no COMM in a crash
+# core's report
+HEADER = re.compile(
+    r"Traceback for thread (\d+) (?:\(.*?\) )?\[(.*?)\].* \(most recent call last\):$"
+)
 FRAME = re.compile(r'    \((Python|C)\) File "(.*)", line (\d+), in (\S+)')
 
 
@@ -275,22 +279,12 @@ def test_a_core_equals_pystack_core(scene: Scene) -> None:
 def test_a_core_with_the_interpreter_state_zeroed(scene: Scene, tmp_path: Path) -> None:
     """_PyRuntime zeroed in a copy of the core: every thread's native frames as before, no
     Python frames, and the reason."""
-    notes = core_notes(str(scene.core))
-    module = next(
-        path
-        for _, _, _, path in notes.files
-        if re.search(r"/(lib)?python3\.11[^/]*$", path)
-        and any(s.name == "_PyRuntime" for s in elf_symbols(path))
-    )
-    start = min(s for s, _, off, path in notes.files if path == module and off == 0)
-    runtime = next(s for s in elf_symbols(module) if s.name == "_PyRuntime")
-    address = runtime.value + start - first_load_vaddr(module)
-    offset, _ = file_offset(scene.core, address)
+    offset, size = symbol_in_core(scene.core, "_PyRuntime")
     damaged = tmp_path / "zeroed.core"
     shutil.copyfile(scene.core, damaged)
     with open(damaged, "r+b") as f:
         f.seek(offset)
-        f.write(bytes(runtime.size))
+        f.write(bytes(size))
     intact = json.loads(stackwalk("core", str(scene.core), "--json", "--native-only").stdout)
     out = stackwalk("core", str(damaged), "--json")
     assert out.returncode == 0, out.stderr
@@ -303,3 +297,21 @@ def test_a_core_with_the_interpreter_state_zeroed(scene: Scene, tmp_path: Path) 
     text = stackwalk("core", str(damaged))
     assert text.returncode == 0, text.stderr
     assert "Python 3.11: no Python frames: no interpreter: " in text.stdout
+
+
+def test_a_crash_core_equals_pystack_core(cores: Cores) -> None:
+    """The kernel's core of Debian's python3.11 crashing in native code under Python -> C ->
+    Python recursion (tests/programs/crash_py.py), with threads in a lock and a sleep."""
+    made = cores("python")
+    out = stackwalk("core", str(made.path), "--json")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["python"]["error"] is None
+    theirs = parse_pystack(run([sys.executable, "-m", "pystack", "core", str(made.path)]).stdout)
+    ours = {t["tid"]: python_frames(t) for t in doc["threads"]}
+    assert ours == {tid: t.python() for tid, t in theirs.items()}
+    crashed = ours[doc["crashing_thread"]]
+    assert [f for f, _, _ in crashed].count("descend") >= 3
+    assert [t["tid"] for t in doc["threads"] if t["gil"]] == [
+        tid for tid, t in theirs.items() if t.gil
+    ]
