@@ -387,6 +387,29 @@ def test_a_code_segment_past_the_top_of_memory(originals: dict[str, Path], tmp_p
         assert int(entry["frames"][0]["pc"], 16) == thread.regs["rip"]
 
 
+def test_a_module_over_the_vdso(originals: dict[str, Path], tmp_path: Path) -> None:
+    """A mapping in NT_FILE that runs on over the vdso (a byte-mutation run of the python core
+    spliced one; was: a StackwalkError without the file's name that ended the whole core): the
+    vdso is left out with a warning; every thread still gets its frame 0."""
+    core_path = originals["pycore"]
+    data = bytearray(core_path.read_bytes())
+    vdso = core_notes(str(core_path)).auxv["SYSINFO_EHDR"]
+    note, _ = note_span(core_path, "NT_FILE")
+    table = note + 20  # the note header (12 bytes) and "CORE\0" padded to 8
+    count = int.from_bytes(data[table : table + 8], "little")
+    entries = [table + 16 + 24 * i for i in range(count)]
+    starts = [int.from_bytes(data[e : e + 8], "little") for e in entries]
+    below = max((s, e) for s, e in zip(starts, entries, strict=True) if s < vdso)[1]
+    data[below + 8 : below + 16] = (vdso + 0x100000).to_bytes(8, "little")  # its end
+    damaged = tmp_path / "over-vdso.core"
+    damaged.write_bytes(data)
+    core = Core.open(damaged, debug_root=None)
+    assert any(w.startswith(f"vdso at {vdso:#x} unusable: ") for w in core.warnings), core.warnings
+    doc = core.to_dict()
+    for thread, entry in zip(core.threads, doc["threads"], strict=True):
+        assert int(entry["frames"][0]["pc"], 16) == thread.regs["rip"]
+
+
 # --- the command line over a directory of damaged files ------------------------------------
 
 

@@ -34,7 +34,7 @@ from stackwalk._core import (
     has_dwarf,
     place_mappings,
 )
-from stackwalk.errors import ArchError, CoreError, ElfError, StackwalkError
+from stackwalk.errors import CoreError, ElfError, StackwalkError
 from stackwalk.unwinder import CRASH_STRATEGIES, MappedMemory, Trace, Unwinder
 
 # Annotations only: `typing` and `dataclasses` (through `inspect`) cost `stackwalk core` on a
@@ -616,7 +616,7 @@ class Core:
             low = min((vaddr for vaddr, *_ in summary["loads"]), default=0)
             bias = address - (low - low % self._page)
             self.unwinder.add_module_image("[vdso]", image, bias)
-        except (ElfError, ArchError) as e:
+        except StackwalkError as e:  # not ELF, another arch, or over another module
             self.warnings.append(f"vdso at {address:#x} unusable: {e}")
             return None
         self._vdso_image = image
