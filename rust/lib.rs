@@ -24,6 +24,7 @@ pub mod perf;
 pub mod perfmap;
 pub mod process;
 pub mod profile;
+pub mod pyframes;
 pub mod registers;
 pub mod rule_cache;
 mod sigframe;

@@ -5,6 +5,11 @@
 //! is a [`CoreFile`] held in memory, as a core dumped at that moment would
 //! be, and is unwound like one, after the process runs again.
 //!
+//! A python process's interpreter state is copied too, while it is stopped:
+//! the pages that reading its Python frames touches (see
+//! [`crate::pyframes`]), so that the frames are read from the snapshot as
+//! from a core.
+//!
 //! Modules come from `/proc/PID/maps`; a file deleted or replaced since it
 //! was mapped is read through `/proc/PID/map_files/` (see
 //! [`Snapshot::file_paths`]).
@@ -300,6 +305,63 @@ fn process_arch(pid: i32) -> Result<Arch, ProcessError> {
     Ok(arch)
 }
 
+/// The interpreter's symbols, if the process runs CPython.
+fn find_python(pid: i32, maps: &[Mapping]) -> Option<crate::pyframes::Symbols> {
+    let readable: Vec<(&Mapping, String)> = maps
+        .iter()
+        .filter(|m| m.inode != 0 && m.path.starts_with(b"/"))
+        .map(|m| match m.path.ends_with(b" (deleted)") {
+            true => (m, format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end)),
+            false => (m, String::from_utf8_lossy(&m.path).into_owned()),
+        })
+        .collect();
+    crate::pyframes::locate::in_mappings(
+        readable.iter().map(|(m, via)| (&m.path[..], via.as_str(), m.start, m.offset)),
+        PAGE,
+    )
+}
+
+/// The most pages of a live process that reading its Python frames copies.
+const MAX_PYTHON_PAGES: usize = 1 << 16;
+
+/// A stopped process's memory read page by page as the Python frames'
+/// reader asks, each page kept (None: unreadable), to be copied into the
+/// snapshot after.
+struct LiveMemory {
+    pid: i32,
+    pages: BTreeMap<u64, Option<Vec<u8>>>,
+}
+
+impl LiveMemory {
+    fn page(&mut self, page: u64) -> Option<&[u8]> {
+        if !self.pages.contains_key(&page) {
+            if self.pages.len() >= MAX_PYTHON_PAGES {
+                return None;
+            }
+            let mut bytes = Vec::with_capacity(PAGE as usize);
+            let n = read_memory(self.pid, page, page + PAGE, &mut bytes);
+            self.pages.insert(page, (n as u64 == PAGE).then_some(bytes));
+        }
+        self.pages.get(&page)?.as_deref()
+    }
+}
+
+impl crate::pyframes::ReadMemory for &mut LiveMemory {
+    fn read(&mut self, address: u64, buf: &mut [u8]) -> bool {
+        let mut done = 0;
+        while done < buf.len() {
+            let at = address.wrapping_add(done as u64);
+            let page = at & !(PAGE - 1);
+            let Some(bytes) = self.page(page) else { return false };
+            let from = (at - page) as usize;
+            let n = (bytes.len() - from).min(buf.len() - done);
+            buf[done..done + n].copy_from_slice(&bytes[from..from + n]);
+            done += n;
+        }
+        true
+    }
+}
+
 /// Stop every thread of `pid`, copy its registers and memory, let it go.
 pub fn snapshot(pid: i32) -> Result<Snapshot, ProcessError> {
     if pid <= 0 {
@@ -311,6 +373,10 @@ pub fn snapshot(pid: i32) -> Result<Snapshot, ProcessError> {
     }
     let arch = process_arch(pid)?;
     let count = arch.prstatus().names.len();
+    // Found before the process is stopped: files and where they are mapped
+    // do not move while it runs.
+    let maps = read_maps(pid)?;
+    let python = find_python(pid, &maps);
     let began = Instant::now();
     let mut stopped = Stopped { tids: Vec::new() };
     // Threads may start while others are being stopped: list them again
@@ -345,12 +411,22 @@ pub fn snapshot(pid: i32) -> Result<Snapshot, ProcessError> {
         return Err(ProcessError::Exited(pid));
     }
     let maps = read_maps(pid).map_err(gone)?;
+    let mut wanted: Vec<(u64, u64, u32)> = Vec::new();
+    if let Some(symbols) = python {
+        let mut live = LiveMemory { pid, pages: BTreeMap::new() };
+        let _ = crate::pyframes::read_state(&mut live, &symbols);
+        for (page, bytes) in &live.pages {
+            if bytes.is_some() {
+                let flags = maps.iter().find(|m| m.start <= *page && *page < m.end);
+                wanted.push((*page, page + PAGE, flags.map_or(PF_R | PF_W, |m| m.flags)));
+            }
+        }
+    }
     let sp_name = if arch == Arch::Aarch64 { "sp" } else { "rsp" };
     let sp_index = arch.prstatus().names.iter().position(|n| *n == sp_name);
     // What to copy: each thread's stack from below its sp to the end of
     // its mapping (at most MAX_STACK), the vdso whole, each file mapping's
     // first page (the ELF headers that say its build id).
-    let mut wanted: Vec<(u64, u64, u32)> = Vec::new();
     for t in &threads {
         let Some(sp) = sp_index.and_then(|i| t.registers.get(i)).copied() else { continue };
         if let Some(m) = maps.iter().find(|m| m.start <= sp && sp < m.end) {

@@ -603,6 +603,26 @@ def note_span(core: Path, note_type: str) -> tuple[int, int]:
     raise AssertionError(f"{core} has no {note_type}")
 
 
+def symbol_in_core(core: Path, name: str) -> tuple[int, int]:
+    """(file offset in the core, size) of the data symbol ``name`` of the first module that
+    NT_FILE maps and that defines it (e.g. libpython's ``_PyRuntime``): from the module's
+    symbol table and where NT_FILE puts its first page."""
+    notes = core_notes(str(core))
+    for path in dict.fromkeys(path for _, _, _, path in notes.files):
+        if not os.path.isfile(path):
+            continue
+        with open(path, "rb") as f:
+            if f.read(4) != b"\x7fELF":
+                continue
+        symbol = next((s for s in elf_symbols(path) if s.name == name), None)
+        if symbol is None:
+            continue
+        start = min(s for s, _, off, p in notes.files if p == path and off == 0)
+        address = symbol.value + start - first_load_vaddr(path)
+        return file_offset(core, address)[0], symbol.size
+    raise AssertionError(f"no module of {core} defines {name}")
+
+
 def file_offset(core: Path, address: int) -> tuple[int, int]:
     """(file offset of a memory address in a core, bytes the core's PT_LOAD segments lose when
     the file is cut there)."""

@@ -1,7 +1,8 @@
 """A process that reads damaged files for test_hostile_input.py, so that a crash, a hang or a
 runaway allocation cannot take pytest down with it: one request per line on stdin (``core PATH``,
-``minidump PATH`` or ``perf PATH``), one JSON line per answer on stdout. Its address space is
-limited (argv[1], in MiB), so memory that grows without bound ends it instead of the machine."""
+``pycore PATH`` (a core read with its Python frames), ``minidump PATH`` or ``perf PATH``), one
+JSON line per answer on stdout. Its address space is limited (argv[1], in MiB), so memory that
+grows without bound ends it instead of the machine."""
 
 from __future__ import annotations
 
@@ -22,12 +23,20 @@ MAX_FRAMES = 128
 
 def read(kind: str, path: str) -> dict[str, Any]:
     try:
-        if kind in ("core", "minidump"):
+        if kind in ("core", "minidump", "pycore"):
             # No debug root: a damaged core must not send us through /usr/lib/debug.
-            core = (Core if kind == "core" else Minidump).open(path, debug_root=None)
-            doc = core.to_dict(max_frames=MAX_FRAMES, end_details=True)
+            core = (Minidump if kind == "minidump" else Core).open(path, debug_root=None)
+            # pycore: a python process's core, read with its Python frames.
+            python = "mixed" if kind == "pycore" else "native"
+            doc = core.to_dict(max_frames=MAX_FRAMES, end_details=True, python=python)
             ends = [t["end"] for t in doc["threads"]]
-            return {"threads": len(ends), "ends": ends, "warnings": core.warnings}
+            answer = {"threads": len(ends), "ends": ends, "warnings": core.warnings}
+            if kind == "pycore":
+                answer["python"] = doc.get("python")
+                answer["python_frames"] = sum(
+                    f.get("kind") == "python" for t in doc["threads"] for f in t["frames"]
+                )
+            return answer
         summary = perf_report(path, "json", output=os.devnull, jobs=1, max_frames=MAX_FRAMES)
         return {"samples": summary["samples"], "error": summary["error"]}
     except StackwalkError as e:

@@ -76,9 +76,10 @@ def _stackwalk(*args: str) -> subprocess.CompletedProcess[str]:
 def cli(made: MadeCore, *options: str, executable: bool = True) -> subprocess.CompletedProcess[str]:
     """``stackwalk core`` on a made core (with what it needs to find every module), once;
     without inline frames, which the references here (eu-stack -q, gdb's real frames) leave
-    out (test_lines.py compares them)."""
+    out (test_lines.py compares them), and without a python process's Python frames, which
+    they do not show either (test_pyframes.py compares them with pystack's)."""
     args = [str(made.path)] + ([str(made.executable)] if executable else [])
-    return _stackwalk(*args, *made.cli_options, "--no-inline", *options)
+    return _stackwalk(*args, *made.cli_options, "--no-inline", "--native-only", *options)
 
 
 def cli_json(made: MadeCore, *options: str, executable: bool = True) -> dict[str, Any]:

@@ -37,6 +37,7 @@ from corefiles import (
     note_span,
     stackwalk_core,
     stackwalk_minidump,
+    symbol_in_core,
     truncated_copy,
 )
 from elftools.elf.elffile import ELFFile
@@ -164,6 +165,13 @@ def hot_ranges_of_core(path: Path) -> list[tuple[int, int]]:
     return [(0, header_end), *notes]
 
 
+def hot_ranges_of_python_core(path: Path) -> list[tuple[int, int]]:
+    """A core's, and ``_PyRuntime`` (3.11 holds the main interpreter and thread states in it),
+    where the Python frames' reader starts."""
+    offset, size = symbol_in_core(path, "_PyRuntime")
+    return [*hot_ranges_of_core(path), (offset, offset + size), (offset, offset + 4096)]
+
+
 def hot_ranges_of_minidump(path: Path) -> list[tuple[int, int]]:
     """The header and stream directory, and the streams a reader takes its layout from."""
     data = path.read_bytes()
@@ -230,6 +238,7 @@ def originals(cores: Cores, recordings: Recordings, dumps: Dumps) -> dict[str, P
     return {
         "core": cores("threads").path,
         "core-linkmap": cores("a64-deep").path,
+        "pycore": cores("python").path,
         "perf": recordings("qsort").path,
         "minidump": dumps("snapshot").path,
     }
@@ -240,7 +249,7 @@ def mutated(
     originals: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
 ) -> dict[str, Mutated]:
     hot = {"core": hot_ranges_of_core, "perf": hot_ranges_of_perf,
-           "minidump": hot_ranges_of_minidump}  # fmt: skip
+           "minidump": hot_ranges_of_minidump, "pycore": hot_ranges_of_python_core}  # fmt: skip
     out = {}
     for name, path in originals.items():
         kind = name.split("-")[0]  # the worker's request
@@ -253,6 +262,8 @@ def test_the_worker_reads_the_undamaged_files(worker: Worker, originals: dict[st
     for name in ("core", "core-linkmap"):
         core = worker.read("core", originals[name])
         assert core.get("threads") == len(core_notes(str(originals[name])).tids), core
+    python = worker.read("pycore", originals["pycore"])
+    assert python["python"]["error"] is None and python["python_frames"] > 10, python
     perf = worker.read("perf", originals["perf"])
     assert perf.get("samples", 0) > 0 and perf["error"] is None, perf
     dump = worker.read("minidump", originals["minidump"])
@@ -269,6 +280,15 @@ def test_mutated_cores(
     name: str, data: st.DataObject, worker: Worker, mutated: dict[str, Mutated]
 ) -> None:
     mutated[name].trial(data, worker)
+
+
+@given(data=st.data())
+def test_mutated_python_core(
+    data: st.DataObject, worker: Worker, mutated: dict[str, Mutated]
+) -> None:
+    """A python process's core, damaged where the Python frames' reader reads (and anywhere):
+    read with its Python frames, never a crash or a hang."""
+    mutated["pycore"].trial(data, worker)
 
 
 @given(data=st.data())
@@ -362,6 +382,29 @@ def test_a_code_segment_past_the_top_of_memory(originals: dict[str, Path], tmp_p
     damaged = tmp_path / "top.core"
     damaged.write_bytes(data)
     core = Core.open(damaged, debug_root=None)
+    doc = core.to_dict()
+    for thread, entry in zip(core.threads, doc["threads"], strict=True):
+        assert int(entry["frames"][0]["pc"], 16) == thread.regs["rip"]
+
+
+def test_a_module_over_the_vdso(originals: dict[str, Path], tmp_path: Path) -> None:
+    """A mapping in NT_FILE that runs on over the vdso (a byte-mutation run of the python core
+    spliced one; was: a StackwalkError without the file's name that ended the whole core): the
+    vdso is left out with a warning; every thread still gets its frame 0."""
+    core_path = originals["pycore"]
+    data = bytearray(core_path.read_bytes())
+    vdso = core_notes(str(core_path)).auxv["SYSINFO_EHDR"]
+    note, _ = note_span(core_path, "NT_FILE")
+    table = note + 20  # the note header (12 bytes) and "CORE\0" padded to 8
+    count = int.from_bytes(data[table : table + 8], "little")
+    entries = [table + 16 + 24 * i for i in range(count)]
+    starts = [int.from_bytes(data[e : e + 8], "little") for e in entries]
+    below = max((s, e) for s, e in zip(starts, entries, strict=True) if s < vdso)[1]
+    data[below + 8 : below + 16] = (vdso + 0x100000).to_bytes(8, "little")  # its end
+    damaged = tmp_path / "over-vdso.core"
+    damaged.write_bytes(data)
+    core = Core.open(damaged, debug_root=None)
+    assert any(w.startswith(f"vdso at {vdso:#x} unusable: ") for w in core.warnings), core.warnings
     doc = core.to_dict()
     for thread, entry in zip(core.threads, doc["threads"], strict=True):
         assert int(entry["frames"][0]["pc"], 16) == thread.regs["rip"]

@@ -8,64 +8,19 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import stackwalk
 from corefiles import eu_stack, gdb_on_process
+from processes import check_stopped, running, state, stopped
 from realstacks import SYSTEM_PYTHON, Builder
 
 # x86_64's system calls, as /proc/PID/syscall names the one a thread is blocked in.
 SYS_PAUSE = 34
 SYS_FUTEX = 202
-
-
-def state(pid: int) -> tuple[str, int]:
-    """(the process's state letter, its tracer's pid: 0 for none)."""
-    status = Path(f"/proc/{pid}/status").read_text()
-    fields = dict(line.split(":\t", 1) for line in status.splitlines() if ":\t" in line)
-    return fields["State"][0], int(fields["TracerPid"])
-
-
-@contextmanager
-def running(argv: list[str], cwd: Path | None = None) -> Iterator[subprocess.Popen[str]]:
-    """The program started, once it has said "ready"; killed at the end."""
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                            cwd=cwd)  # fmt: skip
-    try:
-        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
-        yield proc
-    finally:
-        proc.kill()
-        proc.wait()
-
-
-@contextmanager
-def stopped(pid: int) -> Iterator[None]:
-    """The process in a group stop (SIGSTOP) until the block ends, then let go; every thread
-    checked stopped and untraced after each look at it (see check_stopped)."""
-    os.kill(pid, signal.SIGSTOP)
-    deadline = time.monotonic() + 60
-    while state(pid)[0] != "T":
-        assert time.monotonic() < deadline, state(pid)
-        time.sleep(0.005)
-    try:
-        yield
-    finally:
-        os.kill(pid, signal.SIGCONT)
-
-
-def check_stopped(pid: int) -> None:
-    """Every thread still in the stop the test put it in, and no tracer left behind."""
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
-        assert stat[stat.rindex(")") + 2] == "T", (tid, stat)
-    assert state(pid)[1] == 0
 
 
 def stackwalk_pid(*args: str) -> subprocess.CompletedProcess[str]:

@@ -28,6 +28,7 @@ __all__ = [
     "CoreFile",
     "content_hash",
     "snapshot_process",
+    "python_threads",
     "MinidumpFile",
     "elf_summary",
     "elf_section_address",
@@ -400,3 +401,15 @@ class Unwinder:
         max_frames: int | None = None,
     ) -> tuple[int, int]: ...
     def rule_at(self, pc: int) -> dict[str, Any] | None: ...
+
+def python_threads(
+    memory: MappedMemory, path: str | PathLike[str], name: str, bias: int
+) -> (
+    tuple[
+        str,
+        list[tuple[int, int, bool, list[tuple[str, str, str, int | None, bool]], str | None]],
+        list[str],
+        str | None,
+    ]
+    | None
+): ...

@@ -309,7 +309,10 @@ def _one_core(
         reasons = "; ".join(core.warnings) or f"it has no {missing}"
         raise StackwalkError(f"{path}: no thread could be read ({reasons})")
     doc = core.to_dict(
-        max_frames=args.max_frames, end_details=not args.json, inline=not args.no_inline
+        max_frames=args.max_frames,
+        end_details=not args.json,
+        inline=not args.no_inline,
+        python=getattr(args, "python", "native"),
     )
     if args.thread is not None:
         doc["threads"] = [t for t in doc["threads"] if t["tid"] == args.thread]
@@ -441,7 +444,11 @@ def cmd_pid(args: argparse.Namespace) -> int:
     )
     tids = {args.thread} if args.thread is not None else None
     doc = proc.to_dict(
-        max_frames=args.max_frames, end_details=not args.json, inline=not args.no_inline, tids=tids
+        max_frames=args.max_frames,
+        end_details=not args.json,
+        inline=not args.no_inline,
+        tids=tids,
+        python=args.python,
     )
     if args.thread is not None and not doc["threads"]:
         all_tids = ", ".join(str(t.tid) for t in proc.threads)
@@ -615,6 +622,27 @@ def _add_max_frames(parser: argparse.ArgumentParser, stack: str = "the captured 
     )
 
 
+def _add_python_mode(parser: argparse.ArgumentParser) -> None:
+    """--native-only / --python: a python process's Python frames hidden, or shown alone."""
+    group = parser.add_mutually_exclusive_group()
+    group.set_defaults(python="mixed")
+    group.add_argument(
+        "--native-only",
+        dest="python",
+        action="store_const",
+        const="native",
+        help="no Python frames (by default, a python process's Python frames follow the "
+        "native _PyEval_EvalFrameDefault call that runs them)",
+    )
+    group.add_argument(
+        "--python",
+        dest="python",
+        action="store_const",
+        const="python",
+        help="only the Python frames of a python process",
+    )
+
+
 def _add_demo(sub: Any) -> None:
     d = sub.add_parser("demo", help="build a sample program, stop it under gdb, unwind its stack")
     d.add_argument("--json", action="store_true", help="print the trace as JSON")
@@ -642,6 +670,7 @@ def _add_core(sub: Any) -> None:
     )
     k.add_argument("executable", nargs="?", help="the program (default: found from the core)")
     _add_dump_options(k, "core")
+    _add_python_mode(k)
     k.add_argument(
         "--max-core-size",
         type=_size,
@@ -806,6 +835,7 @@ def _add_pid(sub: Any) -> None:
     p.add_argument(
         "--perf-map", metavar="FILE", help="a JIT's perf map (default: /tmp/perf-PID.map if any)"
     )
+    _add_python_mode(p)
     p.set_defaults(func=cmd_pid)
 
 

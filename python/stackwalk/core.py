@@ -34,7 +34,7 @@ from stackwalk._core import (
     has_dwarf,
     place_mappings,
 )
-from stackwalk.errors import ArchError, CoreError, ElfError, StackwalkError
+from stackwalk.errors import CoreError, ElfError, StackwalkError
 from stackwalk.unwinder import CRASH_STRATEGIES, MappedMemory, Trace, Unwinder
 
 # Annotations only: `typing` and `dataclasses` (through `inspect`) cost `stackwalk core` on a
@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from stackwalk._core import _ElfSummary as ElfSummary
+    from stackwalk.pyframes import Mode
 
 __all__ = ["Core", "CoreError", "CoreModule", "Signal", "Thread"]
 
@@ -621,7 +622,7 @@ class Core:
             low = min((vaddr for vaddr, *_ in summary["loads"]), default=0)
             bias = address - (low - low % self._page)
             self.unwinder.add_module_image("[vdso]", image, bias)
-        except (ElfError, ArchError) as e:
+        except StackwalkError as e:  # not ELF, another arch, or over another module
             self.warnings.append(f"vdso at {address:#x} unusable: {e}")
             return None
         self._vdso_image = image
@@ -782,12 +783,22 @@ class Core:
         end_details: bool = False,
         inline: bool = True,
         tids: Collection[int] | None = None,
+        python: Mode = "native",
     ) -> dict[str, Any]:
         """The JSON document of ``stackwalk core --json``: every thread unwound and
         symbolized, with source lines from DWARF. ``end_details`` adds each thread's
         ``end_detail`` (where and why its walk stopped), which the text report prints.
         ``inline``: the functions inlined at a frame's pc are frames of their own, before it
-        (``max_frames`` counts the others). ``tids``: only these threads."""
+        (``max_frames`` counts the others). ``tids``: only these threads. ``python``: for a
+        python process, "mixed" puts its Python frames after the native eval call that runs
+        them, "python" shows them alone (see ``stackwalk.pyframes``); every frame then has
+        its ``kind``, each thread ``gil`` (whether it holds the GIL), and the document
+        ``python`` (the interpreter's version, or why its frames could not be read). A
+        process that is not python's gets the document it gets with "native"."""
+        from stackwalk.pyframes import read_python, with_python_frames
+
+        pystate = read_python(self) if python != "native" else None
+        by_tid = {t.tid: t for t in pystate.threads} if pystate is not None else {}
         symbolizer = Symbolizer(
             (
                 # Symbols from the file used, never from a file that was rejected (another
@@ -821,9 +832,23 @@ class Core:
                 "end": trace.end,
                 "frames": symbolizer.frame_dicts(trace, inline=inline),
             }
+            if pystate is not None:
+                pythread = by_tid.get(thread.tid)
+                entry["frames"] = with_python_frames(entry["frames"], pythread, python)
+                entry["gil"] = pythread is not None and pythread.holds_gil
+                if pythread is not None and pythread.stop is not None:
+                    entry["python_stop"] = pythread.stop
             if end_details:
                 entry["end_detail"] = trace.end_detail
             threads.append(entry)
+        extra: dict[str, Any] = {}
+        if pystate is not None:
+            extra["python"] = {
+                "module": pystate.module,
+                "version": pystate.version,
+                "warnings": list(pystate.warnings),
+                "error": pystate.error,
+            }
         return {
             "core": self.path,
             "executable": self.executable,
@@ -846,6 +871,7 @@ class Core:
                 for m in self.modules
             ],
             "threads": threads,
+            **extra,
         }
 
     def __repr__(self) -> str:

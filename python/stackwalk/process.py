@@ -20,6 +20,8 @@ if TYPE_CHECKING:
     from collections.abc import Collection, Sequence
     from typing import Any
 
+    from stackwalk.pyframes import Mode
+
 __all__ = ["Process"]
 
 
@@ -77,9 +79,13 @@ class Process(Core):
         end_details: bool = False,
         inline: bool = True,
         tids: Collection[int] | None = None,
+        python: Mode = "native",
     ) -> dict[str, Any]:
         """``Core.to_dict``'s document, ``"process": PID`` and ``"stopped_ms"`` (how long the
-        process was stopped) in place of ``"core"``."""
-        doc = super().to_dict(max_frames, end_details=end_details, inline=inline, tids=tids)
+        process was stopped) in place of ``"core"``. A python process's interpreter state was
+        copied while it was stopped, so its Python frames are those of that moment."""
+        doc = super().to_dict(
+            max_frames, end_details=end_details, inline=inline, tids=tids, python=python
+        )
         del doc["core"]
         return {"process": self._pid, "stopped_ms": round(self.stopped_for * 1e3, 3), **doc}

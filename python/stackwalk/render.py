@@ -12,7 +12,17 @@ if TYPE_CHECKING:
 
 def frame_lines(frames: Iterable[dict[str, Any]]) -> list[str]:
     """Frames (their JSON objects) as text, with how each was found."""
-    return [f"{frame_text(d)}  {how_found(d)}" for d in frames]
+    return [
+        python_frame_text(d) if d.get("kind") == "python" else f"{frame_text(d)}  {how_found(d)}"
+        for d in frames
+    ]
+
+
+def python_frame_text(d: dict[str, Any]) -> str:
+    """A Python frame as tracebacks and pystack print it: ``    (Python) File "/app/x.py",
+    line 12, in handle``."""
+    line = f", line {d['line']}" if d.get("line") is not None else ""
+    return f'    (Python) File "{d["file"]}"{line}, in {d["function"]}'
 
 
 def how_found(d: dict[str, Any]) -> str:
@@ -58,11 +68,21 @@ def core_lines(doc: dict[str, Any], kind: str = "Core") -> list[str]:
     elif sig:
         at = f" at address {sig['address']}" if sig.get("address") else ""
         lines.append(f"Killed by {sig['name']} (signal {sig['number']}){at}")
+    python = doc.get("python")
+    if python is not None:
+        if python["error"]:
+            lines.append(f"Python {python['version']}: no Python frames: {python['error']}")
+        else:
+            lines.append(f"Python {python['version']} ({python['module']})")
+        lines.extend(f"Python: warning: {w}" for w in python["warnings"])
     for thread in doc["threads"]:
         crashed = " (crashed)" if thread["tid"] == doc.get("crashing_thread") else ""
+        gil = " (holds the GIL)" if thread.get("gil") else ""
         lines.append("")
-        lines.append(f"Thread {thread['tid']}{crashed}:")
+        lines.append(f"Thread {thread['tid']}{crashed}{gil}:")
         lines.extend(frame_lines(thread["frames"]))
+        if thread.get("python_stop"):
+            lines.append(f"   (Python frames stopped early: {thread['python_stop']})")
         if thread["end"] not in ("end_of_stack", "pc_zero"):
             lines.append(f"   (stopped early: {thread['end']}: {thread.get('end_detail', '')})")
     return lines

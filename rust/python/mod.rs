@@ -1,7 +1,7 @@
 //! The PyO3 bindings: the only module that knows about Python. Each is a
 //! thin wrapper over a plain-Rust type, split by area, one file each:
 //! `errors` (the exceptions), `unwinder`, `registers`, `memory`, `symbols`,
-//! `symbolize`, `elf`, `stackdb`, `perf`, `corefile`, `minidump`, `debuginfod`. This file registers
+//! `symbolize`, `elf`, `stackdb`, `perf`, `corefile`, `minidump`, `debuginfod`, `pyframes`. This file registers
 //! them all. Files are mapped, never copied.
 
 use std::path::PathBuf;
@@ -18,6 +18,7 @@ mod memory;
 mod minidump;
 mod perf;
 mod progress;
+mod pyframes;
 mod registers;
 mod stackdb;
 mod symbolize;
@@ -85,6 +86,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(elf::elf_summary, m)?)?;
     m.add_function(wrap_pyfunction!(content_hash, m)?)?;
     m.add_function(wrap_pyfunction!(corefile::snapshot_process, m)?)?;
+    m.add_function(wrap_pyfunction!(pyframes::python_threads, m)?)?;
     m.add_function(wrap_pyfunction!(elf::elf_section_address, m)?)?;
     m.add_function(wrap_pyfunction!(symbols::demangle, m)?)?;
     m.add_function(wrap_pyfunction!(symbolize::read_sym_file, m)?)?;

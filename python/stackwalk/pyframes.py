@@ -1,0 +1,144 @@
+"""Python frames among the native ones: the threads of a CPython interpreter read from a core's
+or a live process's memory (``stackwalk._core.python_threads``, ``rust/pyframes/``), and put
+in each thread's native stack after the ``_PyEval_EvalFrameDefault`` call that runs them, as
+``pystack`` shows them. CPython 3.11 is read (the version tested here); another version is a
+reason given in place of the Python frames, never a guess."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from stackwalk._core import python_threads
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from typing import Any, Literal
+
+    from stackwalk.core import Core
+
+    Mode = Literal["mixed", "python", "native"]
+
+__all__ = ["PythonFrame", "PythonState", "PythonThread", "read_python", "with_python_frames"]
+
+# The native function that runs Python frames (and its cold part, GCC's
+# ``_PyEval_EvalFrameDefault.cold``).
+EVAL_FUNCTION = "_PyEval_EvalFrameDefault"
+
+
+@dataclass(frozen=True)
+class PythonFrame:
+    """A Python function running: ``function`` is the code's ``co_name`` (what tracebacks
+    print), ``qualname`` its ``co_qualname``; ``line`` None where the code has none.
+    ``entry``: the first frame its native eval call ran."""
+
+    function: str
+    qualname: str
+    file: str
+    line: int | None
+    entry: bool
+
+
+@dataclass(frozen=True)
+class PythonThread:
+    """A thread state: ``tid`` the OS thread it runs on, ``thread_id`` ``threading.get_ident()``'s,
+    frames innermost first, ``stop`` why they end before the thread's first frame (None:
+    they do not)."""
+
+    tid: int
+    thread_id: int
+    holds_gil: bool
+    frames: tuple[PythonFrame, ...]
+    stop: str | None
+
+    def groups(self) -> list[tuple[PythonFrame, ...]]:
+        """The frames split by native eval call, innermost first, each ending with its entry
+        frame (frames past the last entry frame, a chain cut short, are a last group)."""
+        out: list[tuple[PythonFrame, ...]] = []
+        start = 0
+        for i, f in enumerate(self.frames):
+            if f.entry:
+                out.append(self.frames[start : i + 1])
+                start = i + 1
+        if start < len(self.frames):
+            out.append(self.frames[start:])
+        return out
+
+
+@dataclass(frozen=True)
+class PythonState:
+    """The interpreter of a process: its version ("3.11"), threads, what could not be read
+    (``warnings``), and ``error``: why no thread could be (None if some could)."""
+
+    module: str
+    version: str
+    threads: tuple[PythonThread, ...]
+    warnings: tuple[str, ...]
+    error: str | None
+
+
+def read_python(core: Core) -> PythonState | None:
+    """The Python threads of ``core`` (a ``Core``, ``Process`` or ``Minidump``), None when no
+    module of it is a CPython interpreter whose file is here."""
+    for m in core.modules:
+        name = os.path.basename(m.path).removesuffix(" (deleted)")
+        if not (name.startswith("python") or name.startswith("libpython")) or not m.found:
+            continue
+        file = m.file or m.path
+        got = python_threads(core.memory, file, name, m.bias)
+        if got is None:
+            continue
+        version, threads, warnings, error = got
+        return PythonState(
+            module=m.path,
+            version=version,
+            threads=tuple(
+                PythonThread(
+                    tid=tid,
+                    thread_id=ident,
+                    holds_gil=gil,
+                    frames=tuple(PythonFrame(*f) for f in frames),
+                    stop=stop,
+                )
+                for tid, ident, gil, frames, stop in threads
+            ),
+            warnings=tuple(warnings),
+            error=error,
+        )
+    return None
+
+
+def frame_dict(f: PythonFrame) -> dict[str, Any]:
+    """A Python frame's JSON object."""
+    return {
+        "kind": "python",
+        "function": f.function,
+        "qualname": f.qualname,
+        "file": f.file,
+        "line": f.line,
+    }
+
+
+def _is_eval(d: dict[str, Any]) -> bool:
+    name = d.get("function") or ""
+    return not d.get("inline") and (name == EVAL_FUNCTION or name.startswith(EVAL_FUNCTION + "."))
+
+
+def with_python_frames(
+    native: Iterable[dict[str, Any]], thread: PythonThread | None, mode: Mode
+) -> list[dict[str, Any]]:
+    """A thread's frames (their JSON objects) with its Python frames: after each native eval
+    call, the frames it runs (``mode`` "mixed"), or the Python frames alone ("python").
+    Every frame gets its ``kind`` ("native" or "python"). Python frames left when the native
+    eval calls run out (a native stack cut short) come last."""
+    groups = thread.groups() if thread is not None else []
+    out: list[dict[str, Any]] = []
+    if mode == "python":
+        return [frame_dict(f) for group in groups for f in group]
+    for d in native:
+        out.append({"kind": "native", **d})
+        if groups and _is_eval(d):
+            out.extend(frame_dict(f) for f in groups.pop(0))
+    out.extend(frame_dict(f) for group in groups for f in group)
+    return out

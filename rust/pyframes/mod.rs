@@ -1,0 +1,461 @@
+//! Python frames: the threads of a CPython interpreter read from a
+//! process's memory (a core, a live process's snapshot, a minidump with the
+//! memory it needs), each with its Python call stack (function, file, line)
+//! and whether it holds the GIL, as `pystack` shows them.
+//!
+//! From `_PyRuntime` (found by [`locate`] in the dynamic symbols of the
+//! python3 executable or libpython) to its interpreters, their thread
+//! states (each with the OS thread id it runs on), each thread's current
+//! frame (3.11: `tstate->cframe->current_frame`) and the chain of frames
+//! before it (`previous`), each naming its code object. A frame marked
+//! `is_entry` is the first that a native `_PyEval_EvalFrameDefault` call
+//! ran: the frames up to it (innermost first) belong to the innermost eval
+//! call of the native stack, the next ones to the next, so that Python
+//! frames can be put among the native ones.
+//!
+//! Memory is whatever the source captured, read through [`ReadMemory`]:
+//! garbage there (a core whose heap is missing or zeroed, a race in a live
+//! process) stops a thread's walk with a reason, never a panic or a
+//! confident wrong frame: every pointer must be readable, code and str
+//! objects must have their types (where the module exports them), and
+//! every loop is bounded (interpreters, threads, frames; a chain that comes
+//! back on itself stops).
+//!
+//! Versions: 3.11 (see [`layout`]), the one tested here.
+
+pub mod layout;
+pub mod linetable;
+pub mod locate;
+
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+
+pub use layout::Layout;
+pub use locate::Symbols;
+
+use crate::memory::SegmentMemory;
+
+/// The most interpreters, threads per interpreter and frames per thread read.
+pub const MAX_INTERPRETERS: usize = 256;
+pub const MAX_THREADS: usize = 4096;
+pub const MAX_FRAMES: usize = 100_000;
+/// The longest str (in characters) and line table (in bytes) read.
+const MAX_STR: u64 = 1 << 16;
+const MAX_LINETABLE: u64 = 1 << 20;
+
+/// Byte reads of the target's memory: false where not all of `buf` is there.
+pub trait ReadMemory {
+    fn read(&mut self, address: u64, buf: &mut [u8]) -> bool;
+}
+
+impl ReadMemory for &SegmentMemory {
+    fn read(&mut self, address: u64, buf: &mut [u8]) -> bool {
+        match self.bytes(address, buf.len()) {
+            Some(b) => {
+                buf.copy_from_slice(b);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// One Python frame.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PyFrame {
+    /// `co_name` (what tracebacks and pystack show) and `co_qualname`.
+    pub function: String,
+    pub qualname: String,
+    pub file: String,
+    /// None where the code says the instruction has no line.
+    pub line: Option<i64>,
+    /// The first frame its native `_PyEval_EvalFrameDefault` call ran.
+    pub entry: bool,
+    /// Address of the `_PyInterpreterFrame`.
+    pub address: u64,
+}
+
+/// One thread state and its frames, innermost first.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PyThread {
+    /// The OS thread id (`native_thread_id`) and `threading.get_ident()`'s.
+    pub native_tid: u64,
+    pub thread_id: u64,
+    pub holds_gil: bool,
+    pub interpreter: usize,
+    pub frames: Vec<PyFrame>,
+    /// Why the frames end before the bottom of the stack, if they do.
+    pub stop: Option<String>,
+}
+
+/// Every thread of every interpreter.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PyState {
+    pub version: (u8, u8),
+    pub threads: Vec<PyThread>,
+    /// Why some of it could not be read (interpreters or threads past a
+    /// bad pointer), if anything could not.
+    pub warnings: Vec<String>,
+}
+
+/// Why no thread could be read at all.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PyError {
+    /// A version whose structures stackwalk does not know.
+    Version(u8, u8),
+    /// The interpreter's state is not in the memory, or makes no sense.
+    State(String),
+}
+
+impl fmt::Display for PyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PyError::Version(a, b) => write!(
+                f,
+                "CPython {a}.{b}: Python frames are read for CPython 3.11 only (the version \
+                 tested here)"
+            ),
+            PyError::State(what) => f.write_str(what),
+        }
+    }
+}
+
+impl std::error::Error for PyError {}
+
+/// Reads of typed values, with the address in the error.
+struct Reader<M> {
+    mem: M,
+}
+
+impl<M: ReadMemory> Reader<M> {
+    fn u64(&mut self, address: u64) -> Option<u64> {
+        let mut b = [0u8; 8];
+        self.mem.read(address, &mut b).then(|| u64::from_le_bytes(b))
+    }
+
+    fn u32(&mut self, address: u64) -> Option<u32> {
+        let mut b = [0u8; 4];
+        self.mem.read(address, &mut b).then(|| u32::from_le_bytes(b))
+    }
+
+    fn u8(&mut self, address: u64) -> Option<u8> {
+        let mut b = [0u8; 1];
+        self.mem.read(address, &mut b).then_some(b[0])
+    }
+
+    fn bytes(&mut self, address: u64, len: u64) -> Option<Vec<u8>> {
+        let mut b = vec![0u8; usize::try_from(len).ok()?];
+        self.mem.read(address, &mut b).then_some(b)
+    }
+}
+
+/// A code object's names and line table, read once per code object.
+struct Code {
+    name: String,
+    qualname: String,
+    file: String,
+    first_line: i64,
+    linetable: Vec<u8>,
+}
+
+struct Walker<'l, M> {
+    r: Reader<M>,
+    layout: &'l Layout,
+    symbols: Symbols,
+    codes: HashMap<u64, Code>,
+}
+
+/// Read every thread of the interpreter whose symbols (at run-time
+/// addresses) are `symbols`.
+pub fn read_state<M: ReadMemory>(mem: M, symbols: &Symbols) -> Result<PyState, PyError> {
+    let (major, minor) = symbols.version;
+    let layout = layout::for_version(major, minor).ok_or(PyError::Version(major, minor))?;
+    let mut w = Walker { r: Reader { mem }, layout, symbols: *symbols, codes: HashMap::new() };
+    w.state()
+}
+
+fn hex(a: u64) -> String {
+    format!("{a:#x}")
+}
+
+impl<M: ReadMemory> Walker<'_, M> {
+    fn state(&mut self) -> Result<PyState, PyError> {
+        let l = self.layout;
+        let runtime = self.symbols.runtime;
+        let head = self.r.u64(runtime + l.runtime_interpreters_head).ok_or_else(|| {
+            PyError::State(format!(
+                "_PyRuntime at {} is not in the memory captured: no Python frames",
+                hex(runtime)
+            ))
+        })?;
+        if head == 0 {
+            return Err(PyError::State(
+                "no interpreter: _PyRuntime.interpreters.head is NULL (not yet initialized, \
+                 finalized, or the memory is zeroed)"
+                    .to_owned(),
+            ));
+        }
+        let locked = self.r.u32(runtime + l.runtime_gil_locked).unwrap_or(0) != 0;
+        let holder = self.r.u64(runtime + l.runtime_gil_last_holder).filter(|_| locked);
+        let mut out = PyState { version: l.version, threads: Vec::new(), warnings: Vec::new() };
+        let mut seen = HashSet::new();
+        let mut interp = head;
+        for index in 0..MAX_INTERPRETERS {
+            if interp == 0 {
+                break;
+            }
+            if !seen.insert(interp) {
+                out.warnings.push(format!("interpreter list loops back to {}", hex(interp)));
+                break;
+            }
+            let Some(first) = self.r.u64(interp + l.interp_threads_head) else {
+                out.warnings
+                    .push(format!("interpreter {index} at {} is not in the memory", hex(interp)));
+                break;
+            };
+            self.threads(index, first, holder, &mut out);
+            match self.r.u64(interp + l.interp_next) {
+                Some(next) => interp = next,
+                None => break,
+            }
+            if index + 1 == MAX_INTERPRETERS && interp != 0 {
+                out.warnings.push(format!("more than {MAX_INTERPRETERS} interpreters"));
+            }
+        }
+        if out.threads.is_empty() && !out.warnings.is_empty() {
+            return Err(PyError::State(out.warnings.join("; ")));
+        }
+        Ok(out)
+    }
+
+    fn threads(&mut self, index: usize, first: u64, holder: Option<u64>, out: &mut PyState) {
+        let l = self.layout;
+        let mut seen = HashSet::new();
+        let mut tstate = first;
+        let mut count = 0;
+        while tstate != 0 {
+            if count == MAX_THREADS {
+                out.warnings.push(format!("interpreter {index}: more than {MAX_THREADS} threads"));
+                return;
+            }
+            count += 1;
+            if !seen.insert(tstate) {
+                out.warnings.push(format!("interpreter {index}: thread list loops"));
+                return;
+            }
+            let fields = (
+                self.r.u64(tstate + l.tstate_interp),
+                self.r.u64(tstate + l.tstate_native_thread_id),
+                self.r.u64(tstate + l.tstate_thread_id),
+                self.r.u64(tstate + l.tstate_next),
+            );
+            let (Some(_), Some(native_tid), Some(thread_id), Some(next)) = fields else {
+                out.warnings.push(format!(
+                    "interpreter {index}: thread state at {} is not in the memory",
+                    hex(tstate)
+                ));
+                return;
+            };
+            let (frames, stop) = self.frames(tstate);
+            out.threads.push(PyThread {
+                native_tid,
+                thread_id,
+                holds_gil: holder == Some(tstate),
+                interpreter: index,
+                frames,
+                stop,
+            });
+            tstate = next;
+        }
+    }
+
+    /// The thread's frames, innermost first, and why they end early.
+    fn frames(&mut self, tstate: u64) -> (Vec<PyFrame>, Option<String>) {
+        let l = self.layout;
+        let mut frames = Vec::new();
+        let Some(cframe) = self.r.u64(tstate + l.tstate_cframe) else {
+            return (frames, Some(format!("thread state {}: no cframe", hex(tstate))));
+        };
+        if cframe == 0 {
+            return (frames, None);
+        }
+        let Some(mut frame) = self.r.u64(cframe + l.cframe_current_frame) else {
+            return (frames, Some(format!("cframe at {} is not in the memory", hex(cframe))));
+        };
+        let mut seen = HashSet::new();
+        while frame != 0 {
+            if frames.len() == MAX_FRAMES {
+                return (frames, Some(format!("more than {MAX_FRAMES} frames")));
+            }
+            if !seen.insert(frame) {
+                return (frames, Some(format!("the frame chain loops back to {}", hex(frame))));
+            }
+            match self.frame(frame) {
+                Ok((f, previous)) => {
+                    frames.push(f);
+                    frame = previous;
+                }
+                Err(why) => return (frames, Some(why)),
+            }
+        }
+        (frames, None)
+    }
+
+    /// The frame at `address` and the address of the one before it.
+    fn frame(&mut self, address: u64) -> Result<(PyFrame, u64), String> {
+        let l = self.layout;
+        let missing = || format!("frame at {} is not in the memory", hex(address));
+        let code = self.r.u64(address + l.frame_code).ok_or_else(missing)?;
+        let previous = self.r.u64(address + l.frame_previous).ok_or_else(missing)?;
+        let prev_instr = self.r.u64(address + l.frame_prev_instr).ok_or_else(missing)?;
+        let entry = self.r.u8(address + l.frame_is_entry).ok_or_else(missing)?;
+        let owner = self.r.u8(address + l.frame_owner).ok_or_else(missing)?;
+        if entry > 1 || owner > layout::FRAME_OWNED_BY_FRAME_OBJECT {
+            return Err(format!(
+                "frame at {} is not a frame (is_entry {entry}, owner {owner})",
+                hex(address)
+            ));
+        }
+        self.code(code)?;
+        let Some(c) = self.codes.get(&code) else {
+            return Err(format!("frame at {}: code object unread", hex(address)));
+        };
+        // prev_instr points at the code unit before the next instruction
+        // (2 bytes each): the instruction being run, or the call being made.
+        let first = code + l.code_instructions;
+        let units = (prev_instr as i64).wrapping_sub(first as i64) / 2;
+        let line = linetable::line_of(&c.linetable, c.first_line, units.saturating_mul(2));
+        let frame = PyFrame {
+            function: c.name.clone(),
+            qualname: c.qualname.clone(),
+            file: c.file.clone(),
+            line,
+            entry: entry == 1,
+            address,
+        };
+        Ok((frame, previous))
+    }
+
+    /// Read the code object at `address` into the cache.
+    fn code(&mut self, address: u64) -> Result<(), String> {
+        if self.codes.contains_key(&address) {
+            return Ok(());
+        }
+        let l = self.layout;
+        let bad = |what: &str| format!("code object at {}: {what}", hex(address));
+        self.check_type(address, self.symbols.code_type).map_err(|e| bad(&e))?;
+        let field = |r: &mut Reader<M>, off: u64| r.u64(address + off);
+        let (Some(name), Some(qualname), Some(file), Some(table), Some(first_line)) = (
+            field(&mut self.r, l.code_name),
+            field(&mut self.r, l.code_qualname),
+            field(&mut self.r, l.code_filename),
+            field(&mut self.r, l.code_linetable),
+            self.r.u32(address + l.code_firstlineno),
+        ) else {
+            return Err(bad("not in the memory"));
+        };
+        let name = self.string(name).map_err(|e| bad(&format!("co_name: {e}")))?;
+        let qualname = self.string(qualname).map_err(|e| bad(&format!("co_qualname: {e}")))?;
+        let file = self.string(file).map_err(|e| bad(&format!("co_filename: {e}")))?;
+        let linetable = self.bytes_object(table).map_err(|e| bad(&format!("co_linetable: {e}")))?;
+        let code =
+            Code { name, qualname, file, first_line: i64::from(first_line as i32), linetable };
+        self.codes.insert(address, code);
+        Ok(())
+    }
+
+    /// That the object at `address` has the type at `expected` (when known).
+    fn check_type(&mut self, address: u64, expected: Option<u64>) -> Result<(), String> {
+        let ty = self
+            .r
+            .u64(address + self.layout.object_type)
+            .ok_or_else(|| format!("{} is not in the memory", hex(address)))?;
+        match expected {
+            Some(t) if t != ty => Err(format!("wrong type ({} is not {})", hex(ty), hex(t))),
+            _ => Ok(()),
+        }
+    }
+
+    /// A bytes object's contents.
+    fn bytes_object(&mut self, address: u64) -> Result<Vec<u8>, String> {
+        self.check_type(address, self.symbols.bytes_type)?;
+        let l = self.layout;
+        let size = self.r.u64(address + l.var_size).ok_or("not in the memory")?;
+        if size > MAX_LINETABLE {
+            return Err(format!("{size} bytes long"));
+        }
+        self.r
+            .bytes(address + l.bytes_data, size)
+            .ok_or_else(|| "contents not in the memory".into())
+    }
+
+    /// A str object (compact: the only kind code objects hold).
+    fn string(&mut self, address: u64) -> Result<String, String> {
+        self.check_type(address, self.symbols.unicode_type)?;
+        let l = self.layout;
+        let (Some(length), Some(state)) =
+            (self.r.u64(address + l.unicode_length), self.r.u32(address + l.unicode_state))
+        else {
+            return Err("not in the memory".into());
+        };
+        if length > MAX_STR {
+            return Err(format!("{length} characters long"));
+        }
+        let kind = (state >> 2) & 7;
+        let compact = state & (1 << 5) != 0;
+        let ascii = state & (1 << 6) != 0;
+        if !compact {
+            return Err("not a compact str".into());
+        }
+        let (data, width) = if ascii {
+            (address + l.unicode_ascii_data, 1)
+        } else {
+            match kind {
+                1 | 2 | 4 => (address + l.unicode_compact_data, u64::from(kind)),
+                _ => return Err(format!("str of kind {kind}")),
+            }
+        };
+        let raw = self.r.bytes(data, length * width).ok_or("characters not in the memory")?;
+        let text = match width {
+            1 => raw.iter().map(|&b| char::from(b)).collect(),
+            2 => raw
+                .chunks_exact(2)
+                .map(|c| {
+                    char::from_u32(u32::from(u16::from_le_bytes([c[0], c[1]])))
+                        .unwrap_or('\u{fffd}')
+                })
+                .collect(),
+            _ => raw
+                .chunks_exact(4)
+                .map(|c| {
+                    char::from_u32(u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                        .unwrap_or('\u{fffd}')
+                })
+                .collect(),
+        };
+        Ok(text)
+    }
+}
+
+/// The thread's frames split by native eval call, innermost first: each
+/// group is the frames one `_PyEval_EvalFrameDefault` call runs, its entry
+/// frame last. Frames after the last entry frame (a chain cut short) form
+/// a last group of their own.
+pub fn split_by_entry(frames: &[PyFrame]) -> Vec<&[PyFrame]> {
+    let mut groups = Vec::new();
+    let mut start = 0;
+    for (i, f) in frames.iter().enumerate() {
+        if f.entry {
+            groups.push(&frames[start..=i]);
+            start = i + 1;
+        }
+    }
+    if start < frames.len() {
+        groups.push(&frames[start..]);
+    }
+    groups
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,65 @@
+"""Running programs the tests look at: started until they say "ready", stopped by the test
+(SIGSTOP) so that stackwalk and the reference tools see the same moment, and checked to be left
+as the test left them (stopped, untraced)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+
+def state(pid: int) -> tuple[str, int]:
+    """(the process's state letter, its tracer's pid: 0 for none)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    fields = dict(line.split(":\t", 1) for line in status.splitlines() if ":\t" in line)
+    return fields["State"][0], int(fields["TracerPid"])
+
+
+@contextmanager
+def running(
+    argv: list[str], cwd: Path | None = None, said: list[str] | None = None
+) -> Iterator[subprocess.Popen[str]]:
+    """The program started, once it has said "ready"; killed at the end. ``said``: where the
+    lines it printed before "ready" go (else it must say "ready" first). Its standard input is
+    a pipe that stays open (a program may block reading it)."""
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True, cwd=cwd)  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        while said is not None and line not in ("ready\n", ""):
+            said.append(line)
+            line = proc.stdout.readline()
+        assert line == "ready\n"
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@contextmanager
+def stopped(pid: int) -> Iterator[None]:
+    """The process in a group stop (SIGSTOP) until the block ends, then let go; every thread
+    checked stopped and untraced after each look at it (see check_stopped)."""
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + 60
+    while state(pid)[0] != "T":
+        assert time.monotonic() < deadline, state(pid)
+        time.sleep(0.005)
+    try:
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
+def check_stopped(pid: int) -> None:
+    """Every thread still in the stop the test put it in, and no tracer left behind."""
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+        assert stat[stat.rindex(")") + 2] == "T", (tid, stat)
+    assert state(pid)[1] == 0

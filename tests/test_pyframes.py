@@ -1,0 +1,317 @@
+"""Python frames among the native ones (``stackwalk pid``, ``stackwalk core``): a python3 program
+made for the test (tests/programs/pythreads.py: a deep recursion through distinct functions and
+a C call back into Python, threads blocked in ``time.sleep``, ``Lock.acquire`` and
+``select.select``, one busy in a loop holding the GIL) is stopped where each blocked thread has
+printed its own stack (``traceback.extract_stack``), and held to that, to ``pystack remote``
+(``--no-block``: its Python frames; blocking ``--native``: where they go among the native
+frames), and, for a ``gcore`` of it, to ``pystack core``. Two CPython 3.11 builds: the venv's
+(an interpreter linked to ``libpython3.11.so``) and Debian's ``/usr/bin/python3.11`` (libpython
+linked into the executable). 3.11 is the only version these tests can run here."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from corefiles import Cores, run, symbol_in_core
+from processes import check_stopped, running, stopped
+from realstacks import PROGRAMS
+
+PROGRAM = PROGRAMS / "pythreads.py"
+# The busy thread's loop: its innermost frame is on this line whatever instruction it is at.
+LOOP_LINE = next(
+    i
+    for i, line in enumerate(PROGRAM.read_text().splitlines(), 1)
+    if "while True: n = n + 1" in line
+)
+# The system calls each blocked thread waits in (x86_64: read, clock_nanosleep, futex, select
+# or pselect6), from /proc/PID/task/TID/syscall.
+BLOCKED_IN = {"main": {0}, "sleep": {230}, "lock": {202}, "select": {23, 270}}
+
+INTERPRETERS = {
+    # pyenv's build behind the venv: python3.11 linked to libpython3.11.so.1.0
+    "libpython": os.path.realpath(sys.executable),
+    # Debian's: libpython linked into the executable
+    "executable": "/usr/bin/python3.11",
+}
+
+Frame = tuple[str, str, int | None]  # function, file, line
+
+
+def stackwalk(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "stackwalk", *args], capture_output=True,
+                          text=True, timeout=300)  # fmt: skip
+
+
+@dataclass
+class PystackThread:
+    tid: int
+    gil: bool
+    # (kind "Python" or "C", function, file, line), outermost first, as pystack prints them
+    frames: list[tuple[str, str, str, int]] = field(default_factory=list)
+
+    def python(self) -> list[Frame]:
+        """The Python frames, innermost first."""
+        return [
+            (f, file, line) for kind, f, file, line in reversed(self.frames) if kind == "Python"
+        ]
+
+
+# "Traceback for thread TID (COMM) [Has the GIL] (most recent call last):"; no COMM in a crash
+# core's report
+HEADER = re.compile(
+    r"Traceback for thread (\d+) (?:\(.*?\) )?\[(.*?)\].* \(most recent call last\):$"
+)
+FRAME = re.compile(r'    \((Python|C)\) File "(.*)", line (\d+), in (\S+)')
+
+
+def parse_pystack(text: str) -> dict[int, PystackThread]:
+    threads: dict[int, PystackThread] = {}
+    current = None
+    for line in text.splitlines():
+        if m := HEADER.match(line):
+            current = threads[int(m[1])] = PystackThread(int(m[1]), "Has the GIL" in m[2])
+        elif (m := FRAME.match(line)) and current is not None:
+            current.frames.append((m[1], m[4], m[2], int(m[3])))
+    assert threads, text
+    return threads
+
+
+def python_frames(thread: dict[str, Any]) -> list[Frame]:
+    return [
+        (f["function"], f["file"], f["line"]) for f in thread["frames"] if f["kind"] == "python"
+    ]
+
+
+def wait_blocked(pid: int, tids: dict[str, int]) -> None:
+    """Every blocked thread in its system call (not still on its way there from its report),
+    and the busy thread running its loop: then it has the GIL, and nothing takes it away (it is
+    the only thread that wants it). It is taken as running after three looks 20 ms apart that
+    find it out of every system call (not waiting for the GIL)."""
+    deadline = time.monotonic() + 60
+    for what, syscalls in BLOCKED_IN.items():
+        path = Path(f"/proc/{pid}/task/{tids[what]}/syscall")
+        while path.read_text().split()[0] == "running" or (
+            int(path.read_text().split()[0]) not in syscalls
+        ):
+            assert time.monotonic() < deadline, (what, path.read_text())
+            time.sleep(0.005)
+    spinner = Path(f"/proc/{pid}/task/{tids['spin']}/syscall")
+    seen = 0
+    while seen < 3:
+        assert time.monotonic() < deadline, spinner.read_text()
+        seen = seen + 1 if spinner.read_text().startswith("running") else 0
+        time.sleep(0.02)
+
+
+@dataclass
+class Scene:
+    """The program stopped once, and what each tool said of that moment."""
+
+    interpreter: str
+    pid: int
+    reports: dict[str, dict[str, Any]]  # what -> {"tid", "stack"}
+    ours: dict[str, Any]  # stackwalk pid --json
+    ours_text: str
+    python_only: str  # stackwalk pid --python
+    native_only: dict[str, Any]  # stackwalk pid --native-only --json
+    pystack: dict[int, PystackThread]  # pystack remote --no-block
+    pystack_native: dict[int, PystackThread]  # pystack remote --native
+    core: Path
+
+
+@pytest.fixture(scope="module", params=sorted(INTERPRETERS))
+def scene(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Scene]:
+    interpreter = INTERPRETERS[request.param]
+    version = run([interpreter, "-c", "import sys; print(sys.version_info[:2])"]).stdout
+    assert version.strip() == "(3, 11)", (interpreter, version)
+    directory = tmp_path_factory.mktemp(f"pyframes-{request.param}")
+    said: list[str] = []
+    with running([interpreter, str(PROGRAM), "40"], said=said) as proc:
+        reports = {r["what"]: r for r in map(json.loads, said)}
+        assert set(reports) == {"main", "sleep", "lock", "select", "spin"}
+        wait_blocked(proc.pid, {what: r["tid"] for what, r in reports.items()})
+        pystack = [sys.executable, "-m", "pystack", "remote"]
+        with stopped(proc.pid):
+            ours = stackwalk("pid", str(proc.pid), "--json")
+            check_stopped(proc.pid)
+            ours_text = stackwalk("pid", str(proc.pid))
+            python_only = stackwalk("pid", str(proc.pid), "--python")
+            native_only = stackwalk("pid", str(proc.pid), "--native-only", "--json")
+            check_stopped(proc.pid)
+            theirs = run([*pystack, "--no-block", str(proc.pid)])
+            check_stopped(proc.pid)
+            theirs_native = run([*pystack, "--native", str(proc.pid)])
+            check_stopped(proc.pid)
+            made = run(["gcore", "-o", str(directory / "core"), str(proc.pid)])
+            check_stopped(proc.pid)
+        core = directory / f"core.{proc.pid}"
+        assert core.exists(), made.stdout + made.stderr
+        for out in (ours, ours_text, python_only, native_only):
+            assert out.returncode == 0, out.stderr
+        yield Scene(
+            interpreter=interpreter,
+            pid=proc.pid,
+            reports=reports,
+            ours=json.loads(ours.stdout),
+            ours_text=ours_text.stdout,
+            python_only=python_only.stdout,
+            native_only=json.loads(native_only.stdout),
+            pystack=parse_pystack(theirs.stdout),
+            pystack_native=parse_pystack(theirs_native.stdout),
+            core=core,
+        )
+
+
+def expected(scene: Scene) -> dict[int, list[Frame]]:
+    """Each thread's Python frames, innermost first, as it printed them at its blocking call
+    (the busy thread: on its loop's line, past the report)."""
+    out = {}
+    for what, report in scene.reports.items():
+        frames: list[Frame] = [(name, file, line) for name, file, line in reversed(report["stack"])]
+        if what == "spin":
+            frames[0] = (frames[0][0], frames[0][1], LOOP_LINE)
+        out[report["tid"]] = frames
+    return out
+
+
+def test_python_frames_equal_pystack_and_the_programs_own_stacks(scene: Scene) -> None:
+    doc = scene.ours
+    assert doc["python"]["version"] == "3.11" and doc["python"]["error"] is None
+    ours = {t["tid"]: python_frames(t) for t in doc["threads"]}
+    assert ours == {tid: t.python() for tid, t in scene.pystack.items()}
+    assert ours == expected(scene)
+    main = ours[scene.reports["main"]["tid"]]
+    assert len(main) > 40 and {"ping", "pong", "through_c", "bottom", "<module>"} <= {
+        f for f, _, _ in main
+    }
+
+
+def test_the_gil_holder_is_the_busy_thread(scene: Scene) -> None:
+    holders = [t["tid"] for t in scene.ours["threads"] if t["gil"]]
+    assert holders == [scene.reports["spin"]["tid"]]
+    assert holders == [tid for tid, t in scene.pystack.items() if t.gil]
+    assert f"Thread {holders[0]} (holds the GIL):" in scene.ours_text.splitlines()
+
+
+def test_python_frames_follow_the_native_eval_call_that_runs_them(scene: Scene) -> None:
+    """pystack --native replaces each native _PyEval_EvalFrameDefault call by its Python frames
+    and hides some of the interpreter's own functions around it: the native frames both show,
+    and the Python frames, come in the same order."""
+    for t in scene.ours["threads"]:
+        theirs = scene.pystack_native[t["tid"]]
+        ours_native = {f["function"] for f in t["frames"] if f["kind"] == "native"}
+        shared = ours_native & {f for kind, f, _, _ in theirs.frames if kind == "C"}
+        assert {"_PyEval_EvalFrameDefault"} - ours_native == set()
+        assert len(shared) >= 2, (shared, t["tid"])
+        ours = [
+            (f["kind"], f["function"], f["line"] if f["kind"] == "python" else None)
+            for f in reversed(t["frames"])
+            if f["kind"] == "python" or f["function"] in shared
+        ]
+        reference = [
+            (kind.lower().replace("c", "native"), f, line if kind == "Python" else None)
+            for kind, f, _, line in theirs.frames
+            if kind == "Python" or f in shared
+        ]
+        assert ours == reference, t["tid"]
+        # the native frames are the same with or without the Python frames among them
+        native = next(n for n in scene.native_only["threads"] if n["tid"] == t["tid"])
+        assert [f for f in t["frames"] if f["kind"] == "native"] == [
+            {"kind": "native", **f} for f in native["frames"]
+        ]
+    assert "python" not in scene.native_only
+    # The C call back into Python (map calling through_c) is a native eval call of its own.
+    main = next(t for t in scene.ours["threads"] if t["tid"] == scene.reports["main"]["tid"])
+    kinds = [f["function"] for f in main["frames"]]
+    evals = [i for i, f in enumerate(kinds) if f == "_PyEval_EvalFrameDefault"]
+    assert len(evals) >= 2
+    assert kinds[evals[0] + 1] == "bottom"
+    assert "through_c" in kinds[evals[0] : evals[1]]
+
+
+def test_text_and_python_only(scene: Scene) -> None:
+    ours = {t["tid"]: python_frames(t) for t in scene.ours["threads"]}
+    lines = scene.python_only.splitlines()
+    assert not any(line.startswith("#") for line in lines)
+    shown: dict[int, list[Frame]] = {}
+    tid = 0
+    for line in lines:
+        if m := re.match(r"Thread (\d+)", line):
+            tid = int(m[1])
+            shown[tid] = []
+        elif m := re.match(r'    \(Python\) File "(.*)", line (\d+), in (\S+)$', line):
+            shown[tid].append((m[3], m[1], int(m[2])))
+    assert shown == ours
+    # mixed text: each Python line right after the native lines of its eval call
+    text = scene.ours_text.splitlines()
+    first = next(i for i, line in enumerate(text) if "(Python)" in line)
+    assert " in _PyEval_EvalFrameDefault+0x" in text[first - 1]
+
+
+def test_a_core_equals_pystack_core(scene: Scene) -> None:
+    ours = stackwalk("core", str(scene.core), "--json")
+    assert ours.returncode == 0, ours.stderr
+    doc = json.loads(ours.stdout)
+    theirs = parse_pystack(run([sys.executable, "-m", "pystack", "core", str(scene.core)]).stdout)
+    frames = {t["tid"]: python_frames(t) for t in doc["threads"]}
+    assert frames == {tid: t.python() for tid, t in theirs.items()}
+    assert frames == expected(scene)
+    assert [t["tid"] for t in doc["threads"] if t["gil"]] == [
+        tid for tid, t in theirs.items() if t.gil
+    ]
+    # the same frames as the live process's
+    assert frames == {t["tid"]: python_frames(t) for t in scene.ours["threads"]}
+
+
+def test_a_core_with_the_interpreter_state_zeroed(scene: Scene, tmp_path: Path) -> None:
+    """_PyRuntime zeroed in a copy of the core: every thread's native frames as before, no
+    Python frames, and the reason."""
+    offset, size = symbol_in_core(scene.core, "_PyRuntime")
+    damaged = tmp_path / "zeroed.core"
+    shutil.copyfile(scene.core, damaged)
+    with open(damaged, "r+b") as f:
+        f.seek(offset)
+        f.write(bytes(size))
+    intact = json.loads(stackwalk("core", str(scene.core), "--json", "--native-only").stdout)
+    out = stackwalk("core", str(damaged), "--json")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["python"]["error"].startswith("no interpreter: _PyRuntime.interpreters.head is NULL")
+    assert [[f["pc"] for f in t["frames"]] for t in doc["threads"]] == [
+        [f["pc"] for f in t["frames"]] for t in intact["threads"]
+    ]
+    assert all(f["kind"] == "native" for t in doc["threads"] for f in t["frames"])
+    text = stackwalk("core", str(damaged))
+    assert text.returncode == 0, text.stderr
+    assert "Python 3.11: no Python frames: no interpreter: " in text.stdout
+
+
+def test_a_crash_core_equals_pystack_core(cores: Cores) -> None:
+    """The kernel's core of Debian's python3.11 crashing in native code under Python -> C ->
+    Python recursion (tests/programs/crash_py.py), with threads in a lock and a sleep."""
+    made = cores("python")
+    out = stackwalk("core", str(made.path), "--json")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["python"]["error"] is None
+    theirs = parse_pystack(run([sys.executable, "-m", "pystack", "core", str(made.path)]).stdout)
+    ours = {t["tid"]: python_frames(t) for t in doc["threads"]}
+    assert ours == {tid: t.python() for tid, t in theirs.items()}
+    crashed = ours[doc["crashing_thread"]]
+    assert [f for f, _, _ in crashed].count("descend") >= 3
+    assert [t["tid"] for t in doc["threads"] if t["gil"]] == [
+        tid for tid, t in theirs.items() if t.gil
+    ]
