@@ -629,20 +629,41 @@ impl Unwinder {
         mut end: End,
     ) -> End {
         let generation = self.modules.generation();
-        loop {
+        // The fast steps' cache hits, added to the counts once.
+        let mut hits = 0;
+        let end = loop {
             let lookup = if callee.interrupted { callee.pc } else { callee.pc.wrapping_sub(1) };
-            let stepped = match self
-                .step_cached::<M, A>(lookup, generation, &callee, &mut files, mem, frames)
-            {
-                Some(step) => step,
-                None => {
-                    let [a, b] = &mut files;
-                    let step = self.step::<M, false, A>(lookup, &callee, a, b, mem, frames);
-                    if step.is_ok() {
-                        *a = *b;
+            let key = (lookup, generation);
+            let stepped = match fast_step::<M, A>(
+                &mut self.cache,
+                key,
+                &callee,
+                &mut files[0],
+                mem,
+                frames,
+            ) {
+                Fast::Next { pc, sp, interrupted } => {
+                    hits += 1;
+                    if frames.len() >= max_frames {
+                        end.frame = frames.len() - 1;
+                        end.lookup_pc = lookup;
+                        end.reason = EndReason::FrameLimit;
+                        end.detail = EndDetail::None;
+                        break end;
                     }
-                    step
+                    let (trust, signal_frame, cfa) = (Trust::Cfi, false, None);
+                    frames.push(Frame { pc, sp, cfa, trust, interrupted, signal_frame });
+                    callee.pc = pc;
+                    callee.sp = sp;
+                    callee.interrupted = interrupted;
+                    continue;
                 }
+                Fast::Stop { ra_column, signal_frame } => {
+                    hits += 1;
+                    let arch = arch_of(A);
+                    finish(arch, ra_column, None, signal_frame, &callee, &mut files[0])
+                }
+                Fast::Slow => self.slow_step::<M, A>(key, &callee, &mut files, mem, frames),
             };
             end.frame = frames.len() - 1;
             end.lookup_pc = lookup;
@@ -651,13 +672,13 @@ impl Unwinder {
                     end.module = self.end_module_index(lookup, generation);
                     end.reason = reason;
                     end.detail = detail;
-                    return end;
+                    break end;
                 }
                 Ok(caller) => {
                     if frames.len() >= max_frames {
                         end.reason = EndReason::FrameLimit;
                         end.detail = EndDetail::None;
-                        return end;
+                        break end;
                     }
                     frames.push(caller.frame(Trust::Cfi));
                     callee.pc = caller.pc;
@@ -665,7 +686,33 @@ impl Unwinder {
                     callee.interrupted = caller.interrupted;
                 }
             }
+        };
+        self.cache.add_hits(hits);
+        end
+    }
+
+    /// A step of [`Unwinder::walk_cfi`] that [`fast_step`] did not take:
+    /// the rule cache's other rows, or a miss. The caller's registers go to
+    /// `files[0]`.
+    #[inline(never)]
+    fn slow_step<M: Memory + ?Sized, const A: u8>(
+        &mut self,
+        (lookup, generation): (u64, u64),
+        callee: &FrameState,
+        files: &mut [Registers; 2],
+        mem: &mut M,
+        frames: &mut [Frame],
+    ) -> Step {
+        if let Some(step) = self.step_cached::<M, A>(lookup, generation, callee, files, mem, frames)
+        {
+            return step;
         }
+        let [a, b] = files;
+        let step = self.step::<M, false, A>(lookup, callee, a, b, mem, frames);
+        if step.is_ok() {
+            *a = *b;
+        }
+        step
     }
 
     /// The module of `lookup` for a walk's end: the one its cached rules
@@ -1047,7 +1094,7 @@ impl Unwinder {
             }
             Err(e) => return Err((EndReason::BadCfi, EndDetail::Lookup(e))),
         };
-        match PackedRow::pack(&row) {
+        match PackedRow::pack(&row, arch_of(A).sp()) {
             Some(packed) => self.cache.insert(lookup, generation, m, packed),
             None => self.cache.insert_wide(lookup, generation, m, row),
         }
@@ -1247,7 +1294,8 @@ fn apply_saved<M: Memory + ?Sized, const A: u8>(
 
 /// [`apply_saved`] in place: `regs` becomes the caller's. None, with
 /// nothing done, where the memory lends no window holding every saved word
-/// (the word-by-word way then gives the same answer, or the right error).
+/// or the CFA's register is unknown (the word-by-word way then gives the
+/// same answer, or the right error).
 #[inline(always)]
 fn apply_in_place<M: Memory + ?Sized, const A: u8>(
     row: &Saved<'_>,
@@ -1257,11 +1305,29 @@ fn apply_in_place<M: Memory + ?Sized, const A: u8>(
     mem: &mut M,
     frames: &mut [Frame],
 ) -> Option<Step> {
+    let base = regs.get(row.cfa_reg)?;
+    let (cfa, _) = recover_saved::<M, A>(row, base, regs, mem)?;
+    if let Some(f) = frames.last_mut() {
+        f.signal_frame = signal_frame;
+        f.cfa = Some(cfa);
+    }
+    Some(finish(arch_of(A), ra_column, None, signal_frame, callee, regs))
+}
+
+/// The work of [`apply_in_place`], from `base`, the value of the CFA's
+/// register: `regs` recovered in place, the caller's sp the CFA. The CFA
+/// and the value of the first rule's register (0 if there is none); None,
+/// with nothing done, where the memory lends no window holding every saved
+/// word.
+#[inline(always)]
+fn recover_saved<M: Memory + ?Sized, const A: u8>(
+    row: &Saved<'_>,
+    base: u64,
+    regs: &mut Registers,
+    mem: &mut M,
+) -> Option<(u64, u64)> {
     let arch = arch_of(A);
     let mask = arch.address_mask();
-    let Some(base) = regs.get(row.cfa_reg) else {
-        return Some(Err((EndReason::MissingRegister, EndDetail::Register(row.cfa_reg))));
-    };
     let cfa = base.wrapping_add(row.cfa_offset as u64) & mask;
     let word = arch.word_size();
     let lo = cfa.wrapping_add(row.lo as u64) & mask;
@@ -1273,28 +1339,103 @@ fn apply_in_place<M: Memory + ?Sized, const A: u8>(
     } else {
         mem.window(lo, len)?
     };
-    if let Some(f) = frames.last_mut() {
-        f.signal_frame = signal_frame;
-        f.cfa = Some(cfa);
-    }
     // The callee-saved columns keep their values, the others are unknown.
     let mut out = regs.recover_in_place(arch.same_value_mask());
     out.set(arch.sp(), cfa);
-    for rule in row.rules {
-        let at = (rule.offset() - row.lo) as usize;
-        // Inside the window by its making: the test always passes.
-        let bytes = window.get(at..).unwrap_or_default();
+    let mut first = 0;
+    for (i, rule) in row.rules.iter().enumerate() {
+        // At most `span`, a u16: one bounds test a word, which always passes
+        // (the window holds `span` bytes and a word).
+        let at = usize::from((rule.offset() - row.lo) as u16);
         let value = match word {
-            8 => bytes.first_chunk::<8>().map(|w| u64::from_le_bytes(*w)),
-            _ => bytes.first_chunk::<4>().map(|w| u64::from(u32::from_le_bytes(*w))),
+            8 => {
+                window.get(at..at + 8).map(|w| u64::from_le_bytes(w.try_into().unwrap_or_default()))
+            }
+            _ => window
+                .get(at..at + 4)
+                .map(|w| u64::from(u32::from_le_bytes(w.try_into().unwrap_or_default()))),
         };
         match value {
-            Some(v) => out.set(rule.reg(), v),
+            Some(v) => {
+                out.set(rule.reg(), v);
+                if i == 0 {
+                    first = v;
+                }
+            }
             None => out.forget(rule.reg()),
         }
     }
     drop(out);
-    Some(finish(arch, ra_column, None, signal_frame, callee, regs))
+    Some((cfa, first))
+}
+
+/// What [`fast_step`] did.
+enum Fast {
+    /// The caller, its registers recovered in place.
+    Next { pc: u64, sp: u64, interrupted: bool },
+    /// The registers were recovered in place, but they give no caller (the
+    /// end of the stack, or a check failed): [`finish`] says why.
+    Stop { ra_column: u16, signal_frame: bool },
+    /// Nothing done: the general step applies.
+    Slow,
+}
+
+/// The commonest step of a CFI-only walk, kept small enough for the walk's
+/// state to stay in registers: a [`Saved`] row from the rule cache, applied
+/// in place ([`recover_saved`]), and [`finish`]'s checks, which a caller that
+/// passes them always passes. Hits are the caller's to count.
+#[inline(always)]
+fn fast_step<M: Memory + ?Sized, const A: u8>(
+    cache: &mut RuleCache,
+    (lookup, generation): (u64, u64),
+    callee: &FrameState,
+    regs: &mut Registers,
+    mem: &mut M,
+    frames: &mut [Frame],
+) -> Fast {
+    let arch = arch_of(A);
+    let Some((_, row)) = cache.find(lookup, generation) else { return Fast::Slow };
+    let Some(saved) = row.saved() else { return Fast::Slow };
+    let (ra_column, signal_frame) = (row.ra(), row.signal_frame());
+    // The callee's sp is at hand, not only in its register file.
+    let base = if saved.cfa_reg == arch.sp() {
+        callee.sp
+    } else {
+        let Some(base) = regs.get(saved.cfa_reg) else { return Fast::Slow };
+        base
+    };
+    let Some((cfa, first)) = recover_saved::<M, A>(&saved, base, regs, mem) else {
+        return Fast::Slow;
+    };
+    if let Some(f) = frames.last_mut() {
+        f.signal_frame = signal_frame;
+        f.cfa = Some(cfa);
+    }
+    let stop = Fast::Stop { ra_column, signal_frame };
+    // The return address and sp as read, rather than through the register
+    // file, where the row says which they are.
+    let ra = if saved.ra_first {
+        first
+    } else if let Some(ra) = regs.get(ra_column) {
+        ra
+    } else {
+        return stop;
+    };
+    let pc = arch.strip_return_address(ra);
+    let sp = if !saved.sp_saved {
+        cfa
+    } else if let Some(sp) = regs.get(arch.sp()) {
+        sp
+    } else {
+        return stop;
+    };
+    if pc == 0 || sp < callee.sp || (sp == callee.sp && !callee.interrupted) {
+        return stop;
+    }
+    if let Some(col) = arch.pc_column() {
+        regs.set(col, pc);
+    }
+    Fast::Next { pc, sp, interrupted: signal_frame }
 }
 
 /// The caller found by a step, from the registers recovered into `caller`:
