@@ -3,8 +3,8 @@
 
 use super::apply::applied;
 use super::{
-    stack_frame_bound, with_arch, Caller, End, EndDetail, EndReason, Frame, FrameState, Step,
-    Trust, Unwinder, WalkState,
+    stack_frame_bound, with_arch, Caller, End, EndDetail, EndReason, Frame, FrameState, Start,
+    Step, Trust, Unwinder, WalkState,
 };
 use crate::cfi::LookupError;
 use crate::fallback::{self, Strategy};
@@ -85,7 +85,7 @@ impl Unwinder {
             trust,
         };
         let files = [caller_regs, Registers::new()];
-        self.walk_arch::<M, true>(callee, files, mem, max_frames, frames, end)
+        self.walk_arch::<M, true>(Start { callee, files, end }, mem, max_frames, frames)
     }
 
     /// The walk from frame 0 (in `frames`, its registers in `files[0]`) on.
@@ -93,13 +93,12 @@ impl Unwinder {
     /// ([`arch_of`]), which is the unwinder's.
     pub(super) fn walk<M: Memory + ?Sized, const FALLBACK: bool, const A: u8>(
         &mut self,
-        mut callee: FrameState,
-        mut files: [Registers; 2],
+        start: Start,
         mem: &mut M,
         max_frames: usize,
         frames: &mut Vec<Frame>,
-        mut end: End,
     ) -> End {
+        let Start { mut callee, mut files, mut end } = start;
         // The captured stack's bounds, looked up when a fallback first needs them.
         let mut stack = None;
         let mut last_fp = None;

@@ -122,6 +122,15 @@ struct FrameState {
     trust: Trust,
 }
 
+/// Where a walk starts: the frame to unwind first (already in the frames),
+/// its registers in `files[0]` (`files[1]` is the caller's, for the walks
+/// that need two), and the end the walk gives if it stops at once.
+struct Start {
+    callee: FrameState,
+    files: [Registers; 2],
+    end: End,
+}
+
 /// The caller found by one step (its registers are written in place).
 struct Caller {
     pc: u64,
@@ -294,9 +303,9 @@ impl Unwinder {
         // CFI alone (the profiler's walk) is compiled without the fallback
         // path, so it costs nothing there.
         if self.strategies.as_slice() == [Strategy::Cfi] {
-            self.walk_arch::<M, false>(callee, files, mem, max_frames, frames, end)
+            self.walk_arch::<M, false>(Start { callee, files, end }, mem, max_frames, frames)
         } else {
-            self.walk_arch::<M, true>(callee, files, mem, max_frames, frames, end)
+            self.walk_arch::<M, true>(Start { callee, files, end }, mem, max_frames, frames)
         }
     }
 
@@ -337,18 +346,16 @@ impl Unwinder {
     #[inline(always)]
     fn walk_arch<M: Memory + ?Sized, const FALLBACK: bool>(
         &mut self,
-        callee: FrameState,
-        files: [Registers; 2],
+        start: Start,
         mem: &mut M,
         max_frames: usize,
         frames: &mut Vec<Frame>,
-        end: End,
     ) -> End {
         with_arch!(self.arch, A => {
             if FALLBACK {
-                self.walk::<M, true, A>(callee, files, mem, max_frames, frames, end)
+                self.walk::<M, true, A>(start, mem, max_frames, frames)
             } else {
-                self.walk_cfi::<M, A>(callee, files, mem, max_frames, frames, end)
+                self.walk_cfi::<M, A>(start, mem, max_frames, frames)
             }
         })
     }
@@ -360,13 +367,12 @@ impl Unwinder {
     /// so the callee's registers are never needed after its step.
     fn walk_cfi<M: Memory + ?Sized, const A: u8>(
         &mut self,
-        mut callee: FrameState,
-        mut files: [Registers; 2],
+        start: Start,
         mem: &mut M,
         max_frames: usize,
         frames: &mut Vec<Frame>,
-        mut end: End,
     ) -> End {
+        let Start { mut callee, mut files, mut end } = start;
         let generation = self.modules.generation();
         // The fast steps' cache hits, added to the counts once.
         let mut hits = 0;
