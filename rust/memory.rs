@@ -61,10 +61,11 @@ pub trait Memory {
         None
     }
 
-    /// The `len` captured bytes at `addr`, if one region holds them all and
-    /// this memory can lend them: a frame's saved registers, read from one
-    /// slice with one bounds check instead of one lookup per word. None:
-    /// read word by word (the default).
+    /// The captured bytes from `addr` on, at least `len` of them (the rest
+    /// of the region: no second bounds check to cut it), if one region holds
+    /// them all and this memory can lend them: a frame's saved registers,
+    /// read from one slice with one bounds check instead of one lookup per
+    /// word. None: read word by word (the default).
     #[inline(always)]
     fn window(&mut self, addr: u64, len: u64) -> Option<&[u8]> {
         let _ = (addr, len);
@@ -210,7 +211,15 @@ impl Memory for Regions<'_> {
 
     #[inline(always)]
     fn window(&mut self, addr: u64, len: u64) -> Option<&[u8]> {
-        self.find(addr, len)
+        // The last region's tail, as `find` tries it first.
+        if let Ok(off) = usize::try_from(addr.wrapping_sub(self.last_start)) {
+            if let Some(rest) = self.last.get(off..) {
+                if rest.len() as u64 >= len {
+                    return Some(rest);
+                }
+            }
+        }
+        self.find_slow(addr, len)
     }
 }
 
@@ -359,6 +368,11 @@ mod tests {
         assert_eq!(m.region_of(0x2007), Some((0x2000, 0x2008)));
         assert_eq!(m.region_of(0x2008), None);
         assert_eq!(m.region_of(0x0fff), None);
+        // A window: at least the bytes asked for, from the address on.
+        let window = m.window(0x1008, 16).map(<[u8]>::to_vec);
+        assert!(window.is_some_and(|w| w.len() >= 16 && w[..16] == a[8..24]));
+        assert_eq!(m.window(0x1008, 32), None, "crosses the end of the region");
+        assert_eq!(m.window(0x0ff8, 16), None);
     }
 
     #[test]

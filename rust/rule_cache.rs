@@ -79,8 +79,19 @@ pub struct Saved<'a> {
     pub lo: i64,
     /// The highest offset of a rule less `lo`.
     pub span: u64,
+    /// The rules; the return address's first, if there is one.
     pub rules: &'a [PackedRule],
+    /// The first rule is the return address's.
+    pub ra_first: bool,
+    /// A rule recovers the stack pointer (else the caller's is the CFA).
+    pub sp_saved: bool,
 }
+
+/// `PackedRow::saved`: the row is a [`Saved`] one, its first rule is the
+/// return address's, a rule recovers the stack pointer.
+const SAVED: u8 = 1;
+const RA_FIRST: u8 = 2;
+const SP_SAVED: u8 = 4;
 
 const UNDEFINED: u8 = 0;
 const SAME_VALUE: u8 = 1;
@@ -102,8 +113,9 @@ pub struct PackedRow {
     signal_frame: bool,
     len: u8,
     cfa_kind: u8,
-    /// The row is a [`Saved`] one.
-    saved: bool,
+    /// Whether the row is a [`Saved`] one, and what else it is: `SAVED`,
+    /// `RA_FIRST`, `SP_SAVED`.
+    saved: u8,
     /// The CFA's offset, or the offset of its expression (as u32).
     cfa_offset: i32,
     /// A [`Saved`] row's lowest rule offset and the span of its offsets.
@@ -127,7 +139,7 @@ impl PackedRow {
         signal_frame: false,
         len: 0,
         cfa_kind: CFA_REG,
-        saved: false,
+        saved: 0,
         cfa_offset: 0,
         lo: 0,
         span: 0,
@@ -135,7 +147,8 @@ impl PackedRow {
     };
 
     /// `row` packed, if it fits.
-    pub fn pack<const N: usize>(row: &RuleSet<N>) -> Option<PackedRow> {
+    /// `sp`: the stack pointer's column.
+    pub fn pack<const N: usize>(row: &RuleSet<N>, sp: u16) -> Option<PackedRow> {
         let (cfa_kind, cfa_reg, cfa_offset) = match row.cfa {
             CfaRule::RegOffset { reg, offset } => (CFA_REG, reg, i32::try_from(offset).ok()?),
             CfaRule::Expr(e) => {
@@ -170,12 +183,13 @@ impl PackedRow {
             *slot = PackedRule { reg, kind, value };
         }
         out.len = rules.len() as u8;
-        out.mark_saved();
+        out.mark_saved(sp);
         Some(out)
     }
 
-    /// Mark the row a [`Saved`] one if it is.
-    fn mark_saved(&mut self) {
+    /// Mark the row a [`Saved`] one if it is, with its return address's
+    /// rule first (the order of a row's rules, one per column, says nothing).
+    fn mark_saved(&mut self, sp: u16) {
         let tracked = |reg: u16| usize::from(reg) < NUM_REGS;
         let rules = &self.rules[..usize::from(self.len)];
         if self.cfa_kind != CFA_REG
@@ -190,13 +204,22 @@ impl PackedRow {
         else {
             return;
         };
-        (self.saved, self.lo, self.span) = (true, lo, span);
+        let mut flags = SAVED;
+        let len = usize::from(self.len);
+        if let Some(i) = self.rules[..len].iter().position(|r| r.reg == self.ra) {
+            self.rules[..len].swap(0, i);
+            flags |= RA_FIRST;
+        }
+        if self.rules[..len].iter().any(|r| r.reg == sp) {
+            flags |= SP_SAVED;
+        }
+        (self.saved, self.lo, self.span) = (flags, lo, span);
     }
 
     /// The row as a [`Saved`] one, if it is.
     #[inline(always)]
     pub fn saved(&self) -> Option<Saved<'_>> {
-        if !self.saved {
+        if self.saved & SAVED == 0 {
             return None;
         }
         Some(Saved {
@@ -205,6 +228,8 @@ impl PackedRow {
             lo: i64::from(self.lo),
             span: u64::from(self.span),
             rules: &self.rules[..usize::from(self.len).min(PACKED_RULES)],
+            ra_first: self.saved & RA_FIRST != 0,
+            sp_saved: self.saved & SP_SAVED != 0,
         })
     }
 }
@@ -321,6 +346,25 @@ impl RuleCache {
     /// `generation` (counted as a hit).
     #[inline]
     pub fn get(&mut self, key: u64, generation: u64) -> Option<(usize, &PackedRow)> {
+        let (set, way) = self.locate(key, generation)?;
+        self.stats.hits += 1;
+        let entry = &self.entries[set][way];
+        Some((entry.module as usize, &entry.row))
+    }
+
+    /// [`RuleCache::get`] without counting the hit: the walk's hot loop
+    /// counts its hits in a register and adds them once ([`RuleCache::add_hits`]).
+    #[inline(always)]
+    pub fn find(&mut self, key: u64, generation: u64) -> Option<(u32, &PackedRow)> {
+        let (set, way) = self.locate(key, generation)?;
+        let entry = &self.entries[set][way];
+        Some((entry.module, &entry.row))
+    }
+
+    /// The set and way holding `key` for `generation`, made the most
+    /// recently used of its set.
+    #[inline(always)]
+    fn locate(&mut self, key: u64, generation: u64) -> Option<(usize, usize)> {
         let set = set_of(key);
         let tags = &mut self.tags[set];
         let hit = |way: usize| tags.keys[way] == key && tags.generations[way] == generation;
@@ -331,10 +375,19 @@ impl RuleCache {
         } else {
             return None;
         };
-        self.stats.hits += 1;
-        tags.victim = 1 - way as u8;
-        let entry = &self.entries[set][way];
-        Some((entry.module as usize, &entry.row))
+        // Written only when it changes: a walk's hot rows are found again
+        // and again in the same way.
+        let victim = 1 - way as u8;
+        if tags.victim != victim {
+            tags.victim = victim;
+        }
+        Some((set, way))
+    }
+
+    /// Count `n` hits of [`RuleCache::find`].
+    #[inline(always)]
+    pub fn add_hits(&mut self, n: u64) {
+        self.stats.hits += n;
     }
 
     /// The module index cached for `key` in the module set of
@@ -393,7 +446,7 @@ mod tests {
     use super::*;
 
     fn row(offset: i64) -> PackedRow {
-        PackedRow::pack(&Row::new(CfaRule::RegOffset { reg: 7, offset }, 16, false)).unwrap()
+        PackedRow::pack(&Row::new(CfaRule::RegOffset { reg: 7, offset }, 16, false), 7).unwrap()
     }
 
     #[test]
@@ -418,6 +471,29 @@ mod tests {
     }
 
     #[test]
+    fn saved_rows_put_the_return_address_first() {
+        // x86_64 as a -O2 function's body has it: rbx, rbp, then rip.
+        let mut full = Row::new(CfaRule::RegOffset { reg: 7, offset: 32 }, 16, false);
+        for (reg, at) in [(3, -24), (6, -16), (16, -8)] {
+            full.push(reg, RegRule::Offset(at));
+        }
+        let packed = PackedRow::pack(&full, 7).unwrap();
+        let saved = packed.saved().unwrap();
+        assert!(saved.ra_first && !saved.sp_saved);
+        assert_eq!((saved.rules[0].reg(), saved.rules[0].offset()), (16, -8));
+        assert_eq!((saved.lo, saved.span), (-24, 16));
+        let mut rules: Vec<_> = (0..packed.count()).map(|i| packed.at(i)).collect();
+        rules.sort_by_key(|r| r.0);
+        assert_eq!(rules, full.rules(), "the same rules, in another order");
+        // No rule for the return address; one for the stack pointer.
+        let mut odd = Row::new(CfaRule::RegOffset { reg: 6, offset: 16 }, 16, false);
+        odd.push(7, RegRule::Offset(-16));
+        let saved = PackedRow::pack(&odd, 7).unwrap();
+        let saved = saved.saved().unwrap();
+        assert!(!saved.ra_first && saved.sp_saved);
+    }
+
+    #[test]
     fn packed_rows_keep_every_rule() {
         let mut full = Row::new(CfaRule::RegOffset { reg: 6, offset: 16 }, 16, true);
         let rules = [
@@ -432,7 +508,7 @@ mod tests {
         for (reg, rule) in rules {
             full.push(reg, rule);
         }
-        let packed = PackedRow::pack(&full).unwrap();
+        let packed = PackedRow::pack(&full, 7).unwrap();
         assert_eq!(packed.cfa(), full.cfa);
         assert_eq!((packed.ra(), packed.signal_frame()), (16, true));
         assert_eq!((0..packed.count()).map(|i| packed.at(i)).collect::<Vec<_>>(), rules);
@@ -441,25 +517,25 @@ mod tests {
         let mut wide = full;
         wide.push(0, RegRule::Offset(-32));
         wide.push(1, RegRule::Offset(-40));
-        assert!(PackedRow::pack(&wide).is_none(), "nine rules");
+        assert!(PackedRow::pack(&wide, 7).is_none(), "nine rules");
         let mut far = full;
         far.push(0, RegRule::Offset(1 << 40));
-        assert!(PackedRow::pack(&far).is_none(), "an offset past 32 bits");
+        assert!(PackedRow::pack(&far, 7).is_none(), "an offset past 32 bits");
         let expr = ExprRef { section: SectionKind::EhFrame, offset: 0, len: 1 };
         let mut by_expr = full;
         by_expr.push(0, RegRule::Expr(expr));
-        assert!(PackedRow::pack(&by_expr).is_none(), "an expression");
+        assert!(PackedRow::pack(&by_expr, 7).is_none(), "an expression");
         // A CFA by expression (a PLT entry's) is packed, in either section.
         for section in [SectionKind::EhFrame, SectionKind::DebugFrame] {
             let expr = ExprRef { section, offset: 0xfedc_ba98, len: 11 };
             let mut plt = Row::new(CfaRule::Expr(expr), 16, false);
             plt.push(16, RegRule::Offset(-8));
-            let packed = PackedRow::pack(&plt).unwrap();
+            let packed = PackedRow::pack(&plt, 7).unwrap();
             assert_eq!(packed.cfa(), CfaRule::Expr(expr));
             assert_eq!(packed.at(0), (16, RegRule::Offset(-8)));
         }
         let long = ExprRef { section: SectionKind::EhFrame, offset: 0, len: 1 << 16 };
         let cfa_expr = Row::new(CfaRule::Expr(long), 16, false);
-        assert!(PackedRow::pack(&cfa_expr).is_none(), "a CFA expression of 64 KiB");
+        assert!(PackedRow::pack(&cfa_expr, 7).is_none(), "a CFA expression of 64 KiB");
     }
 }

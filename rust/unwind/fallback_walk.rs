@@ -1,0 +1,344 @@
+//! The walk with fallback strategies (frame pointers, scanning) after CFI, and
+//! the CFI-only walk of a sample whose frame 0 has no CFI.
+
+use super::apply::applied;
+use super::{
+    stack_frame_bound, with_arch, Caller, End, EndDetail, EndReason, Frame, FrameState, Start,
+    Step, Trust, Unwinder, WalkState,
+};
+use crate::cfi::LookupError;
+use crate::fallback::{self, Strategy};
+use crate::memory::Memory;
+use crate::registers::Registers;
+
+impl Unwinder {
+    /// Frame 0 has no FDE: take it for a leaf (see
+    /// [`Unwinder::unwind_sample`]) and walk on from its caller.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn leaf_walk<M: Memory + ?Sized>(
+        &mut self,
+        regs: &Registers,
+        mem: &mut M,
+        max_frames: Option<usize>,
+        frames: &mut Vec<Frame>,
+    ) -> End {
+        let arch = self.arch;
+        let Some(&first) = frames.first() else {
+            return End {
+                reason: EndReason::FrameLimit,
+                frame: 0,
+                lookup_pc: 0,
+                module: None,
+                detail: EndDetail::None,
+            };
+        };
+        // How `unwind` ended (rebuilt: the hot caller keeps none of it).
+        let mut end = End {
+            reason: EndReason::NoUnwindInfo,
+            frame: 0,
+            lookup_pc: first.pc,
+            module: self.module_index(first.pc),
+            detail: EndDetail::Lookup(LookupError::NoFde),
+        };
+        let mut callee_regs = *regs;
+        if let Some(col) = arch.pc_column() {
+            callee_regs.set(col, first.pc);
+        }
+        let mut caller_regs = Registers::new();
+        let ctx = fallback::Context {
+            arch,
+            modules: &self.modules,
+            stack: mem.region_of(first.sp),
+            last_fp: None,
+            scan_words: self.scan_words,
+        };
+        let callee = fallback::Callee { index: 0, pc: first.pc, sp: first.sp, guessed: false };
+        let fp = callee_regs.get(arch.fp());
+        let Some(found) = ctx.leaf(&callee, fp, &callee_regs, &mut caller_regs, mem) else {
+            return end;
+        };
+        end.module = None;
+        end.detail = EndDetail::None;
+        let max_frames = max_frames.unwrap_or_else(|| stack_frame_bound(arch, first.sp, mem));
+        if frames.len() >= max_frames {
+            end.reason = EndReason::FrameLimit;
+            return end;
+        }
+        if found.sp_exact {
+            frames[0].cfa = Some(found.sp);
+        }
+        let trust = Trust::FramePointer;
+        frames.push(Frame {
+            pc: found.pc,
+            sp: found.sp,
+            cfa: None,
+            trust,
+            interrupted: false,
+            signal_frame: false,
+        });
+        let callee = FrameState {
+            pc: found.pc,
+            sp: found.sp,
+            interrupted: false,
+            sp_exact: found.sp_exact,
+            trust,
+        };
+        let files = [caller_regs, Registers::new()];
+        self.walk_arch::<M, true>(Start { callee, files, end }, mem, max_frames, frames)
+    }
+
+    /// The walk from frame 0 (in `frames`, its registers in `files[0]`) on.
+    /// `FALLBACK`: the strategies are not CFI alone; `A`: the architecture
+    /// ([`arch_of`]), which is the unwinder's.
+    pub(super) fn walk<M: Memory + ?Sized, const FALLBACK: bool, const A: u8>(
+        &mut self,
+        start: Start,
+        mem: &mut M,
+        max_frames: usize,
+        frames: &mut Vec<Frame>,
+    ) -> End {
+        let Start { mut callee, mut files, mut end } = start;
+        // The captured stack's bounds, looked up when a fallback first needs them.
+        let mut stack = None;
+        let mut last_fp = None;
+        let mut current = 0;
+        loop {
+            // Frame 0 and frames interrupted by a signal are looked up at
+            // their pc; the others at pc - 1, inside the call that made them.
+            let lookup = if callee.interrupted { callee.pc } else { callee.pc.wrapping_sub(1) };
+            end.frame = frames.len() - 1;
+            end.lookup_pc = lookup;
+            let [a, b] = &mut files;
+            let (callee_regs, caller_regs) = if current == 0 { (&*a, b) } else { (&*b, a) };
+            // CFI first (the usual case, kept on the hot path); the other
+            // strategies only where it fails without saying the stack ends.
+            let strategies = self.strategies;
+            let cfi_first = !FALLBACK || strategies.first() == Some(Strategy::Cfi);
+            let stepped = if cfi_first {
+                self.step::<M, FALLBACK, A>(lookup, &callee, callee_regs, caller_regs, mem, frames)
+            } else {
+                Err((EndReason::NoUnwindInfo, EndDetail::None))
+            };
+            // CFI applied to a frame that a fallback step found starts from
+            // guessed registers (an i386 `main` that realigned its stack
+            // leaves its frame record away from its caller's sp): the return
+            // address it gives must pass the fallback checks too, else the
+            // other strategies are tried.
+            let stepped = match stepped {
+                Ok(caller)
+                    if FALLBACK
+                        && !caller.interrupted
+                        && !matches!(callee.trust, Trust::Context | Trust::Cfi) =>
+                {
+                    self.check_guess(caller, &mut stack, frames, mem)
+                }
+                other => other,
+            };
+            let outcome = match stepped {
+                Ok(caller) => {
+                    let trust =
+                        if callee.trust == Trust::Scan { Trust::CfiScan } else { Trust::Cfi };
+                    Ok((caller, trust))
+                }
+                Err(e) if !FALLBACK || e.0.is_clean() => Err(e),
+                Err(e) => {
+                    let rest = &strategies.as_slice()[usize::from(cfi_first)..];
+                    let failure = if cfi_first { Some(e) } else { None };
+                    let walk = WalkState { stack: &mut stack, last_fp: &mut last_fp };
+                    let frame = (lookup, &callee, callee_regs);
+                    self.fall_back(failure, rest, frame, caller_regs, mem, frames, walk)
+                }
+            };
+            match outcome {
+                Err((reason, detail)) => {
+                    end.module = self.module_index(lookup);
+                    end.reason = reason;
+                    end.detail = detail;
+                    return end;
+                }
+                Ok((caller, trust)) => {
+                    if frames.len() >= max_frames {
+                        end.reason = EndReason::FrameLimit;
+                        end.detail = EndDetail::None;
+                        return end;
+                    }
+                    frames.push(caller.frame(trust));
+                    callee.pc = caller.pc;
+                    callee.sp = caller.sp;
+                    callee.interrupted = caller.interrupted;
+                    callee.sp_exact = caller.sp_exact;
+                    callee.trust = trust;
+                    current ^= 1;
+                }
+            }
+        }
+    }
+
+    /// Try `strategies` in turn for one frame, after `failure` (CFI's, if it
+    /// was tried first), until one finds the caller or one says the stack
+    /// ends here; none where the frame is the outermost one
+    /// ([`fallback::outermost`]). The walk's end is the first failure of a strategy that
+    /// applied to the frame: CFI where an FDE covers the pc (a memory error
+    /// there says more than a failed scan after it), the frame-pointer step
+    /// where there is an fp.
+    #[cold]
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn fall_back<M: Memory + ?Sized>(
+        &mut self,
+        failure: Option<(EndReason, EndDetail)>,
+        strategies: &[Strategy],
+        (lookup, callee, callee_regs): (u64, &FrameState, &Registers),
+        caller_regs: &mut Registers,
+        mem: &mut M,
+        frames: &mut [Frame],
+        walk: WalkState<'_>,
+    ) -> Result<(Caller, Trust), (EndReason, EndDetail)> {
+        let arch = self.arch;
+        // A frame in no module, or in one whose file is missing, may be a
+        // signal trampoline: the kernel's frame on the stack says so, and
+        // holds the interrupted frame's registers (whatever its fp).
+        if matches!(failure, Some((EndReason::NoModule, _))) {
+            if let Some((pc, sp)) = crate::sigframe::restore(arch, callee.sp, caller_regs, mem) {
+                let caller = Caller { pc, sp, interrupted: true, sp_exact: true };
+                return Ok((caller, Trust::Context));
+            }
+        }
+        if let Some(end) = self.outermost(failure.as_ref(), lookup, callee, callee_regs) {
+            return Err(end);
+        }
+        let stack =
+            *walk.stack.get_or_insert_with(|| frames.first().and_then(|f| mem.region_of(f.sp)));
+        let mut outcome = Err(failure.unwrap_or((EndReason::NoUnwindInfo, EndDetail::None)));
+        for &strategy in strategies {
+            let found = if strategy == Strategy::Cfi {
+                let trust = if callee.trust == Trust::Scan { Trust::CfiScan } else { Trust::Cfi };
+                self.step_cold(lookup, callee, callee_regs, caller_regs, mem, frames)
+                    .map(|c| (c, trust))
+            } else {
+                let mut ctx = fallback::Context {
+                    arch,
+                    modules: &self.modules,
+                    stack,
+                    last_fp: *walk.last_fp,
+                    scan_words: self.scan_words,
+                };
+                let frame = fallback::Callee {
+                    index: frames.len() - 1,
+                    pc: callee.pc,
+                    sp: callee.sp,
+                    guessed: matches!(callee.trust, Trust::FramePointer | Trust::Scan),
+                };
+                let found = match strategy {
+                    Strategy::Scan => {
+                        ctx.scan(&frame, callee_regs, caller_regs, mem).map(|f| (f, Trust::Scan))
+                    }
+                    _ => ctx
+                        .frame_pointer(&frame, callee_regs, caller_regs, mem)
+                        .map(|f| (f, Trust::FramePointer)),
+                };
+                *walk.last_fp = ctx.last_fp;
+                found.map(|(f, trust)| {
+                    // Where the step knows the caller's sp exactly, that is
+                    // the frame's CFA.
+                    if f.sp_exact {
+                        if let Some(frame) = frames.last_mut() {
+                            frame.cfa = Some(f.sp);
+                        }
+                    }
+                    let caller =
+                        Caller { pc: f.pc, sp: f.sp, interrupted: false, sp_exact: f.sp_exact };
+                    (caller, trust)
+                })
+            };
+            let stop = match &found {
+                Ok(_) => true,
+                Err((reason, _)) => reason.is_clean(),
+            };
+            let replace = match &outcome {
+                Err(failure) => !applied(arch, failure),
+                Ok(_) => true,
+            };
+            if stop || replace {
+                outcome = found;
+            }
+            if stop {
+                break;
+            }
+        }
+        outcome
+    }
+
+    /// The end of the stack, if the frame that CFI could not unwind
+    /// (`failure`: how CFI failed, if it was tried) is the outermost one
+    /// ([`fallback::outermost`]).
+    #[cold]
+    #[inline(never)]
+    pub(super) fn outermost(
+        &self,
+        failure: Option<&(EndReason, EndDetail)>,
+        lookup: u64,
+        callee: &FrameState,
+        regs: &Registers,
+    ) -> Option<(EndReason, EndDetail)> {
+        let exact_fp = match callee.trust {
+            Trust::Cfi | Trust::FramePointer => regs.get(self.arch.fp()),
+            _ => None,
+        };
+        let no_fde = matches!(
+            failure,
+            Some((EndReason::NoUnwindInfo, EndDetail::Lookup(LookupError::NoFde)))
+        );
+        let frame = fallback::Unwound { lookup, exact_fp, no_fde };
+        let detail = fallback::outermost(self.arch, &self.modules, &frame)?;
+        Some((EndReason::EndOfStack, detail))
+    }
+
+    /// `caller`, found by CFI from a frame a fallback found, if its return
+    /// address is plausible.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn check_guess<M: Memory + ?Sized>(
+        &self,
+        caller: Caller,
+        stack: &mut Option<Option<(u64, u64)>>,
+        frames: &mut [Frame],
+        mem: &mut M,
+    ) -> Step {
+        let stack = *stack.get_or_insert_with(|| frames.first().and_then(|f| mem.region_of(f.sp)));
+        let ctx = fallback::Context {
+            arch: self.arch,
+            modules: &self.modules,
+            stack,
+            last_fp: None,
+            scan_words: self.scan_words,
+        };
+        match ctx.check_return_address(caller.pc) {
+            Ok(()) => Ok(caller),
+            Err(problem) => {
+                if let Some(f) = frames.last_mut() {
+                    f.cfa = None;
+                }
+                let detail = EndDetail::ReturnAddress { address: caller.pc, problem };
+                Err((EndReason::BadReturnAddress, detail))
+            }
+        }
+    }
+
+    /// [`Unwinder::step`] out of line, for the fallback path.
+    #[inline(never)]
+    pub(super) fn step_cold<M: Memory + ?Sized>(
+        &mut self,
+        lookup: u64,
+        callee: &FrameState,
+        callee_regs: &Registers,
+        caller_regs: &mut Registers,
+        mem: &mut M,
+        frames: &mut [Frame],
+    ) -> Step {
+        with_arch!(self.arch, A => {
+            self.step::<M, true, A>(lookup, callee, callee_regs, caller_regs, mem, frames)
+        })
+    }
+}

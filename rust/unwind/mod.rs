@@ -1,0 +1,620 @@
+//! The unwind loop: from a frame's registers, find the rules for its pc,
+//! compute the CFA, recover the caller's registers, repeat.
+
+mod apply;
+mod fallback_walk;
+mod frame;
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use gimli::UnwindContext;
+
+use crate::arch::Arch;
+use crate::cfi::{FullRow, LookupError, Module, Rules};
+use crate::fallback::Strategies;
+pub use crate::fallback::{FpProblem, RaProblem, Strategy, UnknownStrategy};
+use crate::memory::Memory;
+use crate::modules::ModuleSet;
+pub use crate::modules::OverlapError;
+use crate::registers::Registers;
+pub use crate::rule_cache::Stats;
+use crate::rule_cache::{PackedRow, RuleCache};
+use apply::{apply, apply_in_place, apply_saved, fast_step, finish, Fast};
+pub use frame::{End, EndDetail, EndReason, Frame, Trust};
+
+/// Unwinds stacks for one architecture over a set of modules. One
+/// `Unwinder` keeps its caches warm across calls; it is not `Sync`: use one
+/// per thread (the modules themselves are shared through `Arc`).
+pub struct Unwinder {
+    arch: Arch,
+    modules: Arc<ModuleSet>,
+    ctx: Box<UnwindContext<usize>>,
+    cache: RuleCache,
+    strategies: Strategies,
+    scan_words: usize,
+}
+
+/// The architectures as const generic parameters: the walk is compiled once
+/// for each, so that its word size, address mask and register columns are
+/// constants rather than a match on the unwinder's architecture per use.
+const X86_64: u8 = 0;
+const AARCH64: u8 = 1;
+const I386: u8 = 2;
+
+/// `$body` with `$a` the const parameter ([`arch_of`]) of the architecture `$arch`.
+macro_rules! with_arch {
+    ($arch:expr, $a:ident => $body:expr) => {
+        match $arch {
+            $crate::arch::Arch::X86_64 => {
+                const $a: u8 = $crate::unwind::X86_64;
+                $body
+            }
+            $crate::arch::Arch::Aarch64 => {
+                const $a: u8 = $crate::unwind::AARCH64;
+                $body
+            }
+            $crate::arch::Arch::I386 => {
+                const $a: u8 = $crate::unwind::I386;
+                $body
+            }
+        }
+    };
+}
+use with_arch;
+
+#[inline(always)]
+const fn arch_of(a: u8) -> Arch {
+    match a {
+        AARCH64 => Arch::Aarch64,
+        I386 => Arch::I386,
+        _ => Arch::X86_64,
+    }
+}
+
+/// The module index the rule cache records for an address no FDE covers.
+const NO_FDE: usize = u32::MAX as usize;
+const NO_FDE_ROW: PackedRow = PackedRow::EMPTY;
+
+/// How many stack words a scan looks at by default.
+pub const DEFAULT_SCAN_WORDS: usize = 1024;
+
+/// The frames a walk may find when neither a limit is given nor the memory
+/// says which captured region holds the stack pointer (a closure, or an sp
+/// outside every region): what the usual 8 MiB stack limit holds of 8-byte
+/// words, plus one.
+pub const UNKNOWN_STACK_FRAMES: usize = (8 << 20) / 8 + 1;
+
+/// The most frames a walk from stack pointer `sp` over `mem` can find, when
+/// no limit is given: what the captured stack can hold, each frame past the
+/// first taking at least one word of it (a return address on x86, a frame
+/// record on aarch64). That is the words from `sp` to the end of the captured
+/// region holding it, plus one (plus one more where a leaf's caller is in a
+/// link register: an aarch64 frame 0 at the very end of the capture still has
+/// one); [`UNKNOWN_STACK_FRAMES`] where no region holds it. It bounds every
+/// walk whatever the memory holds: a CFA that loops at one sp (past signal
+/// frames, where the sp may stay) still ends.
+pub fn stack_frame_bound<M: Memory + ?Sized>(arch: Arch, sp: u64, mem: &mut M) -> usize {
+    let Some((_, end)) = mem.region_of(sp) else { return UNKNOWN_STACK_FRAMES };
+    let words = usize::try_from(end.saturating_sub(sp) / arch.word_size()).unwrap_or(usize::MAX);
+    let leaf = usize::from(arch.link_register().is_some());
+    words.saturating_add(1 + leaf)
+}
+
+/// What the fallback strategies keep across the frames of one walk.
+struct WalkState<'a> {
+    /// The captured region holding frame 0's sp (None inside: unknown),
+    /// once a fallback needed it.
+    stack: &'a mut Option<Option<(u64, u64)>>,
+    /// The frame pointer the last frame-pointer step used.
+    last_fp: &'a mut Option<u64>,
+}
+
+/// The frame being unwound.
+struct FrameState {
+    pc: u64,
+    sp: u64,
+    /// Frame 0, or interrupted by a signal: its pc was not a return address.
+    interrupted: bool,
+    /// False where sp is only a lower bound (an aarch64 frame found by its
+    /// callee's frame record or by scanning).
+    sp_exact: bool,
+    trust: Trust,
+}
+
+/// Where a walk starts: the frame to unwind first (already in the frames),
+/// its registers in `files[0]` (`files[1]` is the caller's, for the walks
+/// that need two), and the end the walk gives if it stops at once.
+struct Start {
+    callee: FrameState,
+    files: [Registers; 2],
+    end: End,
+}
+
+/// The caller found by one step (its registers are written in place).
+struct Caller {
+    pc: u64,
+    sp: u64,
+    /// The callee's CIE marks a signal frame: the caller was interrupted.
+    interrupted: bool,
+    sp_exact: bool,
+}
+
+impl Caller {
+    /// The caller's frame, its CFA not known yet.
+    #[inline(always)]
+    fn frame(&self, trust: Trust) -> Frame {
+        let (pc, sp, interrupted) = (self.pc, self.sp, self.interrupted);
+        Frame { pc, sp, cfa: None, trust, interrupted, signal_frame: false }
+    }
+}
+
+type Step = Result<Caller, (EndReason, EndDetail)>;
+
+impl Unwinder {
+    pub fn new(arch: Arch) -> Self {
+        Unwinder {
+            arch,
+            modules: Arc::new(ModuleSet::new()),
+            ctx: Box::new(UnwindContext::new()),
+            cache: RuleCache::new(),
+            strategies: Strategies::new(&[Strategy::Cfi]),
+            scan_words: DEFAULT_SCAN_WORDS,
+        }
+    }
+
+    /// A new unwinder over the same modules, strategies and scan window, with
+    /// caches of its own: one per worker thread of a batch.
+    pub fn worker(&self) -> Self {
+        Unwinder {
+            arch: self.arch,
+            modules: self.modules.clone(),
+            ctx: Box::new(UnwindContext::new()),
+            cache: RuleCache::new(),
+            strategies: self.strategies,
+            scan_words: self.scan_words,
+        }
+    }
+
+    /// Walk as `base` walks (its modules, strategies and scan window),
+    /// keeping this unwinder's caches: a worker thread's unwinder, reused
+    /// from batch to batch (the rule cache is keyed by module set, so what
+    /// it holds stays right).
+    pub fn follow(&mut self, base: &Unwinder) {
+        self.modules = base.modules.clone();
+        self.strategies = base.strategies;
+        self.scan_words = base.scan_words;
+    }
+
+    /// The ways a frame's caller is looked for, tried in this order for
+    /// every frame (CFI first wherever it covers the pc, as crash processors
+    /// do: `[Cfi, FramePointer, Scan]`). A new unwinder uses CFI alone.
+    /// Repeats are dropped; an empty list leaves only frame 0.
+    pub fn set_strategies(&mut self, order: &[Strategy]) {
+        self.strategies = Strategies::new(order);
+    }
+
+    pub fn strategies(&self) -> &[Strategy] {
+        self.strategies.as_slice()
+    }
+
+    /// How many stack words a scan looks at above a frame's sp (default
+    /// [`DEFAULT_SCAN_WORDS`]).
+    pub fn set_scan_words(&mut self, words: usize) {
+        self.scan_words = words;
+    }
+
+    pub fn scan_words(&self) -> usize {
+        self.scan_words
+    }
+
+    pub fn arch(&self) -> Arch {
+        self.arch
+    }
+
+    pub fn modules(&self) -> &[Arc<Module>] {
+        self.modules.modules()
+    }
+
+    /// The module set walks use now.
+    pub fn module_set(&self) -> &Arc<ModuleSet> {
+        &self.modules
+    }
+
+    /// Walk over another set of modules (another process of a profile). The
+    /// rule cache is keyed by set, so nothing cached is lost or misused.
+    pub fn set_modules(&mut self, modules: Arc<ModuleSet>) {
+        self.modules = modules;
+    }
+
+    /// Add a module; its runtime range must not overlap one already added.
+    pub fn add_module(&mut self, module: Arc<Module>) -> Result<(), OverlapError> {
+        self.modules = Arc::new(self.modules.with_module(module)?);
+        Ok(())
+    }
+
+    /// Hits and misses of the rule cache since the unwinder was made.
+    pub fn cache_stats(&self) -> Stats {
+        self.cache.stats
+    }
+
+    /// The index of the module whose range holds `pc`.
+    pub fn module_index(&self, pc: u64) -> Option<usize> {
+        self.modules.index_of(pc)
+    }
+
+    /// The rules in force at runtime address `pc`, with the FDE's runtime
+    /// range: for introspection and tests (bypasses the cache).
+    pub fn row_at(&mut self, pc: u64) -> Result<(usize, FullRow, Range<u64>), LookupError> {
+        let index = self.module_index(pc).ok_or(LookupError::NoFde)?;
+        let module = &self.modules.modules()[index];
+        let (row, range) = module.find_full_row(pc.wrapping_sub(module.bias), &mut self.ctx)?;
+        let bias = module.bias;
+        Ok((index, row, range.start.wrapping_add(bias)..range.end.wrapping_add(bias)))
+    }
+
+    /// Unwind from `pc` and `regs` (which must hold the stack pointer),
+    /// reading memory through `mem`. The frames go into `frames` (cleared
+    /// first, so one vector can be reused without allocating): at most
+    /// `max_frames`, or, when None, as many as the captured stack can hold
+    /// ([`stack_frame_bound`]).
+    pub fn unwind<M: Memory + ?Sized>(
+        &mut self,
+        pc: u64,
+        regs: &Registers,
+        mem: &mut M,
+        max_frames: Option<usize>,
+        frames: &mut Vec<Frame>,
+    ) -> End {
+        frames.clear();
+        let arch = self.arch;
+        let mut end = End {
+            reason: EndReason::FrameLimit,
+            frame: 0,
+            lookup_pc: pc,
+            module: None,
+            detail: EndDetail::None,
+        };
+        let Some(sp) = regs.get(arch.sp()) else {
+            end.reason = EndReason::MissingRegister;
+            end.detail = EndDetail::Register(arch.sp());
+            return end;
+        };
+        let max_frames = max_frames.unwrap_or_else(|| stack_frame_bound(arch, sp, mem));
+        if max_frames == 0 {
+            return end;
+        }
+        let callee =
+            FrameState { pc, sp, interrupted: true, sp_exact: true, trust: Trust::Context };
+        // Two register files, the callee's and the caller's, swapped by
+        // index rather than by copying.
+        let mut files = [*regs, Registers::new()];
+        if let Some(col) = arch.pc_column() {
+            files[0].set(col, pc);
+        }
+        frames.push(Frame {
+            pc,
+            sp,
+            cfa: None,
+            trust: Trust::Context,
+            interrupted: true,
+            signal_frame: false,
+        });
+        // CFI alone (the profiler's walk) is compiled without the fallback
+        // path, so it costs nothing there.
+        if self.strategies.as_slice() == [Strategy::Cfi] {
+            self.walk_arch::<M, false>(Start { callee, files, end }, mem, max_frames, frames)
+        } else {
+            self.walk_arch::<M, true>(Start { callee, files, end }, mem, max_frames, frames)
+        }
+    }
+
+    /// [`Unwinder::unwind`] for a sample, which may land anywhere, also in
+    /// code without CFI that calls nothing (hand-written assembly, a
+    /// module's `_init`, clone3 right after its system call): where CFI
+    /// has no FDE for frame 0's pc, frame 0 is taken for a leaf that has
+    /// not touched the stack, as profilers do (framehop's "just return if
+    /// first frame" rule). Its return address is at sp (x86) or in lr
+    /// (aarch64), checked as the frame-pointer strategy checks a leaf frame
+    /// 0 (a plausible return address right after a call that calls the
+    /// pc's function, or into another module), and the frame gets that
+    /// strategy's trust, [`Trust::FramePointer`]. The walk goes on from the
+    /// caller with the fallback path's checks: CFI applied to the caller
+    /// must give a plausible return address too. Where there is none, the
+    /// walk ends at frame 0 as [`Unwinder::unwind`] ends it.
+    ///
+    /// A method of its own rather than an option of `unwind`, whose code
+    /// (every other caller's walk) stays exactly as it is.
+    pub fn unwind_sample<M: Memory + ?Sized>(
+        &mut self,
+        pc: u64,
+        regs: &Registers,
+        mem: &mut M,
+        max_frames: Option<usize>,
+        frames: &mut Vec<Frame>,
+    ) -> End {
+        let end = self.unwind(pc, regs, mem, max_frames, frames);
+        // Matched, not compared: `==` is a call that takes the end's address.
+        let no_fde = matches!(end.detail, EndDetail::Lookup(LookupError::NoFde));
+        if no_fde && frames.len() == 1 {
+            return self.leaf_walk(regs, mem, max_frames, frames);
+        }
+        end
+    }
+
+    /// [`Unwinder::walk`] compiled for this unwinder's architecture.
+    #[inline(always)]
+    fn walk_arch<M: Memory + ?Sized, const FALLBACK: bool>(
+        &mut self,
+        start: Start,
+        mem: &mut M,
+        max_frames: usize,
+        frames: &mut Vec<Frame>,
+    ) -> End {
+        with_arch!(self.arch, A => {
+            if FALLBACK {
+                self.walk::<M, true, A>(start, mem, max_frames, frames)
+            } else {
+                self.walk_cfi::<M, A>(start, mem, max_frames, frames)
+            }
+        })
+    }
+
+    /// [`Unwinder::walk`] for CFI alone (the default, and the profiler's):
+    /// a frame's registers are always in `files[0]`, and the commonest rows
+    /// ([`Saved`]) found in the rule cache recover the caller's in place,
+    /// with no second register file to fill. Where CFI fails, the walk ends,
+    /// so the callee's registers are never needed after its step.
+    fn walk_cfi<M: Memory + ?Sized, const A: u8>(
+        &mut self,
+        start: Start,
+        mem: &mut M,
+        max_frames: usize,
+        frames: &mut Vec<Frame>,
+    ) -> End {
+        let Start { mut callee, mut files, mut end } = start;
+        let generation = self.modules.generation();
+        // The fast steps' cache hits, added to the counts once.
+        let mut hits = 0;
+        let end = loop {
+            let lookup = if callee.interrupted { callee.pc } else { callee.pc.wrapping_sub(1) };
+            let key = (lookup, generation);
+            let stepped = match fast_step::<M, A>(
+                &mut self.cache,
+                key,
+                &callee,
+                &mut files[0],
+                mem,
+                frames,
+            ) {
+                Fast::Next { pc, sp, interrupted } => {
+                    hits += 1;
+                    if frames.len() >= max_frames {
+                        end.frame = frames.len() - 1;
+                        end.lookup_pc = lookup;
+                        end.reason = EndReason::FrameLimit;
+                        end.detail = EndDetail::None;
+                        break end;
+                    }
+                    let (trust, signal_frame, cfa) = (Trust::Cfi, false, None);
+                    frames.push(Frame { pc, sp, cfa, trust, interrupted, signal_frame });
+                    callee.pc = pc;
+                    callee.sp = sp;
+                    callee.interrupted = interrupted;
+                    continue;
+                }
+                Fast::Stop { ra_column, signal_frame } => {
+                    hits += 1;
+                    let arch = arch_of(A);
+                    finish(arch, ra_column, None, signal_frame, &callee, &mut files[0])
+                }
+                Fast::Slow => self.slow_step::<M, A>(key, &callee, &mut files, mem, frames),
+            };
+            end.frame = frames.len() - 1;
+            end.lookup_pc = lookup;
+            match stepped {
+                Err((reason, detail)) => {
+                    end.module = self.end_module_index(lookup, generation);
+                    end.reason = reason;
+                    end.detail = detail;
+                    break end;
+                }
+                Ok(caller) => {
+                    if frames.len() >= max_frames {
+                        end.reason = EndReason::FrameLimit;
+                        end.detail = EndDetail::None;
+                        break end;
+                    }
+                    frames.push(caller.frame(Trust::Cfi));
+                    callee.pc = caller.pc;
+                    callee.sp = caller.sp;
+                    callee.interrupted = caller.interrupted;
+                }
+            }
+        };
+        self.cache.add_hits(hits);
+        end
+    }
+
+    /// A step of [`Unwinder::walk_cfi`] that [`fast_step`] did not take:
+    /// the rule cache's other rows, or a miss. The caller's registers go to
+    /// `files[0]`.
+    #[inline(never)]
+    fn slow_step<M: Memory + ?Sized, const A: u8>(
+        &mut self,
+        (lookup, generation): (u64, u64),
+        callee: &FrameState,
+        files: &mut [Registers; 2],
+        mem: &mut M,
+        frames: &mut [Frame],
+    ) -> Step {
+        if let Some(step) = self.step_cached::<M, A>(lookup, generation, callee, files, mem, frames)
+        {
+            return step;
+        }
+        let [a, b] = files;
+        let step = self.step::<M, false, A>(lookup, callee, a, b, mem, frames);
+        if step.is_ok() {
+            *a = *b;
+        }
+        step
+    }
+
+    /// The module of `lookup` for a walk's end: the one its cached rules
+    /// came from, else found by search.
+    #[inline(always)]
+    fn end_module_index(&mut self, lookup: u64, generation: u64) -> Option<usize> {
+        match self.cache.peek(lookup, generation) {
+            Some(m) if m != NO_FDE => Some(m),
+            _ => self.module_index(lookup),
+        }
+    }
+
+    /// One step of [`Unwinder::walk_cfi`] from the rule cache: None on a
+    /// miss (nothing done, nothing counted). The caller's registers go to
+    /// `files[0]`.
+    #[inline(always)]
+    fn step_cached<M: Memory + ?Sized, const A: u8>(
+        &mut self,
+        lookup: u64,
+        generation: u64,
+        callee: &FrameState,
+        files: &mut [Registers; 2],
+        mem: &mut M,
+        frames: &mut [Frame],
+    ) -> Option<Step> {
+        let (m, row) = self.cache.get(lookup, generation)?;
+        if m == NO_FDE {
+            return Some(Err((EndReason::NoUnwindInfo, EndDetail::Lookup(LookupError::NoFde))));
+        }
+        let [a, b] = files;
+        if let Some(saved) = row.saved() {
+            let (ra, signal_frame) = (row.ra(), row.signal_frame());
+            if let Some(step) =
+                apply_in_place::<M, A>(&saved, (ra, signal_frame), callee, a, mem, frames)
+            {
+                return Some(step);
+            }
+        }
+        let step =
+            apply::<M, _, false>(arch_of(A), (&self.modules, m), row, callee, a, b, mem, frames);
+        if step.is_ok() {
+            *a = *b;
+        }
+        Some(step)
+    }
+
+    /// Unwind one frame: find the rules for `lookup` in module `m` (cached),
+    /// then recover the caller into `caller_regs`.
+    // The hot path: the state is passed as borrowed pieces rather than
+    // bundled, so that the two register files can be borrowed apart.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn step<M: Memory + ?Sized, const FALLBACK: bool, const A: u8>(
+        &mut self,
+        lookup: u64,
+        callee: &FrameState,
+        callee_regs: &Registers,
+        caller_regs: &mut Registers,
+        mem: &mut M,
+        frames: &mut [Frame],
+    ) -> Step {
+        // The cache is keyed by address alone: it is cleared whenever the
+        // modules change, so a hit also names the module, without a search.
+        let generation = self.modules.generation();
+        if let Some((m, row)) = self.cache.get(lookup, generation) {
+            if m == NO_FDE {
+                return Err((EndReason::NoUnwindInfo, EndDetail::Lookup(LookupError::NoFde)));
+            }
+            // The commonest rows, where the callee's sp is exact (always,
+            // in the CFI-only walk), by the short way.
+            if !FALLBACK || callee.sp_exact {
+                if let Some(saved) = row.saved() {
+                    let signal_frame = row.signal_frame();
+                    let ra = row.ra();
+                    return apply_saved::<M, A>(
+                        &saved,
+                        (ra, signal_frame),
+                        callee,
+                        callee_regs,
+                        caller_regs,
+                        mem,
+                        frames,
+                    );
+                }
+            }
+            return apply::<M, _, FALLBACK>(
+                arch_of(A),
+                (&self.modules, m),
+                row,
+                callee,
+                callee_regs,
+                caller_regs,
+                mem,
+                frames,
+            );
+        }
+        if let Some((m, row)) = self.cache.get_wide(lookup, generation) {
+            return apply::<M, _, FALLBACK>(
+                arch_of(A),
+                (&self.modules, m),
+                row,
+                callee,
+                callee_regs,
+                caller_regs,
+                mem,
+                frames,
+            );
+        }
+        // A module whose file is missing has rules only from its Breakpad
+        // symbol file's STACK CFI records, if it has one.
+        let usable = |m: &Module| !m.is_missing() || m.has_breakpad_cfi();
+        let Some(m) = self.module_index(lookup).filter(|&m| usable(&self.modules.modules()[m]))
+        else {
+            return Err((EndReason::NoModule, EndDetail::Address(lookup)));
+        };
+        self.cache.record_miss();
+        let module = &self.modules.modules()[m];
+        let row = match module.find_row(lookup.wrapping_sub(module.bias), &mut self.ctx) {
+            Ok((row, _)) => row,
+            // Where the STACK CFI records say nothing, as where there are
+            // none (a signal trampoline's CFI is not in them).
+            Err(LookupError::NoFde) if module.is_missing() => {
+                return Err((EndReason::NoModule, EndDetail::Address(lookup)));
+            }
+            Err(LookupError::NoFde) => {
+                // Remembered too: code without CFI is walked by the
+                // fallback strategies, which should not search for an FDE
+                // again at every frame.
+                self.cache.insert(lookup, generation, NO_FDE, NO_FDE_ROW);
+                return Err((EndReason::NoUnwindInfo, EndDetail::Lookup(LookupError::NoFde)));
+            }
+            Err(e) => return Err((EndReason::BadCfi, EndDetail::Lookup(e))),
+        };
+        match PackedRow::pack(&row, arch_of(A).sp()) {
+            Some(packed) => self.cache.insert(lookup, generation, m, packed),
+            None => self.cache.insert_wide(lookup, generation, m, row),
+        }
+        apply::<M, _, FALLBACK>(
+            arch_of(A),
+            (&self.modules, m),
+            &row,
+            callee,
+            callee_regs,
+            caller_regs,
+            mem,
+            frames,
+        )
+    }
+
+    /// A one-line account of how a walk ended.
+    pub fn describe(&self, end: &End) -> String {
+        let module = end.module.and_then(|m| self.modules().get(m));
+        end.describe(self.arch, module.map(|m| m.name.as_str()))
+    }
+
+    /// The module a walk's end refers to, if any.
+    pub fn end_module(&self, end: &End) -> Option<Arc<Module>> {
+        end.module.and_then(|m| self.modules().get(m)).cloned()
+    }
+}
