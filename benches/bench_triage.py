@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 from bench_core import small_cores  # noqa: F401  (a fixture)
 
-SPOOL_CORES = 1000  # files when the benchmarks run for real
+SPOOL_CORES = 4000  # files when the benchmarks run for real (the fixed costs, Dask's import and
+# connection above all, small beside the work)
 SPOOL_CORES_SMOKE = 8  # and in the test run's smoke pass
 STORE_CRASHES = 100_000
 STORE_CRASHES_SMOKE = 500
