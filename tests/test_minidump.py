@@ -644,3 +644,26 @@ def test_rust_minidumps_public_linux_dump() -> None:
     assert [[t["frames"][0][k] for k in first] for t in mine["threads"]] == [
         [t["frames"][0][k] for k in first] for t in ref["threads"]
     ]
+
+
+def test_a_python_minidump_says_why_it_has_no_python_frames(dumps: Dumps) -> None:
+    """A minidump holds the threads' stacks, not the interpreter's heap: its Python frames
+    cannot be read, and the document says why (the same native frames as --native-only gives)
+    instead of guessing; the core of the same stop, which has the heap, gives them."""
+    made = dumps("python")
+    doc = ours(made)
+    assert doc["python"]["version"] == "3.11", doc["python"]
+    assert re.fullmatch(r"_PyRuntime at 0x[0-9a-f]+ is not in the memory captured",
+                        doc["python"]["error"]), doc["python"]  # fmt: skip
+    assert all(f["kind"] == "native" for t in doc["threads"] for f in t["frames"])
+    native = ours(made, "--native-only")
+    assert [[f["pc"] for f in t["frames"]] for t in doc["threads"]] == [
+        [f["pc"] for f in t["frames"]] for t in native["threads"]
+    ]
+    text = stackwalk_minidump(made.path)
+    assert "Python 3.11: no Python frames: _PyRuntime at" in text.stdout, text.stdout
+    core = stackwalk_core(made.core, "--json")
+    assert core.returncode == 0, core.stderr
+    from_core = json.loads(core.stdout)
+    assert from_core["python"]["error"] is None, from_core["python"]
+    assert any(f["kind"] == "python" for t in from_core["threads"] for f in t["frames"])

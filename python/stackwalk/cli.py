@@ -712,6 +712,7 @@ def _add_minidump(sub: Any) -> None:
         default="stackwalk",
         help="the JSON's shape: stackwalk's (as core's), or what minidump-stackwalk --json prints",
     )
+    _add_python_mode(m)
     m.set_defaults(func=cmd_minidump)
 
 

@@ -184,10 +184,7 @@ impl<M: ReadMemory> Walker<'_, M> {
         let l = self.layout;
         let runtime = self.symbols.runtime;
         let head = self.r.u64(runtime + l.runtime_interpreters_head).ok_or_else(|| {
-            PyError::State(format!(
-                "_PyRuntime at {} is not in the memory captured: no Python frames",
-                hex(runtime)
-            ))
+            PyError::State(format!("_PyRuntime at {} is not in the memory captured", hex(runtime)))
         })?;
         if head == 0 {
             return Err(PyError::State(

@@ -180,10 +180,7 @@ fn a_code_object_of_the_wrong_type_stops_the_thread() {
 fn missing_and_zeroed_memory_are_errors_with_reasons() {
     let empty = Mem::default();
     let e = read_state(&empty, &symbols()).unwrap_err();
-    assert_eq!(
-        e.to_string(),
-        "_PyRuntime at 0x100000 is not in the memory captured: no Python frames"
-    );
+    assert_eq!(e.to_string(), "_PyRuntime at 0x100000 is not in the memory captured");
     let mut zeroed = interpreter();
     zeroed.u64(RUNTIME + L.runtime_interpreters_head, 0);
     let e = read_state(&zeroed, &symbols()).unwrap_err();
