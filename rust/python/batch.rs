@@ -4,7 +4,6 @@
 
 use std::sync::Arc;
 
-use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::PyIndexError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyMemoryView};
@@ -41,7 +40,7 @@ pub(super) struct Stack {
 
 enum StackMemory {
     Mapped(Arc<SegmentMemory>),
-    Buffers(Vec<(u64, PyBuffer<u8>)>),
+    Buffers(Vec<(u64, super::unwinder::HeldBytes)>),
 }
 
 impl Stack {
@@ -50,15 +49,8 @@ impl Stack {
             StackMemory::Mapped(m) => m.regions(),
             StackMemory::Buffers(buffers) => {
                 let mut regions = Regions::new();
-                for (start, buf) in buffers {
-                    // SAFETY: each buffer is C-contiguous (checked when taken) and
-                    // held by this Stack, which keeps the exporter's memory alive
-                    // and in place (an exported bytearray cannot be resized) for
-                    // as long as the regions borrow it.
-                    let bytes = unsafe {
-                        std::slice::from_raw_parts(buf.buf_ptr() as *const u8, buf.len_bytes())
-                    };
-                    regions.add(*start, bytes);
+                for (start, held) in buffers {
+                    regions.add(*start, held.as_slice());
                 }
                 regions
             }

@@ -313,13 +313,8 @@ impl PyUnwinder {
             Some(m) => m.regions(),
             None => Regions::new(),
         };
-        for (start, buf) in &buffers {
-            // SAFETY: each PyBuffer is C-contiguous (checked) and is held,
-            // keeping the exporter's memory alive and in place, until the
-            // end of this call; the GIL is held, so no Python code runs.
-            let bytes =
-                unsafe { std::slice::from_raw_parts(buf.buf_ptr() as *const u8, buf.len_bytes()) };
-            regions.add(*start, bytes);
+        for (start, held) in &buffers {
+            regions.add(*start, held.as_slice());
         }
         let (inner, frames) = (&mut self.inner, &mut self.frames);
         let end =
@@ -368,7 +363,7 @@ impl PyUnwinder {
         let (pc, registers) = extract_registers(self.inner.arch(), regs)?;
         let owned: Vec<(u64, Vec<u8>)> = extract_buffers(memory)?
             .into_iter()
-            .map(|(start, buf)| Ok((start, buf.to_vec(py)?)))
+            .map(|(start, held)| Ok((start, held.as_slice().to_vec())))
             .collect::<PyResult<_>>()?;
         let (inner, frames) = (&mut self.inner, &mut self.frames);
         Ok(py.detach(move || {
@@ -667,15 +662,49 @@ pub(super) fn registers_by_name(
     Ok((pc, registers))
 }
 
-pub(super) fn extract_buffers(memory: &Bound<'_, PyAny>) -> PyResult<Vec<(u64, PyBuffer<u8>)>> {
+/// A memory region's bytes, held: a `bytes` object as it is (immutable; no
+/// buffer export, the common case at a fraction of its cost), else any
+/// C-contiguous buffer (bytearray, memoryview, mmap, numpy), exported.
+pub(super) struct HeldBytes {
+    ptr: *const u8,
+    len: usize,
+    _keep: Keep,
+}
+
+enum Keep {
+    Bytes(#[allow(dead_code)] Py<PyBytes>),
+    Buffer(#[allow(dead_code)] PyBuffer<u8>),
+}
+
+// SAFETY: the bytes are those of an immutable `bytes` object or of an
+// exported buffer (its exporter cannot resize or free it while exported),
+// kept alive by `_keep` as long as this value lives; reading them needs no
+// GIL.
+unsafe impl Send for HeldBytes {}
+// SAFETY: as above; the bytes are only read.
+unsafe impl Sync for HeldBytes {}
+
+impl HeldBytes {
+    pub(super) fn as_slice(&self) -> &[u8] {
+        // SAFETY: `ptr` and `len` describe the held object's bytes (see above).
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+pub(super) fn extract_buffers(memory: &Bound<'_, PyAny>) -> PyResult<Vec<(u64, HeldBytes)>> {
     let mut out = Vec::new();
-    for (i, item) in memory.try_iter()?.enumerate() {
-        let item = item?;
+    let mut take = |i: usize, item: &Bound<'_, PyAny>| -> PyResult<()> {
         let (start, data): (u64, Bound<'_, PyAny>) = item.extract().map_err(|_| {
             MemoryReadError::new_err(format!(
                 "memory region {i} is not a (start address, bytes-like) pair"
             ))
         })?;
+        if let Ok(bytes) = data.cast::<PyBytes>() {
+            let slice = bytes.as_bytes();
+            let (ptr, len) = (slice.as_ptr(), slice.len());
+            out.push((start, HeldBytes { ptr, len, _keep: Keep::Bytes(bytes.clone().unbind()) }));
+            return Ok(());
+        }
         let buf = PyBuffer::<u8>::get(&data).map_err(|e| {
             MemoryReadError::new_err(format!(
                 "memory region {i} at {start:#x} is not a byte buffer: {e}"
@@ -686,7 +715,19 @@ pub(super) fn extract_buffers(memory: &Bound<'_, PyAny>) -> PyResult<Vec<(u64, P
                 "memory region {i} at {start:#x} is not contiguous"
             )));
         }
-        out.push((start, buf));
+        let (ptr, len) = (buf.buf_ptr() as *const u8, buf.len_bytes());
+        out.push((start, HeldBytes { ptr, len, _keep: Keep::Buffer(buf) }));
+        Ok(())
+    };
+    // A list (the usual form) is read without the iterator protocol.
+    if let Ok(list) = memory.cast::<pyo3::types::PyList>() {
+        for (i, item) in list.iter().enumerate() {
+            take(i, &item)?;
+        }
+    } else {
+        for (i, item) in memory.try_iter()?.enumerate() {
+            take(i, &item?)?;
+        }
     }
     Ok(out)
 }
