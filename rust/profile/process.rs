@@ -58,31 +58,19 @@ impl Profiler {
         }
         let file = self.file(filename);
         let range = start..start.saturating_add(len);
-        let id = next_id();
-        let process = self.processes.entry(pid).or_default();
-        let mut modules = process.modules.without_range(range.clone());
         let bias = crate::space::bias(&file.loads, start, pgoff, 0x1000);
-        if let Some(info) = &file.unwind {
+        let module = file.unwind.as_ref().and_then(|info| {
             let elf_range = range.start.wrapping_sub(bias)..range.end.wrapping_sub(bias);
-            let name = file.symbols.path.to_string();
-            if let Ok(module) = Module::place(name, info.clone(), elf_range, bias) {
-                if let Ok(set) = modules.with_module(Arc::new(module)) {
-                    modules = set;
-                }
-            }
-        }
+            Module::place(file.symbols.path.to_string(), info.clone(), elf_range, bias).ok()
+        });
         let placed = Placed { range, bias, pgoff, file: file.symbols.clone(), doubtful: false };
-        let symbolizer = Arc::new(process.symbolizer.with_mapping(placed));
-        *process = Process { id, modules: Arc::new(modules), symbolizer, jit: process.jit };
+        self.install(pid, placed, module, None);
     }
 
     /// An anonymous executable mapping of a process with a perf map: JIT
     /// code, named by the map, without CFI (a module of code alone, so that
     /// return addresses into it are taken as in code).
     fn map_jit(&mut self, pid: i32, range: std::ops::Range<u64>, jit: &JitMap) {
-        let id = next_id();
-        let process = self.processes.entry(pid).or_default();
-        let mut modules = process.modules.without_range(range.clone());
         let code = vec![CodeSegment {
             address: range.start,
             size: range.end - range.start,
@@ -90,12 +78,7 @@ impl Profiler {
             file_size: 0,
         }];
         let info = Arc::new(UnwindInfo::without_file(self.arch, code));
-        let name = jit.file.path.to_string();
-        if let Ok(module) = Module::place(name, info, range.clone(), 0) {
-            if let Ok(set) = modules.with_module(Arc::new(module)) {
-                modules = set;
-            }
-        }
+        let module = Module::place(jit.file.path.to_string(), info, range.clone(), 0).ok();
         // Shown at their addresses, as perf script shows JIT code.
         let placed = Placed {
             range: range.clone(),
@@ -104,9 +87,33 @@ impl Profiler {
             file: jit.file.clone(),
             doubtful: false,
         };
-        let symbolizer = process.symbolizer.with_mapping(placed).with_perf_map(jit.map.clone());
+        self.install(pid, placed, module, Some(jit.map.clone()));
+    }
+
+    /// Process `pid`'s address space from now on: `placed` mapped over what
+    /// was there, with `module` for unwinding (None: no unwind info), and
+    /// `perf_map` naming its JIT code (the process then walks by frame
+    /// pointers where CFI is missing).
+    fn install(
+        &mut self,
+        pid: i32,
+        placed: Placed,
+        module: Option<Module>,
+        perf_map: Option<Arc<PerfMap>>,
+    ) {
+        let id = next_id();
+        let process = self.processes.entry(pid).or_default();
+        let mut modules = process.modules.without_range(placed.range.clone());
+        if let Some(set) = module.and_then(|m| modules.with_module(Arc::new(m)).ok()) {
+            modules = set;
+        }
+        let jit = process.jit || perf_map.is_some();
+        let mut symbolizer = process.symbolizer.with_mapping(placed);
+        if let Some(map) = perf_map {
+            symbolizer = symbolizer.with_perf_map(map);
+        }
         *process =
-            Process { id, modules: Arc::new(modules), symbolizer: Arc::new(symbolizer), jit: true };
+            Process { id, modules: Arc::new(modules), symbolizer: Arc::new(symbolizer), jit };
     }
 
     /// Process `pid`'s perf map (`perf-PID.map` in the options' directory),
@@ -138,18 +145,18 @@ impl Profiler {
             self.vdso.clone()
         } else {
             let recorded = self.recorded.get(filename).filter(|id| !id.is_empty()).cloned();
-            let mut data = crate::files::map(&file_path).ok().map(Arc::new);
-            if let (Some(want), Some(d)) = (&recorded, &data) {
-                let theirs = crate::elf::summarize(d).ok().and_then(|s| s.build_id);
-                if let Some(theirs) = theirs.filter(|t| !same_build_id(want, t)) {
+            let mut data = match recorded_file(&file_path, recorded.as_deref()) {
+                Ok(data) => data.map(Arc::new),
+                Err(theirs) => {
+                    let want = recorded.as_deref().unwrap_or_default();
                     self.summary.warnings.push(format!(
                         "{path} has build id {}, the recording's is {}: not used",
                         hex(&theirs),
                         hex(want)
                     ));
-                    data = None;
+                    None
                 }
-            }
+            };
             if let (None, Some(want)) = (&data, &recorded) {
                 let from_perf = perf_cached(want).map(|c| (c, "perf's build-id cache"));
                 let cached = from_perf
@@ -234,15 +241,10 @@ impl Profiler {
             if !path.starts_with('/') || id.is_empty() || is_anonymous(name) {
                 continue;
             }
-            let here = crate::files::map(std::path::Path::new(&path)).ok().filter(|d| {
-                crate::elf::summarize(d)
-                    .ok()
-                    .and_then(|s| s.build_id)
-                    .is_some_and(|t| same_build_id(id, &t))
-            });
+            let here = recorded_file(std::path::Path::new(&path), Some(id));
             let found = match here {
-                Some(_) => Some(std::path::PathBuf::from(&path)),
-                None => perf_cached(id).or_else(|| debuginfod_cached(id)).map(|(p, _)| p),
+                Ok(Some(_)) => Some(std::path::PathBuf::from(&path)),
+                _ => perf_cached(id).or_else(|| debuginfod_cached(id)).map(|(p, _)| p),
             };
             files.push((path, hex(id), found));
         }
@@ -283,6 +285,20 @@ impl Profiler {
             }
         }
     }
+}
+
+/// The file at `path` (None: missing or unreadable), unless it is another
+/// build than `want`, the build id the recording gives: then the build id it
+/// has. A file without a build id cannot be told apart, and is taken.
+fn recorded_file(path: &std::path::Path, want: Option<&[u8]>) -> Result<Option<Data>, Vec<u8>> {
+    let Ok(data) = crate::files::map(path) else { return Ok(None) };
+    if let Some(want) = want {
+        let theirs = crate::elf::summarize(&data).ok().and_then(|s| s.build_id);
+        if let Some(theirs) = theirs.filter(|t| !same_build_id(want, t)) {
+            return Err(theirs);
+        }
+    }
+    Ok(Some(data))
 }
 
 /// A file of build id `id` fetched before from debuginfod: its path in
