@@ -21,6 +21,7 @@ import json
 import os
 import random
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -315,24 +316,35 @@ def agreement(recording: Recording) -> dict[str, list[Pair]]:
 
 
 def is_reexec(recording: Recording, theirs: ScriptSample) -> bool:
-    """A sample of the program exec'd by a process perf already knew (see perfdata.py)."""
-    return recording.reexec is not None and theirs.comm == recording.reexec[0]
+    """A sample taken across an exec, where perf 6.1 unwinds with the wrong process image: of
+    the program exec'd by a process perf already knew (see perfdata.py), or any sample whose
+    frames perf places in its own executable (the perf process that forked the workload: a
+    sample right after the workload's exec, before perf saw its mappings)."""
+    if recording.reexec is not None and theirs.comm == recording.reexec[0]:
+        return True
+    return any(dso is not None and is_perf(dso) for dso, _ in theirs.user_addresses())
+
+
+@functools.cache
+def is_perf(path: str) -> bool:
+    """Whether a file is perf's own executable."""
+    perf = shutil.which(PERF)
+    return perf is not None and os.path.realpath(path) == os.path.realpath(perf)
 
 
 def reexec_excused(recordings: Recordings, recording: Recording, pairs: list[Pair]) -> list[Pair]:
-    """The samples of a program exec'd by a process perf already knew, where perf 6.1 is
-    unreliable (it stops early, or right after the exec unwinds with the mappings of the
-    program that exec'd, perf itself), each checked against perf on the same program recorded
-    on its own: our frames are in modules perf shows there or in the program's dynamic loader
-    (PT_INTERP, while it starts the program), and ours end where a fully unwound stack ends, in
-    ``_start`` (the program's or the loader's)."""
-    if recording.reexec is None:
-        return []
-    comm, workload = recording.reexec
-    alone = recordings(workload)
-    modules = {module for s in alone.script() for module, _ in s.user_addresses()}
-    modules |= {interpreter(alone.argv[0])}
+    """The samples taken across an exec (is_reexec), where perf 6.1 is unreliable (it stops
+    early, or right after the exec unwinds with the mappings of the program that exec'd, perf
+    itself), each checked against perf on the same program recorded on its own: our frames
+    are in modules perf shows there or in the program's dynamic loader (PT_INTERP, while it
+    starts the program), and ours end where a fully unwound stack ends, in ``_start`` (the
+    program's or the loader's)."""
     found = [(theirs, ours) for theirs, ours in pairs if is_reexec(recording, theirs)]
+    if not found:
+        return []
+    alone = recordings(recording.reexec[1]) if recording.reexec else recording
+    modules = {m for s in alone.script() for m, _ in s.user_addresses() if m and not is_perf(m)}
+    modules |= {interpreter(alone.argv[0])}
     for theirs, ours in found:
         user = [f for f in ours["frames"] if not f["kernel"]]
         if user and user[0]["function"] == "execve":
