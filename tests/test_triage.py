@@ -179,7 +179,8 @@ def test_a_rerun_reads_only_new_files_and_a_killed_run_resumes(
 ) -> None:
     """Half the spool, then all of it: the second run reads the new half only. A run killed
     while it writes leaves whole crashes only, and rerunning gives the same buckets and counts
-    as a run never interrupted."""
+    as a run never interrupted. The killed run's workers write the store themselves (--jobs
+    2), two writers at once; the rerun is one process."""
     files = sorted(spool.directory.iterdir())
     grown = tmp_path / "grown"
     grown.mkdir()
@@ -197,7 +198,7 @@ def test_a_rerun_reads_only_new_files_and_a_killed_run_resumes(
     killed = tmp_path / "killed.sqlite"
     run = subprocess.Popen(
         [sys.executable, "-m", "stackwalk", "triage", str(spool.directory), "--db", str(killed),
-         "--jobs", "1"],
+         "--jobs", "2"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )  # fmt: skip
     deadline = time.monotonic() + 300
@@ -216,7 +217,7 @@ def test_a_rerun_reads_only_new_files_and_a_killed_run_resumes(
     with CrashStore(killed) as store:
         partial = store.counts()[0]
     assert 0 < partial <= len(files) or run.returncode == 0
-    stackwalk_cli("triage", str(spool.directory), "--db", str(killed), "--jobs", "2")
+    stackwalk_cli("triage", str(spool.directory), "--db", str(killed), "--jobs", "1")
 
     def summary(path: Path) -> list[tuple[str, int]]:
         with CrashStore(path) as store:

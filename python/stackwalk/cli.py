@@ -463,7 +463,7 @@ def cmd_pid(args: argparse.Namespace) -> int:
 
 
 def cmd_triage(args: argparse.Namespace) -> int:
-    from stackwalk.triage import CrashStore, Options, triage
+    from stackwalk.triage import SUMMARY_KEYS, CrashStore, Options, triage
 
     options = Options(
         sysroot=args.sysroot,
@@ -485,8 +485,7 @@ def cmd_triage(args: argparse.Namespace) -> int:
         if args.json:
             import json
 
-            keys = ("path", "signature", "bucket", "error")
-            print(json.dumps({k: record.get(k) for k in keys}), flush=True)
+            print(json.dumps({k: record.get(k) for k in SUMMARY_KEYS}), flush=True)
         elif progress:
             print(f"\r{seen} crashes read", end="", file=sys.stderr, flush=True)
 

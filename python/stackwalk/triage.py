@@ -125,7 +125,8 @@ class CrashStore:
 
         self.path = os.fspath(path)
         try:
-            self._db = sqlite3.connect(self.path, isolation_level=None)
+            # Several processes may write at once (triage's workers): a writer waits its turn.
+            self._db = sqlite3.connect(self.path, isolation_level=None, timeout=600)
             self._db.execute("PRAGMA journal_mode = WAL")
             self._db.execute("PRAGMA synchronous = NORMAL")
             self._db.execute("PRAGMA foreign_keys = ON")
@@ -135,8 +136,9 @@ class CrashStore:
                     f"{self.path}: a crash store of schema {version}, this stackwalk's is "
                     f"{SCHEMA_VERSION}"
                 )
-            self._db.executescript(_SCHEMA)
-            self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            if version == 0:
+                self._db.executescript(_SCHEMA)
+                self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         except sqlite3.DatabaseError as e:
             raise StackwalkError(f"{self.path}: not a crash store ({e})") from None
 
@@ -487,8 +489,8 @@ def triage(
 ) -> tuple[int, int]:
     """Read every crash file under ``paths`` not stored yet into ``store``, on ``jobs``
     processes (or the Dask cluster at ``dask``, ``"local"`` for one on this machine).
-    ``each`` is called with each record written. (files stored, files that were stored
-    already, under their name or another)."""
+    ``each`` is called with each crash read (a dict with SUMMARY_KEYS at least). (files
+    stored, files that were stored already, under their name or another)."""
     files = crash_files(paths)
     stored_files = store.stored_files()
     todo = []
@@ -501,6 +503,16 @@ def triage(
         if (f, st.st_size, st.st_mtime) not in stored_files:
             todo.append(f)
     options.known_hashes = frozenset(store.content_hashes())
+    if dask is None and min(jobs or len(os.sched_getaffinity(0)), len(todo)) > 1:
+        # Worker processes store what they read themselves: nothing crosses back but a line
+        # per crash, and the writing is spread over the workers with the reading.
+        stored = 0
+        for added, summaries in _stored_by_workers(todo, store.path, options, jobs):
+            stored += added
+            if each is not None:
+                for summary in summaries:
+                    each(summary)
+        return stored, len(files) - stored
     stored = 0
     pending: list[dict[str, Any]] = []
 
@@ -512,7 +524,7 @@ def triage(
                 each(r)
         pending.clear()
 
-    for record in _records(todo, options, jobs, dask):
+    for record in _records(todo, options, dask):
         if record is None:
             continue  # its contents are stored under another name
         pending.append(record)
@@ -523,23 +535,49 @@ def triage(
 
 
 def _records(
-    files: Sequence[str], options: Options, jobs: int, dask: str | None
+    files: Sequence[str], options: Options, dask: str | None
 ) -> Iterator[dict[str, Any] | None]:
     if dask is not None:
         yield from _dask_records(files, options, dask)
         return
-    jobs = min(jobs or len(os.sched_getaffinity(0)), len(files))
-    if jobs <= 1:
-        for f in files:
-            yield process_file(f, options)
-        return
+    for f in files:
+        yield process_file(f, options)
+
+
+SUMMARY_KEYS = ("path", "signature", "bucket", "error")
+# Files per worker task: one transaction each, short enough that the other writers seldom
+# wait for it.
+_WORKER_TASK = 16
+
+
+def _stored_by_workers(
+    files: Sequence[str], db: str, options: Options, jobs: int
+) -> Iterator[tuple[int, list[dict[str, Any]]]]:
+    """``store_files`` over ``jobs`` processes (one per CPU for 0), tasks of a few files."""
     import functools
     import multiprocessing
 
+    jobs = min(jobs or len(os.sched_getaffinity(0)), len(files))
+    chunks = [files[i : i + _WORKER_TASK] for i in range(0, len(files), _WORKER_TASK)]
     # (Nothing is read here before the fork: a worker forked after the native core started
     # its thread pool would wait forever on threads it does not have.)
     with multiprocessing.get_context("fork").Pool(jobs) as pool:
-        yield from pool.imap(functools.partial(process_file, options=options), files, 8)
+        yield from pool.imap(functools.partial(store_files, db=db, options=options), chunks)
+
+
+_WORKER_STORES: dict[str, CrashStore] = {}
+
+
+def store_files(
+    paths: Sequence[str], db: str, options: Options
+) -> tuple[int, list[dict[str, Any]]]:
+    """``process_file`` of each path, stored into the store at ``db`` (this process's own
+    connection to it) in one transaction: (crashes stored, each record's SUMMARY_KEYS)."""
+    store = _WORKER_STORES.get(db)
+    if store is None:
+        store = _WORKER_STORES[db] = CrashStore(db)
+    records = [r for r in (process_file(p, options) for p in paths) if r is not None]
+    return store.add(records), [{k: r.get(k) for k in SUMMARY_KEYS} for r in records]
 
 
 def process_files(paths: Sequence[str], options: Options) -> list[dict[str, Any] | None]:
