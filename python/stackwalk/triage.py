@@ -586,9 +586,20 @@ def process_files(paths: Sequence[str], options: Options) -> list[dict[str, Any]
     return [process_file(path, options) for path in paths]
 
 
+def packed_records(paths: Sequence[str], options: Options) -> bytes:
+    """``process_files``, pickled by the worker: a cluster moves one bytes object per task
+    as it is, where a list of records would be walked (sized, pickled) object by object by
+    the worker's and the client's event loops, more than the records' own pickling costs."""
+    import pickle
+
+    return pickle.dumps(process_files(paths, options), protocol=pickle.HIGHEST_PROTOCOL)
+
+
 def _dask_records(
     files: Sequence[str], options: Options, address: str
 ) -> Iterator[dict[str, Any] | None]:
+    import pickle
+
     from stackwalk.errors import StackwalkError
 
     try:
@@ -607,9 +618,11 @@ def _dask_records(
             chunks = [files[i : i + size] for i in range(0, len(files), size)]
             # The options (with the known contents' hashes) go to each worker once.
             shared = client.scatter(options, broadcast=True)
-            futures = client.map(process_files, chunks, options=shared, pure=False)
-            for future in as_completed(futures):  # type: ignore[no-untyped-call]
-                yield from future.result()
+            futures = client.map(packed_records, chunks, options=shared, pure=False)
+            # Each result fetched by the client's own loop as its task ends, not on request.
+            done = as_completed(futures, with_results=True)  # type: ignore[no-untyped-call]
+            for _, packed in done:
+                yield from pickle.loads(packed)
     finally:
         if cluster is not None:
             cluster.close()
