@@ -51,6 +51,15 @@ __all__ = ["Core", "CoreError", "CoreModule", "Signal", "Thread"]
 
 
 _PF_X = 1
+
+
+def looks_like_python(path: str) -> bool:
+    """Whether a module's file is named like a CPython interpreter's (``python3.11``,
+    ``libpython3.13.so.1.0``): where ``stackwalk.pyframes`` looks for Python frames."""
+    name = os.path.basename(path).removesuffix(" (deleted)")
+    return name.startswith("python") or name.startswith("libpython")
+
+
 _AT_PHDR, _AT_ENTRY, _AT_EXECFN, _AT_SYSINFO_EHDR = 3, 9, 31, 33
 _FNAME_MAX = 15  # pr_fname's length without its NUL
 # Signals whose siginfo carries the faulting address (when si_code > 0: sent by the kernel).
@@ -795,9 +804,13 @@ class Core:
         its ``kind``, each thread ``gil`` (whether it holds the GIL), and the document
         ``python`` (the interpreter's version, or why its frames could not be read). A
         process that is not python's gets the document it gets with "native"."""
-        from stackwalk.pyframes import read_python, with_python_frames
+        pystate = None
+        if python != "native" and any(looks_like_python(m.path) and m.found for m in self.modules):
+            # (Imported only for a python process: dataclasses and inspect are a tenth of a
+            # small core's time.)
+            from stackwalk.pyframes import read_python, with_python_frames
 
-        pystate = read_python(self) if python != "native" else None
+            pystate = read_python(self)
         by_tid = {t.tid: t for t in pystate.threads} if pystate is not None else {}
         symbolizer = Symbolizer(
             (

@@ -81,10 +81,12 @@ class PythonState:
 def read_python(core: Core) -> PythonState | None:
     """The Python threads of ``core`` (a ``Core``, ``Process`` or ``Minidump``), None when no
     module of it is a CPython interpreter whose file is here."""
+    from stackwalk.core import looks_like_python
+
     for m in core.modules:
-        name = os.path.basename(m.path).removesuffix(" (deleted)")
-        if not (name.startswith("python") or name.startswith("libpython")) or not m.found:
+        if not looks_like_python(m.path) or not m.found:
             continue
+        name = os.path.basename(m.path).removesuffix(" (deleted)")
         file = m.file or m.path
         got = python_threads(core.memory, file, name, m.bias)
         if got is None:
