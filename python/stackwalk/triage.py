@@ -554,18 +554,31 @@ def _stored_by_workers(
     files: Sequence[str], db: str, options: Options, jobs: int
 ) -> Iterator[tuple[int, list[dict[str, Any]]]]:
     """``store_files`` over ``jobs`` processes (one per CPU for 0), tasks of a few files."""
-    import functools
     import multiprocessing
 
+    global _FORKED_WITH
     jobs = min(jobs or len(os.sched_getaffinity(0)), len(files))
     chunks = [files[i : i + _WORKER_TASK] for i in range(0, len(files), _WORKER_TASK)]
-    # (Nothing is read here before the fork: a worker forked after the native core started
-    # its thread pool would wait forever on threads it does not have.)
-    with multiprocessing.get_context("fork").Pool(jobs) as pool:
-        yield from pool.imap(functools.partial(store_files, db=db, options=options), chunks)
+    # The store and the options (with every stored content's hash: megabytes for a big store)
+    # reach the workers by the fork, not pickled into every task.
+    _FORKED_WITH = (db, options)
+    try:
+        # (Nothing is read here before the fork: a worker forked after the native core
+        # started its thread pool would wait forever on threads it does not have.)
+        with multiprocessing.get_context("fork").Pool(jobs) as pool:
+            yield from pool.imap(_store_forked, chunks)
+    finally:
+        _FORKED_WITH = None
 
 
+_FORKED_WITH: tuple[str, Options] | None = None
 _WORKER_STORES: dict[str, CrashStore] = {}
+
+
+def _store_forked(paths: Sequence[str]) -> tuple[int, list[dict[str, Any]]]:
+    assert _FORKED_WITH is not None, "a worker forked by _stored_by_workers"
+    db, options = _FORKED_WITH
+    return store_files(paths, db, options)
 
 
 def store_files(
