@@ -4,9 +4,14 @@ a C call back into Python, threads blocked in ``time.sleep``, ``Lock.acquire`` a
 ``select.select``, one busy in a loop holding the GIL) is stopped where each blocked thread has
 printed its own stack (``traceback.extract_stack``), and held to that, to ``pystack remote``
 (``--no-block``: its Python frames; blocking ``--native``: where they go among the native
-frames), and, for a ``gcore`` of it, to ``pystack core``. Two CPython 3.11 builds: the venv's
-(an interpreter linked to ``libpython3.11.so``) and Debian's ``/usr/bin/python3.11`` (libpython
-linked into the executable). 3.11 is the only version these tests can run here."""
+frames), and, for a ``gcore`` of it, to ``pystack core``. On every interpreter found: two
+CPython 3.11 builds, the venv's (an interpreter linked to ``libpython3.11.so``) and Debian's
+``/usr/bin/python3.11`` (libpython linked into the executable); and each CPython that
+tests/build_cpython.sh pins (3.13), built by .ci/setup into the cache directory with pystack in
+a venv of its own. A pinned version that is expected (its cache directory exists, or
+``STACKWALK_CPYTHON`` lists it) but not built fails its tests rather than leaving them out.
+3.14 cannot be had here (no source tarball, and Debian's binaries need a newer glibc): its
+structures are checked against its headers only (the Rust unit tests)."""
 
 from __future__ import annotations
 
@@ -38,12 +43,51 @@ LOOP_LINE = next(
 # or pselect6), from /proc/PID/task/TID/syscall.
 BLOCKED_IN = {"main": {0}, "sleep": {230}, "lock": {202}, "select": {23, 270}}
 
-INTERPRETERS = {
-    # pyenv's build behind the venv: python3.11 linked to libpython3.11.so.1.0
-    "libpython": os.path.realpath(sys.executable),
-    # Debian's: libpython linked into the executable
-    "executable": "/usr/bin/python3.11",
+CACHE = Path(os.environ.get("STACKWALK_CACHE") or Path.home() / ".cache" / "stackwalk")
+BUILD_SCRIPT = Path(__file__).parent / "build_cpython.sh"
+# The releases tests/build_cpython.sh builds: {"3.13": "3.13.5"}
+PINNED = {
+    v.rsplit(".", 1)[0]: v
+    for v in re.findall(r"^\s*version=(3\.\d+\.\d+)$", BUILD_SCRIPT.read_text(), re.M)
 }
+
+
+@dataclass(frozen=True)
+class Interpreter:
+    version: str  # "3.11"
+    python: str
+    pystack: list[str]  # the command that runs pystack for it
+    missing: str | None = None  # why an expected interpreter is not there
+
+
+def interpreters() -> dict[str, Interpreter]:
+    found = {
+        # pyenv's build behind the venv: python3.11 linked to libpython3.11.so.1.0
+        "3.11-libpython": Interpreter(
+            "3.11", os.path.realpath(sys.executable), [sys.executable, "-m", "pystack"]
+        ),
+        # Debian's: libpython linked into the executable
+        "3.11-executable": Interpreter(
+            "3.11", "/usr/bin/python3.11", [sys.executable, "-m", "pystack"]
+        ),
+    }
+    wanted = os.environ.get("STACKWALK_CPYTHON", "").split()
+    for minor, release in sorted(PINNED.items()):
+        prefix = CACHE / f"cpython-{release}"
+        python = prefix / "bin" / f"python{minor}"
+        pystack = [str(prefix / "venv" / "bin" / "python"), "-m", "pystack"]
+        if python.exists() and Path(pystack[0]).exists():
+            found[minor] = Interpreter(minor, str(python), pystack)
+        elif CACHE.exists() or minor in wanted:
+            found[minor] = Interpreter(
+                minor, str(python), pystack,
+                missing=f"CPython {release} is expected ({CACHE} exists, or STACKWALK_CPYTHON "
+                f"names {minor}) but not built there: run tests/build_cpython.sh {minor}",
+            )  # fmt: skip
+    return found
+
+
+INTERPRETERS = interpreters()
 
 Frame = tuple[str, str, int | None]  # function, file, line
 
@@ -118,7 +162,7 @@ def wait_blocked(pid: int, tids: dict[str, int]) -> None:
 class Scene:
     """The program stopped once, and what each tool said of that moment."""
 
-    interpreter: str
+    interpreter: Interpreter
     pid: int
     reports: dict[str, dict[str, Any]]  # what -> {"tid", "stack"}
     ours: dict[str, Any]  # stackwalk pid --json
@@ -135,15 +179,17 @@ def scene(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Scene]:
     interpreter = INTERPRETERS[request.param]
-    version = run([interpreter, "-c", "import sys; print(sys.version_info[:2])"]).stdout
-    assert version.strip() == "(3, 11)", (interpreter, version)
+    if interpreter.missing:
+        pytest.fail(interpreter.missing)
+    version = run([interpreter.python, "-c", "import sys; print(sys.version_info[:2])"]).stdout
+    assert version.strip() == repr(tuple(map(int, interpreter.version.split(".")))), version
     directory = tmp_path_factory.mktemp(f"pyframes-{request.param}")
     said: list[str] = []
-    with running([interpreter, str(PROGRAM), "40"], said=said) as proc:
+    with running([interpreter.python, str(PROGRAM), "40"], said=said) as proc:
         reports = {r["what"]: r for r in map(json.loads, said)}
         assert set(reports) == {"main", "sleep", "lock", "select", "spin"}
         wait_blocked(proc.pid, {what: r["tid"] for what, r in reports.items()})
-        pystack = [sys.executable, "-m", "pystack", "remote"]
+        pystack = [*interpreter.pystack, "remote"]
         with stopped(proc.pid):
             ours = stackwalk("pid", str(proc.pid), "--json")
             check_stopped(proc.pid)
@@ -189,7 +235,8 @@ def expected(scene: Scene) -> dict[int, list[Frame]]:
 
 def test_python_frames_equal_pystack_and_the_programs_own_stacks(scene: Scene) -> None:
     doc = scene.ours
-    assert doc["python"]["version"] == "3.11" and doc["python"]["error"] is None
+    assert doc["python"]["version"] == scene.interpreter.version
+    assert doc["python"]["error"] is None
     ours = {t["tid"]: python_frames(t) for t in doc["threads"]}
     assert ours == {tid: t.python() for tid, t in scene.pystack.items()}
     assert ours == expected(scene)
@@ -265,7 +312,7 @@ def test_a_core_equals_pystack_core(scene: Scene) -> None:
     ours = stackwalk("core", str(scene.core), "--json")
     assert ours.returncode == 0, ours.stderr
     doc = json.loads(ours.stdout)
-    theirs = parse_pystack(run([sys.executable, "-m", "pystack", "core", str(scene.core)]).stdout)
+    theirs = parse_pystack(run([*scene.interpreter.pystack, "core", str(scene.core)]).stdout)
     frames = {t["tid"]: python_frames(t) for t in doc["threads"]}
     assert frames == {tid: t.python() for tid, t in theirs.items()}
     assert frames == expected(scene)
@@ -289,14 +336,20 @@ def test_a_core_with_the_interpreter_state_zeroed(scene: Scene, tmp_path: Path) 
     out = stackwalk("core", str(damaged), "--json")
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
-    assert doc["python"]["error"].startswith("no interpreter: _PyRuntime.interpreters.head is NULL")
+    # 3.11's offsets are built in: the runtime has no interpreter; 3.13+ have none without
+    # the table that _PyRuntime starts with
+    why = {
+        "3.11": "no interpreter: _PyRuntime.interpreters.head is NULL",
+        "3.13": "_Py_DebugOffsets: no cookie at _PyRuntime (",
+    }[scene.interpreter.version]
+    assert doc["python"]["error"].startswith(why)
     assert [[f["pc"] for f in t["frames"]] for t in doc["threads"]] == [
         [f["pc"] for f in t["frames"]] for t in intact["threads"]
     ]
     assert all(f["kind"] == "native" for t in doc["threads"] for f in t["frames"])
     text = stackwalk("core", str(damaged))
     assert text.returncode == 0, text.stderr
-    assert "Python 3.11: no Python frames: no interpreter: " in text.stdout
+    assert f"Python {scene.interpreter.version}: no Python frames: {why}" in text.stdout
 
 
 def test_a_crash_core_equals_pystack_core(cores: Cores) -> None:
@@ -315,3 +368,47 @@ def test_a_crash_core_equals_pystack_core(cores: Cores) -> None:
     assert [t["tid"] for t in doc["threads"] if t["gil"]] == [
         tid for tid, t in theirs.items() if t.gil
     ]
+
+
+def debug_offsets_entry(interpreter: Interpreter, tmp_path: Path, member: str) -> int:
+    """Where ``member`` of ``_Py_DebugOffsets`` is (bytes from ``_PyRuntime``'s start), from
+    the interpreter's own installed headers, compiled with ``Py_BUILD_CORE``."""
+    include = Path(interpreter.python).parent.parent / "include" / f"python{interpreter.version}"
+    source = tmp_path / "entry.c"
+    source.write_text(
+        "#define Py_BUILD_CORE 1\n#include <Python.h>\n#include <internal/pycore_runtime.h>\n"
+        "#include <stddef.h>\n#include <stdio.h>\n"
+        f'int main(void) {{ printf("%zu\\n", offsetof(_Py_DebugOffsets, {member})); }}\n'
+    )
+    run(["cc", f"-I{include}", str(source), "-o", str(tmp_path / "entry")])
+    return int(run([str(tmp_path / "entry")]).stdout)
+
+
+def test_a_core_with_a_damaged_debug_offsets_table(scene: Scene, tmp_path: Path) -> None:
+    """3.13+: the table at _PyRuntime's start says where the thread state's current frame is;
+    made to say it is past the end of the thread state (its size, which the table also gives),
+    in a copy of the core: every thread's native frames as before, no Python frames, and the
+    reason, never frames read at a wrong offset."""
+    if scene.interpreter.version == "3.11":
+        pytest.skip("3.11 has no _Py_DebugOffsets (its offsets are built in)")
+    offset, _ = symbol_in_core(scene.core, "_PyRuntime")
+    entry = debug_offsets_entry(scene.interpreter, tmp_path, "thread_state.current_frame")
+    size_entry = debug_offsets_entry(scene.interpreter, tmp_path, "thread_state.size")
+    damaged = tmp_path / "damaged.core"
+    shutil.copyfile(scene.core, damaged)
+    with open(damaged, "r+b") as f:
+        f.seek(offset + size_entry)
+        size = int.from_bytes(f.read(8), "little")
+        f.seek(offset + entry)
+        f.write(size.to_bytes(8, "little"))
+    intact = json.loads(stackwalk("core", str(scene.core), "--json", "--native-only").stdout)
+    out = stackwalk("core", str(damaged), "--json")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["python"]["error"] == (
+        f"_Py_DebugOffsets: thread_state.current_frame is {size} in a structure of {size} bytes"
+    )
+    assert [[f["pc"] for f in t["frames"]] for t in doc["threads"]] == [
+        [f["pc"] for f in t["frames"]] for t in intact["threads"]
+    ]
+    assert all(f["kind"] == "native" for t in doc["threads"] for f in t["frames"])
