@@ -28,6 +28,25 @@ const MAX_STRUCT: u64 = 16 << 20;
 /// cookie's 8 bytes count as one.
 type Table = &'static [(&'static str, &'static [&'static str])];
 
+/// `code_object`'s entries: 3.13's, then those 3.14 adds.
+macro_rules! code_fields {
+    ($($added:literal),*) => {
+        &[
+            "size",
+            "filename",
+            "name",
+            "qualname",
+            "linetable",
+            "firstlineno",
+            "argcount",
+            "localsplusnames",
+            "localspluskinds",
+            "co_code_adaptive",
+            $($added),*
+        ]
+    };
+}
+
 const TABLE_313: Table = &[
     ("", &["cookie", "version", "free_threaded"]),
     ("runtime_state", &["size", "finalizing", "interpreters_head"]),
@@ -51,21 +70,7 @@ const TABLE_313: Table = &[
     ),
     THREAD_STATE,
     ("interpreter_frame", &["size", "previous", "executable", "instr_ptr", "localsplus", "owner"]),
-    (
-        "code_object",
-        &[
-            "size",
-            "filename",
-            "name",
-            "qualname",
-            "linetable",
-            "firstlineno",
-            "argcount",
-            "localsplusnames",
-            "localspluskinds",
-            "co_code_adaptive",
-        ],
-    ),
+    ("code_object", code_fields!()),
     ("pyobject", &["size", "ob_type"]),
     TYPE_OBJECT,
     ("tuple_object", &["size", "ob_item", "ob_size"]),
@@ -115,22 +120,7 @@ const TABLE_314: Table = &[
             "tlbc_index",
         ],
     ),
-    (
-        "code_object",
-        &[
-            "size",
-            "filename",
-            "name",
-            "qualname",
-            "linetable",
-            "firstlineno",
-            "argcount",
-            "localsplusnames",
-            "localspluskinds",
-            "co_code_adaptive",
-            "co_tlbc",
-        ],
-    ),
+    ("code_object", code_fields!("co_tlbc")),
     ("pyobject", &["size", "ob_type"]),
     TYPE_OBJECT,
     ("tuple_object", &["size", "ob_item", "ob_size"]),

@@ -133,8 +133,13 @@ fn names(t: &PyThread) -> Vec<(&str, Option<i64>, bool)> {
 #[test]
 fn reads_threads_frames_lines_and_the_gil() {
     let m = interpreter();
-    let state = read_state(&m, &symbols()).unwrap();
-    assert_eq!(state.version, (3, 11));
+    the_one_thread(&read_state(&m, &symbols()).unwrap(), 11);
+}
+
+/// The state that [`interpreter`] and [`with_table`] build, read: tid 77
+/// holding the GIL, inner <- middle (entry) <- outer (entry).
+fn the_one_thread(state: &PyState, minor: u8) {
+    assert_eq!(state.version, (3, minor));
     assert!(state.warnings.is_empty());
     let [t] = &state.threads[..] else { panic!("{:?}", state.threads) };
     assert_eq!(
@@ -237,6 +242,27 @@ fn every_byte_of_the_state_garbled_never_panics() {
     }
 }
 
+/// The numbers, one a line, that the C program `source` prints, compiled to
+/// `exe` with the headers of `includes`.
+fn numbers_printed_by(
+    exe: &std::path::Path,
+    source: &str,
+    includes: &[&std::path::Path],
+) -> Vec<u64> {
+    let src = exe.with_extension("c");
+    std::fs::write(&src, source).unwrap();
+    let cc = std::process::Command::new("cc")
+        .args(includes.iter().map(|i| format!("-I{}", i.display())))
+        .arg(&src)
+        .arg("-o")
+        .arg(exe)
+        .output()
+        .unwrap();
+    assert!(cc.status.success(), "{}", String::from_utf8_lossy(&cc.stderr));
+    let out = std::process::Command::new(exe).output().unwrap();
+    String::from_utf8(out.stdout).unwrap().lines().map(|l| l.parse().unwrap()).collect()
+}
+
 /// The 3.11 layout is `offsetof` of each field in the installed CPython 3.11 headers (Debian's
 /// python3.11-dev, which .ci/setup installs), compiled with `Py_BUILD_CORE` by the C compiler.
 #[test]
@@ -265,19 +291,7 @@ fn the_311_layout_is_the_headers() {
         c.push_str(&format!("  printf(\"%zu\\n\", (size_t)({expr}));\n"));
     }
     c.push_str("  return 0;\n}\n");
-    std::fs::write(dir.join("layout.c"), c).unwrap();
-    let exe = dir.join("layout");
-    let cc = std::process::Command::new("cc")
-        .arg(format!("-I{}", include.display()))
-        .arg(dir.join("layout.c"))
-        .arg("-o")
-        .arg(&exe)
-        .output()
-        .unwrap();
-    assert!(cc.status.success(), "{}", String::from_utf8_lossy(&cc.stderr));
-    let out = std::process::Command::new(&exe).output().unwrap();
-    let printed: Vec<u64> =
-        String::from_utf8(out.stdout).unwrap().lines().map(|l| l.parse().unwrap()).collect();
+    let printed = numbers_printed_by(&dir.join("layout"), &c, &[include]);
     let _ = std::fs::remove_dir_all(&dir);
     let ours: Vec<(&str, u64)> = fields.iter().map(|(n, v)| (*n, *v)).collect();
     let theirs: Vec<(&str, u64)> = fields.iter().map(|(n, _)| *n).zip(printed).collect();
@@ -364,21 +378,8 @@ fn symbols_of(minor: u8) -> Symbols {
 fn the_debug_offsets_table_gives_the_layout_of_313_and_314() {
     for minor in [13, 14] {
         let m = with_table(minor);
-        let state = read_state(&m, &symbols_of(minor)).unwrap();
-        assert_eq!(state.version, (3, minor));
-        assert!(state.warnings.is_empty());
-        let [t] = &state.threads[..] else { panic!("{:?}", state.threads) };
-        assert_eq!(
-            (t.native_tid, t.thread_id, t.holds_gil, t.stop.as_deref()),
-            (77, 0x7f00, true, None)
-        );
         // the shims are not shown; the frame before each is its call's first
-        assert_eq!(
-            names(t),
-            [("inner", Some(14), false), ("middle", Some(21), true), ("outer", Some(36), true)]
-        );
-        let groups: Vec<usize> = split_by_entry(&t.frames).iter().map(|g| g.len()).collect();
-        assert_eq!(groups, [2, 1]);
+        the_one_thread(&read_state(&m, &symbols_of(minor)).unwrap(), minor);
         let mut released = m.clone();
         released.u32(0x21_0008, 0);
         assert!(!read_state(&released, &symbols_of(minor)).unwrap().threads[0].holds_gil);
@@ -519,21 +520,12 @@ fn the_debug_offsets_tables_are_the_headers() {
             ));
         }
         c.push_str("  return 0;\n}\n");
-        let src = dir.join(format!("table{minor}.c"));
-        std::fs::write(&src, c).unwrap();
-        let exe = dir.join(format!("table{minor}"));
-        let cc = std::process::Command::new("cc")
-            .arg(format!("-I{}", include.join(format!("python3.{minor}")).display()))
-            .arg(format!("-I{}", include.display()))
-            .arg(&src)
-            .arg("-o")
-            .arg(&exe)
-            .output()
-            .unwrap();
-        assert!(cc.status.success(), "{}", String::from_utf8_lossy(&cc.stderr));
-        let out = std::process::Command::new(&exe).output().unwrap();
+        let versioned = include.join(format!("python3.{minor}"));
         let mut printed: Vec<usize> =
-            String::from_utf8(out.stdout).unwrap().lines().map(|l| l.parse().unwrap()).collect();
+            numbers_printed_by(&dir.join(format!("table{minor}")), &c, &[&versioned, &include])
+                .into_iter()
+                .map(|n| n as usize)
+                .collect();
         let (min_owner, max_owner, tag_bits, compact) = debug_offsets::constants(minor);
         let constants: Vec<usize> = printed.drain(..4).collect();
         assert_eq!(
