@@ -57,6 +57,32 @@ def test_every_thread_equals_eu_stack_and_gdb(build: Builder, tmp_path: Path) ->
     assert all(t["end"] == "end_of_stack" for t in doc["threads"])
 
 
+def test_stacks_between_guard_pages_of_one_mapping(build: Builder) -> None:
+    """Thread stacks in one mapping, each with a guard page that cannot be read at its bottom
+    (glibc 2.42+'s MADV_GUARD_INSTALL; tests/programs/pid_guarded.c): the copy of one thread's
+    stack runs into the next one's guard page, and every stack past it is copied all the same.
+    Every thread equals eu-stack's, to its end."""
+    program = build("pid_guarded.c", "-O2", "-pthread")
+    with running([str(program)]) as proc:
+        with stopped(proc.pid):
+            out = stackwalk_pid(str(proc.pid), "--json", "--no-inline")
+            check_stopped(proc.pid)
+            eu = eu_stack(None, None, pid=proc.pid)
+            check_stopped(proc.pid)
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    ours = {t["tid"]: [int(f["pc"], 16) for f in t["frames"]] for t in doc["threads"]}
+    assert len(ours) == 4
+    assert ours == {tid: eu.pcs(tid) for tid in ours}
+    assert all(t["end"] == "end_of_stack" for t in doc["threads"])
+    depths = sorted(
+        [f["function"] for f in t["frames"]].count("descend")
+        for t in doc["threads"]
+        if t["tid"] != proc.pid
+    )
+    assert depths == [4, 6, 8]
+
+
 def test_a_running_process_is_stopped_briefly_and_let_go(build: Builder) -> None:
     """Without the test's SIGSTOP: the process is stopped only while it is copied (said in the
     report), and runs on."""
