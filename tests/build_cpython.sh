@@ -5,13 +5,18 @@
 # that the build takes minutes and the binary keeps its symbols), then a venv of it with pystack.
 #
 #   tests/build_cpython.sh 3.13      # -> ${STACKWALK_CACHE:-~/.cache/stackwalk}/cpython-3.13.5
-#   tests/build_cpython.sh 3.14      # headers only -> .../cpython-3.14.10-headers/include
+#   tests/build_cpython.sh 3.14      # -> .../cpython-3.14.X (Debian's binaries, see below)
 #
 # Nothing is done when the interpreter is already installed there (the venv is made if missing).
+#
 # 3.14 cannot be built here: its source tarball is not in Debian's pool (sid's Sources index
-# names python3.14_3.14.10.orig.tar.xz, which is not served) and sid's binaries need glibc 2.38+.
-# Its headers (libpython3.14-dev, which ships Include/internal) are what the Rust unit tests
-# check the reading of its _Py_DebugOffsets table against.
+# names python3.14_3.14.10.orig.tar.xz, which is not served). Debian sid's own build is used
+# instead, unpacked from its packages, with sid's glibc next to it (its binaries need glibc 2.38+,
+# newer than this machine's): the executable's interpreter and run path set to those
+# (patchelf). libpython3.14-dev gives the headers (Include/internal too). sid moves on and its
+# pool files go, so the packages are the ones sid's Packages index names now, each checked
+# against the sha256 the index gives. Its pystack is the tests' own (a venv of it would need
+# Debian's python3.14-venv and more of sid).
 set -euo pipefail
 
 minor=${1:?usage: build_cpython.sh 3.13|3.14}
@@ -19,23 +24,41 @@ cache=${STACKWALK_CACHE:-$HOME/.cache/stackwalk}
 mkdir -p "$cache"
 
 if [ "$minor" = 3.14 ]; then
-  # sid's libpython3.14-dev 3.14.10-1 (its Packages index gives the sha256)
-  url=http://deb.debian.org/debian/pool/main/p/python3.14/libpython3.14-dev_3.14.10-1_amd64.deb
-  sha256=ce226a5a09bd3739123b95c5a41688ee3110651e6b4f9b22973a27c7be2f64fa
-  headers=$cache/cpython-3.14.10-headers
-  if [ ! -e "$headers/include/python3.14/internal/pycore_debug_offsets.h" ]; then
-    work=$(mktemp -d "$cache/headers-3.14.XXXXXX")
-    trap 'rm -rf "$work"' EXIT
-    curl -fsSL --retry 3 -o "$work/dev.deb" "$url" \
-      || { echo "build_cpython.sh: $url cannot be downloaded (sid moved on? pin the new one)" >&2; exit 1; }
-    echo "$sha256  $work/dev.deb" | sha256sum -c --quiet - \
-      || { echo "build_cpython.sh: $url: wrong sha256 (expected $sha256)" >&2; exit 1; }
-    dpkg-deb -x "$work/dev.deb" "$work/root"
-    rm -rf "$headers"
-    mkdir -p "$headers"
-    mv "$work/root/usr/include" "$headers/include"
-  fi
-  echo "$headers/include"
+  for python in "$cache"/cpython-3.14.*/usr/bin/python3.14; do
+    [ -x "$python" ] && { echo "$python"; exit 0; }
+  done
+  archive=http://deb.debian.org/debian
+  work=$(mktemp -d "$cache/unpack-3.14.XXXXXX")
+  trap 'rm -rf "$work"' EXIT
+  curl -fsSL --retry 3 "$archive/dists/sid/main/binary-amd64/Packages.xz" | xz -d >"$work/Packages"
+  # "FILENAME SHA256 VERSION" of a package in the index
+  entry() {
+    awk -v want="$1" '$1 == "Package:" { on = ($2 == want) }
+      on && $1 == "Version:" { v = $2 } on && $1 == "Filename:" { f = $2 }
+      on && $1 == "SHA256:" { s = $2 } /^$/ { if (on && f) { print f, s, v; exit } on = 0 }' \
+      "$work/Packages"
+  }
+  release=$(entry python3.14-minimal | awk '{ sub(/-.*/, "", $3); print $3 }')
+  [ -n "$release" ] || { echo "build_cpython.sh: sid has no python3.14-minimal" >&2; exit 1; }
+  echo "build_cpython.sh: unpacking Debian sid's CPython $release" >&2
+  for package in python3.14-minimal libpython3.14-minimal libpython3.14-stdlib \
+      libpython3.14-dev libc6 libexpat1 zlib1g; do
+    read -r path sha256 _ < <(entry "$package")
+    deb=$work/$package.deb
+    curl -fsSL --retry 3 -o "$deb" "$archive/$path" \
+      || { echo "build_cpython.sh: $archive/$path cannot be downloaded" >&2; exit 1; }
+    echo "$sha256  $deb" | sha256sum -c --quiet - \
+      || { echo "build_cpython.sh: $archive/$path: wrong sha256 (expected $sha256)" >&2; exit 1; }
+    dpkg-deb -x "$deb" "$work/root"
+  done
+  root=$cache/cpython-$release
+  lib=$root/usr/lib/x86_64-linux-gnu
+  patchelf --set-interpreter "$lib/ld-linux-x86-64.so.2" --set-rpath "$lib" \
+    "$work/root/usr/bin/python3.14"
+  rm -rf "$root"
+  mv "$work/root" "$root"
+  "$root/usr/bin/python3.14" -c 'import sys; assert sys.version_info[:2] == (3, 14), sys.version'
+  echo "$root/usr/bin/python3.14"
   exit 0
 fi
 
@@ -47,7 +70,7 @@ case "$minor" in
     sha256=93e583f243454e6e9e4588ca2c2662206ad961659863277afcdb96801647d640
     ;;
   *)
-    echo "build_cpython.sh: no pinned source for CPython $minor (3.13 and 3.14's headers are)" >&2
+    echo "build_cpython.sh: no pinned CPython $minor (3.13 and 3.14 are)" >&2
     exit 2
     ;;
 esac

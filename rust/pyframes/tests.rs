@@ -458,9 +458,9 @@ fn every_byte_of_a_313_and_314_state_garbled_never_panics() {
 
 /// Where each entry of the `_Py_DebugOffsets` tables is read is `offsetof` in the headers of
 /// the version: 3.13's of the build tests/build_cpython.sh makes, 3.14's of Debian's
-/// libpython3.14-dev (the same script), both in `$STACKWALK_CACHE` (default
+/// libpython3.14-dev (unpacked by the same script), both in `$STACKWALK_CACHE` (default
 /// `~/.cache/stackwalk`). With that directory there, 3.13's headers must be in it (3.14's are
-/// checked when the script could download them: sid's pool file goes when sid moves on).
+/// checked when the script could download them: sid's pool files go when sid moves on).
 #[test]
 fn the_debug_offsets_tables_are_the_headers() {
     let cache = std::env::var_os("STACKWALK_CACHE")
@@ -492,8 +492,9 @@ fn the_debug_offsets_tables_are_the_headers() {
         cache.display()
     );
     let mut versions = vec![(13, include_313.unwrap())];
-    if let Some(include) = find("cpython-3.14.", "-headers") {
-        versions.push((14, include));
+    if let Some(root) = find("cpython-3.14.", "") {
+        // Debian's packages unpacked: the headers under usr/include
+        versions.push((14, root.parent().unwrap().join("usr/include")));
     }
     let dir = std::env::temp_dir().join(format!("stackwalk-pydebugoffsets-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
