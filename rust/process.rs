@@ -321,6 +321,9 @@ fn find_python(pid: i32, maps: &[Mapping]) -> Option<crate::pyframes::Symbols> {
     )
 }
 
+/// The most unreadable pages in a row skipped in a range to copy.
+const MAX_UNREADABLE: u32 = 64;
+
 /// The most pages of a live process that reading its Python frames copies.
 const MAX_PYTHON_PAGES: usize = 1 << 16;
 
@@ -452,10 +455,22 @@ pub fn snapshot(pid: i32) -> Result<Snapshot, ProcessError> {
     let mut bytes = Vec::new();
     let mut segments = Vec::new();
     for (a, b, flags) in merged {
-        let offset = bytes.len() as u64;
-        let n = read_memory(pid, a, b, &mut bytes) as u64;
-        if n > 0 {
-            segments.push(LoadSegment { vaddr: a, offset, filesz: n, memsz: n, flags });
+        // A read stops at a page that cannot be read: the rest is read past
+        // it. A guard page may lie inside a mapping, between two threads'
+        // stacks (glibc 2.42+ installs them with MADV_GUARD_INSTALL, where it
+        // used to mprotect a mapping of their own), so the stacks above one
+        // are still there to copy; MAX_UNREADABLE pages in a row end the range.
+        let mut at = a;
+        let mut unreadable = 0;
+        while at < b && unreadable < MAX_UNREADABLE {
+            let offset = bytes.len() as u64;
+            let n = read_memory(pid, at, b, &mut bytes) as u64;
+            if n > 0 {
+                segments.push(LoadSegment { vaddr: at, offset, filesz: n, memsz: n, flags });
+                unreadable = 0;
+            }
+            unreadable += 1;
+            at = ((at + n) & !(PAGE - 1)) + PAGE;
         }
     }
     // Code outside every file (a JIT's): where it is, not what it holds,

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import stackwalk
-from corefiles import eu_stack, gdb_on_process
+from corefiles import EuStack, eu_stack, gdb_on_process
 from processes import check_stopped, running, state, stopped
 from realstacks import SYSTEM_PYTHON, Builder
 
@@ -28,14 +28,21 @@ def stackwalk_pid(*args: str) -> subprocess.CompletedProcess[str]:
                           text=True, timeout=120)  # fmt: skip
 
 
+def ours_and_eu_stack(pid: int) -> tuple[subprocess.CompletedProcess[str], EuStack]:
+    """``stackwalk pid --json --no-inline`` and ``eu-stack -p`` of the stopped process, which
+    each leaves as it found it."""
+    out = stackwalk_pid(str(pid), "--json", "--no-inline")
+    check_stopped(pid)
+    eu = eu_stack(None, None, pid=pid)
+    check_stopped(pid)
+    return out, eu
+
+
 def test_every_thread_equals_eu_stack_and_gdb(build: Builder, tmp_path: Path) -> None:
     program = build("pid_threads.c", "-O2", "-pthread")
     with running([str(program)]) as proc:
         with stopped(proc.pid):
-            out = stackwalk_pid(str(proc.pid), "--json", "--no-inline")
-            check_stopped(proc.pid)
-            eu = eu_stack(None, None, pid=proc.pid)
-            check_stopped(proc.pid)
+            out, eu = ours_and_eu_stack(proc.pid)
             gdb = gdb_on_process(proc.pid, tmp_path)
             check_stopped(proc.pid)
         # Let go, it runs on: still there, untraced, and not stopped.
@@ -55,6 +62,29 @@ def test_every_thread_equals_eu_stack_and_gdb(build: Builder, tmp_path: Path) ->
     assert {"in_pause", "in_sleep", "in_read", "in_lock", "in_cond", "in_poll", "in_select",
             "nested", "main"} <= functions  # fmt: skip
     assert all(t["end"] == "end_of_stack" for t in doc["threads"])
+
+
+def test_stacks_between_guard_pages_of_one_mapping(build: Builder) -> None:
+    """Thread stacks in one mapping, each with a guard page that cannot be read at its bottom
+    (glibc 2.42+'s MADV_GUARD_INSTALL; tests/programs/pid_guarded.c): the copy of one thread's
+    stack runs into the next one's guard page, and every stack past it is copied all the same.
+    Every thread equals eu-stack's, to its end."""
+    program = build("pid_guarded.c", "-O2", "-pthread")
+    with running([str(program)]) as proc:
+        with stopped(proc.pid):
+            out, eu = ours_and_eu_stack(proc.pid)
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    ours = {t["tid"]: [int(f["pc"], 16) for f in t["frames"]] for t in doc["threads"]}
+    assert len(ours) == 4
+    assert ours == {tid: eu.pcs(tid) for tid in ours}
+    assert all(t["end"] == "end_of_stack" for t in doc["threads"])
+    depths = sorted(
+        [f["function"] for f in t["frames"]].count("descend")
+        for t in doc["threads"]
+        if t["tid"] != proc.pid
+    )
+    assert depths == [4, 6, 8]
 
 
 def test_a_running_process_is_stopped_briefly_and_let_go(build: Builder) -> None:

@@ -4,9 +4,14 @@ a C call back into Python, threads blocked in ``time.sleep``, ``Lock.acquire`` a
 ``select.select``, one busy in a loop holding the GIL) is stopped where each blocked thread has
 printed its own stack (``traceback.extract_stack``), and held to that, to ``pystack remote``
 (``--no-block``: its Python frames; blocking ``--native``: where they go among the native
-frames), and, for a ``gcore`` of it, to ``pystack core``. Two CPython 3.11 builds: the venv's
-(an interpreter linked to ``libpython3.11.so``) and Debian's ``/usr/bin/python3.11`` (libpython
-linked into the executable). 3.11 is the only version these tests can run here."""
+frames), and, for a ``gcore`` of it, to ``pystack core``. On every interpreter found: two
+CPython 3.11 builds, the venv's (an interpreter linked to ``libpython3.11.so``) and Debian's
+``/usr/bin/python3.11`` (libpython linked into the executable); CPython 3.13.5 built from source
+and Debian sid's CPython 3.14 (run with sid's glibc), both put into the cache directory by
+tests/build_cpython.sh (which .ci/setup runs). An interpreter that is expected (the cache
+directory exists, or ``STACKWALK_CPYTHON`` lists its version) but not there fails its tests
+rather than leaving them out. 3.13 is held to the pystack of a venv of its own, the others to
+the tests' pystack (3.11's, which reads every version)."""
 
 from __future__ import annotations
 
@@ -38,12 +43,60 @@ LOOP_LINE = next(
 # or pselect6), from /proc/PID/task/TID/syscall.
 BLOCKED_IN = {"main": {0}, "sleep": {230}, "lock": {202}, "select": {23, 270}}
 
-INTERPRETERS = {
-    # pyenv's build behind the venv: python3.11 linked to libpython3.11.so.1.0
-    "libpython": os.path.realpath(sys.executable),
-    # Debian's: libpython linked into the executable
-    "executable": "/usr/bin/python3.11",
+CACHE = Path(os.environ.get("STACKWALK_CACHE") or Path.home() / ".cache" / "stackwalk")
+# What tests/build_cpython.sh puts in the cache: version -> (directory, glob, the interpreter
+# in it, its pystack's python (None: the tests' own), whether its functions have names beyond
+# the exported ones: Debian's 3.14 is stripped, and its debug symbols are not to be had here)
+BUILT = {
+    "3.13": ("cpython-3.13.*", "bin/python3.13", "venv/bin/python", True),
+    "3.14": ("cpython-3.14.*", "usr/bin/python3.14", None, False),
 }
+# What pystack --native says of a thread whose native eval calls it cannot find
+NO_MERGE = "Unable to merge native stack due to insufficient native information"
+
+
+@dataclass(frozen=True)
+class Interpreter:
+    version: str  # "3.11"
+    python: str
+    pystack: list[str]  # the command that runs pystack for it
+    include: list[str] = field(default_factory=list)  # where its C headers are
+    symbols: bool = True  # whether the native eval function can be named (see BUILT)
+    missing: str | None = None  # why an expected interpreter is not there
+
+
+def interpreters() -> dict[str, Interpreter]:
+    found = {
+        # pyenv's build behind the venv: python3.11 linked to libpython3.11.so.1.0
+        "3.11-libpython": Interpreter(
+            "3.11", os.path.realpath(sys.executable), [sys.executable, "-m", "pystack"]
+        ),
+        # Debian's: libpython linked into the executable
+        "3.11-executable": Interpreter(
+            "3.11", "/usr/bin/python3.11", [sys.executable, "-m", "pystack"]
+        ),
+    }
+    wanted = os.environ.get("STACKWALK_CPYTHON", "").split()
+    for minor, (directory, python, pystack_python, symbols) in BUILT.items():
+        there = [d for d in sorted(CACHE.glob(directory)) if (d / python).exists()]
+        if there:
+            root = there[-1]
+            pystack = [str(root / pystack_python) if pystack_python else sys.executable]
+            include = root / python.replace(f"bin/python{minor}", "include")
+            found[minor] = Interpreter(
+                minor, str(root / python), [*pystack, "-m", "pystack"],
+                include=[str(include / f"python{minor}"), str(include)], symbols=symbols,
+            )  # fmt: skip
+        elif CACHE.exists() or minor in wanted:
+            found[minor] = Interpreter(
+                minor, "", [],
+                missing=f"CPython {minor} is expected ({CACHE} exists, or STACKWALK_CPYTHON "
+                f"names it) but not in it: run tests/build_cpython.sh {minor}",
+            )  # fmt: skip
+    return found
+
+
+INTERPRETERS = interpreters()
 
 Frame = tuple[str, str, int | None]  # function, file, line
 
@@ -118,7 +171,7 @@ def wait_blocked(pid: int, tids: dict[str, int]) -> None:
 class Scene:
     """The program stopped once, and what each tool said of that moment."""
 
-    interpreter: str
+    interpreter: Interpreter
     pid: int
     reports: dict[str, dict[str, Any]]  # what -> {"tid", "stack"}
     ours: dict[str, Any]  # stackwalk pid --json
@@ -127,7 +180,9 @@ class Scene:
     native_only: dict[str, Any]  # stackwalk pid --native-only --json
     pystack: dict[int, PystackThread]  # pystack remote --no-block
     pystack_native: dict[int, PystackThread]  # pystack remote --native
+    pystack_native_text: str
     core: Path
+    gcore_said: str
 
 
 @pytest.fixture(scope="module", params=sorted(INTERPRETERS))
@@ -135,15 +190,17 @@ def scene(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Scene]:
     interpreter = INTERPRETERS[request.param]
-    version = run([interpreter, "-c", "import sys; print(sys.version_info[:2])"]).stdout
-    assert version.strip() == "(3, 11)", (interpreter, version)
+    if interpreter.missing:
+        pytest.fail(interpreter.missing)
+    version = run([interpreter.python, "-c", "import sys; print(sys.version_info[:2])"]).stdout
+    assert version.strip() == repr(tuple(map(int, interpreter.version.split(".")))), version
     directory = tmp_path_factory.mktemp(f"pyframes-{request.param}")
     said: list[str] = []
-    with running([interpreter, str(PROGRAM), "40"], said=said) as proc:
+    with running([interpreter.python, str(PROGRAM), "40"], said=said) as proc:
         reports = {r["what"]: r for r in map(json.loads, said)}
         assert set(reports) == {"main", "sleep", "lock", "select", "spin"}
         wait_blocked(proc.pid, {what: r["tid"] for what, r in reports.items()})
-        pystack = [sys.executable, "-m", "pystack", "remote"]
+        pystack = [*interpreter.pystack, "remote"]
         with stopped(proc.pid):
             ours = stackwalk("pid", str(proc.pid), "--json")
             check_stopped(proc.pid)
@@ -171,7 +228,9 @@ def scene(
             native_only=json.loads(native_only.stdout),
             pystack=parse_pystack(theirs.stdout),
             pystack_native=parse_pystack(theirs_native.stdout),
+            pystack_native_text=theirs_native.stdout,
             core=core,
+            gcore_said=made.stdout + made.stderr,
         )
 
 
@@ -189,7 +248,8 @@ def expected(scene: Scene) -> dict[int, list[Frame]]:
 
 def test_python_frames_equal_pystack_and_the_programs_own_stacks(scene: Scene) -> None:
     doc = scene.ours
-    assert doc["python"]["version"] == "3.11" and doc["python"]["error"] is None
+    assert doc["python"]["version"] == scene.interpreter.version
+    assert doc["python"]["error"] is None
     ours = {t["tid"]: python_frames(t) for t in doc["threads"]}
     assert ours == {tid: t.python() for tid, t in scene.pystack.items()}
     assert ours == expected(scene)
@@ -209,7 +269,10 @@ def test_the_gil_holder_is_the_busy_thread(scene: Scene) -> None:
 def test_python_frames_follow_the_native_eval_call_that_runs_them(scene: Scene) -> None:
     """pystack --native replaces each native _PyEval_EvalFrameDefault call by its Python frames
     and hides some of the interpreter's own functions around it: the native frames both show,
-    and the Python frames, come in the same order."""
+    and the Python frames, come in the same order. (An interpreter whose eval function has no
+    name here: test_python_frames_without_a_named_eval_call.)"""
+    if not scene.interpreter.symbols:
+        pytest.skip("no named native eval call: see the test below")
     for t in scene.ours["threads"]:
         theirs = scene.pystack_native[t["tid"]]
         ours_native = {f["function"] for f in t["frames"] if f["kind"] == "native"}
@@ -255,19 +318,62 @@ def test_text_and_python_only(scene: Scene) -> None:
         elif m := re.match(r'    \(Python\) File "(.*)", line (\d+), in (\S+)$', line):
             shown[tid].append((m[3], m[1], int(m[2])))
     assert shown == ours
-    # mixed text: each Python line right after the native lines of its eval call
+    # mixed text: each Python line right after the native lines of its eval call (without
+    # a named eval call, after the last native line)
     text = scene.ours_text.splitlines()
     first = next(i for i, line in enumerate(text) if "(Python)" in line)
-    assert " in _PyEval_EvalFrameDefault+0x" in text[first - 1]
+    if scene.interpreter.symbols:
+        assert " in _PyEval_EvalFrameDefault+0x" in text[first - 1]
+    else:
+        assert " in _start+0x" in text[first - 1]
+
+
+def test_python_frames_without_a_named_eval_call(scene: Scene) -> None:
+    """Debian's python3.14 is stripped (and its debug symbols cannot be had here): the native
+    eval calls are nameless, pystack --native says it cannot put the Python frames among the
+    native ones, and stackwalk shows every native frame (the same as --native-only's) and then
+    the Python frames, innermost first, rather than guess where they go."""
+    if scene.interpreter.symbols:
+        pytest.skip("the eval function has its name: see the test above")
+    assert scene.pystack_native_text.count(NO_MERGE) == len(scene.ours["threads"])
+    for t in scene.ours["threads"]:
+        native = next(n for n in scene.native_only["threads"] if n["tid"] == t["tid"])
+        python = [f for f in t["frames"] if f["kind"] == "python"]
+        assert t["frames"] == [{"kind": "native", **f} for f in native["frames"]] + python
+        assert "_PyEval_EvalFrameDefault" not in {f.get("function") for f in t["frames"]}
+        assert python_frames(t) == scene.pystack[t["tid"]].python()
 
 
 def test_a_core_equals_pystack_core(scene: Scene) -> None:
     ours = stackwalk("core", str(scene.core), "--json")
     assert ours.returncode == 0, ours.stderr
     doc = json.loads(ours.stdout)
-    theirs = parse_pystack(run([sys.executable, "-m", "pystack", "core", str(scene.core)]).stdout)
+    theirs = parse_pystack(run([*scene.interpreter.pystack, "core", str(scene.core)]).stdout)
     frames = {t["tid"]: python_frames(t) for t in doc["threads"]}
     assert frames == {tid: t.python() for tid, t in theirs.items()}
+    lost = [
+        a
+        for a in re.findall(r"Memory read failed for corefile section, \d+ bytes at (0x\w+)",
+                            scene.gcore_said)
+        if a != "0xffffffffff600000"  # the vsyscall page, which no core holds
+    ]  # fmt: skip
+    if lost:
+        # gdb's gcore could not read some of the memory, and wrote zeros in its place: glibc
+        # 2.42+ (the one Debian's 3.14 runs with) puts each thread stack's guard page inside
+        # the stack's mapping (MADV_GUARD_INSTALL), which ptrace cannot read, and gdb then
+        # gives up on the whole chunk, the stack's top with it. The frames that live on those
+        # stacks (the shim frame each native eval call keeps on its C stack) are zeros: each
+        # thread's Python frames are then its own up to there, and end with the reason.
+        assert scene.interpreter.version == "3.14", scene.gcore_said
+        cut = 0
+        for tid, want in expected(scene).items():
+            thread = next(t for t in doc["threads"] if t["tid"] == tid)
+            assert frames[tid] == want[: len(frames[tid])]
+            if frames[tid] != want:
+                cut += 1
+                assert thread["python_stop"] == "code object at 0x0: 0x0 is not in the memory"
+        assert 0 < cut < len(frames), "the main thread's stack is not in the guarded mapping"
+        return
     assert frames == expected(scene)
     assert [t["tid"] for t in doc["threads"] if t["gil"]] == [
         tid for tid, t in theirs.items() if t.gil
@@ -289,14 +395,21 @@ def test_a_core_with_the_interpreter_state_zeroed(scene: Scene, tmp_path: Path) 
     out = stackwalk("core", str(damaged), "--json")
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
-    assert doc["python"]["error"].startswith("no interpreter: _PyRuntime.interpreters.head is NULL")
+    # 3.11's offsets are built in: the runtime has no interpreter; 3.13+ have none without
+    # the table that _PyRuntime starts with
+    why = {
+        "3.11": "no interpreter: _PyRuntime.interpreters.head is NULL",
+        "3.13": "_Py_DebugOffsets: no cookie at _PyRuntime (",
+        "3.14": "_Py_DebugOffsets: no cookie at _PyRuntime (",
+    }[scene.interpreter.version]
+    assert doc["python"]["error"].startswith(why)
     assert [[f["pc"] for f in t["frames"]] for t in doc["threads"]] == [
         [f["pc"] for f in t["frames"]] for t in intact["threads"]
     ]
     assert all(f["kind"] == "native" for t in doc["threads"] for f in t["frames"])
     text = stackwalk("core", str(damaged))
     assert text.returncode == 0, text.stderr
-    assert "Python 3.11: no Python frames: no interpreter: " in text.stdout
+    assert f"Python {scene.interpreter.version}: no Python frames: {why}" in text.stdout
 
 
 def test_a_crash_core_equals_pystack_core(cores: Cores) -> None:
@@ -315,3 +428,47 @@ def test_a_crash_core_equals_pystack_core(cores: Cores) -> None:
     assert [t["tid"] for t in doc["threads"] if t["gil"]] == [
         tid for tid, t in theirs.items() if t.gil
     ]
+
+
+def debug_offsets_entry(interpreter: Interpreter, tmp_path: Path, member: str) -> int:
+    """Where ``member`` of ``_Py_DebugOffsets`` is (bytes from ``_PyRuntime``'s start), from
+    the interpreter's own installed headers, compiled with ``Py_BUILD_CORE``."""
+    source = tmp_path / "entry.c"
+    source.write_text(
+        "#define Py_BUILD_CORE 1\n#include <Python.h>\n#include <internal/pycore_runtime.h>\n"
+        "#include <stddef.h>\n#include <stdio.h>\n"
+        f'int main(void) {{ printf("%zu\\n", offsetof(_Py_DebugOffsets, {member})); }}\n'
+    )
+    includes = [f"-I{i}" for i in interpreter.include]
+    run(["cc", *includes, str(source), "-o", str(tmp_path / "entry")])
+    return int(run([str(tmp_path / "entry")]).stdout)
+
+
+def test_a_core_with_a_damaged_debug_offsets_table(scene: Scene, tmp_path: Path) -> None:
+    """3.13+: the table at _PyRuntime's start says where the thread state's current frame is;
+    made to say it is past the end of the thread state (its size, which the table also gives),
+    in a copy of the core: every thread's native frames as before, no Python frames, and the
+    reason, never frames read at a wrong offset."""
+    if scene.interpreter.version == "3.11":
+        pytest.skip("3.11 has no _Py_DebugOffsets (its offsets are built in)")
+    offset, _ = symbol_in_core(scene.core, "_PyRuntime")
+    entry = debug_offsets_entry(scene.interpreter, tmp_path, "thread_state.current_frame")
+    size_entry = debug_offsets_entry(scene.interpreter, tmp_path, "thread_state.size")
+    damaged = tmp_path / "damaged.core"
+    shutil.copyfile(scene.core, damaged)
+    with open(damaged, "r+b") as f:
+        f.seek(offset + size_entry)
+        size = int.from_bytes(f.read(8), "little")
+        f.seek(offset + entry)
+        f.write(size.to_bytes(8, "little"))
+    intact = json.loads(stackwalk("core", str(scene.core), "--json", "--native-only").stdout)
+    out = stackwalk("core", str(damaged), "--json")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["python"]["error"] == (
+        f"_Py_DebugOffsets: thread_state.current_frame is {size} in a structure of {size} bytes"
+    )
+    assert [[f["pc"] for f in t["frames"]] for t in doc["threads"]] == [
+        [f["pc"] for f in t["frames"]] for t in intact["threads"]
+    ]
+    assert all(f["kind"] == "native" for t in doc["threads"] for f in t["frames"])

@@ -2,11 +2,13 @@
 //! into `_PyRuntime`, the interpreter and thread states, frames, code,
 //! bytes and str objects (x86_64 and aarch64, LP64).
 //!
-//! Only 3.11 is implemented, and it is the version tested here: its offsets
-//! are those of Debian's python3.11 (3.11.7) headers, `offsetof` of each
-//! field with `Py_BUILD_CORE` (the tests check them against the installed
-//! headers when they are there). Other versions are refused by name rather
-//! than read with a layout that is not theirs.
+//! 3.11's offsets are built in: those of Debian's python3.11 (3.11.7)
+//! headers, `offsetof` of each field with `Py_BUILD_CORE` (the tests check
+//! them against the installed headers when they are there). 3.13 and 3.14
+//! say theirs in the target's own memory, the `_Py_DebugOffsets` table at
+//! the start of `_PyRuntime` ([`super::debug_offsets`] reads it into a
+//! [`Layout`]). Other versions are refused by name rather than read with a
+//! layout that is not theirs.
 
 /// Offsets of one CPython version's structures.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -14,26 +16,30 @@ pub struct Layout {
     pub version: (u8, u8),
     /// `_PyRuntimeState.interpreters.head`
     pub runtime_interpreters_head: u64,
-    /// `_PyRuntimeState.ceval.gil.last_holder` and `.locked`
-    pub runtime_gil_last_holder: u64,
-    pub runtime_gil_locked: u64,
+    /// Where the GIL's `locked` and `last_holder` are.
+    pub gil: Gil,
     /// `PyInterpreterState.next`, `.threads.head`
     pub interp_next: u64,
     pub interp_threads_head: u64,
-    /// `PyThreadState.next`, `.interp`, `.cframe`, `.thread_id`, `.native_thread_id`
+    /// `PyThreadState.next`, `.interp`, `.thread_id`, `.native_thread_id`
     pub tstate_next: u64,
     pub tstate_interp: u64,
-    pub tstate_cframe: u64,
     pub tstate_thread_id: u64,
     pub tstate_native_thread_id: u64,
-    /// `_PyCFrame.current_frame`
-    pub cframe_current_frame: u64,
-    /// `_PyInterpreterFrame.f_code`, `.previous`, `.prev_instr`, `.is_entry`, `.owner`
+    /// How a thread state leads to its innermost frame.
+    pub current_frame: CurrentFrame,
+    /// `_PyInterpreterFrame.f_code` (3.13+: `.f_executable`), `.previous`,
+    /// `.prev_instr` (3.13+: `.instr_ptr`, the same place for a line:
+    /// the instruction being run, or the call being made), `.owner`
     pub frame_code: u64,
     pub frame_previous: u64,
-    pub frame_prev_instr: u64,
-    pub frame_is_entry: u64,
+    pub frame_instr: u64,
     pub frame_owner: u64,
+    /// How the frames a native eval call runs are told apart.
+    pub entry: Entry,
+    /// Low bits of `f_executable` that are tags, not address (3.14's
+    /// `_PyStackRef`: `Py_TAG_BITS`, 3 with the GIL); 0 before.
+    pub code_tag_bits: u64,
     /// `PyCodeObject.co_filename`, `.co_name`, `.co_qualname`,
     /// `.co_linetable`, `.co_firstlineno`, `.co_code_adaptive`
     pub code_filename: u64,
@@ -56,6 +62,40 @@ pub struct Layout {
     pub unicode_compact_data: u64,
 }
 
+/// Where the GIL is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Gil {
+    /// 3.11: one GIL in the runtime, `_PyRuntimeState.ceval.gil.last_holder`
+    /// and `.locked`.
+    Runtime { last_holder: u64, locked: u64 },
+    /// 3.12+: each interpreter's `ceval.gil` points at the GIL it uses (its
+    /// own, or the main interpreter's), where `locked` and `last_holder` are
+    /// at these offsets.
+    Interpreter { ceval_gil: u64, locked: u64, last_holder: u64 },
+}
+
+/// How a thread state leads to its innermost frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CurrentFrame {
+    /// 3.11: `tstate->cframe->current_frame`.
+    Cframe { tstate_cframe: u64, cframe_current_frame: u64 },
+    /// 3.13+: `tstate->current_frame`.
+    Direct { tstate_current_frame: u64 },
+}
+
+/// How the frames of one native `_PyEval_EvalFrameDefault` call are marked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Entry {
+    /// 3.11: the first frame the call ran has `is_entry` (a byte) set.
+    Flag { is_entry: u64 },
+    /// 3.12+: each call pushes a frame of its own on the C stack, a shim that
+    /// runs no code, before the frames it runs; a frame whose `owner` is at
+    /// least `min_owner` is one (3.13: `FRAME_OWNED_BY_CSTACK` 3; 3.14:
+    /// `FRAME_OWNED_BY_INTERPRETER` 3 and `FRAME_OWNED_BY_CSTACK` 4), and the
+    /// most an owner can be is `max_owner`.
+    Shim { min_owner: u8, max_owner: u8 },
+}
+
 /// `_PyInterpreterFrame.owner`: a frame of a thread's stack.
 pub const FRAME_OWNED_BY_THREAD: u8 = 0;
 /// A generator's or coroutine's frame, run by a thread's frame.
@@ -67,21 +107,20 @@ pub const FRAME_OWNED_BY_FRAME_OBJECT: u8 = 2;
 pub const PY311: Layout = Layout {
     version: (3, 11),
     runtime_interpreters_head: 40,
-    runtime_gil_last_holder: 368,
-    runtime_gil_locked: 376,
+    gil: Gil::Runtime { last_holder: 368, locked: 376 },
     interp_next: 0,
     interp_threads_head: 16,
     tstate_next: 8,
     tstate_interp: 16,
-    tstate_cframe: 56,
     tstate_thread_id: 152,
     tstate_native_thread_id: 160,
-    cframe_current_frame: 8,
+    current_frame: CurrentFrame::Cframe { tstate_cframe: 56, cframe_current_frame: 8 },
     frame_code: 32,
     frame_previous: 48,
-    frame_prev_instr: 56,
-    frame_is_entry: 68,
+    frame_instr: 56,
     frame_owner: 69,
+    entry: Entry::Flag { is_entry: 68 },
+    code_tag_bits: 0,
     code_filename: 112,
     code_name: 120,
     code_qualname: 128,
@@ -97,7 +136,8 @@ pub const PY311: Layout = Layout {
     unicode_compact_data: 72,
 };
 
-/// The layout of CPython `major.minor`, if stackwalk knows it.
+/// The built-in layout of CPython `major.minor`, if stackwalk has one
+/// (3.13 and 3.14 are read from the target: [`super::debug_offsets`]).
 pub fn for_version(major: u8, minor: u8) -> Option<&'static Layout> {
     match (major, minor) {
         (3, 11) => Some(&PY311),
@@ -106,24 +146,51 @@ pub fn for_version(major: u8, minor: u8) -> Option<&'static Layout> {
 }
 
 /// The offsets by field name, as the tests compare them with the C
-/// headers' `offsetof`.
+/// headers' `offsetof` (3.11's names; for a 3.13+ layout, the fields of
+/// the same meaning).
 pub fn fields(layout: &Layout) -> Vec<(&'static str, u64)> {
-    vec![
-        ("_PyRuntimeState.interpreters.head", layout.runtime_interpreters_head),
-        ("_PyRuntimeState.ceval.gil.last_holder", layout.runtime_gil_last_holder),
-        ("_PyRuntimeState.ceval.gil.locked", layout.runtime_gil_locked),
+    let mut out = vec![("_PyRuntimeState.interpreters.head", layout.runtime_interpreters_head)];
+    match layout.gil {
+        Gil::Runtime { last_holder, locked } => out.extend([
+            ("_PyRuntimeState.ceval.gil.last_holder", last_holder),
+            ("_PyRuntimeState.ceval.gil.locked", locked),
+        ]),
+        Gil::Interpreter { ceval_gil, locked, last_holder } => out.extend([
+            ("PyInterpreterState.ceval.gil", ceval_gil),
+            ("struct _gil_runtime_state.locked", locked),
+            ("struct _gil_runtime_state.last_holder", last_holder),
+        ]),
+    }
+    out.extend([
         ("PyInterpreterState.next", layout.interp_next),
         ("PyInterpreterState.threads.head", layout.interp_threads_head),
         ("PyThreadState.next", layout.tstate_next),
         ("PyThreadState.interp", layout.tstate_interp),
-        ("PyThreadState.cframe", layout.tstate_cframe),
+    ]);
+    match layout.current_frame {
+        CurrentFrame::Cframe { tstate_cframe, cframe_current_frame } => out.extend([
+            ("PyThreadState.cframe", tstate_cframe),
+            ("_PyCFrame.current_frame", cframe_current_frame),
+        ]),
+        CurrentFrame::Direct { tstate_current_frame } => {
+            out.push(("PyThreadState.current_frame", tstate_current_frame))
+        }
+    }
+    let (code, instr) = match layout.entry {
+        Entry::Flag { .. } => ("_PyInterpreterFrame.f_code", "_PyInterpreterFrame.prev_instr"),
+        Entry::Shim { .. } => ("_PyInterpreterFrame.f_executable", "_PyInterpreterFrame.instr_ptr"),
+    };
+    out.extend([
         ("PyThreadState.thread_id", layout.tstate_thread_id),
         ("PyThreadState.native_thread_id", layout.tstate_native_thread_id),
-        ("_PyCFrame.current_frame", layout.cframe_current_frame),
-        ("_PyInterpreterFrame.f_code", layout.frame_code),
+        (code, layout.frame_code),
         ("_PyInterpreterFrame.previous", layout.frame_previous),
-        ("_PyInterpreterFrame.prev_instr", layout.frame_prev_instr),
-        ("_PyInterpreterFrame.is_entry", layout.frame_is_entry),
+        (instr, layout.frame_instr),
+    ]);
+    if let Entry::Flag { is_entry } = layout.entry {
+        out.push(("_PyInterpreterFrame.is_entry", is_entry));
+    }
+    out.extend([
         ("_PyInterpreterFrame.owner", layout.frame_owner),
         ("PyCodeObject.co_filename", layout.code_filename),
         ("PyCodeObject.co_name", layout.code_name),
@@ -138,5 +205,6 @@ pub fn fields(layout: &Layout) -> Vec<(&'static str, u64)> {
         ("PyASCIIObject.state", layout.unicode_state),
         ("sizeof(PyASCIIObject)", layout.unicode_ascii_data),
         ("sizeof(PyCompactUnicodeObject)", layout.unicode_compact_data),
-    ]
+    ]);
+    out
 }

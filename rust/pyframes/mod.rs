@@ -6,12 +6,15 @@
 //! From `_PyRuntime` (found by [`locate`] in the dynamic symbols of the
 //! python3 executable or libpython) to its interpreters, their thread
 //! states (each with the OS thread id it runs on), each thread's current
-//! frame (3.11: `tstate->cframe->current_frame`) and the chain of frames
-//! before it (`previous`), each naming its code object. A frame marked
-//! `is_entry` is the first that a native `_PyEval_EvalFrameDefault` call
-//! ran: the frames up to it (innermost first) belong to the innermost eval
-//! call of the native stack, the next ones to the next, so that Python
-//! frames can be put among the native ones.
+//! frame (3.11: `tstate->cframe->current_frame`; 3.13+:
+//! `tstate->current_frame`) and the chain of frames before it
+//! (`previous`), each naming its code object. The first frame that a
+//! native `_PyEval_EvalFrameDefault` call ran is its entry frame (3.11:
+//! marked `is_entry`; 3.13+: the frame before the shim frame that the call
+//! pushes on the C stack, which runs no code and is not shown): the frames
+//! up to it (innermost first) belong to the innermost eval call of the
+//! native stack, the next ones to the next, so that Python frames can be
+//! put among the native ones.
 //!
 //! Memory is whatever the source captured, read through [`ReadMemory`]:
 //! garbage there (a core whose heap is missing or zeroed, a race in a live
@@ -21,8 +24,11 @@
 //! every loop is bounded (interpreters, threads, frames; a chain that comes
 //! back on itself stops).
 //!
-//! Versions: 3.11 (see [`layout`]), the one tested here.
+//! Versions: 3.11 (its offsets built in, see [`layout`]), 3.13 and 3.14
+//! (their offsets read from the target's `_Py_DebugOffsets`, see
+//! [`debug_offsets`]), the ones tested here.
 
+pub mod debug_offsets;
 pub mod layout;
 pub mod linetable;
 pub mod locate;
@@ -113,8 +119,8 @@ impl fmt::Display for PyError {
         match self {
             PyError::Version(a, b) => write!(
                 f,
-                "CPython {a}.{b}: Python frames are read for CPython 3.11 only (the version \
-                 tested here)"
+                "CPython {a}.{b}: Python frames are read for CPython 3.11, 3.13 and 3.14 only \
+                 (the versions tested here)"
             ),
             PyError::State(what) => f.write_str(what),
         }
@@ -159,9 +165,9 @@ struct Code {
     linetable: Vec<u8>,
 }
 
-struct Walker<'l, M> {
+struct Walker<M> {
     r: Reader<M>,
-    layout: &'l Layout,
+    layout: Layout,
     symbols: Symbols,
     codes: HashMap<u64, Code>,
 }
@@ -170,8 +176,12 @@ struct Walker<'l, M> {
 /// addresses) are `symbols`.
 pub fn read_state<M: ReadMemory>(mem: M, symbols: &Symbols) -> Result<PyState, PyError> {
     let (major, minor) = symbols.version;
-    let layout = layout::for_version(major, minor).ok_or(PyError::Version(major, minor))?;
-    let mut w = Walker { r: Reader { mem }, layout, symbols: *symbols, codes: HashMap::new() };
+    let mut r = Reader { mem };
+    let layout = match layout::for_version(major, minor) {
+        Some(built_in) => *built_in,
+        None => debug_offsets::read(&mut r, symbols.runtime, symbols.version)?,
+    };
+    let mut w = Walker { r, layout, symbols: *symbols, codes: HashMap::new() };
     w.state()
 }
 
@@ -179,7 +189,7 @@ fn hex(a: u64) -> String {
     format!("{a:#x}")
 }
 
-impl<M: ReadMemory> Walker<'_, M> {
+impl<M: ReadMemory> Walker<M> {
     fn state(&mut self) -> Result<PyState, PyError> {
         let l = self.layout;
         let runtime = self.symbols.runtime;
@@ -193,8 +203,6 @@ impl<M: ReadMemory> Walker<'_, M> {
                     .to_owned(),
             ));
         }
-        let locked = self.r.u32(runtime + l.runtime_gil_locked).unwrap_or(0) != 0;
-        let holder = self.r.u64(runtime + l.runtime_gil_last_holder).filter(|_| locked);
         let mut out = PyState { version: l.version, threads: Vec::new(), warnings: Vec::new() };
         let mut seen = HashSet::new();
         let mut interp = head;
@@ -211,6 +219,7 @@ impl<M: ReadMemory> Walker<'_, M> {
                     .push(format!("interpreter {index} at {} is not in the memory", hex(interp)));
                 break;
             };
+            let holder = self.gil_holder(interp);
             self.threads(index, first, holder, &mut out);
             match self.r.u64(interp + l.interp_next) {
                 Some(next) => interp = next,
@@ -224,6 +233,20 @@ impl<M: ReadMemory> Walker<'_, M> {
             return Err(PyError::State(out.warnings.join("; ")));
         }
         Ok(out)
+    }
+
+    /// The thread state that holds the GIL `interp` uses, if it is held.
+    fn gil_holder(&mut self, interp: u64) -> Option<u64> {
+        let (gil, locked, last_holder) = match self.layout.gil {
+            layout::Gil::Runtime { last_holder, locked } => {
+                (self.symbols.runtime, locked, last_holder)
+            }
+            layout::Gil::Interpreter { ceval_gil, locked, last_holder } => {
+                (self.r.u64(interp + ceval_gil).filter(|&g| g != 0)?, locked, last_holder)
+            }
+        };
+        let locked = self.r.u32(gil + locked).unwrap_or(0) != 0;
+        self.r.u64(gil + last_holder).filter(|_| locked)
     }
 
     fn threads(&mut self, index: usize, first: u64, holder: Option<u64>, out: &mut PyState) {
@@ -270,15 +293,29 @@ impl<M: ReadMemory> Walker<'_, M> {
     /// The thread's frames, innermost first, and why they end early.
     fn frames(&mut self, tstate: u64) -> (Vec<PyFrame>, Option<String>) {
         let l = self.layout;
-        let mut frames = Vec::new();
-        let Some(cframe) = self.r.u64(tstate + l.tstate_cframe) else {
-            return (frames, Some(format!("thread state {}: no cframe", hex(tstate))));
-        };
-        if cframe == 0 {
-            return (frames, None);
-        }
-        let Some(mut frame) = self.r.u64(cframe + l.cframe_current_frame) else {
-            return (frames, Some(format!("cframe at {} is not in the memory", hex(cframe))));
+        let mut frames: Vec<PyFrame> = Vec::new();
+        let mut frame = match l.current_frame {
+            layout::CurrentFrame::Cframe { tstate_cframe, cframe_current_frame } => {
+                let Some(cframe) = self.r.u64(tstate + tstate_cframe) else {
+                    return (frames, Some(format!("thread state {}: no cframe", hex(tstate))));
+                };
+                if cframe == 0 {
+                    return (frames, None);
+                }
+                let Some(frame) = self.r.u64(cframe + cframe_current_frame) else {
+                    return (
+                        frames,
+                        Some(format!("cframe at {} is not in the memory", hex(cframe))),
+                    );
+                };
+                frame
+            }
+            layout::CurrentFrame::Direct { tstate_current_frame } => {
+                let Some(frame) = self.r.u64(tstate + tstate_current_frame) else {
+                    return (frames, Some(format!("thread state {}: no frame", hex(tstate))));
+                };
+                frame
+            }
         };
         let mut seen = HashSet::new();
         while frame != 0 {
@@ -289,8 +326,16 @@ impl<M: ReadMemory> Walker<'_, M> {
                 return (frames, Some(format!("the frame chain loops back to {}", hex(frame))));
             }
             match self.frame(frame) {
-                Ok((f, previous)) => {
+                Ok((Some(f), previous)) => {
                     frames.push(f);
+                    frame = previous;
+                }
+                Ok((None, previous)) => {
+                    // A native eval call's shim: the frame before it is the
+                    // first that call ran.
+                    if let Some(last) = frames.last_mut() {
+                        last.entry = true;
+                    }
                     frame = previous;
                 }
                 Err(why) => return (frames, Some(why)),
@@ -299,21 +344,39 @@ impl<M: ReadMemory> Walker<'_, M> {
         (frames, None)
     }
 
-    /// The frame at `address` and the address of the one before it.
-    fn frame(&mut self, address: u64) -> Result<(PyFrame, u64), String> {
+    /// The frame at `address` (None: a native eval call's shim frame, 3.13+)
+    /// and the address of the one before it.
+    fn frame(&mut self, address: u64) -> Result<(Option<PyFrame>, u64), String> {
         let l = self.layout;
         let missing = || format!("frame at {} is not in the memory", hex(address));
-        let code = self.r.u64(address + l.frame_code).ok_or_else(missing)?;
         let previous = self.r.u64(address + l.frame_previous).ok_or_else(missing)?;
-        let prev_instr = self.r.u64(address + l.frame_prev_instr).ok_or_else(missing)?;
-        let entry = self.r.u8(address + l.frame_is_entry).ok_or_else(missing)?;
         let owner = self.r.u8(address + l.frame_owner).ok_or_else(missing)?;
-        if entry > 1 || owner > layout::FRAME_OWNED_BY_FRAME_OBJECT {
-            return Err(format!(
-                "frame at {} is not a frame (is_entry {entry}, owner {owner})",
-                hex(address)
-            ));
-        }
+        let entry = match l.entry {
+            layout::Entry::Flag { is_entry } => {
+                let entry = self.r.u8(address + is_entry).ok_or_else(missing)?;
+                if entry > 1 || owner > layout::FRAME_OWNED_BY_FRAME_OBJECT {
+                    return Err(format!(
+                        "frame at {} is not a frame (is_entry {entry}, owner {owner})",
+                        hex(address)
+                    ));
+                }
+                entry == 1
+            }
+            layout::Entry::Shim { min_owner, max_owner } => {
+                if owner > max_owner {
+                    return Err(format!(
+                        "frame at {} is not a frame (owner {owner})",
+                        hex(address)
+                    ));
+                }
+                if owner >= min_owner {
+                    return Ok((None, previous));
+                }
+                false // marked when the shim before it is read
+            }
+        };
+        let code = self.r.u64(address + l.frame_code).ok_or_else(missing)? & !l.code_tag_bits;
+        let prev_instr = self.r.u64(address + l.frame_instr).ok_or_else(missing)?;
         self.code(code)?;
         let Some(c) = self.codes.get(&code) else {
             return Err(format!("frame at {}: code object unread", hex(address)));
@@ -328,10 +391,10 @@ impl<M: ReadMemory> Walker<'_, M> {
             qualname: c.qualname.clone(),
             file: c.file.clone(),
             line,
-            entry: entry == 1,
+            entry,
             address,
         };
-        Ok((frame, previous))
+        Ok((Some(frame), previous))
     }
 
     /// Read the code object at `address` into the cache.

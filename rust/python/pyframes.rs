@@ -21,7 +21,7 @@ fn frame(f: PyFrame) -> Frame {
 
 /// The Python threads of the interpreter in the module file at `path`
 /// (named `name` in the process), placed with `bias`, read from `memory`:
-/// None if the file is no CPython interpreter; else (version "3.11", threads,
+/// None if the file is no CPython interpreter; else (version "3.13", threads,
 /// warnings, error: why none could be read, or None).
 #[pyfunction]
 pub(super) fn python_threads(

@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# Build a CPython of a pinned version for the Python frames' tests (tests/test_pyframes.py), once
+# per machine: the source tarball from Debian's archive (checked against its sha256), configured
+# with --prefix in the cache directory (outside the clone) and built with -g, no PGO/LTO (so
+# that the build takes minutes and the binary keeps its symbols), then a venv of it with pystack.
+#
+#   tests/build_cpython.sh 3.13      # -> ${STACKWALK_CACHE:-~/.cache/stackwalk}/cpython-3.13.5
+#   tests/build_cpython.sh 3.14      # -> .../cpython-3.14.X (Debian's binaries, see below)
+#
+# Nothing is done when the interpreter is already installed there (the venv is made if missing).
+#
+# 3.14 cannot be built here: its source tarball is not in Debian's pool (sid's Sources index
+# names python3.14_3.14.10.orig.tar.xz, which is not served). Debian sid's own build is used
+# instead, unpacked from its packages, with sid's glibc next to it (its binaries need glibc 2.38+,
+# newer than this machine's): the executable's interpreter and run path set to those
+# (patchelf). libpython3.14-dev gives the headers (Include/internal too). sid moves on and its
+# pool files go, so the packages are the ones sid's Packages index names now, each checked
+# against the sha256 the index gives. Its pystack is the tests' own (a venv of it would need
+# Debian's python3.14-venv and more of sid).
+set -euo pipefail
+
+minor=${1:?usage: build_cpython.sh 3.13|3.14}
+cache=${STACKWALK_CACHE:-$HOME/.cache/stackwalk}
+mkdir -p "$cache"
+
+if [ "$minor" = 3.14 ]; then
+  for python in "$cache"/cpython-3.14.*/usr/bin/python3.14; do
+    [ -x "$python" ] && { echo "$python"; exit 0; }
+  done
+  archive=http://deb.debian.org/debian
+  work=$(mktemp -d "$cache/unpack-3.14.XXXXXX")
+  trap 'rm -rf "$work"' EXIT
+  curl -fsSL --retry 3 "$archive/dists/sid/main/binary-amd64/Packages.xz" | xz -d >"$work/Packages"
+  # "FILENAME SHA256 VERSION" of a package in the index
+  entry() {
+    awk -v want="$1" '$1 == "Package:" { on = ($2 == want) }
+      on && $1 == "Version:" { v = $2 } on && $1 == "Filename:" { f = $2 }
+      on && $1 == "SHA256:" { s = $2 } /^$/ { if (on && f) { print f, s, v; exit } on = 0 }' \
+      "$work/Packages"
+  }
+  release=$(entry python3.14-minimal | awk '{ sub(/-.*/, "", $3); print $3 }')
+  [ -n "$release" ] || { echo "build_cpython.sh: sid has no python3.14-minimal" >&2; exit 1; }
+  echo "build_cpython.sh: unpacking Debian sid's CPython $release" >&2
+  for package in python3.14-minimal libpython3.14-minimal libpython3.14-stdlib \
+      libpython3.14-dev libc6 libexpat1 zlib1g; do
+    read -r path sha256 _ < <(entry "$package")
+    deb=$work/$package.deb
+    curl -fsSL --retry 3 -o "$deb" "$archive/$path" \
+      || { echo "build_cpython.sh: $archive/$path cannot be downloaded" >&2; exit 1; }
+    echo "$sha256  $deb" | sha256sum -c --quiet - \
+      || { echo "build_cpython.sh: $archive/$path: wrong sha256 (expected $sha256)" >&2; exit 1; }
+    dpkg-deb -x "$deb" "$work/root"
+  done
+  root=$cache/cpython-$release
+  lib=$root/usr/lib/x86_64-linux-gnu
+  patchelf --set-interpreter "$lib/ld-linux-x86-64.so.2" --set-rpath "$lib" \
+    "$work/root/usr/bin/python3.14"
+  rm -rf "$root"
+  mv "$work/root" "$root"
+  "$root/usr/bin/python3.14" -c 'import sys; assert sys.version_info[:2] == (3, 14), sys.version'
+  echo "$root/usr/bin/python3.14"
+  exit 0
+fi
+
+case "$minor" in
+  3.13)
+    # Debian trixie's python3.13 (a stable suite: its pool file stays)
+    version=3.13.5
+    url=http://deb.debian.org/debian/pool/main/p/python3.13/python3.13_3.13.5.orig.tar.xz
+    sha256=93e583f243454e6e9e4588ca2c2662206ad961659863277afcdb96801647d640
+    ;;
+  *)
+    echo "build_cpython.sh: no pinned CPython $minor (3.13 and 3.14 are)" >&2
+    exit 2
+    ;;
+esac
+
+prefix=$cache/cpython-$version
+python=$prefix/bin/python$minor
+
+if [ ! -x "$python" ]; then
+  work=$(mktemp -d "$cache/build-$version.XXXXXX")
+  trap 'rm -rf "$work"' EXIT
+  tarball=$work/$(basename "$url")
+  echo "build_cpython.sh: downloading $url" >&2
+  curl -fsSL --retry 3 -o "$tarball" "$url"
+  echo "$sha256  $tarball" | sha256sum -c --quiet - \
+    || { echo "build_cpython.sh: $url: wrong sha256 (expected $sha256)" >&2; exit 1; }
+  tar -xJf "$tarball" -C "$work"
+  src=$(find "$work" -mindepth 1 -maxdepth 1 -type d | head -n 1)
+  start=$SECONDS
+  echo "build_cpython.sh: building CPython $version into $prefix" >&2
+  (
+    cd "$src"
+    # -g (configure's default CFLAGS are "-g -O2" without --enable-optimizations' PGO/LTO)
+    ./configure --prefix="$prefix" --with-ensurepip=install >"$work/configure.log" 2>&1 \
+      || { tail -n 40 "$work/configure.log" >&2; exit 1; }
+    make -j2 >"$work/make.log" 2>&1 || { tail -n 40 "$work/make.log" >&2; exit 1; }
+    make install >"$work/install.log" 2>&1 || { tail -n 40 "$work/install.log" >&2; exit 1; }
+  )
+  echo "build_cpython.sh: CPython $version built in $((SECONDS - start)) s" >&2
+fi
+
+# pystack, the reference, from PyPI, in a venv of this interpreter.
+venv=$prefix/venv
+if [ ! -x "$venv/bin/pystack" ]; then
+  "$python" -m venv "$venv"
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check pystack
+fi
+echo "$python"
