@@ -37,6 +37,7 @@ import time
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Sequence
+    from contextlib import AbstractContextManager
     from typing import Any
 
     from stackwalk.signature import Rules
@@ -559,38 +560,49 @@ def _stored_by_workers(
     global _FORKED_WITH
     jobs = min(jobs or len(os.sched_getaffinity(0)), len(files))
     chunks = [files[i : i + _WORKER_TASK] for i in range(0, len(files), _WORKER_TASK)]
+    context = multiprocessing.get_context("fork")
     # The store and the options (with every stored content's hash: megabytes for a big store)
-    # reach the workers by the fork, not pickled into every task.
-    _FORKED_WITH = (db, options)
+    # reach the workers by the fork, not pickled into every task. The workers take turns at
+    # writing by a lock that wakes the next one at once: SQLite's own wait for a busy database
+    # sleeps (1, 2, 5, 10... ms), longer than a transaction of a few crashes takes.
+    _FORKED_WITH = (db, options, context.Lock())
     try:
         # (Nothing is read here before the fork: a worker forked after the native core
         # started its thread pool would wait forever on threads it does not have.)
-        with multiprocessing.get_context("fork").Pool(jobs) as pool:
+        with context.Pool(jobs) as pool:
             yield from pool.imap(_store_forked, chunks)
     finally:
         _FORKED_WITH = None
 
 
-_FORKED_WITH: tuple[str, Options] | None = None
+_FORKED_WITH: tuple[str, Options, AbstractContextManager[Any]] | None = None
 _WORKER_STORES: dict[str, CrashStore] = {}
 
 
 def _store_forked(paths: Sequence[str]) -> tuple[int, list[dict[str, Any]]]:
     assert _FORKED_WITH is not None, "a worker forked by _stored_by_workers"
-    db, options = _FORKED_WITH
-    return store_files(paths, db, options)
+    db, options, lock = _FORKED_WITH
+    return store_files(paths, db, options, lock)
 
 
 def store_files(
-    paths: Sequence[str], db: str, options: Options
+    paths: Sequence[str],
+    db: str,
+    options: Options,
+    lock: AbstractContextManager[Any] | None = None,
 ) -> tuple[int, list[dict[str, Any]]]:
     """``process_file`` of each path, stored into the store at ``db`` (this process's own
-    connection to it) in one transaction: (crashes stored, each record's SUMMARY_KEYS)."""
+    connection to it) in one transaction, holding ``lock`` (the writers' turn) while it
+    writes: (crashes stored, each record's SUMMARY_KEYS)."""
+    import contextlib
+
     store = _WORKER_STORES.get(db)
     if store is None:
         store = _WORKER_STORES[db] = CrashStore(db)
     records = [r for r in (process_file(p, options) for p in paths) if r is not None]
-    return store.add(records), [{k: r.get(k) for k in SUMMARY_KEYS} for r in records]
+    with lock if lock is not None else contextlib.nullcontext():
+        stored = store.add(records)
+    return stored, [{k: r.get(k) for k in SUMMARY_KEYS} for r in records]
 
 
 def process_files(paths: Sequence[str], options: Options) -> list[dict[str, Any] | None]:
