@@ -36,8 +36,19 @@ pub struct ExprRef {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CfaRule {
-    RegOffset { reg: u16, offset: i64 },
+    RegOffset {
+        reg: u16,
+        offset: i64,
+    },
     Expr(ExprRef),
+    /// The word at register `reg` plus `offset`: the expression
+    /// `DW_OP_bregN offset; DW_OP_deref`, decoded once (a signal
+    /// trampoline's CFA: glibc's `__restore_rt` takes the interrupted sp
+    /// from the kernel's signal frame this way).
+    DerefRegister {
+        reg: u16,
+        offset: i32,
+    },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -49,6 +60,14 @@ pub enum RegRule {
     Register(u16),
     Expr(ExprRef),
     ValExpr(ExprRef),
+    /// Saved at the address register `reg` plus `offset` (of the callee's
+    /// registers): the expression `DW_OP_bregN offset`, decoded once (a
+    /// signal trampoline restores every register from the kernel's signal
+    /// frame so).
+    AtRegister {
+        reg: u16,
+        offset: i32,
+    },
 }
 
 /// The unwind rules in force at one address: the CFA rule and a rule for
@@ -727,17 +746,41 @@ impl UnwindInfo {
             return breakpad_row(symbols, self.arch, *base, address);
         }
         self.with_row(address, ctx, |row, cie, kind| {
-            let mut out =
-                Row::new(convert_cfa(row, kind)?, return_column(cie)?, cie.is_signal_trampoline());
+            let cfa = self.decoded_cfa(convert_cfa(row, kind)?);
+            let mut out = Row::new(cfa, return_column(cie)?, cie.is_signal_trampoline());
             convert_rules(row, kind, |reg, rule| {
                 // A row holds each column once and at most NUM_REGS tracked
                 // ones, so there is always room.
                 if (reg as usize) < NUM_REGS {
-                    out.push(reg, rule);
+                    out.push(reg, self.decoded_rule(rule));
                 }
             })?;
             Ok(out)
         })
+    }
+
+    /// A CFA expression of the one form a rule holds without it
+    /// ([`CfaRule::DerefRegister`]) as that rule; any other as it is.
+    fn decoded_cfa(&self, cfa: CfaRule) -> CfaRule {
+        match cfa {
+            CfaRule::Expr(e) => match register_offset(self.expr_bytes(e), true) {
+                Some((reg, offset)) => CfaRule::DerefRegister { reg, offset },
+                None => cfa,
+            },
+            _ => cfa,
+        }
+    }
+
+    /// A register's expression of the one form a rule holds without it
+    /// ([`RegRule::AtRegister`]) as that rule; any other as it is.
+    fn decoded_rule(&self, rule: RegRule) -> RegRule {
+        match rule {
+            RegRule::Expr(e) => match register_offset(self.expr_bytes(e), false) {
+                Some((reg, offset)) => RegRule::AtRegister { reg, offset },
+                None => rule,
+            },
+            _ => rule,
+        }
     }
 
     /// Like [`Module::find_row`], but with every column the CFI gives a rule
@@ -885,6 +928,31 @@ fn expr_ref(
     })
 }
 
+/// The register and offset of an expression that is `DW_OP_bregN offset`
+/// (or `DW_OP_bregx N offset`) and nothing else, followed by `DW_OP_deref`
+/// when `deref`: a tracked register and an offset of 32 bits, else None
+/// (the expression is then evaluated as it is).
+fn register_offset(bytes: &[u8], deref: bool) -> Option<(u16, i32)> {
+    const DW_OP_BREG0: u8 = 0x70;
+    const DW_OP_BREG31: u8 = 0x8f;
+    const DW_OP_BREGX: u8 = 0x92;
+    const DW_OP_DEREF: u8 = 0x06;
+    let (&op, rest) = bytes.split_first()?;
+    let mut r = gimli::EndianSlice::new(rest, gimli::LittleEndian);
+    let reg = match op {
+        DW_OP_BREG0..=DW_OP_BREG31 => u64::from(op - DW_OP_BREG0),
+        DW_OP_BREGX => gimli::leb128::read::unsigned(&mut r).ok()?,
+        _ => return None,
+    };
+    let offset = i32::try_from(gimli::leb128::read::signed(&mut r).ok()?).ok()?;
+    let tail: &[u8] = if deref { &[DW_OP_DEREF] } else { &[] };
+    if r.slice() != tail {
+        return None;
+    }
+    let reg = u16::try_from(reg).ok().filter(|&r| usize::from(r) < NUM_REGS)?;
+    Some((reg, offset))
+}
+
 fn return_column(cie: &Cie<'_>) -> Result<u16, LookupError> {
     let ra = cie.return_address_register().0;
     if ra as usize >= NUM_REGS {
@@ -923,4 +991,30 @@ fn convert_rules(
         sink(register.0, rule);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::register_offset;
+
+    #[test]
+    fn register_offsets_are_decoded_from_their_one_form() {
+        // glibc's __restore_rt (x86_64): r8 at `DW_OP_breg7 (rsp) 40`, the CFA
+        // `DW_OP_breg7 160; DW_OP_deref`.
+        assert_eq!(register_offset(&[0x77, 40], false), Some((7, 40)));
+        assert_eq!(register_offset(&[0x77, 0xa0, 0x01, 0x06], true), Some((7, 160)));
+        // DW_OP_bregx 31 (aarch64's sp) -16, and DW_OP_breg5 (i386's ebp) -4.
+        assert_eq!(register_offset(&[0x92, 31, 0x70], false), Some((31, -16)));
+        assert_eq!(register_offset(&[0x75, 0x7c], false), Some((5, -4)));
+        // Anything more, less or else is evaluated as an expression.
+        assert_eq!(register_offset(&[0x77, 40], true), None);
+        assert_eq!(register_offset(&[0x77, 40, 0x06], false), None);
+        assert_eq!(register_offset(&[0x77, 40, 0x23, 8], false), None);
+        assert_eq!(register_offset(&[0x77], false), None);
+        assert_eq!(register_offset(&[0x31], false), None); // DW_OP_lit1
+        assert_eq!(register_offset(&[], true), None);
+        // A register no row tracks, or an offset past 32 bits.
+        assert_eq!(register_offset(&[0x92, 0x80, 0x01, 0], false), None);
+        assert_eq!(register_offset(&[0x77, 0x80, 0x80, 0x80, 0x80, 0x10], false), None);
+    }
 }

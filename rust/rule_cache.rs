@@ -158,6 +158,8 @@ impl PackedRow {
                 };
                 (kind, u16::try_from(e.len).ok()?, e.offset as i32)
             }
+            // A signal trampoline's: its row is a wide one anyway.
+            CfaRule::DerefRegister { .. } => return None,
         };
         let mut out = PackedRow {
             cfa_reg,
@@ -178,7 +180,7 @@ impl PackedRow {
                 RegRule::Offset(n) => (OFFSET, i32::try_from(n).ok()?),
                 RegRule::ValOffset(n) => (VAL_OFFSET, i32::try_from(n).ok()?),
                 RegRule::Register(r) => (REGISTER, i32::from(r)),
-                RegRule::Expr(_) | RegRule::ValExpr(_) => return None,
+                RegRule::Expr(_) | RegRule::ValExpr(_) | RegRule::AtRegister { .. } => return None,
             };
             *slot = PackedRule { reg, kind, value };
         }

@@ -100,6 +100,9 @@ fn exercise(info: &UnwindInfo, word: u8, pcs: &[u64]) -> usize {
             CfaRule::Expr(e) => {
                 expr::evaluate(info.expr_bytes(e), None, &regs, &mut mem, word).unwrap_or(0)
             }
+            CfaRule::DerefRegister { reg, offset } => {
+                regs.get(reg).and_then(|v| mem(v.wrapping_add(offset as u64))).unwrap_or(0)
+            }
         };
         for &(_, rule) in row.rules() {
             if let RegRule::Expr(e) | RegRule::ValExpr(e) = rule {

@@ -398,6 +398,10 @@ impl PyUnwinder {
                 ("reg", reg, offset).into_pyobject(py)?.into_any()
             }
             CfaRule::Expr(e) => ("expr", expr(e)).into_pyobject(py)?.into_any(),
+            // (The row shown is the CFI's own, its expressions undecoded.)
+            CfaRule::DerefRegister { reg, offset } => {
+                ("deref_reg", reg, offset).into_pyobject(py)?.into_any()
+            }
         };
         out.set_item("cfa", cfa)?;
         out.set_item("ra_column", row.ra)?;
@@ -411,6 +415,9 @@ impl PyUnwinder {
                 RegRule::Register(r) => ("register", r).into_pyobject(py)?.into_any(),
                 RegRule::Expr(e) => ("expression", expr(e)).into_pyobject(py)?.into_any(),
                 RegRule::ValExpr(e) => ("val_expression", expr(e)).into_pyobject(py)?.into_any(),
+                RegRule::AtRegister { reg, offset } => {
+                    ("at_register", reg, offset).into_pyobject(py)?.into_any()
+                }
             };
             registers.set_item(reg, rule)?;
         }

@@ -12,8 +12,8 @@ use std::sync::Arc;
 use gimli::constants::{
     DW_EH_PE_datarel, DW_EH_PE_pcrel, DW_EH_PE_sdata4, DW_EH_PE_udata4, DW_EH_PE_udata8, DW_OP_and,
     DW_OP_breg0, DW_OP_breg16, DW_OP_breg4, DW_OP_breg6, DW_OP_breg7, DW_OP_deref,
-    DW_OP_deref_size, DW_OP_drop, DW_OP_ge, DW_OP_lit11, DW_OP_lit15, DW_OP_lit16, DW_OP_lit3,
-    DW_OP_minus, DW_OP_plus, DW_OP_shl, DW_OP_skip,
+    DW_OP_deref_size, DW_OP_drop, DW_OP_ge, DW_OP_lit0, DW_OP_lit11, DW_OP_lit15, DW_OP_lit16,
+    DW_OP_lit3, DW_OP_minus, DW_OP_plus, DW_OP_shl, DW_OP_skip,
 };
 use gimli::write::{
     Address, CallFrameInstruction as Insn, CieId, CommonInformationEntry, DebugFrame, EhFrame,
@@ -22,7 +22,7 @@ use gimli::write::{
 use gimli::{Encoding, EndianSlice, Format, LittleEndian, Register, UnwindSection};
 
 use _core::arch::Arch;
-use _core::cfi::{CfaRule, Data, Module, ModuleError, ModuleSections, SectionInfo};
+use _core::cfi::{CfaRule, Data, Module, ModuleError, ModuleSections, RegRule, Rules, SectionInfo};
 use _core::expr::ExprError;
 use _core::memory::{Memory, Regions};
 use _core::registers::Registers;
@@ -1187,6 +1187,77 @@ fn walk_signal(signal: bool, interrupted_pc: u64) -> Walk {
     )
 }
 
+/// A trampoline whose CFA is the word at rsp + 0x18 and whose rip, rsp and
+/// rax are saved at rsp-relative addresses, each by `expression(base
+/// register, offset, deref)` (`deref`: the CFA's, a word read there).
+fn deref_cfa_signal_cfi(expression: impl Fn(u16, i64, bool) -> Expression) -> CfiBuilder {
+    let mut cfi = CfiBuilder::new(Arch::X86_64);
+    let tramp_cie = cfi.add_cie(
+        RIP,
+        true,
+        vec![
+            Insn::CfaExpression(expression(RSP, 0x18, true)),
+            Insn::Expression(Register(RIP), expression(RSP, 0, false)),
+            Insn::Expression(Register(RSP), expression(RSP, 8, false)),
+            Insn::Expression(Register(RAX), expression(RSP, 0x10, false)),
+        ],
+    );
+    cfi.fde_of(tramp_cie, TRAMP, 0x10, vec![]).fde(G, 0x40, vec![]).outermost(START);
+    cfi
+}
+
+#[test]
+fn register_offset_expressions_are_decoded_and_walk_as_evaluated() {
+    // `DW_OP_breg7 n` (and `; DW_OP_deref` for the CFA), as glibc's
+    // __restore_rt has them: decoded once into rules of their own. The same
+    // values by expressions the decoding leaves alone (`+ 0`) are evaluated
+    // at every step: the two walks are the same, through the cache as well.
+    let decoded = deref_cfa_signal_cfi(|reg, offset, deref| {
+        let mut e = breg(reg, offset);
+        if deref {
+            e.op_deref();
+        }
+        e
+    });
+    let evaluated = deref_cfa_signal_cfi(|reg, offset, deref| {
+        let mut e = breg(reg, offset);
+        e.op(DW_OP_lit0);
+        e.op(DW_OP_plus);
+        if deref {
+            e.op_deref();
+        }
+        e
+    });
+    let row = |cfi: &CfiBuilder| {
+        let module = load(Arch::X86_64, &Sections::eh(cfi.eh_frame()));
+        let (row, _) = module.find_row(TRAMP + 2, &mut gimli::UnwindContext::new()).expect("a row");
+        (row.cfa, row.rule_for(RIP))
+    };
+    assert_eq!(
+        row(&decoded),
+        (
+            CfaRule::DerefRegister { reg: RSP, offset: 0x18 },
+            Some(RegRule::AtRegister { reg: RSP, offset: 0 })
+        )
+    );
+    assert!(matches!(row(&evaluated), (CfaRule::Expr(_), Some(RegRule::Expr(_)))));
+    let mut stack = signal_stack(rt(G + 4), rt(START + 5));
+    stack.set(SP + 0x18, SP + 0x100);
+    let mut walks = Vec::new();
+    for cfi in [&decoded, &evaluated] {
+        let mut uw = eh_unwinder(cfi);
+        for _ in 0..2 {
+            walks.push(walk(&mut uw, rt(TRAMP + 2), &[(RSP, SP)], &mut stack.memory(), 16));
+        }
+    }
+    let w = &walks[0];
+    assert_eq!(w.pcs(), [rt(TRAMP + 2), rt(G + 4), rt(START + 5)]);
+    assert_eq!(w.cfas()[0], Some(SP + 0x100), "the word at rsp + 0x18");
+    assert_eq!(w.sps(), [SP, SP + 0x200, SP + 0x208]);
+    assert_eq!(w.end.reason, EndReason::EndOfStack);
+    assert!(walks.iter().all(|other| other == w), "{walks:#?}");
+}
+
 #[test]
 fn the_frame_a_signal_interrupted_is_looked_up_at_its_pc() {
     // Interrupted at G's first instruction: pc − 1 would be in BEFORE_G.
@@ -1793,7 +1864,7 @@ fn search_table_and_sorted_index_find_the_same_rows() {
 fn cfa_reg_offset(rule: CfaRule) -> Option<(u16, i64)> {
     match rule {
         CfaRule::RegOffset { reg, offset } => Some((reg, offset)),
-        CfaRule::Expr(_) => None,
+        CfaRule::Expr(_) | CfaRule::DerefRegister { .. } => None,
     }
 }
 

@@ -58,6 +58,16 @@ pub(super) fn apply<M: Memory + ?Sized, R: Rules, const FALLBACK: bool>(
             Ok(v) => v,
             Err(e) => return expr_end(e),
         },
+        CfaRule::DerefRegister { reg, offset } => {
+            let Some(base) = regs.get(reg) else {
+                return Err((EndReason::MissingRegister, EndDetail::Register(reg)));
+            };
+            let addr = base.wrapping_add(offset as u64) & mask;
+            match read_word(mem, arch, addr) {
+                Some(v) => v & mask,
+                None => return Err((EndReason::Memory, EndDetail::Address(addr))),
+            }
+        }
     };
     if let Some(f) = frames.last_mut() {
         f.cfa = Some(cfa);
@@ -117,6 +127,21 @@ pub(super) fn apply<M: Memory + ?Sized, R: Rules, const FALLBACK: bool>(
                     Err(e) => return expr_end(e),
                 }
             }
+            RegRule::AtRegister { reg: base, offset } => match regs.get(base) {
+                Some(b) => {
+                    let addr = b.wrapping_add(offset as u64) & mask;
+                    match read_word(mem, arch, addr) {
+                        None if essential => {
+                            return Err((EndReason::Memory, EndDetail::Address(addr)))
+                        }
+                        v => v,
+                    }
+                }
+                None if essential => {
+                    return Err((EndReason::MissingRegister, EndDetail::Register(base)))
+                }
+                None => None,
+            },
         };
         match value {
             Some(v) => caller.set(reg, v),
