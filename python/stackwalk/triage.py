@@ -121,7 +121,10 @@ _COREDUMP_NAME = re.compile(
 class CrashStore:
     """The triage database at ``path`` (made if missing)."""
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, checkpoints: bool = True) -> None:
+        """``checkpoints``: this connection copies the write-ahead log into the database
+        (SQLite's automatic checkpoints, with their fsyncs) as it grows; without, another
+        connection does (``checkpoint``)."""
         from stackwalk.errors import StackwalkError
 
         self.path = os.fspath(path)
@@ -140,11 +143,18 @@ class CrashStore:
             if version == 0:
                 self._db.executescript(_SCHEMA)
                 self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            if not checkpoints:
+                self._db.execute("PRAGMA wal_autocheckpoint = 0")
         except sqlite3.DatabaseError as e:
             raise StackwalkError(f"{self.path}: not a crash store ({e})") from None
 
     def close(self) -> None:
         self._db.close()
+
+    def checkpoint(self) -> None:
+        """Copy what the write-ahead log holds into the database, as far as no reader keeps
+        it from it, waiting for no writer (a passive checkpoint)."""
+        self._db.execute("PRAGMA wal_checkpoint(PASSIVE)")
 
     def __enter__(self) -> CrashStore:
         return self
@@ -508,11 +518,13 @@ def triage(
         # Worker processes store what they read themselves: nothing crosses back but a line
         # per crash, and the writing is spread over the workers with the reading.
         stored = 0
-        for added, summaries in _stored_by_workers(todo, store.path, options, jobs):
+        for i, (added, summaries) in enumerate(_stored_by_workers(todo, store.path, options, jobs)):
             stored += added
             if each is not None:
                 for summary in summaries:
                     each(summary)
+            if i % _CHECKPOINT_TASKS == _CHECKPOINT_TASKS - 1:
+                store.checkpoint()
         return stored, len(files) - stored
     stored = 0
     pending: list[dict[str, Any]] = []
@@ -549,6 +561,9 @@ SUMMARY_KEYS = ("path", "signature", "bucket", "error")
 # Files per worker task: one transaction each, short enough that the other writers seldom
 # wait for it.
 _WORKER_TASK = 16
+# Worker tasks between two checkpoints of the main process (1,024 crashes: a write-ahead log
+# of some 8 MB).
+_CHECKPOINT_TASKS = 64
 
 
 def _stored_by_workers(
@@ -598,7 +613,8 @@ def store_files(
 
     store = _WORKER_STORES.get(db)
     if store is None:
-        store = _WORKER_STORES[db] = CrashStore(db)
+        # The workers' turns at writing hold no fsync: the main process checkpoints.
+        store = _WORKER_STORES[db] = CrashStore(db, checkpoints=False)
     records = [r for r in (process_file(p, options) for p in paths) if r is not None]
     with lock if lock is not None else contextlib.nullcontext():
         stored = store.add(records)
