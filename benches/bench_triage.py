@@ -14,6 +14,7 @@ import os
 import random
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -85,6 +86,42 @@ def test_triage(
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.startswith(f"{files} crashes stored"), proc.stdout
     benchmark.extra_info["crashes"] = files
+
+
+INTERLEAVED_ROUNDS = 4
+
+
+@pytest.mark.benchmark(group="triage-interleaved")
+def test_triage_interleaved(
+    benchmark: Any, spool: Path, tmp_path: Path, cluster: str, request: pytest.FixtureRequest
+) -> None:
+    """--jobs 1, --jobs 2 and the running cluster in turn, INTERLEAVED_ROUNDS rounds: each
+    round's ratios to --jobs 1 (this VM's speed drifts over minutes, so runs far apart in time
+    compare badly)."""
+    hows = ["--jobs=1", "--jobs=2", f"--dask={cluster}"]
+    rounds = INTERLEAVED_ROUNDS if _enabled(request) else 1
+
+    def timed(how: str) -> float:
+        start = time.perf_counter()
+        proc = _triage(spool, tmp_path / "crashes.sqlite", how)
+        took = time.perf_counter() - start
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        return took
+
+    def interleaved() -> dict[str, list[float]]:
+        times: dict[str, list[float]] = {how: [] for how in hows}
+        for _ in range(rounds):
+            for how in hows:
+                times[how].append(timed(how))
+        return times
+
+    times = benchmark.pedantic(interleaved, rounds=1, warmup_rounds=0)
+    one = times["--jobs=1"]
+    for name, how in (("jobs2", "--jobs=2"), ("dask", hows[2])):
+        ratios = [a / b for a, b in zip(one, times[how], strict=True)]
+        benchmark.extra_info[f"{name}_ratios"] = [round(r, 2) for r in ratios]
+    benchmark.extra_info["jobs1_s"] = [round(t, 2) for t in one]
+    print(f"\ninterleaved: {benchmark.extra_info}")
 
 
 @pytest.fixture(scope="module")
