@@ -933,19 +933,18 @@ fn expr_ref(
 /// when `deref`: a tracked register and an offset of 32 bits, else None
 /// (the expression is then evaluated as it is).
 fn register_offset(bytes: &[u8], deref: bool) -> Option<(u16, i32)> {
-    const DW_OP_BREG0: u8 = 0x70;
-    const DW_OP_BREG31: u8 = 0x8f;
-    const DW_OP_BREGX: u8 = 0x92;
-    const DW_OP_DEREF: u8 = 0x06;
+    use gimli::constants::{DW_OP_breg0, DW_OP_breg31, DW_OP_bregx, DW_OP_deref};
     let (&op, rest) = bytes.split_first()?;
     let mut r = gimli::EndianSlice::new(rest, gimli::LittleEndian);
-    let reg = match op {
-        DW_OP_BREG0..=DW_OP_BREG31 => u64::from(op - DW_OP_BREG0),
-        DW_OP_BREGX => gimli::leb128::read::unsigned(&mut r).ok()?,
-        _ => return None,
+    let reg = if (DW_OP_breg0.0..=DW_OP_breg31.0).contains(&op) {
+        u64::from(op - DW_OP_breg0.0)
+    } else if op == DW_OP_bregx.0 {
+        gimli::leb128::read::unsigned(&mut r).ok()?
+    } else {
+        return None;
     };
     let offset = i32::try_from(gimli::leb128::read::signed(&mut r).ok()?).ok()?;
-    let tail: &[u8] = if deref { &[DW_OP_DEREF] } else { &[] };
+    let tail: &[u8] = if deref { &[DW_OP_deref.0] } else { &[] };
     if r.slice() != tail {
         return None;
     }

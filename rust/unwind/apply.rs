@@ -85,10 +85,8 @@ pub(super) fn apply<M: Memory + ?Sized, R: Rules, const FALLBACK: bool>(
         // Saved on the stack: nearly every rule of every row, tested first
         // rather than through the match's jump table.
         if let RegRule::Offset(n) = rule {
-            let addr = cfa.wrapping_add(n as u64) & mask;
-            match read_word(mem, arch, addr) {
+            match saved_word(mem, arch, cfa.wrapping_add(n as u64) & mask, essential)? {
                 Some(v) => caller.set(reg, v),
-                None if essential => return Err((EndReason::Memory, EndDetail::Address(addr))),
                 None => caller.forget(reg),
             }
             if reg == ra_column {
@@ -100,22 +98,13 @@ pub(super) fn apply<M: Memory + ?Sized, R: Rules, const FALLBACK: bool>(
             RegRule::Undefined => None,
             RegRule::SameValue => regs.get(reg),
             RegRule::Offset(n) => {
-                let addr = cfa.wrapping_add(n as u64) & mask;
-                match read_word(mem, arch, addr) {
-                    None if essential => return Err((EndReason::Memory, EndDetail::Address(addr))),
-                    v => v,
-                }
+                saved_word(mem, arch, cfa.wrapping_add(n as u64) & mask, essential)?
             }
             RegRule::ValOffset(n) => Some(cfa.wrapping_add(n as u64) & mask),
             RegRule::Register(r) => regs.get(r),
             RegRule::Expr(e) => {
                 match expr::evaluate(expr_bytes(e), Some(cfa), regs, mem, address_size) {
-                    Ok(addr) => match read_word(mem, arch, addr) {
-                        None if essential => {
-                            return Err((EndReason::Memory, EndDetail::Address(addr)))
-                        }
-                        v => v,
-                    },
+                    Ok(addr) => saved_word(mem, arch, addr, essential)?,
                     Err(ExprError::Memory(_)) if !essential => None,
                     Err(e) => return expr_end(e),
                 }
@@ -128,15 +117,7 @@ pub(super) fn apply<M: Memory + ?Sized, R: Rules, const FALLBACK: bool>(
                 }
             }
             RegRule::AtRegister { reg: base, offset } => match regs.get(base) {
-                Some(b) => {
-                    let addr = b.wrapping_add(offset as u64) & mask;
-                    match read_word(mem, arch, addr) {
-                        None if essential => {
-                            return Err((EndReason::Memory, EndDetail::Address(addr)))
-                        }
-                        v => v,
-                    }
-                }
+                Some(b) => saved_word(mem, arch, b.wrapping_add(offset as u64) & mask, essential)?,
                 None if essential => {
                     return Err((EndReason::MissingRegister, EndDetail::Register(base)))
                 }
@@ -413,6 +394,22 @@ pub(super) fn fp_based_cfa<R: Rules>(arch: Arch, row: &R, regs: &Registers) -> O
     match row.rule_for(arch.fp())? {
         RegRule::Offset(n) => Some(regs.get(arch.fp())?.wrapping_sub(n as u64)),
         _ => None,
+    }
+}
+
+/// A register's word saved at `addr`; None (unknown in the caller) where it
+/// is outside the captured memory, an end of the walk if the register is
+/// `essential` (the return address, the stack pointer).
+#[inline(always)]
+fn saved_word<M: Memory + ?Sized>(
+    mem: &mut M,
+    arch: Arch,
+    addr: u64,
+    essential: bool,
+) -> Result<Option<u64>, (EndReason, EndDetail)> {
+    match read_word(mem, arch, addr) {
+        None if essential => Err((EndReason::Memory, EndDetail::Address(addr))),
+        v => Ok(v),
     }
 }
 
