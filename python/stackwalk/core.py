@@ -53,11 +53,12 @@ __all__ = ["Core", "CoreError", "CoreModule", "Signal", "Thread"]
 _PF_X = 1
 
 
-def looks_like_python(path: str) -> bool:
-    """Whether a module's file is named like a CPython interpreter's (``python3.11``,
-    ``libpython3.13.so.1.0``): where ``stackwalk.pyframes`` looks for Python frames."""
+def python_file_name(path: str) -> str | None:
+    """A module's file name if it is named like a CPython interpreter's (``python3.11``,
+    ``libpython3.13.so.1.0``), else None: where ``stackwalk.pyframes`` looks for Python
+    frames."""
     name = os.path.basename(path).removesuffix(" (deleted)")
-    return name.startswith("python") or name.startswith("libpython")
+    return name if name.startswith("python") or name.startswith("libpython") else None
 
 
 _AT_PHDR, _AT_ENTRY, _AT_EXECFN, _AT_SYSINFO_EHDR = 3, 9, 31, 33
@@ -805,7 +806,7 @@ class Core:
         ``python`` (the interpreter's version, or why its frames could not be read). A
         process that is not python's gets the document it gets with "native"."""
         pystate = None
-        if python != "native" and any(looks_like_python(m.path) and m.found for m in self.modules):
+        if python != "native" and any(m.found and python_file_name(m.path) for m in self.modules):
             # (Imported only for a python process: dataclasses and inspect are a tenth of a
             # small core's time.)
             from stackwalk.pyframes import read_python, with_python_frames

@@ -9,7 +9,6 @@ build) is a reason given in place of the Python frames, never a guess."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 from stackwalk._core import python_threads
@@ -84,12 +83,12 @@ class PythonState:
 def read_python(core: Core) -> PythonState | None:
     """The Python threads of ``core`` (a ``Core``, ``Process`` or ``Minidump``), None when no
     module of it is a CPython interpreter whose file is here."""
-    from stackwalk.core import looks_like_python
+    from stackwalk.core import python_file_name
 
     for m in core.modules:
-        if not looks_like_python(m.path) or not m.found:
+        name = python_file_name(m.path)
+        if name is None or not m.found:
             continue
-        name = os.path.basename(m.path).removesuffix(" (deleted)")
         file = m.file or m.path
         got = python_threads(core.memory, file, name, m.bias)
         if got is None:
