@@ -1,0 +1,503 @@
+//! Signal frames, and each way a walk ends.
+
+use super::*;
+
+// ---------------------------------------------------------------------------
+// Signal frames
+// ---------------------------------------------------------------------------
+
+pub(crate) const TRAMP: u64 = 0x3800;
+pub(crate) const BEFORE_G: u64 = 0x3ff0; // ends where G starts; outermost
+pub(crate) const G: u64 = 0x4000; // an ordinary leaf: CFA = rsp + 8
+pub(crate) const G_LEAF: u64 = 0x5000; // CFA = rsp, return address in rax
+
+/// A `__restore_rt`-like trampoline (CFA = rsp + 0x100; rip, rsp, rax as
+/// expressions into the context at rsp) with or without the 'S'
+/// augmentation, over G and G_LEAF.
+pub(crate) fn signal_cfi(signal: bool) -> CfiBuilder {
+    let mut cfi = CfiBuilder::new(Arch::X86_64);
+    let at = |offset| breg(RSP, offset);
+    let tramp_cie = cfi.add_cie(
+        RIP,
+        signal,
+        vec![
+            cfa(RSP, 0x100),
+            Insn::Expression(Register(RIP), at(0)),
+            Insn::Expression(Register(RSP), at(8)),
+            Insn::Expression(Register(RAX), at(0x10)),
+        ],
+    );
+    cfi.fde_of(tramp_cie, TRAMP, 0x10, vec![])
+        .fde(BEFORE_G, 0x10, vec![(0, Insn::Undefined(Register(RIP)))])
+        .fde(G, 0x40, vec![])
+        .fde(
+            G_LEAF,
+            0x40,
+            vec![(0, cfa(RSP, 0)), (0, Insn::Register(Register(RIP), Register(RAX)))],
+        )
+        .outermost(START);
+    cfi
+}
+
+/// The kernel's signal context at SP: interrupted rip, rsp and rax.
+pub(crate) fn signal_stack(rip: u64, rax: u64) -> Stack {
+    let mut stack = Stack::new();
+    stack.set(SP, rip).set(SP + 8, SP + 0x200).set(SP + 0x10, rax).set(SP + 0x200, rt(START + 5));
+    stack
+}
+
+pub(crate) fn walk_signal(signal: bool, interrupted_pc: u64) -> Walk {
+    let stack = signal_stack(interrupted_pc, rt(START + 5));
+    walk(
+        &mut eh_unwinder(&signal_cfi(signal)),
+        rt(TRAMP + 2),
+        &[(RSP, SP)],
+        &mut stack.memory(),
+        16,
+    )
+}
+
+/// A trampoline whose CFA is the word at rsp + 0x18 and whose rip, rsp and
+/// rax are saved at rsp-relative addresses, each by `expression(base
+/// register, offset, deref)` (`deref`: the CFA's, a word read there).
+pub(crate) fn deref_cfa_signal_cfi(
+    expression: impl Fn(u16, i64, bool) -> Expression,
+) -> CfiBuilder {
+    let mut cfi = CfiBuilder::new(Arch::X86_64);
+    let tramp_cie = cfi.add_cie(
+        RIP,
+        true,
+        vec![
+            Insn::CfaExpression(expression(RSP, 0x18, true)),
+            Insn::Expression(Register(RIP), expression(RSP, 0, false)),
+            Insn::Expression(Register(RSP), expression(RSP, 8, false)),
+            Insn::Expression(Register(RAX), expression(RSP, 0x10, false)),
+        ],
+    );
+    cfi.fde_of(tramp_cie, TRAMP, 0x10, vec![]).fde(G, 0x40, vec![]).outermost(START);
+    cfi
+}
+
+#[test]
+fn register_offset_expressions_are_decoded_and_walk_as_evaluated() {
+    // `DW_OP_breg7 n` (and `; DW_OP_deref` for the CFA), as glibc's
+    // __restore_rt has them: decoded once into rules of their own. The same
+    // values by expressions the decoding leaves alone (`+ 0`) are evaluated
+    // at every step: the two walks are the same, through the cache as well.
+    let decoded = deref_cfa_signal_cfi(|reg, offset, deref| {
+        let mut e = breg(reg, offset);
+        if deref {
+            e.op_deref();
+        }
+        e
+    });
+    let evaluated = deref_cfa_signal_cfi(|reg, offset, deref| {
+        let mut e = breg(reg, offset);
+        e.op(DW_OP_lit0);
+        e.op(DW_OP_plus);
+        if deref {
+            e.op_deref();
+        }
+        e
+    });
+    let row = |cfi: &CfiBuilder| {
+        let module = load(Arch::X86_64, &Sections::eh(cfi.eh_frame()));
+        let (row, _) = module.find_row(TRAMP + 2, &mut gimli::UnwindContext::new()).expect("a row");
+        (row.cfa, row.rule_for(RIP))
+    };
+    assert_eq!(
+        row(&decoded),
+        (
+            CfaRule::DerefRegister { reg: RSP, offset: 0x18 },
+            Some(RegRule::AtRegister { reg: RSP, offset: 0 })
+        )
+    );
+    assert!(matches!(row(&evaluated), (CfaRule::Expr(_), Some(RegRule::Expr(_)))));
+    let mut stack = signal_stack(rt(G + 4), rt(START + 5));
+    stack.set(SP + 0x18, SP + 0x100);
+    let mut walks = Vec::new();
+    for cfi in [&decoded, &evaluated] {
+        let mut uw = eh_unwinder(cfi);
+        for _ in 0..2 {
+            walks.push(walk(&mut uw, rt(TRAMP + 2), &[(RSP, SP)], &mut stack.memory(), 16));
+        }
+    }
+    let w = &walks[0];
+    assert_eq!(w.pcs(), [rt(TRAMP + 2), rt(G + 4), rt(START + 5)]);
+    assert_eq!(w.cfas()[0], Some(SP + 0x100), "the word at rsp + 0x18");
+    assert_eq!(w.sps(), [SP, SP + 0x200, SP + 0x208]);
+    assert_eq!(w.end.reason, EndReason::EndOfStack);
+    assert!(walks.iter().all(|other| other == w), "{walks:#?}");
+}
+
+#[test]
+fn the_frame_a_signal_interrupted_is_looked_up_at_its_pc() {
+    // Interrupted at G's first instruction: pc − 1 would be in BEFORE_G.
+    let w = walk_signal(true, rt(G));
+    assert_eq!(w.pcs(), [rt(TRAMP + 2), rt(G), rt(START + 5)]);
+    assert_eq!(w.sps(), [SP, SP + 0x200, SP + 0x208], "the rsp rule overrides the CFA");
+    assert_eq!(w.cfas(), [Some(SP + 0x100), Some(SP + 0x208), Some(SP + 0x210)]);
+    assert_eq!(w.end.reason, EndReason::EndOfStack);
+    assert_eq!(w.end.frame, 2);
+}
+
+#[test]
+fn without_the_s_augmentation_the_next_frame_is_looked_up_at_pc_minus_1() {
+    let w = walk_signal(false, rt(G));
+    assert_eq!(w.pcs(), [rt(TRAMP + 2), rt(G)]);
+    assert_eq!(w.end.reason, EndReason::EndOfStack, "BEFORE_G's rule");
+    assert_eq!(w.end.lookup_pc, rt(G - 1));
+    assert_eq!(w.end.frame, 1);
+}
+
+#[test]
+fn the_frame_a_signal_interrupted_may_share_its_callers_sp() {
+    // G_LEAF's CFA is its own sp: allowed only because it was interrupted.
+    let w = walk_signal(true, rt(G_LEAF + 0x10));
+    assert_eq!(w.pcs(), [rt(TRAMP + 2), rt(G_LEAF + 0x10), rt(START + 5)]);
+    assert_eq!(w.sps(), [SP, SP + 0x200, SP + 0x200]);
+    assert_eq!(w.end.reason, EndReason::EndOfStack);
+
+    let w = walk_signal(false, rt(G_LEAF + 0x10));
+    assert_eq!(w.end.reason, EndReason::CfaNotIncreasing);
+    assert_eq!(w.end.detail, EndDetail::Sp { caller: SP + 0x200, frame: SP + 0x200 });
+    assert_eq!(w.end.frame, 1);
+    assert_eq!(w.frames.len(), 2);
+    assert_eq!(w.frames[1].cfa, Some(SP + 0x200));
+}
+
+/// aarch64: the trampoline's CIE uses column 32 for the interrupted pc so
+/// that it can restore lr too; the interrupted leaf returns through lr.
+#[test]
+fn aarch64_signal_frame_restores_pc_and_lr() {
+    const LEAF: u64 = 0x5000;
+    const PC_COLUMN: u16 = 32;
+    let mut cfi = CfiBuilder::new(Arch::Aarch64);
+    let at = |offset| breg(A64_SP, offset);
+    let tramp_cie = cfi.add_cie(
+        PC_COLUMN,
+        true,
+        vec![
+            cfa(A64_SP, 0x200),
+            Insn::Expression(Register(PC_COLUMN), at(0)),
+            Insn::Expression(Register(A64_SP), at(8)),
+            Insn::Expression(Register(X30), at(0x10)),
+        ],
+    );
+    cfi.fde_of(tramp_cie, TRAMP, 0x10, vec![]).fde(LEAF, 0x40, vec![]).outermost(START);
+    let mut stack = Stack::new();
+    stack.set(SP, rt(LEAF)).set(SP + 8, SP + 0x300).set(SP + 0x10, PAC | rt(START + 4));
+    let w = walk(&mut eh_unwinder(&cfi), rt(TRAMP + 4), &[(A64_SP, SP)], &mut stack.memory(), 16);
+    assert_eq!(w.pcs(), [rt(TRAMP + 4), rt(LEAF), rt(START + 4)]);
+    assert_eq!(w.sps(), [SP, SP + 0x300, SP + 0x300]);
+    assert_eq!(w.end.reason, EndReason::EndOfStack);
+    assert_eq!(w.end.frame, 2);
+}
+
+// ---------------------------------------------------------------------------
+// How walks end
+// ---------------------------------------------------------------------------
+
+#[test]
+fn undefined_return_address_is_the_end_of_the_stack() {
+    let mut cfi = CfiBuilder::new(Arch::X86_64);
+    cfi.outermost(START);
+    let w =
+        walk(&mut eh_unwinder(&cfi), rt(START + 5), &[(RSP, SP)], &mut Stack::new().memory(), 16);
+    assert_eq!(w.end.reason, EndReason::EndOfStack);
+    assert_eq!(w.end.frame, 0);
+    assert_eq!(w.cfas(), [Some(SP + 8)]);
+    assert!(w.end.reason.is_clean());
+}
+
+#[test]
+fn x86_64_without_a_return_address_rule_is_the_end_of_the_stack() {
+    let mut cfi = CfiBuilder::new(Arch::X86_64);
+    let bare = cfi.add_cie(RIP, false, vec![cfa(RSP, 8)]);
+    cfi.fde_of(bare, F, 0x100, vec![]);
+    let mut stack = Stack::new();
+    stack.set(SP, rt(F + 0x20));
+    let w = walk(&mut eh_unwinder(&cfi), rt(F + 0x10), &[(RSP, SP)], &mut stack.memory(), 16);
+    assert_eq!(w.end.reason, EndReason::EndOfStack);
+    assert_eq!(w.frames.len(), 1);
+}
+
+#[test]
+fn zero_return_address_is_pc_zero() {
+    let mut cfi = CfiBuilder::new(Arch::X86_64);
+    cfi.fde(F, 0x100, vec![]);
+    let w = walk(
+        &mut eh_unwinder(&cfi),
+        rt(F + 0x10),
+        &[(RSP, SP)],
+        &mut Stack::new().memory(), // [SP] = 0
+        16,
+    );
+    assert_eq!(w.end.reason, EndReason::PcZero);
+    assert_eq!(w.end.frame, 0);
+    assert_eq!(w.cfas(), [Some(SP + 8)]);
+    assert!(w.end.reason.is_clean());
+}
+
+#[test]
+fn cfa_below_sp_stops_the_walk() {
+    let mut cfi = CfiBuilder::new(Arch::X86_64);
+    cfi.fde(F, 0x100, vec![(0, cfa(RSP, -8))]);
+    let mut stack = Stack::new();
+    stack.set(SP - 16, rt(F + 0x20));
+    let w = walk(&mut eh_unwinder(&cfi), rt(F + 0x10), &[(RSP, SP)], &mut stack.memory(), 16);
+    assert_eq!(w.end.reason, EndReason::CfaNotIncreasing);
+    assert_eq!(w.end.detail, EndDetail::Sp { caller: SP - 8, frame: SP });
+    assert_eq!(w.frames.len(), 1);
+    assert_eq!(w.cfas(), [Some(SP - 8)]);
+    assert!(!w.end.reason.is_clean());
+}
+
+#[test]
+fn a_frame_that_repeats_itself_stops_the_walk() {
+    // CFA = rsp and the return address is the pc itself: frame 0 may keep
+    // its sp, frame 1 (the same frame again) may not.
+    let mut cfi = CfiBuilder::new(Arch::X86_64);
+    cfi.fde(F, 0x100, vec![(0, cfa(RSP, 0))]);
+    let mut stack = Stack::new();
+    stack.set(SP - 8, rt(F + 0x10));
+    let w = walk(&mut eh_unwinder(&cfi), rt(F + 0x10), &[(RSP, SP)], &mut stack.memory(), 256);
+    assert_eq!(w.end.reason, EndReason::CfaNotIncreasing);
+    assert_eq!(w.pcs(), [rt(F + 0x10), rt(F + 0x10)]);
+    assert_eq!(w.sps(), [SP, SP]);
+    assert_eq!(w.end.frame, 1);
+    assert_eq!(w.cfas(), [Some(SP), Some(SP)]);
+}
+
+#[test]
+fn read_outside_captured_memory_ends_with_memory() {
+    let mut cfi = CfiBuilder::new(Arch::X86_64);
+    cfi.fde(F, 0x100, vec![]);
+    let far = [0u8; 64];
+    let mut mem = Regions::new();
+    mem.add(SP + 0x1000, &far);
+    let mut uw = eh_unwinder(&cfi);
+    let w = walk(&mut uw, rt(F + 0x10), &[(RSP, SP)], &mut mem, 16);
+    assert_eq!(w.end.reason, EndReason::Memory);
+    assert_eq!(w.end.detail, EndDetail::Address(SP));
+    assert_eq!(w.cfas(), [Some(SP + 8)]);
+    let message = uw.describe(&w.end);
+    assert!(message.contains(&format!("{SP:#x}")), "the message names the address: {message}");
+}
+
+#[test]
+fn a_word_straddling_the_end_of_a_region_is_not_read() {
+    let mut cfi = CfiBuilder::new(Arch::X86_64);
+    cfi.fde(F, 0x100, vec![]);
+    let bytes = [0x11u8; 12];
+    let mut mem = Regions::new();
+    mem.add(SP - 8, &bytes); // [SP, SP + 8) is only half captured
+    let w = walk(&mut eh_unwinder(&cfi), rt(F + 0x10), &[(RSP, SP)], &mut mem, 16);
+    assert_eq!(w.end.reason, EndReason::Memory);
+}
+
+#[test]
+fn closure_memory_is_read_through_the_same_interface() {
+    let cfi = chain_cfi();
+    let stack = chain_stack();
+    let mut reads = Vec::new();
+    let mut mem = |addr: u64| {
+        reads.push(addr);
+        stack.memory().read_u64(addr)
+    };
+    let w = walk(&mut eh_unwinder(&cfi), rt(FP_A + 0x10), &CHAIN_REGS, &mut mem, 64);
+    assert_chain(&w);
+    reads.sort_unstable();
+    assert_eq!(
+        reads,
+        [SP + 0x10, SP + 0x18, SP + 0x40, SP + 0x48, SP + 0x80, SP + 0x88],
+        "the saved rbp and return address of each frame, nothing else"
+    );
+}
+
+#[test]
+fn pc_outside_every_module_is_no_module() {
+    let mut uw = eh_unwinder(&chain_cfi());
+    let w = walk(&mut uw, 0x1234, &[(RSP, SP)], &mut Stack::new().memory(), 16);
+    assert_eq!(w.end.reason, EndReason::NoModule);
+    assert_eq!(w.end.module, None);
+    assert_eq!(w.frames.len(), 1);
+    assert_eq!(w.cfas(), [None]);
+
+    // A return address outside: the frame is kept, its CFA unknown.
+    let mut cfi = CfiBuilder::new(Arch::X86_64);
+    cfi.fde(F, 0x100, vec![]);
+    let mut stack = Stack::new();
+    stack.set(SP, 0x1234);
+    let w = walk(&mut eh_unwinder(&cfi), rt(F + 0x10), &[(RSP, SP)], &mut stack.memory(), 16);
+    assert_eq!(w.end.reason, EndReason::NoModule);
+    assert_eq!(w.pcs(), [rt(F + 0x10), 0x1234]);
+    assert_eq!(w.cfas(), [Some(SP + 8), None]);
+    assert_eq!(w.end.frame, 1);
+    assert_eq!(w.end.lookup_pc, 0x1233);
+    assert_eq!(w.end.detail, EndDetail::Address(0x1233));
+}
+
+#[test]
+fn pc_in_a_module_without_an_fde_is_no_unwind_info() {
+    let mut uw = eh_unwinder(&chain_cfi());
+    let gap = rt(0x8000);
+    let w = walk(&mut uw, gap, &[(RSP, SP)], &mut Stack::new().memory(), 16);
+    assert_eq!(w.end.reason, EndReason::NoUnwindInfo);
+    assert_eq!(w.end.module, Some(0));
+    assert_eq!(w.end.lookup_pc, gap);
+    assert_eq!(w.frames.len(), 1);
+    let message = uw.describe(&w.end);
+    assert!(message.contains(NAME), "names the module: {message}");
+    assert!(message.contains(&format!("{gap:#x}")), "names the address in hex: {message}");
+
+    // A module with no unwind sections at all.
+    let mut uw = unwinder(Arch::X86_64, load(Arch::X86_64, &Sections::default()));
+    let w = walk(&mut uw, gap, &[(RSP, SP)], &mut Stack::new().memory(), 16);
+    assert_eq!(w.end.reason, EndReason::NoUnwindInfo);
+}
+
+#[test]
+fn missing_stack_pointer_is_missing_register() {
+    let w = walk(
+        &mut eh_unwinder(&chain_cfi()),
+        rt(FP_A + 0x10),
+        &[(RBP, SP)],
+        &mut Stack::new().memory(),
+        16,
+    );
+    assert_eq!(w.end.reason, EndReason::MissingRegister);
+    assert_eq!(w.end.detail, EndDetail::Register(RSP));
+    assert!(w.frames.is_empty());
+}
+
+/// A function calling itself `depth` times: every word from SP up is a
+/// return address into it.
+pub(crate) fn recursion(depth: u64) -> (Unwinder, Stack) {
+    let mut cfi = CfiBuilder::new(Arch::X86_64);
+    cfi.fde(F, 0x40, vec![]);
+    let mut stack = Stack::new();
+    for k in 0..depth {
+        stack.set(SP + 8 * k, rt(F + 0x20));
+    }
+    (eh_unwinder(&cfi), stack)
+}
+
+#[test]
+fn the_frame_limit_stops_a_deep_stack() {
+    let (mut uw, stack) = recursion(100);
+    let w = walk(&mut uw, rt(F + 0x10), &[(RSP, SP)], &mut stack.memory(), 10);
+    assert_eq!(w.end.reason, EndReason::FrameLimit);
+    assert_eq!(w.frames.len(), 10);
+    assert_eq!(w.end.frame, 9);
+    let want: Vec<Option<u64>> = (1..=10).map(|k| Some(SP + 8 * k)).collect();
+    assert_eq!(w.cfas(), want, "the last frame's CFA was computed too");
+
+    let w = walk(&mut uw, rt(F + 0x10), &[(RSP, SP)], &mut stack.memory(), 1000);
+    assert_eq!(w.end.reason, EndReason::PcZero, "the word after the 100th");
+    assert_eq!(w.frames.len(), 101);
+}
+
+#[test]
+fn without_a_limit_every_frame_the_stack_holds_is_found() {
+    // A return address in every word from SP to the end of the capture: one
+    // frame per word and frame 0, exactly what the stack can hold.
+    let words = 0xf00 / 8;
+    let (mut uw, stack) = recursion(words);
+    assert_eq!(stack_frame_bound(Arch::X86_64, SP, &mut stack.memory()), words as usize + 1);
+    let mut frames = Vec::new();
+    let regs = registers(&[(RSP, SP)]);
+    let end = uw.unwind(rt(F + 0x10), &regs, &mut stack.memory(), None, &mut frames);
+    assert_eq!(frames.len(), words as usize + 1);
+    assert_eq!(end.reason, EndReason::Memory, "the read past the capture, not the limit");
+}
+
+#[test]
+fn without_a_limit_a_loop_at_one_sp_ends_at_the_stack_bound() {
+    // A signal trampoline (`S`) whose CFA is its own sp and whose return
+    // address is the word at sp, its own pc: each caller is an interrupted
+    // frame, which may share its callee's sp, so no other check stops it.
+    let mut cfi = CfiBuilder::new(Arch::X86_64);
+    let looping =
+        cfi.add_cie(RIP, true, vec![cfa(RSP, 0), Insn::Expression(Register(RIP), breg(RSP, 0))]);
+    cfi.fde_of(looping, TRAMP, 0x10, vec![]);
+    let mut uw = eh_unwinder(&cfi);
+    let mut stack = Stack::new();
+    stack.set(SP, rt(TRAMP + 2));
+    let regs = registers(&[(RSP, SP)]);
+    let mut frames = Vec::new();
+    let end = uw.unwind(rt(TRAMP + 2), &regs, &mut stack.memory(), None, &mut frames);
+    assert_eq!(end.reason, EndReason::FrameLimit);
+    assert_eq!(frames.len(), 0xf00 / 8 + 1);
+    assert!(frames.iter().all(|f| f.pc == rt(TRAMP + 2) && f.sp == SP));
+    let end = uw.unwind(rt(TRAMP + 2), &regs, &mut stack.memory(), Some(7), &mut frames);
+    assert_eq!((end.reason, frames.len()), (EndReason::FrameLimit, 7));
+}
+
+#[test]
+fn the_stack_bound_counts_words_from_sp() {
+    let stack = Stack::new(); // SP - 0x100 .. SP + 0xf00
+    let bound = |arch, sp| stack_frame_bound(arch, sp, &mut stack.memory());
+    assert_eq!(bound(Arch::X86_64, SP), 0xf00 / 8 + 1);
+    assert_eq!(bound(Arch::I386, SP), 0xf00 / 4 + 1);
+    // An aarch64 leaf's caller is in lr: one frame more than the words.
+    assert_eq!(bound(Arch::Aarch64, SP), 0xf00 / 8 + 2);
+    assert_eq!(bound(Arch::X86_64, SP + 0xef8), 2);
+    // Outside the capture, or a memory that knows no regions: a fixed bound.
+    assert_eq!(bound(Arch::X86_64, SP + 0xf00), UNKNOWN_STACK_FRAMES);
+    let mut closure = |_: u64| Some(0u64);
+    assert_eq!(stack_frame_bound(Arch::X86_64, SP, &mut closure), UNKNOWN_STACK_FRAMES);
+}
+
+#[test]
+fn max_frames_zero_and_one() {
+    let (mut uw, stack) = recursion(100);
+    let w = walk(&mut uw, rt(F + 0x10), &[(RSP, SP)], &mut stack.memory(), 0);
+    assert_eq!(w.end.reason, EndReason::FrameLimit);
+    assert!(w.frames.is_empty());
+
+    let w = walk(&mut uw, rt(F + 0x10), &[(RSP, SP)], &mut stack.memory(), 1);
+    assert_eq!(w.end.reason, EndReason::FrameLimit);
+    assert_eq!(w.cfas(), [Some(SP + 8)]);
+    assert_eq!(w.end.frame, 0);
+
+    // One frame that cannot be unwound anyway is not cut off by the limit.
+    let w = walk(&mut uw, rt(F + 0x10), &[(RSP, SP + 0x400)], &mut stack.memory(), 1);
+    assert_eq!(w.end.reason, EndReason::PcZero);
+}
+
+#[test]
+fn an_endless_expression_is_bad_cfi() {
+    // DW_OP_skip -3 jumps back onto itself.
+    let endless = || expr(&[DW_OP_skip.0, 0xfd, 0xff]);
+    let mut cfi = CfiBuilder::new(Arch::X86_64);
+    cfi.fde(F, 0x100, vec![(0, Insn::CfaExpression(endless()))]).fde(
+        F + 0x100,
+        0x100,
+        vec![(0, Insn::ValExpression(Register(RBX), endless()))],
+    );
+    let mut uw = eh_unwinder(&cfi);
+    let mut stack = Stack::new();
+    stack.set(SP, rt(START + 5));
+
+    let w = walk(&mut uw, rt(F + 0x10), &[(RSP, SP)], &mut stack.memory(), 16);
+    assert_eq!(w.end.reason, EndReason::BadCfi);
+    assert_eq!(w.end.detail, EndDetail::Expr(ExprError::StepLimit));
+    assert_eq!(w.cfas(), [None]);
+
+    let w = walk(&mut uw, rt(F + 0x110), &[(RSP, SP)], &mut stack.memory(), 16);
+    assert_eq!(w.end.reason, EndReason::BadCfi);
+    assert_eq!(w.cfas(), [Some(SP + 8)], "the CFA came before the rbx rule");
+    let message = uw.describe(&w.end);
+    assert!(message.contains(NAME), "{message}");
+}
+
+#[test]
+fn a_return_column_beyond_the_tracked_registers_is_bad_cfi() {
+    let mut cfi = CfiBuilder::new(Arch::X86_64);
+    let odd = cfi.add_cie(100, false, vec![cfa(RSP, 8)]);
+    cfi.fde_of(odd, F, 0x100, vec![]);
+    let w =
+        walk(&mut eh_unwinder(&cfi), rt(F + 0x10), &[(RSP, SP)], &mut Stack::new().memory(), 16);
+    assert_eq!(w.end.reason, EndReason::BadCfi);
+}
