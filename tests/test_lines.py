@@ -6,16 +6,28 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from corefiles import CRASH_ENV, build_id_of, eu_addr2line, gdb_crash_core, run, same_function
+from corefiles import (
+    CRASH_ENV,
+    build_id_of,
+    elf_symbols,
+    eu_addr2line,
+    gdb_crash_core,
+    run,
+    same_function,
+    symbol_file,
+)
 from realstacks import PROGRAMS
+from stackwalk._core import Symbolizer
 
 GDB_SCRIPT = Path(__file__).parent / "gdb_inline_bt.py"
 
@@ -193,6 +205,30 @@ def test_stripped_binary_with_its_debug_file_in_a_build_id_tree(
     empty.mkdir()
     without = core_json(core, stripped, "--debug-root", str(empty))["threads"][0]["frames"]
     assert without[0]["inline"] is False and without[0]["file"] is None
+
+
+def test_a_compressed_debug_file_read_in_pieces_is_eu_addr2line() -> None:
+    """libc6-dbg's sections are zlib-compressed, and stackwalk decompresses its .debug_info only
+    as far as the units looked up need (rust/lines/prefix.rs). Functions from all over libc,
+    looked up out of order in one symbolizer (so that what is decompressed grows time after
+    time, up to the whole), have eu-addr2line's chains: functions, files and lines."""
+    libc = str(Path("/lib/x86_64-linux-gnu/libc.so.6").resolve())
+    debug = symbol_file(libc)
+    assert debug != libc, "libc6-dbg is installed by .ci/setup"
+    info = re.search(r"\.debug_info\s.*", run(["readelf", "-SW", debug]).stdout)
+    assert info and info.group(0).split()[-4] == "C", info  # readelf's flag: compressed
+    functions = sorted({s.value + s.size // 2 for s in elf_symbols(debug)
+                        if s.type == "STT_FUNC" and s.size >= 16 and s.code_section})  # fmt: skip
+    picked = functions[:: max(1, len(functions) // 48)]
+    random.Random(len(picked)).shuffle(picked)
+    bias = 0x7F00_0000_0000
+    # As a stack: frame 0 looked up at its pc, the others at pc - 1 (as callers).
+    frames = [SimpleNamespace(pc=bias + a + (1 if n else 0), sp=0, cfa=None, trust="cfi",
+                              lookup_pc=bias + a) for n, a in enumerate(picked)]  # fmt: skip
+    symbolizer = Symbolizer([(libc, bias, bias + (1 << 32), bias)], debug_root="/usr/lib/debug")
+    found = symbolizer.frame_dicts(frames, inline=True)
+    assert check_against_eu_addr2line(found) > 0
+    assert sum(f["line"] is not None for f in found if not f["inline"]) >= len(picked) * 9 // 10
 
 
 @pytest.mark.parametrize("form", ["dwo", "dwp"])

@@ -18,6 +18,8 @@ use object::{Object, ObjectSection};
 
 use crate::memory::Data;
 
+mod prefix;
+
 /// Bytes of one section: a range of a mapped file, or a decompressed copy.
 #[derive(Clone)]
 pub struct SectionBytes {
@@ -100,9 +102,34 @@ pub struct SourceFrame {
 /// The DWARF of one file, parsed as lookups need it.
 pub struct DebugInfo {
     /// addr2line parses into cells that are not `Sync`: one lookup at a time.
-    context: Mutex<addr2line::Context<Reader>>,
+    parsed: Mutex<Parsed>,
     /// Where split units are looked for.
     split: SplitFiles,
+}
+
+/// The file's DWARF as far as it has been read.
+struct Parsed {
+    context: addr2line::Context<Reader>,
+    sections: Sections,
+    /// A compressed `.debug_info` not yet decompressed to its end: the
+    /// context holds the units up to where lookups have needed them.
+    prefix: Option<prefix::InfoPrefix>,
+}
+
+impl Parsed {
+    /// Makes sure the unit of ELF address `address` is in the context.
+    fn cover(&mut self, address: u64) {
+        let Some(prefix) = self.prefix.as_mut() else { return };
+        if let Some(bytes) = prefix.cover(address) {
+            self.sections.set(gimli::SectionId::DebugInfo, bytes);
+            if let Some(context) = self.sections.context() {
+                self.context = context;
+            }
+        }
+        if prefix.done() {
+            self.prefix = None;
+        }
+    }
 }
 
 /// Where the split units (`-gsplit-dwarf`) of a file are: next to the file
@@ -141,10 +168,10 @@ impl DebugInfo {
 
     /// The DWARF of the ELF file `data` itself; None without `.debug_info`.
     pub fn from_elf(data: Arc<Data>) -> Option<Self> {
-        let sections = Sections::read(data, false)?;
-        let dwarf = gimli::Dwarf::load(|id| Ok::<_, ()>(sections.reader(id))).ok()?;
-        let context = addr2line::Context::from_dwarf(dwarf).ok()?;
-        Some(DebugInfo { context: Mutex::new(context), split: SplitFiles::default() })
+        let (sections, prefix) = Sections::read(data, false)?;
+        let context = sections.context()?;
+        let parsed = Parsed { context, sections, prefix };
+        Some(DebugInfo { parsed: Mutex::new(parsed), split: SplitFiles::default() })
     }
 
     /// The functions at ELF address `address`, innermost first: the last is
@@ -152,9 +179,10 @@ impl DebugInfo {
     /// each into the next, at the file and line they give. Empty where the
     /// DWARF says nothing of the address (or is damaged there).
     pub fn frames(&self, address: u64) -> Vec<SourceFrame> {
-        let context = self.context.lock().unwrap_or_else(|e| e.into_inner());
+        let mut parsed = self.parsed.lock().unwrap_or_else(|e| e.into_inner());
+        parsed.cover(address);
         let mut out = Vec::new();
-        let mut lookup = context.find_frames(address);
+        let mut lookup = parsed.context.find_frames(address);
         let found = loop {
             match lookup {
                 addr2line::LookupResult::Output(found) => break found,
@@ -196,34 +224,48 @@ struct Sections {
 
 impl Sections {
     /// Those of ELF file `data` (a split unit's `.dwo` sections when
-    /// `dwo`); None without `.debug_info` (`.debug_info.dwo`).
-    fn read(data: Arc<Data>, dwo: bool) -> Option<Sections> {
+    /// `dwo`); None without `.debug_info` (`.debug_info.dwo`). A large
+    /// zlib-compressed `.debug_info` (a distribution's debug file) is left
+    /// empty and given as the prefix to decompress as lookups need it.
+    fn read(data: Arc<Data>, dwo: bool) -> Option<(Sections, Option<prefix::InfoPrefix>)> {
         let file = object::File::parse(&**data).ok()?;
         let info = file.section_by_name(if dwo { ".debug_info.dwo" } else { ".debug_info" });
         // A stripped file's section headers may remain, with no bytes (NOBITS).
-        info.and_then(|s| s.file_range()).filter(|&(_, size)| size > 0)?;
+        info.as_ref().and_then(|s| s.file_range()).filter(|&(_, size)| size > 0)?;
         let endian = if file.is_little_endian() {
             gimli::RunTimeEndian::Little
         } else {
             gimli::RunTimeEndian::Big
         };
         let base = data.as_ptr() as usize;
+        let borrowed = |slice: &[u8]| {
+            let start = slice.as_ptr() as usize - base;
+            SectionBytes { data: data.clone(), range: start..start + slice.len() }
+        };
+        let empty = SectionBytes { data: data.clone(), range: 0..0 };
+        let lazy = match info.map(|s| s.compressed_data()) {
+            Some(Ok(c)) if !dwo && c.format == object::CompressionFormat::Zlib => {
+                (c.uncompressed_size >= prefix::MIN_LAZY)
+                    .then(|| (borrowed(c.data), c.uncompressed_size))
+            }
+            _ => None,
+        };
         // Only what lines and inline chains need: location lists, macros and the like are
         // never read (nor decompressed). A distribution's debug sections are compressed:
         // they are decompressed side by side, on the rayon pool.
         let bytes_of = |id: &gimli::SectionId| -> SectionBytes {
+            if lazy.is_some() && *id == gimli::SectionId::DebugInfo {
+                return empty.clone();
+            }
             let name = if dwo { id.dwo_name() } else { Some(id.name()) };
             match name.and_then(|n| file.section_by_name(n)).map(|s| s.uncompressed_data()) {
-                Some(Ok(Cow::Borrowed(slice))) => {
-                    let start = slice.as_ptr() as usize - base;
-                    SectionBytes { data: data.clone(), range: start..start + slice.len() }
-                }
+                Some(Ok(Cow::Borrowed(slice))) => borrowed(slice),
                 Some(Ok(Cow::Owned(vec))) => {
                     let len = vec.len();
                     SectionBytes { data: Arc::new(Data::Owned(vec)), range: 0..len }
                 }
                 // Missing, or compressed with a damaged stream: none.
-                _ => SectionBytes { data: data.clone(), range: 0..0 },
+                _ => empty.clone(),
             }
         };
         let ids: &'static [gimli::SectionId] = if dwo { &NEEDED_DWO } else { &NEEDED };
@@ -231,7 +273,25 @@ impl Sections {
             use rayon::prelude::*;
             ids.par_iter().map(bytes_of).collect()
         };
-        Some(Sections { data, ids, bytes, endian })
+        let mut sections = Sections { data: data.clone(), ids, bytes, endian };
+        let was_lazy = lazy.is_some();
+        let prefix = lazy.and_then(|(stream, size)| {
+            let aranges = sections.reader(gimli::SectionId::DebugAranges);
+            prefix::InfoPrefix::new(stream, size, aranges.bytes(), endian)
+        });
+        if prefix.is_none() && was_lazy {
+            // No aranges to find units by: the whole section, now.
+            let whole = file.section_by_name(".debug_info").map(|s| s.uncompressed_data());
+            if let Some(Ok(whole)) = whole {
+                let whole = whole.into_owned();
+                let range = 0..whole.len();
+                sections.set(
+                    gimli::SectionId::DebugInfo,
+                    SectionBytes { data: Arc::new(Data::Owned(whole)), range },
+                );
+            }
+        }
+        Some((sections, prefix))
     }
 
     /// The bytes of section `id` (none where it is not read).
@@ -241,6 +301,19 @@ impl Sections {
             None => SectionBytes { data: self.data.clone(), range: 0..0 },
         };
         gimli::EndianReader::new(bytes, self.endian)
+    }
+
+    /// Section `id`'s bytes are now `bytes`.
+    fn set(&mut self, id: gimli::SectionId, bytes: SectionBytes) {
+        if let Some(i) = self.ids.iter().position(|&n| n == id) {
+            self.bytes[i] = bytes;
+        }
+    }
+
+    /// addr2line's parse of the sections; None where they cannot be read.
+    fn context(&self) -> Option<addr2line::Context<Reader>> {
+        let dwarf = gimli::Dwarf::load(|id| Ok::<_, ()>(self.reader(id))).ok()?;
+        addr2line::Context::from_dwarf(dwarf).ok()
     }
 }
 
@@ -264,7 +337,7 @@ impl SplitFiles {
         }
         for candidate in candidates {
             let Ok(data) = crate::files::map(&candidate) else { continue };
-            let Some(sections) = Sections::read(Arc::new(data), true) else { continue };
+            let Some((sections, _)) = Sections::read(Arc::new(data), true) else { continue };
             let Ok(mut dwarf) = gimli::Dwarf::load(|id| Ok::<_, ()>(sections.reader(id))) else {
                 continue;
             };
@@ -279,7 +352,7 @@ impl SplitFiles {
         }
         let dwp = self.dwp.get_or_init(|| {
             let data = crate::files::map(self.dwp_path.as_deref()?).ok()?;
-            let sections = Sections::read(Arc::new(data), true)?;
+            let (sections, _) = Sections::read(Arc::new(data), true)?;
             let empty = SectionBytes { data: sections.data.clone(), range: 0..0 };
             let empty = gimli::EndianReader::new(empty, sections.endian);
             gimli::DwarfPackage::load(|id| Ok::<_, gimli::Error>(sections.reader(id)), empty).ok()
@@ -326,7 +399,7 @@ mod tests {
         let frames = info.frames(start + 1);
         let own = frames.last().expect("a frame");
         assert_eq!(own.function.as_deref(), Some(name.as_str()));
-        assert!(own.file.as_deref().is_some_and(|f| f.ends_with("rust/lines.rs")), "{own:?}");
+        assert!(own.file.as_deref().is_some_and(|f| f.ends_with("rust/lines/mod.rs")), "{own:?}");
         assert!(own.line.is_some_and(|l| l > 100), "{own:?}");
         // Nothing where no code is.
         assert_eq!(info.frames(u64::MAX - 16), vec![]);
