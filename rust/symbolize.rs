@@ -269,26 +269,33 @@ impl Symbolizer {
 
     /// Reads the DWARF of the modules holding these lookup pcs, several
     /// files at once (decompressing a distribution's debug file takes tens
-    /// of milliseconds): the lookups that follow find it ready.
+    /// of milliseconds), as far as their lookups need it (see
+    /// [`DebugInfo::prepare`]): the lookups that follow find it ready.
     pub fn load_lines(&self, lookups: impl Iterator<Item = u64>) {
         use rayon::prelude::*;
-        let mut files: Vec<&Arc<SymbolFile>> =
-            lookups.filter_map(|pc| self.module_at(pc)).map(|p| &p.file).collect();
-        files.sort_by_key(|f| f.id);
-        files.dedup_by_key(|f| f.id);
-        // Only the files not read yet, and side by side only when there are
-        // several: a parallel loop wakes the thread pool, whose threads then
-        // spin for a while, taking a CPU from the other workers of `core
-        // --dir` at every core.
-        files.retain(|f| !f.lines_at_hand());
-        match files.as_slice() {
-            [] => {}
-            [one] => {
-                one.lines();
+        let mut wanted: Vec<(&Arc<SymbolFile>, u64)> = lookups
+            .filter_map(|pc| self.module_at(pc).map(|p| (&p.file, pc.wrapping_sub(p.bias))))
+            .collect();
+        wanted.sort_unstable_by_key(|&(f, address)| (f.id, address));
+        let files: Vec<(&Arc<SymbolFile>, Vec<u64>)> = wanted
+            .chunk_by(|a, b| a.0.id == b.0.id)
+            .map(|run| (run[0].0, run.iter().map(|&(_, address)| address).collect()))
+            .collect();
+        let prepare = |(file, addresses): &(&Arc<SymbolFile>, Vec<u64>)| {
+            if let Some(lines) = file.lines() {
+                lines.prepare(addresses.iter().copied());
             }
-            _ => files.par_iter().for_each(|f| {
-                f.lines();
-            }),
+        };
+        // Side by side only when several files are read for the first time: a parallel loop
+        // wakes the thread pool, whose threads then spin for a while, taking a CPU from the
+        // other workers of `core --dir` at every core.
+        let (at_hand, new): (Vec<_>, Vec<_>) =
+            files.into_iter().partition(|(f, _)| f.lines_at_hand());
+        at_hand.iter().for_each(prepare);
+        match new.as_slice() {
+            [] => {}
+            [one] => prepare(one),
+            _ => new.par_iter().for_each(prepare),
         }
     }
 

@@ -117,10 +117,10 @@ struct Parsed {
 }
 
 impl Parsed {
-    /// Makes sure the unit of ELF address `address` is in the context.
-    fn cover(&mut self, address: u64) {
+    /// Makes sure the units of these ELF addresses are in the context.
+    fn cover(&mut self, addresses: impl IntoIterator<Item = u64>) {
         let Some(prefix) = self.prefix.as_mut() else { return };
-        if let Some(bytes) = prefix.cover(address) {
+        if let Some(bytes) = prefix.cover(addresses) {
             self.sections.set(gimli::SectionId::DebugInfo, bytes);
             if let Some(context) = self.sections.context() {
                 self.context = context;
@@ -174,13 +174,21 @@ impl DebugInfo {
         Some(DebugInfo { parsed: Mutex::new(parsed), split: SplitFiles::default() })
     }
 
+    /// Reads what the lookups of these ELF addresses will need, at once:
+    /// a compressed `.debug_info` is decompressed as far as the furthest of
+    /// their units (see [`prefix`]) and parsed once.
+    pub fn prepare(&self, addresses: impl IntoIterator<Item = u64>) {
+        let mut parsed = self.parsed.lock().unwrap_or_else(|e| e.into_inner());
+        parsed.cover(addresses);
+    }
+
     /// The functions at ELF address `address`, innermost first: the last is
     /// the function the machine code belongs to, the others were inlined,
     /// each into the next, at the file and line they give. Empty where the
     /// DWARF says nothing of the address (or is damaged there).
     pub fn frames(&self, address: u64) -> Vec<SourceFrame> {
         let mut parsed = self.parsed.lock().unwrap_or_else(|e| e.into_inner());
-        parsed.cover(address);
+        parsed.cover([address]);
         let mut out = Vec::new();
         let mut lookup = parsed.context.find_frames(address);
         let found = loop {

@@ -27,11 +27,14 @@ pub(super) struct InfoPrefix {
     /// The zlib stream.
     stream: SectionBytes,
     inflater: flate2::Decompress,
-    /// Decompressed so far.
+    /// Decompressed so far, while growing; empty when `given` holds them.
     out: Vec<u8>,
+    /// The buffer given out last (all that was decompressed then, the
+    /// prefix given a range of it): copied into `out` if it must grow.
+    given: Option<Arc<Data>>,
     /// The section's size once decompressed.
     full: usize,
-    /// Where the last whole unit in `out` ends.
+    /// Where the last whole unit decompressed ends.
     boundary: usize,
     /// The length of the prefix given out last.
     published: usize,
@@ -61,8 +64,8 @@ impl InfoPrefix {
         Some(InfoPrefix {
             stream,
             inflater: flate2::Decompress::new(true),
-            // Capacity only: pages are touched as they are written.
-            out: Vec::with_capacity(full),
+            out: Vec::new(),
+            given: None,
             full,
             boundary: 0,
             published: 0,
@@ -77,33 +80,43 @@ impl InfoPrefix {
         self.published == self.full || (self.stuck && self.published == self.boundary)
     }
 
-    /// A longer prefix of the section when the unit of ELF address
-    /// `address` is not in the one given out last; None when it is (or the
-    /// section can give no more).
-    pub(super) fn cover(&mut self, address: u64) -> Option<SectionBytes> {
-        let end = match self.unit_of(address) {
-            Some(offset) => self.unit_end(offset),
-            None => self.full,
-        };
+    /// A longer prefix of the section when the units of the ELF addresses
+    /// are not all in the one given out last; None when they are (or the
+    /// section can give no more). The first prefix ends with the furthest
+    /// of their units; the next is the whole section (a second growth
+    /// means lookups all over the file, as a profile's: growing by steps
+    /// would parse the units again at each).
+    pub(super) fn cover(
+        &mut self,
+        addresses: impl IntoIterator<Item = u64>,
+    ) -> Option<SectionBytes> {
+        let mut end = 0;
+        for address in addresses {
+            let unit_end = match self.unit_of(address) {
+                Some(offset) => self.unit_end(offset),
+                None => self.full,
+            };
+            end = end.max(unit_end);
+            if end == self.full {
+                break;
+            }
+        }
         if end <= self.published {
             return None;
         }
-        let grown = self.published + self.published / 2;
-        self.inflate_to(end.max(grown).min(self.full));
+        self.inflate_to(if self.published == 0 { end } else { self.full });
         self.advance_boundary();
         if self.boundary <= self.published {
             return None;
         }
         self.published = self.boundary;
-        let bytes =
-            if self.boundary == self.out.len() && (self.out.len() == self.full || self.stuck) {
-                // The last prefix: the buffer itself, not a copy.
-                std::mem::take(&mut self.out)
-            } else {
-                self.out[..self.boundary].to_vec()
-            };
-        let range = 0..bytes.len();
-        Some(SectionBytes { data: Arc::new(Data::Owned(bytes)), range })
+        // All that was decompressed, given out without a copy; the prefix is its range.
+        if self.out.is_empty() {
+            return None;
+        }
+        let given = Arc::new(Data::Owned(std::mem::take(&mut self.out)));
+        self.given = Some(given.clone());
+        Some(SectionBytes { data: given, range: 0..self.boundary })
     }
 
     /// The offset of the unit `.debug_aranges` places `address` in.
@@ -117,14 +130,25 @@ impl InfoPrefix {
     /// the whole section where the header is not a unit's.
     fn unit_end(&mut self, offset: usize) -> usize {
         self.inflate_to(offset.saturating_add(12).min(self.full));
-        match unit_length(self.out.get(offset..).unwrap_or_default(), self.endian) {
+        match unit_length(self.bytes().get(offset..).unwrap_or_default(), self.endian) {
             Some(len) => offset.saturating_add(len).min(self.full),
             None => self.full,
         }
     }
 
-    /// Decompresses until `out` holds `target` bytes, or the stream stops.
+    /// Decompresses until `out` holds `target` bytes (at most the whole
+    /// section), or the stream stops.
     fn inflate_to(&mut self, target: usize) {
+        let target = target.min(self.full);
+        let have = self.given.as_ref().map_or(0, |g| g.len());
+        if self.out.is_empty() && (target <= have || self.stuck) {
+            return;
+        }
+        if self.out.capacity() == 0 {
+            // Capacity only: pages are touched as they are written.
+            self.out = Vec::with_capacity(self.full);
+            self.out.extend_from_slice(self.given.as_deref().map_or(&[], |g| &g[..]));
+        }
         let mut buf = vec![0u8; 256 << 10];
         while self.out.len() < target && !self.stuck {
             let want = (target - self.out.len()).min(buf.len());
@@ -140,20 +164,28 @@ impl InfoPrefix {
                 // progress, or a damaged stream.
                 _ => self.stuck = self.out.len() < self.full,
             }
-            if self.stuck || self.out.len() >= self.full {
-                break;
-            }
+        }
+    }
+
+    /// All that was decompressed.
+    fn bytes(&self) -> &[u8] {
+        match &self.given {
+            Some(given) if self.out.is_empty() => given,
+            _ => &self.out,
         }
     }
 
     /// Moves `boundary` to the end of the last whole unit decompressed.
     fn advance_boundary(&mut self) {
-        while let Some(len) = unit_length(&self.out[self.boundary..], self.endian) {
-            match self.boundary.checked_add(len) {
-                Some(next) if next <= self.out.len() => self.boundary = next,
+        let bytes = self.bytes();
+        let mut boundary = self.boundary;
+        while let Some(len) = unit_length(bytes.get(boundary..).unwrap_or_default(), self.endian) {
+            match boundary.checked_add(len) {
+                Some(next) if next <= bytes.len() => boundary = next,
                 _ => break,
             }
         }
+        self.boundary = boundary;
     }
 }
 
@@ -239,19 +271,22 @@ mod tests {
         let endian = gimli::RunTimeEndian::Little;
         let mut prefix =
             InfoPrefix::new(zlib(&section), section.len() as u64, &sets, endian).expect("aranges");
-        let first = prefix.cover(0x1010).expect("the first unit");
+        let first = prefix.cover([0x1010]).expect("the first unit");
         assert_eq!(&first[..], &section[..100]);
-        assert!(prefix.cover(0x1020).is_none(), "already in");
-        let second = prefix.cover(0x2000).expect("the second unit");
-        assert_eq!(&second[..], &section[..300]);
+        assert!(prefix.cover([0x1020, 0x1000]).is_none(), "already in");
         assert!(!prefix.done());
-        let whole = prefix.cover(0x30ff).expect("the third");
+        // Growing a second time: the whole section.
+        let whole = prefix.cover([0x2000]).expect("the second unit");
         assert_eq!(&whole[..], &section[..]);
         assert!(prefix.done());
 
-        let mut unplaced =
-            InfoPrefix::new(zlib(&section), section.len() as u64, &sets, endian).expect("aranges");
-        assert_eq!(unplaced.cover(0x5000).map(|b| b.len()), Some(section.len()));
+        // Several addresses at once: up to the furthest of their units.
+        let new = || InfoPrefix::new(zlib(&section), section.len() as u64, &sets, endian);
+        let mut batch = new().expect("aranges");
+        let both = batch.cover([0x2010, 0x1000]).map(|b| b.to_vec());
+        assert_eq!(both, Some(section[..300].to_vec()));
+        let mut unplaced = new().expect("aranges");
+        assert_eq!(unplaced.cover([0x1000, 0x5000]).map(|b| b.len()), Some(section.len()));
         assert!(unplaced.done());
     }
 
@@ -267,8 +302,8 @@ mod tests {
         let cut = SectionBytes { data: stream.data.clone(), range: 0..stream.len() / 2 };
         let mut prefix =
             InfoPrefix::new(cut, section.len() as u64, &sets, endian).expect("aranges");
-        assert_eq!(prefix.cover(0x3000).map(|b| b.len()), Some(100));
-        assert!(prefix.cover(0x3000).is_none());
+        assert_eq!(prefix.cover([0x3000]).map(|b| b.len()), Some(100));
+        assert!(prefix.cover([0x3000]).is_none());
         assert!(prefix.done());
         assert!(InfoPrefix::new(stream, section.len() as u64, &[], endian).is_none());
         assert_eq!(unit_length(&0xffff_fff5u32.to_le_bytes(), endian), None);
