@@ -8,6 +8,9 @@
 pub enum Data {
     Mapped(crate::files::Mapped),
     Owned(Vec<u8>),
+    /// Anonymous memory: its pages cost nothing until written, and read as
+    /// zeros where they never were (see `crate::lines`' partial sections).
+    Anonymous(memmap2::Mmap),
 }
 
 impl Data {
@@ -16,7 +19,7 @@ impl Data {
     pub fn cut_at(&self) -> Option<usize> {
         match self {
             Data::Mapped(m) => m.cut_at(),
-            Data::Owned(_) => None,
+            Data::Owned(_) | Data::Anonymous(_) => None,
         }
     }
 
@@ -25,7 +28,7 @@ impl Data {
     pub fn shrunk(&self) -> Option<usize> {
         match self {
             Data::Mapped(m) => m.shrunk(),
-            Data::Owned(_) => None,
+            Data::Owned(_) | Data::Anonymous(_) => None,
         }
     }
 }
@@ -36,6 +39,7 @@ impl std::ops::Deref for Data {
         match self {
             Data::Mapped(m) => m,
             Data::Owned(v) => v,
+            Data::Anonymous(m) => m,
         }
     }
 }

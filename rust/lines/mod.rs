@@ -18,7 +18,7 @@ use object::{Object, ObjectSection};
 
 use crate::memory::Data;
 
-mod prefix;
+mod partial;
 
 /// Bytes of one section: a range of a mapped file, or a decompressed copy.
 #[derive(Clone)]
@@ -111,23 +111,23 @@ pub struct DebugInfo {
 struct Parsed {
     context: addr2line::Context<Reader>,
     sections: Sections,
-    /// A compressed `.debug_info` not yet decompressed to its end: the
-    /// context holds the units up to where lookups have needed them.
-    prefix: Option<prefix::InfoPrefix>,
+    /// A compressed `.debug_info` of which the context holds only the units
+    /// lookups have needed so far.
+    partial: Option<partial::PartialInfo>,
 }
 
 impl Parsed {
     /// Makes sure the units of these ELF addresses are in the context.
     fn cover(&mut self, addresses: impl IntoIterator<Item = u64>) {
-        let Some(prefix) = self.prefix.as_mut() else { return };
-        if let Some(bytes) = prefix.cover(addresses) {
+        let Some(partial) = self.partial.as_mut() else { return };
+        if let Some(bytes) = partial.cover(addresses) {
             self.sections.set(gimli::SectionId::DebugInfo, bytes);
             if let Some(context) = self.sections.context() {
                 self.context = context;
             }
         }
-        if prefix.done() {
-            self.prefix = None;
+        if partial.done() {
+            self.partial = None;
         }
     }
 }
@@ -168,15 +168,15 @@ impl DebugInfo {
 
     /// The DWARF of the ELF file `data` itself; None without `.debug_info`.
     pub fn from_elf(data: Arc<Data>) -> Option<Self> {
-        let (sections, prefix) = Sections::read(data, false)?;
+        let (sections, partial) = Sections::read(data, false)?;
         let context = sections.context()?;
-        let parsed = Parsed { context, sections, prefix };
+        let parsed = Parsed { context, sections, partial };
         Some(DebugInfo { parsed: Mutex::new(parsed), split: SplitFiles::default() })
     }
 
     /// Reads what the lookups of these ELF addresses will need, at once:
-    /// a compressed `.debug_info` is decompressed as far as the furthest of
-    /// their units (see [`prefix`]) and parsed once.
+    /// of a compressed `.debug_info`, their units (see [`partial`]), parsed
+    /// at once.
     pub fn prepare(&self, addresses: impl IntoIterator<Item = u64>) {
         let mut parsed = self.parsed.lock().unwrap_or_else(|e| e.into_inner());
         parsed.cover(addresses);
@@ -234,8 +234,8 @@ impl Sections {
     /// Those of ELF file `data` (a split unit's `.dwo` sections when
     /// `dwo`); None without `.debug_info` (`.debug_info.dwo`). A large
     /// zlib-compressed `.debug_info` (a distribution's debug file) is left
-    /// empty and given as the prefix to decompress as lookups need it.
-    fn read(data: Arc<Data>, dwo: bool) -> Option<(Sections, Option<prefix::InfoPrefix>)> {
+    /// empty, to be read as lookups need it.
+    fn read(data: Arc<Data>, dwo: bool) -> Option<(Sections, Option<partial::PartialInfo>)> {
         let file = object::File::parse(&**data).ok()?;
         let info = file.section_by_name(if dwo { ".debug_info.dwo" } else { ".debug_info" });
         // A stripped file's section headers may remain, with no bytes (NOBITS).
@@ -253,7 +253,7 @@ impl Sections {
         let empty = SectionBytes { data: data.clone(), range: 0..0 };
         let lazy = match info.map(|s| s.compressed_data()) {
             Some(Ok(c)) if !dwo && c.format == object::CompressionFormat::Zlib => {
-                (c.uncompressed_size >= prefix::MIN_LAZY)
+                (c.uncompressed_size >= partial::MIN_PARTIAL)
                     .then(|| (borrowed(c.data), c.uncompressed_size))
             }
             _ => None,
@@ -283,11 +283,23 @@ impl Sections {
         };
         let mut sections = Sections { data: data.clone(), ids, bytes, endian };
         let was_lazy = lazy.is_some();
-        let prefix = lazy.and_then(|(stream, size)| {
-            let aranges = sections.reader(gimli::SectionId::DebugAranges);
-            prefix::InfoPrefix::new(stream, size, aranges.bytes(), endian)
+        let partial = lazy.and_then(|(stream, size)| {
+            // The code's sections: their headers remain in a separate debug file.
+            let code = file
+                .sections()
+                .filter(|s| s.name().is_ok_and(|n| n == ".text" || n.starts_with(".text.")))
+                .map(|s| s.address()..s.address().saturating_add(s.size()))
+                .collect();
+            let parts = partial::Parts {
+                stream,
+                full: size,
+                aranges: sections.section(gimli::SectionId::DebugAranges),
+                abbrev: sections.section(gimli::SectionId::DebugAbbrev),
+                code,
+            };
+            partial::PartialInfo::new(parts, endian)
         });
-        if prefix.is_none() && was_lazy {
+        if partial.is_none() && was_lazy {
             // No aranges to find units by: the whole section, now.
             let whole = file.section_by_name(".debug_info").map(|s| s.uncompressed_data());
             if let Some(Ok(whole)) = whole {
@@ -299,16 +311,20 @@ impl Sections {
                 );
             }
         }
-        Some((sections, prefix))
+        Some((sections, partial))
     }
 
     /// The bytes of section `id` (none where it is not read).
-    fn reader(&self, id: gimli::SectionId) -> Reader {
-        let bytes = match self.ids.iter().position(|&n| n == id) {
+    fn section(&self, id: gimli::SectionId) -> SectionBytes {
+        match self.ids.iter().position(|&n| n == id) {
             Some(i) => self.bytes[i].clone(),
             None => SectionBytes { data: self.data.clone(), range: 0..0 },
-        };
-        gimli::EndianReader::new(bytes, self.endian)
+        }
+    }
+
+    /// Section `id` for gimli.
+    fn reader(&self, id: gimli::SectionId) -> Reader {
+        gimli::EndianReader::new(self.section(id), self.endian)
     }
 
     /// Section `id`'s bytes are now `bytes`.

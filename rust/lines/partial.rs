@@ -1,0 +1,459 @@
+//! A compressed `.debug_info` of which only the units looked up are read.
+//!
+//! A distribution's debug file compresses its sections with zlib, and a
+//! zlib stream is read from its start: the unit at 40% of libc's 5.8 MB of
+//! `.debug_info` costs 40% of the 30–40 ms it takes to decompress it all,
+//! and addr2line, given the whole section, parses every unit's header,
+//! abbreviations and line-program header (30 MB for libc's 1,900 units).
+//! A crash's stack, or a profile's hot code, touches a few units of each
+//! library, found by address in `.debug_aranges`. The section is
+//! decompressed only as far as the furthest of them, and addr2line is given
+//! a view of it that holds those units at their own offsets, each run of
+//! the others replaced by one empty type unit (which addr2line skips): it
+//! parses what the lookups need and nothing else. When a new unit is
+//! needed, the view is made again with it.
+//!
+//! The whole section is given instead (decompressed to its end, parsed
+//! once) when an address of the file's code (`.text`) is in no arange
+//! (clang writes none; an address outside the code, in the PLT say, is in
+//! no unit), when a unit may refer into another (`DW_FORM_ref_addr`: LTO
+//! builds, whose inlined functions are described in other units), and once
+//! lookups have needed many units (a profile all over the file: the views
+//! would cost more than the whole).
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::sync::Arc;
+
+use gimli::{Endianity, Reader as _};
+
+use super::SectionBytes;
+use crate::memory::Data;
+
+/// Below this size a section is decompressed whole.
+pub(super) const MIN_PARTIAL: u64 = 256 << 10;
+
+/// Past this many units, the whole section.
+const MAX_UNITS: usize = 48;
+
+/// The run of units a view leaves out is one DWARF 5 type unit (32-bit):
+/// length, version, unit type, address size, abbreviations' offset, type
+/// signature, type offset. A shorter run is kept as it is.
+const SKIP_UNIT: usize = 24;
+
+/// The decompressed bytes of a compressed `.debug_info`, as far as needed,
+/// and the units looked up in it.
+pub(super) struct PartialInfo {
+    /// The zlib stream.
+    stream: SectionBytes,
+    inflater: flate2::Decompress,
+    /// Decompressed so far.
+    out: Vec<u8>,
+    /// The section's size once decompressed.
+    full: usize,
+    /// The stream cannot be read further (damaged, or shorter than it
+    /// says): what was decompressed is all there is.
+    stuck: bool,
+    /// The whole section has been given out.
+    whole: bool,
+    endian: gimli::RunTimeEndian,
+    /// `.debug_aranges`: (start, end, offset of the unit), by start.
+    aranges: Vec<(u64, u64, usize)>,
+    /// `.debug_abbrev`, decompressed: which forms a unit's entries use.
+    abbrev: SectionBytes,
+    /// The file's code (its `.text` sections): where an address in no
+    /// arange may still be in a unit.
+    code: Vec<Range<u64>>,
+    /// The units in the view: offset -> length.
+    units: BTreeMap<usize, usize>,
+}
+
+/// What [`PartialInfo::new`] reads.
+pub(super) struct Parts {
+    /// `.debug_info`'s zlib stream, and its size decompressed.
+    pub stream: SectionBytes,
+    pub full: u64,
+    /// `.debug_aranges` and `.debug_abbrev`, decompressed.
+    pub aranges: SectionBytes,
+    pub abbrev: SectionBytes,
+    /// The address ranges of the file's `.text` sections.
+    pub code: Vec<Range<u64>>,
+}
+
+impl PartialInfo {
+    /// A `.debug_info` to read in part; None without aranges (every lookup
+    /// would need the whole section).
+    pub(super) fn new(parts: Parts, endian: gimli::RunTimeEndian) -> Option<PartialInfo> {
+        let aranges = read_aranges(&parts.aranges, endian);
+        if aranges.is_empty() {
+            return None;
+        }
+        let full = usize::try_from(parts.full).ok()?;
+        Some(PartialInfo {
+            stream: parts.stream,
+            inflater: flate2::Decompress::new(true),
+            out: Vec::new(),
+            full,
+            stuck: false,
+            whole: false,
+            endian,
+            aranges,
+            abbrev: parts.abbrev,
+            code: parts.code,
+            units: BTreeMap::new(),
+        })
+    }
+
+    /// Whether the whole section has been given out: no lookup can need more.
+    pub(super) fn done(&self) -> bool {
+        self.whole
+    }
+
+    /// The section's bytes to give addr2line when the units of the ELF
+    /// addresses are not all in the ones given out last: a new view, or the
+    /// whole section; None when they are.
+    pub(super) fn cover(
+        &mut self,
+        addresses: impl IntoIterator<Item = u64>,
+    ) -> Option<SectionBytes> {
+        if self.whole {
+            return None;
+        }
+        let (mut added, mut whole) = (false, false);
+        for address in addresses {
+            let Some(offset) = self.unit_of(address) else {
+                // Outside the code: in no unit. In it: in a unit without aranges, perhaps.
+                whole = self.code.is_empty() || self.code.iter().any(|c| c.contains(&address));
+                if whole {
+                    break;
+                }
+                continue;
+            };
+            if self.units.contains_key(&offset) {
+                continue;
+            }
+            match self.unit_length(offset) {
+                Some(len) if !self.refers_out(offset) => {
+                    self.units.insert(offset, len);
+                    added = true;
+                }
+                _ => {
+                    whole = true;
+                    break;
+                }
+            }
+        }
+        if whole || self.units.len() > MAX_UNITS {
+            return Some(self.give_whole());
+        }
+        if !added {
+            return None;
+        }
+        self.view().or_else(|| Some(self.give_whole()))
+    }
+
+    /// The whole section (as much of it as the stream holds), parsed once.
+    fn give_whole(&mut self) -> SectionBytes {
+        self.inflate_to(self.full);
+        self.whole = true;
+        let out = std::mem::take(&mut self.out);
+        // A damaged stream: up to the last whole unit.
+        let end = units_end(&out, self.endian);
+        SectionBytes { data: Arc::new(Data::Owned(out)), range: 0..end }
+    }
+
+    /// The section with only the units looked up, at their offsets, up to
+    /// the end of the last; the units between them one empty type unit per
+    /// run. The memory of what is left out is never touched.
+    fn view(&self) -> Option<SectionBytes> {
+        let (&last, &len) = self.units.last_key_value()?;
+        let end = last + len;
+        let mut view = memmap2::MmapMut::map_anon(end).ok()?;
+        let mut at = 0;
+        for (&offset, &len) in &self.units {
+            self.fill_gap(&mut view[at..offset], at);
+            view[offset..offset + len].copy_from_slice(self.out.get(offset..offset + len)?);
+            at = offset + len;
+        }
+        let data = Arc::new(Data::Anonymous(view.make_read_only().ok()?));
+        Some(SectionBytes { data, range: 0..end })
+    }
+
+    /// The units of the section from `at`, left out of a view: an empty type
+    /// unit in their place, or themselves where there is no room for one.
+    fn fill_gap(&self, gap: &mut [u8], at: usize) {
+        let len = gap.len();
+        match u32::try_from(len.saturating_sub(4)) {
+            Ok(length) if len >= SKIP_UNIT && length < 0xffff_fff0 => {
+                self.endian.write_u32(&mut gap[..4], length);
+                self.endian.write_u16(&mut gap[4..6], 5);
+                gap[6] = gimli::DW_UT_type.0;
+                gap[7] = 8; // address size; the abbreviations' offset, signature and type offset 0
+            }
+            _ if len > 0 => gap.copy_from_slice(&self.out[at..at + len]),
+            _ => {}
+        }
+    }
+
+    /// The offset of the unit `.debug_aranges` places `address` in.
+    fn unit_of(&self, address: u64) -> Option<usize> {
+        let after = self.aranges.partition_point(|&(start, _, _)| start <= address);
+        let &(_, end, offset) = self.aranges.get(after.checked_sub(1)?)?;
+        (address < end).then_some(offset)
+    }
+
+    /// The length of the unit at `offset`, decompressed; None where it is
+    /// not a unit or the stream ends before it does.
+    fn unit_length(&mut self, offset: usize) -> Option<usize> {
+        self.inflate_to(offset.saturating_add(12));
+        let len = unit_length(self.out.get(offset..)?, self.endian)?;
+        self.inflate_to(offset.checked_add(len)?);
+        (offset + len <= self.out.len()).then_some(len)
+    }
+
+    /// Whether the entries of the unit at `offset` may refer to other units
+    /// (an abbreviation with `DW_FORM_ref_addr`, or `DW_FORM_indirect`
+    /// which could be it), or its abbreviations cannot be read.
+    fn refers_out(&self, offset: usize) -> bool {
+        let info = gimli::DebugInfo::new(&self.out, self.endian);
+        let Ok(header) = info.header_from_offset(gimli::DebugInfoOffset(offset)) else {
+            return true;
+        };
+        let Some(table) = self.abbrev.get(header.debug_abbrev_offset().0..) else { return true };
+        forms_refer_out(table, self.endian).unwrap_or(true)
+    }
+
+    /// Decompresses until `out` holds `target` bytes (at most the whole
+    /// section), or the stream stops.
+    fn inflate_to(&mut self, target: usize) {
+        let target = target.min(self.full);
+        if self.out.len() >= target || self.stuck {
+            return;
+        }
+        if self.out.capacity() == 0 {
+            // Capacity only: pages are touched as they are written.
+            self.out = Vec::with_capacity(self.full);
+        }
+        let mut buf = vec![0u8; 256 << 10];
+        while self.out.len() < target && !self.stuck {
+            let want = (target - self.out.len()).min(buf.len());
+            let (read, written) = (self.inflater.total_in(), self.inflater.total_out());
+            let input = self.stream.get(read as usize..).unwrap_or_default();
+            let status =
+                self.inflater.decompress(input, &mut buf[..want], flate2::FlushDecompress::None);
+            let produced = (self.inflater.total_out() - written) as usize;
+            self.out.extend_from_slice(&buf[..produced]);
+            match status {
+                Ok(flate2::Status::Ok) if produced > 0 => {}
+                // The end of the stream (the section ends here, whatever its header said), no
+                // progress, or a damaged stream.
+                _ => self.stuck = self.out.len() < self.full,
+            }
+        }
+    }
+}
+
+/// Whether an abbreviation table (`.debug_abbrev` from its offset) has an
+/// attribute of form `DW_FORM_ref_addr` or `DW_FORM_indirect`; None where
+/// it cannot be read to its end.
+fn forms_refer_out(table: &[u8], endian: gimli::RunTimeEndian) -> Option<bool> {
+    let mut r = gimli::EndianSlice::new(table, endian);
+    // Each abbreviation: code, tag, children flag, then (name, form[, implicit
+    // constant]) pairs up to (0, 0); the table ends with code 0.
+    while r.read_uleb128().ok()? != 0 {
+        r.read_uleb128().ok()?;
+        r.read_u8().ok()?;
+        loop {
+            let (name, form) = (r.read_uleb128().ok()?, r.read_uleb128().ok()?);
+            if name == 0 && form == 0 {
+                break;
+            }
+            match gimli::DwForm(u16::try_from(form).ok()?) {
+                gimli::DW_FORM_ref_addr | gimli::DW_FORM_indirect => return Some(true),
+                gimli::DW_FORM_implicit_const => {
+                    r.read_sleb128().ok()?;
+                }
+                _ => {}
+            }
+        }
+    }
+    Some(false)
+}
+
+/// Where the last whole unit at the start of `bytes` ends.
+fn units_end(bytes: &[u8], endian: gimli::RunTimeEndian) -> usize {
+    let mut end = 0usize;
+    while let Some(len) = unit_length(bytes.get(end..).unwrap_or_default(), endian) {
+        match end.checked_add(len) {
+            Some(next) if next <= bytes.len() => end = next,
+            _ => break,
+        }
+    }
+    end
+}
+
+/// The length, header included, of the unit at the start of `bytes`; None
+/// where its initial length cannot be read or is not one.
+fn unit_length(bytes: &[u8], endian: gimli::RunTimeEndian) -> Option<usize> {
+    let len32 = endian.read_u32(bytes.get(..4)?);
+    let (header, len) = match len32 {
+        0xffff_ffff => (12, endian.read_u64(bytes.get(4..12)?)),
+        0xffff_fff0.. => return None,
+        _ => (4, u64::from(len32)),
+    };
+    let len = usize::try_from(len).ok()?.checked_add(header)?;
+    // A unit has at least a version and more.
+    (len > header).then_some(len)
+}
+
+/// The address ranges of `.debug_aranges`, with their unit's offset, by
+/// start; a damaged set is skipped.
+fn read_aranges(bytes: &[u8], endian: gimli::RunTimeEndian) -> Vec<(u64, u64, usize)> {
+    let aranges = gimli::DebugAranges::new(bytes, endian);
+    let mut out = Vec::new();
+    let mut headers = aranges.headers();
+    while let Ok(Some(header)) = headers.next() {
+        let offset = header.debug_info_offset().0;
+        let mut entries = header.entries();
+        while let Ok(Some(entry)) = entries.next() {
+            let range = entry.range();
+            if range.begin < range.end {
+                out.push((range.begin, range.end, offset));
+            }
+        }
+    }
+    out.sort_unstable();
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write as _;
+
+    const LE: gimli::RunTimeEndian = gimli::RunTimeEndian::Little;
+
+    fn bytes(bytes: Vec<u8>) -> SectionBytes {
+        let range = 0..bytes.len();
+        SectionBytes { data: Arc::new(Data::Owned(bytes)), range }
+    }
+
+    /// A DWARF 5 compilation unit of `len` bytes in all, its abbreviations
+    /// at `abbrev`, filled with `fill`.
+    fn unit(len: usize, abbrev: u32, fill: u8) -> Vec<u8> {
+        let mut unit = ((len - 4) as u32).to_le_bytes().to_vec();
+        unit.extend(5u16.to_le_bytes());
+        unit.extend([gimli::DW_UT_compile.0, 8]);
+        unit.extend(abbrev.to_le_bytes());
+        unit.resize(len, fill);
+        unit
+    }
+
+    fn zlib(data: &[u8]) -> SectionBytes {
+        let mut enc = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::fast());
+        enc.write_all(data).unwrap();
+        bytes(enc.finish().unwrap())
+    }
+
+    /// One arange set per (unit offset, start, length): version 2, 8-byte
+    /// addresses.
+    fn aranges(sets: &[(u32, u64, u64)]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for &(offset, start, len) in sets {
+            let mut set = Vec::new();
+            set.extend(2u16.to_le_bytes());
+            set.extend(offset.to_le_bytes());
+            set.extend([8u8, 0]);
+            set.extend([0u8; 4]); // padding to twice the address size
+            set.extend(start.to_le_bytes());
+            set.extend(len.to_le_bytes());
+            set.extend([0u8; 16]);
+            out.extend((set.len() as u32).to_le_bytes());
+            out.extend(set);
+        }
+        out
+    }
+
+    /// Units of 100, 200 and 300 000 bytes at 0x1000, 0x2000, 0x3000, and a
+    /// fourth at 0x4000 that refers into others (its abbreviations, at 8,
+    /// have a DW_FORM_ref_addr; the others', at 0, a string); code from
+    /// 0x1000 to 0x8000. The section, and what to read it in part from.
+    fn section(stream_cut: bool) -> (Vec<u8>, Parts) {
+        let units = [unit(100, 0, 1), unit(200, 0, 2), unit(300_000, 0, 3), unit(50, 8, 4)];
+        let section = units.concat();
+        let sets = [(0, 0x1000, 0x100), (100, 0x2000, 0x100), (300, 0x3000, 0x100)];
+        let sets = aranges(&[sets.as_slice(), &[(300_300, 0x4000, 0x100)]].concat());
+        let abbrev = vec![1, 0x11, 0, 0x03, 0x08, 0, 0, 0, 1, 0x11, 0, 0x31, 0x10, 0, 0, 0];
+        let mut stream = zlib(&section);
+        if stream_cut {
+            stream.range.end /= 2;
+        }
+        let full = section.len() as u64;
+        let code = std::iter::once(0x1000..0x8000).collect();
+        (section, Parts { stream, full, aranges: bytes(sets), abbrev: bytes(abbrev), code })
+    }
+
+    fn unit_types(view: &[u8]) -> Vec<gimli::UnitType<usize>> {
+        let mut units = gimli::DebugInfo::new(view, LE).units();
+        std::iter::from_fn(|| units.next().unwrap()).map(|h| h.type_()).collect()
+    }
+
+    /// A lookup in the first unit decompresses and gives the first; one in
+    /// the third then gives both, the second left out (one empty type unit
+    /// in its place, which gimli reads as such); the bytes left out of the
+    /// view are zeros. An address outside the code is in no unit.
+    #[test]
+    fn a_view_holds_the_units_looked_up_at_their_offsets() {
+        let (section, parts) = section(false);
+        let mut partial = PartialInfo::new(parts, LE).unwrap();
+        let first = partial.cover([0x1010, 0x500]).expect("the first unit");
+        assert_eq!(&first[..], &section[..100]);
+        assert!(partial.cover([0x1020, 0x1000, 0x9000]).is_none(), "already in");
+        assert!(partial.out.len() < 1000, "decompressed no further than needed");
+        let view = partial.cover([0x30ff]).expect("the third unit");
+        assert_eq!(view.len(), 300_300);
+        assert_eq!(&view[..100], &section[..100]);
+        assert_eq!(&view[300..], &section[300..300_300]);
+        assert_eq!(&view[100..108], &[196, 0, 0, 0, 5, 0, gimli::DW_UT_type.0, 8]);
+        assert!(view[108..300].iter().all(|&b| b == 0));
+        let skipped = gimli::UnitType::Type {
+            type_signature: gimli::DebugTypeSignature(0),
+            type_offset: gimli::UnitOffset(0),
+        };
+        let compiled = gimli::UnitType::Compilation;
+        assert_eq!(unit_types(&view), [compiled, skipped, compiled]);
+        assert!(!partial.done());
+    }
+
+    /// The whole section: for an address of the code in no arange, for a
+    /// unit whose entries may refer into others, and past MAX_UNITS units.
+    #[test]
+    fn the_whole_section_where_a_view_would_not_do() {
+        for addresses in [vec![0x1000, 0x5000], vec![0x4010]] {
+            let (section, parts) = section(false);
+            let mut partial = PartialInfo::new(parts, LE).unwrap();
+            assert_eq!(partial.cover(addresses).map(|b| b.to_vec()), Some(section));
+            assert!(partial.done());
+            assert!(partial.cover([0x1000]).is_none());
+        }
+        let (whole, parts) = section(false);
+        let mut many = PartialInfo::new(parts, LE).unwrap();
+        many.units.extend((1..=MAX_UNITS).map(|i| (i * 1_000_000, 1)));
+        assert_eq!(many.cover([0x1000]).map(|b| b.len()), Some(whole.len()));
+        let (_, mut parts) = section(false);
+        parts.aranges = bytes(Vec::new());
+        assert!(PartialInfo::new(parts, LE).is_none());
+    }
+
+    /// A stream cut short or damaged: the units it holds whole, at most.
+    #[test]
+    fn a_damaged_stream_gives_what_it_holds() {
+        let (_, parts) = section(true);
+        let mut partial = PartialInfo::new(parts, LE).unwrap();
+        assert_eq!(partial.cover([0x3000]).map(|b| b.len()), Some(300));
+        assert!(partial.done());
+        assert_eq!(unit_length(&0xffff_fff5u32.to_le_bytes(), LE), None);
+        assert_eq!(unit_length(&[1, 0], LE), None);
+        assert_eq!(forms_refer_out(&[1, 0x11, 0, 0x03], LE), None);
+    }
+}
