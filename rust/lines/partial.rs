@@ -36,6 +36,11 @@ pub(super) const MIN_PARTIAL: u64 = 256 << 10;
 /// Past this many units, the whole section.
 const MAX_UNITS: usize = 48;
 
+/// The most zlib can expand its input (deflate's limit is 1032:1): a
+/// section that says it decompresses to more is damaged, and read whole by
+/// `object` (which refuses what it cannot hold) rather than here.
+const MAX_RATIO: usize = 1032;
+
 /// The run of units a view leaves out is one DWARF 5 type unit (32-bit):
 /// length, version, unit type, address size, abbreviations' offset, type
 /// signature, type offset. A shorter run is kept as it is.
@@ -89,6 +94,9 @@ impl PartialInfo {
             return None;
         }
         let full = usize::try_from(parts.full).ok()?;
+        if full > parts.stream.len().saturating_mul(MAX_RATIO).saturating_add(1 << 12) {
+            return None;
+        }
         Some(PartialInfo {
             stream: parts.stream,
             inflater: flate2::Decompress::new(true),
@@ -171,6 +179,10 @@ impl PartialInfo {
         let mut view = memmap2::MmapMut::map_anon(end).ok()?;
         let mut at = 0;
         for (&offset, &len) in &self.units {
+            // Units that overlap (aranges naming a unit inside another): damaged.
+            if offset < at {
+                return None;
+            }
             self.fill_gap(&mut view[at..offset], at);
             view[offset..offset + len].copy_from_slice(self.out.get(offset..offset + len)?);
             at = offset + len;
@@ -230,9 +242,10 @@ impl PartialInfo {
         if self.out.len() >= target || self.stuck {
             return;
         }
-        if self.out.capacity() == 0 {
-            // Capacity only: pages are touched as they are written.
-            self.out = Vec::with_capacity(self.full);
+        if self.out.capacity() == 0 && self.out.try_reserve_exact(self.full).is_err() {
+            // (Capacity only: pages are touched as they are written.)
+            self.stuck = true;
+            return;
         }
         let mut buf = vec![0u8; 256 << 10];
         while self.out.len() < target && !self.stuck {
@@ -443,6 +456,26 @@ mod tests {
         let (_, mut parts) = section(false);
         parts.aranges = bytes(Vec::new());
         assert!(PartialInfo::new(parts, LE).is_none());
+    }
+
+    /// Aranges that place units inside one another, or outside the section,
+    /// and a section that says it is larger than its stream can hold: the
+    /// whole section, or none read here; never a panic.
+    #[test]
+    fn damaged_aranges_and_sizes_are_not_trusted() {
+        let (whole_section, mut parts) = section(false);
+        let sets = [(0, 0x1000, 0x100), (10, 0x2000, 0x100), (1 << 30, 0x3000, 0x100)];
+        parts.aranges = bytes(aranges(&sets));
+        let mut partial = PartialInfo::new(parts, LE).unwrap();
+        assert!(partial.cover([0x1000]).is_some());
+        // The unit at 10 is inside the first: no view of both.
+        assert_eq!(partial.cover([0x2000]).map(|b| b.len()), Some(whole_section.len()));
+        let (_, parts) = section(false);
+        let mut outside = PartialInfo::new(Parts { aranges: bytes(aranges(&sets)), ..parts }, LE);
+        let whole = outside.as_mut().unwrap().cover([0x3000]).map(|b| b.len());
+        assert_eq!(whole, Some(whole_section.len()));
+        let (_, parts) = section(false);
+        assert!(PartialInfo::new(Parts { full: u64::MAX >> 4, ..parts }, LE).is_none());
     }
 
     /// A stream cut short or damaged: the units it holds whole, at most.
