@@ -120,8 +120,10 @@ impl Parsed {
     /// Makes sure the units of these ELF addresses are in the context.
     fn cover(&mut self, addresses: impl IntoIterator<Item = u64>) {
         let Some(partial) = self.partial.as_mut() else { return };
-        if let Some(bytes) = partial.cover(addresses) {
-            self.sections.set(gimli::SectionId::DebugInfo, bytes);
+        if let Some(given) = partial.cover(addresses) {
+            self.sections.set(gimli::SectionId::DebugInfo, given.info);
+            self.sections.set(gimli::SectionId::DebugAbbrev, given.abbrev);
+            self.sections.set(gimli::SectionId::DebugLine, given.line);
             if let Some(context) = self.sections.context() {
                 self.context = context;
             }
@@ -236,6 +238,7 @@ impl Sections {
     /// zlib-compressed `.debug_info` (a distribution's debug file) is left
     /// empty, to be read as lookups need it.
     fn read(data: Arc<Data>, dwo: bool) -> Option<(Sections, Option<partial::PartialInfo>)> {
+        use gimli::SectionId::{DebugAbbrev, DebugInfo, DebugLine};
         let file = object::File::parse(&**data).ok()?;
         let info = file.section_by_name(if dwo { ".debug_info.dwo" } else { ".debug_info" });
         // A stripped file's section headers may remain, with no bytes (NOBITS).
@@ -251,20 +254,38 @@ impl Sections {
             SectionBytes { data: data.clone(), range: start..start + slice.len() }
         };
         let empty = SectionBytes { data: data.clone(), range: 0..0 };
-        let lazy = match info.map(|s| s.compressed_data()) {
-            Some(Ok(c)) if !dwo && c.format == object::CompressionFormat::Zlib => {
-                (c.uncompressed_size >= partial::MIN_PARTIAL)
-                    .then(|| (borrowed(c.data), c.uncompressed_size))
+        // A large zlib-compressed .debug_info is read in part, and with it .debug_abbrev and
+        // .debug_line (compressed or not).
+        let lazy = |section: Option<object::Section<'_, '_>>| -> Option<partial::Lazy> {
+            let c = section?.compressed_data().ok()?;
+            match c.format {
+                object::CompressionFormat::None => Some(partial::Lazy::Plain(borrowed(c.data))),
+                object::CompressionFormat::Zlib => {
+                    partial::Lazy::zlib(borrowed(c.data), c.uncompressed_size)
+                }
+                _ => None,
             }
+        };
+        let large_zlib = |s: &object::Section<'_, '_>| {
+            s.compressed_data().is_ok_and(|c| {
+                c.format == object::CompressionFormat::Zlib
+                    && c.uncompressed_size >= partial::MIN_PARTIAL
+            })
+        };
+        let in_part = match info {
+            Some(info) if !dwo && large_zlib(&info) => (|| {
+                Some((
+                    lazy(Some(info))?,
+                    lazy(file.section_by_name(".debug_abbrev"))?,
+                    lazy(file.section_by_name(".debug_line"))?,
+                ))
+            })(),
             _ => None,
         };
         // Only what lines and inline chains need: location lists, macros and the like are
         // never read (nor decompressed). A distribution's debug sections are compressed:
         // they are decompressed side by side, on the rayon pool.
-        let bytes_of = |id: &gimli::SectionId| -> SectionBytes {
-            if lazy.is_some() && *id == gimli::SectionId::DebugInfo {
-                return empty.clone();
-            }
+        let whole_of = |id: &gimli::SectionId| -> SectionBytes {
             let name = if dwo { id.dwo_name() } else { Some(id.name()) };
             match name.and_then(|n| file.section_by_name(n)).map(|s| s.uncompressed_data()) {
                 Some(Ok(Cow::Borrowed(slice))) => borrowed(slice),
@@ -276,39 +297,35 @@ impl Sections {
                 _ => empty.clone(),
             }
         };
+        let read_in_part = in_part.is_some();
+        let bytes_of = |id: &gimli::SectionId| -> SectionBytes {
+            match id {
+                DebugInfo | DebugAbbrev | DebugLine if read_in_part => empty.clone(),
+                _ => whole_of(id),
+            }
+        };
         let ids: &'static [gimli::SectionId] = if dwo { &NEEDED_DWO } else { &NEEDED };
         let bytes = {
             use rayon::prelude::*;
             ids.par_iter().map(bytes_of).collect()
         };
         let mut sections = Sections { data: data.clone(), ids, bytes, endian };
-        let was_lazy = lazy.is_some();
-        let partial = lazy.and_then(|(stream, size)| {
-            // The code's sections: their headers remain in a separate debug file.
-            let code = file
-                .sections()
-                .filter(|s| s.name().is_ok_and(|n| n == ".text" || n.starts_with(".text.")))
-                .map(|s| s.address()..s.address().saturating_add(s.size()))
-                .collect();
-            let parts = partial::Parts {
-                stream,
-                full: size,
-                aranges: sections.section(gimli::SectionId::DebugAranges),
-                abbrev: sections.section(gimli::SectionId::DebugAbbrev),
-                code,
-            };
-            partial::PartialInfo::new(parts, endian)
-        });
-        if partial.is_none() && was_lazy {
-            // No aranges to find units by: the whole section, now.
-            let whole = file.section_by_name(".debug_info").map(|s| s.uncompressed_data());
-            if let Some(Ok(whole)) = whole {
-                let whole = whole.into_owned();
-                let range = 0..whole.len();
-                sections.set(
-                    gimli::SectionId::DebugInfo,
-                    SectionBytes { data: Arc::new(Data::Owned(whole)), range },
-                );
+        let Some((info, abbrev, line)) = in_part else {
+            return Some((sections, None));
+        };
+        // The code's sections: their headers remain in a separate debug file.
+        let code = file
+            .sections()
+            .filter(|s| s.name().is_ok_and(|n| n == ".text" || n.starts_with(".text.")))
+            .map(|s| s.address()..s.address().saturating_add(s.size()))
+            .collect();
+        let aranges = sections.section(gimli::SectionId::DebugAranges);
+        let parts = partial::Parts { info, abbrev, line, aranges, code };
+        let partial = partial::PartialInfo::new(parts, endian);
+        if partial.is_none() {
+            // No aranges to find units by: the whole sections, now.
+            for id in [DebugInfo, DebugAbbrev, DebugLine] {
+                sections.set(id, whole_of(&id));
             }
         }
         Some((sections, partial))

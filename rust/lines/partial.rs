@@ -46,206 +46,134 @@ const MAX_RATIO: usize = 1032;
 /// signature, type offset. A shorter run is kept as it is.
 const SKIP_UNIT: usize = 24;
 
-/// The decompressed bytes of a compressed `.debug_info`, as far as needed,
-/// and the units looked up in it.
-pub(super) struct PartialInfo {
-    /// The zlib stream.
+/// A section read as far as asked: a zlib stream decompressed up to there,
+/// or the section's bytes as they are.
+pub(super) enum Lazy {
+    Plain(SectionBytes),
+    Zlib(Box<Inflating>),
+}
+
+/// A zlib stream and what has been decompressed of it.
+pub(super) struct Inflating {
     stream: SectionBytes,
     inflater: flate2::Decompress,
-    /// Decompressed so far.
+    /// Decompressed so far, while growing; empty when `given` holds it.
     out: Vec<u8>,
+    /// What was decompressed when a prefix was last given out: the prefix
+    /// is a range of it, and it is copied into `out` only to grow.
+    given: Option<Arc<Data>>,
     /// The section's size once decompressed.
     full: usize,
     /// The stream cannot be read further (damaged, or shorter than it
     /// says): what was decompressed is all there is.
     stuck: bool,
-    /// The whole section has been given out.
-    whole: bool,
-    endian: gimli::RunTimeEndian,
-    /// `.debug_aranges`: (start, end, offset of the unit), by start.
-    aranges: Vec<(u64, u64, usize)>,
-    /// `.debug_abbrev`, decompressed: which forms a unit's entries use.
-    abbrev: SectionBytes,
-    /// The file's code (its `.text` sections): where an address in no
-    /// arange may still be in a unit.
-    code: Vec<Range<u64>>,
-    /// The units in the view: offset -> length.
-    units: BTreeMap<usize, usize>,
 }
 
-/// What [`PartialInfo::new`] reads.
-pub(super) struct Parts {
-    /// `.debug_info`'s zlib stream, and its size decompressed.
-    pub stream: SectionBytes,
-    pub full: u64,
-    /// `.debug_aranges` and `.debug_abbrev`, decompressed.
-    pub aranges: SectionBytes,
-    pub abbrev: SectionBytes,
-    /// The address ranges of the file's `.text` sections.
-    pub code: Vec<Range<u64>>,
-}
-
-impl PartialInfo {
-    /// A `.debug_info` to read in part; None without aranges (every lookup
-    /// would need the whole section).
-    pub(super) fn new(parts: Parts, endian: gimli::RunTimeEndian) -> Option<PartialInfo> {
-        let aranges = read_aranges(&parts.aranges, endian);
-        if aranges.is_empty() {
+impl Lazy {
+    /// The zlib `stream` of a section of `full` bytes; None where that is
+    /// more than zlib can expand it to (a damaged header).
+    pub(super) fn zlib(stream: SectionBytes, full: u64) -> Option<Lazy> {
+        let full = usize::try_from(full).ok()?;
+        if full > stream.len().saturating_mul(MAX_RATIO).saturating_add(1 << 12) {
             return None;
         }
-        let full = usize::try_from(parts.full).ok()?;
-        if full > parts.stream.len().saturating_mul(MAX_RATIO).saturating_add(1 << 12) {
-            return None;
-        }
-        Some(PartialInfo {
-            stream: parts.stream,
-            inflater: flate2::Decompress::new(true),
+        let inflater = flate2::Decompress::new(true);
+        Some(Lazy::Zlib(Box::new(Inflating {
+            stream,
+            inflater,
             out: Vec::new(),
+            given: None,
             full,
             stuck: false,
-            whole: false,
-            endian,
-            aranges,
-            abbrev: parts.abbrev,
-            code: parts.code,
-            units: BTreeMap::new(),
-        })
+        })))
     }
 
-    /// Whether the whole section has been given out: no lookup can need more.
-    pub(super) fn done(&self) -> bool {
-        self.whole
-    }
-
-    /// The section's bytes to give addr2line when the units of the ELF
-    /// addresses are not all in the ones given out last: a new view, or the
-    /// whole section; None when they are.
-    pub(super) fn cover(
-        &mut self,
-        addresses: impl IntoIterator<Item = u64>,
-    ) -> Option<SectionBytes> {
-        if self.whole {
-            return None;
+    /// What can be read now.
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Lazy::Plain(bytes) => bytes,
+            Lazy::Zlib(z) => z.bytes(),
         }
-        let (mut added, mut whole) = (false, false);
-        for address in addresses {
-            let Some(offset) = self.unit_of(address) else {
-                // Outside the code: in no unit. In it: in a unit without aranges, perhaps.
-                whole = self.code.is_empty() || self.code.iter().any(|c| c.contains(&address));
-                if whole {
-                    break;
-                }
-                continue;
-            };
-            if self.units.contains_key(&offset) {
-                continue;
-            }
-            match self.unit_length(offset) {
-                Some(len) if !self.refers_out(offset) => {
-                    self.units.insert(offset, len);
-                    added = true;
-                }
-                _ => {
-                    whole = true;
-                    break;
-                }
+    }
+
+    /// Whether more cannot be read.
+    fn exhausted(&self) -> bool {
+        match self {
+            Lazy::Plain(_) => true,
+            Lazy::Zlib(z) => z.stuck || z.bytes().len() >= z.full,
+        }
+    }
+
+    /// Reads on until `end` bytes can be read (at most the whole section),
+    /// or the stream stops.
+    fn ensure(&mut self, end: usize) {
+        if let Lazy::Zlib(z) = self {
+            z.inflate_to(end);
+        }
+    }
+
+    /// The first `end` bytes, for addr2line (all of them, for plain bytes).
+    fn prefix(&mut self, end: usize) -> SectionBytes {
+        match self {
+            Lazy::Plain(bytes) => bytes.clone(),
+            Lazy::Zlib(z) => {
+                let given = z.give();
+                let range = 0..end.min(given.len());
+                SectionBytes { data: given, range }
             }
         }
-        if whole || self.units.len() > MAX_UNITS {
-            return Some(self.give_whole());
-        }
-        if !added {
-            return None;
-        }
-        self.view().or_else(|| Some(self.give_whole()))
     }
 
-    /// The whole section (as much of it as the stream holds), parsed once.
-    fn give_whole(&mut self) -> SectionBytes {
-        self.inflate_to(self.full);
-        self.whole = true;
-        let out = std::mem::take(&mut self.out);
-        // A damaged stream: up to the last whole unit.
-        let end = units_end(&out, self.endian);
-        SectionBytes { data: Arc::new(Data::Owned(out)), range: 0..end }
-    }
-
-    /// The section with only the units looked up, at their offsets, up to
-    /// the end of the last; the units between them one empty type unit per
-    /// run. The memory of what is left out is never touched.
-    fn view(&self) -> Option<SectionBytes> {
-        let (&last, &len) = self.units.last_key_value()?;
-        let end = last + len;
-        let mut view = memmap2::MmapMut::map_anon(end).ok()?;
-        let mut at = 0;
-        for (&offset, &len) in &self.units {
-            // Units that overlap (aranges naming a unit inside another): damaged.
-            if offset < at {
-                return None;
+    /// The whole section (as much of it as the stream holds); nothing can be
+    /// read of it after.
+    fn whole(&mut self) -> SectionBytes {
+        match self {
+            Lazy::Plain(bytes) => bytes.clone(),
+            Lazy::Zlib(z) => {
+                z.inflate_to(z.full);
+                let given = z.give();
+                z.stuck = true;
+                let range = 0..given.len();
+                SectionBytes { data: given, range }
             }
-            self.fill_gap(&mut view[at..offset], at);
-            view[offset..offset + len].copy_from_slice(self.out.get(offset..offset + len)?);
-            at = offset + len;
         }
-        let data = Arc::new(Data::Anonymous(view.make_read_only().ok()?));
-        Some(SectionBytes { data, range: 0..end })
     }
+}
 
-    /// The units of the section from `at`, left out of a view: an empty type
-    /// unit in their place, or themselves where there is no room for one.
-    fn fill_gap(&self, gap: &mut [u8], at: usize) {
-        let len = gap.len();
-        match u32::try_from(len.saturating_sub(4)) {
-            Ok(length) if len >= SKIP_UNIT && length < 0xffff_fff0 => {
-                self.endian.write_u32(&mut gap[..4], length);
-                self.endian.write_u16(&mut gap[4..6], 5);
-                gap[6] = gimli::DW_UT_type.0;
-                gap[7] = 8; // address size; the abbreviations' offset, signature and type offset 0
-            }
-            _ if len > 0 => gap.copy_from_slice(&self.out[at..at + len]),
-            _ => {}
+impl Inflating {
+    /// What was decompressed.
+    fn bytes(&self) -> &[u8] {
+        match &self.given {
+            Some(given) if self.out.is_empty() => given,
+            _ => &self.out,
         }
     }
 
-    /// The offset of the unit `.debug_aranges` places `address` in.
-    fn unit_of(&self, address: u64) -> Option<usize> {
-        let after = self.aranges.partition_point(|&(start, _, _)| start <= address);
-        let &(_, end, offset) = self.aranges.get(after.checked_sub(1)?)?;
-        (address < end).then_some(offset)
+    /// What was decompressed, to give out: the buffer itself, kept.
+    fn give(&mut self) -> Arc<Data> {
+        if !self.out.is_empty() || self.given.is_none() {
+            self.given = Some(Arc::new(Data::Owned(std::mem::take(&mut self.out))));
+        }
+        self.given.clone().unwrap_or_else(|| Arc::new(Data::Owned(Vec::new())))
     }
 
-    /// The length of the unit at `offset`, decompressed; None where it is
-    /// not a unit or the stream ends before it does.
-    fn unit_length(&mut self, offset: usize) -> Option<usize> {
-        self.inflate_to(offset.saturating_add(12));
-        let len = unit_length(self.out.get(offset..)?, self.endian)?;
-        self.inflate_to(offset.checked_add(len)?);
-        (offset + len <= self.out.len()).then_some(len)
-    }
-
-    /// Whether the entries of the unit at `offset` may refer to other units
-    /// (an abbreviation with `DW_FORM_ref_addr`, or `DW_FORM_indirect`
-    /// which could be it), or its abbreviations cannot be read.
-    fn refers_out(&self, offset: usize) -> bool {
-        let info = gimli::DebugInfo::new(&self.out, self.endian);
-        let Ok(header) = info.header_from_offset(gimli::DebugInfoOffset(offset)) else {
-            return true;
-        };
-        let Some(table) = self.abbrev.get(header.debug_abbrev_offset().0..) else { return true };
-        forms_refer_out(table, self.endian).unwrap_or(true)
-    }
-
-    /// Decompresses until `out` holds `target` bytes (at most the whole
-    /// section), or the stream stops.
+    /// Decompresses until `target` bytes are (at most the whole section),
+    /// or the stream stops.
     fn inflate_to(&mut self, target: usize) {
         let target = target.min(self.full);
-        if self.out.len() >= target || self.stuck {
+        if self.bytes().len() >= target || self.stuck {
             return;
         }
-        if self.out.capacity() == 0 && self.out.try_reserve_exact(self.full).is_err() {
+        if self.out.capacity() == 0 {
             // (Capacity only: pages are touched as they are written.)
-            self.stuck = true;
-            return;
+            if self.out.try_reserve_exact(self.full).is_err() {
+                self.stuck = true;
+                return;
+            }
+            // What was given out, copied to grow on.
+            if let Some(given) = &self.given {
+                self.out.extend_from_slice(given);
+            }
         }
         let mut buf = vec![0u8; 256 << 10];
         while self.out.len() < target && !self.stuck {
@@ -266,11 +194,245 @@ impl PartialInfo {
     }
 }
 
-/// Whether an abbreviation table (`.debug_abbrev` from its offset) has an
-/// attribute of form `DW_FORM_ref_addr` or `DW_FORM_indirect`; None where
-/// it cannot be read to its end.
-fn forms_refer_out(table: &[u8], endian: gimli::RunTimeEndian) -> Option<bool> {
+/// A unit in the view: its length, and where its abbreviations and its
+/// line program end (0: it has none).
+#[derive(Clone, Copy)]
+struct Unit {
+    len: usize,
+    abbrev_end: usize,
+    line_end: usize,
+}
+
+/// `.debug_info`, `.debug_abbrev` and `.debug_line` as addr2line is to
+/// read them now.
+pub(super) struct Given {
+    pub info: SectionBytes,
+    pub abbrev: SectionBytes,
+    pub line: SectionBytes,
+}
+
+/// The decompressed bytes of a compressed `.debug_info`, its abbreviations
+/// and line programs, as far as needed, and the units looked up in it.
+pub(super) struct PartialInfo {
+    info: Lazy,
+    abbrev: Lazy,
+    line: Lazy,
+    /// The whole sections have been given out.
+    whole: bool,
+    endian: gimli::RunTimeEndian,
+    /// `.debug_aranges`: (start, end, offset of the unit), by start.
+    aranges: Vec<(u64, u64, usize)>,
+    /// The file's code (its `.text` sections): where an address in no
+    /// arange may still be in a unit.
+    code: Vec<Range<u64>>,
+    /// The units in the view, by offset.
+    units: BTreeMap<usize, Unit>,
+}
+
+/// What [`PartialInfo::new`] reads.
+pub(super) struct Parts {
+    /// `.debug_info` (a zlib stream), `.debug_abbrev`, `.debug_line`.
+    pub info: Lazy,
+    pub abbrev: Lazy,
+    pub line: Lazy,
+    /// `.debug_aranges`, decompressed.
+    pub aranges: SectionBytes,
+    /// The address ranges of the file's `.text` sections.
+    pub code: Vec<Range<u64>>,
+}
+
+impl PartialInfo {
+    /// The sections to read in part; None without aranges (every lookup
+    /// would need the whole of them).
+    pub(super) fn new(parts: Parts, endian: gimli::RunTimeEndian) -> Option<PartialInfo> {
+        let aranges = read_aranges(&parts.aranges, endian);
+        if aranges.is_empty() {
+            return None;
+        }
+        Some(PartialInfo {
+            info: parts.info,
+            abbrev: parts.abbrev,
+            line: parts.line,
+            whole: false,
+            endian,
+            aranges,
+            code: parts.code,
+            units: BTreeMap::new(),
+        })
+    }
+
+    /// Whether the whole sections have been given out: no lookup can need
+    /// more.
+    pub(super) fn done(&self) -> bool {
+        self.whole
+    }
+
+    /// The sections to give addr2line when the units of the ELF addresses
+    /// are not all in the ones given out last: a new view of `.debug_info`
+    /// with what its units need of the others, or the whole sections; None
+    /// when they are.
+    pub(super) fn cover(&mut self, addresses: impl IntoIterator<Item = u64>) -> Option<Given> {
+        if self.whole {
+            return None;
+        }
+        let (mut added, mut whole) = (false, false);
+        for address in addresses {
+            let Some(offset) = self.unit_of(address) else {
+                // Outside the code: in no unit. In it: in a unit without aranges, perhaps.
+                whole = self.code.is_empty() || self.code.iter().any(|c| c.contains(&address));
+                if whole {
+                    break;
+                }
+                continue;
+            };
+            if self.units.contains_key(&offset) {
+                continue;
+            }
+            match self.read_unit(offset) {
+                Some(unit) => {
+                    self.units.insert(offset, unit);
+                    added = true;
+                }
+                None => {
+                    whole = true;
+                    break;
+                }
+            }
+        }
+        if whole || self.units.len() > MAX_UNITS {
+            return Some(self.give_whole());
+        }
+        if !added {
+            return None;
+        }
+        self.view().or_else(|| Some(self.give_whole()))
+    }
+
+    /// The whole sections (as much of them as the streams hold), parsed once.
+    fn give_whole(&mut self) -> Given {
+        self.whole = true;
+        let mut info = self.info.whole();
+        // A damaged stream: up to the last whole unit.
+        info.range.end = info.range.start + units_end(&info, self.endian);
+        Given { info, abbrev: self.abbrev.whole(), line: self.line.whole() }
+    }
+
+    /// The unit at `offset`, decompressed with its abbreviations and line
+    /// program; None where it is damaged or may refer into other units
+    /// (an abbreviation with `DW_FORM_ref_addr`, or `DW_FORM_indirect`
+    /// which could be it): a view would not do.
+    fn read_unit(&mut self, offset: usize) -> Option<Unit> {
+        self.info.ensure(offset.saturating_add(12));
+        let len = unit_length(self.info.bytes().get(offset..)?, self.endian)?;
+        self.info.ensure(offset.checked_add(len)?);
+        if offset + len > self.info.bytes().len() {
+            return None;
+        }
+        let header = gimli::DebugInfo::new(self.info.bytes(), self.endian)
+            .header_from_offset(gimli::DebugInfoOffset(offset))
+            .ok()?;
+        let table = header.debug_abbrev_offset().0;
+        self.abbrev.ensure(table.saturating_add(4 << 10));
+        let (refers_out, table_len) = loop {
+            if let Some(found) = scan_abbrevs(self.abbrev.bytes().get(table..)?, self.endian) {
+                break found;
+            }
+            if self.abbrev.exhausted() {
+                return None;
+            }
+            self.abbrev.ensure(self.abbrev.bytes().len().saturating_add(64 << 10));
+        };
+        if refers_out {
+            return None;
+        }
+        let abbrev_end = table + table_len;
+        let line_end = self.line_program_end(offset).unwrap_or(0);
+        Some(Unit { len, abbrev_end, line_end })
+    }
+
+    /// Where the line program of the unit at `offset` ends, read on to
+    /// there; None where it has none (or it cannot be read).
+    fn line_program_end(&mut self, offset: usize) -> Option<usize> {
+        let info = gimli::DebugInfo::new(self.info.bytes(), self.endian);
+        let header = info.header_from_offset(gimli::DebugInfoOffset(offset)).ok()?;
+        let abbrevs = header
+            .abbreviations(&gimli::DebugAbbrev::new(self.abbrev.bytes(), self.endian))
+            .ok()?;
+        let mut entries = header.entries_raw(&abbrevs, None).ok()?;
+        let root = entries.read_abbreviation().ok()??;
+        let mut program = None;
+        for spec in root.attributes() {
+            let attr = entries.read_attribute(*spec).ok()?;
+            if let gimli::AttributeValue::DebugLineRef(at) = attr.value() {
+                program = Some(at.0);
+            }
+        }
+        let program = program?;
+        self.line.ensure(program.saturating_add(12));
+        let len = unit_length(self.line.bytes().get(program..)?, self.endian)?;
+        let end = program.checked_add(len)?;
+        self.line.ensure(end);
+        (end <= self.line.bytes().len()).then_some(end)
+    }
+
+    /// `.debug_info` with only the units looked up, at their offsets, up to
+    /// the end of the last; the units between them one empty type unit per
+    /// run. The memory of what is left out is never touched. With it, the
+    /// abbreviations and line programs up to the last these units use.
+    fn view(&mut self) -> Option<Given> {
+        let (&last, unit) = self.units.last_key_value()?;
+        let end = last + unit.len;
+        let mut view = memmap2::MmapMut::map_anon(end).ok()?;
+        let (mut at, mut abbrev_end, mut line_end) = (0, 0, 0);
+        let info = self.info.bytes();
+        for (&offset, unit) in &self.units {
+            // Units that overlap (aranges naming a unit inside another): damaged.
+            if offset < at {
+                return None;
+            }
+            self.fill_gap(&mut view[at..offset], info.get(at..offset)?);
+            view[offset..offset + unit.len].copy_from_slice(info.get(offset..offset + unit.len)?);
+            at = offset + unit.len;
+            abbrev_end = abbrev_end.max(unit.abbrev_end);
+            line_end = line_end.max(unit.line_end);
+        }
+        let data = Arc::new(Data::Anonymous(view.make_read_only().ok()?));
+        Some(Given {
+            info: SectionBytes { data, range: 0..end },
+            abbrev: self.abbrev.prefix(abbrev_end),
+            line: self.line.prefix(line_end),
+        })
+    }
+
+    /// The units `real` of the section, left out of a view: an empty type
+    /// unit in their place, or themselves where there is no room for one.
+    fn fill_gap(&self, gap: &mut [u8], real: &[u8]) {
+        let len = gap.len();
+        match u32::try_from(len.saturating_sub(4)) {
+            Ok(length) if len >= SKIP_UNIT && length < 0xffff_fff0 => {
+                self.endian.write_u32(&mut gap[..4], length);
+                self.endian.write_u16(&mut gap[4..6], 5);
+                gap[6] = gimli::DW_UT_type.0;
+                gap[7] = 8; // address size; the abbreviations' offset, signature and type offset 0
+            }
+            _ => gap.copy_from_slice(real),
+        }
+    }
+
+    /// The offset of the unit `.debug_aranges` places `address` in.
+    fn unit_of(&self, address: u64) -> Option<usize> {
+        let after = self.aranges.partition_point(|&(start, _, _)| start <= address);
+        let &(_, end, offset) = self.aranges.get(after.checked_sub(1)?)?;
+        (address < end).then_some(offset)
+    }
+}
+
+/// An abbreviation table (`.debug_abbrev` from its offset): whether it has
+/// an attribute of form `DW_FORM_ref_addr` or `DW_FORM_indirect`, and its
+/// length; None where it cannot be read to its end.
+fn scan_abbrevs(table: &[u8], endian: gimli::RunTimeEndian) -> Option<(bool, usize)> {
     let mut r = gimli::EndianSlice::new(table, endian);
+    let mut refers_out = false;
     // Each abbreviation: code, tag, children flag, then (name, form[, implicit
     // constant]) pairs up to (0, 0); the table ends with code 0.
     while r.read_uleb128().ok()? != 0 {
@@ -282,7 +444,7 @@ fn forms_refer_out(table: &[u8], endian: gimli::RunTimeEndian) -> Option<bool> {
                 break;
             }
             match gimli::DwForm(u16::try_from(form).ok()?) {
-                gimli::DW_FORM_ref_addr | gimli::DW_FORM_indirect => return Some(true),
+                gimli::DW_FORM_ref_addr | gimli::DW_FORM_indirect => refers_out = true,
                 gimli::DW_FORM_implicit_const => {
                     r.read_sleb128().ok()?;
                 }
@@ -290,7 +452,7 @@ fn forms_refer_out(table: &[u8], endian: gimli::RunTimeEndian) -> Option<bool> {
             }
         }
     }
-    Some(false)
+    Some((refers_out, table.len() - r.len()))
 }
 
 /// Where the last whole unit at the start of `bytes` ends.
@@ -389,8 +551,9 @@ mod tests {
 
     /// Units of 100, 200 and 300 000 bytes at 0x1000, 0x2000, 0x3000, and a
     /// fourth at 0x4000 that refers into others (its abbreviations, at 8,
-    /// have a DW_FORM_ref_addr; the others', at 0, a string); code from
-    /// 0x1000 to 0x8000. The section, and what to read it in part from.
+    /// have a DW_FORM_ref_addr; the others', at 0, a string; none has a
+    /// line program); code from 0x1000 to 0x8000. The section, and what to
+    /// read it in part from (.debug_abbrev plain, .debug_line none).
     fn section(stream_cut: bool) -> (Vec<u8>, Parts) {
         let units = [unit(100, 0, 1), unit(200, 0, 2), unit(300_000, 0, 3), unit(50, 8, 4)];
         let section = units.concat();
@@ -401,9 +564,10 @@ mod tests {
         if stream_cut {
             stream.range.end /= 2;
         }
-        let full = section.len() as u64;
+        let info = Lazy::zlib(stream, section.len() as u64).unwrap();
+        let (abbrev, line) = (Lazy::Plain(bytes(abbrev)), Lazy::Plain(bytes(Vec::new())));
         let code = std::iter::once(0x1000..0x8000).collect();
-        (section, Parts { stream, full, aranges: bytes(sets), abbrev: bytes(abbrev), code })
+        (section, Parts { info, abbrev, line, aranges: bytes(sets), code })
     }
 
     fn unit_types(view: &[u8]) -> Vec<gimli::UnitType<usize>> {
@@ -419,11 +583,11 @@ mod tests {
     fn a_view_holds_the_units_looked_up_at_their_offsets() {
         let (section, parts) = section(false);
         let mut partial = PartialInfo::new(parts, LE).unwrap();
-        let first = partial.cover([0x1010, 0x500]).expect("the first unit");
+        let first = partial.cover([0x1010, 0x500]).expect("the first unit").info;
         assert_eq!(&first[..], &section[..100]);
         assert!(partial.cover([0x1020, 0x1000, 0x9000]).is_none(), "already in");
-        assert!(partial.out.len() < 1000, "decompressed no further than needed");
-        let view = partial.cover([0x30ff]).expect("the third unit");
+        assert!(partial.info.bytes().len() < 1000, "decompressed no further than needed");
+        let view = partial.cover([0x30ff]).expect("the third unit").info;
         assert_eq!(view.len(), 300_300);
         assert_eq!(&view[..100], &section[..100]);
         assert_eq!(&view[300..], &section[300..300_300]);
@@ -445,14 +609,15 @@ mod tests {
         for addresses in [vec![0x1000, 0x5000], vec![0x4010]] {
             let (section, parts) = section(false);
             let mut partial = PartialInfo::new(parts, LE).unwrap();
-            assert_eq!(partial.cover(addresses).map(|b| b.to_vec()), Some(section));
+            assert_eq!(partial.cover(addresses).map(|g| g.info.to_vec()), Some(section));
             assert!(partial.done());
             assert!(partial.cover([0x1000]).is_none());
         }
         let (whole, parts) = section(false);
         let mut many = PartialInfo::new(parts, LE).unwrap();
-        many.units.extend((1..=MAX_UNITS).map(|i| (i * 1_000_000, 1)));
-        assert_eq!(many.cover([0x1000]).map(|b| b.len()), Some(whole.len()));
+        let unit = Unit { len: 1, abbrev_end: 0, line_end: 0 };
+        many.units.extend((1..=MAX_UNITS).map(|i| (i * 1_000_000, unit)));
+        assert_eq!(many.cover([0x1000]).map(|g| g.info.len()), Some(whole.len()));
         let (_, mut parts) = section(false);
         parts.aranges = bytes(Vec::new());
         assert!(PartialInfo::new(parts, LE).is_none());
@@ -469,13 +634,12 @@ mod tests {
         let mut partial = PartialInfo::new(parts, LE).unwrap();
         assert!(partial.cover([0x1000]).is_some());
         // The unit at 10 is inside the first: no view of both.
-        assert_eq!(partial.cover([0x2000]).map(|b| b.len()), Some(whole_section.len()));
+        assert_eq!(partial.cover([0x2000]).map(|g| g.info.len()), Some(whole_section.len()));
         let (_, parts) = section(false);
         let mut outside = PartialInfo::new(Parts { aranges: bytes(aranges(&sets)), ..parts }, LE);
-        let whole = outside.as_mut().unwrap().cover([0x3000]).map(|b| b.len());
+        let whole = outside.as_mut().unwrap().cover([0x3000]).map(|g| g.info.len());
         assert_eq!(whole, Some(whole_section.len()));
-        let (_, parts) = section(false);
-        assert!(PartialInfo::new(Parts { full: u64::MAX >> 4, ..parts }, LE).is_none());
+        assert!(Lazy::zlib(zlib(&whole_section), u64::MAX >> 4).is_none());
     }
 
     /// A stream cut short or damaged: the units it holds whole, at most.
@@ -483,10 +647,11 @@ mod tests {
     fn a_damaged_stream_gives_what_it_holds() {
         let (_, parts) = section(true);
         let mut partial = PartialInfo::new(parts, LE).unwrap();
-        assert_eq!(partial.cover([0x3000]).map(|b| b.len()), Some(300));
+        assert_eq!(partial.cover([0x3000]).map(|g| g.info.len()), Some(300));
         assert!(partial.done());
         assert_eq!(unit_length(&0xffff_fff5u32.to_le_bytes(), LE), None);
         assert_eq!(unit_length(&[1, 0], LE), None);
-        assert_eq!(forms_refer_out(&[1, 0x11, 0, 0x03], LE), None);
+        assert_eq!(scan_abbrevs(&[1, 0x11, 0, 0x03], LE), None);
+        assert_eq!(scan_abbrevs(&[1, 0x11, 0, 0x03, 0x08, 0, 0, 0, 9], LE), Some((false, 8)));
     }
 }
