@@ -266,22 +266,16 @@ impl Sections {
                 _ => None,
             }
         };
-        let large_zlib = |s: &object::Section<'_, '_>| {
-            s.compressed_data().is_ok_and(|c| {
-                c.format == object::CompressionFormat::Zlib
-                    && c.uncompressed_size >= partial::MIN_PARTIAL
-            })
-        };
-        let in_part = match info {
-            Some(info) if !dwo && large_zlib(&info) => (|| {
-                Some((
-                    lazy(Some(info))?,
-                    lazy(file.section_by_name(".debug_abbrev"))?,
-                    lazy(file.section_by_name(".debug_line"))?,
-                ))
-            })(),
-            _ => None,
-        };
+        let in_part = info.filter(|_| !dwo).and_then(|info| {
+            let c = info.compressed_data().ok()?;
+            let large = c.format == object::CompressionFormat::Zlib
+                && c.uncompressed_size >= partial::MIN_PARTIAL;
+            Some((
+                large.then(|| partial::Lazy::zlib(borrowed(c.data), c.uncompressed_size))??,
+                lazy(file.section_by_name(".debug_abbrev"))?,
+                lazy(file.section_by_name(".debug_line"))?,
+            ))
+        });
         // Only what lines and inline chains need: location lists, macros and the like are
         // never read (nor decompressed). A distribution's debug sections are compressed:
         // they are decompressed side by side, on the rayon pool.

@@ -346,28 +346,14 @@ impl PartialInfo {
             return None;
         }
         let abbrev_end = table + table_len;
-        let line_end = self.line_program_end(offset).unwrap_or(0);
+        let program = line_program(&header, self.abbrev.bytes(), self.endian);
+        let line_end = program.and_then(|at| self.line_program_end(at)).unwrap_or(0);
         Some(Unit { len, abbrev_end, line_end })
     }
 
-    /// Where the line program of the unit at `offset` ends, read on to
-    /// there; None where it has none (or it cannot be read).
-    fn line_program_end(&mut self, offset: usize) -> Option<usize> {
-        let info = gimli::DebugInfo::new(self.info.bytes(), self.endian);
-        let header = info.header_from_offset(gimli::DebugInfoOffset(offset)).ok()?;
-        let abbrevs = header
-            .abbreviations(&gimli::DebugAbbrev::new(self.abbrev.bytes(), self.endian))
-            .ok()?;
-        let mut entries = header.entries_raw(&abbrevs, None).ok()?;
-        let root = entries.read_abbreviation().ok()??;
-        let mut program = None;
-        for spec in root.attributes() {
-            let attr = entries.read_attribute(*spec).ok()?;
-            if let gimli::AttributeValue::DebugLineRef(at) = attr.value() {
-                program = Some(at.0);
-            }
-        }
-        let program = program?;
+    /// Where the line program at `program` ends, read on to there; None
+    /// where it cannot be read.
+    fn line_program_end(&mut self, program: usize) -> Option<usize> {
         self.line.ensure(program.saturating_add(12));
         let len = unit_length(self.line.bytes().get(program..)?, self.endian)?;
         let end = program.checked_add(len)?;
@@ -453,6 +439,27 @@ fn scan_abbrevs(table: &[u8], endian: gimli::RunTimeEndian) -> Option<(bool, usi
         }
     }
     Some((refers_out, table.len() - r.len()))
+}
+
+/// The offset of the line program of the unit of `header` (its root
+/// entry's `DW_AT_stmt_list`, read with the abbreviations in `abbrev`);
+/// None where it has none or they cannot be read.
+fn line_program(
+    header: &gimli::UnitHeader<gimli::EndianSlice<'_, gimli::RunTimeEndian>>,
+    abbrev: &[u8],
+    endian: gimli::RunTimeEndian,
+) -> Option<usize> {
+    let abbrevs = header.abbreviations(&gimli::DebugAbbrev::new(abbrev, endian)).ok()?;
+    let mut entries = header.entries_raw(&abbrevs, None).ok()?;
+    let root = entries.read_abbreviation().ok()??;
+    let mut program = None;
+    for spec in root.attributes() {
+        if let gimli::AttributeValue::DebugLineRef(at) = entries.read_attribute(*spec).ok()?.value()
+        {
+            program = Some(at.0);
+        }
+    }
+    program
 }
 
 /// Where the last whole unit at the start of `bytes` ends.
