@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from benchstacks import on_cores, skip_unless_cores
 
 CRASH_SCRIPT = """
 import ctypes
@@ -183,21 +184,15 @@ def _spool_size(spool: Path) -> int:
     return len(os.listdir(spool))
 
 
-def _on_cpus(cpus: int, argv: list[str]) -> subprocess.CompletedProcess[str]:
-    """`argv` run on the first `cpus` CPUs only (the process and its workers inherit the
-    affinity): one CPU is one CPU, not one worker whose thread pool takes the second."""
-    available = sorted(os.sched_getaffinity(0))
-    if len(available) < cpus:
-        pytest.skip(f"this machine lets this process run on fewer than {cpus} CPUs")
-    return _run(["taskset", "-c", ",".join(map(str, available[:cpus])), *argv])
-
-
 @pytest.mark.benchmark(group="core-dir")
 @pytest.mark.parametrize("cpus", [1, 2])
 def test_stackwalk_core_dir(benchmark: Any, core_dir: Path, cpus: int) -> None:
     script = Path(sys.executable).with_name("stackwalk")
     argv = [str(script), "core", "--dir", str(core_dir), "--jobs", str(cpus)]
-    proc = benchmark.pedantic(_on_cpus, args=(cpus, argv), rounds=1, warmup_rounds=0)
+    # On `cpus` CPUs only (the command and its workers inherit the affinity): one CPU is one
+    # CPU, not one worker whose thread pool takes the second.
+    skip_unless_cores(cpus)
+    proc = benchmark.pedantic(on_cores, args=(cpus, lambda: _run(argv)), rounds=1, warmup_rounds=0)
     assert proc.returncode == 0, proc.stderr[-2000:]
     cores = _spool_size(core_dir)
     assert proc.stdout.count("\nCore ") == cores

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from benchstacks import on_cores, skip_unless_cores
 from elftools.elf.elffile import ELFFile
 from stackwalk._core import perf_report, perf_samples
 
@@ -212,22 +213,6 @@ def test_interpreter_start(benchmark: Any) -> None:
     assert proc.returncode == 0, proc.stderr
 
 
-def _on_cores(cores: int, run: Callable[[], Any]) -> Any:
-    """`run()` on the first `cores` CPUs: the threads and processes it starts inherit this
-    thread's affinity."""
-    before = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, sorted(before)[:cores])
-    try:
-        return run()
-    finally:
-        os.sched_setaffinity(0, before)
-
-
-def _skip_unless_cores(cores: int) -> None:
-    if len(os.sched_getaffinity(0)) < cores:
-        pytest.skip(f"this machine lets this process run on fewer than {cores} CPUs")
-
-
 @pytest.mark.benchmark(group="perf-reading")
 @pytest.mark.parametrize("cores", [1, 2])
 def test_stackwalk_unwinding(benchmark: Any, recordings: dict[str, Path], cores: int) -> None:
@@ -235,13 +220,13 @@ def test_stackwalk_unwinding(benchmark: Any, recordings: dict[str, Path], cores:
     little output. On one CPU with one worker, and on two with two (the reading thread and the
     pager keep a second CPU partly busy even with one worker, so CPUs, not workers, are
     compared)."""
-    _skip_unless_cores(cores)
+    skip_unless_cores(cores)
     path = recordings["full"]
 
     def report() -> dict[str, Any]:
         return perf_report(path, "collapsed", output=os.devnull, jobs=cores)
 
-    summary = benchmark.pedantic(_on_cores, args=(cores, report), rounds=5)
+    summary = benchmark.pedantic(on_cores, args=(cores, report), rounds=5)
     assert summary["error"] is None and summary["samples"] > 1000
     benchmark.extra_info["samples"] = summary["samples"]
 
@@ -254,7 +239,7 @@ def _second_cpu(run: Callable[[], Any], pairs: int) -> list[float]:
         took = []
         for cores in (1, 2):
             start = time.perf_counter()
-            _on_cores(cores, run)
+            on_cores(cores, run)
             took.append(time.perf_counter() - start)
         ratios.append(took[0] / took[1])
     return ratios
@@ -269,7 +254,7 @@ def test_second_cpu(
     per CPU) and, as its yardstick, this machine's own work of two threads sharing a fixed
     amount of it: the recorded program (qsort, computing in the cache) and a copy through
     memory. A shared VM's second CPU need not double anything."""
-    _skip_unless_cores(2)
+    skip_unless_cores(2)
     if work == "unwinding":
         path = recordings["full"]
 

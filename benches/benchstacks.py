@@ -1,11 +1,16 @@
-"""What the benchmarks share: a captured stack, and finding system libraries."""
+"""What the benchmarks share: a captured stack, finding system libraries, and running on
+some of the CPUs."""
 
 from __future__ import annotations
 
+import os
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import pytest
 from stackwalk.capture import Capture
 
 
@@ -22,3 +27,19 @@ def library_path(name: str) -> Path:
         if line.strip().startswith(name + " ") and "x86-64" in line:
             return Path(line.rsplit("=>", 1)[1].strip()).resolve()
     raise LookupError(name)
+
+
+def on_cores(cores: int, run: Callable[[], Any]) -> Any:
+    """`run()` on the first `cores` CPUs: the threads and processes it starts inherit this
+    thread's affinity."""
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, sorted(before)[:cores])
+    try:
+        return run()
+    finally:
+        os.sched_setaffinity(0, before)
+
+
+def skip_unless_cores(cores: int) -> None:
+    if len(os.sched_getaffinity(0)) < cores:
+        pytest.skip(f"this machine lets this process run on fewer than {cores} CPUs")

@@ -67,7 +67,7 @@ def _per_added_sample(by_name: dict[str, Any]) -> list[str]:
 
 
 def _core_dir(by_name: dict[str, Any]) -> list[str]:
-    """Cores per second through `stackwalk core --dir` on 1 and 2 processes, and through
+    """Cores per second through `stackwalk core --dir` on 1 and 2 CPUs, and through
     eu-stack run once per core."""
     runs = {
         name: by_name.get(key)
