@@ -231,6 +231,11 @@ pub(crate) struct Found {
 
 type StepResult<T> = Result<T, (EndReason, EndDetail)>;
 
+/// How far into a function known by its start alone (JIT code) `push rbp`
+/// may come (V8 makes it the first instruction; an `endbr64` may come
+/// before it).
+const PROLOGUE: u64 = 16;
+
 impl Context<'_> {
     fn in_stack(&self, addr: u64) -> bool {
         self.stack.is_some_and(|(start, end)| start <= addr && addr < end)
@@ -370,12 +375,21 @@ impl Context<'_> {
 
     /// Frame 0 without CFI may be a leaf that made no frame record: its fp
     /// is still its caller's, and its return address is in lr (aarch64) or
-    /// at sp (x86_64, where a call pushes it). Taken when that is a
-    /// plausible return address that the record at fp does not repeat, and
-    /// either it is in another module than the pc, or the direct call
-    /// before it calls the function holding the pc: its target is at or
-    /// below the pc, and the call itself lies outside [target, pc] (a
-    /// non-leaf's lr points after a call inside itself).
+    /// at sp (x86_64, where a call pushes it). Or it is in its prologue,
+    /// between `push rbp` and `mov rbp, rsp`: [sp] is fp itself, and the
+    /// return address is the word above. Taken when that is a plausible
+    /// return address that the record at fp does not repeat, and either it
+    /// is in another module than the pc, or the direct call before it calls
+    /// the function holding the pc: its target is at or below the pc, and
+    /// the call itself lies outside [target, pc] (a non-leaf's lr points
+    /// after a call inside itself).
+    ///
+    /// Code known by its functions alone (JIT code named by a perf map: no
+    /// code bytes, no CFI) has no call to look at, and a frame past its
+    /// prologue may hold anything at sp (V8's optimized code keeps stale
+    /// return addresses into node there): its frame 0 is a leaf only where
+    /// its pc shows that it has made no record yet, at its function's first
+    /// instruction, or with fp pushed within its first `PROLOGUE` bytes.
     pub fn leaf<M: Memory + ?Sized>(
         &self,
         callee: &Callee,
@@ -386,10 +400,29 @@ impl Context<'_> {
     ) -> Option<Found> {
         let arch = self.arch;
         let w = arch.word_size();
-        let (raw, sp) = match arch.link_register() {
-            Some(lr) => (regs.get(lr)?, callee.sp),
-            None => (mem.read_sized(callee.sp, w as u8)?, callee.sp.checked_add(w)?),
+        let (raw, sp, pushed) = match arch.link_register() {
+            Some(lr) => (regs.get(lr)?, callee.sp, false),
+            None => {
+                let top = mem.read_sized(callee.sp, w as u8)?;
+                let above = callee.sp.checked_add(w)?;
+                if top != 0 && fp == Some(top) {
+                    (mem.read_sized(above, w as u8)?, above.checked_add(w)?, true)
+                } else {
+                    (top, above, false)
+                }
+            }
         };
+        let pc_module = self.modules.index_of(callee.pc);
+        let known = pc_module.and_then(|m| {
+            let module = &self.modules.modules()[m];
+            module.function_offset(callee.pc.wrapping_sub(module.bias))
+        });
+        if let Some(offset) = known {
+            let unframed = if pushed { offset <= PROLOGUE } else { offset == 0 };
+            if !unframed {
+                return None;
+            }
+        }
         let ra = arch.strip_return_address(raw);
         self.check_return_address(ra).ok()?;
         let in_record = fp.and_then(|fp| mem.read_sized(fp.checked_add(w)?, w as u8));
@@ -400,8 +433,9 @@ impl Context<'_> {
         // A call the frame made would have left a return address into its
         // own module: one into another module (or a pc in no module) is
         // the one it was called with. Within one module, the direct call
-        // before it must call the pc's function.
-        if self.modules.index_of(callee.pc) == Some(ra_module) {
+        // before it must call the pc's function, unless the pc's place in
+        // its function said so already.
+        if pc_module == Some(ra_module) && known.is_none() {
             let module = &self.modules.modules()[ra_module];
             let code = module.code_before(ra.wrapping_sub(module.bias), arch.call_window())?;
             let target = arch.direct_call_target(ra.wrapping_sub(module.bias), code)?;
@@ -412,8 +446,20 @@ impl Context<'_> {
                 return None;
             }
         }
+        Some(self.leaf_found(regs, caller, ra, sp, fp))
+    }
+
+    /// The caller of a leaf frame 0 (see `leaf`).
+    fn leaf_found(
+        &self,
+        regs: &Registers,
+        caller: &mut Registers,
+        ra: u64,
+        sp: u64,
+        fp: Option<u64>,
+    ) -> Found {
         self.set_caller(regs, caller, ra, sp, fp);
-        Some(Found { pc: ra, sp, sp_exact: arch.link_register().is_none() })
+        Found { pc: ra, sp, sp_exact: self.arch.link_register().is_none() }
     }
 
     /// Whether return address `ra` is left over from a call the function

@@ -179,6 +179,9 @@ pub struct UnwindInfo {
     /// A missing file's Breakpad symbols, whose `STACK CFI` records stand
     /// in for its CFI, and the runtime address their offsets are from.
     breakpad: Option<(std::sync::Arc<BreakpadSymbols>, u64)>,
+    /// Where the functions of code without a file start: JIT code's, as its
+    /// perf map names them (see [`UnwindInfo::with_functions`]).
+    functions: Option<std::sync::Arc<crate::perfmap::PerfMap>>,
 }
 
 /// The extent of the function holding a module's entry point (`_start`).
@@ -313,6 +316,7 @@ impl UnwindInfo {
             missing: false,
             entry_function: OnceLock::new(),
             breakpad: None,
+            functions: None,
         };
         info.hdr_table = info.parse_hdr_table();
         if info.hdr_table.is_none() {
@@ -352,6 +356,7 @@ impl UnwindInfo {
             missing: true,
             entry_function: OnceLock::new(),
             breakpad: None,
+            functions: None,
         }
     }
 
@@ -365,6 +370,22 @@ impl UnwindInfo {
     ) -> Self {
         self.breakpad = Some((symbols, base));
         self
+    }
+
+    /// A missing file's info (see [`UnwindInfo::without_file`]) that knows
+    /// where its functions start (`map`, at the module's ELF addresses): JIT
+    /// code named by a perf map. Where a frame 0 in it has made no frame
+    /// record yet is told by its pc's place in its function.
+    pub fn with_functions(mut self, map: std::sync::Arc<crate::perfmap::PerfMap>) -> Self {
+        self.functions = Some(map);
+        self
+    }
+
+    /// How far `address` (an ELF address) is into its function, where the
+    /// module knows its functions (see [`UnwindInfo::with_functions`]); None
+    /// where it does not, or no function holds the address.
+    pub fn function_offset(&self, address: u64) -> Option<u64> {
+        self.functions.as_ref()?.lookup(address).map(|(_, offset)| offset)
     }
 
     /// Whether the module is unwound with Breakpad `STACK CFI` records.

@@ -77,7 +77,8 @@ impl Profiler {
             file_offset: 0,
             file_size: 0,
         }];
-        let info = Arc::new(UnwindInfo::without_file(self.arch, code));
+        let info =
+            Arc::new(UnwindInfo::without_file(self.arch, code).with_functions(jit.map.clone()));
         let module = Module::place(jit.file.path.to_string(), info, range.clone(), 0).ok();
         // Shown at their addresses, as perf script shows JIT code.
         let placed = Placed {

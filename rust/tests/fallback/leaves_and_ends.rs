@@ -70,6 +70,97 @@ fn a_leaf_frame_zero_needs_a_plausible_return_address() {
     assert_eq!((frames.len(), end.reason), (1, EndReason::FrameLimit));
 }
 
+/// JIT code as a perf map names it: a module of code alone, without a file
+/// (no CFI, no code bytes), at runtime addresses `JIT`, whose functions
+/// start at `JIT_FUNCTIONS`.
+fn jit_module(arch: Arch) -> Arc<Module> {
+    let size = JIT.end - JIT.start;
+    let code = vec![CodeSegment { address: JIT.start, size, file_offset: 0, file_size: 0 }];
+    let map: String =
+        JIT_FUNCTIONS.iter().map(|(f, name)| format!("{f:x} 100 JS:~{name}\n")).collect();
+    let map = Arc::new(PerfMap::parse(map.as_bytes()));
+    let info = Arc::new(UnwindInfo::without_file(arch, code).with_functions(map));
+    Arc::new(Module::place("/tmp/perf-1.map".into(), info, JIT, 0).expect("a range"))
+}
+
+const JIT: Range<u64> = 0x4000_0000..0x4010_0000;
+const INNER: u64 = JIT.start + 0x500;
+const MIDDLE: u64 = JIT.start + 0x300;
+const OUTER: u64 = JIT.start + 0x100;
+const JIT_FUNCTIONS: [(u64, &str); 3] = [(OUTER, "outer"), (MIDDLE, "middle"), (INNER, "inner")];
+
+/// A walk by frame pointers from `pc` in JIT code: x86_64's if `sp_word`
+/// (the word at sp) is given, else aarch64's with `lr`. The frame records
+/// at fp: outer's, returning into middle, and middle's caller's, into outer.
+fn jit_walk(pc: u64, sp_words: &[u64], lr: u64, module: Arc<Module>) -> Walk {
+    let fp = SP + 0x40;
+    let mut s = Stack::new();
+    for (i, &word) in sp_words.iter().enumerate() {
+        s.set(SP + 8 * i as u64, word);
+    }
+    s.record(fp, fp + 0x30, OUTER + 0x20).record(fp + 0x30, 0, OUTER + 0x10);
+    if sp_words.is_empty() {
+        let regs = [(A64_SP, SP), (X29, fp), (X30, lr)];
+        walk(Arch::Aarch64, module, &FP_ONLY, pc, &regs, &s)
+    } else {
+        walk(Arch::X86_64, module, &FP_ONLY, pc, &[(RSP, SP), (RBP, fp)], &s)
+    }
+}
+
+#[test]
+fn in_jit_code_a_function_at_its_entry_or_in_its_prologue_returns_to_its_caller() {
+    // inner (frame 0) is called by middle, called by outer: the record at
+    // fp is middle's caller's, and taken it would skip middle. At inner's
+    // first instruction middle's return address is at sp; after `push rbp`,
+    // fp itself is at sp and the return address above.
+    let fp = SP + 0x40;
+    let ra = MIDDLE + 0x44;
+    let x86 = || jit_module(Arch::X86_64);
+    for (pc, words) in [(INNER, vec![ra]), (INNER + 1, vec![fp, ra])] {
+        let w = jit_walk(pc, &words, 0, x86());
+        assert_eq!(w.pcs(), [pc, ra, OUTER + 0x20, OUTER + 0x10], "{pc:#x}: {}", w.message);
+        assert_eq!(
+            w.sps()[1],
+            SP + 8 * words.len() as u64,
+            "the caller's sp is above its return address"
+        );
+        assert_eq!(w.trusts()[1..], [Trust::FramePointer; 3]);
+        assert_eq!(w.end.frame, 3, "the walk ends at the top: {}", w.message);
+    }
+    // Recursion: middle at its entry, called by itself.
+    let w = jit_walk(MIDDLE, &[ra], 0, x86());
+    assert_eq!(w.pcs(), [MIDDLE, ra, OUTER + 0x20, OUTER + 0x10], "{}", w.message);
+    // Past its prologue a frame may hold any word at sp, return addresses
+    // of its own calls among them, into JIT code or a module with code: the
+    // record at fp gives the caller, wherever the word points.
+    let stale = [ra, INNER + 0x20, rt(R3)];
+    for word in stale {
+        let mut uw = Unwinder::new(Arch::X86_64);
+        uw.add_module(x86()).expect("JIT code");
+        uw.add_module(x86_leaf_module()).expect("a module with code");
+        uw.set_strategies(&FP_ONLY);
+        let mut s = Stack::new();
+        s.set(SP, word).record(fp, fp + 0x30, OUTER + 0x20).record(fp + 0x30, 0, OUTER + 0x10);
+        let mut r = Registers::new();
+        r.set(RSP, SP);
+        r.set(RBP, fp);
+        let mut frames = Vec::new();
+        uw.unwind(INNER + 0x40, &r, &mut s.memory(), Some(64), &mut frames);
+        let pcs: Vec<u64> = frames.iter().map(|f| f.pc).collect();
+        assert_eq!(pcs, [INNER + 0x40, OUTER + 0x20, OUTER + 0x10], "{word:#x} at sp");
+    }
+    // A pushed fp past the prologue is no prologue's.
+    let w = jit_walk(INNER + 0x40, &[fp, ra], 0, x86());
+    assert_eq!(w.pcs(), [INNER + 0x40, OUTER + 0x20, OUTER + 0x10], "{}", w.message);
+    // aarch64: lr is the return address at the function's first
+    // instruction; past it, lr may be one of the frame's own calls.
+    let a64 = || jit_module(Arch::Aarch64);
+    let w = jit_walk(INNER, &[], ra, a64());
+    assert_eq!(w.pcs(), [INNER, ra, OUTER + 0x20, OUTER + 0x10], "{}", w.message);
+    let w = jit_walk(INNER + 0x40, &[], INNER + 0x24, a64());
+    assert_eq!(w.pcs(), [INNER + 0x40, OUTER + 0x20, OUTER + 0x10], "{}", w.message);
+}
+
 #[test]
 fn a_sample_with_no_strategy_has_frame_zero_alone() {
     // An empty list of strategies leaves only frame 0, sample or not.

@@ -19,8 +19,9 @@ use gimli::write::{
 use gimli::{Encoding, Format, LittleEndian, Register};
 
 use _core::arch::Arch;
-use _core::cfi::{CodeSegment, Data, Module, ModuleSections, SectionInfo};
+use _core::cfi::{CodeSegment, Data, Module, ModuleSections, SectionInfo, UnwindInfo};
 use _core::memory::Regions;
+use _core::perfmap::PerfMap;
 use _core::registers::Registers;
 use _core::unwind::{
     End, EndDetail, EndReason, FpProblem, Frame, RaProblem, Strategy, Trust, Unwinder,
