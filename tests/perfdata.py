@@ -115,11 +115,19 @@ class ScriptSample:
 
     @property
     def kernel_frames(self) -> list[ScriptFrame]:
-        return [frame for frame in self.frames if frame.kernel]
+        return list(self.frames[: self._user_from()])
 
     @property
     def user_frames(self) -> list[ScriptFrame]:
-        return [frame for frame in self.frames if not frame.kernel]
+        return list(self.frames[self._user_from() :])
+
+    def _user_from(self) -> int:
+        """Where the user frames start: perf prints the kernel's first, and a user frame at a
+        kernel address after them is a user frame (``ffffffffffffffff [unknown]``: a return
+        address of 0 less one, read past the end of the copied stack)."""
+        return next(
+            (i for i, frame in enumerate(self.frames) if not frame.kernel), len(self.frames)
+        )
 
     def user_addresses(self) -> list[tuple[str | None, int]]:
         """(dso, address) of each user frame, as printed (dso None: ``[unknown]``)."""

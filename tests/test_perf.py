@@ -161,6 +161,12 @@ PERF_SKIPPED_FRAMES = "perf skipped frames"
 # frames needs the frame-pointer and scanning fallbacks, where perf's libdw guesses on (and at
 # times into garbage). Not exact, so it counts against the rate.
 OURS_NO_CFI = "stackwalk stopped without CFI"
+# perf shows frames past ours that are no code addresses (_not_code: ``ffffffffffffffff
+# [unknown]``, a return address of 0 less one): its unwinder read on past the end of the stack
+# perf record copied (python's getpath_realpath keeps a path of 4,097 wide characters on its
+# stack, more than the 8 KiB copied) and took what it found there for return addresses. Ours
+# end where the copy does. Not exact, so it counts against the rate.
+PERF_PAST_THE_COPY = "perf read past the copied stack"
 # A sample as perf script shows it, and ours (from --json).
 Pair = tuple[ScriptSample, Mapping[str, Any]]
 
@@ -168,7 +174,8 @@ Pair = tuple[ScriptSample, Mapping[str, Any]]
 def classify(theirs: ScriptSample, ours: Mapping[str, Any]) -> str:
     """EXACT: the same user frames; PERF_STOPPED_EARLY: perf's are a strict prefix of ours
     (perf's unwinder gave up, ours went on); PERF_SKIPPED_FRAMES: see perf_skipped_frames;
-    DISAGREE: anything else."""
+    OURS_NO_CFI: see stopped_without_cfi; PERF_PAST_THE_COPY: ours are a strict prefix of
+    perf's, whose other frames are no code; DISAGREE: anything else."""
     perf_frames = theirs.user_addresses()
     our_frames = our_user_addresses(ours["frames"])
     if perf_frames == our_frames:
@@ -179,6 +186,12 @@ def classify(theirs: ScriptSample, ours: Mapping[str, Any]) -> str:
         return PERF_SKIPPED_FRAMES
     if stopped_without_cfi(perf_frames, ours["frames"]):
         return OURS_NO_CFI
+    if (
+        len(our_frames) < len(perf_frames)
+        and perf_frames[: len(our_frames)] == our_frames
+        and all(map(_not_code, perf_frames[len(our_frames) :]))
+    ):
+        return PERF_PAST_THE_COPY
     return DISAGREE
 
 
@@ -308,7 +321,8 @@ def agreement(recording: Recording) -> dict[str, list[Pair]]:
     """Every sample of a recording, perf script's and ours side by side, by how they agree."""
     ours = by_key(ours_json(recording))
     out: dict[str, list[Pair]] = {EXACT: [], PERF_STOPPED_EARLY: [], PERF_SKIPPED_FRAMES: [],
-                                  OURS_NO_CFI: [], DISAGREE: []}  # fmt: skip
+                                  OURS_NO_CFI: [], PERF_PAST_THE_COPY: [],
+                                  DISAGREE: []}  # fmt: skip
     for theirs in recording.script():
         assert theirs.key in ours, f"stackwalk has no sample {theirs.key} ({theirs.comm})"
         out[classify(theirs, ours[theirs.key])].append((theirs, ours[theirs.key]))
@@ -394,7 +408,8 @@ def test_user_frames_match_perf_script(
     summary = (f"{workload}: {exact}/{total} samples ({rate:.2%}) exactly as perf script, "
                f"perf stopped early on {early}, skipped frames on "
                f"{len(groups[PERF_SKIPPED_FRAMES])}, ours stopped without CFI on "
-               f"{len(groups[OURS_NO_CFI])}, {len(groups[DISAGREE])} disagree")  # fmt: skip
+               f"{len(groups[OURS_NO_CFI])}, perf read past the copied stack on "
+               f"{len(groups[PERF_PAST_THE_COPY])}, {len(groups[DISAGREE])} disagree")  # fmt: skip
     if excused:
         summary += f"; {len(excused)} more after the exec, where perf is unreliable"
     print(summary)
@@ -607,7 +622,7 @@ def perf_folded(recording: Recording) -> tuple[Counter[str], Counter[str], Count
         everything[stack] += 1
         kind = classify(theirs, ours)
         reexec = is_reexec(recording, theirs)
-        if kind in (PERF_STOPPED_EARLY, PERF_SKIPPED_FRAMES, OURS_NO_CFI) or (
+        if kind in (PERF_STOPPED_EARLY, PERF_SKIPPED_FRAMES, OURS_NO_CFI, PERF_PAST_THE_COPY) or (
             reexec and kind != EXACT
         ):
             early[stack] += 1
