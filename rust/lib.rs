@@ -33,4 +33,5 @@ pub mod stackdb;
 pub mod symbolize;
 pub mod symbols;
 pub mod symserver;
+pub mod threads;
 pub mod unwind;

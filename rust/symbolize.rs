@@ -295,7 +295,8 @@ impl Symbolizer {
         match new.as_slice() {
             [] => {}
             [one] => prepare(one),
-            _ => new.par_iter().for_each(prepare),
+            _ if crate::threads::may_spread() => new.par_iter().for_each(prepare),
+            _ => new.iter().for_each(prepare),
         }
     }
 

@@ -175,6 +175,27 @@ def test_core_dir_names_what_is_not_a_file(cores: Cores, tmp_path: Path) -> None
         assert proc.returncode == 1
 
 
+def test_core_dir_reads_its_first_core_before_forking(cores: Cores, tmp_path: Path) -> None:
+    """``core --dir --jobs 2`` reads the first core itself, so that its workers inherit the
+    symbols and debug info it read; the native core's thread pool is held back meanwhile, for a
+    worker forked after it started would wait forever on its threads the first time it reads
+    debug info the parent did not (here: the second program's). The same output as one
+    process, in time."""
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    for name, spec in (("a", "deep"), ("b", "threads")):
+        (spool / name).symlink_to(cores(spec).path)
+    runs = {}
+    for jobs in ("1", "2"):
+        runs[jobs] = subprocess.run(
+            [sys.executable, "-m", "stackwalk", "core", "--dir", str(spool), "--jobs", jobs],
+            capture_output=True, text=True, timeout=HANG,
+        )  # fmt: skip
+    assert runs["1"].returncode == 0, runs["1"].stderr
+    assert "crash_deep.c:" in runs["1"].stdout and "crash_threads.c:" in runs["1"].stdout
+    assert (runs["2"].returncode, runs["2"].stdout) == (0, runs["1"].stdout), runs["2"].stderr
+
+
 def test_add_module_and_symbols_of_a_fifo(tmp_path: Path) -> None:
     """Unwinder.add_module (the native core's and the baseline's), SymbolTable and elf_summary
     refuse a FIFO (and a directory, a device) at once, saying what it is."""

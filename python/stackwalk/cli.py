@@ -186,14 +186,21 @@ def _core_dir(args: argparse.Namespace, paths: Sequence[str]) -> int:
         return _each_file(paths, lambda path: _one_core(args, path, None))
     import multiprocessing
 
+    from stackwalk._workers import read_before_fork
+
     _DIR_ARGS = args
+    statuses = []
+    rest = list(paths)
+    with read_before_fork() as safe:
+        if safe:
+            # The first core is read here: the workers inherit what it read (libc's symbols
+            # and debug info, the program's), where each would read it again.
+            sys.stdout.flush()
+            statuses.append(_status_of(lambda p: _one_core(args, p, None), rest.pop(0)))
     sys.stdout.flush()
     sys.stderr.flush()
-    statuses = []
-    # (Nothing is read here before the fork: a worker forked after the native core started
-    # its thread pool would wait forever on threads it does not have.)
-    with multiprocessing.get_context("fork").Pool(jobs) as pool:
-        for out, err, status in pool.imap(_core_in_worker, paths, chunksize=4):
+    with multiprocessing.get_context("fork").Pool(min(jobs, len(rest))) as pool:
+        for out, err, status in pool.imap(_core_in_worker, rest, chunksize=4):
             sys.stdout.write(out)
             sys.stderr.write(err)
             statuses.append(status)

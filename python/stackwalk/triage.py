@@ -518,6 +518,19 @@ def triage(
         # Worker processes store what they read themselves: nothing crosses back but a line
         # per crash, and the writing is spread over the workers with the reading.
         stored = 0
+        from stackwalk._workers import read_before_fork
+
+        first: list[dict[str, Any]] = []
+        with read_before_fork() as safe:
+            if safe:
+                # The first file is read here: the workers inherit what it read (libc's
+                # symbols and debug info, the program's), where each would read it again.
+                first = [r for r in [process_file(todo[0], options)] if r is not None]
+                stored += store.add(first)
+                todo = todo[1:]
+        if each is not None:
+            for crash in first:
+                each(crash)
         for i, (added, summaries) in enumerate(_stored_by_workers(todo, store.path, options, jobs)):
             stored += added
             if each is not None:
@@ -574,6 +587,8 @@ def _stored_by_workers(
 
     global _FORKED_WITH
     jobs = min(jobs or len(os.sched_getaffinity(0)), len(files))
+    if jobs == 0:
+        return
     chunks = [files[i : i + _WORKER_TASK] for i in range(0, len(files), _WORKER_TASK)]
     context = multiprocessing.get_context("fork")
     # The store and the options (with every stored content's hash: megabytes for a big store)
@@ -582,8 +597,6 @@ def _stored_by_workers(
     # sleeps (1, 2, 5, 10... ms), longer than a transaction of a few crashes takes.
     _FORKED_WITH = (db, options, context.Lock())
     try:
-        # (Nothing is read here before the fork: a worker forked after the native core
-        # started its thread pool would wait forever on threads it does not have.)
         with context.Pool(jobs) as pool:
             yield from pool.imap(_store_forked, chunks)
     finally:

@@ -299,9 +299,11 @@ impl Sections {
             }
         };
         let ids: &'static [gimli::SectionId] = if dwo { &NEEDED_DWO } else { &NEEDED };
-        let bytes = {
+        let bytes = if crate::threads::may_spread() {
             use rayon::prelude::*;
             ids.par_iter().map(bytes_of).collect()
+        } else {
+            ids.iter().map(bytes_of).collect()
         };
         let mut sections = Sections { data: data.clone(), ids, bytes, endian };
         let Some((info, abbrev, line)) = in_part else {

@@ -90,6 +90,7 @@ pub(super) fn unwind_all(
     stacks: Vec<Stack>,
     max_frames: Option<usize>,
 ) -> PyResult<PyTraceBatch> {
+    crate::threads::start();
     let walked: Vec<ChunkWalks> = py.detach(|| {
         guard("unwinding a batch", || {
             stacks

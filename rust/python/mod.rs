@@ -56,6 +56,14 @@ fn content_hash(py: Python<'_>, path: PathBuf) -> PyResult<String> {
         .map_err(|e| pyo3::exceptions::PyOSError::new_err(format!("{}: {e}", path.display())))
 }
 
+/// Hold rayon's global thread pool back (`held`), or let it start again;
+/// returns whether it has started already. A process that reads a file
+/// before forking workers holds it back meanwhile (see `crate::threads`).
+#[pyfunction]
+fn hold_thread_pool(held: bool) -> bool {
+    crate::threads::hold(held)
+}
+
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
@@ -85,6 +93,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<minidump::PyMinidumpFile>()?;
     m.add_function(wrap_pyfunction!(elf::elf_summary, m)?)?;
     m.add_function(wrap_pyfunction!(content_hash, m)?)?;
+    m.add_function(wrap_pyfunction!(hold_thread_pool, m)?)?;
     m.add_function(wrap_pyfunction!(corefile::snapshot_process, m)?)?;
     m.add_function(wrap_pyfunction!(pyframes::python_threads, m)?)?;
     m.add_function(wrap_pyfunction!(elf::elf_section_address, m)?)?;

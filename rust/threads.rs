@@ -1,0 +1,34 @@
+//! Whether rayon's global thread pool may be started in this process. A
+//! process that forks workers (`core --dir`, `triage --jobs`) reads its first
+//! file itself, so that the caches the workers inherit hold the files every
+//! crash shares (libc's symbols and debug info): while it does, the pool is
+//! held back, for a child forked after the pool started has none of its
+//! threads and would wait on them forever. Held back, the loops that would
+//! spread over the pool run on the calling thread.
+
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+
+static HELD: AtomicBool = AtomicBool::new(false);
+static STARTED: AtomicBool = AtomicBool::new(false);
+
+/// Hold the pool back (or let it be started again); whether it has been
+/// started already (a fork is then unsafe whatever is held).
+pub fn hold(held: bool) -> bool {
+    HELD.store(held, Relaxed);
+    STARTED.load(Relaxed)
+}
+
+/// Whether a loop may spread over the global pool (which it may then start).
+pub fn may_spread() -> bool {
+    if HELD.load(Relaxed) {
+        return false;
+    }
+    STARTED.store(true, Relaxed);
+    true
+}
+
+/// The global pool is (to be) started whatever is held: a loop that must
+/// spread (a batch the caller asked to spread over every CPU).
+pub fn start() {
+    STARTED.store(true, Relaxed);
+}
