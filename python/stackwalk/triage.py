@@ -582,8 +582,12 @@ _CHECKPOINT_TASKS = 64
 def _stored_by_workers(
     files: Sequence[str], db: str, options: Options, jobs: int
 ) -> Iterator[tuple[int, list[dict[str, Any]]]]:
-    """``store_files`` over ``jobs`` processes (one per CPU for 0), tasks of a few files."""
+    """``store_files`` over ``jobs`` processes (one per CPU for 0), tasks of a few files. A
+    worker that dies (killed, out of memory) ends the run with a StackwalkError: what the
+    others stored stays, and a rerun reads the rest."""
     import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
 
     global _FORKED_WITH
     jobs = min(jobs or len(os.sched_getaffinity(0)), len(files))
@@ -596,9 +600,17 @@ def _stored_by_workers(
     # writing by a lock that wakes the next one at once: SQLite's own wait for a busy database
     # sleeps (1, 2, 5, 10... ms), longer than a transaction of a few crashes takes.
     _FORKED_WITH = (db, options, context.Lock())
+    done = 0
     try:
-        with context.Pool(jobs) as pool:
-            yield from pool.imap(_store_forked, chunks)
+        # (concurrent.futures rather than multiprocessing.Pool, which waits for a dead
+        # worker's task forever.)
+        with ProcessPoolExecutor(jobs, mp_context=context) as pool:
+            for result in pool.map(_store_forked, chunks):
+                done += 1
+                yield result
+    except BrokenProcessPool:
+        left = len(files) - done * _WORKER_TASK
+        raise _error(f"a worker process died: up to {left} files unread (run again)") from None
     finally:
         _FORKED_WITH = None
 
