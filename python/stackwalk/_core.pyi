@@ -27,6 +27,7 @@ __all__ = [
     "StackDB",
     "CoreFile",
     "content_hash",
+    "hold_thread_pool",
     "snapshot_process",
     "python_threads",
     "MinidumpFile",
