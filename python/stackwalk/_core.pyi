@@ -409,7 +409,7 @@ def python_threads(
 ) -> (
     tuple[
         str,
-        list[tuple[int, int, bool, list[tuple[str, str, str, int | None, bool]], str | None]],
+        list[tuple[int, int, bool, list[tuple[str, str, str, int | None, bool, bool]], str | None]],
         list[str],
         str | None,
     ]

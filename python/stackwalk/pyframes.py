@@ -33,13 +33,16 @@ EVAL_FUNCTION = "_PyEval_EvalFrameDefault"
 class PythonFrame:
     """A Python function running: ``function`` is the code's ``co_name`` (what tracebacks
     print), ``qualname`` its ``co_qualname``; ``line`` None where the code has none.
-    ``entry``: the first frame its native eval call ran."""
+    ``entry``: the first frame its native eval call ran. ``incomplete``: still being set up
+    (its instruction is before its code's first ``RESUME``), a frame CPython shows nowhere;
+    kept only for the native eval call it is the first frame of (see ``groups``)."""
 
     function: str
     qualname: str
     file: str
     line: int | None
     entry: bool
+    incomplete: bool = False
 
 
 @dataclass(frozen=True)
@@ -56,7 +59,8 @@ class PythonThread:
 
     def groups(self) -> list[tuple[PythonFrame, ...]]:
         """The frames split by native eval call, innermost first, each ending with its entry
-        frame (frames past the last entry frame, a chain cut short, are a last group)."""
+        frame (frames past the last entry frame, a chain cut short, are a last group);
+        incomplete frames left out (a call whose only frame is one has an empty group)."""
         out: list[tuple[PythonFrame, ...]] = []
         start = 0
         for i, f in enumerate(self.frames):
@@ -65,7 +69,7 @@ class PythonThread:
                 start = i + 1
         if start < len(self.frames):
             out.append(self.frames[start:])
-        return out
+        return [tuple(f for f in group if not f.incomplete) for group in out]
 
 
 @dataclass(frozen=True)

@@ -293,6 +293,7 @@ pub(super) fn read<M: ReadMemory>(
         code_linetable: e.offset("code_object", "linetable", ptr)?,
         code_firstlineno: e.offset("code_object", "firstlineno", 4)?,
         code_instructions: e.offset("code_object", "co_code_adaptive", 0)?,
+        code_first_traceable: None,
         object_type: e.offset("pyobject", "ob_type", ptr)?,
         var_size: e.offset("bytes_object", "ob_size", 8)?,
         bytes_data: e.offset("bytes_object", "ob_sval", 0)?,

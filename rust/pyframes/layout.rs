@@ -48,6 +48,11 @@ pub struct Layout {
     pub code_linetable: u64,
     pub code_firstlineno: u64,
     pub code_instructions: u64,
+    /// `PyCodeObject._co_firsttraceable` (an int: the code unit of the
+    /// first `RESUME`; a frame whose instruction is before it is still
+    /// being set up, and CPython shows it nowhere), where the layout says
+    /// it (3.11; 3.13's and 3.14's tables do not).
+    pub code_first_traceable: Option<u64>,
     /// `PyObject.ob_type`
     pub object_type: u64,
     /// `PyVarObject.ob_size`, `PyBytesObject.ob_sval`
@@ -127,6 +132,7 @@ pub const PY311: Layout = Layout {
     code_linetable: 136,
     code_firstlineno: 72,
     code_instructions: 184,
+    code_first_traceable: Some(168),
     object_type: 8,
     var_size: 16,
     bytes_data: 32,
@@ -206,5 +212,8 @@ pub fn fields(layout: &Layout) -> Vec<(&'static str, u64)> {
         ("sizeof(PyASCIIObject)", layout.unicode_ascii_data),
         ("sizeof(PyCompactUnicodeObject)", layout.unicode_compact_data),
     ]);
+    if let Some(first) = layout.code_first_traceable {
+        out.push(("PyCodeObject._co_firsttraceable", first));
+    }
     out
 }

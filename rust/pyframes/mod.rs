@@ -77,6 +77,13 @@ pub struct PyFrame {
     pub line: Option<i64>,
     /// The first frame its native `_PyEval_EvalFrameDefault` call ran.
     pub entry: bool,
+    /// Still being set up: its instruction is before its code's first
+    /// `RESUME` (`_PyFrame_IsIncomplete`: a call caught between pushing the
+    /// frame and running it, `MAKE_CELL` and `COPY_FREE_VARS` first).
+    /// CPython's tracebacks, `sys._getframe` and pystack leave it out; it is
+    /// kept only to tell which native eval call ran it, when it is one's
+    /// first frame.
+    pub incomplete: bool,
     /// Address of the `_PyInterpreterFrame`.
     pub address: u64,
 }
@@ -163,6 +170,8 @@ struct Code {
     file: String,
     first_line: i64,
     linetable: Vec<u8>,
+    /// `_co_firsttraceable`, where the layout says where it is.
+    first_traceable: Option<i64>,
 }
 
 struct Walker<M> {
@@ -386,12 +395,15 @@ impl<M: ReadMemory> Walker<M> {
         let first = code + l.code_instructions;
         let units = (prev_instr as i64).wrapping_sub(first as i64) / 2;
         let line = linetable::line_of(&c.linetable, c.first_line, units.saturating_mul(2));
+        let incomplete = owner != layout::FRAME_OWNED_BY_GENERATOR
+            && c.first_traceable.is_some_and(|first| units < first);
         let frame = PyFrame {
             function: c.name.clone(),
             qualname: c.qualname.clone(),
             file: c.file.clone(),
             line,
             entry,
+            incomplete,
             address,
         };
         Ok((Some(frame), previous))
@@ -419,8 +431,21 @@ impl<M: ReadMemory> Walker<M> {
         let qualname = self.string(qualname).map_err(|e| bad(&format!("co_qualname: {e}")))?;
         let file = self.string(file).map_err(|e| bad(&format!("co_filename: {e}")))?;
         let linetable = self.bytes_object(table).map_err(|e| bad(&format!("co_linetable: {e}")))?;
-        let code =
-            Code { name, qualname, file, first_line: i64::from(first_line as i32), linetable };
+        let first_traceable = match l.code_first_traceable {
+            Some(offset) => {
+                let first = self.r.u32(address + offset).ok_or_else(|| bad("not in the memory"))?;
+                Some(i64::from(first as i32))
+            }
+            None => None,
+        };
+        let code = Code {
+            name,
+            qualname,
+            file,
+            first_line: i64::from(first_line as i32),
+            linetable,
+            first_traceable,
+        };
         self.codes.insert(address, code);
         Ok(())
     }

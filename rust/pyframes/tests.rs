@@ -78,6 +78,7 @@ fn code(m: &mut Mem, at: u64, name: &str, first: u32) {
     m.put(table + L.bytes_data, &bytes);
     m.u64(at + L.code_linetable, table);
     m.u32(at + L.code_firstlineno, first);
+    m.u32(at + L.code_first_traceable.unwrap(), 0);
 }
 
 /// 3.11's GIL (last holder, locked), `is_entry` and cframe offsets.
@@ -128,6 +129,30 @@ fn interpreter() -> Mem {
 
 fn names(t: &PyThread) -> Vec<(&str, Option<i64>, bool)> {
     t.frames.iter().map(|f| (f.function.as_str(), f.line, f.entry)).collect()
+}
+
+#[test]
+fn a_frame_before_its_first_resume_is_incomplete() {
+    // inner (at unit 3) has MAKE_CELL and COPY_FREE_VARS before its RESUME (unit 4): still
+    // being set up. A generator's frame is never incomplete (it is set up when made).
+    let mut m = interpreter();
+    m.u32(0x70_0000 + L.code_first_traceable.unwrap(), 4);
+    let incomplete = |m: &Mem| -> Vec<bool> {
+        let state = read_state(m, &symbols()).unwrap();
+        state.threads[0].frames.iter().map(|f| f.incomplete).collect()
+    };
+    assert_eq!(incomplete(&m), [true, false, false]);
+    m.u32(0x70_0000 + L.code_first_traceable.unwrap(), 3);
+    assert_eq!(incomplete(&m), [false, false, false], "at its RESUME it is complete");
+    m.u32(0x70_0000 + L.code_first_traceable.unwrap(), 4);
+    m.put(0x60_0000 + L.frame_owner, &[layout::FRAME_OWNED_BY_GENERATOR]);
+    assert_eq!(incomplete(&m), [false, false, false]);
+    // the code object cut short before its _co_firsttraceable: a reason, as for its other fields
+    let mut m = interpreter();
+    m.0.remove(&(0x70_0000 + L.code_first_traceable.unwrap()));
+    let t = &read_state(&m, &symbols()).unwrap().threads[0];
+    assert!(t.frames.is_empty(), "{:?}", t.frames);
+    assert_eq!(t.stop.as_deref(), Some("code object at 0x700000: not in the memory"));
 }
 
 #[test]

@@ -7,8 +7,8 @@ use pyo3::prelude::*;
 use super::memory::PyMappedMemory;
 use crate::pyframes::{locate, read_state, PyFrame};
 
-/// A frame: (function, qualname, file, line, is_entry).
-type Frame = (String, String, String, Option<i64>, bool);
+/// A frame: (function, qualname, file, line, is_entry, incomplete).
+type Frame = (String, String, String, Option<i64>, bool, bool);
 /// A thread: (native tid, thread id, holds the GIL, frames innermost first,
 /// why they end early).
 type Thread = (u64, u64, bool, Vec<Frame>, Option<String>);
@@ -16,7 +16,7 @@ type Thread = (u64, u64, bool, Vec<Frame>, Option<String>);
 type State = (String, Vec<Thread>, Vec<String>, Option<String>);
 
 fn frame(f: PyFrame) -> Frame {
-    (f.function, f.qualname, f.file, f.line, f.entry)
+    (f.function, f.qualname, f.file, f.line, f.entry, f.incomplete)
 }
 
 /// The Python threads of the interpreter in the module file at `path`
