@@ -260,6 +260,10 @@ pub(super) fn read<M: ReadMemory>(
         )));
     }
     let (min_owner, max_owner, code_tag_bits, compact_extra) = constants(minor);
+    let code_instructions = e.offset("code_object", "co_code_adaptive", 0)?;
+    // `_co_firsttraceable` is not in the table: an int, then `co_extra` (a pointer), then
+    // `co_code_adaptive`, in 3.13's and 3.14's default builds (cpython/code.h).
+    let code_first_traceable = code_instructions.checked_sub(16);
     let ascii_size = e.get("unicode_object", "asciiobject_size");
     if ascii_size > e.get("unicode_object", "size") {
         return Err(bad(format!("sizeof(PyASCIIObject) is {ascii_size}")));
@@ -292,8 +296,8 @@ pub(super) fn read<M: ReadMemory>(
         code_qualname: e.offset("code_object", "qualname", ptr)?,
         code_linetable: e.offset("code_object", "linetable", ptr)?,
         code_firstlineno: e.offset("code_object", "firstlineno", 4)?,
-        code_instructions: e.offset("code_object", "co_code_adaptive", 0)?,
-        code_first_traceable: None,
+        code_instructions,
+        code_first_traceable,
         object_type: e.offset("pyobject", "ob_type", ptr)?,
         var_size: e.offset("bytes_object", "ob_size", 8)?,
         bytes_data: e.offset("bytes_object", "ob_sval", 0)?,

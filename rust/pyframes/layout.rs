@@ -51,7 +51,7 @@ pub struct Layout {
     /// `PyCodeObject._co_firsttraceable` (an int: the code unit of the
     /// first `RESUME`; a frame whose instruction is before it is still
     /// being set up, and CPython shows it nowhere), where the layout says
-    /// it (3.11; 3.13's and 3.14's tables do not).
+    /// it.
     pub code_first_traceable: Option<u64>,
     /// `PyObject.ob_type`
     pub object_type: u64,
