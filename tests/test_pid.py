@@ -4,6 +4,7 @@ still as the test left it (stopped, untraced), and runs on when let go."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -277,6 +278,61 @@ def test_node_jit_frames_are_named_and_walked(tmp_path: Path) -> None:
     assert [[f[k] for k in keys] for f in core_thread["frames"] if not f["inline"]] == [
         [f[k] for k in keys] for f in frames
     ]
+
+
+# test_perf_jit's program, looping for ever once it says so: mostly in V8's optimized code.
+BUSY_FOREVER_JS = """
+function innerMost(n) { let s = 0; for (let i = 0; i < n; i++) s += Math.sqrt(i) * i; return s; }
+function middle(d, n) { return d === 0 ? innerMost(n) : middle(d - 1, n) + 1; }
+function outer(rounds) {
+  let t = 0; for (let r = 0; r < rounds; r++) t += middle(4, 20000); return t;
+}
+console.log("ready");
+for (;;) outer(100);
+"""
+
+
+def test_node_busy_in_javascript(tmp_path: Path) -> None:
+    """node running JavaScript, stopped at 30 moments: wherever its main thread is in the
+    script's code (by then mostly middle, optimized, with innerMost inlined), its frames are
+    the script's call path (test_perf_jit's CALLERS) up to its top level, with no frame of
+    node's among them, and the walk reaches _start. The perf map is given to the unwinder as
+    well as to the symbolizer: a frame 0 in JIT code is taken for one without its frame record
+    only at its function's start (test_perf_jit shows why, on perf samples)."""
+    from test_perf_jit import CALLERS, JS_NAME
+
+    node = shutil.which("node")
+    assert node, "node is on this kind of machine (see /work/.library/env)"
+    script = tmp_path / "busy.js"
+    script.write_text(BUSY_FOREVER_JS)
+    argv = [node, "--perf-basic-prof", "--interpreted-frames-native-stack", str(script)]
+    walks = []
+    with running(argv, cwd=tmp_path) as proc:
+        try:
+            for _ in range(30):
+                out = stackwalk_pid(str(proc.pid), "--json", "--thread", str(proc.pid))
+                assert out.returncode == 0, out.stderr
+                [thread] = json.loads(out.stdout)["threads"]
+                walks.append([f for f in thread["frames"] if not f["inline"]])
+                time.sleep(0.02)
+        finally:
+            Path(f"/tmp/perf-{proc.pid}.map").unlink(missing_ok=True)
+    in_script = 0
+    for frames in walks:
+        names = []
+        for f in frames:
+            match = JS_NAME.fullmatch(f["function"] or "") if f["module"] is None else None
+            if not match or match["file"] != str(script):
+                break
+            names.append(match["name"])
+        if not names:
+            continue  # frame 0 elsewhere: in node's own code, the kernel, the GC
+        in_script += 1
+        assert names[-1] == "", f"no top-level frame of the script: {frames[: len(names) + 1]}"
+        for callee, caller in itertools.pairwise(names):
+            assert caller in CALLERS[callee], f"{caller!r} does not call {callee!r}: {names}"
+        assert frames[-1]["function"] == "_start", frames[-1]
+    assert in_script >= 5, f"{in_script} of {len(walks)} stops in the script's code"
 
 
 def test_python_threads_equal_eu_stack_and_gdb(tmp_path: Path) -> None:

@@ -381,7 +381,9 @@ class Unwinder:
         code: Sequence[tuple[int, int]],
         sym_file: str | PathLike[str] | None = None,
         base: int = 0,
+        jit: bool = False,
     ) -> None: ...
+    def set_perf_map(self, path: str | PathLike[str]) -> None: ...
     def unwind(
         self,
         regs: Mapping[str, int] | Registers,

@@ -230,6 +230,13 @@ class Core:
         code would pass for a JIT's."""
         if not self._core.files:
             return
+        if self.perf_map is not None:
+            # Where the JIT's functions start: a frame 0 in its code is taken for one that has
+            # made no frame record only at a function's start (see rust/fallback.rs).
+            try:
+                self.unwinder.set_perf_map(self.perf_map)
+            except StackwalkError:
+                pass  # unreadable: the symbolizer, which reads it too, says so
         taken = [span for m in self.modules for span in m.spans]
         for start, end, flags in self._segments:
             if not flags & _PF_X or any(a < end and start < b for a, b in taken):
@@ -237,7 +244,7 @@ class Core:
             if start >= _KERNEL_HALF:
                 continue  # x86_64's [vsyscall] page: the kernel's, no JIT's
             try:
-                self.unwinder.add_missing_module("[jit]", [(start, end)], [(start, end)])
+                self.unwinder.add_missing_module("[jit]", [(start, end)], [(start, end)], jit=True)
             except StackwalkError:
                 pass  # over another piece of code: known already
 

@@ -131,15 +131,7 @@ impl PySymbolizer {
         }
         let mut inner = Symbolizer::new(placed);
         if let Some(path) = perf_map {
-            // A JIT's perf map (`/tmp/perf-PID.map`): names of code outside
-            // every module.
-            let text = crate::files::open_regular(&path)
-                .and_then(|mut f| {
-                    let mut text = Vec::new();
-                    std::io::Read::read_to_end(&mut f, &mut text).map(|_| text)
-                })
-                .map_err(|e| StackwalkError::new_err(format!("{}: {e}", path.display())))?;
-            inner = inner.with_perf_map(Arc::new(crate::perfmap::PerfMap::parse(&text)));
+            inner = inner.with_perf_map(read_perf_map(&path)?);
         }
         Ok(PySymbolizer { inner })
     }
@@ -283,4 +275,16 @@ pub(super) fn sym_file_parses() -> u64 {
 #[pyfunction]
 pub(super) fn read_sym_file(py: Python<'_>, path: PathBuf) -> PyResult<()> {
     py.detach(|| crate::breakpad::sym_file(&path).map(drop)).map_err(StackwalkError::new_err)
+}
+
+/// A JIT's perf map (`/tmp/perf-PID.map`): the names and extents of code
+/// outside every module.
+pub(super) fn read_perf_map(path: &std::path::Path) -> PyResult<Arc<crate::perfmap::PerfMap>> {
+    let text = crate::files::open_regular(path)
+        .and_then(|mut f| {
+            let mut text = Vec::new();
+            std::io::Read::read_to_end(&mut f, &mut text).map(|_| text)
+        })
+        .map_err(|e| StackwalkError::new_err(format!("{}: {e}", path.display())))?;
+    Ok(Arc::new(crate::perfmap::PerfMap::parse(&text)))
 }

@@ -147,6 +147,8 @@ pub struct PyUnwinder {
     frames: Vec<RsFrame>,
     /// (module name, separate debug file its `.debug_frame` comes from).
     debug_files: Vec<(String, String)>,
+    /// The JIT's perf map (`set_perf_map`): where its functions start.
+    perf_map: Option<Arc<crate::perfmap::PerfMap>>,
 }
 
 #[pymethods]
@@ -162,7 +164,12 @@ impl PyUnwinder {
             inner.set_strategies(&parse_strategies(&names)?);
         }
         inner.set_scan_words(scan_words);
-        Ok(PyUnwinder { inner, frames: Vec::with_capacity(64), debug_files: Vec::new() })
+        Ok(PyUnwinder {
+            inner,
+            frames: Vec::with_capacity(64),
+            debug_files: Vec::new(),
+            perf_map: None,
+        })
     }
 
     #[getter]
@@ -255,7 +262,10 @@ impl PyUnwinder {
     /// a frame in it has no CFI, and is walked on by the other strategies,
     /// unless `sym_file` names its Breakpad symbol file, whose `STACK CFI`
     /// records (offsets from `base`, the module's start) then stand in.
-    #[pyo3(signature = (name, ranges, code, sym_file = None, base = 0))]
+    /// `jit`: a JIT's code, whose functions start where the perf map given
+    /// to `set_perf_map` says.
+    #[pyo3(signature = (name, ranges, code, sym_file = None, base = 0, jit = false))]
+    #[allow(clippy::too_many_arguments)]
     fn add_missing_module(
         &mut self,
         py: Python<'_>,
@@ -264,6 +274,7 @@ impl PyUnwinder {
         code: Vec<(u64, u64)>,
         sym_file: Option<PathBuf>,
         base: u64,
+        jit: bool,
     ) -> PyResult<()> {
         let name = module_name(name);
         let code = code
@@ -277,6 +288,9 @@ impl PyUnwinder {
             })
             .collect();
         let mut info = UnwindInfo::without_file(self.inner.arch(), code);
+        if let (true, Some(map)) = (jit, &self.perf_map) {
+            info = info.with_functions(map.clone());
+        }
         if let Some(path) = sym_file {
             let symbols =
                 py.detach(|| crate::breakpad::sym_file(&path)).map_err(StackwalkError::new_err)?;
@@ -291,6 +305,14 @@ impl PyUnwinder {
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| StackwalkError::new_err(format!("{name}: {e}")))?;
         self.add_placed(modules)
+    }
+
+    /// The perf map of the JIT whose code `add_missing_module(..., jit=True)`
+    /// adds from now on (`/tmp/perf-PID.map`): where its functions start,
+    /// which tells whether a frame 0 in it has made its frame record yet.
+    fn set_perf_map(&mut self, path: PathBuf) -> PyResult<()> {
+        self.perf_map = Some(super::symbolize::read_perf_map(&path)?);
+        Ok(())
     }
 
     /// Unwind from `regs` (register name -> value) over `memory` (an
