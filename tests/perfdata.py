@@ -465,6 +465,7 @@ class Disassembly:
 
     starts: frozenset[int]  # every instruction's address
     calls: Mapping[int, int | None]  # address after a call -> its target (None: indirect)
+    indirect_jumps: frozenset[int]  # x86's jmp *..., aarch64's br: where tail calls may be
 
 
 @functools.cache
@@ -474,6 +475,7 @@ def disassembly(path: str, objdump: str = "objdump") -> Disassembly:
     proc = run([objdump, "-d", "--no-show-raw-insn", path])
     assert proc.returncode == 0, proc.stderr
     starts: set[int] = set()
+    indirect_jumps: set[int] = set()
     calls: dict[int, int | None] = {}
     call: tuple[int | None] | None = None  # the previous instruction's target, if a call
     for line in proc.stdout.splitlines():
@@ -488,7 +490,10 @@ def disassembly(path: str, objdump: str = "objdump") -> Disassembly:
         direct = re.fullmatch(r"[0-9a-f]+", match[3])
         is_call = match[2].startswith("call") or match[2] in ("bl", "blr")
         call = (int(match[3], 16) if direct else None,) if is_call else None
-    return Disassembly(frozenset(starts), calls)
+        jump = match[2] in ("jmp", "jmpq") and match[3].startswith("*")
+        if jump or match[2] == "br" or (match[2] == "notrack" and match[3] == "jmp"):
+            indirect_jumps.add(address)
+    return Disassembly(frozenset(starts), calls, frozenset(indirect_jumps))
 
 
 def our_user_addresses(frames: Iterable[Mapping[str, Any]]) -> list[tuple[str | None, int]]:

@@ -247,14 +247,15 @@ def perf_skipped_frames(perf_frames: list[tuple[str | None, int]],
     ``dl_main <- _dl_sysdep_start <- _dl_start <- _start`` (objdump: ld.so's _start calls
     _dl_start, which calls _dl_sysdep_start). libdw also skips the caller of a frame-0 leaf
     without CFI (the developers' guide says so of eu-stack): at ``_fini+0`` perf shows
-    ``__run_exit_handlers`` where ours show ``_dl_fini``, which calls each object's ``_fini``,
-    then ``__run_exit_handlers``; there perf then lost its way (an ``[unknown]`` frame). Counted
-    as such when perf's frames are ours with some left out (the same first frame, and the same
-    last one unless perf's stack ends in frames that are no code address (``[unknown]``, or past
-    the end of its module's code: see _not_code), which are left out with the part of
-    ours past the last frame perf matched) and, around every frame perf left out, each of our
-    return addresses follows a call (objdump) that calls the function of the frame inside it,
-    when the call is direct."""
+    ``__run_exit_handlers`` where ours show ``_dl_fini``, which calls each object's ``_fini``
+    (through a function that jumps to it: see tail_calls), then ``__run_exit_handlers``; there
+    perf then lost its way (an ``[unknown]`` frame). Counted as such when perf's frames are ours
+    with some left out (the same first frame, and the same last one unless perf's stack ends in
+    frames that are no code address (``[unknown]``, or past the end of its module's code: see
+    _not_code), which are left out with the part of ours past the last frame perf matched) and,
+    around every frame perf left out, each of our return addresses follows a call (objdump) that
+    calls the function of the frame inside it, or one that tail-calls (tail_calls), when the
+    call is direct."""
     ours = our_user_addresses(frames)
     lost = 0
     while len(perf_frames) > lost and _not_code(perf_frames[-1 - lost]):
@@ -290,8 +291,22 @@ def perf_skipped_frames(perf_frames: list[tuple[str | None, int]],
         target = calls[return_address]
         callee_start = int(callee["module_offset"], 16) - int(callee["function_offset"], 16)
         if target is not None and (callee["module"] != caller["module"] or target != callee_start):
-            return False
+            if not tail_calls(caller["module"], target):
+                return False
     return True
+
+
+def tail_calls(path: str, function: int) -> bool:
+    """Whether the function at ELF address ``function`` of ``path`` (as far as its FDE reaches,
+    readelf) holds an indirect jump: a tail call, whose callee returns straight to this
+    function's caller. ld.so's _dl_fini calls _dl_call_fini (a local function, unnamed in the
+    stripped ld.so), which jumps to each object's DT_FINI: _fini's return address is in
+    _dl_fini, and the call before it calls _dl_call_fini."""
+    found = readelf_row(path, function)
+    if found is None:
+        return False
+    fde, _ = found
+    return any(fde.start <= a < fde.end for a in disassembly(path).indirect_jumps)
 
 
 def side_by_side(theirs: ScriptSample, ours: Mapping[str, Any]) -> str:
