@@ -282,17 +282,20 @@ def perf_skipped_frames(perf_frames: list[tuple[str | None, int]],
         return False  # nothing left out before perf lost its way: not this case
     for index in sorted(skipped | {i + 1 for i in skipped}):
         caller, callee = user[index], user[index - 1]
-        if caller["module"] is None or callee["function_offset"] is None:
+        if caller["module"] is None:
             return False
         return_address = int(caller["module_offset"], 16)
         calls = disassembly(caller["module"]).calls
         if return_address not in calls:
             return False
         target = calls[return_address]
+        if target is None or tail_calls(caller["module"], target):
+            continue
+        if callee["function_offset"] is None:
+            return False  # a function without a name: where it starts is not known
         callee_start = int(callee["module_offset"], 16) - int(callee["function_offset"], 16)
-        if target is not None and (callee["module"] != caller["module"] or target != callee_start):
-            if not tail_calls(caller["module"], target):
-                return False
+        if callee["module"] != caller["module"] or target != callee_start:
+            return False
     return True
 
 
