@@ -975,8 +975,10 @@ def test_no_call_graph(recordings: Recordings) -> None:
 @pytest.mark.parametrize("workload", ["cxx", "python"])
 def test_flamegraph(recordings: Recordings, workload: str, tmp_path: Path) -> None:
     """``--flamegraph OUT.svg`` writes an SVG whose boxes (their <title> tooltips) are the
-    folded stacks' frames with their counts: one box per distinct stack prefix, counting the
-    samples under it; inline frames included (--inline, the default)."""
+    folded stacks' frames with their counts: one box per stack prefix shared by neighbouring
+    lines of the folded stacks sorted as text (as inferno and flamegraph.pl draw them: ``f;g``,
+    ``f.cold;h``, ``f;k`` sort in that order, ``.`` before ``;``, and ``f`` gets two boxes),
+    counting the samples under it; inline frames included (--inline, the default)."""
     recording = recordings(workload)
     out = tmp_path / f"{workload}.svg"
     proc = subprocess.run(
@@ -993,13 +995,27 @@ def test_flamegraph(recordings: Recordings, workload: str, tmp_path: Path) -> No
             boxes[(match["name"], int(match["count"].replace(",", "")))] += 1
     folded = cli(recording, "--collapsed", "--inline")
     check_clean_exit(folded, "stackwalk perf --collapsed --inline")
-    prefixes: Counter[tuple[str, ...]] = Counter()
-    for stack, count in parse_folded(folded.stdout).items():
-        names = tuple(ANNOTATION.sub("", name) for name in stack.split(";"))
-        for depth in range(1, len(names) + 1):
-            prefixes[names[:depth]] += count
-    expected = Counter((path[-1], count) for path, count in prefixes.items())
-    expected[("all", sum(c for p, c in prefixes.items() if len(p) == 1))] += 1
+    expected: Counter[tuple[str, int]] = Counter()
+    # the boxes open along the previous line: [name, count] by depth
+    open_boxes: list[list[Any]] = []
+    previous: list[str] = []
+    total = 0
+    for stack, count in sorted(parse_folded(folded.stdout).items()):
+        names = stack.split(";")
+        shared = 0
+        while shared < min(len(names), len(previous)) and names[shared] == previous[shared]:
+            shared += 1
+        for name, boxed in open_boxes[shared:]:
+            expected[(ANNOTATION.sub("", name), boxed)] += 1
+        del open_boxes[shared:]
+        for box in open_boxes:
+            box[1] += count
+        open_boxes.extend([name, count] for name in names[shared:])
+        previous = names
+        total += count
+    for name, boxed in open_boxes:
+        expected[(ANNOTATION.sub("", name), boxed)] += 1
+    expected[("all", total)] += 1
     missing, extra = expected - boxes, boxes - expected
     assert not missing and not extra, f"missing: {dict(missing)}\nextra: {dict(extra)}"
 
