@@ -446,20 +446,8 @@ impl Context<'_> {
                 return None;
             }
         }
-        Some(self.leaf_found(regs, caller, ra, sp, fp))
-    }
-
-    /// The caller of a leaf frame 0 (see `leaf`).
-    fn leaf_found(
-        &self,
-        regs: &Registers,
-        caller: &mut Registers,
-        ra: u64,
-        sp: u64,
-        fp: Option<u64>,
-    ) -> Found {
         self.set_caller(regs, caller, ra, sp, fp);
-        Found { pc: ra, sp, sp_exact: self.arch.link_register().is_none() }
+        Some(Found { pc: ra, sp, sp_exact: arch.link_register().is_none() })
     }
 
     /// Whether return address `ra` is left over from a call the function
