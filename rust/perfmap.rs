@@ -69,6 +69,11 @@ impl PerfMap {
         PerfMap { ranges, names }
     }
 
+    /// The perf map at `path` (a regular file, mapped), read.
+    pub fn read(path: &std::path::Path) -> std::io::Result<PerfMap> {
+        Ok(PerfMap::parse(&crate::files::map(path)?))
+    }
+
     /// The name of the code at `address` and the offset into it.
     pub fn lookup(&self, address: u64) -> Option<(&str, u64)> {
         let i = self.ranges.partition_point(|r| r.0 <= address).checked_sub(1)?;

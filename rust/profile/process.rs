@@ -125,8 +125,7 @@ impl Profiler {
         self.perf_maps
             .entry(pid)
             .or_insert_with(|| {
-                let text = crate::files::map(&path).ok()?;
-                let map = PerfMap::parse(&text);
+                let map = PerfMap::read(&path).ok()?;
                 let name: Arc<str> = path.to_string_lossy().into();
                 let file = Arc::new(SymbolFile::new(name, Source::None, None));
                 Some(Arc::new(JitMap { map: Arc::new(map), file }))

@@ -280,11 +280,7 @@ pub(super) fn read_sym_file(py: Python<'_>, path: PathBuf) -> PyResult<()> {
 /// A JIT's perf map (`/tmp/perf-PID.map`): the names and extents of code
 /// outside every module.
 pub(super) fn read_perf_map(path: &std::path::Path) -> PyResult<Arc<crate::perfmap::PerfMap>> {
-    let text = crate::files::open_regular(path)
-        .and_then(|mut f| {
-            let mut text = Vec::new();
-            std::io::Read::read_to_end(&mut f, &mut text).map(|_| text)
-        })
-        .map_err(|e| StackwalkError::new_err(format!("{}: {e}", path.display())))?;
-    Ok(Arc::new(crate::perfmap::PerfMap::parse(&text)))
+    crate::perfmap::PerfMap::read(path)
+        .map(Arc::new)
+        .map_err(|e| StackwalkError::new_err(format!("{}: {e}", path.display())))
 }
