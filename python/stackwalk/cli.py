@@ -197,7 +197,6 @@ def _core_dir(args: argparse.Namespace, paths: Sequence[str]) -> int:
         if safe:
             # The first core is read here: the workers inherit what it read (libc's symbols
             # and debug info, the program's), where each would read it again.
-            sys.stdout.flush()
             statuses.append(_status_of(lambda p: _one_core(args, p, None), rest.pop(0)))
     sys.stdout.flush()
     sys.stderr.flush()

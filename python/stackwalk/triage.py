@@ -525,7 +525,8 @@ def triage(
             if safe:
                 # The first file is read here: the workers inherit what it read (libc's
                 # symbols and debug info, the program's), where each would read it again.
-                first = [r for r in [process_file(todo[0], options)] if r is not None]
+                record = process_file(todo[0], options)
+                first = [record] if record is not None else []
                 stored += store.add(first)
                 todo = todo[1:]
         if each is not None:

@@ -431,13 +431,11 @@ impl<M: ReadMemory> Walker<M> {
         let qualname = self.string(qualname).map_err(|e| bad(&format!("co_qualname: {e}")))?;
         let file = self.string(file).map_err(|e| bad(&format!("co_filename: {e}")))?;
         let linetable = self.bytes_object(table).map_err(|e| bad(&format!("co_linetable: {e}")))?;
-        let first_traceable = match l.code_first_traceable {
-            Some(offset) => {
-                let first = self.r.u32(address + offset).ok_or_else(|| bad("not in the memory"))?;
-                Some(i64::from(first as i32))
-            }
-            None => None,
-        };
+        let first_traceable = l
+            .code_first_traceable
+            .map(|offset| self.r.u32(address + offset).ok_or_else(|| bad("not in the memory")))
+            .transpose()?
+            .map(|first| i64::from(first as i32));
         let code = Code {
             name,
             qualname,
