@@ -31,16 +31,16 @@ from perfdata import (
     stackwalk_perf,
 )
 
-# A fixed amount of work (not a time: the samples must not depend on the machine's load):
-# outer -> middle x5 -> innerMost, over and over.
-BUSY_JS = """
+# outer -> middle x5 -> innerMost, as often as outer is asked.
+BUSY_FUNCTIONS = """
 function innerMost(n) { let s = 0; for (let i = 0; i < n; i++) s += Math.sqrt(i) * i; return s; }
 function middle(d, n) { return d === 0 ? innerMost(n) : middle(d - 1, n) + 1; }
 function outer(rounds) {
   let t = 0; for (let r = 0; r < rounds; r++) t += middle(4, 20000); return t;
 }
-console.log(outer(6000));
 """
+# A fixed amount of work (not a time: the samples must not depend on the machine's load).
+BUSY_JS = BUSY_FUNCTIONS + "console.log(outer(6000));\n"
 # Which JavaScript function calls which, in the program above (callee -> its possible callers).
 CALLERS = {"innerMost": {"middle"}, "middle": {"middle", "outer"}, "outer": {""}}
 # A perf map entry: "JS:" with V8's tier mark (~ interpreted, ^ baseline, + maglev, * turbofan).

@@ -18,6 +18,7 @@ import stackwalk
 from corefiles import EuStack, eu_stack, gdb_on_process
 from processes import check_stopped, running, state, stopped
 from realstacks import SYSTEM_PYTHON, Builder
+from test_perf_jit import BUSY_FUNCTIONS, CALLERS, JS_NAME
 
 # x86_64's system calls, as /proc/PID/syscall names the one a thread is blocked in.
 SYS_PAUSE = 34
@@ -281,15 +282,7 @@ def test_node_jit_frames_are_named_and_walked(tmp_path: Path) -> None:
 
 
 # test_perf_jit's program, looping for ever once it says so: mostly in V8's optimized code.
-BUSY_FOREVER_JS = """
-function innerMost(n) { let s = 0; for (let i = 0; i < n; i++) s += Math.sqrt(i) * i; return s; }
-function middle(d, n) { return d === 0 ? innerMost(n) : middle(d - 1, n) + 1; }
-function outer(rounds) {
-  let t = 0; for (let r = 0; r < rounds; r++) t += middle(4, 20000); return t;
-}
-console.log("ready");
-for (;;) outer(100);
-"""
+BUSY_FOREVER_JS = BUSY_FUNCTIONS + 'console.log("ready");\nfor (;;) outer(100);\n'
 
 
 def test_node_busy_in_javascript(tmp_path: Path) -> None:
@@ -299,8 +292,6 @@ def test_node_busy_in_javascript(tmp_path: Path) -> None:
     node's among them, and the walk reaches _start. The perf map is given to the unwinder as
     well as to the symbolizer: a frame 0 in JIT code is taken for one without its frame record
     only at its function's start (test_perf_jit shows why, on perf samples)."""
-    from test_perf_jit import CALLERS, JS_NAME
-
     node = shutil.which("node")
     assert node, "node is on this kind of machine (see /work/.library/env)"
     script = tmp_path / "busy.js"
