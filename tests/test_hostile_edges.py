@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -194,6 +196,38 @@ def test_core_dir_reads_its_first_core_before_forking(cores: Cores, tmp_path: Pa
     assert runs["1"].returncode == 0, runs["1"].stderr
     assert "crash_deep.c:" in runs["1"].stdout and "crash_threads.c:" in runs["1"].stdout
     assert (runs["2"].returncode, runs["2"].stdout) == (0, runs["1"].stdout), runs["2"].stderr
+
+
+def test_core_dir_with_a_worker_killed(cores: Cores, tmp_path: Path) -> None:
+    """A worker of ``core --dir --jobs 2`` killed (by the OOM killer, a user) costs the core it
+    was reading, which gets an error line naming it and how the worker died, and nothing else:
+    a new worker takes the rest, every other core is reported, in order, and the exit status
+    is 1 (some cores were read). Never a wait without end (the run before this one's worker
+    pool, on concurrent.futures, could hang when a worker died as it started)."""
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    core = cores("deep").path
+    count = 1500  # a second or more of work: the kill comes long before the end
+    for i in range(count):
+        (spool / f"core.{i:05d}").symlink_to(core)
+    argv = [sys.executable, "-m", "stackwalk", "core", "--dir", str(spool), "--jobs", "2"]
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
+        deadline = time.monotonic() + HANG
+        while not (workers := children.read_text().split()):
+            assert proc.poll() is None and time.monotonic() < deadline, "no worker started"
+            time.sleep(0.005)
+        os.kill(int(workers[0]), signal.SIGKILL)
+        out, err = proc.communicate(timeout=HANG)
+    assert proc.returncode == 1, err
+    (line,) = [e for e in err.splitlines() if "error:" in e]
+    lost = line.split("error: ")[1].split(":")[0]
+    assert line.endswith(f"{lost}: the worker process reading it died (killed by SIGKILL)"), line
+    assert "Traceback" not in err
+    reported = re.findall(rf"^Core {re.escape(str(spool))}/(core\.\d+)", out, re.MULTILINE)
+    expected = [f"core.{i:05d}" for i in range(count)]
+    expected.remove(Path(lost).name)
+    assert reported == expected
 
 
 def test_add_module_and_symbols_of_a_fifo(tmp_path: Path) -> None:

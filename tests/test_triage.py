@@ -174,6 +174,44 @@ def test_every_crash_lands_in_the_bucket_of_its_bug(spool: Spool, tmp_path: Path
     assert len(build_ids) == 2 and "" not in build_ids
 
 
+def test_a_worker_killed_costs_its_files_until_a_rerun(spool: Spool, tmp_path: Path) -> None:
+    """One of ``--jobs 2``'s workers killed (the OOM killer, a user) as soon as it is forked:
+    the files of the task it held are given as not read (their --json lines say why), not
+    stored, and counted in the summary; a new worker takes the rest, the exit status is 1, and
+    a rerun reads those files only, to the same buckets and counts as one process gives. (The
+    workers take turns at writing by a lock that a worker killed while it writes lets go of.)"""
+    reference = tmp_path / "reference.sqlite"
+    stackwalk_cli("triage", str(spool.directory), "--db", str(reference), "--jobs", "1")
+    db = tmp_path / "crashes.sqlite"
+    argv = [sys.executable, "-m", "stackwalk", "triage", str(spool.directory), "--db", str(db),
+            "--jobs", "2", "--json"]  # fmt: skip
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as run:
+        children = Path(f"/proc/{run.pid}/task/{run.pid}/children")
+        deadline = time.monotonic() + 60
+        while not (workers := children.read_text().split()):
+            assert run.poll() is None and time.monotonic() < deadline, "no worker started"
+            time.sleep(0.002)
+        os.kill(int(workers[0]), signal.SIGKILL)
+        out, err = run.communicate(timeout=300)
+    assert run.returncode == 1, err
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert sorted(line["path"] for line in lines) == sorted(map(str, spool.directory.iterdir()))
+    unread = [line["path"] for line in lines if line["error"] and "not read" in line["error"]]
+    assert 1 <= len(unread) <= 16, unread
+    assert all("died (killed by SIGKILL)" in line["error"] for line in lines if
+               line["path"] in unread)  # fmt: skip
+    assert f"; {len(unread)} files not read (a worker process died): run again" in err, err
+    rerun = stackwalk_cli("triage", str(spool.directory), "--db", str(db), "--jobs", "1")
+    read = len(spool.truth) - len(unread)
+    assert rerun.stdout.startswith(f"{len(unread)} crashes stored, {read} already there")
+
+    def summary(path: Path) -> list[tuple[str, int]]:
+        with CrashStore(path) as store:
+            return sorted((b["signature"], b["count"]) for b in store.buckets())
+
+    assert summary(db) == summary(reference)
+
+
 def test_a_rerun_reads_only_new_files_and_a_killed_run_resumes(
     spool: Spool, tmp_path: Path
 ) -> None:

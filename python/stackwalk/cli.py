@@ -184,11 +184,7 @@ def _core_dir(args: argparse.Namespace, paths: Sequence[str]) -> int:
     jobs = min(args.jobs or len(os.sched_getaffinity(0)), len(paths))
     if jobs <= 1:
         return _each_file(paths, lambda path: _one_core(args, path, None))
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-    from concurrent.futures.process import BrokenProcessPool
-
-    from stackwalk._workers import read_before_fork
+    from stackwalk._workers import Died, WorkersDied, forked_map, read_before_fork
 
     _DIR_ARGS = args
     statuses = []
@@ -200,20 +196,19 @@ def _core_dir(args: argparse.Namespace, paths: Sequence[str]) -> int:
             statuses.append(_status_of(lambda p: _one_core(args, p, None), rest.pop(0)))
     sys.stdout.flush()
     sys.stderr.flush()
-    # concurrent.futures rather than multiprocessing.Pool: the Pool's worker handler wakes
-    # whenever results wait in its pipe, and spun through a third of a CPU while the reports
-    # (40 MB for 1,000 cores) went by; a worker that dies is an error here, where the Pool
-    # would wait for it forever.
-    fork = multiprocessing.get_context("fork")
     try:
-        with ProcessPoolExecutor(min(jobs, len(rest)), mp_context=fork) as pool:
-            for out, err, status in pool.map(_core_in_worker, rest, chunksize=4):
-                sys.stdout.write(out)
-                sys.stderr.write(err)
-                statuses.append(status)
-    except BrokenProcessPool:
+        for path, result in zip(rest, forked_map(_core_in_worker, rest, jobs), strict=False):
+            if isinstance(result, Died):
+                _error(f"{path}: the worker process reading it died ({result.reason})")
+                statuses.append(EXIT_FAILED)
+                continue
+            out, err, status = result
+            sys.stdout.write(out)
+            sys.stderr.write(err)
+            statuses.append(status)
+    except WorkersDied as e:
         done = len(statuses)
-        _error(f"a worker process died: {len(paths) - done} cores from {paths[done]} on unread")
+        _error(f"{e}: {len(paths) - done} cores from {paths[done]} on unread")
         statuses.append(EXIT_FAILED)
     return _worst(statuses)
 
@@ -496,11 +491,12 @@ def cmd_triage(args: argparse.Namespace) -> int:
 
         Rules.load(args.rules)  # a bad rules file is one error, before any work
     progress = sys.stderr.isatty() and not args.json
-    seen = 0
+    seen = unread = 0
 
     def each(record: dict[str, Any]) -> None:
-        nonlocal seen
+        nonlocal seen, unread
         seen += 1
+        unread += bool(record.get("unread"))
         if args.json:
             import json
 
@@ -524,8 +520,10 @@ def cmd_triage(args: argparse.Namespace) -> int:
         # On a cluster, most often a worker without the modules' files (or their debug files)
         # at the paths the cores name: the crashes' warnings say which.
         summary += f", {missing} read with modules missing (see crashes.warnings, host)"
+    if unread:
+        summary += f"; {unread} files not read (a worker process died): run again to read them"
     print(summary, file=sys.stderr if args.json else sys.stdout)
-    return EXIT_OK
+    return EXIT_PARTIAL if unread else EXIT_OK
 
 
 def cmd_report(args: argparse.Namespace) -> int:

@@ -584,36 +584,42 @@ def _stored_by_workers(
     files: Sequence[str], db: str, options: Options, jobs: int
 ) -> Iterator[tuple[int, list[dict[str, Any]]]]:
     """``store_files`` over ``jobs`` processes (one per CPU for 0), tasks of a few files. A
-    worker that dies (killed, out of memory) ends the run with a StackwalkError: what the
-    others stored stays, and a rerun reads the rest."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-    from concurrent.futures.process import BrokenProcessPool
+    worker that dies (killed, out of memory) is replaced; the files of the task it was on are
+    given with an error and ``"unread": True``, and not stored: a rerun reads them again."""
+    from stackwalk._workers import Died, TurnLock, WorkersDied, forked_map
 
     global _FORKED_WITH
     jobs = min(jobs or len(os.sched_getaffinity(0)), len(files))
     if jobs == 0:
         return
     chunks = [files[i : i + _WORKER_TASK] for i in range(0, len(files), _WORKER_TASK)]
-    context = multiprocessing.get_context("fork")
     # The store and the options (with every stored content's hash: megabytes for a big store)
     # reach the workers by the fork, not pickled into every task. The workers take turns at
     # writing by a lock that wakes the next one at once: SQLite's own wait for a busy database
-    # sleeps (1, 2, 5, 10... ms), longer than a transaction of a few crashes takes.
-    _FORKED_WITH = (db, options, context.Lock())
+    # sleeps (1, 2, 5, 10... ms), longer than a transaction of a few crashes takes; and a
+    # worker killed as it writes lets go of it.
+    _FORKED_WITH = (db, options, TurnLock())
     done = 0
     try:
-        # (concurrent.futures rather than multiprocessing.Pool, which waits for a dead
-        # worker's task forever.)
-        with ProcessPoolExecutor(jobs, mp_context=context) as pool:
-            for result in pool.map(_store_forked, chunks):
-                done += 1
+        for chunk, result in zip(chunks, forked_map(_store_forked, chunks, jobs), strict=False):
+            done += 1
+            if isinstance(result, Died):
+                error = (
+                    f"not read: the worker process reading it or another of its {len(chunk)} "
+                    f"files died ({result.reason}); not stored, a rerun reads it"
+                )
+                yield 0, [_unread(path, error) for path in chunk]
+            else:
                 yield result
-    except BrokenProcessPool:
-        left = len(files) - done * _WORKER_TASK
-        raise _error(f"a worker process died: up to {left} files unread (run again)") from None
+    except WorkersDied as e:
+        left = len(files) - (done * _WORKER_TASK)
+        raise _error(f"{e}: {left} files unread (run again)") from None
     finally:
         _FORKED_WITH = None
+
+
+def _unread(path: str, error: str) -> dict[str, Any]:
+    return {"path": path, "signature": None, "bucket": None, "error": error, "unread": True}
 
 
 _FORKED_WITH: tuple[str, Options, AbstractContextManager[Any]] | None = None

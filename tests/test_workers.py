@@ -1,0 +1,75 @@
+"""The worker processes of ``core --dir`` and ``triage --jobs`` (stackwalk._workers): results
+in order, a worker's death costing the one item it was on, and no lock left held by the dead."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from pathlib import Path
+
+import pytest
+from stackwalk._workers import Died, TurnLock, WorkerError, WorkersDied, forked_map
+
+ITEMS = list(range(600))
+KILLED = {7, 300, 599}  # the items whose worker kills itself
+
+
+def _square_or_die(x: int) -> int:
+    if x in KILLED:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return x * x
+
+
+def test_results_come_in_order_and_a_dead_worker_costs_its_item() -> None:
+    results = list(forked_map(_square_or_die, ITEMS, 3, window=8))
+    assert len(results) == len(ITEMS)
+    for x, result in zip(ITEMS, results, strict=True):
+        assert result == (Died("killed by SIGKILL") if x in KILLED else x * x), x
+    assert _children() == []  # the replaced workers and the last ones, all waited for
+
+
+def _exit(x: int) -> int:
+    os._exit(3)
+
+
+def test_workers_that_all_die_end_the_run() -> None:
+    with pytest.raises(WorkersDied, match=r"died in a row \(exited with status 3\)"):
+        list(forked_map(_exit, ITEMS, 2))
+    assert _children() == []
+
+
+def _fail(x: int) -> int:
+    if x == 5:
+        raise ValueError("no five")
+    return x
+
+
+def test_an_exception_in_a_worker_is_raised_with_its_traceback() -> None:
+    with pytest.raises(WorkerError, match=r"(?s)in _fail.*ValueError: no five"):
+        list(forked_map(_fail, ITEMS, 2))
+    assert _children() == []  # the workers at work when it was raised: killed, waited for
+
+
+def test_a_turn_lock_held_by_a_killed_process_is_free() -> None:
+    lock = TurnLock()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover (the child)
+        with lock:
+            os.kill(os.getpid(), signal.SIGKILL)
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFSIGNALED(status)
+    taken = threading.Event()
+
+    def take() -> None:
+        with lock:
+            taken.set()
+
+    threading.Thread(target=take, daemon=True).start()
+    assert taken.wait(10), "the lock of a killed process is still held"
+
+
+def _children() -> list[str]:
+    pid = os.getpid()
+    return Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
