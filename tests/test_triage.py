@@ -21,7 +21,7 @@ import stackwalk
 from minidumps import Dumps
 from realstacks import Builder
 from stackwalk.signature import Rules, normalize_function, signature
-from stackwalk.triage import CrashStore
+from stackwalk.triage import CrashStore, StoreHere
 
 STACK_PROTECTOR = ("-O2", "-fstack-protector-all")
 RUNS = 15  # cores per kind of crash: 14 kinds, 210 cores
@@ -502,12 +502,27 @@ def test_html_report_in_chromium(spool: Spool, tmp_path: Path) -> None:
     assert png_colours(shot) > 16
 
 
-def test_dask_local_cluster_gives_the_same_store(spool: Spool, tmp_path: Path) -> None:
-    pytest.importorskip("distributed")  # installed by .ci/setup; the test needs it
+@pytest.mark.parametrize("store", ["here", "elsewhere"])
+def test_dask_local_cluster_gives_the_same_store(spool: Spool, tmp_path: Path, store: str) -> None:
+    """A Dask cluster's workers give the same store as one process, whether they see the
+    store's file and write it themselves ("here": ``--dask local``, its workers on this
+    machine), or not, and send their records to the driver, which writes them ("elsewhere":
+    the driver names its store by ``/proc/self/cwd/``, which in a worker's eyes is another
+    directory, its own, where no store is)."""
+    distributed = pytest.importorskip("distributed")  # installed by .ci/setup; the test needs it
     files = sorted(str(p) for p in spool.directory.iterdir())[::5]
     one, dask = tmp_path / "one.sqlite", tmp_path / "dask.sqlite"
     stackwalk_cli("triage", *files, "--db", str(one), "--jobs", "1")
-    stackwalk_cli("triage", *files, "--db", str(dask), "--dask", "local")
+    if store == "here":
+        stackwalk_cli("triage", *files, "--db", str(dask), "--dask", "local")
+    else:
+        assert Path.cwd() != tmp_path  # the workers' directory (the tests'), not the driver's
+        with distributed.LocalCluster(n_workers=2, processes=True, threads_per_worker=1) as local:
+            argv = [sys.executable, "-m", "stackwalk", "triage", *files, "--db",
+                    "/proc/self/cwd/dask.sqlite", "--dask", local.scheduler_address]  # fmt: skip
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+            assert proc.returncode == 0, proc.stderr
+        assert not Path("dask.sqlite").exists()
 
     def rows(path: Path) -> list[tuple[object, ...]]:
         with sqlite3.connect(path) as db:
@@ -520,6 +535,21 @@ def test_dask_local_cluster_gives_the_same_store(spool: Spool, tmp_path: Path) -
         assert [(x["signature"], x["count"]) for x in a.buckets()] == [
             (x["signature"], x["count"]) for x in b.buckets()
         ]
+
+
+def test_a_store_is_here_only_on_this_machine_at_the_same_file(tmp_path: Path) -> None:
+    """Where a Dask worker writes the store itself: the same file (device and inode) on the
+    same running kernel (boot id); not a store made anew at the same path, nor the same
+    device and inode on another machine, nor a path that does not exist."""
+    path = tmp_path / "crashes.sqlite"
+    CrashStore(path).close()
+    here = StoreHere.of(str(path))
+    assert here.here()
+    assert not here._replace(boot_id="0" * 32).here()
+    assert not here._replace(path=str(tmp_path / "none.sqlite")).here()
+    path.rename(tmp_path / "old.sqlite")
+    CrashStore(path).close()
+    assert not here.here()
 
 
 # -- signatures against siggen, Socorro's rules ----------------------------------------------

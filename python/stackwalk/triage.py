@@ -33,6 +33,7 @@ import os
 import re
 import sqlite3
 import time
+from typing import NamedTuple
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -514,10 +515,11 @@ def triage(
         if (f, st.st_size, st.st_mtime) not in stored_files:
             todo.append(f)
     options.known_hashes = frozenset(store.content_hashes())
+    stored = 0
+    results: Iterator[Stored | dict[str, Any] | None]
     if dask is None and min(jobs or len(os.sched_getaffinity(0)), len(todo)) > 1:
         # Worker processes store what they read themselves: nothing crosses back but a line
         # per crash, and the writing is spread over the workers with the reading.
-        stored = 0
         from stackwalk._workers import read_before_fork
 
         first: list[dict[str, Any]] = []
@@ -532,15 +534,11 @@ def triage(
         if each is not None:
             for crash in first:
                 each(crash)
-        for i, (added, summaries) in enumerate(_stored_by_workers(todo, store.path, options, jobs)):
-            stored += added
-            if each is not None:
-                for summary in summaries:
-                    each(summary)
-            if i % _CHECKPOINT_TASKS == _CHECKPOINT_TASKS - 1:
-                store.checkpoint()
-        return stored, len(files) - stored
-    stored = 0
+        results = _stored_by_workers(todo, store.path, options, jobs)
+    elif dask is not None:
+        results = _dask_results(todo, store, options, dask)
+    else:
+        results = (process_file(f, options) for f in todo)
     pending: list[dict[str, Any]] = []
 
     def flush() -> None:
@@ -551,24 +549,32 @@ def triage(
                 each(r)
         pending.clear()
 
-    for record in _records(todo, options, dask):
-        if record is None:
-            continue  # its contents are stored under another name
-        pending.append(record)
-        if len(pending) >= batch:
-            flush()
+    tasks = 0  # tasks whose worker stored what it read
+    for result in results:
+        if isinstance(result, Stored):
+            stored += result.added
+            if each is not None:
+                for summary in result.summaries:
+                    each(summary)
+            tasks += 1
+            if tasks % _CHECKPOINT_TASKS == 0:
+                store.checkpoint()
+        elif result is not None:  # (None: its contents are stored under another name)
+            pending.append(result)
+            if len(pending) >= batch:
+                flush()
     flush()
+    if tasks:
+        store.checkpoint()  # what the workers wrote, into the database itself
     return stored, len(files) - stored
 
 
-def _records(
-    files: Sequence[str], options: Options, dask: str | None
-) -> Iterator[dict[str, Any] | None]:
-    if dask is not None:
-        yield from _dask_records(files, options, dask)
-        return
-    for f in files:
-        yield process_file(f, options)
+class Stored(NamedTuple):
+    """What a worker stored itself (one task): how many crashes, and each one's
+    SUMMARY_KEYS."""
+
+    added: int
+    summaries: list[dict[str, Any]]
 
 
 SUMMARY_KEYS = ("path", "signature", "bucket", "error")
@@ -582,7 +588,7 @@ _CHECKPOINT_TASKS = 64
 
 def _stored_by_workers(
     files: Sequence[str], db: str, options: Options, jobs: int
-) -> Iterator[tuple[int, list[dict[str, Any]]]]:
+) -> Iterator[Stored]:
     """``store_files`` over ``jobs`` processes (one per CPU for 0), tasks of a few files. A
     worker that dies (killed, out of memory) is replaced; the files of the task it was on are
     given with an error and ``"unread": True``, and not stored: a rerun reads them again."""
@@ -608,7 +614,7 @@ def _stored_by_workers(
                     f"not read: the worker process reading it or another of its {len(chunk)} "
                     f"files died ({result.reason}); not stored, a rerun reads it"
                 )
-                yield 0, [_unread(path, error) for path in chunk]
+                yield Stored(0, [_unread(path, error) for path in chunk])
             else:
                 yield result
     except WorkersDied as e:
@@ -626,7 +632,7 @@ _FORKED_WITH: tuple[str, Options, AbstractContextManager[Any]] | None = None
 _WORKER_STORES: dict[str, CrashStore] = {}
 
 
-def _store_forked(paths: Sequence[str]) -> tuple[int, list[dict[str, Any]]]:
+def _store_forked(paths: Sequence[str]) -> Stored:
     assert _FORKED_WITH is not None, "a worker forked by _stored_by_workers"
     db, options, lock = _FORKED_WITH
     return store_files(paths, db, options, lock)
@@ -637,20 +643,29 @@ def store_files(
     db: str,
     options: Options,
     lock: AbstractContextManager[Any] | None = None,
-) -> tuple[int, list[dict[str, Any]]]:
+) -> Stored:
     """``process_file`` of each path, stored into the store at ``db`` (this process's own
-    connection to it) in one transaction, holding ``lock`` (the writers' turn) while it
-    writes: (crashes stored, each record's SUMMARY_KEYS)."""
-    import contextlib
-
+    connection to it, kept for the next call) in one transaction, holding ``lock`` (the
+    writers' turn) while it writes."""
     store = _WORKER_STORES.get(db)
     if store is None:
         # The workers' turns at writing hold no fsync: the main process checkpoints.
         store = _WORKER_STORES[db] = CrashStore(db, checkpoints=False)
+    return _store_into(store, paths, options, lock)
+
+
+def _store_into(
+    store: CrashStore,
+    paths: Sequence[str],
+    options: Options,
+    lock: AbstractContextManager[Any] | None = None,
+) -> Stored:
+    import contextlib
+
     records = [r for r in (process_file(p, options) for p in paths) if r is not None]
     with lock if lock is not None else contextlib.nullcontext():
         stored = store.add(records)
-    return stored, [{k: r.get(k) for k in SUMMARY_KEYS} for r in records]
+    return Stored(stored, [{k: r.get(k) for k in SUMMARY_KEYS} for r in records])
 
 
 def process_files(paths: Sequence[str], options: Options) -> list[dict[str, Any] | None]:
@@ -659,18 +674,61 @@ def process_files(paths: Sequence[str], options: Options) -> list[dict[str, Any]
     return [process_file(path, options) for path in paths]
 
 
-def packed_records(paths: Sequence[str], options: Options) -> bytes:
-    """``process_files``, pickled by the worker: a cluster moves one bytes object per task
-    as it is, where a list of records would be walked (sized, pickled) object by object by
-    the worker's and the client's event loops, more than the records' own pickling costs."""
+class StoreHere(NamedTuple):
+    """The store as the driver of a Dask run has it. A worker on the same machine (the same
+    running kernel) that sees the same file there stores what it reads itself, as ``--jobs``'
+    workers do, where a worker elsewhere sends its records to the driver."""
+
+    path: str
+    boot_id: str
+    device: int
+    inode: int
+
+    @classmethod
+    def of(cls, path: str) -> StoreHere:
+        st = os.stat(path)
+        return cls(os.path.abspath(path), _boot_id(), st.st_dev, st.st_ino)
+
+    def here(self) -> bool:
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return False
+        same = (st.st_dev, st.st_ino) == (self.device, self.inode)
+        return same and self.boot_id != "" and _boot_id() == self.boot_id
+
+
+def _boot_id() -> str:
+    """This running kernel's own id ("" where it cannot be read)."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def cluster_task(paths: Sequence[str], options: Options, store: StoreHere) -> bytes:
+    """One task of a Dask run: ``store_files`` where the store is here, else
+    ``process_files``; pickled by the worker, for a cluster moves one bytes object per task as
+    it is, where a list of records would be walked (sized, pickled) object by object by the
+    worker's and the client's event loops, more than the records' own pickling costs."""
     import pickle
 
-    return pickle.dumps(process_files(paths, options), protocol=pickle.HIGHEST_PROTOCOL)
+    result: Stored | list[dict[str, Any] | None]
+    if store.here():
+        # A connection of its own for the task, closed after it: a worker outlives the run,
+        # and a connection kept open to a store deleted since (its write-ahead log with it)
+        # would break the next store made at the same path.
+        with CrashStore(store.path, checkpoints=False) as here:
+            result = _store_into(here, paths, options)
+    else:
+        result = process_files(paths, options)
+    return pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)
 
 
-def _dask_records(
-    files: Sequence[str], options: Options, address: str
-) -> Iterator[dict[str, Any] | None]:
+def _dask_results(
+    files: Sequence[str], store: CrashStore, options: Options, address: str
+) -> Iterator[Stored | dict[str, Any] | None]:
     import pickle
 
     from stackwalk.errors import StackwalkError
@@ -691,11 +749,16 @@ def _dask_records(
             chunks = [files[i : i + size] for i in range(0, len(files), size)]
             # The options (with the known contents' hashes) go to each worker once.
             shared = client.scatter(options, broadcast=True)
-            futures = client.map(packed_records, chunks, options=shared, pure=False)
+            here = StoreHere.of(store.path)
+            futures = client.map(cluster_task, chunks, options=shared, store=here, pure=False)
             # Each result fetched by the client's own loop as its task ends, not on request.
             done = as_completed(futures, with_results=True)  # type: ignore[no-untyped-call]
             for _, packed in done:
-                yield from pickle.loads(packed)
+                result = pickle.loads(packed)
+                if isinstance(result, Stored):
+                    yield result
+                else:
+                    yield from result
     finally:
         if cluster is not None:
             cluster.close()
