@@ -329,6 +329,14 @@ impl SegmentMemory {
         bytes.get(off..off.checked_add(size)?)
     }
 
+    /// The segment holding `address`: its start and bytes.
+    pub fn segment_of(&self, address: u64) -> Option<(u64, &[u8])> {
+        let i = self.segments.partition_point(|(a, _)| *a <= address).checked_sub(1)?;
+        let (start, range) = &self.segments[i];
+        let bytes = &self.data[range.clone()];
+        (address - start < bytes.len() as u64).then_some((*start, bytes))
+    }
+
     /// The bytes the segment holding `address` has from there on, at most
     /// `limit` (empty: none captured there).
     pub fn tail(&self, address: u64, limit: usize) -> &[u8] {

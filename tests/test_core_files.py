@@ -375,6 +375,40 @@ def test_vdso_unwinds_with_the_cores_image(cores: Cores) -> None:
         assert len(trace.pcs) > 3 and trace.end == "end_of_stack"
 
 
+@pytest.mark.parametrize("case", ALL_CASES)
+def test_the_main_threads_initial_stack(cores: Cores, case: str) -> None:
+    """Where the main thread's stack began (its argc, below the arguments, the environment and
+    the auxiliary vector), found from the auxiliary vector's copy in memory: the word there is
+    the number of arguments the program was run with, the words after it point to those
+    arguments' strings, and the crashing thread's frames all lie below it."""
+    made = cores(case)
+    core = Core.open(made.path, made.executable, sysroot=made.sysroot)
+    top = core._core.initial_stack
+    assert top is not None
+    word = 4 if made.arch == "i386" else 8
+    fmt = "<I" if word == 4 else "<Q"
+
+    def at(address: int) -> int:
+        data = core.memory.read(address, word)
+        assert data is not None, hex(address)
+        return int(struct.unpack(fmt, data)[0])
+
+    def string(address: int) -> str:
+        data = b""
+        while (byte := core.memory.read(address + len(data), 1)) not in (None, b"\0"):
+            data += byte
+        return data.decode()
+
+    argc = at(top)
+    args = [string(at(top + i * word)) for i in range(1, argc + 1)]
+    assert at(top + (argc + 1) * word) == 0  # argv's NULL
+    # pr_psargs: the kernel's copy of the arguments, joined by spaces, cut to 80 bytes.
+    assert core.command_line and " ".join(args)[:79] == core.command_line[:79], args
+    thread = next(t for t in core.threads if t.tid == core.pid)
+    frames = thread.unwind().frames
+    assert all(f.sp <= top for f in frames), [(hex(f.pc), hex(f.sp)) for f in frames]
+
+
 def test_executable_found_from_the_core(cores: Cores) -> None:
     """Without an executable argument the program is the file AT_EXECFN names."""
     made = cores("deep")

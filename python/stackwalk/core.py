@@ -192,6 +192,9 @@ class Core:
         self._fname = core.fname
         self._auxv: dict[int, int] = core.auxv
         self.unwinder = Unwinder(self.arch, strategies=tuple(strategies))
+        # The main thread's walk looks no further than its argc (its scans would take the
+        # entry point's address, in the auxiliary vector above, for a return address).
+        self.unwinder.set_initial_stack(core.initial_stack)
         self._finder = _FileFinder(self.arch, sysroot, lib_search_path, self._readable_at)
         self._page = core.page_size
         self._vdso_image: bytes | None = None

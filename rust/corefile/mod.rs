@@ -45,6 +45,13 @@ const PT_LOAD: u64 = 1;
 const PT_NOTE: u64 = 4;
 /// `e_phnum`'s overflow: the real count is section header 0's `sh_info`.
 const PN_XNUM: u64 = 0xffff;
+/// Auxiliary vector types: the entry point, the 16 random bytes and the
+/// program's file name (both in the stack's top), and a bound on the types
+/// (51, `AT_MINSIGSTKSZ`, the highest today).
+const AT_ENTRY: u64 = 9;
+const AT_RANDOM: u64 = 25;
+const AT_EXECFN: u64 = 31;
+const AT_TYPES: u64 = 64;
 
 /// Why a file is not a core file that can be read.
 #[derive(Debug)]
@@ -269,6 +276,76 @@ impl CoreFile {
     /// most `limit` bytes before the NUL; None where it is not all captured.
     pub fn string(&self, address: u64, limit: usize) -> Option<Vec<u8>> {
         linkmap::string(&self.memory, address, limit)
+    }
+
+    /// Where the main thread's stack began: the address of `argc`, which the
+    /// kernel put below the program's arguments, environment and auxiliary
+    /// vector. Nothing above it is a frame (the auxiliary vector holds the
+    /// entry point's address, which a scan would take for a return address).
+    /// Found from the auxiliary vector's copy in memory (its `AT_ENTRY`
+    /// pair, in the segment `AT_RANDOM` or `AT_EXECFN` points into), walked
+    /// back over the environment's and the arguments' pointers to a count of
+    /// the arguments that matches them; None where any of it is missing.
+    pub fn initial_stack(&self) -> Option<u64> {
+        let auxv = &self.notes.auxv;
+        let w = self.arch.word_size();
+        let entry = *auxv.get(&AT_ENTRY)?;
+        let inside = auxv.get(&AT_RANDOM).or_else(|| auxv.get(&AT_EXECFN))?;
+        let (start, bytes) = self.memory.segment_of(*inside)?;
+        let word = |address: u64| -> Option<u64> {
+            let off = usize::try_from(address.checked_sub(start)?).ok()?;
+            let b = bytes.get(off..off.checked_add(w as usize)?)?;
+            Some(if w == 8 {
+                u64::from_le_bytes(b.try_into().ok()?)
+            } else {
+                u64::from(u32::from_le_bytes(b.try_into().ok()?))
+            })
+        };
+        let mut pair = Vec::with_capacity(2 * w as usize);
+        for value in [AT_ENTRY, entry] {
+            pair.extend_from_slice(&value.to_le_bytes()[..w as usize]);
+        }
+        // Every pair is word-aligned: a match elsewhere is no pair.
+        let mut at = 0;
+        let found = loop {
+            let i = at + memchr::memmem::find(bytes.get(at..)?, &pair)?;
+            if i as u64 % w == 0 {
+                break start + i as u64;
+            }
+            at = i + 1;
+        };
+        // Back to the vector's first pair: the types are small numbers, the
+        // word before the first pair the environment's terminating NULL.
+        let mut first = found;
+        while let Some(kind) = first.checked_sub(2 * w).and_then(word) {
+            if kind == 0 || kind > AT_TYPES {
+                break;
+            }
+            first -= 2 * w;
+        }
+        let mut at = first.checked_sub(w)?;
+        if word(at)? != 0 {
+            return None;
+        }
+        // The environment's pointers, then the arguments' terminating NULL.
+        at = at.checked_sub(w)?;
+        while word(at)? != 0 {
+            at = at.checked_sub(w)?;
+        }
+        // The arguments' pointers (into the same segment), then their count.
+        let mut count = 0u64;
+        at = at.checked_sub(w)?;
+        loop {
+            let value = word(at)?;
+            if value == count {
+                return Some(at);
+            }
+            if value < start || value - start >= bytes.len() as u64 {
+                return None;
+            }
+            count += 1;
+            at = at.checked_sub(w)?;
+        }
     }
 
     /// The dynamic linker's link map, for a process whose executable has its

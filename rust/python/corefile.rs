@@ -161,6 +161,13 @@ impl PyCoreFile {
         self.inner.notes.auxv.clone()
     }
 
+    /// Where the main thread's stack began (the address of its argc), found
+    /// from the auxiliary vector's copy in memory; None where it is not.
+    #[getter]
+    fn initial_stack(&self) -> Option<u64> {
+        self.inner.initial_stack()
+    }
+
     /// NT_FILE's mappings: (start, end, file offset in bytes, path); None
     /// without a readable NT_FILE.
     #[getter]

@@ -159,6 +159,13 @@ impl PyMinidumpFile {
         self.inner.auxv.clone()
     }
 
+    /// As `CoreFile.initial_stack`: not looked for in a minidump, whose
+    /// stack copies seldom reach that far (None).
+    #[getter]
+    fn initial_stack(&self) -> Option<u64> {
+        None
+    }
+
     /// File mappings as NT_FILE's: (start, end, file offset, path), from the
     /// maps stream (its lines with a path), else one per module of the
     /// module list (the whole module from offset 0).

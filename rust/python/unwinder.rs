@@ -315,6 +315,14 @@ impl PyUnwinder {
         Ok(())
     }
 
+    /// Where the main thread's stack began (the address of its argc, as
+    /// `CoreFile.initial_stack` finds it): nothing above it is a frame, and
+    /// the fallback strategies look no further. None: unknown.
+    #[pyo3(signature = (address))]
+    fn set_initial_stack(&mut self, address: Option<u64>) {
+        self.inner.set_initial_stack(address);
+    }
+
     /// Unwind from `regs` (register name -> value) over `memory` (an
     /// iterable of (start address, bytes-like) regions).
     /// At most `max_frames` frames; None: as many as the captured stack (the

@@ -49,7 +49,7 @@ impl Unwinder {
         let ctx = fallback::Context {
             arch,
             modules: &self.modules,
-            stack: mem.region_of(first.sp),
+            stack: self.stack_region(mem, first.sp),
             last_fp: None,
             scan_words: self.scan_words,
         };
@@ -208,8 +208,9 @@ impl Unwinder {
         if let Some(end) = self.outermost(failure.as_ref(), lookup, callee, callee_regs) {
             return Err(end);
         }
-        let stack =
-            *walk.stack.get_or_insert_with(|| frames.first().and_then(|f| mem.region_of(f.sp)));
+        let stack = *walk
+            .stack
+            .get_or_insert_with(|| frames.first().and_then(|f| self.stack_region(mem, f.sp)));
         let mut outcome = Err(failure.unwrap_or((EndReason::NoUnwindInfo, EndDetail::None)));
         for &strategy in strategies {
             let found = if strategy == Strategy::Cfi {
@@ -306,7 +307,8 @@ impl Unwinder {
         frames: &mut [Frame],
         mem: &mut M,
     ) -> Step {
-        let stack = *stack.get_or_insert_with(|| frames.first().and_then(|f| mem.region_of(f.sp)));
+        let stack =
+            *stack.get_or_insert_with(|| frames.first().and_then(|f| self.stack_region(mem, f.sp)));
         let ctx = fallback::Context {
             arch: self.arch,
             modules: &self.modules,

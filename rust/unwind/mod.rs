@@ -33,6 +33,8 @@ pub struct Unwinder {
     cache: RuleCache,
     strategies: Strategies,
     scan_words: usize,
+    /// Where the main thread's stack began ([`Unwinder::set_initial_stack`]).
+    initial_stack: Option<u64>,
 }
 
 /// The architectures as const generic parameters: the walk is compiled once
@@ -160,6 +162,7 @@ impl Unwinder {
             cache: RuleCache::new(),
             strategies: Strategies::new(&[Strategy::Cfi]),
             scan_words: DEFAULT_SCAN_WORDS,
+            initial_stack: None,
         }
     }
 
@@ -173,6 +176,7 @@ impl Unwinder {
             cache: RuleCache::new(),
             strategies: self.strategies,
             scan_words: self.scan_words,
+            initial_stack: self.initial_stack,
         }
     }
 
@@ -184,6 +188,27 @@ impl Unwinder {
         self.modules = base.modules.clone();
         self.strategies = base.strategies;
         self.scan_words = base.scan_words;
+        self.initial_stack = base.initial_stack;
+    }
+
+    /// Where the main thread's stack began (a core's or a process's: the
+    /// address of its `argc`, below the arguments, environment and auxiliary
+    /// vector the kernel put there). Nothing above it is a frame: the
+    /// fallback strategies look no further in a walk whose stack holds it
+    /// (the auxiliary vector holds the entry point's address, which a scan
+    /// would take for a return address).
+    pub fn set_initial_stack(&mut self, address: Option<u64>) {
+        self.initial_stack = address;
+    }
+
+    /// The captured region holding `sp`, as far as the stack goes: cut at
+    /// the initial stack where it holds it.
+    fn stack_region<M: Memory + ?Sized>(&self, mem: &mut M, sp: u64) -> Option<(u64, u64)> {
+        let (start, end) = mem.region_of(sp)?;
+        Some(match self.initial_stack {
+            Some(top) if start <= sp && sp < top && top < end => (start, top),
+            _ => (start, end),
+        })
     }
 
     /// The ways a frame's caller is looked for, tried in this order for
