@@ -52,10 +52,11 @@ def test_a_batch_gives_what_unwind_gives(stacks: list[Capture], case: int) -> No
     uw = _unwinder(cap)
     one = uw.unwind(cap.regs, cap.memory)
     assert_gdb_frames(one, cap)
-    # Enough stacks for every worker thread to take some; every third one cut to its first
-    # 256 bytes, so that the batch mixes walks of different lengths and ends.
+    # Enough stacks for every worker thread to take some chunks of them (64 stacks each, the
+    # last one short); every third one cut to its first 256 bytes, so that the batch mixes
+    # walks of different lengths and ends.
     short = [(cap.memory[0][0], cap.memory[0][1][:256])]
-    given = [(cap.regs, short if i % 3 == 2 else cap.memory) for i in range(60)]
+    given = [(cap.regs, short if i % 3 == 2 else cap.memory) for i in range(150)]
     batch = uw.unwind_many(given)
     assert len(batch) == len(given)
     cut = uw.unwind(cap.regs, short)
@@ -126,6 +127,14 @@ def test_bad_stacks_are_named(stacks: list[Capture]) -> None:
         uw.unwind_many([good, good, (without_sp, cap.memory)])
     with pytest.raises(stackwalk.MemoryReadError, match="stack 1: memory region 0 .* not a byte"):
         uw.unwind_many([good, (cap.regs, [(0x1000, 12)])])
+    for start in (-1, 1 << 64, "0x1000"):
+        with pytest.raises(stackwalk.MemoryReadError, match="stack 1: memory region 0 is not a"):
+            uw.unwind_many([good, (cap.regs, [(start, b"")])])
+    # Past the first chunks, which are being walked as the rest is read: the error, and a
+    # batch that works after it.
+    with pytest.raises(stackwalk.StackwalkError, match="stack 300 is not a .regs, memory. pair"):
+        uw.unwind_many([good] * 300 + [None] + [good] * 10)
+    assert len(uw.unwind_many([good] * 301)) == 301
 
 
 def test_a_signal_frame_is_cached_like_any_other(stacks: list[Capture]) -> None:
@@ -164,6 +173,22 @@ def test_a_registers_object_gives_what_a_dict_gives(stacks: list[Capture], case:
         assert (got.end, got.end_detail) == (want.end, want.end_detail)
     batch = uw.unwind_many([(by_name, cap.memory), (cap.regs, cap.memory), (loaded, cap.memory)])
     assert [_frames(t) for t in batch] == [_frames(want)] * 3
+
+
+def test_a_registers_object_changed_after_a_batch(stacks: list[Capture]) -> None:
+    """A batch's stacks share their Registers object's values, not copy them: the object
+    changed after one batch gives its new values to the next, and the first batch's traces
+    stay as they were."""
+    cap = stacks[0]
+    uw = _unwinder(cap)
+    regs = stackwalk.Registers(cap.arch, cap.regs)
+    first = uw.unwind_many([(regs, cap.memory)] * 100)
+    sp = "rsp" if cap.arch == "x86_64" else "sp"
+    regs[sp] = 8  # no memory there: frame 0 only
+    second = uw.unwind_many([(regs, cap.memory)] * 100)
+    assert [len(t) for t in second] == [1] * 100 and second[0].end == "memory"
+    assert all(t.pcs == cap.gdb_pcs for t in first)
+    assert _frames(uw.unwind(regs, cap.memory)) == _frames(second[99])
 
 
 def test_registers_are_checked(stacks: list[Capture]) -> None:

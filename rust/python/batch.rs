@@ -2,16 +2,16 @@
 //! and over every CPU, into a `TraceBatch` that keeps the frames in flat
 //! arrays (no Python object per frame unless one is asked for).
 
-use std::sync::Arc;
+use std::ops::Range;
+use std::sync::{Arc, Mutex};
 
 use pyo3::exceptions::PyIndexError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyMemoryView};
-use rayon::prelude::*;
 
 use super::errors::guard;
 use super::memory::PyMappedMemory;
-use super::unwinder::{extract_buffers, extract_registers, PyTrace};
+use super::unwinder::{extract_buffers_into, shared_registers, HeldBytes, PyTrace};
 use crate::arch::Arch;
 use crate::cfi::Module;
 use crate::memory::{Regions, SegmentMemory};
@@ -21,8 +21,9 @@ use crate::unwind::{End, Frame, Unwinder};
 /// A chunk's frames, one walk's after another, and each walk's length and end.
 type ChunkWalks = (Vec<Frame>, Vec<(usize, End)>);
 
-/// Stacks a worker thread takes at a time.
-const CHUNK: usize = 16;
+/// Stacks a worker thread takes at a time: the unit of the pipeline below
+/// (a job of the pool costs about a microsecond to hand over).
+const CHUNK: usize = 64;
 
 thread_local! {
     /// Each worker thread's unwinder, kept from batch to batch so that its
@@ -32,125 +33,233 @@ thread_local! {
 
 /// One stack to unwind: its registers and the memory that holds it, taken
 /// from Python (buffers held, not copied) while the GIL is held.
-pub(super) struct Stack {
+struct Stack {
     pc: u64,
-    regs: Registers,
+    regs: Arc<Registers>,
     memory: StackMemory,
 }
 
 enum StackMemory {
     Mapped(Arc<SegmentMemory>),
-    Buffers(Vec<(u64, super::unwinder::HeldBytes)>),
+    /// Its regions' indexes in [`Chunk::held`].
+    Buffers(Range<usize>),
 }
 
-impl Stack {
-    fn regions(&self) -> Regions<'_> {
-        match &self.memory {
-            StackMemory::Mapped(m) => m.regions(),
-            StackMemory::Buffers(buffers) => {
-                let mut regions = Regions::new();
-                for (start, held) in buffers {
-                    regions.add(*start, held.as_slice());
-                }
-                regions
-            }
-        }
+/// CHUNK stacks (fewer at the end), with the memory regions of them all in
+/// one vector (no allocation per stack).
+struct Chunk {
+    stacks: Vec<Stack>,
+    held: Vec<(u64, HeldBytes)>,
+}
+
+impl Chunk {
+    fn new() -> Self {
+        Chunk { stacks: Vec::with_capacity(CHUNK), held: Vec::with_capacity(CHUNK) }
     }
-}
 
-/// The (regs, memory) pairs of `stacks`, each checked as `unwind` checks its
-/// arguments; an error names the stack it is about.
-pub(super) fn extract_stacks(arch: Arch, stacks: &Bound<'_, PyAny>) -> PyResult<Vec<Stack>> {
-    let py = stacks.py();
-    let mut out = Vec::with_capacity(stacks.len().unwrap_or(0));
-    for (i, item) in stacks.try_iter()?.enumerate() {
+    /// Stack `i` of the batch (`item`, a (regs, memory) pair), checked as
+    /// `unwind` checks its arguments; an error names the stack.
+    fn extract(&mut self, arch: Arch, i: usize, item: &Bound<'_, PyAny>) -> PyResult<()> {
+        let py = item.py();
         let at = |e: PyErr| PyErr::from_type(e.get_type(py), format!("stack {i}: {}", e.value(py)));
-        let item = item?;
         let (regs, memory): (Bound<'_, PyAny>, Bound<'_, PyAny>) =
             item.extract().map_err(|_| {
                 super::errors::StackwalkError::new_err(format!(
                     "stack {i} is not a (regs, memory) pair"
                 ))
             })?;
-        let (pc, regs) = extract_registers(arch, &regs).map_err(at)?;
+        let (pc, regs) = shared_registers(arch, &regs).map_err(at)?;
         let memory = match memory.cast::<PyMappedMemory>() {
             Ok(m) => StackMemory::Mapped(m.get().inner.clone()),
-            Err(_) => StackMemory::Buffers(extract_buffers(&memory).map_err(at)?),
+            Err(_) => {
+                let first = self.held.len();
+                extract_buffers_into(&memory, &mut self.held).map_err(at)?;
+                StackMemory::Buffers(first..self.held.len())
+            }
         };
-        out.push(Stack { pc, regs, memory });
+        self.stacks.push(Stack { pc, regs, memory });
+        Ok(())
     }
-    Ok(out)
+
+    /// `stack`'s memory as `regions` (cleared first: one vector reused from
+    /// stack to stack).
+    fn regions_of<'a>(&'a self, stack: &'a Stack, regions: &mut Regions<'a>) {
+        match &stack.memory {
+            StackMemory::Mapped(m) => *regions = m.regions(),
+            StackMemory::Buffers(range) => {
+                regions.clear();
+                for (start, held) in &self.held[range.clone()] {
+                    regions.add(*start, held.as_slice());
+                }
+            }
+        }
+    }
+
+    /// Every stack of the chunk, on this worker thread's unwinder.
+    fn walk(&self, base: &Unwinder, max_frames: Option<usize>) -> ChunkWalks {
+        WORKER.with(|cell| {
+            let mut worker = cell.borrow_mut();
+            let unwinder = match &mut *worker {
+                Some(u) if u.arch() == base.arch() => {
+                    u.follow(base);
+                    u
+                }
+                other => other.insert(base.worker()),
+            };
+            let (mut all, mut walks) = (spare_frames(), Vec::with_capacity(self.stacks.len()));
+            let mut frames = Vec::with_capacity(64);
+            let mut regions = Regions::new();
+            for stack in &self.stacks {
+                self.regions_of(stack, &mut regions);
+                let end =
+                    unwinder.unwind(stack.pc, &stack.regs, &mut regions, max_frames, &mut frames);
+                if all.is_empty() {
+                    // Room for the chunk's walks if they are as long as its first: a
+                    // chunk of deep stacks holds megabytes, which growing by doubling
+                    // would copy again and again.
+                    all.reserve(frames.len() * self.stacks.len());
+                }
+                all.extend_from_slice(&frames);
+                walks.push((frames.len(), end));
+            }
+            (all, walks)
+        })
+    }
 }
 
-/// Unwind every stack on the rayon pool (one unwinder with its own caches
-/// per worker thread), the GIL released.
-pub(super) fn unwind_all(
+/// The frame vectors of batches let go of, kept for the next batches, up to
+/// [`SPARE_BYTES`] of them: a batch of deep stacks holds megabytes of
+/// frames, which, fresh from the kernel, cost a page fault for every 4 KiB
+/// (a quarter of the time of a batch of 1,000 python3 stacks of 307 frames).
+static SPARE: Mutex<(Vec<Vec<Frame>>, usize)> = Mutex::new((Vec::new(), 0));
+const SPARE_BYTES: usize = 16 << 20;
+
+fn spare_frames() -> Vec<Frame> {
+    let mut spare = SPARE.lock().unwrap_or_else(|e| e.into_inner());
+    match spare.0.pop() {
+        Some(frames) => {
+            spare.1 -= frames.capacity() * std::mem::size_of::<Frame>();
+            frames
+        }
+        None => Vec::new(),
+    }
+}
+
+impl Drop for PyTraceBatch {
+    fn drop(&mut self) {
+        let mut spare = SPARE.lock().unwrap_or_else(|e| e.into_inner());
+        for mut frames in self.chunks.drain(..) {
+            let bytes = frames.capacity() * std::mem::size_of::<Frame>();
+            if spare.1 + bytes > SPARE_BYTES {
+                break;
+            }
+            frames.clear();
+            spare.1 += bytes;
+            spare.0.push(frames);
+        }
+    }
+}
+
+/// Unwind every (regs, memory) pair of `stacks` on the rayon pool (one
+/// unwinder with its own caches per worker thread), as a pipeline: this
+/// thread takes the stacks from Python (which needs the GIL) a chunk at a
+/// time, and each chunk is unwound on the pool (which does not) while the
+/// next is taken; then this thread waits for the rest without the GIL.
+pub(super) fn unwind_many(
     py: Python<'_>,
     base: &Unwinder,
-    stacks: Vec<Stack>,
+    stacks: &Bound<'_, PyAny>,
     max_frames: Option<usize>,
 ) -> PyResult<PyTraceBatch> {
     crate::threads::start();
-    let walked: Vec<ChunkWalks> = py.detach(|| {
-        guard("unwinding a batch", || {
-            stacks
-                .par_chunks(CHUNK)
-                .map(|chunk| {
-                    WORKER.with(|cell| {
-                        let mut worker = cell.borrow_mut();
-                        let unwinder = match &mut *worker {
-                            Some(u) if u.arch() == base.arch() => {
-                                u.follow(base);
-                                u
-                            }
-                            other => other.insert(base.worker()),
-                        };
-                        let (mut all, mut walks) = (Vec::new(), Vec::with_capacity(chunk.len()));
-                        let mut frames = Vec::with_capacity(64);
-                        for stack in chunk {
-                            let mut regions = stack.regions();
-                            let end = unwinder.unwind(
-                                stack.pc,
-                                &stack.regs,
-                                &mut regions,
-                                max_frames,
-                                &mut frames,
-                            );
-                            all.extend_from_slice(&frames);
-                            walks.push((frames.len(), end));
+    let arch = base.arch();
+    let given = stacks.clone().unbind();
+    let (to_batch, walked) = std::sync::mpsc::channel::<(usize, Chunk, ChunkWalks)>();
+    let mut done: Vec<(usize, ChunkWalks)> = Vec::new();
+    let (taken, left) = py.detach(move || {
+        let taken = guard("unwinding a batch", || {
+            rayon::in_place_scope(|scope| {
+                Python::attach(|py| -> PyResult<usize> {
+                    let mut chunks = 0;
+                    let send = |chunk: Chunk, index: usize| {
+                        let to_batch = to_batch.clone();
+                        scope.spawn(move |_| {
+                            let walks = chunk.walk(base, max_frames);
+                            // The chunk comes back too: its Python objects are let go of
+                            // with the GIL, and its vectors reused.
+                            let _ = to_batch.send((index, chunk, walks));
+                        });
+                    };
+                    // A chunk already walked, emptied (with the GIL), or a new one.
+                    let mut next = || match walked.try_recv() {
+                        Ok((index, mut chunk, walks)) => {
+                            chunk.stacks.clear();
+                            chunk.held.clear();
+                            done.push((index, walks));
+                            chunk
                         }
-                        (all, walks)
-                    })
+                        Err(_) => Chunk::new(),
+                    };
+                    let mut chunk = next();
+                    for (i, item) in given.bind(py).try_iter()?.enumerate() {
+                        chunk.extract(arch, i, &item?)?;
+                        if chunk.stacks.len() == CHUNK {
+                            send(std::mem::replace(&mut chunk, next()), chunks);
+                            chunks += 1;
+                        }
+                    }
+                    if !chunk.stacks.is_empty() {
+                        send(chunk, chunks);
+                        chunks += 1;
+                    }
+                    Ok(chunks)
                 })
-                .collect()
-        })
-    })?;
-    drop(stacks);
-    let total: usize = walked.iter().map(|(f, _)| f.len()).sum();
-    let mut frames = Vec::with_capacity(total);
-    let mut offsets = vec![0u64];
-    let mut ends = Vec::new();
-    for (chunk_frames, walks) in walked {
-        frames.extend_from_slice(&chunk_frames);
+            })
+        });
+        drop(to_batch);
+        // The chunks walked since, handed back to be let go of with the GIL.
+        let left: Vec<(usize, Chunk, ChunkWalks)> = walked.into_iter().collect();
+        (taken, (left, done))
+    });
+    let (left, mut done) = left;
+    taken??;
+    for (index, chunk, walks) in left {
+        drop(chunk);
+        done.push((index, walks));
+    }
+    done.sort_unstable_by_key(|(index, _)| *index);
+    let stacks: usize = done.iter().map(|(_, (_, walks))| walks.len()).sum();
+    let mut offsets = Vec::with_capacity(stacks + 1);
+    offsets.push(0u64);
+    let mut ends = Vec::with_capacity(stacks);
+    let mut chunks = Vec::with_capacity(done.len());
+    for (_, (chunk_frames, walks)) in done {
         for (len, end) in walks {
             offsets.push(offsets[offsets.len() - 1] + len as u64);
             ends.push((end, base.end_module(&end)));
         }
+        chunks.push(chunk_frames);
     }
-    let pcs: Vec<u64> = frames.iter().map(|f| f.pc).collect();
+    let total = chunks.iter().map(Vec::len).sum();
+    let pcs = chunks.iter().flatten().map(|f| f.pc);
     Ok(PyTraceBatch {
-        arch: base.arch(),
-        pcs: u64_bytes(py, &pcs)?,
-        offsets: u64_bytes(py, &offsets)?,
-        frames,
+        arch,
+        pcs: u64_bytes(py, total, pcs)?,
+        offsets: u64_bytes(py, offsets.len(), offsets.iter().copied())?,
+        chunks,
         bounds: offsets,
         ends,
     })
 }
 
-/// `values` as the bytes of native-endian uint64s (a memoryview casts them).
-fn u64_bytes(py: Python<'_>, values: &[u64]) -> PyResult<Py<PyBytes>> {
-    let bytes = PyBytes::new_with(py, values.len() * 8, |buf| {
+/// The `len` `values` as the bytes of native-endian uint64s (a memoryview
+/// casts them).
+fn u64_bytes(
+    py: Python<'_>,
+    len: usize,
+    values: impl Iterator<Item = u64>,
+) -> PyResult<Py<PyBytes>> {
+    let bytes = PyBytes::new_with(py, len * 8, |buf| {
         for (word, v) in buf.chunks_exact_mut(8).zip(values) {
             word.copy_from_slice(&v.to_ne_bytes());
         }
@@ -165,8 +274,11 @@ fn u64_bytes(py: Python<'_>, values: &[u64]) -> PyResult<Py<PyBytes>> {
 #[pyclass(module = "stackwalk._core", name = "TraceBatch", frozen, sequence)]
 pub struct PyTraceBatch {
     arch: Arch,
-    frames: Vec<Frame>,
-    /// len + 1 frame indexes: trace i is frames[bounds[i]..bounds[i + 1]].
+    /// The frames of each CHUNK stacks in turn, as the workers gave them
+    /// (not copied into one vector).
+    chunks: Vec<Vec<Frame>>,
+    /// len + 1 frame indexes: trace i is frames bounds[i]..bounds[i + 1] of
+    /// all the chunks' one after another.
     bounds: Vec<u64>,
     ends: Vec<(End, Option<Arc<Module>>)>,
     pcs: Py<PyBytes>,
@@ -186,9 +298,13 @@ impl PyTraceBatch {
             return Err(PyIndexError::new_err(format!("trace {index} of a batch of {len}")));
         }
         let i = i as usize;
-        let (start, end) = (self.bounds[i] as usize, self.bounds[i + 1] as usize);
+        let chunk = i / CHUNK;
+        let first = self.bounds[chunk * CHUNK];
+        let (start, end) =
+            ((self.bounds[i] - first) as usize, (self.bounds[i + 1] - first) as usize);
+        let frames = self.chunks[chunk][start..end].to_vec();
         let (walk_end, module) = &self.ends[i];
-        Ok(PyTrace::new(self.frames[start..end].to_vec(), *walk_end, self.arch, module.clone()))
+        Ok(PyTrace::new(frames, *walk_end, self.arch, module.clone()))
     }
 
     /// Every trace's pcs, one after another: a memoryview of uint64.
@@ -210,6 +326,7 @@ impl PyTraceBatch {
     }
 
     fn __repr__(&self) -> String {
-        format!("<TraceBatch {} traces, {} frames>", self.ends.len(), self.frames.len())
+        let frames = self.bounds.last().copied().unwrap_or(0);
+        format!("<TraceBatch {} traces, {frames} frames>", self.ends.len())
     }
 }

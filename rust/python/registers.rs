@@ -2,6 +2,8 @@
 //! form, reusable from call to call: what `Unwinder.unwind` and
 //! `unwind_many` take instead of a dict, with no name looked up per call.
 
+use std::sync::Arc;
+
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::{PyKeyError, PyValueError};
 use pyo3::prelude::*;
@@ -17,7 +19,9 @@ use crate::registers::Registers;
 pub struct PyRegisters {
     pub(super) arch: Arch,
     pub(super) pc: Option<u64>,
-    pub(super) regs: Registers,
+    /// Shared with the stacks of a batch that were given this object (no
+    /// copy per stack; a change after is made on a copy of its own).
+    pub(super) regs: Arc<Registers>,
 }
 
 /// The architecture named `arch`, as `Unwinder` takes it.
@@ -38,7 +42,7 @@ fn order(arch: Arch) -> Vec<&'static str> {
 impl PyRegisters {
     fn set(&mut self, name: &str, value: u64) -> PyResult<()> {
         match self.arch.register_by_name(name) {
-            Some(Some(col)) => self.regs.set(col, value),
+            Some(Some(col)) => Arc::make_mut(&mut self.regs).set(col, value),
             Some(None) => self.pc = Some(value),
             None => {
                 return Err(PyKeyError::new_err(format!(
@@ -86,7 +90,8 @@ impl PyRegisters {
     #[new]
     #[pyo3(signature = (arch = "x86_64", values = None))]
     fn new(arch: &str, values: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
-        let mut out = PyRegisters { arch: parse_arch(arch)?, pc: None, regs: Registers::new() };
+        let regs = Arc::new(Registers::new());
+        let mut out = PyRegisters { arch: parse_arch(arch)?, pc: None, regs };
         match values {
             Some(v) if v.cast::<PyMapping>().is_ok() => out.update(v)?,
             Some(v) => out.load(v)?,
@@ -124,8 +129,9 @@ impl PyRegisters {
     /// know, such as flags, are left out, as `Unwinder.unwind` leaves them).
     fn update(&mut self, mapping: &Bound<'_, PyAny>) -> PyResult<()> {
         let (pc, regs) = super::unwinder::registers_by_name(self.arch, mapping)?;
+        let own = Arc::make_mut(&mut self.regs);
         for (col, value) in regs.iter() {
-            self.regs.set(col, value);
+            own.set(col, value);
         }
         if pc.is_some() {
             self.pc = pc;

@@ -336,7 +336,7 @@ impl PyUnwinder {
         max_frames: Option<usize>,
     ) -> PyResult<PyTrace> {
         let arch = self.inner.arch();
-        let (pc, registers) = extract_registers(arch, regs)?;
+        let (pc, registers) = shared_registers(arch, regs)?;
         let mapped = memory.cast::<PyMappedMemory>().ok().map(|m| m.get().inner.clone());
         let buffers = if mapped.is_some() { Vec::new() } else { extract_buffers(memory)? };
         let mut regions = match &mapped {
@@ -374,8 +374,7 @@ impl PyUnwinder {
         stacks: &Bound<'_, PyAny>,
         max_frames: Option<usize>,
     ) -> PyResult<super::batch::PyTraceBatch> {
-        let stacks = super::batch::extract_stacks(self.inner.arch(), stacks)?;
-        super::batch::unwind_all(py, &self.inner, stacks, max_frames)
+        super::batch::unwind_many(py, &self.inner, stacks, max_frames)
     }
 
     /// Unwind the same stack `iterations` times inside Rust, without the
@@ -641,6 +640,17 @@ fn register_keys(py: Python<'_>, arch: Arch) -> &[RegisterKey] {
 /// The pc and registers of `regs`: a `Registers` of this architecture (no
 /// name looked up), or a mapping of names to values. Both must be there.
 pub(super) fn extract_registers(arch: Arch, regs: &Bound<'_, PyAny>) -> PyResult<(u64, Registers)> {
+    let (pc, registers) = shared_registers(arch, regs)?;
+    Ok((pc, *registers))
+}
+
+/// [`extract_registers`], without a copy of a `Registers` object's values:
+/// they are shared with it (a batch's stacks given one such object each
+/// hold a reference, not 272 bytes apiece).
+pub(super) fn shared_registers(
+    arch: Arch,
+    regs: &Bound<'_, PyAny>,
+) -> PyResult<(u64, Arc<Registers>)> {
     let (pc, registers) = match regs.cast::<PyRegisters>() {
         Ok(given) => {
             let given = given.borrow();
@@ -650,9 +660,12 @@ pub(super) fn extract_registers(arch: Arch, regs: &Bound<'_, PyAny>) -> PyResult
                     given.arch
                 )));
             }
-            (given.pc, given.regs)
+            (given.pc, given.regs.clone())
         }
-        Err(_) => registers_by_name(arch, regs)?,
+        Err(_) => {
+            let (pc, registers) = registers_by_name(arch, regs)?;
+            (pc, Arc::new(registers))
+        }
     };
     let pc_name = arch.pc_name();
     let pc = pc.ok_or_else(|| {
@@ -730,8 +743,42 @@ impl HeldBytes {
 
 pub(super) fn extract_buffers(memory: &Bound<'_, PyAny>) -> PyResult<Vec<(u64, HeldBytes)>> {
     let mut out = Vec::new();
+    extract_buffers_into(memory, &mut out)?;
+    Ok(out)
+}
+
+/// A memory region's (start, bytes-like), the pair read without the
+/// conversions' general paths (a batch reads thousands): a tuple's items
+/// borrowed, the address by `PyLong_AsUnsignedLong` (a loop over the int's
+/// digits, where `PyLong_AsUnsignedLongLong` goes through a byte array).
+fn region_pair<'py>(item: &Bound<'py, PyAny>) -> Option<(u64, Bound<'py, PyAny>)> {
+    let Ok(pair) = item.cast::<PyTuple>() else { return item.extract().ok() };
+    if pair.len() != 2 {
+        return None;
+    }
+    let (start, data) = (pair.get_borrowed_item(0).ok()?, pair.get_borrowed_item(1).ok()?);
+    let start = if std::mem::size_of::<std::ffi::c_ulong>() == 8
+        && start.is_exact_instance_of::<pyo3::types::PyInt>()
+    {
+        // SAFETY: `start` is an int, borrowed from the tuple for this call.
+        let value = unsafe { pyo3::ffi::PyLong_AsUnsignedLong(start.as_ptr()) };
+        if value == std::ffi::c_ulong::MAX && PyErr::take(item.py()).is_some() {
+            return None; // negative, or past 64 bits
+        }
+        value as u64
+    } else {
+        start.extract::<u64>().ok()?
+    };
+    Some((start, data.to_owned()))
+}
+
+/// [`extract_buffers`], appended to `out` (a batch's regions, all in one vector).
+pub(super) fn extract_buffers_into(
+    memory: &Bound<'_, PyAny>,
+    out: &mut Vec<(u64, HeldBytes)>,
+) -> PyResult<()> {
     let mut take = |i: usize, item: &Bound<'_, PyAny>| -> PyResult<()> {
-        let (start, data): (u64, Bound<'_, PyAny>) = item.extract().map_err(|_| {
+        let (start, data) = region_pair(item).ok_or_else(|| {
             MemoryReadError::new_err(format!(
                 "memory region {i} is not a (start address, bytes-like) pair"
             ))
@@ -766,5 +813,5 @@ pub(super) fn extract_buffers(memory: &Bound<'_, PyAny>) -> PyResult<Vec<(u64, H
             take(i, &item?)?;
         }
     }
-    Ok(out)
+    Ok(())
 }
