@@ -305,12 +305,18 @@ impl CoreFile {
         for value in [AT_ENTRY, entry] {
             pair.extend_from_slice(&value.to_le_bytes()[..w as usize]);
         }
+        // The vector lies just below the random bytes, and below the file
+        // name's string by no more than the arguments' and environment's
+        // strings: looked for in the 4 MiB below, not in a segment of any size.
+        let near = usize::try_from(inside - start).ok()?;
+        let from = near.saturating_sub(4 << 20);
+        let window = bytes.get(from..near.saturating_add(4096).min(bytes.len()))?;
         // Every pair is word-aligned: a match elsewhere is no pair.
         let mut at = 0;
         let found = loop {
-            let i = at + memchr::memmem::find(bytes.get(at..)?, &pair)?;
-            if i as u64 % w == 0 {
-                break start + i as u64;
+            let i = at + memchr::memmem::find(window.get(at..)?, &pair)?;
+            if (start + (from + i) as u64) % w == 0 {
+                break start + (from + i) as u64;
             }
             at = i + 1;
         };
