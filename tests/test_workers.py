@@ -22,11 +22,12 @@ def _square_or_die(x: int) -> int:
 
 
 def test_results_come_in_order_and_a_dead_worker_costs_its_item() -> None:
+    before = _children()
     results = list(forked_map(_square_or_die, ITEMS, 3, window=8))
     assert len(results) == len(ITEMS)
     for x, result in zip(ITEMS, results, strict=True):
         assert result == (Died("killed by SIGKILL") if x in KILLED else x * x), x
-    assert _children() == []  # the replaced workers and the last ones, all waited for
+    assert _children() <= before  # the replaced workers and the last ones, all waited for
 
 
 def _exit(x: int) -> int:
@@ -34,9 +35,10 @@ def _exit(x: int) -> int:
 
 
 def test_workers_that_all_die_end_the_run() -> None:
+    before = _children()
     with pytest.raises(WorkersDied, match=r"died in a row \(exited with status 3\)"):
         list(forked_map(_exit, ITEMS, 2))
-    assert _children() == []
+    assert _children() <= before
 
 
 def _fail(x: int) -> int:
@@ -46,9 +48,10 @@ def _fail(x: int) -> int:
 
 
 def test_an_exception_in_a_worker_is_raised_with_its_traceback() -> None:
+    before = _children()
     with pytest.raises(WorkerError, match=r"(?s)in _fail.*ValueError: no five"):
         list(forked_map(_fail, ITEMS, 2))
-    assert _children() == []  # the workers at work when it was raised: killed, waited for
+    assert _children() <= before  # the workers at work when it was raised: killed, waited for
 
 
 def test_a_turn_lock_held_by_a_killed_process_is_free() -> None:
@@ -70,6 +73,8 @@ def test_a_turn_lock_held_by_a_killed_process_is_free() -> None:
     assert taken.wait(10), "the lock of a killed process is still held"
 
 
-def _children() -> list[str]:
+def _children() -> set[str]:
+    """This process's children (the test session may have others of its own: a cluster's,
+    a traced program's)."""
     pid = os.getpid()
-    return Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    return set(Path(f"/proc/{pid}/task/{pid}/children").read_text().split())
