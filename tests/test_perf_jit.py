@@ -122,6 +122,7 @@ def test_jit_frames_named_and_walked(node_recording: tuple[Path, Path, Path]) ->
     assert ours.keys() == theirs.keys()
 
     named_by_perf = walked = perf_skipped = 0
+    epilogue: list[tuple[int, int, int]] = []  # the sample whose frame 0 skipped its caller
     js = re.escape(str(script))
     for key, sample in theirs.items():
         mine = ours[key]
@@ -170,8 +171,20 @@ def test_jit_frames_named_and_walked(node_recording: tuple[Path, Path, Path]) ->
                 break
             names.append(match["name"])
         assert names and names[-1] == "", f"{key}: no top-level frame of the script: {jit}"
-        for callee, caller in itertools.pairwise(names):
-            assert caller in CALLERS[callee], f"{key}: {caller!r} does not call {callee!r}: {names}"
+        for i, (callee, caller) in enumerate(itertools.pairwise(names)):
+            if caller in CALLERS[callee]:
+                continue
+            # One exception, for frame 0 alone: a sample in a JavaScript function's epilogue,
+            # after its `pop rbp` and before its `ret` (or, in the interpreter's return
+            # sequence, with the return address popped into a register), where rbp is its
+            # caller's already. Without CFI or code bytes, no frame-pointer walk sees that
+            # state (perf's, samply's neither): the caller's caller follows, one frame
+            # skipped. A few instructions in hundreds: allowed once a recording, and only so.
+            skipped = any(caller in CALLERS[between] for between in CALLERS[callee])
+            assert i == 0 and skipped and not epilogue, (
+                f"{key}: {caller!r} does not call {callee!r}: {names}"
+            )
+            epilogue.append(key)
         assert names.count("middle") <= 5, names
         assert mine[-1]["function"] == "_start", f"{key}: the walk ends at {mine[-1]}"
         walked += 1
