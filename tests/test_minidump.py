@@ -169,6 +169,36 @@ def test_modules_and_build_ids(case: str, dumps: Dumps) -> None:
     assert dump.executable == str(made.executable) and exe.bias == exe.start
 
 
+@pytest.mark.parametrize("case", CASES)
+def test_the_main_threads_initial_stack(case: str, dumps: Dumps) -> None:
+    """As in a core: where the main thread's stack began (its argc), from the auxv stream and
+    the main thread's stack copy, which reaches that far on these shallow stacks. The word
+    there is the number of arguments, the words after it point to the strings the dump's
+    command line stream holds, and every frame of the main thread lies at or below it."""
+    made = dumps(case)
+    dump = Minidump.open(made.path)
+    top = dump._core.initial_stack
+    assert top is not None
+
+    def word(address: int) -> int:
+        data = dump.memory.read(address, 8)
+        assert data is not None, hex(address)
+        return int.from_bytes(data, "little")
+
+    def string(address: int) -> str:
+        data = b""
+        while (byte := dump.memory.read(address + len(data), 1)) not in (None, b"\0"):
+            data += byte
+        return data.decode()
+
+    argc = word(top)
+    args = [string(word(top + 8 * i)) for i in range(1, argc + 1)]
+    assert word(top + 8 * (argc + 1)) == 0  # argv's NULL
+    assert dump.command_line and " ".join(args) == dump.command_line.strip(), args
+    main = next(t for t in dump.threads if t.tid == dump.pid)
+    assert all(f.sp <= top for f in main.unwind().frames)
+
+
 def test_a_requested_dump_is_a_snapshot(dumps: Dumps) -> None:
     """minidump-writer without a crash context records a dump requested by the process: no
     signal, no crashing thread -- as stackwalk core says of gcore's snapshots."""

@@ -20,6 +20,7 @@ mod compressed;
 pub(crate) mod linkmap;
 mod notes;
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::path::Path;
 use std::sync::Arc;
@@ -287,77 +288,82 @@ impl CoreFile {
     /// back over the environment's and the arguments' pointers to a count of
     /// the arguments that matches them; None where any of it is missing.
     pub fn initial_stack(&self) -> Option<u64> {
-        let auxv = &self.notes.auxv;
-        let w = self.arch.word_size();
-        let entry = *auxv.get(&AT_ENTRY)?;
-        let inside = auxv.get(&AT_RANDOM).or_else(|| auxv.get(&AT_EXECFN))?;
-        let (start, bytes) = self.memory.segment_of(*inside)?;
-        let word = |address: u64| -> Option<u64> {
-            let off = usize::try_from(address.checked_sub(start)?).ok()?;
-            let b = bytes.get(off..off.checked_add(w as usize)?)?;
-            Some(if w == 8 {
-                u64::from_le_bytes(b.try_into().ok()?)
-            } else {
-                u64::from(u32::from_le_bytes(b.try_into().ok()?))
-            })
-        };
-        let mut pair = Vec::with_capacity(2 * w as usize);
-        for value in [AT_ENTRY, entry] {
-            pair.extend_from_slice(&value.to_le_bytes()[..w as usize]);
-        }
-        // The vector lies just below the random bytes, and below the file
-        // name's string by no more than the arguments' and environment's
-        // strings: looked for in the 4 MiB below, not in a segment of any size.
-        let near = usize::try_from(inside - start).ok()?;
-        let from = near.saturating_sub(4 << 20);
-        let window = bytes.get(from..near.saturating_add(4096).min(bytes.len()))?;
-        // Every pair is word-aligned: a match elsewhere is no pair.
-        let mut at = 0;
-        let found = loop {
-            let i = at + memchr::memmem::find(window.get(at..)?, &pair)?;
-            if (start + (from + i) as u64) % w == 0 {
-                break start + (from + i) as u64;
-            }
-            at = i + 1;
-        };
-        // Back to the vector's first pair: the types are small numbers, the
-        // word before the first pair the environment's terminating NULL.
-        let mut first = found;
-        while let Some(kind) = first.checked_sub(2 * w).and_then(word) {
-            if kind == 0 || kind > AT_TYPES {
-                break;
-            }
-            first -= 2 * w;
-        }
-        let mut at = first.checked_sub(w)?;
-        if word(at)? != 0 {
-            return None;
-        }
-        // The environment's pointers, then the arguments' terminating NULL.
-        at = at.checked_sub(w)?;
-        while word(at)? != 0 {
-            at = at.checked_sub(w)?;
-        }
-        // The arguments' pointers (into the same segment), then their count.
-        let mut count = 0u64;
-        at = at.checked_sub(w)?;
-        loop {
-            let value = word(at)?;
-            if value == count {
-                return Some(at);
-            }
-            if value < start || value - start >= bytes.len() as u64 {
-                return None;
-            }
-            count += 1;
-            at = at.checked_sub(w)?;
-        }
+        initial_stack(self.arch, &self.notes.auxv, &self.memory)
     }
 
     /// The dynamic linker's link map, for a process whose executable has its
     /// `PT_DYNAMIC` at runtime address `dynamic`: see [`linkmap`].
     pub fn link_map(&self, dynamic: u64) -> (Vec<LinkMapEntry>, Vec<String>) {
         linkmap::read_link_map(&self.memory, self.arch.word_size(), dynamic)
+    }
+}
+
+/// [`CoreFile::initial_stack`] of any process's memory and auxiliary vector
+/// (a core's, a minidump's).
+pub fn initial_stack(arch: Arch, auxv: &BTreeMap<u64, u64>, memory: &SegmentMemory) -> Option<u64> {
+    let w = arch.word_size();
+    let entry = *auxv.get(&AT_ENTRY)?;
+    let inside = auxv.get(&AT_RANDOM).or_else(|| auxv.get(&AT_EXECFN))?;
+    let (start, bytes) = memory.segment_of(*inside)?;
+    let word = |address: u64| -> Option<u64> {
+        let off = usize::try_from(address.checked_sub(start)?).ok()?;
+        let b = bytes.get(off..off.checked_add(w as usize)?)?;
+        Some(if w == 8 {
+            u64::from_le_bytes(b.try_into().ok()?)
+        } else {
+            u64::from(u32::from_le_bytes(b.try_into().ok()?))
+        })
+    };
+    let mut pair = Vec::with_capacity(2 * w as usize);
+    for value in [AT_ENTRY, entry] {
+        pair.extend_from_slice(&value.to_le_bytes()[..w as usize]);
+    }
+    // The vector lies just below the random bytes, and below the file
+    // name's string by no more than the arguments' and environment's
+    // strings: looked for in the 4 MiB below, not in a segment of any size.
+    let near = usize::try_from(inside - start).ok()?;
+    let from = near.saturating_sub(4 << 20);
+    let window = bytes.get(from..near.saturating_add(4096).min(bytes.len()))?;
+    // Every pair is word-aligned: a match elsewhere is no pair.
+    let mut at = 0;
+    let found = loop {
+        let i = at + memchr::memmem::find(window.get(at..)?, &pair)?;
+        if (start + (from + i) as u64) % w == 0 {
+            break start + (from + i) as u64;
+        }
+        at = i + 1;
+    };
+    // Back to the vector's first pair: the types are small numbers, the
+    // word before the first pair the environment's terminating NULL.
+    let mut first = found;
+    while let Some(kind) = first.checked_sub(2 * w).and_then(word) {
+        if kind == 0 || kind > AT_TYPES {
+            break;
+        }
+        first -= 2 * w;
+    }
+    let mut at = first.checked_sub(w)?;
+    if word(at)? != 0 {
+        return None;
+    }
+    // The environment's pointers, then the arguments' terminating NULL.
+    at = at.checked_sub(w)?;
+    while word(at)? != 0 {
+        at = at.checked_sub(w)?;
+    }
+    // The arguments' pointers (into the same segment), then their count.
+    let mut count = 0u64;
+    at = at.checked_sub(w)?;
+    loop {
+        let value = word(at)?;
+        if value == count {
+            return Some(at);
+        }
+        if value < start || value - start >= bytes.len() as u64 {
+            return None;
+        }
+        count += 1;
+        at = at.checked_sub(w)?;
     }
 }
 

@@ -159,11 +159,12 @@ impl PyMinidumpFile {
         self.inner.auxv.clone()
     }
 
-    /// As `CoreFile.initial_stack`: not looked for in a minidump, whose
-    /// stack copies seldom reach that far (None).
+    /// As `CoreFile.initial_stack`, where the main thread's stack copy
+    /// reaches that far (a shallow stack) and the auxv stream is there.
     #[getter]
     fn initial_stack(&self) -> Option<u64> {
-        None
+        let dump = &self.inner;
+        crate::corefile::initial_stack(dump.arch, &dump.auxv, &dump.memory)
     }
 
     /// File mappings as NT_FILE's: (start, end, file offset, path), from the
