@@ -35,6 +35,7 @@ import re
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 from collections.abc import Iterable, Mapping, Sequence
@@ -197,6 +198,28 @@ SPECS.update(PLACEMENT_SPECS)
 SPECS.update(END_SPECS)
 SPECS.update(SNAPSHOT_SPECS)
 SPECS.update(LINES_SPECS)
+
+
+def initial_arguments(memory: Any, top: int, word: int) -> list[str]:
+    """The arguments at a process's initial stack ``top`` in its ``memory`` (a MappedMemory):
+    argc there, then as many argv pointers to NUL-terminated strings, then argv's NULL
+    (asserted)."""
+    fmt = "<I" if word == 4 else "<Q"
+
+    def at(address: int) -> int:
+        data = memory.read(address, word)
+        assert data is not None, hex(address)
+        return int(struct.unpack(fmt, data)[0])
+
+    def string(address: int) -> str:
+        data = b""
+        while (byte := memory.read(address + len(data), 1)) not in (None, b"\0"):
+            data += byte
+        return data.decode()
+
+    argc = at(top)
+    assert at(top + (argc + 1) * word) == 0, "argv's NULL"
+    return [string(at(top + i * word)) for i in range(1, argc + 1)]
 
 
 # --- references -----------------------------------------------------------------------------

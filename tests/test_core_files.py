@@ -42,6 +42,7 @@ from corefiles import (
     file_offset,
     first_load_vaddr,
     gdb_on_core,
+    initial_arguments,
     is_subsequence,
     note_span,
     run,
@@ -385,23 +386,7 @@ def test_the_main_threads_initial_stack(cores: Cores, case: str) -> None:
     core = Core.open(made.path, made.executable, sysroot=made.sysroot)
     top = core._core.initial_stack
     assert top is not None
-    word = 4 if made.arch == "i386" else 8
-    fmt = "<I" if word == 4 else "<Q"
-
-    def at(address: int) -> int:
-        data = core.memory.read(address, word)
-        assert data is not None, hex(address)
-        return int(struct.unpack(fmt, data)[0])
-
-    def string(address: int) -> str:
-        data = b""
-        while (byte := core.memory.read(address + len(data), 1)) not in (None, b"\0"):
-            data += byte
-        return data.decode()
-
-    argc = at(top)
-    args = [string(at(top + i * word)) for i in range(1, argc + 1)]
-    assert at(top + (argc + 1) * word) == 0  # argv's NULL
+    args = initial_arguments(core.memory, top, 4 if made.arch == "i386" else 8)
     # pr_psargs: the kernel's copy of the arguments, joined by spaces, cut to 80 bytes.
     assert core.command_line and " ".join(args)[:79] == core.command_line[:79], args
     thread = next(t for t in core.threads if t.tid == core.pid)

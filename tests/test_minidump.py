@@ -21,7 +21,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from corefiles import SPECS, _free_port, build_id_of, run, stackwalk_core, stackwalk_minidump
+from corefiles import (
+    SPECS,
+    _free_port,
+    build_id_of,
+    initial_arguments,
+    run,
+    stackwalk_core,
+    stackwalk_minidump,
+)
 from minidumps import (
     DUMP_SPECS,
     DUMP_SYMS,
@@ -180,20 +188,7 @@ def test_the_main_threads_initial_stack(case: str, dumps: Dumps) -> None:
     top = dump._core.initial_stack
     assert top is not None
 
-    def word(address: int) -> int:
-        data = dump.memory.read(address, 8)
-        assert data is not None, hex(address)
-        return int.from_bytes(data, "little")
-
-    def string(address: int) -> str:
-        data = b""
-        while (byte := dump.memory.read(address + len(data), 1)) not in (None, b"\0"):
-            data += byte
-        return data.decode()
-
-    argc = word(top)
-    args = [string(word(top + 8 * i)) for i in range(1, argc + 1)]
-    assert word(top + 8 * (argc + 1)) == 0  # argv's NULL
+    args = initial_arguments(dump.memory, top, 8)
     assert dump.command_line and " ".join(args) == dump.command_line.strip(), args
     main = next(t for t in dump.threads if t.tid == dump.pid)
     assert all(f.sp <= top for f in main.unwind().frames)
