@@ -26,7 +26,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::arch::Arch;
-use crate::memory::{Data, Segment, SegmentMemory};
+use crate::memory::{Buffer, Data, Memory, Segment, SegmentMemory};
 
 pub use compressed::{Compression, DecompressError};
 pub use linkmap::{LinkMapEntry, MAX_ENTRIES};
@@ -305,15 +305,7 @@ pub fn initial_stack(arch: Arch, auxv: &BTreeMap<u64, u64>, memory: &SegmentMemo
     let entry = *auxv.get(&AT_ENTRY)?;
     let inside = auxv.get(&AT_RANDOM).or_else(|| auxv.get(&AT_EXECFN))?;
     let (start, bytes) = memory.segment_of(*inside)?;
-    let word = |address: u64| -> Option<u64> {
-        let off = usize::try_from(address.checked_sub(start)?).ok()?;
-        let b = bytes.get(off..off.checked_add(w as usize)?)?;
-        Some(if w == 8 {
-            u64::from_le_bytes(b.try_into().ok()?)
-        } else {
-            u64::from(u32::from_le_bytes(b.try_into().ok()?))
-        })
-    };
+    let word = |address: u64| Buffer { start, bytes }.read_sized(address, w as u8);
     let mut pair = Vec::with_capacity(2 * w as usize);
     for value in [AT_ENTRY, entry] {
         pair.extend_from_slice(&value.to_le_bytes()[..w as usize]);
