@@ -175,8 +175,9 @@ pub(super) fn unwind_many(
     let arch = base.arch();
     let given = stacks.clone().unbind();
     let (to_batch, walked) = std::sync::mpsc::channel::<(usize, Chunk, ChunkWalks)>();
-    let mut done: Vec<(usize, ChunkWalks)> = Vec::new();
     let (taken, left) = py.detach(move || {
+        // The walks of the chunks taken back for reuse while the rest were read.
+        let mut done: Vec<(usize, ChunkWalks)> = Vec::new();
         let taken = guard("unwinding a batch", || {
             rayon::in_place_scope(|scope| {
                 Python::attach(|py| -> PyResult<usize> {

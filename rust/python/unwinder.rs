@@ -389,7 +389,7 @@ impl PyUnwinder {
         iterations: u64,
         max_frames: Option<usize>,
     ) -> PyResult<(u64, u64)> {
-        let (pc, registers) = extract_registers(self.inner.arch(), regs)?;
+        let (pc, registers) = shared_registers(self.inner.arch(), regs)?;
         let owned: Vec<(u64, Vec<u8>)> = extract_buffers(memory)?
             .into_iter()
             .map(|(start, held)| Ok((start, held.as_slice().to_vec())))
@@ -638,15 +638,9 @@ fn register_keys(py: Python<'_>, arch: Arch) -> &[RegisterKey] {
 }
 
 /// The pc and registers of `regs`: a `Registers` of this architecture (no
-/// name looked up), or a mapping of names to values. Both must be there.
-pub(super) fn extract_registers(arch: Arch, regs: &Bound<'_, PyAny>) -> PyResult<(u64, Registers)> {
-    let (pc, registers) = shared_registers(arch, regs)?;
-    Ok((pc, *registers))
-}
-
-/// [`extract_registers`], without a copy of a `Registers` object's values:
-/// they are shared with it (a batch's stacks given one such object each
-/// hold a reference, not 272 bytes apiece).
+/// name looked up, and its values shared, not copied: a batch's stacks
+/// given one such object each hold a reference, not 272 bytes apiece), or a
+/// mapping of names to values. Both must be there.
 pub(super) fn shared_registers(
     arch: Arch,
     regs: &Bound<'_, PyAny>,
