@@ -6,11 +6,12 @@ printed its own stack (``traceback.extract_stack``), and held to that, to ``pyst
 (``--no-block``: its Python frames; blocking ``--native``: where they go among the native
 frames), and, for a ``gcore`` of it, to ``pystack core``. On every interpreter found: two
 CPython 3.11 builds, the venv's (an interpreter linked to ``libpython3.11.so``) and Debian's
-``/usr/bin/python3.11`` (libpython linked into the executable); CPython 3.13.5 built from source
-and Debian sid's CPython 3.14 (run with sid's glibc), both put into the cache directory by
-tests/build_cpython.sh (which .ci/setup runs). An interpreter that is expected (the cache
-directory exists, or ``STACKWALK_CPYTHON`` lists its version) but not there fails its tests
-rather than leaving them out. 3.13 is held to the pystack of a venv of its own, the others to
+``/usr/bin/python3.11`` (libpython linked into the executable); pyenv's CPython 3.12 (this
+machine kind comes with pyenv); CPython 3.13.5 built from source and Debian sid's CPython 3.14
+(run with sid's glibc), both put into the cache directory by tests/build_cpython.sh (which
+.ci/setup runs). An interpreter that is expected (the cache directory exists, or
+``STACKWALK_CPYTHON`` lists its version; pyenv's, when pyenv is here) but not there fails its
+tests rather than leaving them out. 3.13 is held to the pystack of a venv of its own, the others to
 the tests' pystack (3.11's, which reads every version)."""
 
 from __future__ import annotations
@@ -51,6 +52,9 @@ BUILT = {
     "3.13": ("cpython-3.13.*", "bin/python3.13", "venv/bin/python", True),
     "3.14": ("cpython-3.14.*", "usr/bin/python3.14", None, False),
 }
+# pyenv's versions directory, and the versions taken from it where it is
+PYENV = Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv") / "versions"
+PYENV_VERSIONS = ("3.12",)
 # What pystack --native says of a thread whose native eval calls it cannot find
 NO_MERGE = "Unable to merge native stack due to insufficient native information"
 
@@ -76,6 +80,23 @@ def interpreters() -> dict[str, Interpreter]:
             "3.11", "/usr/bin/python3.11", [sys.executable, "-m", "pystack"]
         ),
     }
+    for minor in PYENV_VERSIONS:
+        # pyenv's builds (this machine kind has pyenv, with 3.10 and 3.12 among its versions):
+        # an interpreter linked to libpython3.X.so, with its headers and symbols
+        there = sorted(
+            (d for d in PYENV.glob(f"{minor}.*") if re.fullmatch(rf"{minor}\.\d+", d.name)),
+            key=lambda d: int(d.name.rsplit(".", 1)[1]),
+        )
+        if there and (there[-1] / "bin" / f"python{minor}").exists():
+            root = there[-1]
+            found[minor] = Interpreter(
+                minor, str(root / "bin" / f"python{minor}"), [sys.executable, "-m", "pystack"],
+                include=[str(root / "include" / f"python{minor}")],
+            )  # fmt: skip
+        elif PYENV.exists():
+            found[minor] = Interpreter(
+                minor, "", [], missing=f"pyenv is here ({PYENV}) but has no CPython {minor}"
+            )
     wanted = os.environ.get("STACKWALK_CPYTHON", "").split()
     for minor, (directory, python, pystack_python, symbols) in BUILT.items():
         there = [d for d in sorted(CACHE.glob(directory)) if (d / python).exists()]
@@ -399,6 +420,7 @@ def test_a_core_with_the_interpreter_state_zeroed(scene: Scene, tmp_path: Path) 
     # the table that _PyRuntime starts with
     why = {
         "3.11": "no interpreter: _PyRuntime.interpreters.head is NULL",
+        "3.12": "no interpreter: _PyRuntime.interpreters.head is NULL",
         "3.13": "_Py_DebugOffsets: no cookie at _PyRuntime (",
         "3.14": "_Py_DebugOffsets: no cookie at _PyRuntime (",
     }[scene.interpreter.version]
@@ -449,8 +471,10 @@ def test_a_core_with_a_damaged_debug_offsets_table(scene: Scene, tmp_path: Path)
     made to say it is past the end of the thread state (its size, which the table also gives),
     in a copy of the core: every thread's native frames as before, no Python frames, and the
     reason, never frames read at a wrong offset."""
-    if scene.interpreter.version == "3.11":
-        pytest.skip("3.11 has no _Py_DebugOffsets (its offsets are built in)")
+    if scene.interpreter.version in ("3.11", "3.12"):
+        pytest.skip(
+            f"{scene.interpreter.version} has no _Py_DebugOffsets (its offsets are built in)"
+        )
     offset, _ = symbol_in_core(scene.core, "_PyRuntime")
     entry = debug_offsets_entry(scene.interpreter, tmp_path, "thread_state.current_frame")
     size_entry = debug_offsets_entry(scene.interpreter, tmp_path, "thread_state.size")

@@ -1,10 +1,10 @@
 """Python frames among the native ones: the threads of a CPython interpreter read from a core's
 or a live process's memory (``stackwalk._core.python_threads``, ``rust/pyframes/``), and put
 in each thread's native stack after the ``_PyEval_EvalFrameDefault`` call that runs them, as
-``pystack`` shows them. CPython 3.11 (its structure offsets built in), 3.13 and 3.14 (their
-offsets read from the ``_Py_DebugOffsets`` table at the start of the target's ``_PyRuntime``,
-checked: a damaged or missing table is a reason) are read, each tested on a real interpreter
-(3.14: Debian sid's build). Another version (3.10, 3.12, a free-threaded
+``pystack`` shows them. CPython 3.11 and 3.12 (their structure offsets built in), 3.13 and
+3.14 (their offsets read from the ``_Py_DebugOffsets`` table at the start of the target's
+``_PyRuntime``, checked: a damaged or missing table is a reason) are read, each tested on a real
+interpreter (3.12: pyenv's; 3.14: Debian sid's build). Another version (3.10, a free-threaded
 build) is a reason given in place of the Python frames, never a guess."""
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 //! into `_PyRuntime`, the interpreter and thread states, frames, code,
 //! bytes and str objects (x86_64 and aarch64, LP64).
 //!
-//! 3.11's offsets are built in: those of Debian's python3.11 (3.11.7)
-//! headers, `offsetof` of each field with `Py_BUILD_CORE` (the tests check
-//! them against the installed headers when they are there). 3.13 and 3.14
+//! 3.11's and 3.12's offsets are built in: those of Debian's python3.11
+//! (3.11.7) and pyenv's 3.12.1 headers, `offsetof` of each field with
+//! `Py_BUILD_CORE` (the tests check them against the installed headers). 3.13 and 3.14
 //! say theirs in the target's own memory, the `_Py_DebugOffsets` table at
 //! the start of `_PyRuntime` ([`super::debug_offsets`] reads it into a
 //! [`Layout`]). Other versions are refused by name rather than read with a
@@ -142,11 +142,50 @@ pub const PY311: Layout = Layout {
     unicode_compact_data: 72,
 };
 
+/// CPython 3.12 (checked against 3.12.1's headers): the GIL is the
+/// interpreter's, `cframe` has lost `use_tracing` (its current frame comes
+/// first), the frame its code, and each native eval call pushes a shim frame
+/// (`FRAME_OWNED_BY_CSTACK`, 3) instead of marking its first frame;
+/// `PyASCIIObject` has lost `wstr`.
+pub const PY312: Layout = Layout {
+    version: (3, 12),
+    runtime_interpreters_head: 40,
+    gil: Gil::Interpreter { ceval_gil: 384, locked: 16, last_holder: 8 },
+    interp_next: 0,
+    interp_threads_head: 72,
+    tstate_next: 8,
+    tstate_interp: 16,
+    tstate_thread_id: 136,
+    tstate_native_thread_id: 144,
+    current_frame: CurrentFrame::Cframe { tstate_cframe: 56, cframe_current_frame: 0 },
+    frame_code: 0,
+    frame_previous: 8,
+    frame_instr: 56,
+    frame_owner: 70,
+    entry: Entry::Shim { min_owner: 3, max_owner: 3 },
+    code_tag_bits: 0,
+    code_filename: 112,
+    code_name: 120,
+    code_qualname: 128,
+    code_linetable: 136,
+    code_firstlineno: 68,
+    code_instructions: 192,
+    code_first_traceable: Some(176),
+    object_type: 8,
+    var_size: 16,
+    bytes_data: 32,
+    unicode_length: 16,
+    unicode_state: 32,
+    unicode_ascii_data: 40,
+    unicode_compact_data: 56,
+};
+
 /// The built-in layout of CPython `major.minor`, if stackwalk has one
 /// (3.13 and 3.14 are read from the target: [`super::debug_offsets`]).
 pub fn for_version(major: u8, minor: u8) -> Option<&'static Layout> {
     match (major, minor) {
         (3, 11) => Some(&PY311),
+        (3, 12) => Some(&PY312),
         _ => None,
     }
 }
@@ -182,9 +221,9 @@ pub fn fields(layout: &Layout) -> Vec<(&'static str, u64)> {
             out.push(("PyThreadState.current_frame", tstate_current_frame))
         }
     }
-    let (code, instr) = match layout.entry {
-        Entry::Flag { .. } => ("_PyInterpreterFrame.f_code", "_PyInterpreterFrame.prev_instr"),
-        Entry::Shim { .. } => ("_PyInterpreterFrame.f_executable", "_PyInterpreterFrame.instr_ptr"),
+    let (code, instr) = match layout.version < (3, 13) {
+        true => ("_PyInterpreterFrame.f_code", "_PyInterpreterFrame.prev_instr"),
+        false => ("_PyInterpreterFrame.f_executable", "_PyInterpreterFrame.instr_ptr"),
     };
     out.extend([
         ("PyThreadState.thread_id", layout.tstate_thread_id),

@@ -24,7 +24,7 @@
 //! every loop is bounded (interpreters, threads, frames; a chain that comes
 //! back on itself stops).
 //!
-//! Versions: 3.11 (its offsets built in, see [`layout`]), 3.13 and 3.14
+//! Versions: 3.11 and 3.12 (their offsets built in, see [`layout`]), 3.13 and 3.14
 //! (their offsets read from the target's `_Py_DebugOffsets`, see
 //! [`debug_offsets`]), the ones tested here.
 
@@ -126,7 +126,7 @@ impl fmt::Display for PyError {
         match self {
             PyError::Version(a, b) => write!(
                 f,
-                "CPython {a}.{b}: Python frames are read for CPython 3.11, 3.13 and 3.14 only \
+                "CPython {a}.{b}: Python frames are read for CPython 3.11 to 3.14 only \
                  (the versions tested here)"
             ),
             PyError::State(what) => f.write_str(what),

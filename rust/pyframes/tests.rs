@@ -3,6 +3,7 @@
 //! and missing memory, objects of the wrong type.
 
 use super::layout::PY311 as L;
+use super::layout::PY311 as PY311_LAYOUT;
 use super::*;
 
 /// Sparse memory: writes of little-endian values at addresses.
@@ -288,39 +289,92 @@ fn numbers_printed_by(
     String::from_utf8(out.stdout).unwrap().lines().map(|l| l.parse().unwrap()).collect()
 }
 
-/// The 3.11 layout is `offsetof` of each field in the installed CPython 3.11 headers (Debian's
-/// python3.11-dev, which .ci/setup installs), compiled with `Py_BUILD_CORE` by the C compiler.
+/// pyenv's CPython `3.minor` headers, when pyenv is here (`$PYENV_ROOT`,
+/// default `~/.pyenv`): None without pyenv; with it, the version must be there.
+pub(crate) fn pyenv_include(minor: u8) -> Option<std::path::PathBuf> {
+    let root = std::env::var_os("PYENV_ROOT")
+        .filter(|v| !v.is_empty())
+        .map(std::path::PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| std::path::Path::new(&h).join(".pyenv")))?;
+    let versions = root.join("versions");
+    if !versions.is_dir() {
+        return None;
+    }
+    let mut found: Vec<std::path::PathBuf> = std::fs::read_dir(&versions)
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|d| {
+            let name = d.file_name().unwrap().to_string_lossy().into_owned();
+            name.strip_prefix(&format!("3.{minor}.")).is_some_and(|r| r.parse::<u32>().is_ok())
+        })
+        .map(|d| d.join(format!("include/python3.{minor}")))
+        .filter(|i| i.join("internal").is_dir())
+        .collect();
+    found.sort();
+    assert!(!found.is_empty(), "pyenv is at {} but has no CPython 3.{minor}", root.display());
+    found.pop()
+}
+
+/// Each built-in layout is `offsetof` of each field in that version's installed headers,
+/// compiled with `Py_BUILD_CORE` by the C compiler: 3.11's of Debian's python3.11-dev (which
+/// .ci/setup installs), 3.12's of pyenv's CPython 3.12, where pyenv is (this machine kind has
+/// it).
 #[test]
-fn the_311_layout_is_the_headers() {
-    let include = std::path::Path::new("/usr/include/python3.11");
+fn the_built_in_layouts_are_the_headers() {
+    let debian = std::path::PathBuf::from("/usr/include/python3.11");
     assert!(
-        include.join("internal/pycore_frame.h").exists(),
+        debian.join("internal/pycore_frame.h").exists(),
         "the CPython 3.11 headers are needed (apt-get install python3-dev)"
     );
+    let mut versions = vec![(&PY311_LAYOUT, debian)];
+    if let Some(include) = pyenv_include(12) {
+        versions.push((&layout::PY312, include));
+    }
     let dir = std::env::temp_dir().join(format!("stackwalk-pylayout-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let fields = layout::fields(&L);
-    let mut c = String::from(
-        "#define Py_BUILD_CORE 1\n#include <Python.h>\n#include <internal/pycore_runtime.h>\n\
-         #include <internal/pycore_interp.h>\n#include <internal/pycore_frame.h>\n\
-         #include <stddef.h>\n#include <stdio.h>\nint main(void) {\n",
-    );
-    for (name, _) in &fields {
-        let expr = match name.strip_prefix("sizeof") {
-            Some(ty) => format!("sizeof{ty}"),
-            None => {
-                let (ty, member) = name.split_once('.').unwrap();
-                format!("offsetof({ty}, {member})")
-            }
+    for (layout, include) in versions {
+        let fields = layout::fields(layout);
+        let mut c = String::from(
+            "#define Py_BUILD_CORE 1\n#include <Python.h>\n#include <internal/pycore_runtime.h>\n\
+             #include <internal/pycore_interp.h>\n#include <internal/pycore_frame.h>\n\
+             #include <stddef.h>\n#include <stdio.h>\nint main(void) {\n",
+        );
+        for (name, _) in &fields {
+            let expr = match name.strip_prefix("sizeof") {
+                Some(ty) => format!("sizeof{ty}"),
+                None => {
+                    let (ty, member) = name.split_once('.').unwrap();
+                    format!("offsetof({ty}, {member})")
+                }
+            };
+            c.push_str(&format!("  printf(\"%zu\\n\", (size_t)({expr}));\n"));
+        }
+        // a shim's owner (3.12: FRAME_OWNED_BY_CSTACK), which no offset says
+        let shim = match layout.entry {
+            layout::Entry::Shim { min_owner, max_owner } => Some((min_owner, max_owner)),
+            layout::Entry::Flag { .. } => None,
         };
-        c.push_str(&format!("  printf(\"%zu\\n\", (size_t)({expr}));\n"));
+        if shim.is_some() {
+            c.push_str("  printf(\"%zu\\n\", (size_t)FRAME_OWNED_BY_CSTACK);\n");
+        }
+        c.push_str("  return 0;\n}\n");
+        let (major, minor) = layout.version;
+        let exe = dir.join(format!("layout{major}{minor}"));
+        let mut printed = numbers_printed_by(&exe, &c, &[&include]);
+        if let Some((min_owner, max_owner)) = shim {
+            let cstack = printed.pop().unwrap();
+            assert_eq!((u64::from(min_owner), u64::from(max_owner)), (cstack, cstack));
+        }
+        let ours: Vec<(&str, u64)> = fields.iter().map(|(n, v)| (*n, *v)).collect();
+        let theirs: Vec<(&str, u64)> = fields.iter().map(|(n, _)| *n).zip(printed).collect();
+        assert_eq!(ours, theirs, "{major}.{minor}");
+        eprintln!(
+            "{major}.{minor}: {} offsets checked against {}",
+            fields.len(),
+            include.display()
+        );
     }
-    c.push_str("  return 0;\n}\n");
-    let printed = numbers_printed_by(&dir.join("layout"), &c, &[include]);
     let _ = std::fs::remove_dir_all(&dir);
-    let ours: Vec<(&str, u64)> = fields.iter().map(|(n, v)| (*n, *v)).collect();
-    let theirs: Vec<(&str, u64)> = fields.iter().map(|(n, _)| *n).zip(printed).collect();
-    assert_eq!(ours, theirs);
 }
 
 /// A 3.13 or 3.14 interpreter: the `_Py_DebugOffsets` table at `_PyRuntime`
