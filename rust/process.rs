@@ -417,7 +417,8 @@ pub fn snapshot(pid: i32) -> Result<Snapshot, ProcessError> {
     let mut wanted: Vec<(u64, u64, u32)> = Vec::new();
     if let Some(symbols) = python {
         let mut live = LiveMemory { pid, pages: BTreeMap::new() };
-        let _ = crate::pyframes::read_state(&mut live, &symbols);
+        let tids: Vec<u64> = threads.iter().map(|t| t.tid as u64).collect();
+        let _ = crate::pyframes::read_state(&mut live, &symbols, &tids);
         for (page, bytes) in &live.pages {
             if bytes.is_some() {
                 let flags = maps.iter().find(|m| m.start <= *page && *page < m.end);

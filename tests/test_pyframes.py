@@ -40,9 +40,9 @@ LOOP_LINE = next(
     for i, line in enumerate(PROGRAM.read_text().splitlines(), 1)
     if "while True: n = n + 1" in line
 )
-# The system calls each blocked thread waits in (x86_64: read, clock_nanosleep, futex, select
-# or pselect6), from /proc/PID/task/TID/syscall.
-BLOCKED_IN = {"main": {0}, "sleep": {230}, "lock": {202}, "select": {23, 270}}
+# The system calls each blocked thread waits in (x86_64: read, clock_nanosleep (3.10's
+# time.sleep: select or pselect6), futex, select or pselect6), from /proc/PID/task/TID/syscall.
+BLOCKED_IN = {"main": {0}, "sleep": {230, 23, 270}, "lock": {202}, "select": {23, 270}}
 
 CACHE = Path(os.environ.get("STACKWALK_CACHE") or Path.home() / ".cache" / "stackwalk")
 # What tests/build_cpython.sh puts in the cache: version -> (directory, glob, the interpreter
@@ -54,7 +54,7 @@ BUILT = {
 }
 # pyenv's versions directory, and the versions taken from it where it is
 PYENV = Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv") / "versions"
-PYENV_VERSIONS = ("3.12",)
+PYENV_VERSIONS = ("3.10", "3.12")
 # What pystack --native says of a thread whose native eval calls it cannot find
 NO_MERGE = "Unable to merge native stack due to insufficient native information"
 
@@ -323,6 +323,12 @@ def test_python_frames_follow_the_native_eval_call_that_runs_them(scene: Scene) 
     evals = [i for i, f in enumerate(kinds) if f == "_PyEval_EvalFrameDefault"]
     assert len(evals) >= 2
     assert kinds[evals[0] + 1] == "bottom"
+    if scene.interpreter.version == "3.10":
+        # 3.10 runs every Python frame in a native eval call of its own: one after each
+        python = [f["kind"] == "python" for f in main["frames"]]
+        assert [python[i + 1] for i in evals] == [True] * len(evals)
+        assert sum(python) == len(evals)
+        return
     assert "through_c" in kinds[evals[0] : evals[1]]
 
 
@@ -419,6 +425,7 @@ def test_a_core_with_the_interpreter_state_zeroed(scene: Scene, tmp_path: Path) 
     # 3.11's offsets are built in: the runtime has no interpreter; 3.13+ have none without
     # the table that _PyRuntime starts with
     why = {
+        "3.10": "no interpreter: _PyRuntime.interpreters.head is NULL",
         "3.11": "no interpreter: _PyRuntime.interpreters.head is NULL",
         "3.12": "no interpreter: _PyRuntime.interpreters.head is NULL",
         "3.13": "_Py_DebugOffsets: no cookie at _PyRuntime (",
@@ -471,7 +478,7 @@ def test_a_core_with_a_damaged_debug_offsets_table(scene: Scene, tmp_path: Path)
     made to say it is past the end of the thread state (its size, which the table also gives),
     in a copy of the core: every thread's native frames as before, no Python frames, and the
     reason, never frames read at a wrong offset."""
-    if scene.interpreter.version in ("3.11", "3.12"):
+    if scene.interpreter.version in ("3.10", "3.11", "3.12"):
         pytest.skip(
             f"{scene.interpreter.version} has no _Py_DebugOffsets (its offsets are built in)"
         )
@@ -502,7 +509,8 @@ def test_a_core_with_a_damaged_debug_offsets_table(scene: Scene, tmp_path: Path)
 # cell, which (threshold 1) starts a collection in 3.11, whose callback writes the stack as
 # CPython sees it and aborts. make()'s frame is pushed and current, but incomplete: CPython
 # shows it nowhere. (3.12+ run a collection from the eval loop's checks, the first of them at
-# make's RESUME: there make is complete, and shown.)
+# make's RESUME: there make is complete, and shown. 3.10 makes the cell before make's frame is
+# the thread's: make is on no stack yet, for CPython, pystack and us alike.)
 INCOMPLETE_PY = """
 import gc, os, sys, traceback
 armed = False
@@ -550,7 +558,9 @@ def test_a_frame_still_being_set_up_is_left_out(which: str, tmp_path: Path) -> N
     gdb_crash_core(argv, core, CRASH_ENV)
     own = list(reversed(ast.literal_eval(stack.read_text())))  # innermost first
     caught = interpreter.version == "3.11"
-    names = ["on_gc", "caller", "<module>"] if caught else ["on_gc", "make", "caller", "<module>"]
+    # 3.10 makes a call's cells before its frame is the thread's: make is on no one's stack yet
+    early = caught or interpreter.version == "3.10"
+    names = ["on_gc", "caller", "<module>"] if early else ["on_gc", "make", "caller", "<module>"]
     assert [f for f, _, _ in own] == names, own
     out = stackwalk("core", str(core), "--json")
     assert out.returncode == 0, out.stderr
@@ -572,5 +582,32 @@ def test_a_frame_still_being_set_up_is_left_out(which: str, tmp_path: Path) -> N
     kinds = [f["function"] if f["kind"] == "native" else f["kind"] for f in thread["frames"]]
     evals = [i for i, k in enumerate(kinds) if k == "_PyEval_EvalFrameDefault"]
     assert kinds[evals[0] + 1 : evals[0] + 2] == ["python"]
+    if interpreter.version == "3.10":
+        # a native eval call for each frame
+        assert [kinds[i + 1] for i in evals] == ["python"] * len(names)
+        return
     rest = len(names) - 1
     assert kinds[evals[1] + 1 : evals[1] + 1 + rest] == ["python"] * rest
+
+
+def test_a_version_not_read_is_named_with_the_native_frames() -> None:
+    """pyenv's CPython 3.9 (frame objects of another layout, no table): ``stackwalk pid`` names
+    the version in the document's error and the text, and gives every thread's native frames,
+    down to the executable's ``_start``, with no Python frame guessed."""
+    if not PYENV.exists():
+        pytest.skip(f"no pyenv at {PYENV}: no interpreter of a version stackwalk does not read")
+    there = [d / "bin" / "python3.9" for d in PYENV.glob("3.9.*")]
+    assert there, f"pyenv is here ({PYENV}) but has no CPython 3.9"
+    program = "import time\nprint('ready', flush=True)\ntime.sleep(60)\n"
+    with running([str(there[0]), "-c", program]) as proc:
+        out = stackwalk("pid", str(proc.pid), "--json")
+        text = stackwalk("pid", str(proc.pid))
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    why = "CPython 3.9: Python frames are read for CPython 3.10 to 3.14 only"
+    assert doc["python"]["version"] == "3.9"
+    assert doc["python"]["error"].startswith(why)
+    (thread,) = doc["threads"]
+    assert {f["kind"] for f in thread["frames"]} == {"native"}
+    assert thread["frames"][-1]["function"] == "_start"
+    assert f"Python 3.9: no Python frames: {why}" in text.stdout

@@ -412,7 +412,7 @@ class Unwinder:
     def rule_at(self, pc: int) -> dict[str, Any] | None: ...
 
 def python_threads(
-    memory: MappedMemory, path: str | PathLike[str], name: str, bias: int
+    memory: MappedMemory, path: str | PathLike[str], name: str, bias: int, tids: list[int]
 ) -> (
     tuple[
         str,

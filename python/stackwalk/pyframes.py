@@ -1,11 +1,11 @@
 """Python frames among the native ones: the threads of a CPython interpreter read from a core's
 or a live process's memory (``stackwalk._core.python_threads``, ``rust/pyframes/``), and put
 in each thread's native stack after the ``_PyEval_EvalFrameDefault`` call that runs them, as
-``pystack`` shows them. CPython 3.11 and 3.12 (their structure offsets built in), 3.13 and
-3.14 (their offsets read from the ``_Py_DebugOffsets`` table at the start of the target's
+``pystack`` shows them. CPython 3.10, 3.11 and 3.12 (their structure offsets built in), 3.13
+and 3.14 (their offsets read from the ``_Py_DebugOffsets`` table at the start of the target's
 ``_PyRuntime``, checked: a damaged or missing table is a reason) are read, each tested on a real
-interpreter (3.12: pyenv's; 3.14: Debian sid's build). Another version (3.10, a free-threaded
-build) is a reason given in place of the Python frames, never a guess."""
+interpreter (3.10 and 3.12: pyenv's; 3.14: Debian sid's build). Another version (3.9, a
+free-threaded build) is a reason given in place of the Python frames, never a guess."""
 
 from __future__ import annotations
 
@@ -74,7 +74,7 @@ class PythonThread:
 
 @dataclass(frozen=True)
 class PythonState:
-    """The interpreter of a process: its version ("3.11", "3.13", "3.14"), threads, what could
+    """The interpreter of a process: its version ("3.10" to "3.14"), threads, what could
     not be read (``warnings``), and ``error``: why no thread could be (None if some could)."""
 
     module: str
@@ -94,7 +94,8 @@ def read_python(core: Core) -> PythonState | None:
         if name is None or not m.found:
             continue
         file = m.file or m.path
-        got = python_threads(core.memory, file, name, m.bias)
+        tids = [t.tid for t in core.threads]
+        got = python_threads(core.memory, file, name, m.bias, tids)
         if got is None:
             continue
         version, threads, warnings, error = got

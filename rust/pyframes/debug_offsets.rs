@@ -281,7 +281,7 @@ pub(super) fn read<M: ReadMemory>(
         tstate_next: e.offset("thread_state", "next", ptr)?,
         tstate_interp: e.offset("thread_state", "interp", ptr)?,
         tstate_thread_id: e.offset("thread_state", "thread_id", 8)?,
-        tstate_native_thread_id: e.offset("thread_state", "native_thread_id", 8)?,
+        tstate_native_thread_id: Some(e.offset("thread_state", "native_thread_id", 8)?),
         current_frame: CurrentFrame::Direct {
             tstate_current_frame: e.offset("thread_state", "current_frame", ptr)?,
         },
@@ -293,7 +293,7 @@ pub(super) fn read<M: ReadMemory>(
         code_tag_bits,
         code_filename: e.offset("code_object", "filename", ptr)?,
         code_name: e.offset("code_object", "name", ptr)?,
-        code_qualname: e.offset("code_object", "qualname", ptr)?,
+        code_qualname: Some(e.offset("code_object", "qualname", ptr)?),
         code_linetable: e.offset("code_object", "linetable", ptr)?,
         code_firstlineno: e.offset("code_object", "firstlineno", 4)?,
         code_instructions,

@@ -64,6 +64,37 @@ pub fn line_of(table: &[u8], first_line: i64, addrq: i64) -> Option<i64> {
     None
 }
 
+/// The line of the instruction at byte offset `addrq` in CPython 3.10's
+/// line table (`Objects/lnotab_notes.txt`), as 3.10's `PyCode_Addr2Line`
+/// gives it: pairs of an unsigned byte (the length of a range of bytecode,
+/// in bytes) and a signed one (the change of line from the previous range's;
+/// -128: the range has no line), ranges one after the other from offset 0,
+/// lines from `co_firstlineno`; an empty range changes the line only.
+/// `first_line` for a negative offset (a frame that has not started), None
+/// where the range has no line or no range holds the offset.
+pub fn line_of_310(table: &[u8], first_line: i64, addrq: i64) -> Option<i64> {
+    if addrq < 0 {
+        return Some(first_line);
+    }
+    let mut line = first_line;
+    let mut end: i64 = 0;
+    for pair in table.chunks_exact(2) {
+        let start = end;
+        end += i64::from(pair[0]);
+        let this = match pair[1] as i8 {
+            -128 => None,
+            delta => {
+                line += i64::from(delta);
+                Some(line)
+            }
+        };
+        if start <= addrq && addrq < end {
+            return this;
+        }
+    }
+    None
+}
+
 struct Reader<'a> {
     bytes: &'a [u8],
     at: usize,
@@ -100,7 +131,35 @@ impl Reader<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::line_of;
+    use super::{line_of, line_of_310};
+
+    #[test]
+    fn the_310_table() {
+        // bytes 0-5 line 11; an empty range (line 13); 6-9 no line (the
+        // line stays 13); 10-15 line 12; 16-19 line 12 (+0); 20-21 line 9
+        let table = [6, 1, 0, 2, 4, 0x80, 6, 0xff, 4, 0, 2, 0xfd];
+        let first = 10;
+        let lines: Vec<_> = (0..12).map(|u| line_of_310(&table, first, u * 2)).collect();
+        assert_eq!(
+            lines,
+            [
+                Some(11),
+                Some(11),
+                Some(11),
+                None,
+                None,
+                Some(12),
+                Some(12),
+                Some(12),
+                Some(12),
+                Some(12),
+                Some(9),
+                None
+            ]
+        );
+        assert_eq!(line_of_310(&table, first, -2), Some(10));
+        assert_eq!(line_of_310(&[7], first, 0), None); // half a pair
+    }
 
     /// An entry's first byte: kind `code`, covering `units` code units.
     fn head(code: u8, units: u8) -> u8 {

@@ -15,6 +15,8 @@ pub struct Symbols {
     pub code_type: Option<u64>,
     pub unicode_type: Option<u64>,
     pub bytes_type: Option<u64>,
+    /// `PyFrame_Type`: 3.10's frames are its objects.
+    pub frame_type: Option<u64>,
 }
 
 impl Symbols {
@@ -27,6 +29,7 @@ impl Symbols {
             code_type: self.code_type.map(at),
             unicode_type: self.unicode_type.map(at),
             bytes_type: self.bytes_type.map(at),
+            frame_type: self.frame_type.map(at),
         }
     }
 }
@@ -52,6 +55,7 @@ pub fn find(data: &[u8], name: &str) -> Option<Symbols> {
     let mut code_type = None;
     let mut unicode_type = None;
     let mut bytes_type = None;
+    let mut frame_type = None;
     let mut version_at = None;
     for symbol in file.dynamic_symbols().chain(file.symbols()) {
         if symbol.is_undefined() {
@@ -62,6 +66,7 @@ pub fn find(data: &[u8], name: &str) -> Option<Symbols> {
             Ok("PyCode_Type") => &mut code_type,
             Ok("PyUnicode_Type") => &mut unicode_type,
             Ok("PyBytes_Type") => &mut bytes_type,
+            Ok("PyFrame_Type") => &mut frame_type,
             Ok("Py_Version") => &mut version_at,
             _ => continue,
         };
@@ -72,7 +77,7 @@ pub fn find(data: &[u8], name: &str) -> Option<Symbols> {
         .and_then(|at| read_u32(&file, at))
         .map(|hex| ((hex >> 24) as u8, (hex >> 16) as u8))
         .or_else(|| python_file_name(name).flatten())?;
-    Some(Symbols { version, runtime, code_type, unicode_type, bytes_type })
+    Some(Symbols { version, runtime, code_type, unicode_type, bytes_type, frame_type })
 }
 
 /// The 4 bytes at ELF address `address` of the file's sections.

@@ -6,12 +6,14 @@
 //! From `_PyRuntime` (found by [`locate`] in the dynamic symbols of the
 //! python3 executable or libpython) to its interpreters, their thread
 //! states (each with the OS thread id it runs on), each thread's current
-//! frame (3.11: `tstate->cframe->current_frame`; 3.13+:
-//! `tstate->current_frame`) and the chain of frames before it
-//! (`previous`), each naming its code object. The first frame that a
+//! frame (3.11 and 3.12: `tstate->cframe->current_frame`; 3.13+:
+//! `tstate->current_frame`; 3.10: `tstate->frame`, a frame object) and the
+//! chain of frames before it (`previous`; 3.10: `f_back`), each naming its
+//! code object. The first frame that a
 //! native `_PyEval_EvalFrameDefault` call ran is its entry frame (3.11:
-//! marked `is_entry`; 3.13+: the frame before the shim frame that the call
-//! pushes on the C stack, which runs no code and is not shown): the frames
+//! marked `is_entry`; 3.12+: the frame before the shim frame that the call
+//! pushes on the C stack, which runs no code and is not shown; 3.10: every
+//! frame, each run by a call of its own): the frames
 //! up to it (innermost first) belong to the innermost eval call of the
 //! native stack, the next ones to the next, so that Python frames can be
 //! put among the native ones.
@@ -24,7 +26,7 @@
 //! every loop is bounded (interpreters, threads, frames; a chain that comes
 //! back on itself stops).
 //!
-//! Versions: 3.11 and 3.12 (their offsets built in, see [`layout`]), 3.13 and 3.14
+//! Versions: 3.10, 3.11 and 3.12 (their offsets built in, see [`layout`]), 3.13 and 3.14
 //! (their offsets read from the target's `_Py_DebugOffsets`, see
 //! [`debug_offsets`]), the ones tested here.
 
@@ -126,7 +128,7 @@ impl fmt::Display for PyError {
         match self {
             PyError::Version(a, b) => write!(
                 f,
-                "CPython {a}.{b}: Python frames are read for CPython 3.11 to 3.14 only \
+                "CPython {a}.{b}: Python frames are read for CPython 3.10 to 3.14 only \
                  (the versions tested here)"
             ),
             PyError::State(what) => f.write_str(what),
@@ -182,8 +184,15 @@ struct Walker<M> {
 }
 
 /// Read every thread of the interpreter whose symbols (at run-time
-/// addresses) are `symbols`.
-pub fn read_state<M: ReadMemory>(mem: M, symbols: &Symbols) -> Result<PyState, PyError> {
+/// addresses) are `symbols`. `tids` are the process's OS thread ids, which
+/// 3.10's thread states do not hold: each is found in glibc's `struct
+/// pthread` at the thread state's `thread_id` (its `pthread_t`), at the
+/// offset where every thread state's has one of them (see [`os_tids`]).
+pub fn read_state<M: ReadMemory>(
+    mem: M,
+    symbols: &Symbols,
+    tids: &[u64],
+) -> Result<PyState, PyError> {
     let (major, minor) = symbols.version;
     let mut r = Reader { mem };
     let layout = match layout::for_version(major, minor) {
@@ -191,7 +200,66 @@ pub fn read_state<M: ReadMemory>(mem: M, symbols: &Symbols) -> Result<PyState, P
         None => debug_offsets::read(&mut r, symbols.runtime, symbols.version)?,
     };
     let mut w = Walker { r, layout, symbols: *symbols, codes: HashMap::new() };
-    w.state()
+    let mut state = w.state()?;
+    if layout.tstate_native_thread_id.is_none() {
+        os_tids(&mut w.r, &mut state, tids);
+    }
+    Ok(state)
+}
+
+/// The furthest into glibc's `struct pthread` its `tid` is looked for
+/// (x86_64: 720; aarch64: 208).
+const MAX_TID_OFFSET: u64 = 2048;
+
+/// 3.10: each thread's OS thread id, from the `struct pthread` its
+/// `thread_id` points at, at the first offset where every thread state's
+/// holds a distinct one of `tids` (a thread state whose thread has gone
+/// keeps 0, as do all when no offset fits: a warning says so).
+fn os_tids<M: ReadMemory>(r: &mut Reader<M>, state: &mut PyState, tids: &[u64]) {
+    if state.threads.is_empty() {
+        return;
+    }
+    let known: HashSet<u64> = tids.iter().copied().collect();
+    let mut best: Option<(usize, Vec<Option<u64>>)> = None;
+    for offset in (0..MAX_TID_OFFSET).step_by(4) {
+        let found: Vec<Option<u64>> = state
+            .threads
+            .iter()
+            .map(|t| {
+                let tid = r.u32(t.thread_id.wrapping_add(offset)).map(u64::from)?;
+                (tid != 0 && known.contains(&tid)).then_some(tid)
+            })
+            .collect();
+        let matched: HashSet<u64> = found.iter().flatten().copied().collect();
+        if matched.len() != found.iter().flatten().count() {
+            continue; // two thread states on one OS thread: not the field
+        }
+        if best.as_ref().is_none_or(|(n, _)| matched.len() > *n) {
+            let all = matched.len() == found.len();
+            best = Some((matched.len(), found));
+            if all {
+                break;
+            }
+        }
+    }
+    match best {
+        Some((n, found)) if n > 0 && 2 * n > state.threads.len() => {
+            for (t, tid) in state.threads.iter_mut().zip(found) {
+                t.native_tid = tid.unwrap_or(0);
+            }
+            if n < state.threads.len() {
+                state.warnings.push(format!(
+                    "{} thread states have no OS thread (found by their pthread_t)",
+                    state.threads.len() - n
+                ));
+            }
+        }
+        _ => state.warnings.push(
+            "the thread states' OS threads are not found (3.10 keeps only a pthread_t, and no \
+             glibc struct pthread at it holds one of the process's thread ids)"
+                .to_owned(),
+        ),
+    }
 }
 
 fn hex(a: u64) -> String {
@@ -273,9 +341,13 @@ impl<M: ReadMemory> Walker<M> {
                 out.warnings.push(format!("interpreter {index}: thread list loops"));
                 return;
             }
+            let native = match l.tstate_native_thread_id {
+                Some(offset) => self.r.u64(tstate + offset),
+                None => Some(0), // 3.10: found after (os_tids)
+            };
             let fields = (
                 self.r.u64(tstate + l.tstate_interp),
-                self.r.u64(tstate + l.tstate_native_thread_id),
+                native,
                 self.r.u64(tstate + l.tstate_thread_id),
                 self.r.u64(tstate + l.tstate_next),
             );
@@ -359,7 +431,10 @@ impl<M: ReadMemory> Walker<M> {
         let l = self.layout;
         let missing = || format!("frame at {} is not in the memory", hex(address));
         let previous = self.r.u64(address + l.frame_previous).ok_or_else(missing)?;
-        let owner = self.r.u8(address + l.frame_owner).ok_or_else(missing)?;
+        let owner = match l.entry {
+            layout::Entry::FrameObject => layout::FRAME_OWNED_BY_THREAD, // 3.10: no owner
+            _ => self.r.u8(address + l.frame_owner).ok_or_else(missing)?,
+        };
         let entry = match l.entry {
             layout::Entry::Flag { is_entry } => {
                 let entry = self.r.u8(address + is_entry).ok_or_else(missing)?;
@@ -370,6 +445,11 @@ impl<M: ReadMemory> Walker<M> {
                     ));
                 }
                 entry == 1
+            }
+            layout::Entry::FrameObject => {
+                self.check_type(address, self.symbols.frame_type)
+                    .map_err(|e| format!("frame object at {}: {e}", hex(address)))?;
+                true
             }
             layout::Entry::Shim { min_owner, max_owner } => {
                 if owner > max_owner {
@@ -385,16 +465,30 @@ impl<M: ReadMemory> Walker<M> {
             }
         };
         let code = self.r.u64(address + l.frame_code).ok_or_else(missing)? & !l.code_tag_bits;
-        let prev_instr = self.r.u64(address + l.frame_instr).ok_or_else(missing)?;
+        let instr = match l.entry {
+            layout::Entry::FrameObject => self.r.u32(address + l.frame_instr).map(u64::from),
+            _ => self.r.u64(address + l.frame_instr),
+        };
+        let instr = instr.ok_or_else(missing)?;
         self.code(code)?;
         let Some(c) = self.codes.get(&code) else {
             return Err(format!("frame at {}: code object unread", hex(address)));
         };
-        // prev_instr points at the code unit before the next instruction
-        // (2 bytes each): the instruction being run, or the call being made.
-        let first = code + l.code_instructions;
-        let units = (prev_instr as i64).wrapping_sub(first as i64) / 2;
-        let line = linetable::line_of(&c.linetable, c.first_line, units.saturating_mul(2));
+        let (units, line) = match l.entry {
+            layout::Entry::FrameObject => {
+                // f_lasti: the index of the code unit last run (-1: none yet)
+                let units = i64::from(instr as u32 as i32);
+                (units, linetable::line_of_310(&c.linetable, c.first_line, units * 2))
+            }
+            _ => {
+                // prev_instr points at the code unit before the next
+                // instruction (2 bytes each): the instruction being run, or
+                // the call being made.
+                let first = code + l.code_instructions;
+                let units = (instr as i64).wrapping_sub(first as i64) / 2;
+                (units, linetable::line_of(&c.linetable, c.first_line, units.saturating_mul(2)))
+            }
+        };
         let incomplete = owner != layout::FRAME_OWNED_BY_GENERATOR
             && c.first_traceable.is_some_and(|first| units < first);
         let frame = PyFrame {
@@ -418,9 +512,10 @@ impl<M: ReadMemory> Walker<M> {
         let bad = |what: &str| format!("code object at {}: {what}", hex(address));
         self.check_type(address, self.symbols.code_type).map_err(|e| bad(&e))?;
         let field = |r: &mut Reader<M>, off: u64| r.u64(address + off);
+        // 3.10's code objects have no qualified name: co_name stands for it
         let (Some(name), Some(qualname), Some(file), Some(table), Some(first_line)) = (
             field(&mut self.r, l.code_name),
-            field(&mut self.r, l.code_qualname),
+            field(&mut self.r, l.code_qualname.unwrap_or(l.code_name)),
             field(&mut self.r, l.code_filename),
             field(&mut self.r, l.code_linetable),
             self.r.u32(address + l.code_firstlineno),

@@ -51,6 +51,7 @@ fn symbols() -> Symbols {
         code_type: Some(CODE_TYPE),
         unicode_type: Some(STR_TYPE),
         bytes_type: Some(BYTES_TYPE),
+        frame_type: None,
     }
 }
 
@@ -69,7 +70,7 @@ fn code(m: &mut Mem, at: u64, name: &str, first: u32) {
     ascii(m, at + 0x2000, &format!("C.{name}"));
     ascii(m, at + 0x3000, "/src/prog.py");
     m.u64(at + L.code_name, at + 0x1000);
-    m.u64(at + L.code_qualname, at + 0x2000);
+    m.u64(at + L.code_qualname.unwrap(), at + 0x2000);
     m.u64(at + L.code_filename, at + 0x3000);
     let table = at + 0x4000;
     m.u64(table + L.object_type, BYTES_TYPE);
@@ -117,7 +118,7 @@ fn interpreter() -> Mem {
     };
     m.u64(TSTATE + tstate_cframe, CFRAME);
     m.u64(TSTATE + L.tstate_thread_id, 0x7f00);
-    m.u64(TSTATE + L.tstate_native_thread_id, 77);
+    m.u64(TSTATE + L.tstate_native_thread_id.unwrap(), 77);
     m.u64(CFRAME + cframe_current_frame, 0x60_0000);
     code(&mut m, 0x70_0000, "inner", 10);
     code(&mut m, 0x80_0000, "middle", 20);
@@ -139,7 +140,7 @@ fn a_frame_before_its_first_resume_is_incomplete() {
     let mut m = interpreter();
     m.u32(0x70_0000 + L.code_first_traceable.unwrap(), 4);
     let incomplete = |m: &Mem| -> Vec<bool> {
-        let state = read_state(m, &symbols()).unwrap();
+        let state = read_state(m, &symbols(), &[]).unwrap();
         state.threads[0].frames.iter().map(|f| f.incomplete).collect()
     };
     assert_eq!(incomplete(&m), [true, false, false]);
@@ -151,7 +152,7 @@ fn a_frame_before_its_first_resume_is_incomplete() {
     // the code object cut short before its _co_firsttraceable: a reason, as for its other fields
     let mut m = interpreter();
     m.0.remove(&(0x70_0000 + L.code_first_traceable.unwrap()));
-    let t = &read_state(&m, &symbols()).unwrap().threads[0];
+    let t = &read_state(&m, &symbols(), &[]).unwrap().threads[0];
     assert!(t.frames.is_empty(), "{:?}", t.frames);
     assert_eq!(t.stop.as_deref(), Some("code object at 0x700000: not in the memory"));
 }
@@ -159,7 +160,7 @@ fn a_frame_before_its_first_resume_is_incomplete() {
 #[test]
 fn reads_threads_frames_lines_and_the_gil() {
     let m = interpreter();
-    the_one_thread(&read_state(&m, &symbols()).unwrap(), 11);
+    the_one_thread(&read_state(&m, &symbols(), &[]).unwrap(), 11);
 }
 
 /// The state that [`interpreter`] and [`with_table`] build, read: tid 77
@@ -186,7 +187,7 @@ fn the_one_thread(state: &PyState, minor: u8) {
 fn gil_released_is_held_by_none() {
     let mut m = interpreter();
     m.u32(RUNTIME + gil().1, 0);
-    let state = read_state(&m, &symbols()).unwrap();
+    let state = read_state(&m, &symbols(), &[]).unwrap();
     assert!(!state.threads[0].holds_gil);
 }
 
@@ -194,7 +195,7 @@ fn gil_released_is_held_by_none() {
 fn a_frame_chain_that_loops_stops_with_its_reason() {
     let mut m = interpreter();
     m.u64(0x62_0000 + L.frame_previous, 0x60_0000);
-    let state = read_state(&m, &symbols()).unwrap();
+    let state = read_state(&m, &symbols(), &[]).unwrap();
     let t = &state.threads[0];
     assert_eq!(t.frames.len(), 3);
     assert_eq!(t.stop.as_deref(), Some("the frame chain loops back to 0x600000"));
@@ -204,7 +205,7 @@ fn a_frame_chain_that_loops_stops_with_its_reason() {
 fn a_thread_list_that_loops_is_read_once() {
     let mut m = interpreter();
     m.u64(TSTATE + L.tstate_next, TSTATE);
-    let state = read_state(&m, &symbols()).unwrap();
+    let state = read_state(&m, &symbols(), &[]).unwrap();
     assert_eq!(state.threads.len(), 1);
     assert_eq!(state.warnings, ["interpreter 0: thread list loops"]);
 }
@@ -213,7 +214,7 @@ fn a_thread_list_that_loops_is_read_once() {
 fn a_code_object_of_the_wrong_type_stops_the_thread() {
     let mut m = interpreter();
     m.u64(0x80_0000 + L.object_type, 0x1234);
-    let state = read_state(&m, &symbols()).unwrap();
+    let state = read_state(&m, &symbols(), &[]).unwrap();
     let t = &state.threads[0];
     assert_eq!(names(t), [("inner", Some(14), false)]);
     assert_eq!(
@@ -225,22 +226,22 @@ fn a_code_object_of_the_wrong_type_stops_the_thread() {
 #[test]
 fn missing_and_zeroed_memory_are_errors_with_reasons() {
     let empty = Mem::default();
-    let e = read_state(&empty, &symbols()).unwrap_err();
+    let e = read_state(&empty, &symbols(), &[]).unwrap_err();
     assert_eq!(e.to_string(), "_PyRuntime at 0x100000 is not in the memory captured");
     let mut zeroed = interpreter();
     zeroed.u64(RUNTIME + L.runtime_interpreters_head, 0);
-    let e = read_state(&zeroed, &symbols()).unwrap_err();
+    let e = read_state(&zeroed, &symbols(), &[]).unwrap_err();
     assert!(e.to_string().starts_with("no interpreter: _PyRuntime.interpreters.head is NULL"));
     // the thread state's memory zeroed: no frames, no panic
     let mut m = interpreter();
     m.put(TSTATE, &[0; 256]);
-    let state = read_state(&m, &symbols()).unwrap();
+    let state = read_state(&m, &symbols(), &[]).unwrap();
     assert_eq!(state.threads.len(), 1);
     assert!(state.threads[0].frames.is_empty());
     // the frame's memory zeroed: code NULL is no code object
     let mut m = interpreter();
     m.put(0x61_0000, &[0; 80]);
-    let state = read_state(&m, &symbols()).unwrap();
+    let state = read_state(&m, &symbols(), &[]).unwrap();
     assert_eq!(state.threads[0].frames.len(), 1);
     assert_eq!(
         state.threads[0].stop.as_deref(),
@@ -251,7 +252,7 @@ fn missing_and_zeroed_memory_are_errors_with_reasons() {
 #[test]
 fn other_versions_are_refused_by_name() {
     let m = interpreter();
-    let e = read_state(&m, &Symbols { version: (3, 9), ..symbols() }).unwrap_err();
+    let e = read_state(&m, &Symbols { version: (3, 9), ..symbols() }, &[]).unwrap_err();
     assert_eq!(e, PyError::Version(3, 9));
 }
 
@@ -263,7 +264,7 @@ fn every_byte_of_the_state_garbled_never_panics() {
         for v in [0x00, 0xff, 0x41] {
             let mut m = base.clone();
             m.put(k, &[v ^ (n as u8)]);
-            let _ = read_state(&m, &symbols());
+            let _ = read_state(&m, &symbols(), &[]);
         }
     }
 }
@@ -327,18 +328,26 @@ fn the_built_in_layouts_are_the_headers() {
         "the CPython 3.11 headers are needed (apt-get install python3-dev)"
     );
     let mut versions = vec![(&PY311_LAYOUT, debian)];
-    if let Some(include) = pyenv_include(12) {
-        versions.push((&layout::PY312, include));
+    for (minor, layout) in [(10, &layout::PY310), (12, &layout::PY312)] {
+        if let Some(include) = pyenv_include(minor) {
+            versions.push((layout, include));
+        }
     }
     let dir = std::env::temp_dir().join(format!("stackwalk-pylayout-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     for (layout, include) in versions {
         let fields = layout::fields(layout);
-        let mut c = String::from(
+        // 3.10's frames are frame objects, 3.11+'s interpreter frames
+        let frames = match layout.entry {
+            layout::Entry::FrameObject => "frameobject.h",
+            _ => "internal/pycore_frame.h",
+        };
+        let c = format!(
             "#define Py_BUILD_CORE 1\n#include <Python.h>\n#include <internal/pycore_runtime.h>\n\
-             #include <internal/pycore_interp.h>\n#include <internal/pycore_frame.h>\n\
-             #include <stddef.h>\n#include <stdio.h>\nint main(void) {\n",
+             #include <internal/pycore_interp.h>\n#include <{frames}>\n\
+             #include <stddef.h>\n#include <stdio.h>\nint main(void) {{\n",
         );
+        let mut c = c;
         for (name, _) in &fields {
             let expr = match name.strip_prefix("sizeof") {
                 Some(ty) => format!("sizeof{ty}"),
@@ -352,7 +361,7 @@ fn the_built_in_layouts_are_the_headers() {
         // a shim's owner (3.12: FRAME_OWNED_BY_CSTACK), which no offset says
         let shim = match layout.entry {
             layout::Entry::Shim { min_owner, max_owner } => Some((min_owner, max_owner)),
-            layout::Entry::Flag { .. } => None,
+            layout::Entry::Flag { .. } | layout::Entry::FrameObject => None,
         };
         if shim.is_some() {
             c.push_str("  printf(\"%zu\\n\", (size_t)FRAME_OWNED_BY_CSTACK);\n");
@@ -406,7 +415,7 @@ fn with_table(minor: u8) -> Mem {
             "interpreter_frame.owner" => 0x46,
             "code_object.filename" => L.code_filename,
             "code_object.name" => L.code_name,
-            "code_object.qualname" => L.code_qualname,
+            "code_object.qualname" => L.code_qualname.unwrap(),
             "code_object.linetable" => L.code_linetable,
             "code_object.firstlineno" => L.code_firstlineno,
             "code_object.co_code_adaptive" => L.code_instructions,
@@ -458,10 +467,10 @@ fn the_debug_offsets_table_gives_the_layout_of_313_and_314() {
     for minor in [13, 14] {
         let m = with_table(minor);
         // the shims are not shown; the frame before each is its call's first
-        the_one_thread(&read_state(&m, &symbols_of(minor)).unwrap(), minor);
+        the_one_thread(&read_state(&m, &symbols_of(minor), &[]).unwrap(), minor);
         let mut released = m.clone();
         released.u32(0x21_0008, 0);
-        assert!(!read_state(&released, &symbols_of(minor)).unwrap().threads[0].holds_gil);
+        assert!(!read_state(&released, &symbols_of(minor), &[]).unwrap().threads[0].holds_gil);
     }
 }
 
@@ -472,7 +481,7 @@ fn a_damaged_debug_offsets_table_is_a_reason() {
         RUNTIME + 8 * i as u64
     };
     for minor in [13, 14] {
-        let why = |m: &Mem| read_state(m, &symbols_of(minor)).unwrap_err().to_string();
+        let why = |m: &Mem| read_state(m, &symbols_of(minor), &[]).unwrap_err().to_string();
         let mut m = with_table(minor);
         m.put(RUNTIME, b"ydebugpy");
         assert!(why(&m).starts_with("_Py_DebugOffsets: no cookie at _PyRuntime (0x100000: "));
@@ -502,7 +511,7 @@ fn a_damaged_debug_offsets_table_is_a_reason() {
         m.u64(entry(minor, "runtime_state.interpreters_head"), 8);
         // the table says interpreters.head is inside itself: the cookie and version are no
         // interpreter, and the walk says so without a panic
-        let _ = read_state(&m, &symbols_of(minor));
+        let _ = read_state(&m, &symbols_of(minor), &[]);
         // a table cut short
         let mut m = with_table(minor);
         m.0.remove(&entry(minor, "unicode_object.asciiobject_size"));
@@ -514,7 +523,7 @@ fn a_damaged_debug_offsets_table_is_a_reason() {
 fn a_frame_of_an_unknown_owner_stops_the_thread() {
     let mut m = with_table(13);
     m.put(0x62_0000 + 0x46, &[4]); // 3.13 has no owner 4
-    let state = read_state(&m, &symbols_of(13)).unwrap();
+    let state = read_state(&m, &symbols_of(13), &[]).unwrap();
     let t = &state.threads[0];
     assert_eq!(t.frames.len(), 2);
     assert_eq!(t.stop.as_deref(), Some("frame at 0x620000 is not a frame (owner 4)"));
@@ -529,7 +538,7 @@ fn every_byte_of_a_313_and_314_state_garbled_never_panics() {
             for v in [0x00, 0xff, 0x41] {
                 let mut m = base.clone();
                 m.put(k, &[v ^ (n as u8)]);
-                let _ = read_state(&m, &symbols_of(minor));
+                let _ = read_state(&m, &symbols_of(minor), &[]);
             }
         }
     }
@@ -620,4 +629,46 @@ fn the_debug_offsets_tables_are_the_headers() {
         eprintln!("3.{minor}: {} entries checked against {}", names.len(), include.display());
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// 3.10's thread states name their OS thread only by `pthread_t`: the tid is
+/// read from glibc's `struct pthread` at the offset where every thread
+/// state's holds a distinct one of the process's tids.
+#[test]
+fn os_tids_from_struct_pthread() {
+    let thread = |thread_id| PyThread {
+        native_tid: 0,
+        thread_id,
+        holds_gil: false,
+        interpreter: 0,
+        frames: Vec::new(),
+        stop: None,
+    };
+    let state = || PyState {
+        version: (3, 10),
+        threads: vec![thread(0x7000_0000), thread(0x7100_0000), thread(0x7200_0000)],
+        warnings: Vec::new(),
+    };
+    let mut m = Mem::default();
+    for (i, tid) in [(0u64, 500u32), (1, 501), (2, 502)] {
+        let at = 0x7000_0000 + i * 0x100_0000;
+        m.put(at, &[0; 1024]);
+        m.u32(at + 16, 500); // the same tid in each: not the field
+        m.u32(at + 720, tid);
+    }
+    let mut r = Reader { mem: &m };
+    let mut s = state();
+    os_tids(&mut r, &mut s, &[500, 501, 502, 9]);
+    assert_eq!(s.threads.iter().map(|t| t.native_tid).collect::<Vec<_>>(), [500, 501, 502]);
+    assert!(s.warnings.is_empty());
+    // one thread gone: the others found, and said
+    let mut s = state();
+    os_tids(&mut r, &mut s, &[500, 502]);
+    assert_eq!(s.threads.iter().map(|t| t.native_tid).collect::<Vec<_>>(), [500, 0, 502]);
+    assert_eq!(s.warnings, ["1 thread states have no OS thread (found by their pthread_t)"]);
+    // no tid anywhere: none guessed
+    let mut s = state();
+    os_tids(&mut r, &mut s, &[42]);
+    assert!(s.threads.iter().all(|t| t.native_tid == 0));
+    assert_eq!(s.warnings.len(), 1);
 }

@@ -20,7 +20,8 @@ fn frame(f: PyFrame) -> Frame {
 }
 
 /// The Python threads of the interpreter in the module file at `path`
-/// (named `name` in the process), placed with `bias`, read from `memory`:
+/// (named `name` in the process), placed with `bias`, read from `memory`
+/// of the process whose OS threads are `tids`:
 /// None if the file is no CPython interpreter; else (version "3.13", threads,
 /// warnings, error: why none could be read, or None).
 #[pyfunction]
@@ -30,13 +31,14 @@ pub(super) fn python_threads(
     path: PathBuf,
     name: &str,
     bias: u64,
+    tids: Vec<u64>,
 ) -> Option<State> {
     let mem = memory.inner.clone();
     py.detach(|| {
         let data = crate::files::map(&path).ok()?;
         let symbols = locate::find(&data, name)?.placed(bias);
         let version = format!("{}.{}", symbols.version.0, symbols.version.1);
-        Some(match read_state(&*mem, &symbols) {
+        Some(match read_state(&*mem, &symbols, &tids) {
             Ok(state) => {
                 let threads = state
                     .threads
