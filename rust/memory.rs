@@ -103,6 +103,22 @@ impl<'a> Regions<'a> {
         Regions { regions: Vec::new(), last_start: 0, last: &[], disjoint: true }
     }
 
+    /// No regions, in the allocation of `storage` (emptied first): a vector
+    /// that [`Regions::into_storage`] gave back, kept between walks.
+    pub fn in_storage(mut storage: Vec<(u64, &'a [u8])>) -> Self {
+        storage.clear();
+        Regions { regions: storage, last_start: 0, last: &[], disjoint: true }
+    }
+
+    /// The vector the regions were held in, emptied, for regions of any
+    /// lifetime (the allocation kept: an empty vector's elements borrow
+    /// nothing, and collecting in place reuses it).
+    pub fn into_storage<'b>(self) -> Vec<(u64, &'b [u8])> {
+        let mut v = self.regions;
+        v.clear();
+        v.into_iter().map(|(start, _)| (start, &[][..])).collect()
+    }
+
     /// Remove all regions, keeping the allocation for reuse.
     pub fn clear(&mut self) {
         self.regions.clear();

@@ -207,3 +207,24 @@ def test_registers_are_checked(stacks: list[Capture]) -> None:
     no_sp = stackwalk.Registers(cap.arch, {k: v for k, v in cap.regs.items() if k != "rsp"})
     with pytest.raises(stackwalk.StackwalkError, match="stack 1: regs lacks the stack pointer"):
         uw.unwind_many([(regs, cap.memory), (no_sp, cap.memory)])
+
+
+def test_one_unwinder_walks_stack_after_stack(stacks: list[Capture]) -> None:
+    """``unwind`` keeps its scratch (the regions and their holders) from one call to the next:
+    an unwinder given the same stack with memory of every kind, cut short or whole, with a
+    refused call between them, gives each walk what a fresh unwinder gives it (whole: gdb's
+    frames; cut short: fewer, the same as far as they go), never regions of an earlier call."""
+    for cap in stacks:
+        uw = _unwinder(cap)
+        (start, data), *rest = cap.memory
+        whole = _frames(_unwinder(cap).unwind(cap.regs, cap.memory))
+        short_memory = [(start, data[:256])]
+        short = _frames(_unwinder(cap).unwind(cap.regs, short_memory))
+        assert len(short) < len(whole) and short == whole[: len(short)]
+        for kind in (bytes, bytearray, memoryview, lambda d: array.array("B", d)):
+            with pytest.raises(stackwalk.MemoryReadError, match="memory region 1 "):
+                uw.unwind(cap.regs, [(start, data), (start + len(data), 42)])
+            ours = uw.unwind(cap.regs, [(start, kind(data)), *rest])
+            assert _frames(ours) == whole
+            assert_gdb_frames(ours, cap)
+            assert _frames(uw.unwind(cap.regs, [(start, kind(data[:256]))])) == short

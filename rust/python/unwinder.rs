@@ -145,6 +145,10 @@ impl PyTrace {
 pub struct PyUnwinder {
     inner: RsUnwinder,
     frames: Vec<RsFrame>,
+    /// `unwind`'s scratch, empty between calls and kept for their
+    /// allocations: the memory regions' holders, and the regions.
+    held: Vec<(u64, HeldBytes)>,
+    spans: Vec<(u64, &'static [u8])>,
     /// (module name, separate debug file its `.debug_frame` comes from).
     debug_files: Vec<(String, String)>,
     /// The JIT's perf map (`set_perf_map`): where its functions start.
@@ -167,6 +171,8 @@ impl PyUnwinder {
         Ok(PyUnwinder {
             inner,
             frames: Vec::with_capacity(64),
+            held: Vec::new(),
+            spans: Vec::new(),
             debug_files: Vec::new(),
             perf_map: None,
         })
@@ -338,17 +344,26 @@ impl PyUnwinder {
         let arch = self.inner.arch();
         let (pc, registers) = shared_registers(arch, regs)?;
         let mapped = memory.cast::<PyMappedMemory>().ok().map(|m| m.get().inner.clone());
-        let buffers = if mapped.is_some() { Vec::new() } else { extract_buffers(memory)? };
+        let mut held = std::mem::take(&mut self.held);
+        if mapped.is_none() {
+            extract_buffers_into(memory, &mut held)?;
+        }
         let mut regions = match &mapped {
             Some(m) => m.regions(),
-            None => Regions::new(),
+            None => Regions::in_storage(std::mem::take(&mut self.spans)),
         };
-        for (start, held) in &buffers {
-            regions.add(*start, held.as_slice());
+        for (start, bytes) in &held {
+            regions.add(*start, bytes.as_slice());
         }
         let (inner, frames) = (&mut self.inner, &mut self.frames);
         let end =
-            guard("unwinding", || inner.unwind(pc, &registers, &mut regions, max_frames, frames))?;
+            guard("unwinding", || inner.unwind(pc, &registers, &mut regions, max_frames, frames));
+        if mapped.is_none() {
+            self.spans = regions.into_storage();
+        }
+        held.clear();
+        self.held = held;
+        let end = end?;
         Ok(PyTrace {
             // Hand the buffer over rather than copying it; the next walk gets
             // a fresh one of the same capacity (one allocation either way).
