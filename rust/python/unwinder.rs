@@ -87,6 +87,42 @@ pub struct PyTrace {
     end_module: Option<Arc<Module>>,
 }
 
+thread_local! {
+    /// The frame vectors of traces let go of on this thread, for the next
+    /// `unwind` calls (an allocation and a free less each).
+    static FREED: std::cell::RefCell<Vec<Vec<RsFrame>>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+/// The most vectors kept, and the largest (in frames).
+const FREED_VECTORS: usize = 16;
+const FREED_FRAMES: usize = 4096;
+
+impl Drop for PyTrace {
+    fn drop(&mut self) {
+        let mut frames = std::mem::take(&mut self.frames);
+        if frames.capacity() == 0 || frames.capacity() > FREED_FRAMES {
+            return;
+        }
+        frames.clear();
+        let _ = FREED.try_with(|freed| {
+            if let Ok(mut freed) = freed.try_borrow_mut() {
+                if freed.len() < FREED_VECTORS {
+                    freed.push(frames);
+                }
+            }
+        });
+    }
+}
+
+/// An empty frame vector for a walk, of `capacity` frames at least: one a
+/// trace let go of, or a new one.
+fn frame_vector(capacity: usize) -> Vec<RsFrame> {
+    let reused = FREED.try_with(|f| f.try_borrow_mut().ok()?.pop()).ok().flatten();
+    let mut frames = reused.unwrap_or_default();
+    frames.reserve(capacity);
+    frames
+}
+
 impl PyTrace {
     pub(super) fn new(
         frames: Vec<RsFrame>,
@@ -366,10 +402,10 @@ impl PyUnwinder {
         let end = end?;
         Ok(PyTrace {
             // Hand the buffer over rather than copying it; the next walk gets
-            // a fresh one of the same capacity (one allocation either way).
+            // one of the same capacity, a trace's that was let go of if any.
             frames: {
                 let capacity = self.frames.len().max(64);
-                std::mem::replace(&mut self.frames, Vec::with_capacity(capacity))
+                std::mem::replace(&mut self.frames, frame_vector(capacity))
             },
             end,
             arch,
