@@ -379,7 +379,12 @@ impl PyUnwinder {
     ) -> PyResult<PyTrace> {
         let arch = self.inner.arch();
         let (pc, registers) = shared_registers(arch, regs)?;
-        let mapped = memory.cast::<PyMappedMemory>().ok().map(|m| m.get().inner.clone());
+        // A list of regions (the usual form) is told at once from a core's
+        // memory, without the subclass search a failed cast makes.
+        let mapped = match memory.is_exact_instance_of::<pyo3::types::PyList>() {
+            true => None,
+            false => memory.cast::<PyMappedMemory>().ok().map(|m| m.get().inner.clone()),
+        };
         let mut held = std::mem::take(&mut self.held);
         if mapped.is_none() {
             extract_buffers_into(memory, &mut held)?;
@@ -828,12 +833,15 @@ pub(super) fn extract_buffers_into(
                 "memory region {i} is not a (start address, bytes-like) pair"
             ))
         })?;
-        if let Ok(bytes) = data.cast::<PyBytes>() {
-            let slice = bytes.as_bytes();
-            let (ptr, len) = (slice.as_ptr(), slice.len());
-            out.push((start, HeldBytes { ptr, len, _keep: Keep::Bytes(bytes.clone().unbind()) }));
-            return Ok(());
-        }
+        let data = match data.cast_into::<PyBytes>() {
+            Ok(bytes) => {
+                let slice = bytes.as_bytes();
+                let (ptr, len) = (slice.as_ptr(), slice.len());
+                out.push((start, HeldBytes { ptr, len, _keep: Keep::Bytes(bytes.unbind()) }));
+                return Ok(());
+            }
+            Err(e) => e.into_inner(),
+        };
         let buf = PyBuffer::<u8>::get(&data).map_err(|e| {
             MemoryReadError::new_err(format!(
                 "memory region {i} at {start:#x} is not a byte buffer: {e}"
