@@ -62,16 +62,29 @@ impl Chunk {
     fn extract(&mut self, arch: Arch, i: usize, item: &Bound<'_, PyAny>) -> PyResult<()> {
         let py = item.py();
         let at = |e: PyErr| PyErr::from_type(e.get_type(py), format!("stack {i}: {}", e.value(py)));
-        let (regs, memory): (Bound<'_, PyAny>, Bound<'_, PyAny>) =
-            item.extract().map_err(|_| {
-                super::errors::StackwalkError::new_err(format!(
-                    "stack {i} is not a (regs, memory) pair"
-                ))
-            })?;
+        let not_a_pair = || {
+            super::errors::StackwalkError::new_err(format!(
+                "stack {i} is not a (regs, memory) pair"
+            ))
+        };
+        // A tuple's items borrowed (the usual form), else any pair.
+        let pair = match item.cast::<pyo3::types::PyTuple>() {
+            Ok(t) if t.len() == 2 => Some((t.get_borrowed_item(0)?, t.get_borrowed_item(1)?)),
+            _ => None,
+        };
+        let (regs, memory): (Bound<'_, PyAny>, Bound<'_, PyAny>) = match pair {
+            Some((regs, memory)) => (regs.to_owned(), memory.to_owned()),
+            None => item.extract().map_err(|_| not_a_pair())?,
+        };
         let (pc, regs) = shared_registers(arch, &regs).map_err(at)?;
-        let memory = match memory.cast::<PyMappedMemory>() {
-            Ok(m) => StackMemory::Mapped(m.get().inner.clone()),
-            Err(_) => {
+        // A list of regions is told from a core's memory without a failed cast.
+        let mapped = match memory.is_exact_instance_of::<pyo3::types::PyList>() {
+            true => None,
+            false => memory.cast::<PyMappedMemory>().ok(),
+        };
+        let memory = match mapped {
+            Some(m) => StackMemory::Mapped(m.get().inner.clone()),
+            None => {
                 let first = self.held.len();
                 extract_buffers_into(&memory, &mut self.held).map_err(at)?;
                 StackMemory::Buffers(first..self.held.len())
