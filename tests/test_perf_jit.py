@@ -30,6 +30,7 @@ from perfdata import (
     run,
     stackwalk_perf,
 )
+from stackwalk._core import perf_samples
 
 # outer -> middle x5 -> innerMost, as often as outer is asked.
 BUSY_FUNCTIONS = """
@@ -99,6 +100,27 @@ def _as_printed(frames: list[dict[str, Any]]) -> list[tuple[str | None, int, str
             )
             out.append((module, address, None))
     return out
+
+
+def _word_at_sp(
+    data: Path, key: tuple[int, int, int], max_samples: int = 10**7
+) -> tuple[int, str | None]:
+    """The word at the sample's sp (the first 8 bytes of the stack it captured), and the name
+    of the code of the process's perf map that holds that address (None: no code there)."""
+    pid, tid, time = key
+    samples = perf_samples(data, max_samples=max_samples)["samples"]
+    [stack] = [s[5] for s in samples if (s[0], s[1], s[2]) == key]
+    word = int.from_bytes(stack[:8], "little")
+    return word, _map_name(pid, word)
+
+
+def _map_name(pid: int, address: int) -> str | None:
+    """The name of the code of the process's perf map that holds ``address`` (None: none)."""
+    for line in Path(f"/tmp/perf-{pid}.map").read_text().splitlines():
+        start, size, name = line.split(" ", 2)
+        if int(start, 16) <= address < int(start, 16) + int(size, 16):
+            return name
+    return None
 
 
 def _is_jit(dso: str | None) -> bool:
@@ -175,15 +197,24 @@ def test_jit_frames_named_and_walked(node_recording: tuple[Path, Path, Path]) ->
             if caller in CALLERS[callee]:
                 continue
             # One exception, for frame 0 alone: a sample in a JavaScript function's epilogue,
-            # after its `pop rbp` and before its `ret` (or, in the interpreter's return
-            # sequence, with the return address popped into a register), where rbp is its
-            # caller's already. Without CFI or code bytes, no frame-pointer walk sees that
-            # state (perf's, samply's neither): the caller's caller follows, one frame
-            # skipped. A few instructions in hundreds: allowed once a recording, and only so.
+            # after its `pop rbp` and before its `ret`, where rbp is its caller's already.
+            # Without CFI or code bytes, no frame-pointer walk sees that state (perf's,
+            # samply's neither): the caller's caller follows, one frame skipped. A few
+            # instructions in hundreds: allowed once a recording, and only when the sample's
+            # own stack proves it: the word at sp is the return address into the skipped
+            # caller (the function of the map that holds it calls frame 0's and is called by
+            # frame 1's).
             skipped = any(caller in CALLERS[between] for between in CALLERS[callee])
             assert i == 0 and skipped and not epilogue, (
                 f"{key}: {caller!r} does not call {callee!r}: {names}"
             )
+            word, holder = _word_at_sp(data, key)
+            returns_into = JS_NAME.fullmatch(holder or "")
+            assert (
+                returns_into
+                and returns_into["name"] in CALLERS[callee]
+                and caller in CALLERS[returns_into["name"]]
+            ), f"{key}: frame 1 skipped, but the word at sp ({word:#x}) is in {holder!r}"
             epilogue.append(key)
         assert names.count("middle") <= 5, names
         assert mine[-1]["function"] == "_start", f"{key}: the walk ends at {mine[-1]}"
@@ -224,3 +255,24 @@ def test_without_a_perf_map_jit_code_ends_the_walk(
             assert frames[-1]["function"] is None, frames
             stopped += 1
     assert stopped >= 100, stopped
+
+
+def test_the_word_at_sp_of_a_sample(node_recording: tuple[Path, Path, Path]) -> None:
+    """The epilogue proof's reading (above), on samples that always exist: the word at a
+    sample's sp is the first word of the stack it captured, and the perf map's lookup names
+    the JIT code at each of our JIT frames' pcs as we name it."""
+    data, _, _ = node_recording
+    samples = perf_samples(data, max_samples=200)["samples"]
+    first = samples[0]
+    word, _ = _word_at_sp(data, (first[0], first[1], first[2]), max_samples=1)
+    assert word == int.from_bytes(first[5][:8], "little")
+    looked_up = 0
+    for key, frames in _ours(data).items():
+        for index, f in enumerate(frames):
+            if _is_jit(f["module"]):
+                # a caller's name is that of the code holding its call: at pc - 1
+                assert _map_name(key[0], int(f["pc"], 16) - (index > 0)) == f["function"], f
+                looked_up += 1
+        if looked_up > 200:
+            break
+    assert looked_up > 200
