@@ -102,16 +102,17 @@ def _as_printed(frames: list[dict[str, Any]]) -> list[tuple[str | None, int, str
     return out
 
 
-def _word_at_sp(
+def _return_candidates(
     data: Path, key: tuple[int, int, int], max_samples: int = 10**7
-) -> tuple[int, str | None]:
-    """The word at the sample's sp (the first 8 bytes of the stack it captured), and the name
-    of the code of the process's perf map that holds that address (None: no code there)."""
-    pid, tid, time = key
+) -> dict[str, int]:
+    """Where a sample's return address can be once its function has popped its frame record:
+    the word at sp (the first 8 bytes of the stack it captured: before `ret`), and each
+    register but the pc, sp and fp (V8's interpreter pops it into one, then pushes it back)."""
     samples = perf_samples(data, max_samples=max_samples)["samples"]
-    [stack] = [s[5] for s in samples if (s[0], s[1], s[2]) == key]
-    word = int.from_bytes(stack[:8], "little")
-    return word, _map_name(pid, word)
+    [(regs, stack)] = [(s[3], s[5]) for s in samples if (s[0], s[1], s[2]) == key]
+    out = {"[sp]": int.from_bytes(stack[:8], "little")}
+    out.update((name, v) for name, v in regs.items() if name not in ("rip", "rsp", "rbp"))
+    return out
 
 
 def _map_name(pid: int, address: int) -> str | None:
@@ -200,21 +201,24 @@ def test_jit_frames_named_and_walked(node_recording: tuple[Path, Path, Path]) ->
             # after its `pop rbp` and before its `ret`, where rbp is its caller's already.
             # Without CFI or code bytes, no frame-pointer walk sees that state (perf's,
             # samply's neither): the caller's caller follows, one frame skipped. A few
-            # instructions in hundreds: allowed once a recording, and only when the sample's
-            # own stack proves it: the word at sp is the return address into the skipped
-            # caller (the function of the map that holds it calls frame 0's and is called by
-            # frame 1's).
+            # instructions in hundreds: allowed once a recording, and only when the sample
+            # proves it: the return address into the skipped caller is at sp, or in a
+            # register (see _return_candidates), in code of the map that calls frame 0's
+            # function and is called by frame 1's.
             skipped = any(caller in CALLERS[between] for between in CALLERS[callee])
             assert i == 0 and skipped and not epilogue, (
                 f"{key}: {caller!r} does not call {callee!r}: {names}"
             )
-            word, holder = _word_at_sp(data, key)
-            returns_into = JS_NAME.fullmatch(holder or "")
-            assert (
-                returns_into
-                and returns_into["name"] in CALLERS[callee]
-                and caller in CALLERS[returns_into["name"]]
-            ), f"{key}: frame 1 skipped, but the word at sp ({word:#x}) is in {holder!r}"
+            candidates = _return_candidates(data, key)
+            held = {where: _map_name(key[0], v) for where, v in candidates.items()}
+            proofs = [
+                where
+                for where, name in held.items()
+                if (m := JS_NAME.fullmatch(name or ""))
+                and m["name"] in CALLERS[callee]
+                and caller in CALLERS[m["name"]]
+            ]
+            assert proofs, f"{key}: frame 1 skipped, and no return address into it: {held}"
             epilogue.append(key)
         assert names.count("middle") <= 5, names
         assert mine[-1]["function"] == "_start", f"{key}: the walk ends at {mine[-1]}"
@@ -257,15 +261,16 @@ def test_without_a_perf_map_jit_code_ends_the_walk(
     assert stopped >= 100, stopped
 
 
-def test_the_word_at_sp_of_a_sample(node_recording: tuple[Path, Path, Path]) -> None:
+def test_the_return_candidates_of_a_sample(node_recording: tuple[Path, Path, Path]) -> None:
     """The epilogue proof's reading (above), on samples that always exist: the word at a
-    sample's sp is the first word of the stack it captured, and the perf map's lookup names
-    the JIT code at each of our JIT frames' pcs as we name it."""
+    sample's sp is the first word of the stack it captured, the registers are the sample's,
+    and the perf map's lookup names the JIT code at each of our JIT frames' pcs as we name
+    it."""
     data, _, _ = node_recording
-    samples = perf_samples(data, max_samples=200)["samples"]
-    first = samples[0]
-    word, _ = _word_at_sp(data, (first[0], first[1], first[2]), max_samples=1)
-    assert word == int.from_bytes(first[5][:8], "little")
+    [first] = perf_samples(data, max_samples=1)["samples"]
+    candidates = _return_candidates(data, (first[0], first[1], first[2]), max_samples=1)
+    assert candidates["[sp]"] == int.from_bytes(first[5][:8], "little")
+    assert candidates["rcx"] == first[3]["rcx"] and "rip" not in candidates
     looked_up = 0
     for key, frames in _ours(data).items():
         for index, f in enumerate(frames):
