@@ -208,9 +208,7 @@ impl Unwinder {
         if let Some(end) = self.outermost(failure.as_ref(), lookup, callee, callee_regs) {
             return Err(end);
         }
-        let stack = *walk
-            .stack
-            .get_or_insert_with(|| frames.first().and_then(|f| self.stack_region(mem, f.sp)));
+        let stack = self.walk_stack_region(walk.stack, frames, mem);
         let mut outcome = Err(failure.unwrap_or((EndReason::NoUnwindInfo, EndDetail::None)));
         for &strategy in strategies {
             let found = if strategy == Strategy::Cfi {
@@ -307,8 +305,7 @@ impl Unwinder {
         frames: &mut [Frame],
         mem: &mut M,
     ) -> Step {
-        let stack =
-            *stack.get_or_insert_with(|| frames.first().and_then(|f| self.stack_region(mem, f.sp)));
+        let stack = self.walk_stack_region(stack, frames, mem);
         let ctx = fallback::Context {
             arch: self.arch,
             modules: &self.modules,
