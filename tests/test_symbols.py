@@ -19,6 +19,7 @@ import re
 from pathlib import Path
 
 import pytest
+import stackwalk
 from corefiles import (
     ElfSymbol,
     elf_symbols,
@@ -135,3 +136,32 @@ def test_zero_size_symbols_as_eu_addr2line(name: str, build: Builder) -> None:
         assert ours[1] == theirs[1] and same_function(path, ours[0], theirs[0]), where
         named += theirs[0] in labels
     assert named > 0, f"no address named after a label of {path}: {labels}"
+
+
+def test_a_perf_map_read_once_names_jit_code_as_its_path_does(tmp_path: Path) -> None:
+    """A JIT's perf map read once (``PerfMap``) names code outside every module as the map
+    read from its path does; given to a symbolizer and to an unwinder alike. A map that
+    cannot be read is named in the error, whichever way it is given."""
+    from types import SimpleNamespace
+
+    from stackwalk._core import PerfMap, Symbolizer
+
+    path = tmp_path / "perf-42.map"
+    path.write_text("7f0000001000 40 JS:~first a.js:1:1\n7f0000002000 100 JS:*second a.js:9:3\n")
+    shared = PerfMap(path)
+    assert len(shared) == 2
+    frames = [
+        SimpleNamespace(pc=pc, sp=0x1000 + i, cfa=None, trust="context", lookup_pc=pc)
+        for i, pc in enumerate((0x7F0000001010, 0x7F0000002080, 0x7F0000003000))
+    ]
+    by_path = Symbolizer([], perf_map=path).frame_dicts(frames)
+    by_map = Symbolizer([], perf_map=shared).frame_dicts(frames)
+    assert by_map == by_path
+    assert [f["function"] for f in by_map] == ["JS:~first a.js:1:1", "JS:*second a.js:9:3", None]
+    uw = stackwalk.Unwinder("x86_64")
+    uw.set_perf_map(shared)
+    uw.set_perf_map(path)
+    missing = tmp_path / "perf-43.map"
+    for make in (PerfMap, lambda p: Symbolizer([], perf_map=p), uw.set_perf_map):
+        with pytest.raises(stackwalk.StackwalkError, match=re.escape(str(missing))):
+            make(missing)

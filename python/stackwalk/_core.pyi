@@ -24,6 +24,7 @@ __all__ = [
     "MappedMemory",
     "SymbolTable",
     "Symbolizer",
+    "PerfMap",
     "StackDB",
     "CoreFile",
     "content_hash",
@@ -189,6 +190,11 @@ class _FrameLike(Protocol):
     def lookup_pc(self) -> int: ...
 
 @final
+class PerfMap:
+    def __new__(cls, path: str | PathLike[str]) -> PerfMap: ...
+    def __len__(self) -> int: ...
+
+@final
 class Symbolizer:
     def __new__(
         cls,
@@ -201,7 +207,7 @@ class Symbolizer:
         images: dict[str, Buffer] | None = None,
         *,
         debug_root: str | PathLike[str] | None = ...,
-        perf_map: str | PathLike[str] | None = None,
+        perf_map: PerfMap | str | PathLike[str] | None = None,
     ) -> Symbolizer: ...
     def frame_dicts(
         self, frames: Trace | Iterable[_FrameLike], *, inline: bool = False
@@ -387,7 +393,7 @@ class Unwinder:
         base: int = 0,
         jit: bool = False,
     ) -> None: ...
-    def set_perf_map(self, path: str | PathLike[str]) -> None: ...
+    def set_perf_map(self, map: PerfMap | str | PathLike[str]) -> None: ...
     def set_initial_stack(self, address: int | None) -> None: ...
     def unwind(
         self,

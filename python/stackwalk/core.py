@@ -26,6 +26,7 @@ import os
 from stackwalk._core import (
     CoreFile,
     MinidumpFile,
+    PerfMap,
     Symbolizer,
     debuginfod_fetch,
     debuginfod_urls,
@@ -172,6 +173,8 @@ class Core:
         self.path = os.fspath(path)
         # A JIT's perf map (/tmp/perf-PID.map): the names of its code, outside every module.
         self.perf_map = os.fspath(perf_map) if perf_map is not None else None
+        # The map read once, for the unwinder and the symbolizer (see _jit_map).
+        self._perf_map_read: PerfMap | str | None = None
         self._allow_mismatch = allow_mismatch
         # Module path -> build id of the file found for it that differs from the core's.
         self._mismatched: dict[str, str] = {}
@@ -225,6 +228,17 @@ class Core:
         deleted since they were mapped, files fetched from debuginfod."""
         return set(self._readable_at.values()) | self._fetched
 
+    def _jit_map(self) -> PerfMap | str | None:
+        """The JIT's perf map, read once (a live JIT appends to it: the unwinder and the
+        symbolizer see the same lines); its path where it cannot be read, for the symbolizer
+        to say why."""
+        if self._perf_map_read is None and self.perf_map is not None:
+            try:
+                self._perf_map_read = PerfMap(self.perf_map)
+            except StackwalkError:
+                self._perf_map_read = self.perf_map
+        return self._perf_map_read
+
     def _add_jit_code(self) -> None:
         """Executable memory in no module (a JIT's code: node's, the JVM's) told to the
         unwinder as code without a file, so that a frame-pointer chain through it is followed,
@@ -236,10 +250,9 @@ class Core:
         if self.perf_map is not None:
             # Where the JIT's functions start: a frame 0 in its code is taken for one that has
             # made no frame record only at a function's start (see rust/fallback.rs).
-            try:
-                self.unwinder.set_perf_map(self.perf_map)
-            except StackwalkError:
-                pass  # unreadable: the symbolizer, which reads it too, says so
+            map_or_path = self._jit_map()
+            if isinstance(map_or_path, PerfMap):
+                self.unwinder.set_perf_map(map_or_path)
         taken = [span for m in self.modules for span in m.spans]
         for start, end, flags in self._segments:
             if not flags & _PF_X or any(a < end and start < b for a, b in taken):
@@ -682,7 +695,7 @@ class Core:
             ),
             {"[vdso]": self._vdso_image} if self._vdso_image is not None else None,
             debug_root=self.debug_root,
-            perf_map=self.perf_map,
+            perf_map=self._jit_map(),
         )
         sig = self.signal
         threads = []

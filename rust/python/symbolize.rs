@@ -58,7 +58,7 @@ impl PySymbolizer {
         modules: &Bound<'_, PyAny>,
         images: Option<HashMap<String, Bound<'_, PyAny>>>,
         debug_root: Option<PathBuf>,
-        perf_map: Option<PathBuf>,
+        perf_map: Option<Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let mut files: HashMap<String, Arc<SymbolFile>> = HashMap::new();
         let mut placed = Vec::new();
@@ -130,8 +130,8 @@ impl PySymbolizer {
             });
         }
         let mut inner = Symbolizer::new(placed);
-        if let Some(path) = perf_map {
-            inner = inner.with_perf_map(read_perf_map(&path)?);
+        if let Some(given) = perf_map {
+            inner = inner.with_perf_map(perf_map_of(&given)?);
         }
         Ok(PySymbolizer { inner })
     }
@@ -275,6 +275,35 @@ pub(super) fn sym_file_parses() -> u64 {
 #[pyfunction]
 pub(super) fn read_sym_file(py: Python<'_>, path: PathBuf) -> PyResult<()> {
     py.detach(|| crate::breakpad::sym_file(&path).map(drop)).map_err(StackwalkError::new_err)
+}
+
+/// A JIT's perf map (`/tmp/perf-PID.map`) read once, for an unwinder and a
+/// symbolizer to share (a live JIT appends to its map: both see the same
+/// lines, and a map of megabytes is parsed once).
+#[pyclass(module = "stackwalk._core", name = "PerfMap", frozen)]
+pub struct PyPerfMap {
+    inner: Arc<crate::perfmap::PerfMap>,
+}
+
+#[pymethods]
+impl PyPerfMap {
+    #[new]
+    fn new(path: PathBuf) -> PyResult<Self> {
+        Ok(PyPerfMap { inner: read_perf_map(&path)? })
+    }
+
+    /// The number of pieces of code the map names.
+    fn __len__(&self) -> usize {
+        self.inner.len()
+    }
+}
+
+/// A perf map given as a `PerfMap` (shared) or a path (read now).
+pub(super) fn perf_map_of(given: &Bound<'_, PyAny>) -> PyResult<Arc<crate::perfmap::PerfMap>> {
+    match given.cast::<PyPerfMap>() {
+        Ok(map) => Ok(map.get().inner.clone()),
+        Err(_) => read_perf_map(&given.extract::<PathBuf>()?),
+    }
 }
 
 /// A JIT's perf map (`/tmp/perf-PID.map`): the names and extents of code

@@ -352,8 +352,8 @@ impl PyUnwinder {
     /// The perf map of the JIT whose code `add_missing_module(..., jit=True)`
     /// adds from now on (`/tmp/perf-PID.map`): where its functions start,
     /// which tells whether a frame 0 in it has made its frame record yet.
-    fn set_perf_map(&mut self, path: PathBuf) -> PyResult<()> {
-        self.perf_map = Some(super::symbolize::read_perf_map(&path)?);
+    fn set_perf_map(&mut self, map: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.perf_map = Some(super::symbolize::perf_map_of(map)?);
         Ok(())
     }
 
