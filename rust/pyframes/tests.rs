@@ -672,3 +672,117 @@ fn os_tids_from_struct_pthread() {
     assert!(s.threads.iter().all(|t| t.native_tid == 0));
     assert_eq!(s.warnings.len(), 1);
 }
+
+const FRAME_TYPE: u64 = 0x50_3000;
+const PTHREAD: u64 = 0xa0_0000;
+
+/// A 3.10 interpreter: frame objects, 3.10's line table, a thread state
+/// that names its thread by `pthread_t` only (glibc's `struct pthread`
+/// holds tid 77 at 720), running inner (unit 3) <- middle (unit 0) <- outer
+/// (unit 5), each in a native eval call of its own.
+fn interpreter_310() -> Mem {
+    use super::layout::PY310 as P;
+    let mut m = Mem::default();
+    let layout::Gil::Runtime { last_holder, locked } = P.gil else { unreachable!() };
+    let layout::CurrentFrame::Direct { tstate_current_frame } = P.current_frame else {
+        unreachable!()
+    };
+    m.u64(RUNTIME + P.runtime_interpreters_head, INTERP);
+    m.u64(RUNTIME + last_holder, TSTATE);
+    m.u32(RUNTIME + locked, 1);
+    m.u64(INTERP + P.interp_next, 0);
+    m.u64(INTERP + P.interp_threads_head, TSTATE);
+    m.u64(TSTATE + P.tstate_next, 0);
+    m.u64(TSTATE + P.tstate_interp, INTERP);
+    m.u64(TSTATE + P.tstate_thread_id, PTHREAD);
+    m.u64(TSTATE + tstate_current_frame, 0x60_0000);
+    m.put(PTHREAD, &[0; 1024]);
+    m.u32(PTHREAD + 720, 77);
+    let ascii = |m: &mut Mem, at: u64, s: &str| {
+        m.u64(at + P.object_type, STR_TYPE);
+        m.u64(at + P.unicode_length, s.len() as u64);
+        m.u32(at + P.unicode_state, 0xe4);
+        m.put(at + P.unicode_ascii_data, s.as_bytes());
+    };
+    for (at, name, first) in
+        [(0x70_0000, "inner", 10), (0x80_0000, "middle", 20), (0x90_0000, "outer", 30)]
+    {
+        m.u64(at + P.object_type, CODE_TYPE);
+        ascii(&mut m, at + 0x1000, name);
+        ascii(&mut m, at + 0x3000, "/src/prog.py");
+        m.u64(at + P.code_name, at + 0x1000);
+        m.u64(at + P.code_filename, at + 0x3000);
+        let table = at + 0x4000;
+        m.u64(table + P.object_type, BYTES_TYPE);
+        // 8 ranges of one code unit (2 bytes), each a line further
+        let bytes: Vec<u8> = (0..8).flat_map(|_| [2, 1]).collect();
+        m.u64(table + P.var_size, bytes.len() as u64);
+        m.put(table + P.bytes_data, &bytes);
+        m.u64(at + P.code_linetable, table);
+        m.u32(at + P.code_firstlineno, first);
+    }
+    for (at, code, lasti, back) in [
+        (0x60_0000, 0x70_0000, 3, 0x61_0000),
+        (0x61_0000, 0x80_0000, 0, 0x62_0000),
+        (0x62_0000, 0x90_0000, 5, 0),
+    ] {
+        m.u64(at + P.object_type, FRAME_TYPE);
+        m.u64(at + P.frame_code, code);
+        m.u64(at + P.frame_previous, back);
+        m.u32(at + P.frame_instr, lasti);
+    }
+    m
+}
+
+fn symbols_310() -> Symbols {
+    Symbols { version: (3, 10), frame_type: Some(FRAME_TYPE), ..symbols() }
+}
+
+#[test]
+fn reads_310_frame_objects_and_finds_the_os_thread() {
+    let m = interpreter_310();
+    let state = read_state(&m, &symbols_310(), &[5, 77]).unwrap();
+    assert!(state.warnings.is_empty(), "{:?}", state.warnings);
+    let [t] = &state.threads[..] else { panic!("{:?}", state.threads) };
+    assert_eq!((t.native_tid, t.thread_id, t.holds_gil, &t.stop), (77, PTHREAD, true, &None));
+    let got: Vec<_> = t
+        .frames
+        .iter()
+        .map(|f| (f.function.as_str(), f.qualname.as_str(), f.line, f.entry))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("inner", "inner", Some(14), true),
+            ("middle", "middle", Some(21), true),
+            ("outer", "outer", Some(36), true)
+        ]
+    );
+    // A frame object of another type ends the thread's frames with the reason.
+    let mut wrong = m.clone();
+    wrong.u64(0x61_0000 + 8, 0x1234);
+    let t = &read_state(&wrong, &symbols_310(), &[77]).unwrap().threads[0];
+    assert_eq!(t.frames.len(), 1);
+    assert_eq!(
+        t.stop.as_deref(),
+        Some("frame object at 0x610000: wrong type (0x1234 is not 0x503000)")
+    );
+    // No thread id of the process in its struct pthread: none guessed, and said.
+    let state = read_state(&m, &symbols_310(), &[5]).unwrap();
+    assert_eq!(state.threads[0].native_tid, 0);
+    assert_eq!(state.warnings.len(), 1);
+}
+
+#[test]
+fn every_byte_of_a_310_state_garbled_never_panics() {
+    let base = interpreter_310();
+    let keys: Vec<u64> =
+        base.0.keys().copied().filter(|k| !(PTHREAD..PTHREAD + 1024).contains(k)).collect();
+    for (n, &k) in keys.iter().enumerate() {
+        for v in [0x00, 0xff, 0x80] {
+            let mut m = base.clone();
+            m.put(k, &[v ^ (n as u8)]);
+            let _ = read_state(&m, &symbols_310(), &[77]);
+        }
+    }
+}
