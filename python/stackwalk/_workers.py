@@ -38,6 +38,17 @@ def read_before_fork() -> Iterator[bool]:
         _core.hold_thread_pool(False)
 
 
+def first_read_here(items: Sequence[T], read: Callable[[T], R]) -> tuple[list[R], Sequence[T]]:
+    """``read`` of the first item in this process, before the workers are forked, where that
+    is safe (see read_before_fork): the workers inherit what it read (libc's symbols and debug
+    info, the program's), where each would read it again. (What it gave, if it ran; the items
+    left for the workers.)"""
+    with read_before_fork() as safe:
+        if not safe or not items:
+            return [], items
+        return [read(items[0])], items[1:]
+
+
 class Died(NamedTuple):
     """What a worker gave for the item it was on when it died (killed by a user or the OOM
     killer, or crashed)."""

@@ -184,16 +184,12 @@ def _core_dir(args: argparse.Namespace, paths: Sequence[str]) -> int:
     jobs = min(args.jobs or len(os.sched_getaffinity(0)), len(paths))
     if jobs <= 1:
         return _each_file(paths, lambda path: _one_core(args, path, None))
-    from stackwalk._workers import Died, WorkersDied, forked_map, read_before_fork
+    from stackwalk._workers import Died, WorkersDied, first_read_here, forked_map
 
     _DIR_ARGS = args
-    statuses = []
-    rest = list(paths)
-    with read_before_fork() as safe:
-        if safe:
-            # The first core is read here: the workers inherit what it read (libc's symbols
-            # and debug info, the program's), where each would read it again.
-            statuses.append(_status_of(lambda p: _one_core(args, p, None), rest.pop(0)))
+    statuses, rest = first_read_here(
+        paths, lambda p: _status_of(lambda q: _one_core(args, q, None), p)
+    )
     sys.stdout.flush()
     sys.stderr.flush()
     try:

@@ -520,21 +520,15 @@ def triage(
     if dask is None and min(jobs or len(os.sched_getaffinity(0)), len(todo)) > 1:
         # Worker processes store what they read themselves: nothing crosses back but a line
         # per crash, and the writing is spread over the workers with the reading.
-        from stackwalk._workers import read_before_fork
+        from stackwalk._workers import first_read_here
 
-        first: list[dict[str, Any]] = []
-        with read_before_fork() as safe:
-            if safe:
-                # The first file is read here: the workers inherit what it read (libc's
-                # symbols and debug info, the program's), where each would read it again.
-                record = process_file(todo[0], options)
-                first = [record] if record is not None else []
-                stored += store.add(first)
-                todo = todo[1:]
+        read, rest = first_read_here(todo, lambda path: process_file(path, options))
+        first = [record for record in read if record is not None]
+        stored += store.add(first)
         if each is not None:
             for crash in first:
                 each(crash)
-        results = _stored_by_workers(todo, store.path, options, jobs)
+        results = _stored_by_workers(rest, store.path, options, jobs)
     elif dask is not None:
         results = _dask_results(todo, store, options, dask)
     else:
