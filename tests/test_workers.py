@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -78,3 +79,32 @@ def _children() -> set[str]:
     a traced program's)."""
     pid = os.getpid()
     return set(Path(f"/proc/{pid}/task/{pid}/children").read_text().split())
+
+
+def test_a_turn_lock_at_a_path_is_one_lock_for_unrelated_processes(tmp_path: Path) -> None:
+    """``TurnLock(path)`` (triage's Dask workers on the store's machine): opened by processes
+    that share nothing but the path, it lets one of them in at a time, and a killed holder
+    lets go of it."""
+    path = str(tmp_path / "store.lock")
+    ready, release = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover (the child)
+        held = TurnLock(path)
+        with held:
+            os.write(release, b"x")
+            time.sleep(60)  # killed holding it
+        os._exit(0)
+    assert os.read(ready, 1) == b"x"
+    mine = TurnLock(path)
+    taken = threading.Event()
+
+    def take() -> None:
+        with mine:
+            taken.set()
+
+    threading.Thread(target=take, daemon=True).start()
+    assert not taken.wait(0.3), "two holders at once"
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    assert taken.wait(10), "the lock of a killed process is still held"
+    mine.close()

@@ -241,10 +241,18 @@ class TurnLock:
     """A lock between a parent and the workers it forks, which a worker killed while holding
     it lets go of: a POSIX record lock on a file of its own (the kernel drops a process's
     record locks when it dies, and wakes the next waiter at once). A multiprocessing.Lock
-    held by a killed worker would stay held, and every other worker wait on it forever."""
+    held by a killed worker would stay held, and every other worker wait on it forever.
+    ``path``: a file that processes not forked from one another agree on (created if
+    missing), where the lock's own is a temporary one inherited by the fork."""
 
-    def __init__(self) -> None:
-        self._file = tempfile.TemporaryFile()  # noqa: SIM115 (held as long as the lock)
+    def __init__(self, path: str | None = None) -> None:
+        if path is None:
+            self._file = tempfile.TemporaryFile()  # noqa: SIM115 (held as long as the lock)
+        else:
+            self._file = open(path, "a+b")  # noqa: SIM115 (held as long as the lock)
+
+    def close(self) -> None:
+        self._file.close()
 
     def __enter__(self) -> None:
         fcntl.lockf(self._file, fcntl.LOCK_EX)
