@@ -576,13 +576,24 @@ class Stored(NamedTuple):
 
 
 SUMMARY_KEYS = ("path", "signature", "bucket", "error")
-# Files per worker task: one transaction each, short enough that the other writers seldom
-# wait for it.
-_WORKER_TASK = 16
+# The most files in a task of --jobs' workers: one transaction each (some 10 ms of writing on
+# small cores), short enough that the other writers seldom wait long for it, few enough that
+# their commits and turns cost little: 4,000 small cores on two workers took 1.88 s in tasks
+# of 16 files, 1.83 s of 32, 1.78 s of 64 (medians of four interleaved runs).
+_WORKER_TASK = 64
 # The most files in a task of a Dask run (some 0.2 s of a worker's time on small cores): 4,000
 # small cores on two workers on one machine took 2.57 s in tasks of 64 files, 2.48 s of 128,
-# 2.39 s of 256 (medians of four interleaved runs).
+# 2.39 s of 256 (medians of four interleaved runs). A task costs the scheduler and the driver
+# some milliseconds of CPU of their own.
 _DASK_TASK = 256
+
+
+def task_size(files: int, workers: int, most: int) -> int:
+    """Files per task: four tasks per worker at least, so that the work spreads, and at most
+    ``most``."""
+    return max(1, min(most, files // (4 * workers)))
+
+
 # Crashes stored by workers between two checkpoints of the main process (a write-ahead log of
 # some 8 MB).
 _CHECKPOINT_CRASHES = 1024
@@ -591,7 +602,7 @@ _CHECKPOINT_CRASHES = 1024
 def _stored_by_workers(
     files: Sequence[str], db: str, options: Options, jobs: int
 ) -> Iterator[Stored]:
-    """``store_files`` over ``jobs`` processes (one per CPU for 0), tasks of a few files. A
+    """``store_files`` over ``jobs`` processes (one per CPU for 0), in tasks (task_size). A
     worker that dies (killed, out of memory) is replaced; the files of the task it was on are
     given with an error and ``"unread": True``, and not stored: a rerun reads them again."""
     from stackwalk._workers import Died, TurnLock, WorkersDied, forked_map
@@ -600,7 +611,8 @@ def _stored_by_workers(
     jobs = min(jobs or len(os.sched_getaffinity(0)), len(files))
     if jobs == 0:
         return
-    chunks = [files[i : i + _WORKER_TASK] for i in range(0, len(files), _WORKER_TASK)]
+    size = task_size(len(files), jobs, _WORKER_TASK)
+    chunks = [files[i : i + size] for i in range(0, len(files), size)]
     # The store and the options (with every stored content's hash: megabytes for a big store)
     # reach the workers by the fork, not pickled into every task. The workers take turns at
     # writing by a lock that wakes the next one at once: SQLite's own wait for a busy database
@@ -620,7 +632,7 @@ def _stored_by_workers(
             else:
                 yield result
     except WorkersDied as e:
-        left = len(files) - (done * _WORKER_TASK)
+        left = len(files) - (done * size)
         raise _error(f"{e}: {left} files unread (run again)") from None
     finally:
         _FORKED_WITH = None
@@ -769,9 +781,7 @@ def _dask_results(
     try:
         with Client(cluster if cluster is not None else address) as client:  # type: ignore[no-untyped-call]
             workers = max(1, len(client.scheduler_info().get("workers", {})))
-            # Four tasks per worker at least, so that the work spreads, of up to _DASK_TASK
-            # files: a task costs the scheduler and this process some milliseconds of their own.
-            size = max(1, min(_DASK_TASK, len(files) // (4 * workers)))
+            size = task_size(len(files), workers, _DASK_TASK)
             chunks = [files[i : i + size] for i in range(0, len(files), size)]
             # The options (with the known contents' hashes) go to each worker once.
             shared = client.scatter(options, broadcast=True)
