@@ -80,6 +80,7 @@ class Cluster(NamedTuple):
         finally:
             for pid in self.processes:
                 os.kill(pid, signal.SIGCONT)
+            time.sleep(1)  # their timers (heartbeats) catch up before anything is timed
 
 
 @pytest.fixture(scope="module")
