@@ -201,8 +201,6 @@ impl Unwinder {
         self.initial_stack = address;
     }
 
-    /// The captured region holding `sp`, as far as the stack goes: cut at
-    /// the initial stack where it holds it.
     /// A walk's stack region ([`Unwinder::stack_region`] at frame 0's sp),
     /// found at its first need and kept in `known` for the rest of the walk.
     fn walk_stack_region<M: Memory + ?Sized>(
@@ -214,6 +212,8 @@ impl Unwinder {
         *known.get_or_insert_with(|| frames.first().and_then(|f| self.stack_region(mem, f.sp)))
     }
 
+    /// The captured region holding `sp`, as far as the stack goes: cut at
+    /// the initial stack where it holds it.
     fn stack_region<M: Memory + ?Sized>(&self, mem: &mut M, sp: u64) -> Option<(u64, u64)> {
         let (start, end) = mem.region_of(sp)?;
         Some(match self.initial_stack {
