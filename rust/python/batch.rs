@@ -10,8 +10,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyMemoryView};
 
 use super::errors::guard;
-use super::memory::PyMappedMemory;
-use super::unwinder::{extract_buffers_into, shared_registers, HeldBytes, PyTrace};
+use super::unwinder::{extract_buffers_into, mapped_memory, shared_registers, HeldBytes, PyTrace};
 use crate::arch::Arch;
 use crate::cfi::Module;
 use crate::memory::{Regions, SegmentMemory};
@@ -77,13 +76,8 @@ impl Chunk {
             None => item.extract().map_err(|_| not_a_pair())?,
         };
         let (pc, regs) = shared_registers(arch, &regs).map_err(at)?;
-        // A list of regions is told from a core's memory without a failed cast.
-        let mapped = match memory.is_exact_instance_of::<pyo3::types::PyList>() {
-            true => None,
-            false => memory.cast::<PyMappedMemory>().ok(),
-        };
-        let memory = match mapped {
-            Some(m) => StackMemory::Mapped(m.get().inner.clone()),
+        let memory = match mapped_memory(&memory) {
+            Some(m) => StackMemory::Mapped(m),
             None => {
                 let first = self.held.len();
                 extract_buffers_into(&memory, &mut self.held).map_err(at)?;

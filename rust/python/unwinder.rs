@@ -15,7 +15,7 @@ use super::registers::PyRegisters;
 use crate::arch::Arch;
 use crate::cfi::{CfaRule, Data, Module, RegRule, UnwindInfo};
 use crate::elf::read_elf;
-use crate::memory::Regions;
+use crate::memory::{Regions, SegmentMemory};
 use crate::registers::Registers;
 use crate::unwind::{self, Frame as RsFrame, Strategy, Unwinder as RsUnwinder};
 
@@ -379,12 +379,7 @@ impl PyUnwinder {
     ) -> PyResult<PyTrace> {
         let arch = self.inner.arch();
         let (pc, registers) = shared_registers(arch, regs)?;
-        // A list of regions (the usual form) is told at once from a core's
-        // memory, without the subclass search a failed cast makes.
-        let mapped = match memory.is_exact_instance_of::<pyo3::types::PyList>() {
-            true => None,
-            false => memory.cast::<PyMappedMemory>().ok().map(|m| m.get().inner.clone()),
-        };
+        let mapped = mapped_memory(memory);
         let mut held = std::mem::take(&mut self.held);
         if mapped.is_none() {
             extract_buffers_into(memory, &mut held)?;
@@ -789,6 +784,17 @@ impl HeldBytes {
         // SAFETY: `ptr` and `len` describe the held object's bytes (see above).
         unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
     }
+}
+
+/// `memory`'s segments if it is a core's memory (`MappedMemory`), None if it
+/// is anything else (regions to take with [`extract_buffers_into`]). A list
+/// of regions, the usual form, is told at once, without the search of the
+/// type's bases a failed cast makes.
+pub(super) fn mapped_memory(memory: &Bound<'_, PyAny>) -> Option<Arc<SegmentMemory>> {
+    if memory.is_exact_instance_of::<pyo3::types::PyList>() {
+        return None;
+    }
+    memory.cast::<PyMappedMemory>().ok().map(|m| m.get().inner.clone())
 }
 
 pub(super) fn extract_buffers(memory: &Bound<'_, PyAny>) -> PyResult<Vec<(u64, HeldBytes)>> {
