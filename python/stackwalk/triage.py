@@ -594,6 +594,12 @@ def task_size(files: int, workers: int, most: int) -> int:
     return max(1, min(most, files // (4 * workers)))
 
 
+def _tasks(files: Sequence[str], workers: int, most: int) -> list[Sequence[str]]:
+    """``files`` in tasks of ``task_size`` files (the last one shorter)."""
+    size = task_size(len(files), workers, most)
+    return [files[i : i + size] for i in range(0, len(files), size)]
+
+
 # Crashes stored by workers between two checkpoints of the main process (a write-ahead log of
 # some 8 MB).
 _CHECKPOINT_CRASHES = 1024
@@ -611,8 +617,7 @@ def _stored_by_workers(
     jobs = min(jobs or len(os.sched_getaffinity(0)), len(files))
     if jobs == 0:
         return
-    size = task_size(len(files), jobs, _WORKER_TASK)
-    chunks = [files[i : i + size] for i in range(0, len(files), size)]
+    chunks = _tasks(files, jobs, _WORKER_TASK)
     # The store and the options (with every stored content's hash: megabytes for a big store)
     # reach the workers by the fork, not pickled into every task. The workers take turns at
     # writing by a lock that wakes the next one at once: SQLite's own wait for a busy database
@@ -632,7 +637,7 @@ def _stored_by_workers(
             else:
                 yield result
     except WorkersDied as e:
-        left = len(files) - (done * size)
+        left = sum(map(len, chunks[done:]))
         raise _error(f"{e}: {left} files unread (run again)") from None
     finally:
         _FORKED_WITH = None
@@ -781,8 +786,7 @@ def _dask_results(
     try:
         with Client(cluster if cluster is not None else address) as client:  # type: ignore[no-untyped-call]
             workers = max(1, len(client.scheduler_info().get("workers", {})))
-            size = task_size(len(files), workers, _DASK_TASK)
-            chunks = [files[i : i + size] for i in range(0, len(files), size)]
+            chunks = _tasks(files, workers, _DASK_TASK)
             # The options (with the known contents' hashes) go to each worker once.
             shared = client.scatter(options, broadcast=True)
             here = StoreHere.of(store.path)
