@@ -56,10 +56,15 @@ fn symbols() -> Symbols {
 }
 
 fn ascii(m: &mut Mem, at: u64, s: &str) {
-    m.u64(at + L.object_type, STR_TYPE);
-    m.u64(at + L.unicode_length, s.len() as u64);
-    m.u32(at + L.unicode_state, 0xe4);
-    m.put(at + L.unicode_ascii_data, s.as_bytes());
+    ascii_in(&L, m, at, s);
+}
+
+/// A compact ASCII str `s` at `at`, in `layout`'s str object.
+fn ascii_in(layout: &Layout, m: &mut Mem, at: u64, s: &str) {
+    m.u64(at + layout.object_type, STR_TYPE);
+    m.u64(at + layout.unicode_length, s.len() as u64);
+    m.u32(at + layout.unicode_state, 0xe4);
+    m.put(at + layout.unicode_ascii_data, s.as_bytes());
 }
 
 /// A code object `name` at `at`, first line `first`, whose table says
@@ -698,18 +703,12 @@ fn interpreter_310() -> Mem {
     m.u64(TSTATE + tstate_current_frame, 0x60_0000);
     m.put(PTHREAD, &[0; 1024]);
     m.u32(PTHREAD + 720, 77);
-    let ascii = |m: &mut Mem, at: u64, s: &str| {
-        m.u64(at + P.object_type, STR_TYPE);
-        m.u64(at + P.unicode_length, s.len() as u64);
-        m.u32(at + P.unicode_state, 0xe4);
-        m.put(at + P.unicode_ascii_data, s.as_bytes());
-    };
     for (at, name, first) in
         [(0x70_0000, "inner", 10), (0x80_0000, "middle", 20), (0x90_0000, "outer", 30)]
     {
         m.u64(at + P.object_type, CODE_TYPE);
-        ascii(&mut m, at + 0x1000, name);
-        ascii(&mut m, at + 0x3000, "/src/prog.py");
+        ascii_in(&P, &mut m, at + 0x1000, name);
+        ascii_in(&P, &mut m, at + 0x3000, "/src/prog.py");
         m.u64(at + P.code_name, at + 0x1000);
         m.u64(at + P.code_filename, at + 0x3000);
         let table = at + 0x4000;
