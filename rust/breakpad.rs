@@ -123,7 +123,8 @@ fn dec(word: &str) -> Option<u32> {
 fn split(rest: &str) -> Option<(&str, &str)> {
     let rest = rest.trim_start_matches(' ');
     let end = rest.find(' ').unwrap_or(rest.len());
-    (end > 0).then(|| (&rest[..end], rest[end..].strip_prefix(' ').unwrap_or("")))
+    // What follows is a slice of `rest` even when empty: its place in the file is a name's.
+    (end > 0).then(|| (&rest[..end], rest[end..].strip_prefix(' ').unwrap_or(&rest[end..])))
 }
 
 impl BreakpadSymbols {
@@ -156,8 +157,13 @@ impl BreakpadSymbols {
             let text = text.strip_suffix('\r').unwrap_or(text);
             // The name at the end of a record: from its place in `text` on.
             let span = |rest: &str| {
-                let offset = rest.as_ptr() as usize - bytes.as_ptr() as usize;
-                Span(offset as u32, rest.len() as u32)
+                // Always a slice of the file; an empty name anywhere else reads as one.
+                match (rest.as_ptr() as usize).checked_sub(bytes.as_ptr() as usize) {
+                    Some(offset) if offset + rest.len() <= bytes.len() => {
+                        Span(offset as u32, rest.len() as u32)
+                    }
+                    _ => Span(0, 0),
+                }
             };
             if number == 1 {
                 if !text.starts_with("MODULE ") {
@@ -575,6 +581,27 @@ mod tests {
         let (row, _) = syms.cfi_row(arch, at).unwrap();
         assert_eq!(row.ra, arch.ra());
         (row.cfa, row.rules().to_vec())
+    }
+
+    /// Records whose name (or rules) are missing at the end of a line, the
+    /// last of the file with no newline too: an empty name, from the file
+    /// (found by the fuzz target `breakpad`: the span of an empty name was
+    /// taken from outside the file, an overflow).
+    #[test]
+    fn nameless_records_have_empty_names() {
+        let text = "MODULE Linux x86_64 0123456789ABCDEF0123456789ABCDEF0 prog\n\
+            FILE 0 /src/a.c\n\
+            FUNC 1000 10 0\n\
+            1000 10 3 0\n\
+            STACK CFI INIT 1000 10\n\
+            PUBLIC 2000 0";
+        let syms = parsed(text).unwrap();
+        assert_eq!(syms.lookup(0x1004), Some(("", 0x1000)));
+        assert_eq!(syms.lookup(0x2004), Some(("", 0x2000)));
+        let frames = syms.frames(0x1004);
+        assert_eq!(frames.len(), 1);
+        assert_eq!((frames[0].file.as_deref(), frames[0].line), (Some("/src/a.c"), Some(3)));
+        assert!(syms.cfi_row(Arch::X86_64, 0x1004).is_err());
     }
 
     #[test]
