@@ -9,7 +9,13 @@
 - core: gdb's ``gcore`` core of the same stop, its notes whole and each segment cut to its
   first page (the ELF headers of each module, the bottom of the stack);
 - minidump: ``minidump-writer``'s minidump (the tests' ``tests/dumper``, built by cargo) of
-  tests/programs/snapshot.c, two threads blocked in libc, stopped with SIGSTOP.
+  tests/programs/snapshot.c, two threads blocked in libc, stopped with SIGSTOP;
+- lines: tests/programs/crash_inline.c (inlined helpers) and cxx.cpp built with ``-g -O2``,
+  DWARF 5 and 4, their debug sections plain and compressed (``-gz``), and the compressed one
+  with ``.debug_info`` claiming more bytes than its stream holds, which the partial reader
+  (``rust/lines/partial.rs``) takes a unit at a time;
+- breakpad: ``dump_syms``' ``.sym`` files of those programs (``FILE``, ``FUNC``, lines,
+  ``INLINE``, ``PUBLIC``, ``STACK CFI``).
 
 Usage: python fuzz/seed.py [CORPUS_DIR]   (default: fuzz/corpus; run by ``make fuzz``)
 """
@@ -23,6 +29,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+from io import BytesIO
 from pathlib import Path
 
 from elftools.elf.elffile import ELFFile
@@ -178,11 +185,45 @@ def seed_perf(work: Path, out: Path) -> None:
         subprocess.run([*record, "-o", "-", "--", *workload], stdout=pipe, **quiet)
 
 
+def _lines_programs(work: Path) -> dict[str, Path]:
+    return {
+        "inline-dwarf5": build(work, "crash_inline.c", "-O2", "-g"),
+        "inline-dwarf4": build(work, "crash_inline.c", "-O2", "-gdwarf-4"),
+        "inline-gz": build(work, "crash_inline.c", "-O2", "-g", "-gz=zlib"),
+        "cxx-gz": build(work, "cxx.cpp", "-O2", "-g", "-gz=zlib", compiler="g++"),
+    }
+
+
+def claims_more(image: bytes, section: str, size: int) -> bytes:
+    """``image`` with its compressed ``section``'s header claiming ``size`` bytes."""
+    elf = ELFFile(BytesIO(image))
+    s = elf.get_section_by_name(section)
+    assert s is not None and s["sh_flags"] & 0x800, f"{section} is not compressed"
+    # Elf64_Chdr: ch_type (4), ch_reserved (4), ch_size (8), ch_addralign (8).
+    at = s["sh_offset"] + 8
+    return image[:at] + struct.pack("<Q", size) + image[at + 8 :]
+
+
+def seed_lines(work: Path, out: Path) -> None:
+    for name, program in _lines_programs(work).items():
+        (out / name).write_bytes(program.read_bytes())
+    image = (out / "inline-gz").read_bytes()
+    (out / "inline-gz-partial").write_bytes(claims_more(image, ".debug_info", 1 << 20))
+
+
+def seed_breakpad(work: Path, out: Path) -> None:
+    dump_syms = shutil.which("dump_syms") or str(Path.home() / ".cargo" / "bin" / "dump_syms")
+    for name, program in _lines_programs(work).items():
+        sym = subprocess.run([dump_syms, str(program)], capture_output=True, check=True)
+        (out / f"{name}.sym").write_bytes(sym.stdout)
+
+
 def main() -> int:
     corpus = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "fuzz" / "corpus"
     with tempfile.TemporaryDirectory() as tmp:
         seeds = (("cfi", seed_cfi), ("unwind", seed_unwind), ("perf", seed_perf),
-                 ("core", seed_core), ("minidump", seed_minidump))  # fmt: skip
+                 ("core", seed_core), ("minidump", seed_minidump), ("lines", seed_lines),
+                 ("breakpad", seed_breakpad))  # fmt: skip
         for name, seed in seeds:
             out = corpus / name
             out.mkdir(parents=True, exist_ok=True)

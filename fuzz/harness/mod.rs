@@ -5,8 +5,10 @@
 //! bound (libFuzzer's -timeout and -rss_limit_mb catch those).
 #![allow(dead_code)]
 
+pub mod breakpad;
 pub mod cfi;
 pub mod corefile;
+pub mod lines;
 pub mod minidump;
 pub mod perf;
 pub mod unwind;

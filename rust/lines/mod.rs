@@ -281,7 +281,13 @@ impl Sections {
         // they are decompressed side by side, on the rayon pool.
         let whole_of = |id: &gimli::SectionId| -> SectionBytes {
             let name = if dwo { id.dwo_name() } else { Some(id.name()) };
-            match name.and_then(|n| file.section_by_name(n)).map(|s| s.uncompressed_data()) {
+            let compressed = name.and_then(|n| file.section_by_name(n)?.compressed_data().ok());
+            // A header that claims more than its stream can hold is not believed: object
+            // would allocate the whole claim first.
+            let decompressed = compressed
+                .filter(|c| partial::plausible(c.format, c.data.len(), c.uncompressed_size))
+                .map(|c| c.decompress());
+            match decompressed {
                 Some(Ok(Cow::Borrowed(slice))) => borrowed(slice),
                 Some(Ok(Cow::Owned(vec))) => {
                     let len = vec.len();

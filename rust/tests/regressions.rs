@@ -10,7 +10,35 @@
 #[path = "../../fuzz/harness/mod.rs"]
 mod harness;
 
+use std::alloc::{GlobalAlloc, Layout, System};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// The system's allocator, noting the largest single request (of any test
+/// thread): a damaged size believed is an allocation of it, which a machine
+/// may or may not refuse.
+struct LargestRequest;
+
+static LARGEST: AtomicUsize = AtomicUsize::new(0);
+
+unsafe impl GlobalAlloc for LargestRequest {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        LARGEST.fetch_max(layout.size(), Ordering::Relaxed);
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        LARGEST.fetch_max(new_size, Ordering::Relaxed);
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: LargestRequest = LargestRequest;
 
 fn reproducers(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("rust/tests");
@@ -60,6 +88,60 @@ fn core() {
 #[test]
 fn minidump() {
     run_all("minidump", harness::minidump::run);
+}
+
+#[test]
+fn lines() {
+    run_all("lines", harness::lines::run);
+}
+
+/// A compressed debug section whose header claims 432 PB (found by the fuzz
+/// target `lines`, where the sanitizer's allocator aborts on the request) is
+/// not believed: nothing near its claim is asked of the allocator.
+#[test]
+fn a_claimed_section_size_is_not_allocated() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("rust/tests/regressions/lines");
+    let data = std::fs::read(root.join("claimed-size")).unwrap();
+    harness::lines::run(&data);
+    let largest = LARGEST.load(Ordering::Relaxed);
+    assert!(largest < 1 << 30, "an allocation of {largest} bytes was asked for");
+}
+
+#[test]
+fn breakpad() {
+    run_all("breakpad", harness::breakpad::run);
+}
+
+/// The lines harness on a real file: this test's own executable (built with
+/// DWARF), whose functions' lookups must nearly all find a function.
+#[test]
+fn lines_harness_on_this_executable() {
+    let exe = std::fs::read("/proc/self/exe").unwrap();
+    let symbols = _core::symbols::SymbolTable::from_elf(&exe).unwrap();
+    let lookups = (symbols.len() * 3).min(harness::lines::MAX_LOOKUPS);
+    let found = harness::lines::run(&exe);
+    assert!(found >= lookups / 2, "{found} of {lookups} lookups found a function");
+}
+
+/// The breakpad harness on a small `.sym` file as `dump_syms` writes them:
+/// every function's address, and its lines', must be found.
+#[test]
+fn breakpad_harness_on_a_sym_file() {
+    let sym = "MODULE Linux x86_64 0123456789ABCDEF0123456789ABCDEF0 demo\n\
+               FILE 0 demo.c\n\
+               INLINE_ORIGIN 0 helper\n\
+               FUNC 1130 20 0 main\n\
+               INLINE 0 7 0 0 1134 8\n\
+               1130 4 5 0\n\
+               1134 8 12 0\n\
+               113c 14 6 0\n\
+               PUBLIC 1200 0 _start\n\
+               STACK CFI INIT 1130 20 .cfa: $rsp 8 + .ra: .cfa -8 + ^\n\
+               STACK CFI 1131 .cfa: $rsp 16 +\n";
+    // Each address once as written, once past it: main's (3 records), 1134's and 113c's
+    // lines, _start's, and the CFI's own.
+    let found = harness::breakpad::run(sym.as_bytes());
+    assert!(found >= 8, "{found} lookups found a function");
 }
 
 /// The harness itself on a real file: this test's own executable as an ELF
