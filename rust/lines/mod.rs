@@ -189,6 +189,11 @@ impl DebugInfo {
     /// each into the next, at the file and line they give. Empty where the
     /// DWARF says nothing of the address (or is damaged there).
     pub fn frames(&self, address: u64) -> Vec<SourceFrame> {
+        // No code ends the address space, and addr2line's lookup of the last
+        // address overflows (`address + 1`: a panic where overflow is checked).
+        if address == u64::MAX {
+            return Vec::new();
+        }
         let mut parsed = self.parsed.lock().unwrap_or_else(|e| e.into_inner());
         parsed.cover([address]);
         let mut out = Vec::new();
@@ -444,8 +449,10 @@ mod tests {
         assert_eq!(own.function.as_deref(), Some(name.as_str()));
         assert!(own.file.as_deref().is_some_and(|f| f.ends_with("rust/lines/mod.rs")), "{own:?}");
         assert!(own.line.is_some_and(|l| l > 100), "{own:?}");
-        // Nothing where no code is.
+        // Nothing where no code is, up to the last address (found by the fuzz target
+        // `lines`: addr2line's lookup of it overflowed).
         assert_eq!(info.frames(u64::MAX - 16), vec![]);
+        assert_eq!(info.frames(u64::MAX), vec![]);
     }
 
     #[test]
