@@ -41,31 +41,37 @@ impl PerfMap {
             names.push((start, name.into()));
         }
         // Later lines win: from the last line back, each range keeps only
-        // what no later line has taken.
-        let mut taken: std::collections::BTreeMap<u64, (u64, u32)> = Default::default();
+        // what no later line has taken. `covered` holds what the later lines
+        // took, as disjoint runs (adjacent ones merged): a range walks the
+        // runs inside it once, and merges them into one, so a map of many
+        // ranges under one another costs n log n, not n squared (a long
+        // range repeated over many small ones would walk them all each time).
+        let mut covered: std::collections::BTreeMap<u64, u64> = Default::default();
+        let mut ranges: Vec<(u64, u64, u32)> = Vec::new();
         for &(start, end, name) in entries.iter().rev() {
-            let mut at = start;
-            // A range taken before `at` may reach past it.
-            if let Some((_, &(e, _))) = taken.range(..=at).next_back() {
-                at = at.max(e);
-            }
-            while at < end {
-                let next = taken.range(at..end).next().map(|(&s, &(e, _))| (s, e));
-                match next {
-                    Some((s, e)) => {
-                        if at < s {
-                            taken.insert(at, (s, name as u32));
-                        }
-                        at = e;
-                    }
-                    None => {
-                        taken.insert(at, (end, name as u32));
-                        at = end;
-                    }
+            let (mut at, mut first, mut last) = (start, start, end);
+            // A run from before `start` that reaches it.
+            if let Some((&s, &e)) = covered.range(..=start).next_back() {
+                if e >= start {
+                    covered.remove(&s);
+                    (at, first, last) = (e.max(start), s, e.max(end));
                 }
             }
+            // The runs from `start` to `end` (one just at `end` merges too).
+            while let Some((&s, &e)) = covered.range(start..=end).next() {
+                covered.remove(&s);
+                if at < s {
+                    ranges.push((at, s, name as u32));
+                }
+                at = at.max(e);
+                last = last.max(e);
+            }
+            if at < end {
+                ranges.push((at, end, name as u32));
+            }
+            covered.insert(first, last);
         }
-        let ranges = taken.into_iter().map(|(s, (e, n))| (s, e, n)).collect();
+        ranges.sort_unstable();
         PerfMap { ranges, names }
     }
 
@@ -111,5 +117,43 @@ mod tests {
         assert_eq!(map.lookup(0x7f00_0000_2020), None);
         assert_eq!(map.lookup(0x7f00_0000_3000), None);
         assert_eq!(map.len(), 4);
+    }
+
+    /// Maps of ranges over and under one another, against the rule itself:
+    /// each address is the last line's that covers it.
+    #[test]
+    fn later_lines_win_on_any_overlap() {
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        for _ in 0..200 {
+            let lines: Vec<(u64, u64)> = (0..1 + next(24))
+                .map(|_| {
+                    let start = 0x1000 + next(200);
+                    let most = if next(4) == 0 { 200 } else { 12 };
+                    (start, start + 1 + next(most))
+                })
+                .collect();
+            let text: String = lines
+                .iter()
+                .enumerate()
+                .map(|(i, (start, end))| format!("{start:x} {:x} f{i}\n", end - start))
+                .collect();
+            let map = PerfMap::parse(text.as_bytes());
+            for address in 0xff0..0x1200 {
+                let want = lines
+                    .iter()
+                    .enumerate()
+                    .rev()
+                    .find(|(_, (s, e))| (*s..*e).contains(&address))
+                    .map(|(i, (s, _))| (format!("f{i}"), address - s));
+                let got = map.lookup(address).map(|(n, off)| (n.to_owned(), off));
+                assert_eq!(got, want, "{address:#x} in\n{text}");
+            }
+        }
     }
 }
