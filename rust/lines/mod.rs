@@ -254,9 +254,15 @@ impl Sections {
             gimli::RunTimeEndian::Big
         };
         let base = data.as_ptr() as usize;
+        // A section's bytes as a range of the file. object gives an empty section (NOBITS,
+        // or of size 0) as a slice of its own, outside the file: an empty range.
         let borrowed = |slice: &[u8]| {
-            let start = slice.as_ptr() as usize - base;
-            SectionBytes { data: data.clone(), range: start..start + slice.len() }
+            let start = (slice.as_ptr() as usize).checked_sub(base);
+            let range = match start {
+                Some(start) if start + slice.len() <= data.len() => start..start + slice.len(),
+                _ => 0..0,
+            };
+            SectionBytes { data: data.clone(), range }
         };
         let empty = SectionBytes { data: data.clone(), range: 0..0 };
         // A large zlib-compressed .debug_info is read in part, and with it .debug_abbrev and
