@@ -15,7 +15,9 @@
   with ``.debug_info`` claiming more bytes than its stream holds, which the partial reader
   (``rust/lines/partial.rs``) takes a unit at a time;
 - breakpad: ``dump_syms``' ``.sym`` files of those programs (``FILE``, ``FUNC``, lines,
-  ``INLINE``, ``PUBLIC``, ``STACK CFI``).
+  ``INLINE``, ``PUBLIC``, ``STACK CFI``);
+- perfmap: perf maps as JITs write them (V8's names, CPython's ``-X perf`` trampolines, code
+  moved and its range reused, hex with and without ``0x``).
 
 Usage: python fuzz/seed.py [CORPUS_DIR]   (default: fuzz/corpus; run by ``make fuzz``)
 """
@@ -218,12 +220,28 @@ def seed_breakpad(work: Path, out: Path) -> None:
         (out / f"{name}.sym").write_bytes(sym.stdout)
 
 
+def seed_perfmap(work: Path, out: Path) -> None:
+    (out / "v8").write_text(
+        "7f3a40004000 3c Builtin:ArgumentsAdaptorTrampoline\n"
+        "7f3a40004040 1a0 LazyCompile:~outer /app.js:3\n"
+        "7f3a400041e0 80 JS:*inner /app.js:12\n"
+        "7f3a40004040 60 JS:*outer /app.js:3\n"  # recompiled over the old code
+    )
+    (out / "cpython").write_text(
+        "".join(f"0x7f5b2c{i:03x}000 0xb py::f{i}:/srv/app.py\n" for i in range(16))
+    )
+    (out / "nested").write_text(
+        "".join(f"{0x1000 + 2 * i:x} 1 small{i}\n" for i in range(64))
+        + "".join(f"1000 {0x100 + i:x} big{i}\n" for i in range(64))
+    )
+
+
 def main() -> int:
     corpus = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "fuzz" / "corpus"
     with tempfile.TemporaryDirectory() as tmp:
         seeds = (("cfi", seed_cfi), ("unwind", seed_unwind), ("perf", seed_perf),
                  ("core", seed_core), ("minidump", seed_minidump), ("lines", seed_lines),
-                 ("breakpad", seed_breakpad))  # fmt: skip
+                 ("breakpad", seed_breakpad), ("perfmap", seed_perfmap))  # fmt: skip
         for name, seed in seeds:
             out = corpus / name
             out.mkdir(parents=True, exist_ok=True)

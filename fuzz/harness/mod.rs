@@ -11,4 +11,5 @@ pub mod corefile;
 pub mod lines;
 pub mod minidump;
 pub mod perf;
+pub mod perfmap;
 pub mod unwind;

@@ -112,6 +112,11 @@ fn breakpad() {
     run_all("breakpad", harness::breakpad::run);
 }
 
+#[test]
+fn perfmap() {
+    run_all("perfmap", harness::perfmap::run);
+}
+
 /// The lines harness on a real file: this test's own executable (built with
 /// DWARF), whose functions' lookups must nearly all find a function.
 #[test]
@@ -142,6 +147,18 @@ fn breakpad_harness_on_a_sym_file() {
     // lines, _start's, and the CFI's own.
     let found = harness::breakpad::run(sym.as_bytes());
     assert!(found >= 8, "{found} lookups found a function");
+}
+
+/// The perfmap harness on a map as V8 writes them: each range's start is
+/// found, under the name of the last line that covers it.
+#[test]
+fn perfmap_harness_on_a_map() {
+    let map = "7f3a40004000 3c Builtin:ArgumentsAdaptorTrampoline\n\
+               7f3a40004040 1a0 LazyCompile:~outer /app.js:3\n\
+               7f3a400041e0 80 JS:*inner /app.js:12\n\
+               7f3a40004040 60 JS:*outer /app.js:3\n";
+    // The four starts, each also one byte on; the sizes' words mostly fall outside.
+    assert!(harness::perfmap::run(map.as_bytes()) >= 8);
 }
 
 /// The harness itself on a real file: this test's own executable as an ELF
