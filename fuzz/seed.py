@@ -102,7 +102,7 @@ def seed_unwind(work: Path, out: Path) -> None:
     program = build(work, "deep.c", "-O2", "-fomit-frame-pointer")
     cap = capture([str(program)], "stop_here", env=ENV, max_stack=16 << 10, timeout=60)
     image = program.read_bytes()
-    bias = dict(cap.modules)[str(program)]
+    bias = next(m.bias for m in cap.modules if m.path == str(program))
     mask, values = 0, b""
     regs = {X86_64_COLUMNS[k]: v for k, v in cap.regs.items() if k in X86_64_COLUMNS}
     for col in sorted(regs):
