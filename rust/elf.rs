@@ -75,7 +75,9 @@ fn read_elf_class<Elf: FileHeader<Endian = LittleEndian>>(
                 if ph.p_flags(endian) & object::elf::PF_X != 0 {
                     code.push(CodeSegment {
                         address: vaddr,
-                        size: memsz,
+                        // A damaged header's segment may run past the end of the address
+                        // space: it ends there.
+                        size: memsz.min(u64::MAX - vaddr),
                         file_offset: ph.p_offset(endian).into(),
                         file_size: ph.p_filesz(endian).into(),
                     });

@@ -544,7 +544,7 @@ impl UnwindInfo {
             .code
             .iter()
             .find(|s| entry.wrapping_sub(s.address) < s.size)
-            .map(|s| s.address + s.size);
+            .map(|s| s.address.saturating_add(s.size));
         let end = bounds
             .iter()
             .filter_map(|b| b.next_start)
