@@ -76,7 +76,12 @@ pub(super) fn apply<M: Memory + ?Sized, R: Rules, const FALLBACK: bool>(
     caller.inherit_fixed(regs, arch.same_value_mask());
     caller.set(arch.sp(), cfa);
     let mut ra_rule = None;
-    for i in 0..row.count() {
+    // The return address's rule first, as the rule cache keeps a row whose saved words it
+    // reads at once (see `PackedRow::mark_saved`): where several essential words cannot be
+    // read, a walk ends at the same one, from the cache or not.
+    let count = row.count();
+    let ra_at = (0..count).find(|&i| row.at(i).0 == ra_column);
+    for i in ra_at.into_iter().chain((0..count).filter(|&i| Some(i) != ra_at)) {
         let (reg, rule) = row.at(i);
         // A saved register outside the captured memory is unknown in the
         // caller (epilogue CFI still points at slots already popped below
