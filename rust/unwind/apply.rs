@@ -76,12 +76,12 @@ pub(super) fn apply<M: Memory + ?Sized, R: Rules, const FALLBACK: bool>(
     caller.inherit_fixed(regs, arch.same_value_mask());
     caller.set(arch.sp(), cfa);
     let mut ra_rule = None;
-    // The return address's rule first, as the rule cache keeps a row whose saved words it
-    // reads at once (see `PackedRow::mark_saved`): where several essential words cannot be
-    // read, a walk ends at the same one, from the cache or not.
-    let count = row.count();
-    let ra_at = (0..count).find(|&i| row.at(i).0 == ra_column);
-    for i in ra_at.into_iter().chain((0..count).filter(|&i| Some(i) != ra_at)) {
+    // Where both the return address and sp are saved in words that cannot be read, the
+    // return address's is the one the walk ends at, whichever rule comes first: the rule
+    // cache puts the return address's first in a row whose saved words it reads at once
+    // (`PackedRow::mark_saved`), and a walk from the cache must end where the first did.
+    let mut unread_sp = None;
+    for i in 0..row.count() {
         let (reg, rule) = row.at(i);
         // A saved register outside the captured memory is unknown in the
         // caller (epilogue CFI still points at slots already popped below
@@ -90,9 +90,18 @@ pub(super) fn apply<M: Memory + ?Sized, R: Rules, const FALLBACK: bool>(
         // Saved on the stack: nearly every rule of every row, tested first
         // rather than through the match's jump table.
         if let RegRule::Offset(n) = rule {
-            match saved_word(mem, arch, cfa.wrapping_add(n as u64) & mask, essential)? {
+            let addr = cfa.wrapping_add(n as u64) & mask;
+            match read_word(mem, arch, addr) {
                 Some(v) => caller.set(reg, v),
-                None => caller.forget(reg),
+                None if reg == ra_column => {
+                    return Err((EndReason::Memory, EndDetail::Address(addr)));
+                }
+                None => {
+                    if essential {
+                        unread_sp.get_or_insert(addr);
+                    }
+                    caller.forget(reg);
+                }
             }
             if reg == ra_column {
                 ra_rule = Some(rule);
@@ -136,6 +145,9 @@ pub(super) fn apply<M: Memory + ?Sized, R: Rules, const FALLBACK: bool>(
         if reg == ra_column {
             ra_rule = Some(rule);
         }
+    }
+    if let Some(addr) = unread_sp {
+        return Err((EndReason::Memory, EndDetail::Address(addr)));
     }
     finish(arch, ra_column, ra_rule, row.signal_frame(), callee, caller)
 }
