@@ -16,9 +16,7 @@ pub const MAX_LOOKUPS: usize = 256;
 /// How many lookups found a function (for the harness's own test).
 pub fn run(data: &[u8]) -> usize {
     let Ok(symbols) = BreakpadSymbols::parse(Data::Owned(data.to_vec())) else { return 0 };
-    let text = String::from_utf8_lossy(data);
-    let words = text.split(|c: char| !c.is_ascii_hexdigit()).filter(|w| !w.is_empty());
-    let addresses = words.filter_map(|w| u64::from_str_radix(w, 16).ok()).take(MAX_LOOKUPS / 2);
+    let addresses = super::hex_words(data, MAX_LOOKUPS / 2);
     let mut found = 0;
     for word in addresses {
         for address in [word, word.wrapping_add(1)] {

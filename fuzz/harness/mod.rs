@@ -13,3 +13,11 @@ pub mod minidump;
 pub mod perf;
 pub mod perfmap;
 pub mod unwind;
+
+/// The hex words of an input read as text (a `.sym` file's addresses, a perf
+/// map's), at most `most`: the addresses a harness looks up.
+pub fn hex_words(data: &[u8], most: usize) -> Vec<u64> {
+    let text = String::from_utf8_lossy(data);
+    let words = text.split(|c: char| !c.is_ascii_hexdigit()).filter(|w| !w.is_empty());
+    words.filter_map(|w| u64::from_str_radix(w, 16).ok()).take(most).collect()
+}
