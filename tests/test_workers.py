@@ -31,6 +31,16 @@ def test_results_come_in_order_and_a_dead_worker_costs_its_item() -> None:
     assert _children() <= before  # the replaced workers and the last ones, all waited for
 
 
+def test_a_window_every_answer_came_back_in_moves_on() -> None:
+    """Every item sent answered, the window moved by the results given: the next items are
+    sent before waiting for answers (a window of one item, which hung before, waiting for an
+    answer to nothing sent; a slow file followed by a window's worth of quick ones in
+    ``core --dir`` could do the same)."""
+    for jobs in (1, 3):
+        results = list(forked_map(abs, [-x for x in range(40)], jobs, window=1))
+        assert results == list(range(40))
+
+
 def _exit(x: int) -> int:
     os._exit(3)
 

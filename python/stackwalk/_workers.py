@@ -139,19 +139,15 @@ class _Pool(Generic[T, R]):
         given = 0  # the items given so far (in order)
         deaths = 0  # workers died since an item was last finished
         while given < len(self.items):
-            for worker in self.workers.values():
-                while (
-                    len(worker.sent) < _AHEAD and self.waiting and self.waiting[0] < given + window
-                ):
-                    index = self.waiting.popleft()
-                    worker.sent.append(index)
-                    with contextlib.suppress(OSError):  # it died: its socket tells below
-                        worker.sock.sendall(_HEADER.pack(index))
+            self._dispatch(given + window)
             while given in done:
                 yield done.pop(given)
                 given += 1
             if given == len(self.items):
                 return
+            # Again, as far as the window has moved: where every item sent was answered, a
+            # wait for answers before this would wait forever.
+            self._dispatch(given + window)
             for key, _ in self.selector.select():
                 worker = key.data
                 answer = self._receive(worker.sock)
@@ -171,6 +167,15 @@ class _Pool(Generic[T, R]):
                 worker.sent.remove(index)
                 done[index] = value
                 deaths = 0
+
+    def _dispatch(self, end: int) -> None:
+        """Sends each worker items waiting before index ``end``, up to _AHEAD in hand."""
+        for worker in self.workers.values():
+            while len(worker.sent) < _AHEAD and self.waiting and self.waiting[0] < end:
+                index = self.waiting.popleft()
+                worker.sent.append(index)
+                with contextlib.suppress(OSError):  # it died: its socket tells below
+                    worker.sock.sendall(_HEADER.pack(index))
 
     @staticmethod
     def _receive(sock: socket.socket) -> tuple[int, bool, Any] | None:
