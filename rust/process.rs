@@ -474,11 +474,13 @@ pub fn snapshot(pid: i32) -> Result<Snapshot, ProcessError> {
             at = ((at + n) & !(PAGE - 1)) + PAGE;
         }
     }
-    // Code outside every file (a JIT's): where it is, not what it holds,
-    // so that return addresses into it are taken for what they are.
+    // Code outside every file (a JIT's), and the files' code, as a kernel's
+    // core lists it: where it is, not what it holds, so that return
+    // addresses into it are taken for what they are, and a file mapped with
+    // no code (read as data) is told from a loaded one.
     for m in &maps {
         let special = m.path.starts_with(b"[v");
-        if m.inode == 0 && m.flags & PF_X != 0 && !special {
+        if m.flags & PF_X != 0 && !special {
             let offset = bytes.len() as u64;
             let size = m.end - m.start;
             segments.push(LoadSegment {

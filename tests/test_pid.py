@@ -134,6 +134,38 @@ def test_a_deleted_library_is_read_through_map_files(build: Builder, tmp_path: P
     assert [int(f["pc"], 16) for f in thread["frames"] if not f["inline"]] == eu.pcs(proc.pid)
 
 
+MAPS_AN_INTERPRETER = """
+import mmap, sys, time
+with open(sys.argv[1], "rb") as f:
+    data = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)  # shared, read-only: as data
+def waiting_with_a_file_mapped():
+    print("ready", flush=True)
+    time.sleep(600)
+waiting_with_a_file_mapped()
+"""
+
+
+def test_a_program_mapped_as_data_is_no_module(tmp_path: Path) -> None:
+    """A Python process that maps another interpreter's executable as data (as a symbolizer or
+    debugger reads files, stackwalk itself among them): that file is no module, and its
+    _PyRuntime is not taken for the running interpreter's (it was: "no Python frames")."""
+    other = tmp_path / "python3-copy"
+    shutil.copy(os.path.realpath(SYSTEM_PYTHON), other)
+    script = tmp_path / "maps.py"
+    script.write_text(MAPS_AN_INTERPRETER)
+    with running([sys.executable, str(script), str(other)]) as proc:
+        assert str(other) in Path(f"/proc/{proc.pid}/maps").read_text()
+        with stopped(proc.pid):
+            out = stackwalk_pid(str(proc.pid), "--json", "--python")
+    assert out.returncode == 0, out.stdout[-3000:]
+    doc = json.loads(out.stdout)
+    assert str(other) not in {m["path"] for m in doc["modules"]}
+    assert str(other) not in out.stderr  # no "module not found" for it either
+    [thread] = doc["threads"]
+    functions = [f["function"] for f in thread["frames"]]
+    assert "waiting_with_a_file_mapped" in functions, functions
+
+
 def test_errors_are_one_line(tmp_path: Path) -> None:
     # No such process: a pid that was, and is no more.
     gone = subprocess.Popen(["true"])

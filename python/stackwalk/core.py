@@ -92,6 +92,10 @@ def _named_as(path: str, executable: str | None, fname: str | None) -> bool:
 class Core:
     """An ELF core file opened for unwinding; see the module docstring."""
 
+    # Whether the source lists every mapping that holds code (a live process's maps do; a
+    # core's segments may leave file-backed ones out).
+    _code_mappings_known = False
+
     _FILE_KIND = "core"  # what messages call the file
 
     path: str
@@ -324,6 +328,16 @@ class Core:
             groups.setdefault(path, []).append((start, end, offset))
         entry = self._auxv.get(_AT_ENTRY)
         code = [(start, end) for start, end, flags in self._segments if flags & _PF_X]
+        if self._code_mappings_known:
+            # Where the source lists every mapping that holds code, a file none of whose
+            # mappings does is mapped as data (a symbolizer or debugger reading a library or a
+            # program through mmap, a locale archive): no module, whose symbols (an
+            # interpreter's _PyRuntime) would be taken for the loaded ones'.
+            groups = {
+                path: maps
+                for path, maps in groups.items()
+                if any(start < b and a < end for start, end, _ in maps for a, b in code)
+            }
         modules: list[CoreModule] = []
         exe: CoreModule | None = None
         # Every module's file is looked for here first, then those missing fetched at once.

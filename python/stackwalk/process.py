@@ -31,6 +31,9 @@ class Process(Core):
     # How long the process was stopped, in seconds.
     stopped_for: float
 
+    # /proc/PID/maps says which mappings are executable (snapshot_process lists them all).
+    _code_mappings_known = True
+
     @classmethod
     def attach(
         cls,
