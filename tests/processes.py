@@ -20,6 +20,21 @@ def state(pid: int) -> tuple[str, int]:
     return fields["State"][0], int(fields["TracerPid"])
 
 
+def wait_all_blocked(pid: int, timeout: float = 60) -> None:
+    """Until every thread of ``pid`` sleeps (in the call it blocks in, not on its way there:
+    a thread past a barrier runs until it gets there)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        states = [
+            Path(f"/proc/{pid}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            for tid in os.listdir(f"/proc/{pid}/task")
+        ]
+        if all(s == "S" for s in states):
+            return
+        assert time.monotonic() < deadline, states
+        time.sleep(0.005)
+
+
 @contextmanager
 def running(
     argv: list[str], cwd: Path | None = None, said: list[str] | None = None

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import stackwalk
 from corefiles import EuStack, eu_stack, gdb_on_process
-from processes import check_stopped, running, state, stopped
+from processes import check_stopped, running, state, stopped, wait_all_blocked
 from realstacks import SYSTEM_PYTHON, Builder
 from test_perf_jit import BUSY_FUNCTIONS, CALLERS, JS_NAME
 
@@ -43,6 +43,8 @@ def ours_and_eu_stack(pid: int) -> tuple[subprocess.CompletedProcess[str], EuSta
 def test_every_thread_equals_eu_stack_and_gdb(build: Builder, tmp_path: Path) -> None:
     program = build("pid_threads.c", "-O2", "-pthread")
     with running([str(program)]) as proc:
+        # Each thread in its call (nested's in nanosleep), not still on its way from the barrier.
+        wait_all_blocked(proc.pid)
         with stopped(proc.pid):
             out, eu = ours_and_eu_stack(proc.pid)
             gdb = gdb_on_process(proc.pid, tmp_path)
