@@ -328,16 +328,16 @@ class Core:
             groups.setdefault(path, []).append((start, end, offset))
         entry = self._auxv.get(_AT_ENTRY)
         code = [(start, end) for start, end, flags in self._segments if flags & _PF_X]
+
+        def holds_code(maps: list[tuple[int, int, int]]) -> bool:
+            return any(start < b and a < end for start, end, _ in maps for a, b in code)
+
         if self._code_mappings_known:
             # Where the source lists every mapping that holds code, a file none of whose
             # mappings does is mapped as data (a symbolizer or debugger reading a library or a
             # program through mmap, a locale archive): no module, whose symbols (an
             # interpreter's _PyRuntime) would be taken for the loaded ones'.
-            groups = {
-                path: maps
-                for path, maps in groups.items()
-                if any(start < b and a < end for start, end, _ in maps for a, b in code)
-            }
+            groups = {path: maps for path, maps in groups.items() if holds_code(maps)}
         modules: list[CoreModule] = []
         exe: CoreModule | None = None
         # Every module's file is looked for here first, then those missing fetched at once.
@@ -365,11 +365,7 @@ class Core:
             if on_disk is None:
                 # Without ELF headers in the core, nor an ELF file, it is a module only if it
                 # held code (else a data file: locale archive, font, database...).
-                if (
-                    in_core is None
-                    and not rejected
-                    and not any(start < b and a < end for start, end, _ in maps for a, b in code)
-                ):
+                if in_core is None and not rejected and not holds_code(maps):
                     continue
                 self._not_found(path, rejected)
             summary = in_core or on_disk
