@@ -3,9 +3,11 @@
 //! has 509 direct-mapped slots; with two ways, two hot addresses that share
 //! a set no longer evict each other on every walk) over a power of two of
 //! sets, picked by the address's low bits: a mask, not a division, on the
-//! path from a frame's pc to its rules. The tags (key, module set) of a
-//! set's two ways share one small record, apart from the rows: a lookup
-//! reads one cache line of tags and then only the row it hits.
+//! path from a frame's pc to its rules. Each way is one cache line holding
+//! its tag (key, module set) and, for the commonest rows, the row in the
+//! form the walk applies it ([`Saved`]): a warm step of an ordinary frame
+//! reads that one line and the stack. Every row is also kept whole (a
+//! [`PackedRow`], apart), for the walks that need more than a [`Saved`] row.
 
 use crate::arch::NUM_REGS;
 use crate::cfi::{CfaRule, ExprRef, RegRule, Row, RuleSet, Rules, SectionKind};
@@ -23,17 +25,26 @@ fn set_of(key: u64) -> usize {
 
 const EMPTY_KEY: u64 = u64::MAX;
 
-/// What identifies the entries of one set.
+/// The module index cached for an address no FDE covers.
+pub const NO_FDE: usize = u32::MAX as usize;
+
+/// One way of a set, in one cache line: what identifies its entry, and the
+/// entry's row as a [`Saved`] one where it is.
 #[derive(Clone, Copy)]
-struct Tags {
-    keys: [u64; 2],
-    /// The module set each entry was made for (`ModuleSet::generation`).
-    generations: [u64; 2],
-    /// The way to replace next: the one not used most recently.
+#[repr(C, align(64))]
+struct Way {
+    key: u64,
+    /// The module set the entry was made for (`ModuleSet::generation`).
+    generation: u64,
+    saved: Saved,
+    /// In a set's first way: the way to replace next, the one not used
+    /// most recently.
     victim: u8,
 }
 
-/// What a cached entry holds.
+const _: () = assert!(std::mem::size_of::<Way>() == 64);
+
+/// What a cached entry holds besides its way.
 #[derive(Clone, Copy)]
 struct Entry {
     module: u32,
@@ -52,46 +63,144 @@ pub struct PackedRule {
     value: i32,
 }
 
-impl PackedRule {
-    /// The register's column.
-    #[inline(always)]
-    pub fn reg(&self) -> u16 {
-        self.reg
-    }
-
-    /// The offset from the CFA (a rule of a [`Saved`] row).
-    #[inline(always)]
-    pub fn offset(&self) -> i64 {
-        i64::from(self.value)
-    }
-}
-
-/// The commonest row, as [`PackedRow::saved`] gives it: the CFA is a tracked
-/// register plus an offset, and every rule saves a tracked register at an
-/// offset from the CFA (x86_64's `CFA = rsp + 8, rip at CFA − 8`, or `CFA =
-/// rbp + 16` with rbp and the callee-saved registers below it). A walk
+/// The commonest row, as the rule cache keeps it beside its tag: the CFA is
+/// a tracked register plus an offset, and every rule saves a tracked register
+/// at an offset from the CFA (x86_64's `CFA = rsp + 8, rip at CFA − 8`, or
+/// `CFA = rbp + 16` with rbp and the callee-saved registers below it). A walk
 /// applies it with no decoding per rule, and reads the saved words from one
-/// slice of the stack: `span` bytes (plus a word) from `CFA + lo`.
-pub struct Saved<'a> {
-    pub cfa_reg: u16,
-    pub cfa_offset: i64,
-    /// The lowest offset of a rule (0 when there is none).
-    pub lo: i64,
-    /// The highest offset of a rule less `lo`.
-    pub span: u64,
-    /// The rules; the return address's first, if there is one.
-    pub rules: &'a [PackedRule],
-    /// The first rule is the return address's.
-    pub ra_first: bool,
-    /// A rule recovers the stack pointer (else the caller's is the CFA).
-    pub sp_saved: bool,
+/// slice of the stack: `span` bytes and a word from the CFA's register plus
+/// `window`, each rule's word at its own offset in that slice.
+#[derive(Clone, Copy)]
+#[repr(C)]
+pub struct Saved {
+    /// The CFA's offset from its register.
+    pub cfa_offset: i32,
+    /// Where the saved words start, from the CFA's register: the CFA's
+    /// offset plus the lowest rule's.
+    pub window: i32,
+    /// The highest rule's offset less the lowest's.
+    pub span: u16,
+    /// `SAVED`, `RA_FIRST`, `SP_SAVED`, `SIGNAL_FRAME`.
+    flags: u8,
+    len: u8,
+    pub cfa_reg: u8,
+    /// The return address's column.
+    pub ra: u8,
+    regs: [u8; PACKED_RULES],
+    /// Each rule's word, from the window's start.
+    ats: [u16; PACKED_RULES],
 }
 
-/// `PackedRow::saved`: the row is a [`Saved`] one, its first rule is the
-/// return address's, a rule recovers the stack pointer.
+/// `Saved::flags`: the row is a [`Saved`] one, its first rule is the
+/// return address's, a rule recovers the stack pointer, it is a signal
+/// frame's.
 const SAVED: u8 = 1;
 const RA_FIRST: u8 = 2;
 const SP_SAVED: u8 = 4;
+const SIGNAL_FRAME: u8 = 8;
+
+impl Saved {
+    /// Not a saved row.
+    const NONE: Saved = Saved {
+        cfa_offset: 0,
+        window: 0,
+        span: 0,
+        flags: 0,
+        len: 0,
+        cfa_reg: 0,
+        ra: 0,
+        regs: [0; PACKED_RULES],
+        ats: [0; PACKED_RULES],
+    };
+
+    /// `row` as a [`Saved`] one, with its return address's rule first (the
+    /// order of a row's rules, one per column, says nothing); [`Saved::NONE`]
+    /// where it is not one. `sp`: the stack pointer's column.
+    fn of(row: &PackedRow, sp: u16) -> Saved {
+        let tracked = |reg: u16| usize::from(reg) < NUM_REGS;
+        let rules = &row.rules[..row.count()];
+        if row.cfa_kind != CFA_REG
+            || !tracked(row.cfa_reg)
+            || !tracked(row.ra)
+            || !rules.iter().all(|r| r.kind == OFFSET && tracked(r.reg))
+        {
+            return Saved::NONE;
+        }
+        let lo = rules.iter().map(|r| r.value).min().unwrap_or(0);
+        let hi = rules.iter().map(|r| r.value).max().unwrap_or(0);
+        let (Some(window), Ok(span)) =
+            (row.cfa_offset.checked_add(lo), u16::try_from(i64::from(hi) - i64::from(lo)))
+        else {
+            return Saved::NONE;
+        };
+        let ra = rules.iter().position(|r| r.reg == row.ra);
+        let mut flags = SAVED;
+        if ra.is_some() {
+            flags |= RA_FIRST;
+        }
+        if rules.iter().any(|r| r.reg == sp) {
+            flags |= SP_SAVED;
+        }
+        if row.signal_frame {
+            flags |= SIGNAL_FRAME;
+        }
+        let mut out = Saved {
+            cfa_offset: row.cfa_offset,
+            window,
+            span,
+            flags,
+            len: rules.len() as u8,
+            // Tracked: below NUM_REGS.
+            cfa_reg: row.cfa_reg as u8,
+            ra: row.ra as u8,
+            ..Saved::NONE
+        };
+        // The return address's rule first, the others in their order.
+        let first = ra.into_iter();
+        let rest = (0..rules.len()).filter(|&i| Some(i) != ra);
+        for (slot, i) in first.chain(rest).enumerate() {
+            out.regs[slot] = rules[i].reg as u8;
+            // At most `span`.
+            out.ats[slot] = (i64::from(rules[i].value) - i64::from(lo)) as u16;
+        }
+        out
+    }
+
+    #[inline(always)]
+    fn is_saved(&self) -> bool {
+        self.flags & SAVED != 0
+    }
+
+    /// The rules: each register's column and where its word is in the window.
+    #[inline(always)]
+    pub fn rules(&self) -> impl Iterator<Item = (u16, usize)> + '_ {
+        let n = usize::from(self.len).min(PACKED_RULES);
+        self.regs[..n].iter().zip(&self.ats[..n]).map(|(&r, &at)| (u16::from(r), usize::from(at)))
+    }
+
+    /// Whether there are no rules.
+    #[inline(always)]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The first rule is the return address's.
+    #[inline(always)]
+    pub fn ra_first(&self) -> bool {
+        self.flags & RA_FIRST != 0
+    }
+
+    /// A rule recovers the stack pointer (else the caller's is the CFA).
+    #[inline(always)]
+    pub fn sp_saved(&self) -> bool {
+        self.flags & SP_SAVED != 0
+    }
+
+    #[inline(always)]
+    pub fn signal_frame(&self) -> bool {
+        self.flags & SIGNAL_FRAME != 0
+    }
+}
 
 const UNDEFINED: u8 = 0;
 const SAME_VALUE: u8 = 1;
@@ -101,7 +210,7 @@ const REGISTER: u8 = 4;
 
 /// A row as the cache keeps it: a CFA of a register plus a 32-bit offset
 /// (or an expression, as PLT entries have) and at most [`PACKED_RULES`]
-/// rules with 32-bit offsets, in 80 bytes (a `RuleSet<8>` takes 216), so
+/// rules with 32-bit offsets, in 76 bytes (a `RuleSet<8>` takes 216), so
 /// that the rows of a walk's hot frames stay in the nearest cache. Rows
 /// that do not fit (rules by DWARF expression, more rules, wider offsets)
 /// are kept whole with the wide rows.
@@ -113,18 +222,12 @@ pub struct PackedRow {
     signal_frame: bool,
     len: u8,
     cfa_kind: u8,
-    /// Whether the row is a [`Saved`] one, and what else it is: `SAVED`,
-    /// `RA_FIRST`, `SP_SAVED`.
-    saved: u8,
     /// The CFA's offset, or the offset of its expression (as u32).
     cfa_offset: i32,
-    /// A [`Saved`] row's lowest rule offset and the span of its offsets.
-    lo: i16,
-    span: u16,
     rules: [PackedRule; PACKED_RULES],
 }
 
-const _: () = assert!(std::mem::size_of::<PackedRow>() == 80);
+const _: () = assert!(std::mem::size_of::<PackedRow>() == 76);
 
 /// `PackedRow::cfa_kind`: register + offset, or an expression in a section.
 const CFA_REG: u8 = 0;
@@ -139,16 +242,12 @@ impl PackedRow {
         signal_frame: false,
         len: 0,
         cfa_kind: CFA_REG,
-        saved: 0,
         cfa_offset: 0,
-        lo: 0,
-        span: 0,
         rules: [PackedRule { reg: 0, kind: UNDEFINED, value: 0 }; PACKED_RULES],
     };
 
     /// `row` packed, if it fits.
-    /// `sp`: the stack pointer's column.
-    pub fn pack<const N: usize>(row: &RuleSet<N>, sp: u16) -> Option<PackedRow> {
+    pub fn pack<const N: usize>(row: &RuleSet<N>) -> Option<PackedRow> {
         let (cfa_kind, cfa_reg, cfa_offset) = match row.cfa {
             CfaRule::RegOffset { reg, offset } => (CFA_REG, reg, i32::try_from(offset).ok()?),
             CfaRule::Expr(e) => {
@@ -185,54 +284,7 @@ impl PackedRow {
             *slot = PackedRule { reg, kind, value };
         }
         out.len = rules.len() as u8;
-        out.mark_saved(sp);
         Some(out)
-    }
-
-    /// Mark the row a [`Saved`] one if it is, with its return address's
-    /// rule first (the order of a row's rules, one per column, says nothing).
-    fn mark_saved(&mut self, sp: u16) {
-        let tracked = |reg: u16| usize::from(reg) < NUM_REGS;
-        let rules = &self.rules[..usize::from(self.len)];
-        if self.cfa_kind != CFA_REG
-            || !tracked(self.cfa_reg)
-            || !rules.iter().all(|r| r.kind == OFFSET && tracked(r.reg))
-        {
-            return;
-        }
-        let lo = rules.iter().map(|r| r.value).min().unwrap_or(0);
-        let hi = rules.iter().map(|r| r.value).max().unwrap_or(0);
-        let (Ok(lo), Ok(span)) = (i16::try_from(lo), u16::try_from(i64::from(hi) - i64::from(lo)))
-        else {
-            return;
-        };
-        let mut flags = SAVED;
-        let len = usize::from(self.len);
-        if let Some(i) = self.rules[..len].iter().position(|r| r.reg == self.ra) {
-            self.rules[..len].swap(0, i);
-            flags |= RA_FIRST;
-        }
-        if self.rules[..len].iter().any(|r| r.reg == sp) {
-            flags |= SP_SAVED;
-        }
-        (self.saved, self.lo, self.span) = (flags, lo, span);
-    }
-
-    /// The row as a [`Saved`] one, if it is.
-    #[inline(always)]
-    pub fn saved(&self) -> Option<Saved<'_>> {
-        if self.saved & SAVED == 0 {
-            return None;
-        }
-        Some(Saved {
-            cfa_reg: self.cfa_reg,
-            cfa_offset: i64::from(self.cfa_offset),
-            lo: i64::from(self.lo),
-            span: u64::from(self.span),
-            rules: &self.rules[..usize::from(self.len).min(PACKED_RULES)],
-            ra_first: self.saved & RA_FIRST != 0,
-            sp_saved: self.saved & SP_SAVED != 0,
-        })
     }
 }
 
@@ -288,7 +340,7 @@ pub struct Stats {
 }
 
 pub struct RuleCache {
-    tags: Box<[Tags; SETS]>,
+    ways: Box<[[Way; 2]; SETS]>,
     entries: Box<[[Entry; 2]; SETS]>,
     /// Rows with more rules than a compact row holds: a signal trampoline's
     /// (glibc's `__restore_rt` restores every register), which a walk through
@@ -315,9 +367,17 @@ impl Default for RuleCache {
     }
 }
 
+/// A cached entry: its module's index, its row, and the row as a [`Saved`]
+/// one where it is.
+pub struct Hit<'a> {
+    pub module: usize,
+    pub row: &'a PackedRow,
+    pub saved: Option<&'a Saved>,
+}
+
 impl RuleCache {
     pub fn new() -> Self {
-        let tags = Tags { keys: [EMPTY_KEY; 2], generations: [0; 2], victim: 0 };
+        let way = Way { key: EMPTY_KEY, generation: 0, saved: Saved::NONE, victim: 0 };
         let empty = Entry { module: 0, row: PackedRow::EMPTY };
         let wide = WideEntry {
             key: EMPTY_KEY,
@@ -326,7 +386,7 @@ impl RuleCache {
             row: Row::new(CfaRule::RegOffset { reg: 0, offset: 0 }, 0, false),
         };
         RuleCache {
-            tags: boxed_array(tags),
+            ways: boxed_array([way; 2]),
             entries: boxed_array([empty; 2]),
             wide: Box::new([wide; WIDE_SLOTS]),
             next_wide: 0,
@@ -336,31 +396,36 @@ impl RuleCache {
 
     /// Forget every entry (the modules changed).
     pub fn clear(&mut self) {
-        for tags in self.tags.iter_mut() {
-            tags.keys = [EMPTY_KEY; 2];
+        for ways in self.ways.iter_mut() {
+            for way in ways {
+                way.key = EMPTY_KEY;
+            }
         }
         for entry in self.wide.iter_mut() {
             entry.key = EMPTY_KEY;
         }
     }
 
-    /// The module index and rules cached for `key` in the module set of
-    /// `generation` (counted as a hit).
+    /// The entry cached for `key` in the module set of `generation`
+    /// (counted as a hit).
     #[inline]
-    pub fn get(&mut self, key: u64, generation: u64) -> Option<(usize, &PackedRow)> {
+    pub fn get(&mut self, key: u64, generation: u64) -> Option<Hit<'_>> {
         let (set, way) = self.locate(key, generation)?;
         self.stats.hits += 1;
         let entry = &self.entries[set][way];
-        Some((entry.module as usize, &entry.row))
+        let saved = &self.ways[set][way].saved;
+        let saved = saved.is_saved().then_some(saved);
+        Some(Hit { module: entry.module as usize, row: &entry.row, saved })
     }
 
-    /// [`RuleCache::get`] without counting the hit: the walk's hot loop
-    /// counts its hits in a register and adds them once ([`RuleCache::add_hits`]).
+    /// The row cached for `key` in the module set of `generation` if it is
+    /// a [`Saved`] one, without counting the hit: the walk's hot loop counts
+    /// its hits in a register and adds them once ([`RuleCache::add_hits`]).
     #[inline(always)]
-    pub fn find(&mut self, key: u64, generation: u64) -> Option<(u32, &PackedRow)> {
+    pub fn find_saved(&mut self, key: u64, generation: u64) -> Option<&Saved> {
         let (set, way) = self.locate(key, generation)?;
-        let entry = &self.entries[set][way];
-        Some((entry.module, &entry.row))
+        let saved = &self.ways[set][way].saved;
+        saved.is_saved().then_some(saved)
     }
 
     /// The set and way holding `key` for `generation`, made the most
@@ -368,11 +433,11 @@ impl RuleCache {
     #[inline(always)]
     fn locate(&mut self, key: u64, generation: u64) -> Option<(usize, usize)> {
         let set = set_of(key);
-        let tags = &mut self.tags[set];
-        let hit = |way: usize| tags.keys[way] == key && tags.generations[way] == generation;
-        let way = if hit(0) {
+        let ways = &mut self.ways[set];
+        let hit = |way: &Way| way.key == key && way.generation == generation;
+        let way = if hit(&ways[0]) {
             0
-        } else if hit(1) {
+        } else if hit(&ways[1]) {
             1
         } else {
             return None;
@@ -380,13 +445,13 @@ impl RuleCache {
         // Written only when it changes: a walk's hot rows are found again
         // and again in the same way.
         let victim = 1 - way as u8;
-        if tags.victim != victim {
-            tags.victim = victim;
+        if ways[0].victim != victim {
+            ways[0].victim = victim;
         }
         Some((set, way))
     }
 
-    /// Count `n` hits of [`RuleCache::find`].
+    /// Count `n` hits of [`RuleCache::find_saved`].
     #[inline(always)]
     pub fn add_hits(&mut self, n: u64) {
         self.stats.hits += n;
@@ -397,10 +462,9 @@ impl RuleCache {
     #[inline]
     pub fn peek(&self, key: u64, generation: u64) -> Option<usize> {
         let set = set_of(key);
-        let tags = &self.tags[set];
         (0..2)
-            .find(|&way| tags.keys[way] == key && tags.generations[way] == generation)
-            .map(|way| self.entries[set][way].module as usize)
+            .find(|&w| self.ways[set][w].key == key && self.ways[set][w].generation == generation)
+            .map(|w| self.entries[set][w].module as usize)
     }
 
     /// Like [`RuleCache::get`], for a row too wide for the compact cache.
@@ -423,15 +487,26 @@ impl RuleCache {
         self.stats.misses += 1;
     }
 
-    /// Cache `row` for `key` in the module set of `generation`.
-    pub fn insert(&mut self, key: u64, generation: u64, module: usize, row: PackedRow) {
+    /// Cache `row` for `key` in the module set of `generation`. `sp`: the
+    /// stack pointer's column.
+    pub fn insert(&mut self, key: u64, generation: u64, module: usize, row: PackedRow, sp: u16) {
+        self.put(key, generation, Entry { module: module as u32, row }, Saved::of(&row, sp));
+    }
+
+    /// Remember that no FDE covers `key` in the module set of `generation`
+    /// (its module is [`NO_FDE`]).
+    pub fn insert_no_fde(&mut self, key: u64, generation: u64) {
+        let entry = Entry { module: NO_FDE as u32, row: PackedRow::EMPTY };
+        self.put(key, generation, entry, Saved::NONE);
+    }
+
+    fn put(&mut self, key: u64, generation: u64, entry: Entry, saved: Saved) {
         let set = set_of(key);
-        let tags = &mut self.tags[set];
-        let way = usize::from(tags.victim & 1);
-        tags.keys[way] = key;
-        tags.generations[way] = generation;
-        tags.victim = 1 - way as u8;
-        self.entries[set][way] = Entry { module: module as u32, row };
+        let way = usize::from(self.ways[set][0].victim & 1);
+        let slot = &mut self.ways[set][way];
+        (slot.key, slot.generation, slot.saved) = (key, generation, saved);
+        self.ways[set][0].victim = 1 - way as u8;
+        self.entries[set][way] = entry;
     }
 }
 
@@ -448,21 +523,21 @@ mod tests {
     use super::*;
 
     fn row(offset: i64) -> PackedRow {
-        PackedRow::pack(&Row::new(CfaRule::RegOffset { reg: 7, offset }, 16, false), 7).unwrap()
+        PackedRow::pack(&Row::new(CfaRule::RegOffset { reg: 7, offset }, 16, false)).unwrap()
     }
 
     #[test]
     fn two_addresses_sharing_a_set_both_stay() {
         let mut cache = RuleCache::new();
         let (a, b, c) = (0x1000, 0x1000 + SETS as u64, 0x1000 + 2 * SETS as u64);
-        cache.insert(a, 7, 1, row(8));
-        cache.insert(b, 7, 2, row(16));
+        cache.insert(a, 7, 1, row(8), 7);
+        cache.insert(b, 7, 2, row(16), 7);
         for _ in 0..3 {
-            assert_eq!(cache.get(a, 7).map(|(m, r)| (m, r.cfa())), Some((1, row(8).cfa())));
-            assert_eq!(cache.get(b, 7).map(|(m, r)| (m, r.cfa())), Some((2, row(16).cfa())));
+            assert_eq!(cache.get(a, 7).map(|h| (h.module, h.row.cfa())), Some((1, row(8).cfa())));
+            assert_eq!(cache.get(b, 7).map(|h| (h.module, h.row.cfa())), Some((2, row(16).cfa())));
         }
         // A third evicts the least recently used (a), not the one just used.
-        cache.insert(c, 7, 3, row(24));
+        cache.insert(c, 7, 3, row(24), 7);
         assert!(cache.get(a, 7).is_none());
         assert!(cache.get(b, 7).is_some());
         assert!(cache.get(c, 7).is_some());
@@ -479,20 +554,28 @@ mod tests {
         for (reg, at) in [(3, -24), (6, -16), (16, -8)] {
             full.push(reg, RegRule::Offset(at));
         }
-        let packed = PackedRow::pack(&full, 7).unwrap();
-        let saved = packed.saved().unwrap();
-        assert!(saved.ra_first && !saved.sp_saved);
-        assert_eq!((saved.rules[0].reg(), saved.rules[0].offset()), (16, -8));
-        assert_eq!((saved.lo, saved.span), (-24, 16));
-        let mut rules: Vec<_> = (0..packed.count()).map(|i| packed.at(i)).collect();
-        rules.sort_by_key(|r| r.0);
-        assert_eq!(rules, full.rules(), "the same rules, in another order");
+        let packed = PackedRow::pack(&full).unwrap();
+        let saved = Saved::of(&packed, 7);
+        assert!(saved.is_saved() && saved.ra_first() && !saved.sp_saved());
+        // The window starts at the lowest rule, CFA − 24: rsp + 8.
+        assert_eq!((saved.cfa_offset, saved.window, saved.span), (32, 8, 16));
+        let rules: Vec<_> = saved.rules().collect();
+        assert_eq!(rules, [(16, 16), (3, 0), (6, 8)], "rip first, then in their order");
+        // The packed row keeps the rules as they were.
+        assert_eq!((0..packed.count()).map(|i| packed.at(i)).collect::<Vec<_>>(), full.rules());
         // No rule for the return address; one for the stack pointer.
-        let mut odd = Row::new(CfaRule::RegOffset { reg: 6, offset: 16 }, 16, false);
+        let mut odd = Row::new(CfaRule::RegOffset { reg: 6, offset: 16 }, 16, true);
         odd.push(7, RegRule::Offset(-16));
-        let saved = PackedRow::pack(&odd, 7).unwrap();
-        let saved = saved.saved().unwrap();
-        assert!(!saved.ra_first && saved.sp_saved);
+        let saved = Saved::of(&PackedRow::pack(&odd).unwrap(), 7);
+        assert!(saved.is_saved() && !saved.ra_first() && saved.sp_saved() && saved.signal_frame());
+        // A rule of another kind, or a CFA by expression: not a saved row.
+        let mut other = full;
+        other.push(12, RegRule::SameValue);
+        assert!(!Saved::of(&PackedRow::pack(&other).unwrap(), 7).is_saved());
+        let expr = ExprRef { section: SectionKind::EhFrame, offset: 0, len: 1 };
+        let mut plt = Row::new(CfaRule::Expr(expr), 16, false);
+        plt.push(16, RegRule::Offset(-8));
+        assert!(!Saved::of(&PackedRow::pack(&plt).unwrap(), 7).is_saved());
     }
 
     #[test]
@@ -510,7 +593,7 @@ mod tests {
         for (reg, rule) in rules {
             full.push(reg, rule);
         }
-        let packed = PackedRow::pack(&full, 7).unwrap();
+        let packed = PackedRow::pack(&full).unwrap();
         assert_eq!(packed.cfa(), full.cfa);
         assert_eq!((packed.ra(), packed.signal_frame()), (16, true));
         assert_eq!((0..packed.count()).map(|i| packed.at(i)).collect::<Vec<_>>(), rules);
@@ -519,25 +602,25 @@ mod tests {
         let mut wide = full;
         wide.push(0, RegRule::Offset(-32));
         wide.push(1, RegRule::Offset(-40));
-        assert!(PackedRow::pack(&wide, 7).is_none(), "nine rules");
+        assert!(PackedRow::pack(&wide).is_none(), "nine rules");
         let mut far = full;
         far.push(0, RegRule::Offset(1 << 40));
-        assert!(PackedRow::pack(&far, 7).is_none(), "an offset past 32 bits");
+        assert!(PackedRow::pack(&far).is_none(), "an offset past 32 bits");
         let expr = ExprRef { section: SectionKind::EhFrame, offset: 0, len: 1 };
         let mut by_expr = full;
         by_expr.push(0, RegRule::Expr(expr));
-        assert!(PackedRow::pack(&by_expr, 7).is_none(), "an expression");
+        assert!(PackedRow::pack(&by_expr).is_none(), "an expression");
         // A CFA by expression (a PLT entry's) is packed, in either section.
         for section in [SectionKind::EhFrame, SectionKind::DebugFrame] {
             let expr = ExprRef { section, offset: 0xfedc_ba98, len: 11 };
             let mut plt = Row::new(CfaRule::Expr(expr), 16, false);
             plt.push(16, RegRule::Offset(-8));
-            let packed = PackedRow::pack(&plt, 7).unwrap();
+            let packed = PackedRow::pack(&plt).unwrap();
             assert_eq!(packed.cfa(), CfaRule::Expr(expr));
             assert_eq!(packed.at(0), (16, RegRule::Offset(-8)));
         }
         let long = ExprRef { section: SectionKind::EhFrame, offset: 0, len: 1 << 16 };
         let cfa_expr = Row::new(CfaRule::Expr(long), 16, false);
-        assert!(PackedRow::pack(&cfa_expr, 7).is_none(), "a CFA expression of 64 KiB");
+        assert!(PackedRow::pack(&cfa_expr).is_none(), "a CFA expression of 64 KiB");
     }
 }

@@ -79,7 +79,7 @@ pub(super) fn apply<M: Memory + ?Sized, R: Rules, const FALLBACK: bool>(
     // Where both the return address and sp are saved in words that cannot be read, the
     // return address's is the one the walk ends at, whichever rule comes first: the rule
     // cache puts the return address's first in a row whose saved words it reads at once
-    // (`PackedRow::mark_saved`), and a walk from the cache must end where the first did.
+    // (a `Saved` row), and a walk from the cache must end where the first did.
     let mut unread_sp = None;
     for i in 0..row.count() {
         let (reg, rule) = row.at(i);
@@ -152,15 +152,12 @@ pub(super) fn apply<M: Memory + ?Sized, R: Rules, const FALLBACK: bool>(
     finish(arch, ra_column, ra_rule, row.signal_frame(), callee, caller)
 }
 
-/// [`apply`] for a [`Saved`] row (`(ra, signal_frame)`: its return-address
-/// column and whether it is a signal frame's), whose callee's sp is exact:
-/// the CFA from a register, every rule a word read at an offset from it,
-/// read from one window of the stack where the memory lends one.
-#[allow(clippy::too_many_arguments)]
+/// [`apply`] for a [`Saved`] row whose callee's sp is exact: the CFA from a
+/// register, every rule a word read at an offset from it, read from one
+/// window of the stack where the memory lends one.
 #[inline(always)]
 pub(super) fn apply_saved<M: Memory + ?Sized, const A: u8>(
-    row: &Saved<'_>,
-    (ra_column, signal_frame): (u16, bool),
+    row: &Saved,
     callee: &FrameState,
     regs: &Registers,
     caller: &mut Registers,
@@ -169,26 +166,26 @@ pub(super) fn apply_saved<M: Memory + ?Sized, const A: u8>(
 ) -> Step {
     // The caller's file starts as the callee's, and is recovered in place.
     *caller = *regs;
-    let rules = (ra_column, signal_frame);
-    if let Some(step) = apply_in_place::<M, A>(row, rules, callee, caller, mem, frames) {
+    if let Some(step) = apply_in_place::<M, A>(row, callee, caller, mem, frames) {
         return step;
     }
     // No window: word by word, each read checked.
     let arch = arch_of(A);
     let mask = arch.address_mask();
-    let Some(base) = regs.get(row.cfa_reg) else {
-        return Err((EndReason::MissingRegister, EndDetail::Register(row.cfa_reg)));
+    let (ra_column, signal_frame) = (u16::from(row.ra), row.signal_frame());
+    let Some(base) = regs.get(u16::from(row.cfa_reg)) else {
+        return Err((EndReason::MissingRegister, EndDetail::Register(u16::from(row.cfa_reg))));
     };
-    let cfa = base.wrapping_add(row.cfa_offset as u64) & mask;
+    let cfa = base.wrapping_add(i64::from(row.cfa_offset) as u64) & mask;
+    let lo = base.wrapping_add(i64::from(row.window) as u64);
     if let Some(f) = frames.last_mut() {
         f.signal_frame = signal_frame;
         f.cfa = Some(cfa);
     }
     let mut out = caller.recover_in_place(arch.same_value_mask());
     out.set(arch.sp(), cfa);
-    for rule in row.rules {
-        let reg = rule.reg();
-        let addr = cfa.wrapping_add(rule.offset() as u64) & mask;
+    for (reg, at) in row.rules() {
+        let addr = lo.wrapping_add(at as u64) & mask;
         match read_word(mem, arch, addr) {
             Some(v) => out.set(reg, v),
             None if reg == ra_column || reg == arch.sp() => {
@@ -209,20 +206,20 @@ pub(super) fn apply_saved<M: Memory + ?Sized, const A: u8>(
 /// same answer, or the right error).
 #[inline(always)]
 pub(super) fn apply_in_place<M: Memory + ?Sized, const A: u8>(
-    row: &Saved<'_>,
-    (ra_column, signal_frame): (u16, bool),
+    row: &Saved,
     callee: &FrameState,
     regs: &mut Registers,
     mem: &mut M,
     frames: &mut [Frame],
 ) -> Option<Step> {
-    let base = regs.get(row.cfa_reg)?;
+    let base = regs.get(u16::from(row.cfa_reg))?;
     let (cfa, _) = recover_saved::<M, A>(row, base, regs, mem)?;
+    let signal_frame = row.signal_frame();
     if let Some(f) = frames.last_mut() {
         f.signal_frame = signal_frame;
         f.cfa = Some(cfa);
     }
-    Some(finish(arch_of(A), ra_column, None, signal_frame, callee, regs))
+    Some(finish(arch_of(A), u16::from(row.ra), None, signal_frame, callee, regs))
 }
 
 /// The work of [`apply_in_place`], from `base`, the value of the CFA's
@@ -232,18 +229,18 @@ pub(super) fn apply_in_place<M: Memory + ?Sized, const A: u8>(
 /// word.
 #[inline(always)]
 pub(super) fn recover_saved<M: Memory + ?Sized, const A: u8>(
-    row: &Saved<'_>,
+    row: &Saved,
     base: u64,
     regs: &mut Registers,
     mem: &mut M,
 ) -> Option<(u64, u64)> {
     let arch = arch_of(A);
     let mask = arch.address_mask();
-    let cfa = base.wrapping_add(row.cfa_offset as u64) & mask;
+    let cfa = base.wrapping_add(i64::from(row.cfa_offset) as u64) & mask;
     let word = arch.word_size();
-    let lo = cfa.wrapping_add(row.lo as u64) & mask;
-    let len = row.span + word;
-    let window = if row.rules.is_empty() {
+    let lo = base.wrapping_add(i64::from(row.window) as u64) & mask;
+    let len = u64::from(row.span) + word;
+    let window = if row.is_empty() {
         &[][..]
     } else if lo > mask - (len - 1) {
         return None;
@@ -254,10 +251,9 @@ pub(super) fn recover_saved<M: Memory + ?Sized, const A: u8>(
     let mut out = regs.recover_in_place(arch.same_value_mask());
     out.set(arch.sp(), cfa);
     let mut first = 0;
-    for (i, rule) in row.rules.iter().enumerate() {
-        // At most `span`, a u16: one bounds test a word, which always passes
-        // (the window holds `span` bytes and a word).
-        let at = usize::from((rule.offset() - row.lo) as u16);
+    for (i, (reg, at)) in row.rules().enumerate() {
+        // At most `span`: one bounds test a word, which always passes (the
+        // window holds `span` bytes and a word).
         let value = match word {
             8 => {
                 window.get(at..at + 8).map(|w| u64::from_le_bytes(w.try_into().unwrap_or_default()))
@@ -268,12 +264,12 @@ pub(super) fn recover_saved<M: Memory + ?Sized, const A: u8>(
         };
         match value {
             Some(v) => {
-                out.set(rule.reg(), v);
+                out.set(reg, v);
                 if i == 0 {
                     first = v;
                 }
             }
-            None => out.forget(rule.reg()),
+            None => out.forget(reg),
         }
     }
     drop(out);
@@ -305,17 +301,16 @@ pub(super) fn fast_step<M: Memory + ?Sized, const A: u8>(
     frames: &mut [Frame],
 ) -> Fast {
     let arch = arch_of(A);
-    let Some((_, row)) = cache.find(lookup, generation) else { return Fast::Slow };
-    let Some(saved) = row.saved() else { return Fast::Slow };
-    let (ra_column, signal_frame) = (row.ra(), row.signal_frame());
+    let Some(saved) = cache.find_saved(lookup, generation) else { return Fast::Slow };
+    let (ra_column, signal_frame) = (u16::from(saved.ra), saved.signal_frame());
     // The callee's sp is at hand, not only in its register file.
-    let base = if saved.cfa_reg == arch.sp() {
+    let base = if u16::from(saved.cfa_reg) == arch.sp() {
         callee.sp
     } else {
-        let Some(base) = regs.get(saved.cfa_reg) else { return Fast::Slow };
+        let Some(base) = regs.get(u16::from(saved.cfa_reg)) else { return Fast::Slow };
         base
     };
-    let Some((cfa, first)) = recover_saved::<M, A>(&saved, base, regs, mem) else {
+    let Some((cfa, first)) = recover_saved::<M, A>(saved, base, regs, mem) else {
         return Fast::Slow;
     };
     if let Some(f) = frames.last_mut() {
@@ -325,7 +320,7 @@ pub(super) fn fast_step<M: Memory + ?Sized, const A: u8>(
     let stop = Fast::Stop { ra_column, signal_frame };
     // The return address and sp as read, rather than through the register
     // file, where the row says which they are.
-    let ra = if saved.ra_first {
+    let ra = if saved.ra_first() {
         first
     } else if let Some(ra) = regs.get(ra_column) {
         ra
@@ -333,7 +328,7 @@ pub(super) fn fast_step<M: Memory + ?Sized, const A: u8>(
         return stop;
     };
     let pc = arch.strip_return_address(ra);
-    let sp = if !saved.sp_saved {
+    let sp = if !saved.sp_saved() {
         cfa
     } else if let Some(sp) = regs.get(arch.sp()) {
         sp

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use gimli::UnwindContext;
 
 use crate::arch::Arch;
-use crate::cfi::{FullRow, LookupError, Module, Rules};
+use crate::cfi::{FullRow, LookupError, Module};
 use crate::fallback::Strategies;
 pub use crate::fallback::{FpProblem, RaProblem, Strategy, UnknownStrategy};
 use crate::memory::Memory;
@@ -74,9 +74,7 @@ const fn arch_of(a: u8) -> Arch {
     }
 }
 
-/// The module index the rule cache records for an address no FDE covers.
-const NO_FDE: usize = u32::MAX as usize;
-const NO_FDE_ROW: PackedRow = PackedRow::EMPTY;
+use crate::rule_cache::NO_FDE;
 
 /// How many stack words a scan looks at by default.
 pub const DEFAULT_SCAN_WORDS: usize = 1024;
@@ -519,16 +517,14 @@ impl Unwinder {
         mem: &mut M,
         frames: &mut [Frame],
     ) -> Option<Step> {
-        let (m, row) = self.cache.get(lookup, generation)?;
+        let hit = self.cache.get(lookup, generation)?;
+        let (m, row) = (hit.module, hit.row);
         if m == NO_FDE {
             return Some(Err((EndReason::NoUnwindInfo, EndDetail::Lookup(LookupError::NoFde))));
         }
         let [a, b] = files;
-        if let Some(saved) = row.saved() {
-            let (ra, signal_frame) = (row.ra(), row.signal_frame());
-            if let Some(step) =
-                apply_in_place::<M, A>(&saved, (ra, signal_frame), callee, a, mem, frames)
-            {
+        if let Some(saved) = hit.saved {
+            if let Some(step) = apply_in_place::<M, A>(saved, callee, a, mem, frames) {
                 return Some(step);
             }
         }
@@ -558,19 +554,17 @@ impl Unwinder {
         // The cache is keyed by address alone: it is cleared whenever the
         // modules change, so a hit also names the module, without a search.
         let generation = self.modules.generation();
-        if let Some((m, row)) = self.cache.get(lookup, generation) {
+        if let Some(hit) = self.cache.get(lookup, generation) {
+            let m = hit.module;
             if m == NO_FDE {
                 return Err((EndReason::NoUnwindInfo, EndDetail::Lookup(LookupError::NoFde)));
             }
             // The commonest rows, where the callee's sp is exact (always,
             // in the CFI-only walk), by the short way.
             if !FALLBACK || callee.sp_exact {
-                if let Some(saved) = row.saved() {
-                    let signal_frame = row.signal_frame();
-                    let ra = row.ra();
+                if let Some(saved) = hit.saved {
                     return apply_saved::<M, A>(
-                        &saved,
-                        (ra, signal_frame),
+                        saved,
                         callee,
                         callee_regs,
                         caller_regs,
@@ -582,7 +576,7 @@ impl Unwinder {
             return apply::<M, _, FALLBACK>(
                 arch_of(A),
                 (&self.modules, m),
-                row,
+                hit.row,
                 callee,
                 callee_regs,
                 caller_regs,
@@ -622,13 +616,13 @@ impl Unwinder {
                 // Remembered too: code without CFI is walked by the
                 // fallback strategies, which should not search for an FDE
                 // again at every frame.
-                self.cache.insert(lookup, generation, NO_FDE, NO_FDE_ROW);
+                self.cache.insert_no_fde(lookup, generation);
                 return Err((EndReason::NoUnwindInfo, EndDetail::Lookup(LookupError::NoFde)));
             }
             Err(e) => return Err((EndReason::BadCfi, EndDetail::Lookup(e))),
         };
-        match PackedRow::pack(&row, arch_of(A).sp()) {
-            Some(packed) => self.cache.insert(lookup, generation, m, packed),
+        match PackedRow::pack(&row) {
+            Some(packed) => self.cache.insert(lookup, generation, m, packed, arch_of(A).sp()),
             None => self.cache.insert_wide(lookup, generation, m, row),
         }
         apply::<M, _, FALLBACK>(
