@@ -93,11 +93,13 @@ pub struct Saved {
 
 /// `Saved::flags`: the row is a [`Saved`] one, its first rule is the
 /// return address's, a rule recovers the stack pointer, it is a signal
-/// frame's.
+/// frame's, its return address is undefined (the outermost frame's: a rule
+/// of its own, not among the rules).
 const SAVED: u8 = 1;
 const RA_FIRST: u8 = 2;
 const SP_SAVED: u8 = 4;
 const SIGNAL_FRAME: u8 = 8;
+const RA_UNDEFINED: u8 = 16;
 
 impl Saved {
     /// Not a saved row.
@@ -118,7 +120,16 @@ impl Saved {
     /// where it is not one. `sp`: the stack pointer's column.
     fn of(row: &PackedRow, sp: u16) -> Saved {
         let tracked = |reg: u16| usize::from(reg) < NUM_REGS;
-        let rules = &row.rules[..row.count()];
+        let all = &row.rules[..row.count()];
+        // The outermost frame's row says so with an undefined return address.
+        let ra_undefined = |r: &PackedRule| r.reg == row.ra && r.kind == UNDEFINED;
+        let mut rules = [PackedRule { reg: 0, kind: UNDEFINED, value: 0 }; PACKED_RULES];
+        let mut len = 0;
+        for rule in all.iter().filter(|r| !ra_undefined(r)) {
+            rules[len] = *rule;
+            len += 1;
+        }
+        let rules = &rules[..len];
         if row.cfa_kind != CFA_REG
             || !tracked(row.cfa_reg)
             || !tracked(row.ra)
@@ -144,12 +155,15 @@ impl Saved {
         if row.signal_frame {
             flags |= SIGNAL_FRAME;
         }
+        if all.iter().any(ra_undefined) {
+            flags |= RA_UNDEFINED;
+        }
         let mut out = Saved {
             cfa_offset: row.cfa_offset,
             window,
             span,
             flags,
-            len: rules.len() as u8,
+            len: len as u8,
             // Tracked: below NUM_REGS.
             cfa_reg: row.cfa_reg as u8,
             ra: row.ra as u8,
@@ -199,6 +213,13 @@ impl Saved {
     #[inline(always)]
     pub fn signal_frame(&self) -> bool {
         self.flags & SIGNAL_FRAME != 0
+    }
+
+    /// The return address's rule where it is not among the rules: undefined
+    /// (the outermost frame), else none.
+    #[inline(always)]
+    pub fn ra_rule(&self) -> Option<RegRule> {
+        (self.flags & RA_UNDEFINED != 0).then_some(RegRule::Undefined)
     }
 }
 
@@ -568,6 +589,14 @@ mod tests {
         odd.push(7, RegRule::Offset(-16));
         let saved = Saved::of(&PackedRow::pack(&odd).unwrap(), 7);
         assert!(saved.is_saved() && !saved.ra_first() && saved.sp_saved() && saved.signal_frame());
+        // The outermost frame's row (`_start`'s: rip undefined) is a saved
+        // one, the return address's rule kept apart.
+        let mut outermost = Row::new(CfaRule::RegOffset { reg: 7, offset: 8 }, 16, false);
+        outermost.push(16, RegRule::Undefined);
+        let saved = Saved::of(&PackedRow::pack(&outermost).unwrap(), 7);
+        assert!(saved.is_saved() && !saved.ra_first() && saved.is_empty());
+        assert_eq!(saved.ra_rule(), Some(RegRule::Undefined));
+        assert_eq!(Saved::of(&packed, 7).ra_rule(), None);
         // A rule of another kind, or a CFA by expression: not a saved row.
         let mut other = full;
         other.push(12, RegRule::SameValue);

@@ -194,10 +194,13 @@ pub(super) fn apply_saved<M: Memory + ?Sized, const A: u8>(
             None => out.forget(reg),
         }
     }
+    if row.ra_rule().is_some() {
+        out.forget(ra_column);
+    }
     drop(out);
     // A rule for the return-address column always recovers it (or the walk
-    // ended above): where it is unknown, there was none.
-    finish(arch, ra_column, None, signal_frame, callee, caller)
+    // ended above): where it is unknown, it was undefined, or there was none.
+    finish(arch, ra_column, row.ra_rule(), signal_frame, callee, caller)
 }
 
 /// [`apply_saved`] in place: `regs` becomes the caller's. None, with
@@ -219,7 +222,7 @@ pub(super) fn apply_in_place<M: Memory + ?Sized, const A: u8>(
         f.signal_frame = signal_frame;
         f.cfa = Some(cfa);
     }
-    Some(finish(arch_of(A), u16::from(row.ra), None, signal_frame, callee, regs))
+    Some(finish(arch_of(A), u16::from(row.ra), row.ra_rule(), signal_frame, callee, regs))
 }
 
 /// The work of [`apply_in_place`], from `base`, the value of the CFA's
@@ -272,6 +275,9 @@ pub(super) fn recover_saved<M: Memory + ?Sized, const A: u8>(
             None => out.forget(reg),
         }
     }
+    if row.ra_rule().is_some() {
+        out.forget(u16::from(row.ra));
+    }
     drop(out);
     Some((cfa, first))
 }
@@ -281,8 +287,9 @@ pub(super) enum Fast {
     /// The caller, its registers recovered in place.
     Next { pc: u64, sp: u64, interrupted: bool },
     /// The registers were recovered in place, but they give no caller (the
-    /// end of the stack, or a check failed): [`finish`] says why.
-    Stop { ra_column: u16, signal_frame: bool },
+    /// end of the stack, or a check failed): [`finish`] says why, from the
+    /// return address's column and rule where the row has one of its own.
+    Stop { ra_column: u16, ra_rule: Option<RegRule>, signal_frame: bool },
     /// Nothing done: the general step applies.
     Slow,
 }
@@ -317,7 +324,7 @@ pub(super) fn fast_step<M: Memory + ?Sized, const A: u8>(
         f.signal_frame = signal_frame;
         f.cfa = Some(cfa);
     }
-    let stop = Fast::Stop { ra_column, signal_frame };
+    let stop = Fast::Stop { ra_column, ra_rule: saved.ra_rule(), signal_frame };
     // The return address and sp as read, rather than through the register
     // file, where the row says which they are.
     let ra = if saved.ra_first() {

@@ -437,10 +437,10 @@ impl Unwinder {
                     callee.interrupted = interrupted;
                     continue;
                 }
-                Fast::Stop { ra_column, signal_frame } => {
+                Fast::Stop { ra_column, ra_rule, signal_frame } => {
                     hits += 1;
                     let arch = arch_of(A);
-                    finish(arch, ra_column, None, signal_frame, &callee, &mut files[0])
+                    finish(arch, ra_column, ra_rule, signal_frame, &callee, &mut files[0])
                 }
                 Fast::Slow => self.slow_step::<M, A>(key, &callee, &mut files, mem, frames),
             };
