@@ -75,6 +75,14 @@ pub trait Memory {
         let _ = (addr, len);
         None
     }
+
+    /// [`Memory::window`] at `base + offset` (wrapping). A walk knows the
+    /// CFA's register (`base`) a step before the row that gives `offset`:
+    /// memory that can use it alone first, does.
+    #[inline(always)]
+    fn window_from(&mut self, base: u64, offset: u64, len: u64) -> Option<&[u8]> {
+        self.window(base.wrapping_add(offset), len)
+    }
 }
 
 impl<F: FnMut(u64) -> Option<u64>> Memory for F {
@@ -231,15 +239,22 @@ impl Memory for Regions<'_> {
 
     #[inline(always)]
     fn window(&mut self, addr: u64, len: u64) -> Option<&[u8]> {
-        // The last region's tail, as `find` tries it first.
-        if let Ok(off) = usize::try_from(addr.wrapping_sub(self.last_start)) {
+        self.window_from(addr, 0, len)
+    }
+
+    #[inline(always)]
+    fn window_from(&mut self, base: u64, offset: u64, len: u64) -> Option<&[u8]> {
+        // The last region's tail, as `find` tries it first: `base`'s offset
+        // in it is known before `offset` is.
+        let off = base.wrapping_sub(self.last_start).wrapping_add(offset);
+        if let Ok(off) = usize::try_from(off) {
             if let Some(rest) = self.last.get(off..) {
                 if rest.len() as u64 >= len {
                     return Some(rest);
                 }
             }
         }
-        self.find_slow(addr, len)
+        self.find_slow(base.wrapping_add(offset), len)
     }
 }
 
@@ -291,6 +306,13 @@ impl Memory for Buffer<'_> {
     #[inline(always)]
     fn window(&mut self, addr: u64, len: u64) -> Option<&[u8]> {
         self.find(addr, len)
+    }
+
+    #[inline(always)]
+    fn window_from(&mut self, base: u64, offset: u64, len: u64) -> Option<&[u8]> {
+        let off = base.wrapping_sub(self.start).wrapping_add(offset);
+        let end = off.checked_add(len)?;
+        self.bytes.get(usize::try_from(off).ok()?..usize::try_from(end).ok()?)
     }
 }
 

@@ -444,9 +444,25 @@ impl RuleCache {
     /// its hits in a register and adds them once ([`RuleCache::add_hits`]).
     #[inline(always)]
     pub fn find_saved(&mut self, key: u64, generation: u64) -> Option<&Saved> {
-        let (set, way) = self.locate(key, generation)?;
-        let saved = &self.ways[set][way].saved;
-        saved.is_saved().then_some(saved)
+        // As `locate` finds it, but giving the way itself from each branch
+        // rather than its index, from which the hit way's address would be
+        // computed again after the branches join, on the walk's critical
+        // path from one frame's return address to the next one's.
+        let [first, second] = &mut self.ways[set_of(key)];
+        let way = if first.key == key && first.generation == generation {
+            if first.victim != 1 {
+                first.victim = 1;
+            }
+            &*first
+        } else if second.key == key && second.generation == generation {
+            if first.victim != 0 {
+                first.victim = 0;
+            }
+            &*second
+        } else {
+            return None;
+        };
+        way.saved.is_saved().then_some(&way.saved)
     }
 
     /// The set and way holding `key` for `generation`, made the most

@@ -241,12 +241,15 @@ pub(super) fn recover_saved<M: Memory + ?Sized, const A: u8>(
     let mask = arch.address_mask();
     let cfa = base.wrapping_add(i64::from(row.cfa_offset) as u64) & mask;
     let word = arch.word_size();
-    let lo = base.wrapping_add(i64::from(row.window) as u64) & mask;
+    let offset = i64::from(row.window) as u64;
+    let lo = base.wrapping_add(offset) & mask;
     let len = u64::from(row.span) + word;
     let window = if row.is_empty() {
         &[][..]
     } else if lo > mask - (len - 1) {
         return None;
+    } else if mask == u64::MAX {
+        mem.window_from(base, offset, len)?
     } else {
         mem.window(lo, len)?
     };
