@@ -210,6 +210,33 @@ fn undefined_return_address_is_the_end_of_the_stack() {
     assert!(w.end.reason.is_clean());
 }
 
+/// The outermost frame's row, once in the rule cache, ends a walk as it did
+/// the first time: on aarch64, where lr is callee-saved by default, the
+/// cached row still makes it unknown, rather than leaving the callee's lr
+/// to be taken for a return address.
+#[test]
+fn the_outermost_frame_ends_a_walk_from_the_rule_cache_too() {
+    // The CIEs' CFA: rsp + 8 (past the return address) on x86_64, sp on aarch64.
+    let cases = [(Arch::X86_64, RSP, None, SP + 8), (Arch::Aarch64, A64_SP, Some(X30), SP)];
+    for (arch, sp, lr, cfa) in cases {
+        let mut cfi = CfiBuilder::new(arch);
+        cfi.outermost(START).fde(F, 0x100, vec![]);
+        let mut uw = eh_unwinder(&cfi);
+        let mut regs = vec![(sp, SP)];
+        regs.extend(lr.map(|lr| (lr, rt(F + 0x20))));
+        let mut walks = Vec::new();
+        for _ in 0..2 {
+            walks.push(walk(&mut uw, rt(START + 4), &regs, &mut Stack::new().memory(), 16));
+        }
+        assert_eq!(uw.cache_stats().hits, 1, "{arch}: the second walk's row was cached");
+        assert_eq!(walks[0], walks[1], "{arch}");
+        let w = &walks[1];
+        assert_eq!(w.pcs(), [rt(START + 4)], "{arch}");
+        assert_eq!((w.end.reason, w.end.frame), (EndReason::EndOfStack, 0), "{arch}");
+        assert_eq!(w.cfas(), [Some(cfa)], "{arch}");
+    }
+}
+
 #[test]
 fn x86_64_without_a_return_address_rule_is_the_end_of_the_stack() {
     let mut cfi = CfiBuilder::new(Arch::X86_64);
