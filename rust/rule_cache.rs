@@ -80,8 +80,9 @@ pub struct Saved {
     pub window: i32,
     /// The highest rule's offset less the lowest's.
     pub span: u16,
-    /// `SAVED`, `RA_FIRST`, `SP_SAVED`, `SIGNAL_FRAME`.
+    /// `SAVED`, `RA_FIRST`, `SP_SAVED`, `SIGNAL_FRAME`, `RA_UNDEFINED`.
     flags: u8,
+    /// How many of `regs` and `ats` are rules (at most [`PACKED_RULES`]).
     len: u8,
     pub cfa_reg: u8,
     /// The return address's column.
