@@ -19,7 +19,7 @@ use crate::modules::ModuleSet;
 pub use crate::modules::OverlapError;
 use crate::registers::Registers;
 pub use crate::rule_cache::Stats;
-use crate::rule_cache::{PackedRow, RuleCache};
+use crate::rule_cache::{PackedRow, RuleCache, NO_FDE};
 use apply::{apply, apply_in_place, apply_saved, fast_step, finish, Fast};
 pub use frame::{End, EndDetail, EndReason, Frame, Trust};
 
@@ -73,8 +73,6 @@ const fn arch_of(a: u8) -> Arch {
         _ => Arch::X86_64,
     }
 }
-
-use crate::rule_cache::NO_FDE;
 
 /// How many stack words a scan looks at by default.
 pub const DEFAULT_SCAN_WORDS: usize = 1024;
