@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -211,3 +212,72 @@ def test_eu_stack_core_dir(benchmark: Any, core_dir: Path) -> None:
     procs = benchmark.pedantic(each, rounds=1, warmup_rounds=0)
     assert all("#0" in proc.stdout for proc in procs)
     benchmark.extra_info["cores"] = len(paths)
+
+
+@pytest.fixture(scope="module")
+def core_dir_triple(core_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The spool of ``core_dir`` three times over (hard links: its cores and as many again
+    twice), for the cost of each core beyond the first spool's."""
+    spool = tmp_path_factory.mktemp("core-dir-triple") / "spool"
+    spool.mkdir()
+    for copy in range(3):
+        for path in sorted(core_dir.iterdir()):
+            os.link(path, spool / f"{copy}.{path.name}")
+    return spool
+
+
+DIR_ROUNDS = 3
+
+
+@pytest.mark.benchmark(group="core-dir-interleaved")
+def test_core_dir_interleaved(
+    benchmark: Any, core_dir: Path, core_dir_triple: Path, request: pytest.FixtureRequest
+) -> None:
+    """`core --dir` on one CPU and on two, on the spool and on the spool three times over, in
+    interleaved rounds: each round's ratio of the whole commands (the spool's), and of the
+    time each core beyond the spool's costs (the triple's time less the spool's: the fixed
+    costs cancel out, those of the parent's start and of its first core above all, which it
+    reads before the workers are forked and no second CPU can share)."""
+    skip_unless_cores(2)
+    script = Path(sys.executable).with_name("stackwalk")
+    session = getattr(request.config, "_benchmarksession", None)
+    rounds = DIR_ROUNDS if session is not None and not session.disabled else 1
+
+    def timed(spool: Path, cpus: int) -> float:
+        argv = [str(script), "core", "--dir", str(spool), "--jobs", str(cpus)]
+        start = time.perf_counter()
+        proc = on_cores(cpus, lambda: _run(argv))
+        took = time.perf_counter() - start
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert proc.stdout.count("\nCore ") == _spool_size(spool)
+        return took
+
+    def interleaved() -> dict[tuple[str, int], list[float]]:
+        times: dict[tuple[str, int], list[float]] = {}
+        for _ in range(rounds):
+            for name, spool in (("one", core_dir), ("triple", core_dir_triple)):
+                for cpus in (1, 2):
+                    times.setdefault((name, cpus), []).append(timed(spool, cpus))
+        return times
+
+    times = benchmark.pedantic(interleaved, rounds=1, warmup_rounds=0)
+    whole = [a / b for a, b in zip(times["one", 1], times["one", 2], strict=True)]
+    beyond = [
+        (t1 - o1) / (t2 - o2)
+        for t1, o1, t2, o2 in zip(
+            times["triple", 1], times["one", 1], times["triple", 2], times["one", 2], strict=True
+        )
+    ]
+    extra = _spool_size(core_dir_triple) - _spool_size(core_dir)
+    benchmark.extra_info["cores"] = _spool_size(core_dir)
+    benchmark.extra_info["whole_ratios"] = [round(r, 2) for r in whole]
+    benchmark.extra_info["beyond_ratios"] = [round(r, 2) for r in beyond]
+    benchmark.extra_info["one_cpu_s"] = [round(t, 3) for t in times["one", 1]]
+    benchmark.extra_info["beyond_us_per_core"] = {
+        cpus: [
+            round((t - o) / extra * 1e6)
+            for t, o in zip(times["triple", cpus], times["one", cpus], strict=True)
+        ]
+        for cpus in (1, 2)
+    }
+    print(f"\ncore --dir interleaved: {benchmark.extra_info}")

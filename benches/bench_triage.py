@@ -120,6 +120,18 @@ def test_triage(
 INTERLEAVED_ROUNDS = 4
 
 
+def _timed_triage(spool: Path, db: Path, how: str, cluster: Cluster) -> float:
+    """One run's seconds. The cluster's workers are stopped while a --jobs run is timed."""
+    with contextlib.nullcontext() if how.startswith("--dask") else cluster.paused():
+        start = time.perf_counter()
+        proc = _triage(spool, db, how)
+        took = time.perf_counter() - start
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    files = len(os.listdir(spool))
+    assert proc.stdout.startswith(f"{files} crashes stored"), proc.stdout
+    return took
+
+
 @pytest.mark.benchmark(group="triage-interleaved")
 def test_triage_interleaved(
     benchmark: Any, spool: Path, tmp_path: Path, cluster: Cluster, request: pytest.FixtureRequest
@@ -130,19 +142,11 @@ def test_triage_interleaved(
     hows = ["--jobs=1", "--jobs=2", f"--dask={cluster.address}"]
     rounds = INTERLEAVED_ROUNDS if _enabled(request) else 1
 
-    def timed(how: str) -> float:
-        with contextlib.nullcontext() if how.startswith("--dask") else cluster.paused():
-            start = time.perf_counter()
-            proc = _triage(spool, tmp_path / "crashes.sqlite", how)
-            took = time.perf_counter() - start
-        assert proc.returncode == 0, proc.stderr[-2000:]
-        return took
-
     def interleaved() -> dict[str, list[float]]:
         times: dict[str, list[float]] = {how: [] for how in hows}
         for _ in range(rounds):
             for how in hows:
-                times[how].append(timed(how))
+                times[how].append(_timed_triage(spool, tmp_path / "crashes.sqlite", how, cluster))
         return times
 
     times = benchmark.pedantic(interleaved, rounds=1, warmup_rounds=0)
@@ -152,6 +156,68 @@ def test_triage_interleaved(
         benchmark.extra_info[f"{name}_ratios"] = [round(r, 2) for r in ratios]
     benchmark.extra_info["jobs1_s"] = [round(t, 2) for t in one]
     print(f"\ninterleaved: {benchmark.extra_info}")
+
+
+@pytest.fixture(scope="module")
+def spool_triple(spool: Path, small_cores: dict[int, Path]) -> Path:  # noqa: F811
+    """The spool's crashes and twice as many others (distinct again: triage reads each content
+    once), beside the spool."""
+    triple = spool.with_name("spool-triple")
+    triple.mkdir()
+    images = [p.read_bytes() for p in small_cores.values()]
+    files = sorted(spool.iterdir())
+    for path in files:
+        os.link(path, triple / path.name)
+    for i in range(len(files), 3 * len(files)):
+        (triple / f"core.{i:05d}").write_bytes(images[i % len(images)] + i.to_bytes(8, "little"))
+    os.sync()
+    return triple
+
+
+MARGINAL_ROUNDS = 3
+
+
+@pytest.mark.benchmark(group="triage-interleaved")
+def test_triage_marginal(
+    benchmark: Any,
+    spool: Path,
+    spool_triple: Path,
+    tmp_path: Path,
+    cluster: Cluster,
+    request: pytest.FixtureRequest,
+) -> None:
+    """As test_triage_interleaved, on the spool and on the spool three times over: the ratios
+    of the time each crash beyond the spool's costs (the triple's time less the spool's), where
+    the fixed costs cancel out (the interpreter's start, and for Dask the driver's import of
+    `distributed` and its connection: some 0.3-0.4 s here, which no worker shares)."""
+    hows = ["--jobs=1", "--jobs=2", f"--dask={cluster.address}"]
+    rounds = MARGINAL_ROUNDS if _enabled(request) else 1
+
+    def interleaved() -> dict[tuple[str, str], list[float]]:
+        times: dict[tuple[str, str], list[float]] = {}
+        for _ in range(rounds):
+            for name, where in (("one", spool), ("triple", spool_triple)):
+                for how in hows:
+                    took = _timed_triage(where, tmp_path / "crashes.sqlite", how, cluster)
+                    times.setdefault((name, how), []).append(took)
+        return times
+
+    times = benchmark.pedantic(interleaved, rounds=1, warmup_rounds=0)
+    extra = len(os.listdir(spool_triple)) - len(os.listdir(spool))
+
+    def beyond(how: str) -> list[float]:
+        return [t - o for t, o in zip(times["triple", how], times["one", how], strict=True)]
+
+    one = beyond("--jobs=1")
+    for name, how in (("jobs2", "--jobs=2"), ("dask", hows[2])):
+        whole = [a / b for a, b in zip(times["one", "--jobs=1"], times["one", how], strict=True)]
+        benchmark.extra_info[f"{name}_whole_ratios"] = [round(r, 2) for r in whole]
+        ratios = [a / b for a, b in zip(one, beyond(how), strict=True)]
+        benchmark.extra_info[f"{name}_beyond_ratios"] = [round(r, 2) for r in ratios]
+    for how in hows:
+        per = [round(t / extra * 1e6) for t in beyond(how)]
+        benchmark.extra_info[f"{how.split(':')[0]}_beyond_us_per_crash"] = per
+    print(f"\nmarginal: {benchmark.extra_info}")
 
 
 @pytest.fixture(scope="module")
