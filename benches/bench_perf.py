@@ -7,6 +7,8 @@ a quarter of it and "long" three times it. In one run:
   pass`): stackwalk's fixed cost is mostly that, perf script's cost mostly per sample, so the
   ratio grows with the recording (the summary gives the cost of each sample beyond the
   quarter file's, for both);
+- perf-samply: the whole command, `--no-inline`, against `samply import --save-only` (its
+  stacks unwound with framehop, unsymbolized), in interleaved rounds on the three recordings;
 - perf-inline: the whole command with inline frames (`--inline`, libc's from libc6-dbg's
   DWARF) against perf script with its own (its default), on the full recording, one run of
   each side by side, and the ratio of their times;
@@ -22,6 +24,8 @@ a quarter of it and "long" three times it. In one run:
 
 from __future__ import annotations
 
+import gzip
+import json
 import os
 import shutil
 import statistics
@@ -203,6 +207,51 @@ def test_inline_vs_perf_script(benchmark: Any, recordings: dict[str, Path]) -> N
     benchmark.extra_info["ratio"] = took[1] / took[0]
     print(f"\nstackwalk perf --inline {took[0]:.2f} s, perf script --inline {took[1]:.2f} s: "
           f"{took[1] / took[0]:.1f}x")  # fmt: skip
+
+
+SAMPLY = shutil.which("samply") or os.path.expanduser("~/.cargo/bin/samply")
+SAMPLY_ROUNDS = 3
+
+
+def _samply_samples(profile: Path) -> int:
+    """The samples of a profile `samply import` saved (Firefox Profiler's format, gzipped or
+    not): every thread's, across its processes."""
+    raw = profile.read_bytes()
+    doc = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
+
+    def count(p: dict[str, Any]) -> int:
+        own = sum(int(t["samples"]["length"]) for t in p.get("threads", []))
+        return own + sum(count(sub) for sub in p.get("processes", []))
+
+    return count(doc)
+
+
+@pytest.mark.benchmark(group="perf-samply")
+@pytest.mark.parametrize("size", SIZES)
+def test_against_samply(
+    benchmark: Any, recordings: dict[str, Path], size: str, tmp_path: Path
+) -> None:
+    """`stackwalk perf --no-inline` (symbolized text) against `samply import --save-only`
+    (Firefox Profiler's profile, its stacks unwound with framehop and left unsymbolized) on the
+    same recording, in interleaved rounds: each round's ratio, samply's time over ours. samply
+    must find the samples we find (it counts those of the recorded program's threads)."""
+    assert os.access(SAMPLY, os.X_OK), "samply is installed by .ci/setup"
+    path = str(recordings[size])
+    profile = tmp_path / "profile.json.gz"
+    ours = _stackwalk(path, "--no-inline")
+    theirs = [SAMPLY, "import", "--save-only", "--output", str(profile), path]
+
+    def rounds() -> list[list[float]]:
+        return [_side_by_side(ours, theirs) for _ in range(SAMPLY_ROUNDS)]
+
+    took = benchmark.pedantic(rounds, rounds=1)
+    ours_samples = _samples(recordings[size])
+    assert _samply_samples(profile) >= ours_samples * 0.99
+    ratios = [t[1] / t[0] for t in took]
+    benchmark.extra_info.update(samples=ours_samples, ratios=[round(r, 2) for r in ratios])
+    benchmark.extra_info["stackwalk_s"] = [round(t[0], 3) for t in took]
+    benchmark.extra_info["samply_s"] = [round(t[1], 3) for t in took]
+    print(f"\n{size}: {benchmark.extra_info}")
 
 
 @pytest.mark.benchmark(group="perf-command")
