@@ -36,6 +36,13 @@ def _enabled(request: pytest.FixtureRequest) -> bool:
     return session is not None and not session.disabled
 
 
+def _write_crashes(spool: Path, images: list[bytes], numbers: range) -> None:
+    """Crash ``i`` of ``numbers`` as ``core.{i:05d}``: image ``i`` modulo their number, made
+    distinct by ``i`` in 8 bytes past its last segment."""
+    for i in numbers:
+        (spool / f"core.{i:05d}").write_bytes(images[i % len(images)] + i.to_bytes(8, "little"))
+
+
 @pytest.fixture(scope="module")
 def spool(
     tmp_path_factory: pytest.TempPathFactory,
@@ -46,8 +53,7 @@ def spool(
     images = [p.read_bytes() for p in distinct]
     spool = tmp_path_factory.mktemp("triage") / "spool"
     spool.mkdir()
-    for i in range(SPOOL_CORES if _enabled(request) else SPOOL_CORES_SMOKE):
-        (spool / f"core.{i:05d}").write_bytes(images[i % len(images)] + i.to_bytes(8, "little"))
+    _write_crashes(spool, images, range(SPOOL_CORES if _enabled(request) else SPOOL_CORES_SMOKE))
     # On disk before any run is timed, as a real spool is long before triage reads it: else
     # the kernel writes its 2.4 GB back during the first runs, and the store's fsyncs (at
     # each WAL checkpoint) wait for that writeback.
@@ -168,8 +174,7 @@ def spool_triple(spool: Path, small_cores: dict[int, Path]) -> Path:  # noqa: F8
     files = sorted(spool.iterdir())
     for path in files:
         os.link(path, triple / path.name)
-    for i in range(len(files), 3 * len(files)):
-        (triple / f"core.{i:05d}").write_bytes(images[i % len(images)] + i.to_bytes(8, "little"))
+    _write_crashes(triple, images, range(len(files), 3 * len(files)))
     os.sync()
     return triple
 
@@ -189,7 +194,7 @@ def test_triage_marginal(
     """As test_triage_interleaved, on the spool and on the spool three times over: the ratios
     of the time each crash beyond the spool's costs (the triple's time less the spool's), where
     the fixed costs cancel out (the interpreter's start, and for Dask the driver's import of
-    `distributed` and its connection: some 0.3-0.4 s here, which no worker shares)."""
+    `distributed` and its connection: some 0.3 s here, which no worker shares)."""
     hows = ["--jobs=1", "--jobs=2", f"--dask={cluster.address}"]
     rounds = MARGINAL_ROUNDS if _enabled(request) else 1
 
