@@ -50,10 +50,16 @@ def qsort_capture(build: Builder, captures: Captures) -> Any:
 
 def test_version_is_the_packages() -> None:
     """The version is Cargo.toml's, which the package's metadata carries (pyproject.toml
-    takes it from there: one place to change it)."""
+    takes it from there: one place to change it), and the extension too: `--version` and
+    `stackwalk.__version__` read it there, the installed metadata agreeing."""
+    from importlib.metadata import version
+
+    from stackwalk import __version__
+
     cargo = tomllib.loads((ROOT / "Cargo.toml").read_text())["package"]["version"]
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert "version" not in project and "version" in project["dynamic"]
+    assert __version__ == version("stackwalk") == cargo
     proc = stackwalk("--version")
     assert (proc.returncode, proc.stdout, proc.stderr) == (0, f"stackwalk {cargo}\n", "")
 

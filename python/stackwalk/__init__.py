@@ -8,6 +8,7 @@
 reads ELF core files, ``stackwalk.Minidump`` minidumps.
 """
 
+from stackwalk._core import __version__
 from stackwalk.errors import ArchError, CfiError, ElfError, MemoryReadError, StackwalkError
 from stackwalk.unwinder import (
     CRASH_STRATEGIES,
@@ -43,6 +44,7 @@ def __getattr__(name: str) -> object:
 
 
 __all__ = [
+    "__version__",
     "CRASH_STRATEGIES",
     "Core",
     "CoreError",

@@ -8,7 +8,10 @@ from typing import Any, Literal, Protocol, TypedDict, final
 
 from typing_extensions import Buffer, disjoint_base
 
+__version__: str
+
 __all__ = [
+    "__version__",
     "StackwalkError",
     "ElfError",
     "CfiError",

@@ -67,6 +67,9 @@ fn hold_thread_pool(held: bool) -> bool {
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
+    // Cargo.toml's version, which maturin also gives the package's metadata:
+    // `--version` reads it here, without importlib.metadata (38 ms of imports).
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("StackwalkError", py.get_type::<StackwalkError>())?;
     m.add("ElfError", py.get_type::<ElfError>())?;
     m.add("CfiError", py.get_type::<CfiError>())?;
