@@ -47,12 +47,12 @@ def stacks(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Stack]:
 
 
 def _per_added_sample(by_name: dict[str, Any]) -> list[str]:
-    """What each sample of the long recording beyond the quarter one costs, for both tools:
-    the fixed costs (starting, loading symbols) cancel out."""
-    short = by_name.get("test_stackwalk_perf[quarter]")
-    long = by_name.get("test_stackwalk_perf[long]")
-    script_short = by_name.get("test_perf_script[quarter]")
-    script_long = by_name.get("test_perf_script[long]")
+    """What each sample of the 100k recording beyond the 3k one costs, for both tools: the
+    fixed costs (starting, loading symbols) cancel out."""
+    short = by_name.get("test_stackwalk_perf[3k]")
+    long = by_name.get("test_stackwalk_perf[100k]")
+    script_short = by_name.get("test_perf_script[3k]")
+    script_long = by_name.get("test_perf_script[100k]")
     if not (short and long and script_short and script_long):
         return []
     added = long.extra_info.get("samples", 0) - short.extra_info.get("samples", 0)
@@ -61,9 +61,25 @@ def _per_added_sample(by_name: dict[str, Any]) -> list[str]:
     ours = (long.stats.median - short.stats.median) / added
     theirs = (script_long.stats.median - script_short.stats.median) / added
     return [
-        f"per sample beyond the quarter file's ({added} more): stackwalk perf "
+        f"per sample beyond the 3k file's ({added} more): stackwalk perf "
         f"{ours * 1e6:.2f} us, perf script {theirs * 1e6:.2f} us ({theirs / ours:.1f}x)"
     ]
+
+
+def _interleaved_ratios(by_name: dict[str, Any]) -> list[str]:
+    """The interleaved comparisons of `stackwalk perf` (bench_perf): each round's ratio, the
+    reference's time over ours, per recording."""
+    lines = []
+    tests = [(f"test_against_perf_script[{size}---{inline}]", f"perf script --{inline}")
+             for inline in ("no-inline", "inline") for size in ("3k", "10k", "100k")]  # fmt: skip
+    tests += [(f"test_against_samply[{size}]", "samply import") for size in ("3k", "10k", "100k")]
+    for key, reference in tests:
+        bench = by_name.get(key)
+        if bench and "ratios" in bench.extra_info:
+            info = bench.extra_info
+            ratios = ", ".join(f"{r:.1f}x" for r in info["ratios"])
+            lines.append(f"stackwalk perf vs {reference}, {info.get('samples')} samples: {ratios}")
+    return lines
 
 
 def _core_dir(by_name: dict[str, Any]) -> list[str]:
@@ -208,7 +224,7 @@ def pytest_terminal_summary(
                 f"stackwalk perf, {size} file",
                 f"test_stackwalk_perf[{size}]",
             )
-            for size in ("quarter", "full", "long")
+            for size in ("3k", "10k", "100k")
         ),
         ("cat", "test_cat", "unwinding alone, 1 CPU", "test_stackwalk_unwinding[1]"),
         ("cat", "test_cat", "unwinding alone, 2 CPUs", "test_stackwalk_unwinding[2]"),
@@ -222,6 +238,7 @@ def pytest_terminal_summary(
                 f"{our_name} {o * 1e3:.0f} ms vs {their_name} {t * 1e3:.0f} ms ({t / o:.2f}x)"
             )
     lines.extend(_per_added_sample(by_name))
+    lines.extend(_interleaved_ratios(by_name))
     second = {
         work: by_name[f"test_second_cpu[{work}]"].extra_info["speedup"]
         for work in ("unwinding", "sort", "copy")
@@ -241,11 +258,11 @@ def pytest_terminal_summary(
             f"({dicts.stats.median / db.stats.median:.2f}x)"
         )
     start = by_name.get("test_interpreter_start")
-    quarter = by_name.get("test_stackwalk_perf[quarter]")
-    if start and quarter:
+    smallest = by_name.get("test_stackwalk_perf[3k]")
+    if start and smallest:
         lines.append(
             f"the interpreter's start alone (python -c pass): {start.stats.median * 1e3:.0f} ms "
-            f"of stackwalk perf's {quarter.stats.median * 1e3:.0f} ms on the quarter file"
+            f"of stackwalk perf's {smallest.stats.median * 1e3:.0f} ms on the 3k file"
         )
     samples = by_name.get("test_stackwalk_unwinding[2]")
     if samples and "samples" in samples.extra_info:
@@ -256,7 +273,7 @@ def pytest_terminal_summary(
         info = memory.extra_info
         peaks = ", ".join(
             f"{info.get(f'{size}_peak_rss_mib')} MiB on {info.get(f'{size}_file_mib')} MiB"
-            for size in ("quarter", "full", "long")
+            for size in ("3k", "10k", "100k")
         )
         lines.append(f"peak RSS of stackwalk perf: {peaks}")
     if lines:
