@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from benchstacks import on_cores, skip_unless_cores
+from benchstacks import benchmarks_enabled, on_cores, skip_unless_cores
 
 CRASH_SCRIPT = """
 import ctypes
@@ -174,9 +174,7 @@ def core_dir(
     distinct = [python_core, *small_cores.values()]
     spool = tmp_path_factory.mktemp("core-dir") / "spool"
     spool.mkdir()
-    session = getattr(request.config, "_benchmarksession", None)
-    enabled = session is not None and not session.disabled
-    for i in range(DIR_CORES if enabled else DIR_CORES_SMOKE):
+    for i in range(DIR_CORES if benchmarks_enabled(request.config) else DIR_CORES_SMOKE):
         os.link(distinct[i % len(distinct)], spool / f"core.{i:05d}")
     return spool
 
@@ -240,8 +238,7 @@ def test_core_dir_interleaved(
     reads before the workers are forked and no second CPU can share)."""
     skip_unless_cores(2)
     script = Path(sys.executable).with_name("stackwalk")
-    session = getattr(request.config, "_benchmarksession", None)
-    rounds = DIR_ROUNDS if session is not None and not session.disabled else 1
+    rounds = DIR_ROUNDS if benchmarks_enabled(request.config) else 1
 
     def timed(spool: Path, cpus: int) -> float:
         argv = [str(script), "core", "--dir", str(spool), "--jobs", str(cpus)]

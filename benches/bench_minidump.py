@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from benchstacks import benchmarks_enabled  # noqa: E402
 from corefiles import Spec  # noqa: E402
 from minidumps import MINIDUMP_STACKWALK, Dumps, symbol_store  # noqa: E402
 from realstacks import Builder  # noqa: E402
@@ -80,8 +81,7 @@ def spool(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureReque
         # Gone, as on a crash service: the symbol files alone unwind and name the frames.
         for i, file in enumerate(files):
             os.rename(file, gone / f"{spec.id}-{i}-{file.name}")
-    session = getattr(request.config, "_benchmarksession", None)
-    enabled = session is not None and not session.disabled
+    enabled = benchmarks_enabled(request.config)
     directory = tmp / "spool"
     directory.mkdir()
     for i in range(DUMPS if enabled else DUMPS_SMOKE):

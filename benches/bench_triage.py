@@ -23,17 +23,13 @@ from typing import Any, NamedTuple
 
 import pytest
 from bench_core import small_cores  # noqa: F401  (a fixture)
+from benchstacks import benchmarks_enabled
 
 SPOOL_CORES = 4000  # files when the benchmarks run for real (the fixed costs, Dask's import and
 # connection above all, small beside the work)
 SPOOL_CORES_SMOKE = 8  # and in the test run's smoke pass
 STORE_CRASHES = 100_000
 STORE_CRASHES_SMOKE = 500
-
-
-def _enabled(request: pytest.FixtureRequest) -> bool:
-    session = getattr(request.config, "_benchmarksession", None)
-    return session is not None and not session.disabled
 
 
 def _write_crashes(spool: Path, images: list[bytes], numbers: range) -> None:
@@ -53,7 +49,8 @@ def spool(
     images = [p.read_bytes() for p in distinct]
     spool = tmp_path_factory.mktemp("triage") / "spool"
     spool.mkdir()
-    _write_crashes(spool, images, range(SPOOL_CORES if _enabled(request) else SPOOL_CORES_SMOKE))
+    cores = SPOOL_CORES if benchmarks_enabled(request.config) else SPOOL_CORES_SMOKE
+    _write_crashes(spool, images, range(cores))
     # On disk before any run is timed, as a real spool is long before triage reads it: else
     # the kernel writes its 2.4 GB back during the first runs, and the store's fsyncs (at
     # each WAL checkpoint) wait for that writeback.
@@ -146,7 +143,7 @@ def test_triage_interleaved(
     round's ratios to --jobs 1 (this VM's speed drifts over minutes, so runs far apart in time
     compare badly). The cluster's workers are stopped while the --jobs runs are timed."""
     hows = ["--jobs=1", "--jobs=2", f"--dask={cluster.address}"]
-    rounds = INTERLEAVED_ROUNDS if _enabled(request) else 1
+    rounds = INTERLEAVED_ROUNDS if benchmarks_enabled(request.config) else 1
 
     def interleaved() -> dict[str, list[float]]:
         times: dict[str, list[float]] = {how: [] for how in hows}
@@ -196,7 +193,7 @@ def test_triage_marginal(
     the fixed costs cancel out (the interpreter's start, and for Dask the driver's import of
     `distributed` and its connection: some 0.3 s here, which no worker shares)."""
     hows = ["--jobs=1", "--jobs=2", f"--dask={cluster.address}"]
-    rounds = MARGINAL_ROUNDS if _enabled(request) else 1
+    rounds = MARGINAL_ROUNDS if benchmarks_enabled(request.config) else 1
 
     def interleaved() -> dict[tuple[str, str], list[float]]:
         times: dict[tuple[str, str], list[float]] = {}
@@ -233,7 +230,7 @@ def big_store(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureR
     from stackwalk.triage import CrashStore
 
     path = tmp_path_factory.mktemp("store") / "big.sqlite"
-    crashes = STORE_CRASHES if _enabled(request) else STORE_CRASHES_SMOKE
+    crashes = STORE_CRASHES if benchmarks_enabled(request.config) else STORE_CRASHES_SMOKE
     rng = random.Random(1)
     signatures = [f"function_{i} | caller_{i % 7}" for i in range(2000)]
     weights = [1 / (i + 1) for i in range(len(signatures))]

@@ -29,6 +29,13 @@ def library_path(name: str) -> Path:
     raise LookupError(name)
 
 
+def benchmarks_enabled(config: pytest.Config) -> bool:
+    """Whether the benchmarks run for real (`--benchmark-enable`), not as the test run's smoke
+    pass: inputs are made at full size only then."""
+    session = getattr(config, "_benchmarksession", None)
+    return session is not None and not session.disabled
+
+
 def on_cores(cores: int, run: Callable[[], Any]) -> Any:
     """`run()` on the first `cores` CPUs: the threads and processes it starts inherit this
     thread's affinity."""
