@@ -198,7 +198,21 @@ def _side_by_side(*commands: list[str]) -> list[float]:
     return took
 
 
-SCRIPT_ROUNDS = 3
+COMPARE_ROUNDS = 3
+
+
+def _compare(benchmark: Any, ours: list[str], theirs: list[str], reference: str) -> None:
+    """Our command and a reference's, one after the other, COMPARE_ROUNDS rounds: each
+    round's ratio (the reference's time over ours) and both times, into `extra_info` (the
+    reference's as `{reference}_s`)."""
+
+    def rounds() -> list[list[float]]:
+        return [_side_by_side(ours, theirs) for _ in range(COMPARE_ROUNDS)]
+
+    took = benchmark.pedantic(rounds, rounds=1)
+    benchmark.extra_info["ratios"] = [round(t[1] / t[0], 2) for t in took]
+    benchmark.extra_info["stackwalk_s"] = [round(t[0], 3) for t in took]
+    benchmark.extra_info[f"{reference}_s"] = [round(t[1], 3) for t in took]
 
 
 @pytest.mark.benchmark(group="perf-script")
@@ -212,21 +226,12 @@ def test_against_perf_script(
     ratio, perf script's time over ours."""
     path = str(recordings[size])
     ours, theirs = _stackwalk(path, inline), ["perf", "script", inline, "-i", path]
-
-    def rounds() -> list[list[float]]:
-        return [_side_by_side(ours, theirs) for _ in range(SCRIPT_ROUNDS)]
-
-    took = benchmark.pedantic(rounds, rounds=1)
-    ratios = [t[1] / t[0] for t in took]
-    benchmark.extra_info.update(samples=_samples(recordings[size]))
-    benchmark.extra_info["ratios"] = [round(r, 2) for r in ratios]
-    benchmark.extra_info["stackwalk_s"] = [round(t[0], 3) for t in took]
-    benchmark.extra_info["perf_script_s"] = [round(t[1], 3) for t in took]
+    _compare(benchmark, ours, theirs, "perf_script")
+    benchmark.extra_info["samples"] = _samples(recordings[size])
     print(f"\n{size} {inline}: {benchmark.extra_info}")
 
 
 SAMPLY = shutil.which("samply") or os.path.expanduser("~/.cargo/bin/samply")
-SAMPLY_ROUNDS = 3
 
 
 def _samply_samples(profile: Path) -> int:
@@ -256,17 +261,10 @@ def test_against_samply(
     profile = tmp_path / "profile.json.gz"
     ours = _stackwalk(path, "--no-inline")
     theirs = [SAMPLY, "import", "--save-only", "--output", str(profile), path]
-
-    def rounds() -> list[list[float]]:
-        return [_side_by_side(ours, theirs) for _ in range(SAMPLY_ROUNDS)]
-
-    took = benchmark.pedantic(rounds, rounds=1)
+    _compare(benchmark, ours, theirs, "samply")
     ours_samples = _samples(recordings[size])
     assert _samply_samples(profile) >= ours_samples * 0.99
-    ratios = [t[1] / t[0] for t in took]
-    benchmark.extra_info.update(samples=ours_samples, ratios=[round(r, 2) for r in ratios])
-    benchmark.extra_info["stackwalk_s"] = [round(t[0], 3) for t in took]
-    benchmark.extra_info["samply_s"] = [round(t[1], 3) for t in took]
+    benchmark.extra_info["samples"] = ours_samples
     print(f"\n{size}: {benchmark.extra_info}")
 
 
