@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from benchstacks import on_cores, skip_unless_cores
+from benchstacks import PERF_SIZES, on_cores, skip_unless_cores
 from elftools.elf.elffile import ELFFile
 from stackwalk._core import perf_report, perf_samples
 
@@ -100,9 +100,6 @@ static void *work(void *arg)
 """
     + TWO_THREADS
 )
-# Two threads of qsort, about 113 samples a round at 4999 Hz on this project's VM: rounds for
-# recordings of about 3,000, 10,000 and 100,000 samples.
-SIZES = {"3k": 27, "10k": 89, "100k": 885}
 # The recording the in-process tests read.
 LONG = "100k"
 BASELINE_SAMPLES = 200
@@ -146,7 +143,7 @@ def recordings(
     tmp = tmp_path_factory.mktemp("perf")
     made: dict[str, Path] = {}
     try:
-        for size, rounds in SIZES.items():
+        for size, rounds in PERF_SIZES.items():
             made[size] = _record(tmp, programs["sort"], rounds, f"{size}.perf.data")
         yield made
     finally:
@@ -171,7 +168,7 @@ def _samples(path: Path) -> int:
 
 
 @pytest.mark.benchmark(group="perf-command")
-@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize("size", PERF_SIZES)
 def test_stackwalk_perf(benchmark: Any, recordings: dict[str, Path], size: str) -> None:
     argv = _stackwalk(str(recordings[size]), "--no-inline")
     proc = benchmark.pedantic(_run, args=(argv,), rounds=3)
@@ -180,7 +177,7 @@ def test_stackwalk_perf(benchmark: Any, recordings: dict[str, Path], size: str) 
 
 
 @pytest.mark.benchmark(group="perf-command")
-@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize("size", PERF_SIZES)
 def test_perf_script(benchmark: Any, recordings: dict[str, Path], size: str) -> None:
     argv = ["perf", "script", "--no-inline", "-i", str(recordings[size])]
     proc = benchmark.pedantic(_run, args=(argv,), rounds=3)
@@ -217,7 +214,7 @@ def _compare(benchmark: Any, ours: list[str], theirs: list[str], reference: str)
 
 @pytest.mark.benchmark(group="perf-script")
 @pytest.mark.parametrize("inline", ["--no-inline", "--inline"])
-@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize("size", PERF_SIZES)
 def test_against_perf_script(
     benchmark: Any, recordings: dict[str, Path], size: str, inline: str
 ) -> None:
@@ -248,7 +245,7 @@ def _samply_samples(profile: Path) -> int:
 
 
 @pytest.mark.benchmark(group="perf-samply")
-@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize("size", PERF_SIZES)
 def test_against_samply(
     benchmark: Any, recordings: dict[str, Path], size: str, tmp_path: Path
 ) -> None:

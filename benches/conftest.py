@@ -9,7 +9,7 @@ from importlib import resources
 from typing import Any
 
 import pytest
-from benchstacks import Stack
+from benchstacks import PERF_SIZES, Stack
 from stackwalk.capture import capture
 
 PYTHON_SCRIPT = """
@@ -71,8 +71,8 @@ def _interleaved_ratios(by_name: dict[str, Any]) -> list[str]:
     reference's time over ours, per recording."""
     lines = []
     tests = [(f"test_against_perf_script[{size}---{inline}]", f"perf script --{inline}")
-             for inline in ("no-inline", "inline") for size in ("3k", "10k", "100k")]  # fmt: skip
-    tests += [(f"test_against_samply[{size}]", "samply import") for size in ("3k", "10k", "100k")]
+             for inline in ("no-inline", "inline") for size in PERF_SIZES]  # fmt: skip
+    tests += [(f"test_against_samply[{size}]", "samply import") for size in PERF_SIZES]
     for key, reference in tests:
         bench = by_name.get(key)
         if bench and "ratios" in bench.extra_info:
@@ -224,7 +224,7 @@ def pytest_terminal_summary(
                 f"stackwalk perf, {size} file",
                 f"test_stackwalk_perf[{size}]",
             )
-            for size in ("3k", "10k", "100k")
+            for size in PERF_SIZES
         ),
         ("cat", "test_cat", "unwinding alone, 1 CPU", "test_stackwalk_unwinding[1]"),
         ("cat", "test_cat", "unwinding alone, 2 CPUs", "test_stackwalk_unwinding[2]"),
@@ -273,7 +273,7 @@ def pytest_terminal_summary(
         info = memory.extra_info
         peaks = ", ".join(
             f"{info.get(f'{size}_peak_rss_mib')} MiB on {info.get(f'{size}_file_mib')} MiB"
-            for size in ("3k", "10k", "100k")
+            for size in PERF_SIZES
         )
         lines.append(f"peak RSS of stackwalk perf: {peaks}")
     if lines:
