@@ -1,61 +1,158 @@
-//! Folded stacks: each distinct address trace symbolized once, counted by
-//! name.
+//! Folded stacks, counted by the workers as they unwind: a sample's frames
+//! are named (comm, user functions with the functions inlined in them,
+//! kernel functions) and the sequence of name ids is counted in a
+//! stack-trace database. Each distinct frame is named once per table, the
+//! names interned in one table shared by all; at the end the workers'
+//! tables are summed and written sorted.
 
 use rustc_hash::FxHashMap;
 use std::fmt::Write as _;
 use std::io::Write;
+use std::ops::Range;
+use std::sync::Mutex;
 
 use crate::stackdb::StackDb;
-
 use crate::symbolize::SymbolCache;
+use crate::unwind::Frame;
 
 use super::cache::SourceCache;
+use super::kallsyms::KernelSymbolsLoader;
 use super::process::Process;
-use super::Profiler;
+use super::work::Context;
+use super::{Pending, Profiler};
+
+/// The folded stacks of a run: the names, and the workers' tables (one
+/// taken per chunk, so that no worker waits for another's counting).
+#[derive(Default)]
+pub(super) struct Folding {
+    names: Mutex<Names>,
+    tables: Mutex<Vec<FoldTable>>,
+}
+
+impl Folding {
+    pub(super) fn take(&self) -> FoldTable {
+        self.tables.lock().ok().and_then(|mut tables| tables.pop()).unwrap_or_default()
+    }
+
+    pub(super) fn give(&self, table: FoldTable) {
+        if let Ok(mut tables) = self.tables.lock() {
+            tables.push(table);
+        }
+    }
+}
+
+/// The `frames` key of a comm, and of a kernel frame (a user frame's is its
+/// process snapshot's id, never either of these).
+const COMM: u64 = u64::MAX - 1;
+const KERNEL: u64 = u64::MAX;
+
+/// One worker's folded stacks at a time.
+#[derive(Default)]
+pub(super) struct FoldTable {
+    /// Name ids, outermost first, counted.
+    stacks: StackDb,
+    /// The name ids of a frame (a range of `ids`), by (process snapshot id,
+    /// pc with bit 63 set when interrupted), (`KERNEL`, ip) or (`COMM`,
+    /// comm): samples share most of their frames.
+    frames: FxHashMap<(u64, u64), (u32, u32)>,
+    ids: Vec<u64>,
+    /// The stack being made, and a sample's kernel ips (innermost first).
+    stack: Vec<u64>,
+    kernel: Vec<u64>,
+    /// A frame's names being made, the first time it is seen.
+    made: Vec<(Option<NameKey>, String)>,
+}
+
+impl FoldTable {
+    /// Count a sample: its comm, its user `frames` (innermost first, with
+    /// the functions inlined at each when `ctx.inline`), then its `kernel`
+    /// ips (innermost first).
+    pub(super) fn add(
+        &mut self,
+        ctx: &Context,
+        p: &Pending<'_>,
+        frames: &[Frame],
+        kernel: impl Iterator<Item = u64>,
+        (symbols, sources): (&mut SymbolCache, &mut SourceCache),
+    ) {
+        let mut stack = std::mem::take(&mut self.stack);
+        stack.clear();
+        let comm = u64::from(p.comm);
+        let ids = self.frame((COMM, comm), &ctx.folding.names, |made| {
+            let name = ctx.comms.get(comm as usize).map_or(":-1", |c| c);
+            made.push((Some(NameKey::Comm(comm)), name.to_owned()));
+        });
+        stack.extend_from_slice(&self.ids[ids]);
+        for f in frames.iter().rev() {
+            let word = f.pc | u64::from(f.interrupted) << 63;
+            let process = &p.process;
+            let ids = self.frame((process.id, word), &ctx.folding.names, |made| {
+                user_frame_names(process, word, ctx.inline, (symbols, sources), made)
+            });
+            stack.extend_from_slice(&self.ids[ids]);
+        }
+        self.kernel.clear();
+        self.kernel.extend(kernel);
+        for i in (0..self.kernel.len()).rev() {
+            let ip = self.kernel[i];
+            let ids = self.frame((KERNEL, ip), &ctx.folding.names, |made| {
+                let mut name = String::new();
+                let key = kernel_frame_name(&ctx.kernel, ip, &mut name);
+                made.push((key, name));
+            });
+            stack.extend_from_slice(&self.ids[ids]);
+        }
+        self.stacks.add(&stack);
+        self.stack = stack;
+    }
+
+    /// The name ids of the frame `key` (a range of `self.ids`), named by
+    /// `make` and interned the first time.
+    fn frame(
+        &mut self,
+        key: (u64, u64),
+        names: &Mutex<Names>,
+        make: impl FnOnce(&mut Vec<(Option<NameKey>, String)>),
+    ) -> Range<usize> {
+        if let Some(&(start, end)) = self.frames.get(&key) {
+            return start as usize..end as usize;
+        }
+        self.made.clear();
+        make(&mut self.made);
+        let start = self.ids.len();
+        if let Ok(mut names) = names.lock() {
+            for (name_key, name) in self.made.drain(..) {
+                self.ids.push(names.id(name_key, &name));
+            }
+        }
+        self.frames.insert(key, (start as u32, self.ids.len() as u32));
+        start..self.ids.len()
+    }
+}
 
 impl Profiler {
-    /// Each distinct address trace symbolized once, counted by name. A
-    /// folded stack's names go outermost first, as stackcollapse-perf gives
-    /// them: comm, user functions, kernel functions (`_[k]`).
+    /// The workers' folded stacks summed, written sorted (as
+    /// stackcollapse-perf writes them: the same output whichever worker
+    /// counted which sample), one `comm;outer;...;inner count` a line.
     pub(super) fn write_folded<W: Write>(&self, out: &mut W) -> std::io::Result<()> {
+        let tables = self.folding.tables.lock().map(|mut t| std::mem::take(&mut *t));
         let mut folded = StackDb::new();
-        let mut names = Names::default();
-        let mut symbols = SymbolCache::default();
-        let mut sources = SourceCache::default();
-        let mut line = String::new();
-        let mut ids = Vec::new();
-        for (index, key, count) in self.by_address.iter() {
-            let process = &self.address_process[index as usize];
-            let [_, comm, n_user, rest @ ..] = key else { continue };
-            let comm_name = self.comm_names.get(*comm as usize).map_or(":-1", |c| c);
-            ids.clear();
-            ids.push(names.id(Some(NameKey::Comm(*comm)), comm_name));
-            let (user, kernel) = rest.split_at((*n_user as usize).min(rest.len()));
-            for &word in user.iter().rev() {
-                ids.push(names.frame_id((process.id, word), &mut line, |line| {
-                    user_frame_name(process, word, line, &mut symbols)
-                }));
-                if self.options.inline {
-                    names.inlined_ids((process, word), &mut sources, &mut line, &mut ids);
-                }
+        for table in tables.iter().flatten() {
+            for (_, ids, count) in table.stacks.iter() {
+                folded.add_n(ids, count);
             }
-            for &ip in kernel.iter().rev() {
-                ids.push(
-                    names.frame_id((u64::MAX, ip), &mut line, |line| {
-                        kernel_frame_name(self, ip, line)
-                    }),
-                );
-            }
-            folded.add_n(&ids, count);
         }
-        for (_, ids, count) in folded.iter() {
-            for (i, &id) in ids.iter().enumerate() {
-                if i > 0 {
-                    out.write_all(b";")?;
-                }
-                out.write_all(names.names[id as usize].as_bytes())?;
-            }
-            writeln!(out, " {count}")?;
+        let Ok(names) = self.folding.names.lock() else { return Ok(()) };
+        let mut lines: Vec<(String, u64)> = folded
+            .iter()
+            .map(|(_, ids, count)| {
+                let stack = ids.iter().map(|&id| names.names[id as usize].as_str());
+                (stack.collect::<Vec<_>>().join(";"), count)
+            })
+            .collect();
+        lines.sort_unstable();
+        for (stack, count) in lines {
+            writeln!(out, "{stack} {count}")?;
         }
         Ok(())
     }
@@ -71,7 +168,7 @@ pub(super) enum NameKey {
     Kernel(usize),
 }
 
-/// The names of a folded stack's frames, interned: each string is made,
+/// The names of folded stacks' frames, interned: each string is made,
 /// hashed and stored once, found again by what it names.
 #[derive(Default)]
 pub(super) struct Names {
@@ -79,61 +176,9 @@ pub(super) struct Names {
     pub(super) ids: FxHashMap<String, u64>,
     /// A symbol, comm or kernel function's name id, by what it is.
     pub(super) known: FxHashMap<NameKey, u64>,
-    /// A frame's name id, by (process snapshot, pc word), or by
-    /// (`u64::MAX`, ip) for a kernel frame: address traces share most of
-    /// their frames.
-    pub(super) frames: FxHashMap<(u64, u64), u64>,
-    /// The name ids of the functions inlined at a frame, outermost first,
-    /// by what `frames` is keyed by.
-    pub(super) inlined: FxHashMap<(u64, u64), Vec<u64>>,
 }
 
 impl Names {
-    /// The name id of the frame at `at`, its name made by `make` (in `buf`,
-    /// or borrowed from elsewhere) the first time.
-    pub(super) fn frame_id<'s>(
-        &mut self,
-        at: (u64, u64),
-        buf: &'s mut String,
-        make: impl FnOnce(&'s mut String) -> (Option<NameKey>, &'s str),
-    ) -> u64 {
-        if let Some(&id) = self.frames.get(&at) {
-            return id;
-        }
-        let (key, name) = make(buf);
-        let id = self.id(key, name);
-        self.frames.insert(at, id);
-        id
-    }
-
-    /// Push to `ids` the name ids of the functions inlined at the user frame
-    /// `word` of `process` (see [`user_frame_name`]), outermost first, each
-    /// annotated `_[i]` (as stackcollapse-perf annotates inlined functions);
-    /// looked up the first time.
-    pub(super) fn inlined_ids(
-        &mut self,
-        (process, word): (&Process, u64),
-        sources: &mut SourceCache,
-        buf: &mut String,
-        ids: &mut Vec<u64>,
-    ) {
-        let at = (process.id, word);
-        if !self.inlined.contains_key(&at) {
-            let (_, lookup) = frame_pcs(word);
-            let found = sources.frames(process, lookup);
-            let inlined = found.split_last().map_or(&[][..], |(_, inlined)| inlined);
-            let mut made = Vec::with_capacity(inlined.len());
-            for source in inlined.iter().rev() {
-                buf.clear();
-                buf.push_str(source.function.as_deref().unwrap_or("??"));
-                buf.push_str("_[i]");
-                made.push(self.id(None, buf));
-            }
-            self.inlined.insert(at, made);
-        }
-        ids.extend_from_slice(&self.inlined[&at]);
-    }
-
     pub(super) fn id(&mut self, key: Option<NameKey>, name: &str) -> u64 {
         if let Some(&id) = key.as_ref().and_then(|k| self.known.get(k)) {
             return id;
@@ -154,9 +199,34 @@ impl Names {
     }
 }
 
+/// A user frame's names in a folded stack (`word`: its pc, bit 63 set when
+/// interrupted): its function, then, with `inline`, the functions inlined
+/// at it, outermost first, each annotated `_[i]` (as stackcollapse-perf
+/// annotates inlined functions).
+fn user_frame_names(
+    process: &Process,
+    word: u64,
+    inline: bool,
+    (symbols, sources): (&mut SymbolCache, &mut SourceCache),
+    made: &mut Vec<(Option<NameKey>, String)>,
+) {
+    let mut buf = String::new();
+    let (key, name) = user_frame_name(process, word, &mut buf, symbols);
+    made.push((key, name.to_owned()));
+    if inline {
+        let (_, lookup) = frame_pcs(word);
+        let found = sources.frames(process, lookup);
+        let inlined = found.split_last().map_or(&[][..], |(_, inlined)| inlined);
+        for source in inlined.iter().rev() {
+            let name = source.function.as_deref().unwrap_or("??");
+            made.push((None, format!("{name}_[i]")));
+        }
+    }
+}
+
 /// A user frame's name in a folded stack (`word`: its pc, bit 63 set when
 /// interrupted), and what the name is of, when it is a symbol.
-pub(super) fn user_frame_name<'a>(
+fn user_frame_name<'a>(
     process: &'a Process,
     word: u64,
     buf: &'a mut String,
@@ -185,13 +255,9 @@ fn frame_pcs(word: u64) -> (u64, u64) {
 }
 
 /// A kernel frame's name in a folded stack.
-pub(super) fn kernel_frame_name<'a>(
-    profiler: &'a Profiler,
-    ip: u64,
-    buf: &'a mut String,
-) -> (Option<NameKey>, &'a str) {
+fn kernel_frame_name(kernel: &KernelSymbolsLoader, ip: u64, buf: &mut String) -> Option<NameKey> {
     buf.clear();
-    let found = profiler.kernel.lookup_index(ip);
+    let found = kernel.lookup_index(ip);
     match found {
         Some((name, _, _)) => buf.push_str(name),
         None => {
@@ -199,5 +265,5 @@ pub(super) fn kernel_frame_name<'a>(
         }
     }
     buf.push_str("_[k]");
-    (found.map(|(_, _, i)| NameKey::Kernel(i)), buf)
+    found.map(|(_, _, i)| NameKey::Kernel(i))
 }

@@ -10,9 +10,8 @@
 //! module sets) and symbolize and format or key in one pass, with no
 //! allocation per sample; the chunks are written in order.
 //!
-//! Folded stacks are counted twice, the way a stack-trace database is used:
-//! by address (process, comm and pcs) as samples come, then each distinct
-//! address trace is symbolized once and counted by name.
+//! Folded stacks are counted by the workers, by name, in stack-trace
+//! databases of name ids (see `folded`).
 
 mod cache;
 mod folded;
@@ -35,7 +34,6 @@ use crate::perf::{
     Decoder, Event, PerfFile, PERF_RECORD_SAMPLE, PERF_SAMPLE_CALLCHAIN, PERF_SAMPLE_REGS_USER,
     PERF_SAMPLE_STACK_USER,
 };
-use crate::stackdb::StackDb;
 
 use kallsyms::KernelSymbolsLoader;
 use process::{own_vdso, FileInfo, JitMap, Process};
@@ -210,9 +208,8 @@ pub struct Profiler {
     comm_names: Arc<Vec<Arc<str>>>,
     comm_ids: FxHashMap<Arc<str>, u32>,
     kernel: Arc<KernelSymbolsLoader>,
-    /// Collapsed: distinct address traces, and the process each was in.
-    by_address: StackDb,
-    address_process: Vec<Process>,
+    /// Collapsed: the stacks counted by name.
+    folding: Arc<folded::Folding>,
     /// The vdso image the recording's processes had, when known.
     vdso: Option<Arc<Data>>,
     /// The build id `HEADER_BUILD_ID` records for each file name.
@@ -245,8 +242,7 @@ impl Profiler {
             comm_names: Arc::default(),
             comm_ids: FxHashMap::default(),
             kernel: Arc::default(),
-            by_address: StackDb::new(),
-            address_process: Vec::new(),
+            folding: Arc::default(),
             decoder: Arc::default(),
             spare: Arc::default(),
             damage_at: u64::MAX,
@@ -491,6 +487,7 @@ impl Profiler {
             kernel: self.kernel.clone(),
             comms: self.comm_names.clone(),
             spare: self.spare.clone(),
+            folding: self.folding.clone(),
         };
         let work = std::mem::replace(batch, Vec::with_capacity(self.options.batch));
         // In time order, not file order: the lowest offset is anywhere.
@@ -509,7 +506,7 @@ impl Profiler {
     /// Wait for a batch sent off (helping the workers meanwhile) and write
     /// it, or count its stacks.
     fn absorb<W: Write>(&mut self, batch: InFlight<'_>, out: &mut W) -> std::io::Result<()> {
-        let (batch, chunks) = loop {
+        let (_, chunks) = loop {
             match batch.done.try_recv() {
                 Ok(done) => break done,
                 Err(std::sync::mpsc::TryRecvError::Disconnected) => {
@@ -524,7 +521,7 @@ impl Profiler {
                 }
             }
         };
-        for (chunk, mut done) in batch.chunks(CHUNK).zip(chunks) {
+        for mut done in chunks {
             self.summary.samples += done.samples;
             self.summary.complete += done.complete;
             self.summary.frames += done.frames;
@@ -532,15 +529,6 @@ impl Profiler {
                 self.damage(offset, error);
             }
             out.write_all(done.text.as_bytes())?;
-            let mut keys = &done.keys[..];
-            while let [at, len, rest @ ..] = keys {
-                let (key, next) = rest.split_at((*len as usize).min(rest.len()));
-                let index = self.by_address.add(key) as usize;
-                if index == self.address_process.len() {
-                    self.address_process.push(chunk[*at as usize].process.clone());
-                }
-                keys = next;
-            }
             self.spare.give(done);
         }
         Ok(())

@@ -18,6 +18,7 @@ use crate::unwind::{Frame, Trust, Unwinder};
 const JIT_STRATEGIES: [Strategy; 2] = [Strategy::Cfi, Strategy::FramePointer];
 
 use super::cache::{LineCache, SourceCache};
+use super::folded::Folding;
 use super::format::Unwound;
 use super::kallsyms::KernelSymbolsLoader;
 use super::{Format, Pending};
@@ -26,10 +27,6 @@ use super::{Format, Pending};
 #[derive(Default)]
 pub(super) struct ChunkOut {
     pub(super) text: String,
-    /// Collapsed: per sample, its index in the chunk, the key's length,
-    /// then the key (process id, comm, user frame count, user pcs with
-    /// bit 63 set when interrupted, kernel ips).
-    pub(super) keys: Vec<u64>,
     pub(super) samples: u64,
     pub(super) complete: u64,
     pub(super) frames: u64,
@@ -50,11 +47,10 @@ impl Spare {
 
     /// Keep `out`'s buffers, emptied; nothing else of it.
     pub(super) fn give(&self, out: ChunkOut) {
-        let ChunkOut { mut text, mut keys, .. } = out;
+        let ChunkOut { mut text, .. } = out;
         text.clear();
-        keys.clear();
         if let Ok(mut spare) = self.0.lock() {
-            spare.push(ChunkOut { text, keys, ..ChunkOut::default() });
+            spare.push(ChunkOut { text, ..ChunkOut::default() });
         }
     }
 }
@@ -84,6 +80,7 @@ pub(super) struct Context {
     pub(super) kernel: Arc<KernelSymbolsLoader>,
     pub(super) comms: Arc<Vec<Arc<str>>>,
     pub(super) spare: Arc<Spare>,
+    pub(super) folding: Arc<Folding>,
 }
 
 impl Context {
@@ -94,6 +91,7 @@ impl Context {
         if ctx.format != Format::Collapsed {
             out.text.reserve(chunk.len() * 2048);
         }
+        let mut table = (ctx.format == Format::Collapsed).then(|| ctx.folding.take());
         WORKER.with(|cell| {
             let worker = &mut *cell.borrow_mut();
             let Worker { unwinder, frames, symbols, lines, sources } = worker;
@@ -155,17 +153,16 @@ impl Context {
                         &mut out.text,
                     ),
                     Format::Collapsed => {
-                        let len_at = out.keys.len() + 1;
-                        out.keys.extend([at as u64, 0, p.process.id, u64::from(p.comm)]);
-                        out.keys.push(frames.len() as u64);
-                        out.keys
-                            .extend(frames.iter().map(|f| f.pc | u64::from(f.interrupted) << 63));
-                        out.keys.extend(kernel);
-                        out.keys[len_at] = (out.keys.len() - len_at - 1) as u64;
+                        if let Some(table) = &mut table {
+                            table.add(ctx, p, frames, kernel, (symbols, sources));
+                        }
                     }
                 }
             }
         });
+        if let Some(table) = table {
+            ctx.folding.give(table);
+        }
         out
     }
 }
