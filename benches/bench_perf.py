@@ -11,6 +11,9 @@ In one run:
 - perf-script: the same two commands in interleaved rounds, each round's ratio (perf script's
   time over ours), with inline frames (`--inline`, libc's from libc6-dbg's DWARF, against
   perf script's own, its default) and without, on the three recordings;
+- perf-stackcollapse: folded stacks for a flame graph, `--collapsed` (inline frames on, as
+  perf's), against perf's own `perf script report stackcollapse`, in interleaved rounds on
+  the three recordings; both must count the same samples;
 - perf-samply: the whole command, `--no-inline`, against `samply import --save-only` (its
   stacks unwound with framehop, unsymbolized), in interleaved rounds on the three recordings;
 - perf-reading: the unwinding alone (in process, folded stacks counted, little output) on 1
@@ -226,6 +229,29 @@ def test_against_perf_script(
     _compare(benchmark, ours, theirs, "perf_script")
     benchmark.extra_info["samples"] = _samples(recordings[size])
     print(f"\n{size} {inline}: {benchmark.extra_info}")
+
+
+def _folded_total(lines: bytes) -> int:
+    """The samples folded stacks count (each line's last field)."""
+    return sum(int(line.rsplit(None, 1)[1]) for line in lines.splitlines() if line.strip())
+
+
+@pytest.mark.benchmark(group="perf-stackcollapse")
+@pytest.mark.parametrize("size", PERF_SIZES)
+def test_against_stackcollapse(benchmark: Any, recordings: dict[str, Path], size: str) -> None:
+    """`stackwalk perf --collapsed` against `perf script report stackcollapse` (perf's own
+    folded stacks, for flame graphs), both with inline frames, in interleaved rounds: each
+    round's ratio, perf's time over ours. Both must count the recording's samples."""
+    path = str(recordings[size])
+    ours = _stackwalk(path, "--collapsed")
+    theirs = ["perf", "script", "report", "stackcollapse", "-i", path]
+    _compare(benchmark, ours, theirs, "stackcollapse")
+    samples = _samples(recordings[size])
+    for argv in (ours, theirs):
+        folded = subprocess.run(argv, capture_output=True, check=True, timeout=600).stdout
+        assert _folded_total(folded) == samples, argv
+    benchmark.extra_info["samples"] = samples
+    print(f"\n{size}: {benchmark.extra_info}")
 
 
 SAMPLY = shutil.which("samply") or os.path.expanduser("~/.cargo/bin/samply")

@@ -73,6 +73,10 @@ def _interleaved_ratios(by_name: dict[str, Any]) -> list[str]:
     tests = [(f"test_against_perf_script[{size}---{inline}]", f"perf script --{inline}")
              for inline in ("no-inline", "inline") for size in PERF_SIZES]  # fmt: skip
     tests += [(f"test_against_samply[{size}]", "samply import") for size in PERF_SIZES]
+    tests += [
+        (f"test_against_stackcollapse[{size}]", "perf script report stackcollapse (--collapsed)")
+        for size in PERF_SIZES
+    ]
     for key, reference in tests:
         bench = by_name.get(key)
         if bench and "ratios" in bench.extra_info:
