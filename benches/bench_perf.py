@@ -41,9 +41,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from benchstacks import PERF_SIZES, on_cores, skip_unless_cores
 from elftools.elf.elffile import ELFFile
 from stackwalk._core import perf_report, perf_samples
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from benchstacks import PERF_SIZES, on_cores, skip_unless_cores  # noqa: E402
+from corefiles import cargo_tool  # noqa: E402
 
 # The main() of both programs below: two threads of their `work`, with `count` = argv[1].
 TWO_THREADS = r"""
@@ -254,7 +257,7 @@ def test_against_stackcollapse(benchmark: Any, recordings: dict[str, Path], size
     print(f"\n{size}: {benchmark.extra_info}")
 
 
-SAMPLY = shutil.which("samply") or os.path.expanduser("~/.cargo/bin/samply")
+SAMPLY = cargo_tool("samply")
 
 
 def _samply_samples(profile: Path) -> int:

@@ -73,6 +73,13 @@ EU_VDSO = frozenset({"linux-vdso.so.1", "linux-gate.so.1"})
 DEBUG_ROOT = Path("/usr/lib/debug/.build-id")
 
 
+def cargo_tool(name: str) -> str:
+    """A reference tool `.ci/setup` installs with `cargo install`: on PATH, else in cargo's
+    bin directory (`$CARGO_HOME/bin`, by default `~/.cargo/bin`), where it installs them."""
+    cargo_home = os.environ.get("CARGO_HOME") or os.path.expanduser("~/.cargo")
+    return shutil.which(name) or os.path.join(cargo_home, "bin", name)
+
+
 @dataclass(frozen=True)
 class Spec:
     """A crash program and how to build and run it."""

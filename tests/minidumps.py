@@ -34,18 +34,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from corefiles import CRASH_ENV, SPECS, TIMEOUT, GdbView, Spec, gdb_on_core, run
+from corefiles import CRASH_ENV, SPECS, TIMEOUT, GdbView, Spec, cargo_tool, gdb_on_core, run
 from realstacks import PROGRAMS, SYSTEM_PYTHON, Builder
 
 ROOT = Path(__file__).resolve().parent.parent
 DUMPER = Path(__file__).resolve().parent / "dumper"
 DUMPER_TARGET = ROOT / "target" / "dumper"
 # Mozilla's dump_syms: installed by .ci/setup (cargo install, once).
-DUMP_SYMS = shutil.which("dump_syms") or os.path.expanduser("~/.cargo/bin/dump_syms")
+DUMP_SYMS = cargo_tool("dump_syms")
 # rust-minidump's processor: installed by .ci/setup (cargo install, once).
-MINIDUMP_STACKWALK = shutil.which("minidump-stackwalk") or os.path.expanduser(
-    "~/.cargo/bin/minidump-stackwalk"
-)
+MINIDUMP_STACKWALK = cargo_tool("minidump-stackwalk")
 _PTRACE_TRACEME, _PTRACE_CONT, _PTRACE_DETACH, _PTRACE_SETOPTIONS = 0, 7, 17, 0x4200
 _PTRACE_O_TRACECLONE, _PTRACE_EVENT_CLONE = 8, 3
 _WALL = 0x40000000  # waitpid: every child thread, traced ones included
