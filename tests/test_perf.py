@@ -50,6 +50,7 @@ from perfdata import (
     parse_script,
     perf_env,
     perf_script_inline,
+    run,
     sized_function,
     stackwalk_perf,
     symbol_values,
@@ -668,6 +669,24 @@ def test_collapsed_matches_perf_script(recordings: Recordings, workload: str) ->
         f"{dict(list(missing.items())[:5])}\n  --collapsed, not perf script's: "
         f"{dict(list(extra.items())[:5])}"
     )
+
+
+@pytest.mark.parametrize("workload", ["threads", "python"])
+def test_collapsed_is_sorted_whatever_the_workers(recordings: Recordings, workload: str) -> None:
+    """``--collapsed`` is counted by the workers, one table each, summed at the end: its lines
+    come sorted (as stackcollapse-perf writes them), each stack once, and the same bytes on one
+    CPU (one worker) as on all of them."""
+    recording = recordings(workload)
+    everywhere = cli(recording, "--collapsed", "--inline")
+    check_clean_exit(everywhere, f"stackwalk perf --collapsed {recording.path}")
+    one_cpu = run(
+        ["taskset", "-c", str(min(os.sched_getaffinity(0))), sys.executable, "-m", "stackwalk",
+         "perf", "--collapsed", "--inline", str(recording.path)]
+    )  # fmt: skip
+    check_clean_exit(one_cpu, f"stackwalk perf --collapsed on one CPU {recording.path}")
+    stacks = [line.rsplit(" ", 1)[0] for line in everywhere.stdout.splitlines()]
+    assert stacks == sorted(stacks) and len(set(stacks)) == len(stacks) > 1
+    assert one_cpu.stdout == everywhere.stdout
 
 
 @pytest.mark.parametrize("workload", WORKLOADS)
