@@ -14,6 +14,9 @@ In one run:
 - perf-stackcollapse: folded stacks for a flame graph, `--collapsed` (inline frames on, as
   perf's), against perf's own `perf script report stackcollapse`, in interleaved rounds on
   the three recordings; both must count the same samples;
+- perf-cache: the whole command with inline frames on the 3k recording, libc6-dbg's
+  decompressed sections mapped from the cache (as in every timed command: the fixture's first
+  command stores them) against no cache, in interleaved rounds;
 - perf-samply: the whole command, `--no-inline`, against `samply import --save-only` (its
   stacks unwound with framehop, unsymbolized), in interleaved rounds on the three recordings;
 - perf-reading: the unwinding alone (in process, folded stacks counted, little output) on 1
@@ -151,6 +154,10 @@ def recordings(
     try:
         for size, rounds in PERF_SIZES.items():
             made[size] = _record(tmp, programs["sort"], rounds, f"{size}.perf.data")
+        # libc6-dbg's decompressed sections into the run's cache (conftest), as a machine's
+        # first command with inline frames leaves them: the timed commands map them.
+        warm = _run(_stackwalk(str(made["3k"]), "--inline"))
+        assert warm.returncode == 0, warm.stderr
         yield made
     finally:
         for path in made.values():
@@ -237,6 +244,39 @@ def test_against_perf_script(
 def _folded_total(lines: bytes) -> int:
     """The samples folded stacks count (each line's last field)."""
     return sum(int(line.rsplit(None, 1)[1]) for line in lines.splitlines() if line.strip())
+
+
+CACHE_ROUNDS = 5
+
+
+@pytest.mark.benchmark(group="perf-cache")
+def test_section_cache(benchmark: Any, recordings: dict[str, Path]) -> None:
+    """`stackwalk perf --inline` on the 3k recording with libc6-dbg's decompressed debug
+    sections mapped from the cache (rust/lines/cache.rs, as every timed command here finds
+    them) against the same command with no cache (`STACKWALK_CACHE_DIR=`: each decompressed
+    as far as the units looked up need), in interleaved rounds: each round's ratio, the
+    uncached time over the cached."""
+    argv = _stackwalk(str(recordings["3k"]), "--inline")
+    off = {**os.environ, "STACKWALK_CACHE_DIR": ""}
+
+    def once(env: dict[str, str] | None) -> float:
+        start = time.perf_counter()
+        proc = subprocess.run(
+            argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, timeout=600
+        )
+        took = time.perf_counter() - start
+        assert proc.returncode == 0, proc.stderr
+        return took
+
+    def rounds() -> list[tuple[float, float]]:
+        return [(once(None), once(off)) for _ in range(CACHE_ROUNDS)]
+
+    took = benchmark.pedantic(rounds, rounds=1)
+    benchmark.extra_info["ratios"] = [round(t[1] / t[0], 2) for t in took]
+    benchmark.extra_info["stackwalk_s"] = [round(t[0], 3) for t in took]
+    benchmark.extra_info["no_cache_s"] = [round(t[1], 3) for t in took]
+    benchmark.extra_info["samples"] = _samples(recordings["3k"])
+    print(f"\ncache: {benchmark.extra_info}")
 
 
 @pytest.mark.benchmark(group="perf-stackcollapse")

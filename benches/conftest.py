@@ -5,12 +5,21 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import pytest
 from benchstacks import PERF_SIZES, Stack
 from stackwalk.capture import capture
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from corefiles import isolate_section_cache  # noqa: E402
+
+# The benchmarks' decompressed debug sections: cached in a directory of the run's own (the
+# timed commands find them there after the first; bench_perf measures both ways).
+isolate_section_cache()
 
 PYTHON_SCRIPT = """
 import math
@@ -77,6 +86,7 @@ def _interleaved_ratios(by_name: dict[str, Any]) -> list[str]:
         (f"test_against_stackcollapse[{size}]", "perf script report stackcollapse (--collapsed)")
         for size in PERF_SIZES
     ]
+    tests += [("test_section_cache", "itself with no section cache (--inline)")]
     for key, reference in tests:
         bench = by_name.get(key)
         if bench and "ratios" in bench.extra_info:

@@ -7,7 +7,7 @@ import os
 from typing import Any
 
 import pytest
-from corefiles import Cores
+from corefiles import Cores, isolate_section_cache
 from hypothesis import HealthCheck, settings
 from minidumps import Dumps
 from perfdata import Recordings
@@ -17,6 +17,7 @@ from realstacks import IMPLEMENTATIONS, Builder, Captures
 # the debuginfod client (test_debuginfod.py) name their own.
 for _name in ("DEBUGINFOD_URLS", "STACKWALK_OFFLINE"):
     os.environ.pop(_name, None)
+isolate_section_cache()
 
 # Hypothesis (test_hostile_input.py): a few dozen examples per test in the normal run;
 # HYPOTHESIS_PROFILE=long for a campaign. Time is bounded by the tests themselves (each file is

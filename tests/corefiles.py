@@ -73,6 +73,23 @@ EU_VDSO = frozenset({"linux-vdso.so.1", "linux-gate.so.1"})
 DEBUG_ROOT = Path("/usr/lib/debug/.build-id")
 
 
+def isolate_section_cache() -> None:
+    """Point stackwalk's cache of decompressed debug sections (`STACKWALK_CACHE_DIR`) at a
+    directory of this test session's own, removed at exit: no test reads what an earlier run
+    or the user left there, and none writes to ~/.cache. Called by both conftests; the first
+    call makes it."""
+    if os.environ.get("STACKWALK_TEST_SESSION_CACHE") == str(os.getpid()):
+        return
+    import atexit
+    import tempfile
+
+    cache = tempfile.mkdtemp(prefix="stackwalk-cache-")
+    atexit.register(shutil.rmtree, cache, ignore_errors=True)
+    os.environ["STACKWALK_CACHE_DIR"] = cache
+    os.environ["STACKWALK_TEST_SESSION_CACHE"] = str(os.getpid())
+    os.environ.pop("STACKWALK_CACHE_MAX", None)
+
+
 def cargo_tool(name: str) -> str:
     """A reference tool `.ci/setup` installs with `cargo install`: on PATH, else in cargo's
     bin directory (`$CARGO_HOME/bin`, by default `~/.cargo/bin`), where it installs them."""

@@ -207,13 +207,9 @@ def test_stripped_binary_with_its_debug_file_in_a_build_id_tree(
     assert without[0]["inline"] is False and without[0]["file"] is None
 
 
-def test_a_compressed_debug_file_read_in_pieces_is_eu_addr2line() -> None:
-    """libc6-dbg's sections are zlib-compressed, and stackwalk reads its .debug_info only at
-    the units looked up (rust/lines/partial.rs): addr2line is given a view of the section with
-    those units in place and the others left out, made again as lookups need more, and the
-    whole section past 48 units. Functions from all over libc, looked up out of order in
-    batches in one symbolizer (a view, views of more units, then the whole), have
-    eu-addr2line's chains: functions, files and lines."""
+def libc_in_pieces_is_eu_addr2line() -> None:
+    """Functions from all over libc (libc6-dbg's zlib-compressed sections), looked up out of
+    order in batches in one symbolizer, have eu-addr2line's chains (see the test below)."""
     libc = str(Path("/lib/x86_64-linux-gnu/libc.so.6").resolve())
     debug = symbol_file(libc)
     assert debug != libc, "libc6-dbg is installed by .ci/setup"
@@ -234,6 +230,46 @@ def test_a_compressed_debug_file_read_in_pieces_is_eu_addr2line() -> None:
         check_against_eu_addr2line(found)
         lines += sum(f["line"] is not None for f in found if not f["inline"])
     assert lines >= len(picked) * 9 // 10
+
+
+@pytest.mark.parametrize("cache", ["off", "cold", "warm"])
+def test_a_compressed_debug_file_read_in_pieces_is_eu_addr2line(cache: str, tmp_path: Path) -> None:
+    """libc6-dbg's sections are zlib-compressed, and stackwalk reads its .debug_info only at
+    the units looked up (rust/lines/partial.rs): addr2line is given a view of the section with
+    those units in place and the others left out, made again as lookups need more, and the
+    whole section past 48 units. Functions from all over libc, looked up out of order in
+    batches in one symbolizer (a view, views of more units, then the whole), have
+    eu-addr2line's chains: functions, files and lines. So they do with the decompressed
+    sections cached by build id (rust/lines/cache.rs): a first process ("cold") decompresses
+    the large ones whole and stores them, the next ("warm") maps them (the entries it used are
+    touched, not written again); with no cache ("off"), the sections are decompressed as far
+    as the units need and nothing is stored. Each in a process of its own (the cache is set
+    up once per process)."""
+    env = {**os.environ, "STACKWALK_CACHE_DIR": "" if cache == "off" else str(tmp_path)}
+    check = [sys.executable, "-c", "import test_lines; test_lines.libc_in_pieces_is_eu_addr2line()"]
+    tests = str(Path(__file__).parent)
+
+    def checked() -> list[Path]:
+        proc = run(check, env={**env, "PYTHONPATH": tests}, cwd=tests)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        return sorted((tmp_path / "sections").glob("*/*"))
+
+    stored = checked()
+    if cache == "off":
+        assert not stored
+        return
+    libc = str(Path("/lib/x86_64-linux-gnu/libc.so.6").resolve())
+    assert {p.parent.name for p in stored} == {build_id_of(libc)}
+    names = {p.name.split("-")[0] for p in stored}
+    assert {"debug_info", "debug_line", "debug_abbrev"} <= names, names
+    if cache == "warm":
+        before = {p: (p.stat().st_ino, p.stat().st_mtime_ns) for p in stored}
+        again = checked()
+        assert again == stored
+        for p in again:
+            inode, used = before[p]
+            assert p.stat().st_ino == inode, f"{p.name} written again"
+            assert p.stat().st_mtime_ns > used, f"{p.name} not used"
 
 
 @pytest.mark.parametrize("form", ["dwo", "dwp"])

@@ -18,7 +18,10 @@ use object::{Object, ObjectSection};
 
 use crate::memory::Data;
 
+mod cache;
 mod partial;
+
+pub use cache::SectionCache;
 
 /// Bytes of one section: a range of a mapped file, or a decompressed copy.
 #[derive(Clone)]
@@ -265,10 +268,22 @@ impl Sections {
             SectionBytes { data: data.clone(), range }
         };
         let empty = SectionBytes { data: data.clone(), range: 0..0 };
+        // A large zlib-compressed section decompressed once for every process, by build id.
+        let build_id = file.build_id().ok().flatten().unwrap_or_default();
+        let cache = SectionCache::from_env();
+        let cached = |name: &str, c: &object::CompressedData<'_>| -> Option<SectionBytes> {
+            let stream_ok = c.format == object::CompressionFormat::Zlib
+                && partial::plausible(c.format, c.data.len(), c.uncompressed_size);
+            stream_ok.then(|| cache?.zlib(build_id, name, c.data, c.uncompressed_size))?
+        };
         // A large zlib-compressed .debug_info is read in part, and with it .debug_abbrev and
         // .debug_line (compressed or not).
         let lazy = |section: Option<object::Section<'_, '_>>| -> Option<partial::Lazy> {
-            let c = section?.compressed_data().ok()?;
+            let section = section?;
+            let c = section.compressed_data().ok()?;
+            if let Some(bytes) = cached(section.name().unwrap_or_default(), &c) {
+                return Some(partial::Lazy::Plain(bytes));
+            }
             match c.format {
                 object::CompressionFormat::None => Some(partial::Lazy::Plain(borrowed(c.data))),
                 object::CompressionFormat::Zlib => {
@@ -281,8 +296,15 @@ impl Sections {
             let c = info.compressed_data().ok()?;
             let large = c.format == object::CompressionFormat::Zlib
                 && c.uncompressed_size >= partial::MIN_PARTIAL;
+            if !large {
+                return None;
+            }
+            let info = match cached(info.name().unwrap_or_default(), &c) {
+                Some(bytes) => partial::Lazy::Plain(bytes),
+                None => partial::Lazy::zlib(borrowed(c.data), c.uncompressed_size)?,
+            };
             Some((
-                large.then(|| partial::Lazy::zlib(borrowed(c.data), c.uncompressed_size))??,
+                info,
                 lazy(file.section_by_name(".debug_abbrev"))?,
                 lazy(file.section_by_name(".debug_line"))?,
             ))
@@ -293,6 +315,9 @@ impl Sections {
         let whole_of = |id: &gimli::SectionId| -> SectionBytes {
             let name = if dwo { id.dwo_name() } else { Some(id.name()) };
             let compressed = name.and_then(|n| file.section_by_name(n)?.compressed_data().ok());
+            if let Some(bytes) = compressed.as_ref().zip(name).and_then(|(c, n)| cached(n, c)) {
+                return bytes;
+            }
             // A header that claims more than its stream can hold is not believed: object
             // would allocate the whole claim first.
             let decompressed = compressed

@@ -1,0 +1,267 @@
+//! Decompressed debug sections kept on disk, by the debug file's build id,
+//! as gdb keeps its index cache: a distribution's debug file compresses
+//! each section as one zlib stream, which every process that needs lines or
+//! inline frames would decompress again (libc6-dbg's `.debug_info`, 5.8 MB,
+//! is most of the cost of inline frames in a short profile; python3's, 50 ms
+//! of a core's processing). Once decompressed, a section is stored here and
+//! later processes map it.
+//!
+//! Where: `$STACKWALK_CACHE_DIR` (set and empty: no cache), else
+//! `$XDG_CACHE_HOME/stackwalk`, else `~/.cache/stackwalk`; entries
+//! `sections/BUILDID/NAME-STREAMSIZE-SIZE-ADLER32`, written whole to a
+//! temporary file and renamed into place, so that a reader never sees a
+//! part of one. An entry is believed only if its size is the section's and
+//! its Adler-32 is the one the zlib stream ends with (the checksum of the
+//! decompressed bytes): a damaged or truncated entry is decompressed and
+//! stored again. At most `$STACKWALK_CACHE_MAX` bytes (default 1 GiB) are
+//! kept, those used longest ago removed first.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+use std::time::SystemTime;
+
+use super::SectionBytes;
+use crate::debuginfod::tempfile_like::TempFile;
+use crate::memory::Data;
+
+/// Below this size a section costs less to decompress than to look up.
+const MIN_CACHED: u64 = 256 << 10;
+
+const DEFAULT_MAX: u64 = 1 << 30;
+
+/// The cache directory and its size limit.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SectionCache {
+    dir: PathBuf,
+    max: u64,
+}
+
+impl SectionCache {
+    /// As the environment says (see the module's documentation), read once.
+    pub fn from_env() -> Option<&'static SectionCache> {
+        static CACHE: OnceLock<Option<SectionCache>> = OnceLock::new();
+        CACHE.get_or_init(|| SectionCache::configured(&|name| std::env::var(name).ok())).as_ref()
+    }
+
+    fn configured(var: &impl Fn(&str) -> Option<String>) -> Option<SectionCache> {
+        let root = match var("STACKWALK_CACHE_DIR") {
+            Some(dir) if dir.is_empty() => return None,
+            Some(dir) => PathBuf::from(dir),
+            None => {
+                let set = |name: &str| var(name).filter(|v| !v.is_empty()).map(PathBuf::from);
+                set("XDG_CACHE_HOME")
+                    .or_else(|| set("HOME").map(|h| h.join(".cache")))?
+                    .join("stackwalk")
+            }
+        };
+        let max = var("STACKWALK_CACHE_MAX").and_then(|v| v.parse().ok()).unwrap_or(DEFAULT_MAX);
+        Some(SectionCache { dir: root.join("sections"), max })
+    }
+
+    /// A cache in `dir` (its `sections` directory) of at most `max` bytes.
+    #[cfg(test)]
+    pub fn at(dir: &Path, max: u64) -> SectionCache {
+        SectionCache { dir: dir.join("sections"), max }
+    }
+
+    /// The decompressed bytes of section `name` of the file with `build_id`,
+    /// whose bytes are the zlib `stream` of a section of `full` bytes: the
+    /// cache's entry, else the stream decompressed whole (and stored). None
+    /// where the section is too small to be worth it, or the stream does
+    /// not decompress to its `full` bytes (the caller reads it its own
+    /// way, which keeps what a damaged stream holds).
+    pub fn zlib(
+        &self,
+        build_id: &[u8],
+        name: &str,
+        stream: &[u8],
+        full: u64,
+    ) -> Option<SectionBytes> {
+        if full < MIN_CACHED || build_id.is_empty() || stream.len() < 6 {
+            return None;
+        }
+        let adler = u32::from_be_bytes(stream[stream.len() - 4..].try_into().ok()?);
+        let id: String = build_id.iter().map(|b| format!("{b:02x}")).collect();
+        let file = format!("{}-{}-{full}-{adler:08x}", name.trim_start_matches('.'), stream.len());
+        let entry = self.dir.join(id).join(file);
+        if let Some(bytes) = read_entry(&entry, full, adler) {
+            return Some(bytes);
+        }
+        let mut out = Vec::new();
+        out.try_reserve_exact(usize::try_from(full).ok()?).ok()?;
+        let mut inflater = flate2::Decompress::new(true);
+        let done = inflater.decompress_vec(stream, &mut out, flate2::FlushDecompress::Finish);
+        if !matches!(done, Ok(flate2::Status::StreamEnd)) || out.len() as u64 != full {
+            return None;
+        }
+        if self.store(&entry, &out).is_ok() {
+            self.trim();
+        }
+        let len = out.len();
+        Some(SectionBytes { data: Arc::new(Data::Owned(out)), range: 0..len })
+    }
+
+    /// `bytes` written to `entry`, whole or not at all.
+    fn store(&self, entry: &Path, bytes: &[u8]) -> std::io::Result<()> {
+        use std::io::Write;
+        let dir = entry.parent().unwrap_or(&self.dir);
+        std::fs::create_dir_all(dir)?;
+        let mut file = TempFile::new(dir)?;
+        file.writer().write_all(bytes)?;
+        file.persist(entry)
+    }
+
+    /// The entries beyond the size limit removed, those used longest ago
+    /// first (an entry's modification time is set when it is used).
+    fn trim(&self) {
+        let mut entries: Vec<(SystemTime, u64, PathBuf)> = Vec::new();
+        let Ok(ids) = std::fs::read_dir(&self.dir) else { return };
+        for id in ids.flatten() {
+            let Ok(files) = std::fs::read_dir(id.path()) else { continue };
+            for file in files.flatten() {
+                let Ok(meta) = file.metadata() else { continue };
+                let used = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
+                entries.push((used, meta.len(), file.path()));
+            }
+        }
+        let mut total: u64 = entries.iter().map(|e| e.1).sum();
+        entries.sort();
+        for (_, len, path) in entries {
+            if total <= self.max {
+                break;
+            }
+            if std::fs::remove_file(&path).is_ok() {
+                total -= len;
+                if let Some(dir) = path.parent() {
+                    let _ = std::fs::remove_dir(dir); // only if empty
+                }
+            }
+        }
+    }
+}
+
+/// The entry at `path`, mapped, if it holds `full` bytes whose Adler-32 is
+/// `adler`; a damaged entry is removed.
+fn read_entry(path: &Path, full: u64, adler: u32) -> Option<SectionBytes> {
+    let data = crate::files::map(path).ok()?;
+    if data.len() as u64 != full || zlib_rs::adler32::adler32(1, &data) != adler {
+        let _ = std::fs::remove_file(path);
+        return None;
+    }
+    // Used now: the last to go when the cache is trimmed.
+    if let Ok(file) = std::fs::File::options().write(true).open(path) {
+        let _ = file.set_modified(SystemTime::now());
+    }
+    let len = data.len();
+    Some(SectionBytes { data: Arc::new(data), range: 0..len })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn vars<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
+        move |name| pairs.iter().find(|(n, _)| *n == name).map(|(_, v)| v.to_string())
+    }
+
+    #[test]
+    fn where_the_environment_puts_it() {
+        let at = |pairs: &[(&str, &str)]| SectionCache::configured(&vars(pairs));
+        let home = at(&[("HOME", "/home/u")]).expect("a cache");
+        assert_eq!(home.dir, PathBuf::from("/home/u/.cache/stackwalk/sections"));
+        assert_eq!(home.max, DEFAULT_MAX);
+        let xdg = at(&[("HOME", "/home/u"), ("XDG_CACHE_HOME", "/x")]).expect("a cache");
+        assert_eq!(xdg.dir, PathBuf::from("/x/stackwalk/sections"));
+        let own = at(&[("STACKWALK_CACHE_DIR", "/c"), ("STACKWALK_CACHE_MAX", "5")]);
+        assert_eq!(own, Some(SectionCache { dir: PathBuf::from("/c/sections"), max: 5 }));
+        assert_eq!(at(&[("HOME", "/home/u"), ("STACKWALK_CACHE_DIR", "")]), None);
+        assert_eq!(at(&[]), None);
+    }
+
+    fn section(seed: u64) -> Vec<u8> {
+        // Compressible, and different for each seed.
+        (0..(600u64 << 10)).map(|i| ((i / 7) ^ seed).wrapping_mul(31) as u8 % 13).collect()
+    }
+
+    fn zlib(bytes: &[u8]) -> Vec<u8> {
+        let mut enc = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::fast());
+        enc.write_all(bytes).expect("compressed");
+        enc.finish().expect("compressed")
+    }
+
+    fn entries(dir: &Path) -> Vec<PathBuf> {
+        let mut found = Vec::new();
+        for id in std::fs::read_dir(dir.join("sections")).into_iter().flatten().flatten() {
+            found.extend(
+                std::fs::read_dir(id.path()).into_iter().flatten().flatten().map(|f| f.path()),
+            );
+        }
+        found.sort();
+        found
+    }
+
+    #[test]
+    fn stored_once_then_mapped_and_checked() {
+        let dir = std::env::temp_dir().join(format!("section-cache-{}", std::process::id()));
+        let cache = SectionCache::at(&dir, DEFAULT_MAX);
+        let (plain, stream) = (section(1), zlib(&section(1)));
+        let full = plain.len() as u64;
+        let first = cache.zlib(b"\xab\xcd", ".debug_info", &stream, full).expect("decompressed");
+        assert_eq!(&*first, &plain[..]);
+        assert!(matches!(*first.data, Data::Owned(_)), "decompressed the first time");
+        let stored = entries(&dir);
+        assert_eq!(stored.len(), 1);
+        assert!(stored[0].starts_with(dir.join("sections/abcd")), "{stored:?}");
+        let again = cache.zlib(b"\xab\xcd", ".debug_info", &stream, full).expect("cached");
+        assert!(matches!(*again.data, Data::Mapped(_)), "mapped the second time");
+        assert_eq!(&*again, &plain[..]);
+
+        // An entry damaged in place (same size) or cut short is not believed: the
+        // stream is decompressed again and the entry made anew.
+        for damage in [|b: &mut Vec<u8>| b[1000] ^= 1, |b: &mut Vec<u8>| b.truncate(4096)] {
+            let mut bytes = std::fs::read(&stored[0]).expect("the entry");
+            damage(&mut bytes);
+            std::fs::write(&stored[0], &bytes).expect("damaged");
+            let read = cache.zlib(b"\xab\xcd", ".debug_info", &stream, full).expect("read");
+            assert!(matches!(*read.data, Data::Owned(_)));
+            assert_eq!(&*read, &plain[..]);
+            assert_eq!(std::fs::read(&stored[0]).expect("stored again"), plain);
+        }
+
+        // A damaged stream is the caller's to read: nothing is stored for it.
+        let mut broken = zlib(&section(2));
+        broken[100] ^= 0xff;
+        assert!(cache.zlib(b"\x01", ".debug_info", &broken, full).is_none());
+        // Too small to be worth it, or no build id: not cached.
+        assert!(cache.zlib(b"\x01", ".debug_line", &zlib(&[7; 1000]), 1000).is_none());
+        assert!(cache.zlib(b"", ".debug_info", &stream, full).is_none());
+        assert_eq!(entries(&dir).len(), 1);
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn trimmed_to_its_limit_the_least_recently_used_first() {
+        let dir = std::env::temp_dir().join(format!("section-trim-{}", std::process::id()));
+        // Room for two sections of 600 KiB, not three.
+        let cache = SectionCache::at(&dir, 1300 << 10);
+        let streams: Vec<_> = (10..13).map(|seed| zlib(&section(seed))).collect();
+        let full = section(0).len() as u64;
+        let get = |i: usize| cache.zlib(&[i as u8 + 1], ".debug_info", &streams[i], full);
+        get(0).expect("first");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        get(1).expect("second");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        // The first, used again, is now the most recent.
+        assert!(matches!(*get(0).expect("first again").data, Data::Mapped(_)));
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        get(2).expect("third");
+        let kept: Vec<String> = entries(&dir)
+            .iter()
+            .map(|p| p.parent().and_then(|d| d.file_name()).unwrap().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(kept, ["01", "03"], "the second, used longest ago, removed");
+        assert!(!dir.join("sections/02").exists(), "its directory too");
+        std::fs::remove_dir_all(&dir).ok();
+    }
+}
