@@ -30,10 +30,20 @@ const MIN_CACHED: u64 = 256 << 10;
 const DEFAULT_MAX: u64 = 1 << 30;
 
 /// The cache directory and its size limit.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Debug)]
 pub struct SectionCache {
     dir: PathBuf,
     max: u64,
+    /// Whether entries can be written there, found at the first miss: where
+    /// they cannot, a section missing from the cache is the caller's to read
+    /// (as far as it needs), not decompressed whole for nothing.
+    writable: OnceLock<bool>,
+}
+
+impl PartialEq for SectionCache {
+    fn eq(&self, other: &Self) -> bool {
+        (&self.dir, self.max) == (&other.dir, other.max)
+    }
 }
 
 impl SectionCache {
@@ -55,21 +65,22 @@ impl SectionCache {
             }
         };
         let max = var("STACKWALK_CACHE_MAX").and_then(|v| v.parse().ok()).unwrap_or(DEFAULT_MAX);
-        Some(SectionCache { dir: root.join("sections"), max })
+        Some(SectionCache { dir: root.join("sections"), max, writable: OnceLock::new() })
     }
 
     /// A cache in `dir` (its `sections` directory) of at most `max` bytes.
     #[cfg(test)]
     pub fn at(dir: &Path, max: u64) -> SectionCache {
-        SectionCache { dir: dir.join("sections"), max }
+        SectionCache { dir: dir.join("sections"), max, writable: OnceLock::new() }
     }
 
     /// The decompressed bytes of section `name` of the file with `build_id`,
     /// whose bytes are the zlib `stream` of a section of `full` bytes: the
     /// cache's entry, else the stream decompressed whole (and stored). None
     /// where the section is too small to be worth it, or the stream does
-    /// not decompress to its `full` bytes (the caller reads it its own
-    /// way, which keeps what a damaged stream holds).
+    /// not decompress to its `full` bytes, or it is not cached and cannot be
+    /// (the caller reads it its own way, which keeps what a damaged stream
+    /// holds).
     pub fn zlib(
         &self,
         build_id: &[u8],
@@ -87,6 +98,9 @@ impl SectionCache {
         if let Some(bytes) = read_entry(&entry, full, adler) {
             return Some(bytes);
         }
+        if !*self.writable.get_or_init(|| self.can_write()) {
+            return None;
+        }
         let mut out = Vec::new();
         out.try_reserve_exact(usize::try_from(full).ok()?).ok()?;
         let mut inflater = flate2::Decompress::new(true);
@@ -99,6 +113,11 @@ impl SectionCache {
         }
         let len = out.len();
         Some(SectionBytes { data: Arc::new(Data::Owned(out)), range: 0..len })
+    }
+
+    /// Whether a file can be made in the cache directory (made if missing).
+    fn can_write(&self) -> bool {
+        std::fs::create_dir_all(&self.dir).is_ok() && TempFile::new(&self.dir).is_ok()
     }
 
     /// `bytes` written to `entry`, whole or not at all.
@@ -174,7 +193,7 @@ mod tests {
         let xdg = at(&[("HOME", "/home/u"), ("XDG_CACHE_HOME", "/x")]).expect("a cache");
         assert_eq!(xdg.dir, PathBuf::from("/x/stackwalk/sections"));
         let own = at(&[("STACKWALK_CACHE_DIR", "/c"), ("STACKWALK_CACHE_MAX", "5")]);
-        assert_eq!(own, Some(SectionCache { dir: PathBuf::from("/c/sections"), max: 5 }));
+        assert_eq!(own, Some(SectionCache::at(Path::new("/c"), 5)));
         assert_eq!(at(&[("HOME", "/home/u"), ("STACKWALK_CACHE_DIR", "")]), None);
         assert_eq!(at(&[]), None);
     }
@@ -238,6 +257,17 @@ mod tests {
         assert!(cache.zlib(b"", ".debug_info", &stream, full).is_none());
         assert_eq!(entries(&dir).len(), 1);
         std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn where_nothing_can_be_written_the_caller_reads_the_stream() {
+        // A directory that cannot be made (under a regular file), whoever runs this.
+        let file = std::env::temp_dir().join(format!("section-cache-file-{}", std::process::id()));
+        std::fs::write(&file, b"not a directory").expect("a file");
+        let cache = SectionCache::at(&file.join("cache"), DEFAULT_MAX);
+        let stream = zlib(&section(3));
+        assert!(cache.zlib(b"\x01", ".debug_info", &stream, section(3).len() as u64).is_none());
+        std::fs::remove_file(&file).ok();
     }
 
     #[test]
