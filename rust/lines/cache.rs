@@ -88,7 +88,8 @@ impl SectionCache {
         stream: &[u8],
         full: u64,
     ) -> Option<SectionBytes> {
-        if full < MIN_CACHED || build_id.is_empty() || stream.len() < 6 {
+        // (The names are this crate's own; one with a '/' would not be an entry's.)
+        if full < MIN_CACHED || build_id.is_empty() || stream.len() < 6 || name.contains('/') {
             return None;
         }
         let adler = u32::from_be_bytes(stream[stream.len() - 4..].try_into().ok()?);
