@@ -826,6 +826,26 @@ def test_inline_frames_match_perf_script(recordings: Recordings, workload: str) 
     assert inlined > 0 or workload == "threads"
 
 
+@pytest.mark.parametrize("workload", ["qsort", "cxx"])
+def test_inline_frames_with_and_without_the_section_cache(
+    recordings: Recordings, workload: str
+) -> None:
+    """The inline frames (functions, files, lines: the --json --inline of the test above) are
+    the same with the debug files' sections mapped from the cache (this session's, filled by
+    the tests before) and with no cache, each looked up in a unit of `.debug_info`
+    decompressed only as far as it (rust/lines/partial.rs); --collapsed --inline too."""
+    recording = recordings(workload)
+    for options, inlined in ((("--json", "--inline"), '"inline": true'),
+                             (("--collapsed", "--inline"), "_[i]")):  # fmt: skip
+        cached = cli(recording, *options)
+        check_clean_exit(cached, f"stackwalk perf {' '.join(options)} {recording.path}")
+        assert inlined in cached.stdout, options
+        argv = [sys.executable, "-m", "stackwalk", "perf", *options, str(recording.path)]
+        uncached = run(argv, env={**os.environ, "STACKWALK_CACHE_DIR": ""})
+        check_clean_exit(uncached, f"with no cache: {' '.join(argv)}")
+        assert uncached.stdout == cached.stdout, options
+
+
 def test_inline_text_and_folded_stacks(recordings: Recordings) -> None:
     """The default text output shows the inline frames as perf script does (each at its
     frame's address and symbol offset, ``(inlined)`` for the module), the frames of --json
