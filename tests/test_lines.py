@@ -236,9 +236,9 @@ def libc_in_pieces_is_eu_addr2line() -> None:
 def test_a_compressed_debug_file_read_in_pieces_is_eu_addr2line(cache: str, tmp_path: Path) -> None:
     """libc6-dbg's sections are zlib-compressed, and stackwalk reads its .debug_info only at
     the units looked up (rust/lines/partial.rs): addr2line is given a view of the section with
-    those units in place and the others left out, made again as lookups need more, and the
-    whole section past 48 units. Functions from all over libc, looked up out of order in
-    batches in one symbolizer (a view, views of more units, then the whole), have
+    those units in place and the others left out, units needed later in views and contexts of
+    their own, and the whole section past 48 units. Functions from all over libc, looked up
+    out of order in batches in one symbolizer (a view, views of more units, then the whole), have
     eu-addr2line's chains: functions, files and lines. So they do with the decompressed
     sections cached by build id (rust/lines/cache.rs): a first process ("cold") decompresses
     the large ones whole and stores them, the next ("warm") maps them (the entries it used are

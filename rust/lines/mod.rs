@@ -112,27 +112,54 @@ pub struct DebugInfo {
 
 /// The file's DWARF as far as it has been read.
 struct Parsed {
+    /// The whole file's, or, with `partial`, one of no unit.
     context: addr2line::Context<Reader>,
     sections: Sections,
-    /// A compressed `.debug_info` of which the context holds only the units
-    /// lookups have needed so far.
+    /// A compressed `.debug_info` of which only the units lookups have
+    /// needed so far are read.
     partial: Option<partial::PartialInfo>,
+    /// With `partial`: the contexts of those units, one per cover that added
+    /// some (each parsed once, never again as more are needed), and each
+    /// unit's context, by the unit's offset.
+    unit_contexts: Vec<addr2line::Context<Reader>>,
+    by_unit: rustc_hash::FxHashMap<usize, usize>,
 }
 
 impl Parsed {
-    /// Makes sure the units of these ELF addresses are in the context.
+    /// Makes sure the units of these ELF addresses are read and parsed.
     fn cover(&mut self, addresses: impl IntoIterator<Item = u64>) {
         let Some(partial) = self.partial.as_mut() else { return };
         if let Some(given) = partial.cover(addresses) {
-            self.sections.set(gimli::SectionId::DebugInfo, given.info);
-            self.sections.set(gimli::SectionId::DebugAbbrev, given.abbrev);
-            self.sections.set(gimli::SectionId::DebugLine, given.line);
-            if let Some(context) = self.sections.context() {
-                self.context = context;
+            let mut sections = self.sections.clone();
+            sections.set(gimli::SectionId::DebugInfo, given.info);
+            sections.set(gimli::SectionId::DebugAbbrev, given.abbrev);
+            sections.set(gimli::SectionId::DebugLine, given.line);
+            let context = sections.context();
+            if given.units.is_empty() {
+                // The whole sections.
+                self.sections = sections;
+                if let Some(context) = context {
+                    self.context = context;
+                }
+                (self.unit_contexts, self.by_unit) = Default::default();
+            } else if let Some(context) = context {
+                let index = self.unit_contexts.len();
+                self.unit_contexts.push(context);
+                self.by_unit.extend(given.units.into_iter().map(|unit| (unit, index)));
             }
         }
         if partial.done() {
             self.partial = None;
+        }
+    }
+
+    /// The context of the unit that holds ELF address `address`, as far as
+    /// it is read.
+    fn context_for(&self, address: u64) -> &addr2line::Context<Reader> {
+        let unit = self.partial.as_ref().and_then(|p| p.unit_of(address));
+        match unit.and_then(|unit| self.by_unit.get(&unit)) {
+            Some(&index) => &self.unit_contexts[index],
+            None => &self.context,
         }
     }
 }
@@ -175,7 +202,13 @@ impl DebugInfo {
     pub fn from_elf(data: Arc<Data>) -> Option<Self> {
         let (sections, partial) = Sections::read(data, false)?;
         let context = sections.context()?;
-        let parsed = Parsed { context, sections, partial };
+        let parsed = Parsed {
+            context,
+            sections,
+            partial,
+            unit_contexts: Vec::new(),
+            by_unit: Default::default(),
+        };
         Some(DebugInfo { parsed: Mutex::new(parsed), split: SplitFiles::default() })
     }
 
@@ -200,7 +233,7 @@ impl DebugInfo {
         let mut parsed = self.parsed.lock().unwrap_or_else(|e| e.into_inner());
         parsed.cover([address]);
         let mut out = Vec::new();
-        let mut lookup = parsed.context.find_frames(address);
+        let mut lookup = parsed.context_for(address).find_frames(address);
         let found = loop {
             match lookup {
                 addr2line::LookupResult::Output(found) => break found,
@@ -233,6 +266,7 @@ impl DebugInfo {
 
 /// The DWARF sections of an ELF file that lines and inline chains need,
 /// each a range of the mapped file or a decompressed copy.
+#[derive(Clone)]
 struct Sections {
     data: Arc<Data>,
     ids: &'static [gimli::SectionId],

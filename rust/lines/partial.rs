@@ -10,8 +10,9 @@
 //! decompressed only as far as the furthest of them, and addr2line is given
 //! a view of it that holds those units at their own offsets, each run of
 //! the others replaced by one empty type unit (which addr2line skips): it
-//! parses what the lookups need and nothing else. When a new unit is
-//! needed, the view is made again with it.
+//! parses what the lookups need and nothing else. Units needed later get a
+//! view, and a context, of their own: those parsed already are not parsed
+//! again (no unit refers into another here, see below).
 //!
 //! The whole section is given instead (decompressed to its end, parsed
 //! once) when an address of the file's code (`.text`) is in no arange
@@ -221,11 +222,13 @@ struct Unit {
 }
 
 /// `.debug_info`, `.debug_abbrev` and `.debug_line` as addr2line is to
-/// read them now.
+/// read them now: a view of the units a cover added (`units`, their
+/// offsets), or the whole sections (`units` empty).
 pub(super) struct Given {
     pub info: SectionBytes,
     pub abbrev: SectionBytes,
     pub line: SectionBytes,
+    pub units: Vec<usize>,
 }
 
 /// The decompressed bytes of a compressed `.debug_info`, its abbreviations
@@ -285,14 +288,16 @@ impl PartialInfo {
     }
 
     /// The sections to give addr2line when the units of the ELF addresses
-    /// are not all in the ones given out last: a new view of `.debug_info`
-    /// with what its units need of the others, or the whole sections; None
-    /// when they are.
+    /// are not all in those given out before: a view of `.debug_info` with
+    /// the units not given out yet (a context of their own: the units given
+    /// out before are parsed already, and no unit refers into another), with
+    /// what they need of the others, or the whole sections; None when they
+    /// are all given out.
     pub(super) fn cover(&mut self, addresses: impl IntoIterator<Item = u64>) -> Option<Given> {
         if self.whole {
             return None;
         }
-        let (mut added, mut whole) = (false, false);
+        let (mut added, mut whole) = (Vec::new(), false);
         for address in addresses {
             let Some(offset) = self.unit_of(address) else {
                 // Outside the code: in no unit. In it: in a unit without aranges, perhaps.
@@ -308,7 +313,7 @@ impl PartialInfo {
             match self.read_unit(offset) {
                 Some(unit) => {
                     self.units.insert(offset, unit);
-                    added = true;
+                    added.push(offset);
                 }
                 None => {
                     whole = true;
@@ -319,10 +324,11 @@ impl PartialInfo {
         if whole || self.units.len() > MAX_UNITS {
             return Some(self.give_whole());
         }
-        if !added {
+        if added.is_empty() {
             return None;
         }
-        self.view().or_else(|| Some(self.give_whole()))
+        added.sort_unstable();
+        self.view(added).or_else(|| Some(self.give_whole()))
     }
 
     /// The whole sections (as much of them as the streams hold), parsed once.
@@ -331,7 +337,7 @@ impl PartialInfo {
         let mut info = self.info.whole();
         // A damaged stream: up to the last whole unit.
         info.range.end = info.range.start + units_end(&info, self.endian);
-        Given { info, abbrev: self.abbrev.whole(), line: self.line.whole() }
+        Given { info, abbrev: self.abbrev.whole(), line: self.line.whole(), units: Vec::new() }
     }
 
     /// The unit at `offset`, decompressed with its abbreviations and line
@@ -378,21 +384,27 @@ impl PartialInfo {
         (end <= self.line.bytes().len()).then_some(end)
     }
 
-    /// `.debug_info` with only the units looked up, at their offsets, up to
-    /// the end of the last; the units between them one empty type unit per
-    /// run. The memory of what is left out is never touched. With it, the
-    /// abbreviations and line programs up to the last these units use.
-    fn view(&mut self) -> Option<Given> {
-        let (&last, unit) = self.units.last_key_value()?;
-        let end = last + unit.len;
+    /// `.debug_info` with only the units at `offsets` (sorted, read), at
+    /// their offsets, up to the end of the last; the units between them one
+    /// empty type unit per run. The memory of what is left out is never
+    /// touched. With it, the abbreviations and line programs up to the last
+    /// these units use. None where units read overlap (aranges naming a
+    /// unit inside another: damaged).
+    fn view(&mut self, offsets: Vec<usize>) -> Option<Given> {
+        let mut ends = 0;
+        for (&offset, unit) in &self.units {
+            if offset < ends {
+                return None;
+            }
+            ends = offset + unit.len;
+        }
+        let unit = |offset: &usize| self.units.get(offset).copied();
+        let end = offsets.last().and_then(|last| Some(last + unit(last)?.len))?;
         let mut view = memmap2::MmapMut::map_anon(end).ok()?;
         let (mut at, mut abbrev_end, mut line_end) = (0, 0, 0);
         let info = self.info.bytes();
-        for (&offset, unit) in &self.units {
-            // Units that overlap (aranges naming a unit inside another): damaged.
-            if offset < at {
-                return None;
-            }
+        for offset in &offsets {
+            let (offset, unit) = (*offset, unit(offset)?);
             self.fill_gap(&mut view[at..offset], info.get(at..offset)?);
             view[offset..offset + unit.len].copy_from_slice(info.get(offset..offset + unit.len)?);
             at = offset + unit.len;
@@ -404,6 +416,7 @@ impl PartialInfo {
             info: SectionBytes { data, range: 0..end },
             abbrev: self.abbrev.prefix(abbrev_end),
             line: self.line.prefix(line_end),
+            units: offsets,
         })
     }
 
@@ -423,7 +436,7 @@ impl PartialInfo {
     }
 
     /// The offset of the unit `.debug_aranges` places `address` in.
-    fn unit_of(&self, address: u64) -> Option<usize> {
+    pub(super) fn unit_of(&self, address: u64) -> Option<usize> {
         let after = self.aranges.partition_point(|&(start, _, _)| start <= address);
         let &(_, end, offset) = self.aranges.get(after.checked_sub(1)?)?;
         (address < end).then_some(offset)
@@ -600,30 +613,43 @@ mod tests {
     }
 
     /// A lookup in the first unit decompresses and gives the first; one in
-    /// the third then gives both, the second left out (one empty type unit
-    /// in its place, which gimli reads as such); the bytes left out of the
-    /// view are zeros. An address outside the code is in no unit.
+    /// the third then gives the third alone, the units before it left out
+    /// (one empty type unit in their place, which gimli reads as such; the
+    /// first is parsed already, in the context of the view before); the
+    /// bytes left out of the view are zeros. One cover that adds the first
+    /// and the third gives both, the second left out. An address outside
+    /// the code is in no unit.
     #[test]
     fn a_view_holds_the_units_looked_up_at_their_offsets() {
-        let (section, parts) = section(false);
-        let mut partial = PartialInfo::new(parts, LE).unwrap();
-        let first = partial.cover([0x1010, 0x500]).expect("the first unit").info;
-        assert_eq!(&first[..], &section[..100]);
-        assert!(partial.cover([0x1020, 0x1000, 0x9000]).is_none(), "already in");
-        assert!(partial.info.bytes().len() < 1000, "decompressed no further than needed");
-        let view = partial.cover([0x30ff]).expect("the third unit").info;
-        assert_eq!(view.len(), 300_300);
-        assert_eq!(&view[..100], &section[..100]);
-        assert_eq!(&view[300..], &section[300..300_300]);
-        assert_eq!(&view[100..108], &[196, 0, 0, 0, 5, 0, gimli::DW_UT_type.0, 8]);
-        assert!(view[108..300].iter().all(|&b| b == 0));
         let skipped = gimli::UnitType::Type {
             type_signature: gimli::DebugTypeSignature(0),
             type_offset: gimli::UnitOffset(0),
         };
         let compiled = gimli::UnitType::Compilation;
-        assert_eq!(unit_types(&view), [compiled, skipped, compiled]);
+        let (whole, parts) = section(false);
+        let mut partial = PartialInfo::new(parts, LE).unwrap();
+        let first = partial.cover([0x1010, 0x500]).expect("the first unit");
+        assert_eq!(&first.info[..], &whole[..100]);
+        assert_eq!(first.units, [0]);
+        assert!(partial.cover([0x1020, 0x1000, 0x9000]).is_none(), "already in");
+        assert!(partial.info.bytes().len() < 1000, "decompressed no further than needed");
+        let third = partial.cover([0x30ff]).expect("the third unit");
+        assert_eq!(third.units, [300]);
+        let view = third.info;
+        assert_eq!(view.len(), 300_300);
+        assert_eq!(&view[300..], &whole[300..300_300]);
+        assert_eq!(&view[..8], &[40, 1, 0, 0, 5, 0, gimli::DW_UT_type.0, 8]);
+        assert!(view[8..300].iter().all(|&b| b == 0));
+        assert_eq!(unit_types(&view), [skipped, compiled]);
         assert!(!partial.done());
+
+        let (_, parts) = section(false);
+        let mut both = PartialInfo::new(parts, LE).unwrap();
+        let given = both.cover([0x3000, 0x1000]).expect("two units");
+        assert_eq!(given.units, [0, 300]);
+        assert_eq!(&given.info[..100], &whole[..100]);
+        assert_eq!(&given.info[100..108], &[196, 0, 0, 0, 5, 0, gimli::DW_UT_type.0, 8]);
+        assert_eq!(unit_types(&given.info), [compiled, skipped, compiled]);
     }
 
     /// The whole section: for an address of the code in no arange, for a
