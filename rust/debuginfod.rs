@@ -114,8 +114,7 @@ pub fn offline_from_env() -> bool {
 fn cache_dir(var: &impl Fn(&str) -> Option<String>) -> Option<PathBuf> {
     let set = |name: &str| var(name).filter(|v| !v.is_empty()).map(PathBuf::from);
     set("DEBUGINFOD_CACHE_PATH")
-        .or_else(|| set("XDG_CACHE_HOME").map(|d| d.join("debuginfod_client")))
-        .or_else(|| set("HOME").map(|d| d.join(".cache").join("debuginfod_client")))
+        .or_else(|| Some(crate::files::cache_home(var)?.join("debuginfod_client")))
 }
 
 /// A build id as hex digits, checked: lowercase, an even count, at least

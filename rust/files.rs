@@ -22,7 +22,7 @@
 use std::fs::{File, FileType, OpenOptions};
 use std::io;
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::memory::Data;
 
@@ -50,6 +50,14 @@ fn kind(file_type: FileType) -> &'static str {
 
 fn not_regular(file_type: FileType) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidInput, kind(file_type))
+}
+
+/// The user's cache directory, as the XDG base directories have it:
+/// `$XDG_CACHE_HOME`, else `$HOME/.cache` (a variable set empty counts as
+/// unset); `var` reads the environment.
+pub fn cache_home(var: &impl Fn(&str) -> Option<String>) -> Option<PathBuf> {
+    let set = |name: &str| var(name).filter(|v| !v.is_empty()).map(PathBuf::from);
+    set("XDG_CACHE_HOME").or_else(|| set("HOME").map(|home| home.join(".cache")))
 }
 
 /// Open the regular file at `path` (following symbolic links) for reading;

@@ -57,12 +57,7 @@ impl SectionCache {
         let root = match var("STACKWALK_CACHE_DIR") {
             Some(dir) if dir.is_empty() => return None,
             Some(dir) => PathBuf::from(dir),
-            None => {
-                let set = |name: &str| var(name).filter(|v| !v.is_empty()).map(PathBuf::from);
-                set("XDG_CACHE_HOME")
-                    .or_else(|| set("HOME").map(|h| h.join(".cache")))?
-                    .join("stackwalk")
-            }
+            None => crate::files::cache_home(var)?.join("stackwalk"),
         };
         let max = var("STACKWALK_CACHE_MAX").and_then(|v| v.parse().ok()).unwrap_or(DEFAULT_MAX);
         Some(SectionCache { dir: root.join("sections"), max, writable: OnceLock::new() })
