@@ -18,7 +18,7 @@ use crate::unwind::Frame;
 use super::cache::SourceCache;
 use super::kallsyms::KernelSymbolsLoader;
 use super::process::Process;
-use super::work::Context;
+use super::work::{Context, Pool};
 use super::{Pending, Profiler};
 
 /// The folded stacks of a run: the names, and the workers' tables (one
@@ -26,19 +26,7 @@ use super::{Pending, Profiler};
 #[derive(Default)]
 pub(super) struct Folding {
     names: Mutex<Names>,
-    tables: Mutex<Vec<FoldTable>>,
-}
-
-impl Folding {
-    pub(super) fn take(&self) -> FoldTable {
-        self.tables.lock().ok().and_then(|mut tables| tables.pop()).unwrap_or_default()
-    }
-
-    pub(super) fn give(&self, table: FoldTable) {
-        if let Ok(mut tables) = self.tables.lock() {
-            tables.push(table);
-        }
-    }
+    pub(super) tables: Pool<FoldTable>,
 }
 
 /// The `frames` key of a comm, and of a kernel frame (a user frame's is its
@@ -135,9 +123,8 @@ impl Profiler {
     /// stackcollapse-perf writes them: the same output whichever worker
     /// counted which sample), one `comm;outer;...;inner count` a line.
     pub(super) fn write_folded<W: Write>(&self, out: &mut W) -> std::io::Result<()> {
-        let tables = self.folding.tables.lock().map(|mut t| std::mem::take(&mut *t));
         let mut folded = StackDb::new();
-        for table in tables.iter().flatten() {
+        for table in self.folding.tables.drain() {
             for (_, ids, count) in table.stacks.iter() {
                 folded.add_n(ids, count);
             }

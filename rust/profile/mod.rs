@@ -529,7 +529,7 @@ impl Profiler {
                 self.damage(offset, error);
             }
             out.write_all(done.text.as_bytes())?;
-            self.spare.give(done);
+            self.spare.give(done.emptied());
         }
         Ok(())
     }

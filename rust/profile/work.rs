@@ -34,24 +34,44 @@ pub(super) struct ChunkOut {
     pub(super) damage: Option<(u64, String)>,
 }
 
+/// What workers take, one at a time each, and give back for the next to
+/// take (a new one where none is there).
+pub(super) struct Pool<T>(Mutex<Vec<T>>);
+
+impl<T> Default for Pool<T> {
+    fn default() -> Self {
+        Pool(Mutex::default())
+    }
+}
+
+impl<T: Default> Pool<T> {
+    pub(super) fn take(&self) -> T {
+        self.0.lock().ok().and_then(|mut pool| pool.pop()).unwrap_or_default()
+    }
+
+    pub(super) fn give(&self, value: T) {
+        if let Ok(mut pool) = self.0.lock() {
+            pool.push(value);
+        }
+    }
+
+    /// All that was given back, once the workers are done.
+    pub(super) fn drain(&self) -> Vec<T> {
+        self.0.lock().map(|mut pool| std::mem::take(&mut *pool)).unwrap_or_default()
+    }
+}
+
 /// Chunk outputs written out, handed back for workers to fill again. With a
 /// new 128 KiB text buffer per chunk, malloc kept growing and trimming its
 /// heaps: a third of the run's page faults (5,000 per 40,000 samples).
-#[derive(Default)]
-pub(super) struct Spare(Mutex<Vec<ChunkOut>>);
+pub(super) type Spare = Pool<ChunkOut>;
 
-impl Spare {
-    pub(super) fn take(&self) -> ChunkOut {
-        self.0.lock().ok().and_then(|mut spare| spare.pop()).unwrap_or_default()
-    }
-
-    /// Keep `out`'s buffers, emptied; nothing else of it.
-    pub(super) fn give(&self, out: ChunkOut) {
-        let ChunkOut { mut text, .. } = out;
+impl ChunkOut {
+    /// Its buffers, emptied, to be filled again; nothing else of it.
+    pub(super) fn emptied(self) -> ChunkOut {
+        let ChunkOut { mut text, .. } = self;
         text.clear();
-        if let Ok(mut spare) = self.0.lock() {
-            spare.push(ChunkOut { text, ..ChunkOut::default() });
-        }
+        ChunkOut { text, ..ChunkOut::default() }
     }
 }
 
@@ -91,7 +111,7 @@ impl Context {
         if ctx.format != Format::Collapsed {
             out.text.reserve(chunk.len() * 2048);
         }
-        let mut table = (ctx.format == Format::Collapsed).then(|| ctx.folding.take());
+        let mut table = (ctx.format == Format::Collapsed).then(|| ctx.folding.tables.take());
         WORKER.with(|cell| {
             let worker = &mut *cell.borrow_mut();
             let Worker { unwinder, frames, symbols, lines, sources } = worker;
@@ -161,7 +181,7 @@ impl Context {
             }
         });
         if let Some(table) = table {
-            ctx.folding.give(table);
+            ctx.folding.tables.give(table);
         }
         out
     }
