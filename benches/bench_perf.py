@@ -164,10 +164,12 @@ def recordings(
             path.unlink(missing_ok=True)
 
 
-def _run(argv: list[str]) -> subprocess.CompletedProcess[bytes]:
-    """Run a command with its output thrown away (not read through a pipe, which would time
-    the reader too)."""
-    return subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=600)
+def _run(argv: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess[bytes]:
+    """Run a command (in `env`, else this one's) with its output thrown away (not read through
+    a pipe, which would time the reader too)."""
+    return subprocess.run(
+        argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, timeout=600
+    )
 
 
 def _stackwalk(*args: str) -> list[str]:
@@ -197,12 +199,15 @@ def test_perf_script(benchmark: Any, recordings: dict[str, Path], size: str) -> 
     assert proc.returncode == 0, proc.stderr
 
 
-def _side_by_side(*commands: list[str]) -> list[float]:
-    """Each command run once, one after the other: its time (s)."""
+def _side_by_side(
+    ours: list[str], theirs: list[str], theirs_env: dict[str, str] | None = None
+) -> list[float]:
+    """Our command and the reference's (in `theirs_env`, else this environment), once each,
+    one after the other: their times (s)."""
     took = []
-    for argv in commands:
+    for argv, env in ((ours, None), (theirs, theirs_env)):
         start = time.perf_counter()
-        proc = _run(argv)
+        proc = _run(argv, env)
         took.append(time.perf_counter() - start)
         assert proc.returncode == 0, proc.stderr
     return took
@@ -211,15 +216,22 @@ def _side_by_side(*commands: list[str]) -> list[float]:
 COMPARE_ROUNDS = 3
 
 
-def _compare(benchmark: Any, ours: list[str], theirs: list[str], reference: str) -> None:
-    """Our command and a reference's, one after the other, COMPARE_ROUNDS rounds: each
-    round's ratio (the reference's time over ours) and both times, into `extra_info` (the
-    reference's as `{reference}_s`)."""
+def _compare(
+    benchmark: Any,
+    ours: list[str],
+    theirs: list[str],
+    reference: str,
+    rounds: int = COMPARE_ROUNDS,
+    theirs_env: dict[str, str] | None = None,
+) -> None:
+    """Our command and a reference's (see `_side_by_side`), one after the other, `rounds`
+    rounds: each round's ratio (the reference's time over ours) and both times, into
+    `extra_info` (the reference's as `{reference}_s`)."""
 
-    def rounds() -> list[list[float]]:
-        return [_side_by_side(ours, theirs) for _ in range(COMPARE_ROUNDS)]
+    def timed() -> list[list[float]]:
+        return [_side_by_side(ours, theirs, theirs_env) for _ in range(rounds)]
 
-    took = benchmark.pedantic(rounds, rounds=1)
+    took = benchmark.pedantic(timed, rounds=1)
     benchmark.extra_info["ratios"] = [round(t[1] / t[0], 2) for t in took]
     benchmark.extra_info["stackwalk_s"] = [round(t[0], 3) for t in took]
     benchmark.extra_info[f"{reference}_s"] = [round(t[1], 3) for t in took]
@@ -258,23 +270,7 @@ def test_section_cache(benchmark: Any, recordings: dict[str, Path]) -> None:
     uncached time over the cached."""
     argv = _stackwalk(str(recordings["3k"]), "--inline")
     off = {**os.environ, "STACKWALK_CACHE_DIR": ""}
-
-    def once(env: dict[str, str] | None) -> float:
-        start = time.perf_counter()
-        proc = subprocess.run(
-            argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, timeout=600
-        )
-        took = time.perf_counter() - start
-        assert proc.returncode == 0, proc.stderr
-        return took
-
-    def rounds() -> list[tuple[float, float]]:
-        return [(once(None), once(off)) for _ in range(CACHE_ROUNDS)]
-
-    took = benchmark.pedantic(rounds, rounds=1)
-    benchmark.extra_info["ratios"] = [round(t[1] / t[0], 2) for t in took]
-    benchmark.extra_info["stackwalk_s"] = [round(t[0], 3) for t in took]
-    benchmark.extra_info["no_cache_s"] = [round(t[1], 3) for t in took]
+    _compare(benchmark, argv, argv, "no_cache", rounds=CACHE_ROUNDS, theirs_env=off)
     benchmark.extra_info["samples"] = _samples(recordings["3k"])
     print(f"\ncache: {benchmark.extra_info}")
 
