@@ -567,6 +567,9 @@ def perf_script_inline(path: Path, home: Path) -> dict[Key, tuple[InlineFrame, .
     return {key: tuple(frames) for key, frames in out.items()}
 
 
-def stackwalk_perf(*args: str | os.PathLike[str]) -> subprocess.CompletedProcess[str]:
-    """``python -m stackwalk perf ARGS`` in a process of its own."""
-    return run([sys.executable, "-m", "stackwalk", "perf", *args])
+def stackwalk_perf(
+    *args: str | os.PathLike[str], **kwargs: Any
+) -> subprocess.CompletedProcess[str]:
+    """``python -m stackwalk perf ARGS`` in a process of its own (`kwargs` to `run`: its
+    environment, say)."""
+    return run([sys.executable, "-m", "stackwalk", "perf", *args], **kwargs)

@@ -840,9 +840,9 @@ def test_inline_frames_with_and_without_the_section_cache(
         cached = cli(recording, *options)
         check_clean_exit(cached, f"stackwalk perf {' '.join(options)} {recording.path}")
         assert inlined in cached.stdout, options
-        argv = [sys.executable, "-m", "stackwalk", "perf", *options, str(recording.path)]
-        uncached = run(argv, env={**os.environ, "STACKWALK_CACHE_DIR": ""})
-        check_clean_exit(uncached, f"with no cache: {' '.join(argv)}")
+        no_cache = {**os.environ, "STACKWALK_CACHE_DIR": ""}
+        uncached = stackwalk_perf(*options, recording.path, env=no_cache)
+        check_clean_exit(uncached, f"with no cache: stackwalk perf {' '.join(options)}")
         assert uncached.stdout == cached.stdout, options
 
 
