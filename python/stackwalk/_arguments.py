@@ -1,19 +1,29 @@
-"""The ``stackwalk`` command line's arguments: a parser per command, built only for the
-command run (see ``build_parser``). The commands themselves are in ``stackwalk.cli``."""
+"""The ``stackwalk`` command line's arguments: each command's options, declared once (the
+``_add_*`` functions below), read by argparse (``stackwalk._parser``) or, for the plain command
+lines most runs are, by ``parse_args`` here without importing argparse (see ``_Spec``). The
+commands themselves are in ``stackwalk.cli``."""
 
 from __future__ import annotations
 
-import argparse
 import os
-import sys
 
 # Annotations only (see cli.py).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
-    from typing import Any, NoReturn
+    from typing import Any
 
 DESCRIPTION = "The ``stackwalk`` command line."
+# argparse's BooleanOptionalAction (--inline / --no-inline), by the name stackwalk._parser
+# registers it under: the declarations below do not import argparse.
+BOOLEAN_OPTIONAL = "boolean_optional"
+
+
+def _type_error(message: str) -> Exception:
+    """An argparse type's error (its message is the one shown), argparse imported only then."""
+    import argparse
+
+    return argparse.ArgumentTypeError(message)
 
 
 def _date(text: str) -> float:
@@ -24,7 +34,7 @@ def _date(text: str) -> float:
     try:
         when = datetime.fromisoformat(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a date: {text!r} (2026-11-24, ...)") from None
+        raise _type_error(f"not a date: {text!r} (2026-11-24, ...)") from None
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
     return when.timestamp()
@@ -54,9 +64,9 @@ def _at_least(minimum: int, what: str) -> Callable[[str], int]:
         try:
             value = int(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"not {what}: {text!r}") from None
+            raise _type_error(f"not {what}: {text!r}") from None
         if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be at least {minimum}, not {value}")
+            raise _type_error(f"must be at least {minimum}, not {value}")
         return value
 
     return parse
@@ -72,7 +82,7 @@ def _size(text: str) -> int:
     except ValueError:
         value = -1
     if shift is None or value < 1:
-        raise argparse.ArgumentTypeError(f"not a size: {text!r} (bytes, or 512M, 8G, ...)")
+        raise _type_error(f"not a size: {text!r} (bytes, or 512M, 8G, ...)")
     return value << shift
 
 
@@ -87,11 +97,11 @@ def _jobs(text: str) -> int:
 
     value = _count(text)
     if value > MAX_JOBS:
-        raise argparse.ArgumentTypeError(f"must be at most {MAX_JOBS}, not {value}")
+        raise _type_error(f"must be at most {MAX_JOBS}, not {value}")
     return value
 
 
-def _add_max_frames(parser: argparse.ArgumentParser, stack: str = "the captured stack") -> None:
+def _add_max_frames(parser: Any, stack: str = "the captured stack") -> None:
     parser.add_argument(
         "--max-frames",
         type=_frame_count,
@@ -101,7 +111,7 @@ def _add_max_frames(parser: argparse.ArgumentParser, stack: str = "the captured 
     )
 
 
-def _add_python_mode(parser: argparse.ArgumentParser) -> None:
+def _add_python_mode(parser: Any) -> None:
     """--native-only / --python: a python process's Python frames hidden, or shown alone."""
     group = parser.add_mutually_exclusive_group()
     group.set_defaults(python="mixed")
@@ -191,7 +201,7 @@ def _add_minidump(sub: Any) -> None:
     _add_python_mode(m)
 
 
-def _add_dump_options(k: argparse.ArgumentParser, what: str) -> None:
+def _add_dump_options(k: Any, what: str) -> None:
     """The options `core` and `minidump` share; ``what``: the kind of file, for their help."""
     k.add_argument("--json", action="store_true", help="one JSON document")
     k.add_argument("--sysroot", help="prefix every module path with DIR")
@@ -262,7 +272,7 @@ def _add_perf(sub: Any) -> None:
     pf.add_argument("--jobs", type=_jobs, default=0, help="worker threads (default: one per core)")
     pf.add_argument(
         "--inline",
-        action=argparse.BooleanOptionalAction,
+        action=BOOLEAN_OPTIONAL,
         default=True,
         help="frames for the functions inlined at each pc, and (--json) source file and line, "
         "from DWARF, as perf script shows them (default: on)",
@@ -359,53 +369,240 @@ COMMANDS: dict[str, Callable[[Any], None]] = {
 }
 
 
-class _Version(argparse.Action):
-    """--version: Cargo.toml's version, compiled into the extension (maturin gives the
-    package's metadata the same; reading that would import importlib.metadata, 38 ms)."""
+class Namespace:
+    """A command line's values, as attributes (argparse's Namespace, which both readers fill:
+    ``parse_args`` below, and argparse given one to fill)."""
 
-    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
-        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+    def __init__(self, **values: Any) -> None:
+        self.__dict__.update(values)
 
-    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> NoReturn:
-        from stackwalk._core import __version__
+    def __getattr__(self, name: str) -> Any:
+        raise AttributeError(name)  # for the type checker: any attribute, of any type
 
-        print(f"stackwalk {__version__}")
-        parser.exit()
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Namespace) and vars(self) == vars(other)
+
+    def __repr__(self) -> str:
+        values = ", ".join(f"{name}={value!r}" for name, value in vars(self).items())
+        return f"Namespace({values})"
 
 
-class _Formatter(argparse.HelpFormatter):
-    """argparse's help formatter, the terminal's width found without ``shutil`` (argparse
-    makes a formatter for every argument added, and shutil's import alone is a few ms of a
-    short command's start)."""
+class _Declined(Exception):
+    """A command line ``_Spec.parse`` leaves to argparse (see there)."""
 
-    def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24) -> None:
+
+class _Option:
+    """One add_argument's declaration, as ``_Spec.parse`` reads it."""
+
+    def __init__(self, flags: tuple[str, ...], group: int | None, declared: dict[str, Any]):
+        known = {"action", "type", "metavar", "help", "default", "dest", "const", "choices",
+                 "required", "nargs"}  # fmt: skip
+        if not flags or not known.issuperset(declared):
+            raise _Declined
+        self.flags, self.group = flags, group
+        self.positional = not flags[0].startswith("-")
+        self.action = declared.get("action", "store")
+        self.nargs = declared.get("nargs")
+        self.type: Callable[[str], Any] | None = declared.get("type")
+        self.choices = declared.get("choices")
+        self.required = bool(declared.get("required"))
+        self.const = declared.get("const")
+        supported = ("store",) if self.positional else (
+            "store", "store_true", "store_const", "append", BOOLEAN_OPTIONAL)  # fmt: skip
+        if self.action not in supported or (self.nargs is not None and not self.positional):
+            raise _Declined
+        if self.positional:
+            if self.nargs not in (None, "?", "*", "+") or len(flags) != 1:
+                raise _Declined
+            self.dest = declared.get("dest", flags[0])
+        else:
+            long = next((f for f in flags if f.startswith("--")), flags[0])
+            self.dest = declared.get("dest", long.lstrip("-").replace("-", "_"))
+        default = False if self.action == "store_true" else None
+        self.default = declared.get("default", default)
+        negative = self.action == BOOLEAN_OPTIONAL
+        self.names = [f"--no-{f[2:]}" for f in flags if negative and f.startswith("--")]
+
+    def value(self, text: str) -> Any:
+        """``text`` converted by the declared type and checked against the choices, as argparse
+        does (any failure: argparse's message)."""
         try:
-            columns = int(os.environ["COLUMNS"])
-        except (KeyError, ValueError):
-            try:
-                columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
-            except (AttributeError, ValueError, OSError):  # no stdout, or not a terminal
-                columns = 80
-        super().__init__(prog, indent_increment, max_help_position, columns - 2)
+            value = text if self.type is None else self.type(text)
+        except Exception:
+            raise _Declined from None
+        if self.choices is not None and value not in self.choices:
+            raise _Declined
+        return value
 
 
-class _Parser(argparse.ArgumentParser):
-    """The command's parser and its subcommands' (argparse makes those of the parser's own
-    class), with the formatter above."""
+class _Spec:
+    """A command's declarations, recorded by the same ``_add_*`` functions that give argparse
+    its parser (as its ``add_parser``, ``add_argument``, ``add_mutually_exclusive_group`` and
+    ``set_defaults``), and ``parse``, which reads the plain command lines that are most runs
+    (options spelled out in full, one run of positional arguments) as argparse reads them, and
+    declines the rest (help, errors, abbreviations, ``--``, a positional after an option after a
+    positional, a value that starts with a dash...), which argparse then reads, with its own
+    messages. ``tests/test_arguments.py`` checks the two against each other."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        kwargs.setdefault("formatter_class", _Formatter)
-        super().__init__(*args, **kwargs)
+    def __init__(self) -> None:
+        self.options: list[_Option] = []
+        self.defaults: dict[str, Any] = {}
+        self.groups: list[bool] = []  # each exclusive group's `required`
+        self.unread = False  # something declared that parse does not read
+
+    # The declarations.
+    def add_parser(self, name: str, **_: Any) -> _Spec:
+        return self
+
+    def add_argument(self, *flags: str, **declared: Any) -> None:
+        self.add_to(None, flags, declared)
+
+    def add_to(self, group: int | None, flags: tuple[str, ...], declared: dict[str, Any]) -> None:
+        try:
+            option = _Option(flags, group, declared)
+        except _Declined:
+            self.unread = True
+            return
+        if "default" not in declared and option.dest in self.defaults:
+            option.default = self.defaults[option.dest]  # as argparse's add_argument
+        self.options.append(option)
+
+    def add_mutually_exclusive_group(self, required: bool = False) -> _Group:
+        self.groups.append(required)
+        return _Group(self, len(self.groups) - 1)
+
+    def set_defaults(self, **defaults: Any) -> None:
+        self.defaults.update(defaults)
+        for option in self.options:
+            if option.dest in defaults:
+                option.default = defaults[option.dest]
+
+    def parse(self, args: Sequence[str]) -> dict[str, Any]:
+        """``args`` (after the command's name) read as argparse reads them (each value by its
+        name), or _Declined."""
+        if self.unread:
+            raise _Declined
+        by_flag = {name: o for o in self.options for name in (*o.flags, *o.names)}
+        given: dict[str, Any] = {}
+        seen: list[_Option] = []
+        words: list[str] = []  # the positional arguments, one run of them
+        after_words = False
+        i = 0
+        while i < len(args):
+            arg = args[i]
+            i += 1
+            if not arg.startswith("-") or arg == "-":
+                if after_words:
+                    raise _Declined  # argparse would take the first run only
+                words.append(arg)
+                continue
+            after_words = bool(words)
+            flag, equals, text = arg.partition("=")
+            option = by_flag.get(flag)
+            if option is None:
+                raise _Declined  # help, an abbreviation, --, a mistake...
+            if option.group is not None and any(
+                o.group == option.group and o is not option for o in seen
+            ):
+                raise _Declined  # two of an exclusive group
+            seen.append(option)
+            if option.action in ("store", "append"):
+                if not equals:
+                    if i == len(args) or (args[i].startswith("-") and args[i] != "-"):
+                        raise _Declined
+                    text, i = args[i], i + 1
+                value = option.value(text)
+                if option.action == "append":
+                    value = [*given.get(option.dest, option.default or []), value]
+                given[option.dest] = value
+            elif equals:
+                raise _Declined  # a flag given a value
+            elif option.action == "store_true":
+                given[option.dest] = True
+            elif option.action == "store_const":
+                given[option.dest] = option.const
+            else:  # --x / --no-x
+                given[option.dest] = flag in option.flags
+        for option in self.options:
+            if option.required and option not in seen:
+                raise _Declined
+        for group, required in enumerate(self.groups):
+            if required and not any(o.group == group for o in seen):
+                raise _Declined
+        given.update(self._positionals(words))
+        values: dict[str, Any] = {}
+        for option in self.options:
+            if isinstance(option.default, str) and (
+                option.type is not None or (option.positional and option.choices is not None)
+            ):
+                raise _Declined  # argparse converts (and checks) such a default: none is now
+            values.setdefault(option.dest, option.default)
+        for dest, default in self.defaults.items():
+            values.setdefault(dest, default)
+        values.update(given)
+        return values
+
+    def _positionals(self, words: list[str]) -> dict[str, Any]:
+        """The run of positional arguments, given to the positionals in order, each taking as
+        many as it can while leaving the later ones theirs (argparse's regular expression);
+        any left over, or too few: _Declined."""
+        positionals = [o for o in self.options if o.positional]
+        least = [1 if o.nargs in (None, "+") else 0 for o in positionals]
+        values: dict[str, Any] = {}
+        start = 0
+        for k, option in enumerate(positionals):
+            room = len(words) - start - sum(least[k + 1 :])
+            most = 1 if option.nargs in (None, "?") else room
+            count = min(most, room)
+            if count < least[k]:
+                raise _Declined
+            taken = [option.value(w) for w in words[start : start + count]]
+            start += count
+            if option.nargs in (None, "?") and taken:
+                values[option.dest] = taken[0]
+            elif option.nargs == "?":
+                values[option.dest] = option.default
+            elif option.nargs == "*" and not taken and option.default is not None:
+                values[option.dest] = option.default
+            else:
+                values[option.dest] = taken
+        if start != len(words):
+            raise _Declined
+        return values
 
 
-def build_parser(command: str | None = None) -> argparse.ArgumentParser:
-    """The parser of every command, or of `command` alone: building the
-    others' (argparse looks up a translation of each help string) is a good
-    part of a short run's start."""
-    p = _Parser(prog="stackwalk", description=DESCRIPTION)
-    p.add_argument("--version", action=_Version, help="print the version and exit")
-    sub = p.add_subparsers(dest="command", required=True)
-    for name, add in COMMANDS.items():
-        if command is None or name == command:
-            add(sub)
-    return p
+class _Group:
+    """An exclusive group of a ``_Spec``: its add_argument and set_defaults are the spec's."""
+
+    def __init__(self, spec: _Spec, index: int) -> None:
+        self.spec, self.index = spec, index
+
+    def add_argument(self, *flags: str, **declared: Any) -> None:
+        self.spec.add_to(self.index, flags, declared)
+
+    def set_defaults(self, **defaults: Any) -> None:
+        self.spec.set_defaults(**defaults)
+
+
+def read_plainly(argv: Sequence[str]) -> Namespace | None:
+    """``argv`` read without argparse, if it is a plain command line (see ``_Spec``)."""
+    if not argv or argv[0] not in COMMANDS:
+        return None
+    spec = _Spec()
+    COMMANDS[argv[0]](spec)
+    try:
+        return Namespace(command=argv[0], **spec.parse(argv[1:]))
+    except _Declined:
+        return None
+
+
+def parse_args(argv: Sequence[str]) -> Namespace:
+    """The command line's values: read plainly where it can be, else by argparse, which
+    prints help and errors (and exits)."""
+    args = read_plainly(argv)
+    if args is None:
+        from stackwalk._parser import build_parser
+
+        command = argv[0] if argv and argv[0] in COMMANDS else None
+        args = build_parser(command).parse_args(argv, namespace=Namespace())
+    return args

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
-from stackwalk._arguments import COMMANDS, build_parser, not_a_file
+from stackwalk._arguments import Namespace, not_a_file, parse_args
 from stackwalk.errors import StackwalkError
 
 # Annotations only (`typing` costs a short command's start some 4 ms of imports; mypy takes
@@ -73,7 +72,7 @@ def _print_trace(cap: Any, uw: Any, trace: Any, as_json: bool) -> None:
     print(f"-- {trace.end}: {trace.end_detail}")
 
 
-def cmd_capture(args: argparse.Namespace) -> int:
+def cmd_capture(args: Namespace) -> int:
     from stackwalk.capture import capture
 
     cap = capture(args.program, args.breakpoint, arch=args.arch, sysroot=args.sysroot)
@@ -87,7 +86,7 @@ def cmd_capture(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def cmd_unwind(args: argparse.Namespace) -> int:
+def cmd_unwind(args: Namespace) -> int:
     from stackwalk.capture import Capture
 
     if args.capture == STDIN:
@@ -101,7 +100,7 @@ def cmd_unwind(args: argparse.Namespace) -> int:
     return EXIT_OK if trace.end in ("end_of_stack", "pc_zero") else EXIT_PARTIAL
 
 
-def cmd_demo(args: argparse.Namespace) -> int:
+def cmd_demo(args: Namespace) -> int:
     import shutil
     import subprocess
     import tempfile
@@ -159,7 +158,7 @@ def _worst(statuses: Sequence[int]) -> int:
 
 
 # The arguments of `core --dir` in the worker processes (set before they are forked).
-_DIR_ARGS: argparse.Namespace | None = None
+_DIR_ARGS: Namespace | None = None
 
 
 def _core_in_worker(path: str) -> tuple[str, str, int]:
@@ -177,7 +176,7 @@ def _core_in_worker(path: str) -> tuple[str, str, int]:
     return out.getvalue(), err.getvalue(), status
 
 
-def _core_dir(args: argparse.Namespace, paths: Sequence[str]) -> int:
+def _core_dir(args: Namespace, paths: Sequence[str]) -> int:
     """Every core of a directory, on ``--jobs`` processes (one per CPU by default), each
     core's report (and its messages) written whole, in name order."""
     global _DIR_ARGS
@@ -220,7 +219,7 @@ def _directory_files(directory: str) -> list[str]:
     return [p for p in paths if not os.path.isdir(p)]
 
 
-def cmd_core(args: argparse.Namespace) -> int:
+def cmd_core(args: Namespace) -> int:
     if args.dir is None:
         if args.core is None:
             raise StackwalkError("a core file (or --dir DIR) is required")
@@ -235,7 +234,7 @@ def cmd_core(args: argparse.Namespace) -> int:
     return _core_dir(args, paths)
 
 
-def cmd_minidump(args: argparse.Namespace) -> int:
+def cmd_minidump(args: Namespace) -> int:
     if args.dir is None:
         if not args.minidumps:
             raise StackwalkError("a minidump file (or --dir DIR) is required")
@@ -248,7 +247,7 @@ def cmd_minidump(args: argparse.Namespace) -> int:
     return _core_dir(args, paths)
 
 
-def _core_from_stdin(args: argparse.Namespace) -> int:
+def _core_from_stdin(args: Namespace) -> int:
     """`stackwalk core -`: the core read from standard input. A file redirected there is read
     in place; a pipe's bytes go to a temporary file first (the core is mapped, not read)."""
     import stat
@@ -264,9 +263,7 @@ def _core_from_stdin(args: argparse.Namespace) -> int:
         return _one_core(args, copy.name, args.executable, STDIN_NAME)
 
 
-def _one_core(
-    args: argparse.Namespace, path: str, executable: str | None, name: str | None = None
-) -> int:
+def _one_core(args: Namespace, path: str, executable: str | None, name: str | None = None) -> int:
     """One core's (or, for `stackwalk minidump`, one minidump's) report; ``name``: what the
     output calls the file at ``path``."""
     from stackwalk.core import Core
@@ -346,7 +343,7 @@ def _one_core(
     return _threads_status(doc["threads"])
 
 
-def _strategies(args: argparse.Namespace) -> list[str]:
+def _strategies(args: Namespace) -> list[str]:
     """``--strategies``, less scanning with ``--no-scan``."""
     strategies = [s for s in args.strategies.split(",") if s]
     return [s for s in strategies if s != "scan"] if args.no_scan else strategies
@@ -375,7 +372,7 @@ def _write_json(doc: dict[str, Any]) -> None:
     sys.stdout.write("".join(pieces) + "\n")
 
 
-def cmd_perf(args: argparse.Namespace) -> int:
+def cmd_perf(args: Namespace) -> int:
     if len(args.perf_data) > 1 and args.flamegraph:
         raise StackwalkError("--flamegraph takes one PERF.DATA")
     if args.perf_data.count(STDIN) > 1:
@@ -383,7 +380,7 @@ def cmd_perf(args: argparse.Namespace) -> int:
     return _each_file(args.perf_data, lambda path: _one_perf(args, path))
 
 
-def _one_perf(args: argparse.Namespace, path: str) -> int:
+def _one_perf(args: Namespace, path: str) -> int:
     if path != STDIN:
         return _report_perf(args, path)
     # A recording redirected (read in place), or piped in (perf record -o -: streamed).
@@ -393,7 +390,7 @@ def _one_perf(args: argparse.Namespace, path: str) -> int:
         raise type(e)(str(e).replace("/dev/stdin", STDIN_NAME)) from None
 
 
-def _report_perf(args: argparse.Namespace, path: str, name: str | None = None) -> int:
+def _report_perf(args: Namespace, path: str, name: str | None = None) -> int:
     """One recording's report; ``name``: what the messages call the file at ``path``."""
     from stackwalk._core import perf_report
 
@@ -444,7 +441,7 @@ def _report_perf(args: argparse.Namespace, path: str, name: str | None = None) -
     return EXIT_OK
 
 
-def cmd_pid(args: argparse.Namespace) -> int:
+def cmd_pid(args: Namespace) -> int:
     from stackwalk.process import Process
     from stackwalk.render import core_lines
 
@@ -472,7 +469,7 @@ def cmd_pid(args: argparse.Namespace) -> int:
     return _threads_status(doc["threads"])
 
 
-def cmd_triage(args: argparse.Namespace) -> int:
+def cmd_triage(args: Namespace) -> int:
     from stackwalk.triage import SUMMARY_KEYS, CrashStore, Options, triage
 
     options = Options(
@@ -522,7 +519,7 @@ def cmd_triage(args: argparse.Namespace) -> int:
     return EXIT_PARTIAL if unread else EXIT_OK
 
 
-def cmd_report(args: argparse.Namespace) -> int:
+def cmd_report(args: Namespace) -> int:
     from stackwalk.triage import CrashStore
 
     if not os.path.exists(args.db):
@@ -554,7 +551,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-_COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+_COMMANDS: dict[str, Callable[[Namespace], int]] = {
     "demo": cmd_demo,
     "capture": cmd_capture,
     "core": cmd_core,
@@ -568,9 +565,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
-    command = argv[0] if argv and argv[0] in COMMANDS else None
-    args = build_parser(command).parse_args(argv)
+    args = parse_args(sys.argv[1:] if argv is None else list(argv))
     try:
         try:
             status = int(_COMMANDS[args.command](args))
