@@ -83,7 +83,7 @@ def one_core(
 @pytest.mark.benchmark(group="core-command")
 def test_stackwalk_core(benchmark: Any, one_core: tuple[Path, str, str]) -> None:
     core, program, function = one_core
-    # The console script pip installs (no runpy, as `python -m` would add).
+    # The installed command (no runpy, as `python -m` would add).
     script = Path(sys.executable).with_name("stackwalk")
     argv = [str(script), "core", str(core), program]
     proc = benchmark.pedantic(_run, args=(argv,), rounds=5, warmup_rounds=1)

@@ -1,13 +1,17 @@
 """The command line read without argparse (``stackwalk._arguments.read_plainly``) against argparse
 itself (``stackwalk._parser``), from the same declarations: on every command line the plain
 reading accepts, the two give the same values; what it declines (help, errors, abbreviations...)
-argparse reads."""
+argparse reads. And the installed ``stackwalk`` command imports neither argparse nor ``re`` for
+a plain command line (they are a third of a short run)."""
 
 from __future__ import annotations
 
 import contextlib
 import io
+import subprocess
+import sys
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -138,3 +142,26 @@ def test_others_are_left_to_argparse(line: str) -> None:
     """Abbreviations, conflicts, help, errors, a positional argument after an option after
     one: argparse reads them (its help and messages)."""
     assert read_plainly(line.split()) is None
+
+
+def _imports(*args: str) -> tuple[int, set[str]]:
+    """The installed ``stackwalk`` command run with ARGS: its exit status and every module it
+    imported (Python's -X importtime, by its environment variable)."""
+    script = Path(sys.executable).with_name("stackwalk")
+    env = {"PYTHONPROFILEIMPORTTIME": "1", "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run([str(script), *args], capture_output=True, text=True, env=env,
+                          timeout=60)  # fmt: skip
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("import time:")]
+    return proc.returncode, {line.rsplit("|", 1)[1].strip() for line in lines[1:]}
+
+
+def test_a_plain_command_line_imports_no_argparse(tmp_path: Path) -> None:
+    """The installed command (the wheel's own script: pip's generated ones import ``re``), on
+    a plain command line, imports neither argparse nor ``re`` (``enum``, with ``re``, is a few ms
+    of its own); an abbreviation is left to argparse, which reads it the same."""
+    missing = str(tmp_path / "missing.data")
+    status, imported = _imports("perf", "--no-inline", missing)
+    assert status == 2 and "stackwalk.cli" in imported
+    assert not {"argparse", "re", "enum"} & imported, sorted(imported)
+    status, imported = _imports("perf", "--no-inl", missing)
+    assert status == 2 and {"argparse", "stackwalk._parser"} <= imported
