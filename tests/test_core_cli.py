@@ -763,7 +763,7 @@ def test_output_that_cannot_be_written(output: str, cores: Cores) -> None:
 def test_help_and_commands() -> None:
     """Only the command being run has its parser built: every command is still listed,
     helped and checked as before."""
-    from stackwalk.cli import COMMANDS
+    from stackwalk._arguments import COMMANDS
 
     def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
         argv = [sys.executable, "-m", "stackwalk", *args]
