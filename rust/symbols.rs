@@ -17,7 +17,10 @@ pub struct SymbolTable {
     pub full: bool,
     starts: Vec<u64>,
     ends: Vec<u64>,
-    names: Vec<Box<str>>,
+    /// Every name, one after another: name `i` is `text[bounds[i]..bounds[i + 1]]`
+    /// (one allocation for the table, rather than one a name).
+    text: String,
+    bounds: Vec<usize>,
     /// Demangled names, made on first lookup (`None`: same as the name).
     demangled: Vec<OnceLock<Option<Box<str>>>>,
 }
@@ -28,15 +31,14 @@ impl SymbolTable {
     /// left out; a symbol of size 0 names the addresses up to the next symbol
     /// in its section (see [`ranges`]).
     pub fn from_elf(data: &[u8]) -> Result<SymbolTable, ElfError> {
-        let (symbols, full) = if crate::elf::is_elf32(data) {
-            read_functions::<object::elf::FileHeader32<object::LittleEndian>>(data)?
-        } else {
-            read_functions::<object::elf::FileHeader64<object::LittleEndian>>(data)?
-        };
-        Ok(SymbolTable::from_functions(symbols, full))
+        let symtab = read_functions(data, Table::Symtab)?;
+        if !symtab.is_empty() {
+            return Ok(SymbolTable::from_functions(symtab, true));
+        }
+        Ok(SymbolTable::from_functions(read_functions(data, Table::Dynsym)?, false))
     }
 
-    fn from_functions(symbols: Functions, full: bool) -> SymbolTable {
+    fn from_functions(symbols: Functions<'_>, full: bool) -> SymbolTable {
         // Aliases (same range) are ordered so that the name a lookup returns
         // (the last) is the one people use: unversioned, else the default
         // version (`name@@VERSION`), else an old version (`name@VERSION`);
@@ -48,23 +50,43 @@ impl SymbolTable {
             Some(i) if name[i..].starts_with("@@") => 2,
             Some(_) => 1,
         };
-        let mut symbols: Vec<_> =
-            symbols.into_iter().map(|(s, e, n)| (s, e, rank(&n), n)).collect();
-        symbols.sort_unstable();
+        // They come sorted by start ([`ranges`]): each run of one start is sorted by end, rank
+        // and name, in place (sorting them all again took a third of libc's reading).
+        debug_assert!(symbols.is_sorted_by_key(|&(start, _, _)| start));
+        let mut symbols: Vec<_> = symbols.into_iter().map(|(s, e, n)| (s, e, 0, n)).collect();
+        let mut first = 0;
+        while first < symbols.len() {
+            let start = symbols[first].0;
+            let run = symbols[first..].iter().take_while(|s| s.0 == start).count();
+            if run > 1 {
+                let aliases = &mut symbols[first..first + run];
+                aliases.iter_mut().for_each(|(_, _, r, n)| *r = rank(n));
+                aliases.sort_unstable();
+            }
+            first += run;
+        }
         let mut table = SymbolTable {
             full,
             starts: Vec::with_capacity(symbols.len()),
             ends: Vec::with_capacity(symbols.len()),
-            names: Vec::with_capacity(symbols.len()),
+            text: String::with_capacity(symbols.iter().map(|(_, _, _, n)| n.len()).sum()),
+            bounds: Vec::with_capacity(symbols.len() + 1),
             demangled: Vec::new(),
         };
+        table.bounds.push(0);
         for (start, end, _, name) in symbols {
             table.starts.push(start);
             table.ends.push(end);
-            table.names.push(name);
+            table.text.push_str(name);
+            table.bounds.push(table.text.len());
         }
-        table.demangled.resize_with(table.names.len(), OnceLock::new);
+        table.demangled.resize_with(table.starts.len(), OnceLock::new);
         table
+    }
+
+    /// Name `i`.
+    fn name(&self, i: usize) -> Option<&str> {
+        Some(&self.text[*self.bounds.get(i)?..*self.bounds.get(i + 1)?])
     }
 
     /// The symbols for the ELF file at `path`: its own `.symtab`, else, when
@@ -73,32 +95,34 @@ impl SymbolTable {
     /// build id as gdb and eu-stack find it) or in debuginfod's cache, else
     /// its `.dynsym`.
     pub fn for_file(data: &[u8], debug_root: &std::path::Path) -> Result<SymbolTable, ElfError> {
-        let table = SymbolTable::from_elf(data)?;
-        if table.full {
-            return Ok(table);
+        let symtab = read_functions(data, Table::Symtab)?;
+        if !symtab.is_empty() {
+            return Ok(SymbolTable::from_functions(symtab, true));
         }
-        let Some(id) = crate::elf::summarize(data).ok().and_then(|s| s.build_id) else {
-            return Ok(table);
-        };
-        let candidates = [
-            crate::debugfile::build_id_path(&id, debug_root),
-            crate::debuginfod::cached(&id, crate::debuginfod::Kind::Debuginfo),
-        ];
-        for bytes in candidates.into_iter().flatten().filter_map(|p| crate::debugfile::map(&p)) {
-            if let Ok(full) = SymbolTable::from_elf(&bytes) {
-                if full.full {
-                    return Ok(full);
+        // `.dynsym` is read only if no debug file has a `.symtab`.
+        if let Some(id) = crate::elf::summarize(data).ok().and_then(|s| s.build_id) {
+            let candidates = [
+                crate::debugfile::build_id_path(&id, debug_root),
+                crate::debuginfod::cached(&id, crate::debuginfod::Kind::Debuginfo),
+            ];
+            for bytes in candidates.into_iter().flatten().filter_map(|p| crate::debugfile::map(&p))
+            {
+                match read_functions(&bytes, Table::Symtab) {
+                    Ok(full) if !full.is_empty() => {
+                        return Ok(SymbolTable::from_functions(full, true))
+                    }
+                    _ => {}
                 }
             }
         }
-        Ok(table)
+        Ok(SymbolTable::from_functions(read_functions(data, Table::Dynsym)?, false))
     }
 
     /// The function containing `address` (an ELF address) and the offset
     /// into it, or None: a distant symbol is never borrowed.
     pub fn lookup(&self, address: u64) -> Option<(&str, u64)> {
         let i = self.index(address)?;
-        Some((&self.names[i], address - self.starts[i]))
+        Some((self.name(i)?, address - self.starts[i]))
     }
 
     /// As [`lookup`](SymbolTable::lookup), with the name demangled; each
@@ -112,7 +136,7 @@ impl SymbolTable {
     ///
     /// [`index`]: SymbolTable::index
     pub fn demangled(&self, i: usize) -> Option<(&str, u64)> {
-        let name = self.names.get(i)?;
+        let name = self.name(i)?;
         let demangled = self.demangled[i].get_or_init(|| match demangle(name) {
             Cow::Owned(d) => Some(d.into_boxed_str()),
             Cow::Borrowed(_) => None,
@@ -138,23 +162,38 @@ impl SymbolTable {
     }
 
     pub fn len(&self) -> usize {
-        self.names.len()
+        self.starts.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.names.is_empty()
+        self.starts.is_empty()
     }
 }
 
 /// (start, end, name) of the defined code symbols, bar ARM mapping symbols
 /// (`$x`, `$d`).
-type Functions = Vec<(u64, u64, Box<str>)>;
+type Functions<'d> = Vec<(u64, u64, &'d str)>;
 
-/// The function symbols of an ELF file of one class: `.symtab`'s, and
-/// whether there were any, else `.dynsym`'s.
-fn read_functions<Elf: object::read::elf::FileHeader<Endian = object::LittleEndian>>(
+/// Which of an ELF file's symbol tables to read.
+#[derive(Clone, Copy, PartialEq)]
+enum Table {
+    Symtab,
+    Dynsym,
+}
+
+/// The function symbols of `table` in the ELF file `data` (none if it has no such table).
+fn read_functions(data: &[u8], table: Table) -> Result<Functions<'_>, ElfError> {
+    if crate::elf::is_elf32(data) {
+        read_class::<object::elf::FileHeader32<object::LittleEndian>>(data, table)
+    } else {
+        read_class::<object::elf::FileHeader64<object::LittleEndian>>(data, table)
+    }
+}
+
+fn read_class<Elf: object::read::elf::FileHeader<Endian = object::LittleEndian>>(
     data: &[u8],
-) -> Result<(Functions, bool), ElfError> {
+    table: Table,
+) -> Result<Functions<'_>, ElfError> {
     let file = object::read::elf::ElfFile::<Elf, &[u8]>::parse(data)
         .map_err(|e| ElfError::Parse(e.to_string()))?;
     let endian = file.endian();
@@ -169,20 +208,19 @@ fn read_functions<Elf: object::read::elf::FileHeader<Endian = object::LittleEndi
             (start, end, flags & u64::from(object::elf::SHF_EXECINSTR) != 0)
         })
         .collect();
-    let symbols = functions(file.symbols(), &sections);
-    if !symbols.is_empty() {
-        return Ok((symbols, true));
-    }
-    Ok((functions(file.dynamic_symbols(), &sections), false))
+    Ok(match table {
+        Table::Symtab => functions(file.symbols(), &sections),
+        Table::Dynsym => functions(file.dynamic_symbols(), &sections),
+    })
 }
 
 /// A defined symbol as read: its start and size, the range of its section
 /// (None: absolute or special), and its name if it names code.
-struct Read {
+struct Read<'d> {
     start: u64,
     size: u64,
     section: Option<(u64, u64)>,
-    name: Option<Box<str>>,
+    name: Option<&'d str>,
 }
 
 /// The code symbols among `symbols` (`STT_FUNC`/`STT_GNU_IFUNC`, and
@@ -192,7 +230,7 @@ struct Read {
 fn functions<'d, S: ObjectSymbol<'d>>(
     symbols: impl Iterator<Item = S>,
     sections: &[(u64, u64, bool)],
-) -> Functions {
+) -> Functions<'d> {
     let read = symbols
         .filter(|s| {
             !s.is_undefined()
@@ -211,7 +249,7 @@ fn functions<'d, S: ObjectSymbol<'d>>(
                 start: s.address(),
                 size: s.size(),
                 section: section.map(|(start, end, _)| (start, end)),
-                name: code.then(|| name.into()),
+                name: code.then_some(name),
             })
         })
         .collect();
@@ -226,7 +264,7 @@ fn functions<'d, S: ObjectSymbol<'d>>(
 /// address (an address past that symbol's end is no one's; gdb gives it to
 /// the label, but it is padding, never a return address). An absolute one
 /// names only its own address.
-fn ranges(mut read: Vec<Read>) -> Functions {
+fn ranges(mut read: Vec<Read<'_>>) -> Functions<'_> {
     read.sort_unstable_by_key(|r| r.start);
     let mut out = Vec::new();
     // The highest end of the sized symbols starting at or below the one at hand.
@@ -236,7 +274,7 @@ fn ranges(mut read: Vec<Read>) -> Functions {
     for i in 0..read.len() {
         let start = read[i].start;
         if i == next {
-            next = i + read[i..].partition_point(|o| o.start == start);
+            next = i + read[i..].iter().take_while(|o| o.start == start).count();
             for o in &read[i..next] {
                 if o.size != 0 {
                     sized_end = sized_end.max(o.start.saturating_add(o.size));
@@ -366,12 +404,7 @@ mod tests {
     fn table(symbols: &[(u64, u64, Section, Option<&str>)]) -> SymbolTable {
         let read = symbols
             .iter()
-            .map(|&(start, size, section, name)| Read {
-                start,
-                size,
-                section,
-                name: name.map(Into::into),
-            })
+            .map(|&(start, size, section, name)| Read { start, size, section, name })
             .collect();
         SymbolTable::from_functions(ranges(read), true)
     }
@@ -459,11 +492,8 @@ mod tests {
         for i in (0..table.len()).step_by(97) {
             let (name, off) = table.lookup(table.starts[i]).unwrap();
             assert_eq!(off, 0);
-            assert!(table
-                .names
-                .iter()
-                .zip(&table.starts)
-                .any(|(n, s)| **n == *name && *s == table.starts[i]));
+            assert!((0..table.len())
+                .any(|j| table.name(j) == Some(name) && table.starts[j] == table.starts[i]));
         }
         assert!(table.lookup(0).is_none());
     }
