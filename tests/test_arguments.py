@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from corefiles import Cores
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from stackwalk._arguments import COMMANDS, Namespace, _Spec, read_plainly
@@ -165,3 +166,12 @@ def test_a_plain_command_line_imports_no_argparse(tmp_path: Path) -> None:
     assert not {"argparse", "re", "enum"} & imported, sorted(imported)
     status, imported = _imports("perf", "--no-inl", missing)
     assert status == 2 and {"argparse", "stackwalk._parser"} <= imported
+
+
+def test_a_core_imports_no_enum(cores: Cores) -> None:
+    """``stackwalk core`` on a crash's core, signal named and all, imports none of argparse,
+    ``re``, ``enum`` and ``signal`` (the signal's name is from stackwalk's own table)."""
+    made = cores("deep")
+    status, imported = _imports("core", str(made.path), str(made.executable), *made.cli_options)
+    assert status == 0 and "stackwalk.core" in imported
+    assert not {"argparse", "re", "enum", "signal"} & imported, sorted(imported)

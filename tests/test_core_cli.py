@@ -158,6 +158,20 @@ def check_schema(doc: dict[str, Any]) -> None:
                 h(frame["function_offset"])
 
 
+def test_signal_names_are_pythons() -> None:
+    """The signal's name, from stackwalk's own table of Linux's numbers (the signal module's
+    import, enum with it, is a fifth of a small core's command), is the one Python's
+    signal.Signals gives on this Linux machine for every number, SIG<n> where it has none."""
+    from stackwalk._records import _signal_name
+
+    for number in range(-1, 80):
+        try:
+            name = signal.Signals(number).name
+        except ValueError:
+            name = f"SIG{number}"
+        assert _signal_name(number) == name
+
+
 @pytest.mark.parametrize("case", ALL_CASES)
 def test_json_matches_the_references(case: str, cores: Cores) -> None:
     """The whole document: schema, process facts, and every thread's pcs and stack pointers,

@@ -5,8 +5,6 @@ threads' notes."""
 
 from __future__ import annotations
 
-import signal as _signal
-
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from stackwalk._core import CoreFile, MinidumpFile
@@ -17,6 +15,16 @@ _FAULT_SIGNALS = frozenset({4, 5, 7, 8, 11})  # SIGILL, SIGTRAP, SIGBUS, SIGFPE,
 # Signals that stop a process and never dump it: a core whose threads show one of these (or
 # none) is a snapshot of a live process (gdb's gcore attaches with SIGSTOP), not a crash.
 _STOP_SIGNALS = frozenset({19, 20, 21, 22})  # SIGSTOP, SIGTSTP, SIGTTIN, SIGTTOU
+# Linux's signal names by number (asm-generic/signal.h: x86_64, aarch64 and i386 alike), as
+# Python's signal.Signals names them on Linux (whose import, enum with it, is a fifth of a small
+# core's command): 1-31, and glibc's SIGRTMIN and SIGRTMAX.
+_SIGNAL_NAMES = {
+    **dict(enumerate(("HUP INT QUIT ILL TRAP ABRT BUS FPE KILL USR1 SEGV USR2 PIPE ALRM TERM "
+                      "STKFLT CHLD CONT STOP TSTP TTIN TTOU URG XCPU XFSZ VTALRM PROF WINCH IO "
+                      "PWR SYS").split(), start=1)),
+    34: "RTMIN",
+    64: "RTMAX",
+}  # fmt: skip
 
 # An NT_PRSTATUS: (tid, pr_cursig, its index for CoreFile.registers, the NT_SIGINFO after it:
 # (signo, code, address)).
@@ -154,10 +162,7 @@ class Thread(_Record):
 
 
 def _signal_name(number: int) -> str:
-    try:
-        return _signal.Signals(number).name
-    except ValueError:
-        return f"SIG{number}"
+    return f"SIG{_SIGNAL_NAMES.get(number, number)}"
 
 
 def _signal_of(thread: _ThreadNotes) -> Signal | None:
