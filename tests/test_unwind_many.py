@@ -52,11 +52,11 @@ def test_a_batch_gives_what_unwind_gives(stacks: list[Capture], case: int) -> No
     uw = _unwinder(cap)
     one = uw.unwind(cap.regs, cap.memory)
     assert_gdb_frames(one, cap)
-    # Enough stacks for every worker thread to take some chunks of them (64 stacks each, the
-    # last one short); every third one cut to its first 256 bytes, so that the batch mixes
-    # walks of different lengths and ends.
+    # Enough stacks for every worker thread, and the calling one once it has taken them all, to
+    # walk several chunks of them (64 stacks each, the last one short); every third one cut to
+    # its first 256 bytes, so that the batch mixes walks of different lengths and ends.
     short = [(cap.memory[0][0], cap.memory[0][1][:256])]
-    given = [(cap.regs, short if i % 3 == 2 else cap.memory) for i in range(150)]
+    given = [(cap.regs, short if i % 3 == 2 else cap.memory) for i in range(1000)]
     batch = uw.unwind_many(given)
     assert len(batch) == len(given)
     cut = uw.unwind(cap.regs, short)

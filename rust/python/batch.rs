@@ -2,7 +2,10 @@
 //! and over every CPU, into a `TraceBatch` that keeps the frames in flat
 //! arrays (no Python object per frame unless one is asked for).
 
+use std::collections::VecDeque;
 use std::ops::Range;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex};
 
 use pyo3::exceptions::PyIndexError;
@@ -66,21 +69,33 @@ impl Chunk {
                 "stack {i} is not a (regs, memory) pair"
             ))
         };
-        // A tuple's items borrowed (the usual form), else any pair.
-        let pair = match item.cast::<pyo3::types::PyTuple>() {
-            Ok(t) if t.len() == 2 => Some((t.get_borrowed_item(0)?, t.get_borrowed_item(1)?)),
-            _ => None,
-        };
-        let (regs, memory): (Bound<'_, PyAny>, Bound<'_, PyAny>) = match pair {
-            Some((regs, memory)) => (regs.to_owned(), memory.to_owned()),
-            None => item.extract().map_err(|_| not_a_pair())?,
-        };
-        let (pc, regs) = shared_registers(arch, &regs).map_err(at)?;
-        let memory = match mapped_memory(&memory) {
+        // A tuple's items borrowed (the usual form: no reference taken and let go
+        // of), else any pair.
+        match item.cast::<pyo3::types::PyTuple>() {
+            Ok(t) if t.len() == 2 => {
+                let (regs, memory) = (t.get_borrowed_item(0)?, t.get_borrowed_item(1)?);
+                self.take(arch, &regs, &memory).map_err(at)
+            }
+            _ => {
+                let (regs, memory): (Bound<'_, PyAny>, Bound<'_, PyAny>) =
+                    item.extract().map_err(|_| not_a_pair())?;
+                self.take(arch, &regs, &memory).map_err(at)
+            }
+        }
+    }
+
+    fn take(
+        &mut self,
+        arch: Arch,
+        regs: &Bound<'_, PyAny>,
+        memory: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let (pc, regs) = shared_registers(arch, regs)?;
+        let memory = match mapped_memory(memory) {
             Some(m) => StackMemory::Mapped(m),
             None => {
                 let first = self.held.len();
-                extract_buffers_into(&memory, &mut self.held).map_err(at)?;
+                extract_buffers_into(memory, &mut self.held)?;
                 StackMemory::Buffers(first..self.held.len())
             }
         };
@@ -168,10 +183,11 @@ impl Drop for PyTraceBatch {
 }
 
 /// Unwind every (regs, memory) pair of `stacks` on the rayon pool (one
-/// unwinder with its own caches per worker thread), as a pipeline: this
-/// thread takes the stacks from Python (which needs the GIL) a chunk at a
-/// time, and each chunk is unwound on the pool (which does not) while the
-/// next is taken; then this thread waits for the rest without the GIL.
+/// unwinder with its own caches per thread), as a pipeline: this thread
+/// takes the stacks from Python (which needs the GIL) a chunk at a time and
+/// queues each; jobs on the pool (one fewer than its threads, this thread
+/// being busy too) walk the queued chunks without the GIL; once every stack
+/// is taken, this thread walks what is still queued, beside them.
 pub(super) fn unwind_many(
     py: Python<'_>,
     base: &Unwinder,
@@ -182,21 +198,40 @@ pub(super) fn unwind_many(
     let arch = base.arch();
     let given = stacks.clone().unbind();
     let (to_batch, walked) = std::sync::mpsc::channel::<(usize, Chunk, ChunkWalks)>();
-    let (taken, left) = py.detach(move || {
+    let queue: Mutex<VecDeque<(usize, Chunk)>> = Mutex::new(VecDeque::new());
+    // Jobs at work, and how many there may be.
+    let (jobs, most_jobs) = (AtomicUsize::new(0), rayon::current_num_threads().max(2) - 1);
+    let take = || queue.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
+    // Walk queued chunks until none is left (this thread's or a job's).
+    let walk_queued = |to_batch: &Sender<(usize, Chunk, ChunkWalks)>| {
+        while let Some((index, chunk)) = take() {
+            let walks = chunk.walk(base, max_frames);
+            // The chunk goes back too: its Python objects are let go of with the
+            // GIL, and its vectors reused.
+            let _ = to_batch.send((index, chunk, walks));
+        }
+    };
+    let (taken, left) = py.detach(|| {
         // The walks of the chunks taken back for reuse while the rest were read.
         let mut done: Vec<(usize, ChunkWalks)> = Vec::new();
         let taken = guard("unwinding a batch", || {
             rayon::in_place_scope(|scope| {
-                Python::attach(|py| -> PyResult<usize> {
+                let taken = Python::attach(|py| -> PyResult<usize> {
                     let mut chunks = 0;
                     let send = |chunk: Chunk, index: usize| {
-                        let to_batch = to_batch.clone();
-                        scope.spawn(move |_| {
-                            let walks = chunk.walk(base, max_frames);
-                            // The chunk comes back too: its Python objects are let go of
-                            // with the GIL, and its vectors reused.
-                            let _ = to_batch.send((index, chunk, walks));
-                        });
+                        queue.lock().unwrap_or_else(|e| e.into_inner()).push_back((index, chunk));
+                        // A job that found the queue empty as this chunk came may have
+                        // gone without it: the chunk is then walked below.
+                        if jobs.fetch_add(1, Relaxed) < most_jobs {
+                            let to_batch = to_batch.clone();
+                            let (jobs, walk_queued) = (&jobs, &walk_queued);
+                            scope.spawn(move |_| {
+                                walk_queued(&to_batch);
+                                jobs.fetch_sub(1, Relaxed);
+                            });
+                        } else {
+                            jobs.fetch_sub(1, Relaxed);
+                        }
                     };
                     // A chunk already walked, emptied (with the GIL), or a new one.
                     let mut next = || match walked.try_recv() {
@@ -221,7 +256,10 @@ pub(super) fn unwind_many(
                         chunks += 1;
                     }
                     Ok(chunks)
-                })
+                });
+                // Every stack taken (or an error): what is queued still is walked here too.
+                walk_queued(&to_batch);
+                taken
             })
         });
         drop(to_batch);
