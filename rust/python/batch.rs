@@ -23,13 +23,13 @@ use crate::unwind::{End, Frame, Unwinder};
 /// A chunk's frames, one walk's after another, and each walk's length and end.
 type ChunkWalks = (Vec<Frame>, Vec<(usize, End)>);
 
-/// Stacks a worker thread takes at a time: the unit of the pipeline below
+/// Stacks a thread walks at a time: the unit of the pipeline below
 /// (a job of the pool costs about a microsecond to hand over).
 const CHUNK: usize = 64;
 
 thread_local! {
-    /// Each worker thread's unwinder, kept from batch to batch so that its
-    /// rule cache stays warm.
+    /// Each thread's unwinder (the pool's, and a caller's that walks too),
+    /// kept from batch to batch so that its rule cache stays warm.
     static WORKER: std::cell::RefCell<Option<Unwinder>> = const { std::cell::RefCell::new(None) };
 }
 
@@ -117,7 +117,7 @@ impl Chunk {
         }
     }
 
-    /// Every stack of the chunk, on this worker thread's unwinder.
+    /// Every stack of the chunk, on this thread's unwinder.
     fn walk(&self, base: &Unwinder, max_frames: Option<usize>) -> ChunkWalks {
         WORKER.with(|cell| {
             let mut worker = cell.borrow_mut();
