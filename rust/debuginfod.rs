@@ -514,10 +514,7 @@ pub(crate) mod tempfile_like {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn vars<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
-        move |name| pairs.iter().find(|(n, _)| *n == name).map(|(_, v)| v.to_string())
-    }
+    use crate::files::vars;
 
     #[test]
     fn settings_from_the_environment() {

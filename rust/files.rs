@@ -60,6 +60,13 @@ pub fn cache_home(var: &impl Fn(&str) -> Option<String>) -> Option<PathBuf> {
     set("XDG_CACHE_HOME").or_else(|| set("HOME").map(|home| home.join(".cache")))
 }
 
+/// An environment of these (name, value) pairs, as the readers of one take
+/// it ([`cache_home`]'s `var`): for their tests.
+#[cfg(test)]
+pub fn vars<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
+    move |name| pairs.iter().find(|(n, _)| *n == name).map(|(_, v)| v.to_string())
+}
+
 /// Open the regular file at `path` (following symbolic links) for reading;
 /// anything else is an error saying what it is, and is never opened in a
 /// way that can block.

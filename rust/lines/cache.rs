@@ -174,11 +174,8 @@ fn read_entry(path: &Path, full: u64, adler: u32) -> Option<SectionBytes> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::files::vars;
     use std::io::Write;
-
-    fn vars<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
-        move |name| pairs.iter().find(|(n, _)| *n == name).map(|(_, v)| v.to_string())
-    }
 
     #[test]
     fn where_the_environment_puts_it() {
