@@ -199,8 +199,9 @@ pub(super) fn unwind_many(
     let given = stacks.clone().unbind();
     let (to_batch, walked) = std::sync::mpsc::channel::<(usize, Chunk, ChunkWalks)>();
     let queue: Mutex<VecDeque<(usize, Chunk)>> = Mutex::new(VecDeque::new());
-    // Jobs at work, and how many there may be.
+    // Jobs at work (only this thread adds to them), and how many there may be.
     let (jobs, most_jobs) = (AtomicUsize::new(0), rayon::current_num_threads().max(2) - 1);
+    // The next queued chunk (the lock let go of before it is walked).
     let take = || queue.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
     // Walk queued chunks until none is left (this thread's or a job's).
     let walk_queued = |to_batch: &Sender<(usize, Chunk, ChunkWalks)>| {
@@ -222,15 +223,14 @@ pub(super) fn unwind_many(
                         queue.lock().unwrap_or_else(|e| e.into_inner()).push_back((index, chunk));
                         // A job that found the queue empty as this chunk came may have
                         // gone without it: the chunk is then walked below.
-                        if jobs.fetch_add(1, Relaxed) < most_jobs {
+                        if jobs.load(Relaxed) < most_jobs {
+                            jobs.fetch_add(1, Relaxed);
                             let to_batch = to_batch.clone();
                             let (jobs, walk_queued) = (&jobs, &walk_queued);
                             scope.spawn(move |_| {
                                 walk_queued(&to_batch);
                                 jobs.fetch_sub(1, Relaxed);
                             });
-                        } else {
-                            jobs.fetch_sub(1, Relaxed);
                         }
                     };
                     // A chunk already walked, emptied (with the GIL), or a new one.
