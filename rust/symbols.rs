@@ -31,9 +31,21 @@ impl SymbolTable {
     /// left out; a symbol of size 0 names the addresses up to the next symbol
     /// in its section (see [`ranges`]).
     pub fn from_elf(data: &[u8]) -> Result<SymbolTable, ElfError> {
+        SymbolTable::read(data, || None)
+    }
+
+    /// `data`'s `.symtab`, else what `debug` finds, else `data`'s `.dynsym`
+    /// (read only then).
+    fn read(
+        data: &[u8],
+        debug: impl FnOnce() -> Option<SymbolTable>,
+    ) -> Result<SymbolTable, ElfError> {
         let symtab = read_functions(data, Table::Symtab)?;
         if !symtab.is_empty() {
             return Ok(SymbolTable::from_functions(symtab, true));
+        }
+        if let Some(table) = debug() {
+            return Ok(table);
         }
         Ok(SymbolTable::from_functions(read_functions(data, Table::Dynsym)?, false))
     }
@@ -95,27 +107,19 @@ impl SymbolTable {
     /// build id as gdb and eu-stack find it) or in debuginfod's cache, else
     /// its `.dynsym`.
     pub fn for_file(data: &[u8], debug_root: &std::path::Path) -> Result<SymbolTable, ElfError> {
-        let symtab = read_functions(data, Table::Symtab)?;
-        if !symtab.is_empty() {
-            return Ok(SymbolTable::from_functions(symtab, true));
-        }
-        // `.dynsym` is read only if no debug file has a `.symtab`.
-        if let Some(id) = crate::elf::summarize(data).ok().and_then(|s| s.build_id) {
+        SymbolTable::read(data, || {
+            let id = crate::elf::summarize(data).ok()?.build_id?;
             let candidates = [
                 crate::debugfile::build_id_path(&id, debug_root),
                 crate::debuginfod::cached(&id, crate::debuginfod::Kind::Debuginfo),
             ];
-            for bytes in candidates.into_iter().flatten().filter_map(|p| crate::debugfile::map(&p))
-            {
-                match read_functions(&bytes, Table::Symtab) {
-                    Ok(full) if !full.is_empty() => {
-                        return Ok(SymbolTable::from_functions(full, true))
-                    }
-                    _ => {}
-                }
-            }
-        }
-        Ok(SymbolTable::from_functions(read_functions(data, Table::Dynsym)?, false))
+            let mut files =
+                candidates.into_iter().flatten().filter_map(|p| crate::debugfile::map(&p));
+            files.find_map(|bytes| {
+                let full = read_functions(&bytes, Table::Symtab).ok()?;
+                (!full.is_empty()).then(|| SymbolTable::from_functions(full, true))
+            })
+        })
     }
 
     /// The function containing `address` (an ELF address) and the offset
@@ -175,7 +179,7 @@ impl SymbolTable {
 type Functions<'d> = Vec<(u64, u64, &'d str)>;
 
 /// Which of an ELF file's symbol tables to read.
-#[derive(Clone, Copy, PartialEq)]
+#[derive(Clone, Copy)]
 enum Table {
     Symtab,
     Dynsym,
