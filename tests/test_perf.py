@@ -576,6 +576,50 @@ def test_kernel_frames_as_perf_script(recordings: Recordings) -> None:
     assert with_kernel > 0, "no sample of any workload has kernel frames"
 
 
+def test_kernel_symbols_as_perf_script_and_kept_in_the_cache(
+    recordings: Recordings, tmp_path: Path
+) -> None:
+    """Kernel frames are named as perf script names them (function and offset), from the copy
+    of kallsyms perf record keeps in its build-id cache. stackwalk parses that file once and
+    keeps its table in its own cache, by the kernel's build id and the copy's size and time
+    (`sections/BUILDID/kallsyms-SIZE-MTIME`): a later run maps the table (the entry is used,
+    not written again). The output is the same cold, warm and with no cache."""
+    recording = next(
+        r for r in map(recordings, WORKLOADS) if any(s.kernel_frames for s in r.script())
+    )
+    copies = list((recording.home / ".debug" / "[kernel.kallsyms]").glob("*/kallsyms"))
+    assert len(copies) == 1, f"perf record kept no single copy of kallsyms: {copies}"
+    env = {
+        **os.environ,
+        "PERF_BUILDID_DIR": str(recording.home / ".debug"),
+        "STACKWALK_CACHE_DIR": str(tmp_path),
+    }
+    options = ("--json", "--no-inline", str(recording.path))
+    cold = stackwalk_perf(*options, env=env)
+    check_clean_exit(cold, "stackwalk perf --json, cold")
+    entries = list(tmp_path.glob("sections/*/kallsyms-*"))
+    assert [e.parent.name for e in entries] == [copies[0].parent.name], entries
+    made = entries[0].stat()
+    warm = stackwalk_perf(*options, env=env)
+    used = entries[0].stat()
+    assert (used.st_ino, used.st_size) == (made.st_ino, made.st_size), "written again"
+    assert used.st_mtime_ns > made.st_mtime_ns, "the entry was not used"
+    uncached = stackwalk_perf(*options, env={**env, "STACKWALK_CACHE_DIR": ""})
+    assert cold.stdout == warm.stdout == uncached.stdout
+    mine = by_key(json_lines(warm.stdout))
+    named = 0
+    for theirs in recording.script():
+        kernel = [f for f in mine[theirs.key]["frames"] if f["kernel"]]
+        for frame, perf in zip(kernel, theirs.kernel_frames, strict=False):
+            assert h(frame["pc"]) == perf.address, theirs.key
+            if perf.symbol is not None:
+                assert frame["function"] == perf.symbol, (theirs.key, hex(perf.address))
+                assert h(frame["function_offset"]) == perf.offset, theirs.key
+                named += 1
+    print(f"{recording.name}: {named} kernel frames named as perf script names them")
+    assert named > 0
+
+
 # --- folded stacks ----------------------------------------------------------------------------
 
 

@@ -15,6 +15,11 @@
 //! decompressed bytes): a damaged or truncated entry is decompressed and
 //! stored again. At most `$STACKWALK_CACHE_MAX` bytes (default 1 GiB) are
 //! kept, those used longest ago removed first.
+//!
+//! Tables derived from a file with a build id live there too
+//! ([`SectionCache::derived`]): the kernel's symbols made from perf's copy of
+//! kallsyms, `sections/BUILDID/kallsyms-SIZE-MTIME`, each checked by the
+//! length and Adler-32 in its header.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
@@ -22,7 +27,6 @@ use std::time::SystemTime;
 
 use super::SectionBytes;
 use crate::debuginfod::tempfile_like::TempFile;
-use crate::memory::Data;
 
 /// Below this size a section costs less to decompress than to look up.
 const MIN_CACHED: u64 = 256 << 10;
@@ -107,8 +111,39 @@ impl SectionCache {
         if self.store(&entry, &out).is_ok() {
             self.trim();
         }
-        let len = out.len();
-        Some(SectionBytes { data: Arc::new(Data::Owned(out)), range: 0..len })
+        Some(SectionBytes::whole(out))
+    }
+
+    /// The bytes `make` derives from a file with `build_id` (a table built
+    /// from it), kept as entry `name`, which must name the version of the
+    /// file they come from: the stored entry where it is whole, else what
+    /// `make` gives, stored when it can be. An entry is the bytes after a
+    /// header of 8: their Adler-32 and their length, each as 4 bytes (little
+    /// endian), so that a damaged or cut entry is made again.
+    pub fn derived(
+        &self,
+        build_id: &[u8],
+        name: &str,
+        make: impl FnOnce() -> Option<Vec<u8>>,
+    ) -> Option<SectionBytes> {
+        if build_id.is_empty() || name.contains('/') {
+            return make().map(SectionBytes::whole);
+        }
+        let id: String = build_id.iter().map(|b| format!("{b:02x}")).collect();
+        let entry = self.dir.join(id).join(name);
+        if let Some(bytes) = read_derived(&entry) {
+            return Some(bytes);
+        }
+        let bytes = make()?;
+        let len = u32::try_from(bytes.len()).ok();
+        if let Some(len) = len.filter(|_| *self.writable.get_or_init(|| self.can_write())) {
+            let adler = zlib_rs::adler32::adler32(1, &bytes);
+            let header = [adler.to_le_bytes(), len.to_le_bytes()].concat();
+            if self.store_parts(&entry, &[&header, &bytes]).is_ok() {
+                self.trim();
+            }
+        }
+        Some(SectionBytes::whole(bytes))
     }
 
     /// Whether a file can be made in the cache directory (made if missing).
@@ -118,11 +153,18 @@ impl SectionCache {
 
     /// `bytes` written to `entry`, whole or not at all.
     fn store(&self, entry: &Path, bytes: &[u8]) -> std::io::Result<()> {
+        self.store_parts(entry, &[bytes])
+    }
+
+    /// `parts`, one after another, written to `entry`, whole or not at all.
+    fn store_parts(&self, entry: &Path, parts: &[&[u8]]) -> std::io::Result<()> {
         use std::io::Write;
         let dir = entry.parent().unwrap_or(&self.dir);
         std::fs::create_dir_all(dir)?;
         let mut file = TempFile::new(dir)?;
-        file.writer().write_all(bytes)?;
+        for part in parts {
+            file.writer().write_all(part)?;
+        }
         file.persist(entry)
     }
 
@@ -163,18 +205,45 @@ fn read_entry(path: &Path, full: u64, adler: u32) -> Option<SectionBytes> {
         let _ = std::fs::remove_file(path);
         return None;
     }
-    // Used now: the last to go when the cache is trimmed.
+    touch(path);
+    let len = data.len();
+    Some(SectionBytes { data: Arc::new(data), range: 0..len })
+}
+
+/// A derived entry at `path` ([`SectionCache::derived`]), mapped, if its
+/// header's length and Adler-32 are its bytes'; a damaged entry is removed.
+fn read_derived(path: &Path) -> Option<SectionBytes> {
+    let data = crate::files::map(path).ok()?;
+    let field =
+        |at: usize| data.get(at..at + 4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+    let whole = match (field(0), field(4)) {
+        (Some(adler), Some(len)) => {
+            let body = &data[8..];
+            body.len() as u64 == u64::from(len) && zlib_rs::adler32::adler32(1, body) == adler
+        }
+        _ => false,
+    };
+    if !whole {
+        let _ = std::fs::remove_file(path);
+        return None;
+    }
+    touch(path);
+    let len = data.len();
+    Some(SectionBytes { data: Arc::new(data), range: 8..len })
+}
+
+/// An entry marked used now: the last to go when the cache is trimmed.
+fn touch(path: &Path) {
     if let Ok(file) = std::fs::File::options().write(true).open(path) {
         let _ = file.set_modified(SystemTime::now());
     }
-    let len = data.len();
-    Some(SectionBytes { data: Arc::new(data), range: 0..len })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::files::vars;
+    use crate::memory::Data;
     use std::io::Write;
 
     #[test]
@@ -249,6 +318,44 @@ mod tests {
         assert!(cache.zlib(b"\x01", ".debug_line", &zlib(&[7; 1000]), 1000).is_none());
         assert!(cache.zlib(b"", ".debug_info", &stream, full).is_none());
         assert_eq!(entries(&dir).len(), 1);
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn derived_bytes_made_once_then_mapped_and_checked() {
+        let dir = std::env::temp_dir().join(format!("derived-cache-{}", std::process::id()));
+        let cache = SectionCache::at(&dir, DEFAULT_MAX);
+        let table = section(4);
+        let made = std::cell::Cell::new(0);
+        let get = |id: &[u8]| {
+            cache.derived(id, "table-1-2", || {
+                made.set(made.get() + 1);
+                Some(table.clone())
+            })
+        };
+        let first = get(b"\xab").expect("made");
+        assert_eq!((&*first, made.get()), (&table[..], 1));
+        let again = get(b"\xab").expect("mapped");
+        assert_eq!((&*again, made.get()), (&table[..], 1), "not made again");
+        assert!(matches!(*again.data, Data::Mapped(_)));
+        let stored = entries(&dir);
+        assert_eq!(stored, [dir.join("sections/ab/table-1-2")]);
+        // Damaged in place, cut short, or only a header's worth: made again, and stored.
+        let damages: [fn(&mut Vec<u8>); 3] =
+            [|b| b[1000] ^= 1, |b| b.truncate(4096), |b| b.truncate(6)];
+        for (i, damage) in damages.into_iter().enumerate() {
+            let mut bytes = std::fs::read(&stored[0]).expect("the entry");
+            damage(&mut bytes);
+            std::fs::write(&stored[0], &bytes).expect("damaged");
+            assert_eq!(&*get(b"\xab").expect("made again"), &table[..]);
+            assert_eq!(made.get(), 2 + i);
+            assert_eq!(&*get(b"\xab").expect("mapped"), &table[..]);
+            assert_eq!(made.get(), 2 + i);
+        }
+        // With no build id, or a name that would be a path, made and not stored.
+        assert_eq!(&*get(b"").expect("made"), &table[..]);
+        assert!(cache.derived(b"\x01", "a/b", || Some(vec![1])).is_some());
+        assert_eq!(entries(&dir), stored);
         std::fs::remove_dir_all(&dir).ok();
     }
 

@@ -30,6 +30,14 @@ pub struct SectionBytes {
     range: Range<usize>,
 }
 
+impl SectionBytes {
+    /// All of `bytes`.
+    pub fn whole(bytes: Vec<u8>) -> SectionBytes {
+        let len = bytes.len();
+        SectionBytes { data: Arc::new(Data::Owned(bytes)), range: 0..len }
+    }
+}
+
 impl Deref for SectionBytes {
     type Target = [u8];
     fn deref(&self) -> &[u8] {

@@ -1,77 +1,124 @@
 //! The kernel's symbols, from kallsyms.
 
+use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
 use std::thread::JoinHandle;
+use std::time::UNIX_EPOCH;
 
 use crate::cfi::Data;
+use crate::lines::{SectionBytes, SectionCache};
+
+/// One function symbol: its address, and the start and length of its name
+/// in the kallsyms text.
+type Symbol = (u64, u32, u32);
+
+/// The bytes of a [`Symbol`] in a stored table: the address, then the
+/// name's start and length, little endian.
+const STORED: usize = 16;
 
 /// The kernel's function symbols (a kallsyms file), sorted by address;
 /// names are spans of the file's text, kept whole.
 pub(super) struct KernelSymbols {
-    /// (address, start and length of the name in `text`), by address.
-    pub(super) symbols: Vec<(u64, u32, u32)>,
+    symbols: Table,
     /// The file (mapped when it can be): names are checked as UTF-8 when
     /// looked up.
-    pub(super) text: Data,
+    text: Data,
+}
+
+/// The symbols by address: made from the text, or as stored in the cache
+/// ([`STORED`] bytes each) by an earlier process.
+enum Table {
+    Made(Vec<Symbol>),
+    Stored(SectionBytes),
+}
+
+impl Table {
+    fn len(&self) -> usize {
+        match self {
+            Table::Made(symbols) => symbols.len(),
+            Table::Stored(bytes) => bytes.len() / STORED,
+        }
+    }
+
+    /// Symbol `i` (below `len`).
+    fn get(&self, i: usize) -> Symbol {
+        match self {
+            Table::Made(symbols) => symbols.get(i).copied().unwrap_or_default(),
+            Table::Stored(bytes) => {
+                let Some(at) = bytes.get(i * STORED..(i + 1) * STORED) else { return (0, 0, 0) };
+                let word = |r: std::ops::Range<usize>| {
+                    at[r].iter().rev().fold(0u64, |value, &b| value << 8 | u64::from(b))
+                };
+                (word(0..8), word(8..12) as u32, word(12..16) as u32)
+            }
+        }
+    }
 }
 
 impl KernelSymbols {
     /// perf's copy of the recording machine's kallsyms, taken at record time
-    /// (its build-id cache), else this machine's `/proc/kallsyms`.
-    pub(super) fn read(cached: Option<std::path::PathBuf>) -> Option<KernelSymbols> {
-        let from_cache = cached.and_then(|path| crate::debugfile::map(&path));
-        from_cache.and_then(KernelSymbols::parse).or_else(|| {
+    /// (its build-id cache: the path and the kernel's build id), else this
+    /// machine's `/proc/kallsyms`.
+    pub(super) fn read(cached: Option<(PathBuf, Vec<u8>)>) -> Option<KernelSymbols> {
+        let from_cache = cached.and_then(|(path, build_id)| {
+            let text = crate::debugfile::map(&path)?;
+            KernelSymbols::stored(SectionCache::from_env(), &path, &build_id, text)
+        });
+        from_cache.or_else(|| {
             // A /proc file cannot be mapped.
             KernelSymbols::parse(Data::Owned(std::fs::read("/proc/kallsyms").ok()?))
         })
     }
 
+    /// The symbols of perf's kallsyms file at `path`, of the kernel with
+    /// `build_id`: the table an earlier process made of this version of the
+    /// file (its size and modification time), kept in stackwalk's cache,
+    /// else made now (and stored).
+    fn stored(
+        cache: Option<&SectionCache>,
+        path: &Path,
+        build_id: &[u8],
+        text: Data,
+    ) -> Option<KernelSymbols> {
+        let modified = std::fs::metadata(path).and_then(|m| m.modified()).ok();
+        let since = modified.and_then(|t| t.duration_since(UNIX_EPOCH).ok());
+        let (Some(cache), Some(since)) = (cache, since) else {
+            return KernelSymbols::parse(text);
+        };
+        let name = format!("kallsyms-{}-{}", text.len(), since.as_nanos());
+        let mut made = None;
+        let stored = cache.derived(build_id, &name, || {
+            let symbols = parse_symbols(&text)?;
+            let mut bytes = Vec::with_capacity(symbols.len() * STORED);
+            for &(address, at, len) in &symbols {
+                bytes.extend_from_slice(&address.to_le_bytes());
+                bytes.extend_from_slice(&at.to_le_bytes());
+                bytes.extend_from_slice(&len.to_le_bytes());
+            }
+            made = Some(symbols);
+            Some(bytes)
+        })?;
+        let symbols = match made {
+            Some(symbols) => Table::Made(symbols),
+            None if stored.len() % STORED == 0 && !stored.is_empty() => Table::Stored(stored),
+            None => return KernelSymbols::parse(text),
+        };
+        Some(KernelSymbols { symbols, text })
+    }
+
     pub(super) fn parse(text: Data) -> Option<KernelSymbols> {
-        let bytes = &text[..];
-        let mut symbols: Vec<(u64, u32, u32)> = Vec::with_capacity(bytes.len() / 40);
-        let mut at = 0;
-        let mut sorted = true;
-        // "ffffffff81000000 T _stext\t[module]\n": the address, a space, the
-        // type, a space, the name, and for a module a tab and its name.
-        while at < bytes.len() {
-            let (addr, digits) = hex_prefix(&bytes[at..]);
-            at += digits;
-            // The name ends at a tab (a module's) or at the end of the line.
-            let stop = memchr::memchr2(b'\t', b'\n', &bytes[at..]).map_or(bytes.len(), |n| at + n);
-            let (kind_at, name_at) = (at, at + 3);
-            at = match bytes.get(stop) {
-                Some(b'\n') => stop + 1,
-                _ => memchr::memchr(b'\n', &bytes[stop.min(bytes.len())..])
-                    .map_or(bytes.len(), |n| stop + n + 1),
-            };
-            if name_at >= stop
-                || !matches!(&bytes[kind_at..name_at], b" t " | b" T " | b" w " | b" W ")
-            {
-                continue;
-            }
-            if addr != 0 {
-                sorted &= symbols.last().is_none_or(|last| last.0 <= addr);
-                symbols.push((addr, name_at as u32, (stop - name_at) as u32));
-            }
-        }
-        if symbols.is_empty() {
-            return None; // kptr_restrict hides the addresses
-        }
-        if !sorted {
-            // kallsyms is nearly sorted: a stable sort keeps aliases in order.
-            symbols.sort_by_key(|s| s.0);
-        }
+        let symbols = Table::Made(parse_symbols(&text)?);
         Some(KernelSymbols { symbols, text })
     }
 
     pub(super) fn name(&self, i: usize) -> &str {
-        let (_, at, len) = self.symbols[i];
-        let name = self.text.get(at as usize..(at + len) as usize).unwrap_or_default();
-        std::str::from_utf8(name).unwrap_or("[invalid name]")
+        let (_, at, len) = self.symbols.get(i);
+        let name = self.text.get(at as usize..(at as usize).saturating_add(len as usize));
+        std::str::from_utf8(name.unwrap_or_default()).unwrap_or("[invalid name]")
     }
 
     pub(super) fn address_of(&self, name: &str) -> Option<u64> {
-        (0..self.symbols.len()).find(|&i| self.name(i) == name).map(|i| self.symbols[i].0)
+        (0..self.symbols.len()).find(|&i| self.name(i) == name).map(|i| self.symbols.get(i).0)
     }
 
     #[cfg(test)]
@@ -80,9 +127,59 @@ impl KernelSymbols {
     }
 
     pub(super) fn lookup_index(&self, ip: u64) -> Option<(&str, u64, usize)> {
-        let i = self.symbols.partition_point(|s| s.0 <= ip).checked_sub(1)?;
-        Some((self.name(i), ip - self.symbols[i].0, i))
+        // The number of symbols at or below `ip`: the last of them is `ip`'s.
+        let (mut below, mut size) = (0, self.symbols.len());
+        while size > 0 {
+            let half = size / 2;
+            if self.symbols.get(below + half).0 <= ip {
+                below += half + 1;
+                size -= half + 1;
+            } else {
+                size = half;
+            }
+        }
+        let i = below.checked_sub(1)?;
+        Some((self.name(i), ip.wrapping_sub(self.symbols.get(i).0), i))
     }
+}
+
+/// The function symbols of a kallsyms text, by address (aliases in the
+/// text's order); None where there are none (kptr_restrict hides the
+/// addresses).
+fn parse_symbols(bytes: &[u8]) -> Option<Vec<Symbol>> {
+    let mut symbols: Vec<Symbol> = Vec::with_capacity(bytes.len() / 40);
+    let mut at = 0;
+    let mut sorted = true;
+    // "ffffffff81000000 T _stext\t[module]\n": the address, a space, the
+    // type, a space, the name, and for a module a tab and its name.
+    while at < bytes.len() {
+        let (addr, digits) = hex_prefix(&bytes[at..]);
+        at += digits;
+        // The name ends at a tab (a module's) or at the end of the line.
+        let stop = memchr::memchr2(b'\t', b'\n', &bytes[at..]).map_or(bytes.len(), |n| at + n);
+        let (kind_at, name_at) = (at, at + 3);
+        at = match bytes.get(stop) {
+            Some(b'\n') => stop + 1,
+            _ => memchr::memchr(b'\n', &bytes[stop.min(bytes.len())..])
+                .map_or(bytes.len(), |n| stop + n + 1),
+        };
+        if name_at >= stop || !matches!(&bytes[kind_at..name_at], b" t " | b" T " | b" w " | b" W ")
+        {
+            continue;
+        }
+        if addr != 0 {
+            sorted &= symbols.last().is_none_or(|last| last.0 <= addr);
+            symbols.push((addr, name_at as u32, (stop - name_at) as u32));
+        }
+    }
+    if symbols.is_empty() {
+        return None;
+    }
+    if !sorted {
+        // kallsyms is nearly sorted: a stable sort keeps aliases in order.
+        symbols.sort_by_key(|s| s.0);
+    }
+    Some(symbols)
 }
 
 /// Hex digit values by byte; 0x80 for a byte that is not one.
@@ -137,7 +234,7 @@ pub(super) struct KernelSymbolsLoader {
 }
 
 impl KernelSymbolsLoader {
-    pub(super) fn start(&self, cached: Option<std::path::PathBuf>) {
+    pub(super) fn start(&self, cached: Option<(PathBuf, Vec<u8>)>) {
         if let Ok(mut reading) = self.reading.lock() {
             if reading.is_none() && self.table.get().is_none() {
                 *reading = std::thread::Builder::new()
@@ -204,5 +301,40 @@ mod tests {
         assert!(
             KernelSymbols::parse(Data::Owned(b"0000000000000000 T hidden\n".to_vec())).is_none()
         );
+    }
+
+    #[test]
+    fn a_stored_table_gives_what_the_text_gives() {
+        let dir = std::env::temp_dir().join(format!("kallsyms-cache-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("a directory");
+        let path = dir.join("kallsyms");
+        // Out of order (a module's symbols), aliases, and symbols that are not functions.
+        let mut text = String::new();
+        for i in (0..3000u64).rev() {
+            let kind = ["T", "t", "D", "W"][(i % 4) as usize];
+            text += &format!(
+                "{:016x} {kind} f{i}\n{:016x} t alias{i}\n",
+                0xffff_8000_0000 + i * 48,
+                0xffff_8000_0000 + i * 48
+            );
+        }
+        std::fs::write(&path, &text).expect("written");
+        let cache = SectionCache::at(&dir, 1 << 30);
+        let read = || {
+            let data = crate::debugfile::map(&path).expect("mapped");
+            KernelSymbols::stored(Some(&cache), &path, b"\x12\x34", data).expect("symbols")
+        };
+        let (made, stored) = (read(), read());
+        assert!(matches!(made.symbols, Table::Made(_)), "made the first time");
+        assert!(matches!(stored.symbols, Table::Stored(_)), "mapped from the cache the second");
+        let parsed = KernelSymbols::parse(Data::Owned(text.into_bytes())).expect("symbols");
+        for ip in (0xffff_7fff_fff0..0xffff_8000_0000 + 3000 * 48 + 64).step_by(7) {
+            let want = parsed.lookup_index(ip);
+            assert_eq!(made.lookup_index(ip), want, "{ip:#x}");
+            assert_eq!(stored.lookup_index(ip), want, "{ip:#x}");
+        }
+        assert_eq!(stored.lookup(0xffff_8000_0000 + 48 * 7 + 5), Some(("alias7", 5)));
+        assert_eq!(stored.address_of("f2999"), Some(0xffff_8000_0000 + 2999 * 48));
+        std::fs::remove_dir_all(&dir).ok();
     }
 }

@@ -283,7 +283,7 @@ impl Profiler {
             let kernel_id = header.build_ids.iter().find(|b| b.filename == "[kernel.kallsyms]");
             let cached = kernel_id.zip(process::perf_buildid_dir()).map(|(id, dir)| {
                 let hex: String = id.build_id.iter().map(|b| format!("{b:02x}")).collect();
-                dir.join("[kernel.kallsyms]").join(hex).join("kallsyms")
+                (dir.join("[kernel.kallsyms]").join(hex).join("kallsyms"), id.build_id.clone())
             });
             self.kernel.start(cached);
         }
