@@ -69,6 +69,31 @@ def test_a_batch_gives_what_unwind_gives(stacks: list[Capture], case: int) -> No
     assert batch.ends == [t.end for t in batch]
 
 
+def test_a_list_changed_between_stacks_is_read_again(stacks: list[Capture]) -> None:
+    """A stack given the memory list the stack before had shares the regions read for it (the
+    threads of one snapshot: the list is read once); where the stacks come from a generator,
+    which may change that list between two stacks, each stack's memory is read as it is."""
+    cap = stacks[0]
+    uw = _unwinder(cap)
+    short = [(cap.memory[0][0], cap.memory[0][1][:256])]
+    full, cut = _frames(uw.unwind(cap.regs, cap.memory)), _frames(uw.unwind(cap.regs, short))
+    assert len(cut) < len(full)
+    memory: list[tuple[int, bytes]] = []
+
+    def given() -> Any:
+        for i in range(300):
+            memory[:] = short if i % 3 == 2 else cap.memory
+            yield cap.regs, memory
+
+    batch = uw.unwind_many(given())
+    assert [_frames(batch[i]) for i in range(300)] == [
+        cut if i % 3 == 2 else full for i in range(300)
+    ]
+    # The same list given again and again, in a list of stacks: read once, the same frames.
+    again = uw.unwind_many([(cap.regs, memory)] * 300)
+    assert all(_frames(again[i]) == cut for i in range(300))
+
+
 def test_flat_buffers(stacks: list[Capture]) -> None:
     cap = stacks[0]
     uw = _unwinder(cap)

@@ -52,16 +52,35 @@ enum StackMemory {
 struct Chunk {
     stacks: Vec<Stack>,
     held: Vec<(u64, HeldBytes)>,
+    /// The memory (a list or tuple of regions) of the last stack taken, and
+    /// the regions of `held` read from it: the next stack given the same
+    /// object shares them (see [`Chunk::take`]). The object is kept, so that
+    /// no other can take its address.
+    last: Option<(Py<PyAny>, Range<usize>)>,
 }
 
 impl Chunk {
     fn new() -> Self {
-        Chunk { stacks: Vec::with_capacity(CHUNK), held: Vec::with_capacity(CHUNK) }
+        Chunk { stacks: Vec::with_capacity(CHUNK), held: Vec::with_capacity(CHUNK), last: None }
+    }
+
+    /// Empty, for reuse (with the GIL: its Python objects are let go of).
+    fn clear(&mut self) {
+        self.stacks.clear();
+        self.held.clear();
+        self.last = None;
     }
 
     /// Stack `i` of the batch (`item`, a (regs, memory) pair), checked as
-    /// `unwind` checks its arguments; an error names the stack.
-    fn extract(&mut self, arch: Arch, i: usize, item: &Bound<'_, PyAny>) -> PyResult<()> {
+    /// `unwind` checks its arguments; an error names the stack. `reuse`:
+    /// see [`Chunk::take`].
+    fn extract(
+        &mut self,
+        arch: Arch,
+        i: usize,
+        item: &Bound<'_, PyAny>,
+        reuse: bool,
+    ) -> PyResult<()> {
         let py = item.py();
         let at = |e: PyErr| PyErr::from_type(e.get_type(py), format!("stack {i}: {}", e.value(py)));
         let not_a_pair = || {
@@ -74,29 +93,44 @@ impl Chunk {
         match item.cast::<pyo3::types::PyTuple>() {
             Ok(t) if t.len() == 2 => {
                 let (regs, memory) = (t.get_borrowed_item(0)?, t.get_borrowed_item(1)?);
-                self.take(arch, &regs, &memory).map_err(at)
+                self.take(arch, &regs, &memory, reuse).map_err(at)
             }
             _ => {
                 let (regs, memory): (Bound<'_, PyAny>, Bound<'_, PyAny>) =
                     item.extract().map_err(|_| not_a_pair())?;
-                self.take(arch, &regs, &memory).map_err(at)
+                self.take(arch, &regs, &memory, reuse).map_err(at)
             }
         }
     }
 
+    /// A stack's registers and memory, taken from Python.
+    ///
+    /// Where `reuse` (the stacks are a list or a tuple: no Python code runs
+    /// between two stacks, so a list given again is as it was) and `memory`
+    /// is the list or tuple of regions the stack before had (the threads of
+    /// one snapshot, say), its regions are those read for that stack, not
+    /// read again.
     fn take(
         &mut self,
         arch: Arch,
         regs: &Bound<'_, PyAny>,
         memory: &Bound<'_, PyAny>,
+        reuse: bool,
     ) -> PyResult<()> {
         let (pc, regs) = shared_registers(arch, regs)?;
-        let memory = match mapped_memory(memory) {
-            Some(m) => StackMemory::Mapped(m),
-            None => {
+        let memory = match (&self.last, mapped_memory(memory)) {
+            (_, Some(m)) => StackMemory::Mapped(m),
+            (Some((last, regions)), None) if last.is(memory) => {
+                StackMemory::Buffers(regions.clone())
+            }
+            (_, None) => {
                 let first = self.held.len();
                 extract_buffers_into(memory, &mut self.held)?;
-                StackMemory::Buffers(first..self.held.len())
+                let regions = first..self.held.len();
+                let sequence = memory.is_exact_instance_of::<pyo3::types::PyList>()
+                    || memory.is_exact_instance_of::<pyo3::types::PyTuple>();
+                self.last = (reuse && sequence).then(|| (memory.clone().unbind(), regions.clone()));
+                StackMemory::Buffers(regions)
             }
         };
         self.stacks.push(Stack { pc, regs, memory });
@@ -131,8 +165,20 @@ impl Chunk {
             let (mut all, mut walks) = (spare_frames(), Vec::with_capacity(self.stacks.len()));
             let mut frames = Vec::with_capacity(64);
             let mut regions = Regions::new();
+            // The regions in `regions`: a stack sharing the one before's keeps them.
+            let mut current = None;
             for stack in &self.stacks {
-                self.regions_of(stack, &mut regions);
+                match &stack.memory {
+                    StackMemory::Buffers(range) if current.as_ref() == Some(range) => {}
+                    StackMemory::Buffers(range) => {
+                        current = Some(range.clone());
+                        self.regions_of(stack, &mut regions);
+                    }
+                    StackMemory::Mapped(_) => {
+                        current = None;
+                        self.regions_of(stack, &mut regions);
+                    }
+                }
                 let end =
                     unwinder.unwind(stack.pc, &stack.regs, &mut regions, max_frames, &mut frames);
                 if all.is_empty() {
@@ -236,16 +282,18 @@ pub(super) fn unwind_many(
                     // A chunk already walked, emptied (with the GIL), or a new one.
                     let mut next = || match walked.try_recv() {
                         Ok((index, mut chunk, walks)) => {
-                            chunk.stacks.clear();
-                            chunk.held.clear();
+                            chunk.clear();
                             done.push((index, walks));
                             chunk
                         }
                         Err(_) => Chunk::new(),
                     };
                     let mut chunk = next();
-                    for (i, item) in given.bind(py).try_iter()?.enumerate() {
-                        chunk.extract(arch, i, &item?)?;
+                    let given = given.bind(py);
+                    let reuse = given.is_exact_instance_of::<pyo3::types::PyList>()
+                        || given.is_exact_instance_of::<pyo3::types::PyTuple>();
+                    for (i, item) in given.try_iter()?.enumerate() {
+                        chunk.extract(arch, i, &item?, reuse)?;
                         if chunk.stacks.len() == CHUNK {
                             send(std::mem::replace(&mut chunk, next()), chunks);
                             chunks += 1;
