@@ -84,11 +84,10 @@ impl Unwinder {
             sp_exact: found.sp_exact,
             trust,
         };
-        let files = [caller_regs, Registers::new()];
-        self.walk_arch::<M, true>(Start { callee, files, end }, mem, max_frames, frames)
+        self.walk_arch::<M, true>(Start { callee, regs: caller_regs, end }, mem, max_frames, frames)
     }
 
-    /// The walk from frame 0 (in `frames`, its registers in `files[0]`) on.
+    /// The walk from frame 0 (in `frames`, its registers in `start`) on.
     /// `FALLBACK`: the strategies are not CFI alone; `A`: the architecture
     /// ([`arch_of`]), which is the unwinder's.
     pub(super) fn walk<M: Memory + ?Sized, const FALLBACK: bool, const A: u8>(
@@ -98,7 +97,10 @@ impl Unwinder {
         max_frames: usize,
         frames: &mut Vec<Frame>,
     ) -> End {
-        let Start { mut callee, mut files, mut end } = start;
+        let Start { mut callee, regs, mut end } = start;
+        // Two register files, the callee's and the caller's, swapped by
+        // index rather than by copying.
+        let mut files = [regs, Registers::new()];
         // The captured stack's bounds, looked up when a fallback first needs them.
         let mut stack = None;
         let mut last_fp = None;

@@ -121,11 +121,10 @@ struct FrameState {
 }
 
 /// Where a walk starts: the frame to unwind first (already in the frames),
-/// its registers in `files[0]` (`files[1]` is the caller's, for the walks
-/// that need two), and the end the walk gives if it stops at once.
+/// its registers, and the end the walk gives if it stops at once.
 struct Start {
     callee: FrameState,
-    files: [Registers; 2],
+    regs: Registers,
     end: End,
 }
 
@@ -318,11 +317,9 @@ impl Unwinder {
         }
         let callee =
             FrameState { pc, sp, interrupted: true, sp_exact: true, trust: Trust::Context };
-        // Two register files, the callee's and the caller's, swapped by
-        // index rather than by copying.
-        let mut files = [*regs, Registers::new()];
+        let mut regs = *regs;
         if let Some(col) = arch.pc_column() {
-            files[0].set(col, pc);
+            regs.set(col, pc);
         }
         frames.push(Frame {
             pc,
@@ -335,9 +332,9 @@ impl Unwinder {
         // CFI alone (the profiler's walk) is compiled without the fallback
         // path, so it costs nothing there.
         if self.strategies.as_slice() == [Strategy::Cfi] {
-            self.walk_arch::<M, false>(Start { callee, files, end }, mem, max_frames, frames)
+            self.walk_arch::<M, false>(Start { callee, regs, end }, mem, max_frames, frames)
         } else {
-            self.walk_arch::<M, true>(Start { callee, files, end }, mem, max_frames, frames)
+            self.walk_arch::<M, true>(Start { callee, regs, end }, mem, max_frames, frames)
         }
     }
 
@@ -393,10 +390,11 @@ impl Unwinder {
     }
 
     /// [`Unwinder::walk`] for CFI alone (the default, and the profiler's):
-    /// a frame's registers are always in `files[0]`, and the commonest rows
-    /// ([`Saved`]) found in the rule cache recover the caller's in place,
-    /// with no second register file to fill. Where CFI fails, the walk ends,
-    /// so the callee's registers are never needed after its step.
+    /// a frame's registers are always in one file, `regs`, and the commonest
+    /// rows ([`Saved`]) found in the rule cache recover the caller's in
+    /// place, with no second register file to fill (the other rows fill a
+    /// scratch file, made at the walk's first need). Where CFI fails, the
+    /// walk ends, so the callee's registers are never needed after its step.
     fn walk_cfi<M: Memory + ?Sized, const A: u8>(
         &mut self,
         start: Start,
@@ -404,44 +402,41 @@ impl Unwinder {
         max_frames: usize,
         frames: &mut Vec<Frame>,
     ) -> End {
-        let Start { mut callee, mut files, mut end } = start;
+        let Start { mut callee, mut regs, mut end } = start;
+        let mut scratch = None;
         let generation = self.modules.generation();
         // The fast steps' cache hits, added to the counts once.
         let mut hits = 0;
         let end = loop {
             let lookup = if callee.interrupted { callee.pc } else { callee.pc.wrapping_sub(1) };
             let key = (lookup, generation);
-            let stepped = match fast_step::<M, A>(
-                &mut self.cache,
-                key,
-                &callee,
-                &mut files[0],
-                mem,
-                frames,
-            ) {
-                Fast::Next { pc, sp, interrupted } => {
-                    hits += 1;
-                    if frames.len() >= max_frames {
-                        end.frame = frames.len() - 1;
-                        end.lookup_pc = lookup;
-                        end.reason = EndReason::FrameLimit;
-                        end.detail = EndDetail::None;
-                        break end;
+            let stepped =
+                match fast_step::<M, A>(&mut self.cache, key, &callee, &mut regs, mem, frames) {
+                    Fast::Next { pc, sp, interrupted } => {
+                        hits += 1;
+                        if frames.len() >= max_frames {
+                            end.frame = frames.len() - 1;
+                            end.lookup_pc = lookup;
+                            end.reason = EndReason::FrameLimit;
+                            end.detail = EndDetail::None;
+                            break end;
+                        }
+                        let (trust, signal_frame, cfa) = (Trust::Cfi, false, None);
+                        frames.push(Frame { pc, sp, cfa, trust, interrupted, signal_frame });
+                        callee.pc = pc;
+                        callee.sp = sp;
+                        callee.interrupted = interrupted;
+                        continue;
                     }
-                    let (trust, signal_frame, cfa) = (Trust::Cfi, false, None);
-                    frames.push(Frame { pc, sp, cfa, trust, interrupted, signal_frame });
-                    callee.pc = pc;
-                    callee.sp = sp;
-                    callee.interrupted = interrupted;
-                    continue;
-                }
-                Fast::Stop { ra_column, ra_rule, signal_frame } => {
-                    hits += 1;
-                    let arch = arch_of(A);
-                    finish(arch, ra_column, ra_rule, signal_frame, &callee, &mut files[0])
-                }
-                Fast::Slow => self.slow_step::<M, A>(key, &callee, &mut files, mem, frames),
-            };
+                    Fast::Stop { ra_column, ra_rule, signal_frame } => {
+                        hits += 1;
+                        let arch = arch_of(A);
+                        finish(arch, ra_column, ra_rule, signal_frame, &callee, &mut regs)
+                    }
+                    Fast::Slow => {
+                        self.slow_step::<M, A>(key, &callee, (&mut regs, &mut scratch), mem, frames)
+                    }
+                };
             end.frame = frames.len() - 1;
             end.lookup_pc = lookup;
             match stepped {
@@ -470,24 +465,26 @@ impl Unwinder {
 
     /// A step of [`Unwinder::walk_cfi`] that [`fast_step`] did not take:
     /// the rule cache's other rows, or a miss. The caller's registers go to
-    /// `files[0]`.
+    /// `regs`, through the walk's scratch file (made here at the first need:
+    /// most walks never need it).
     #[inline(never)]
     fn slow_step<M: Memory + ?Sized, const A: u8>(
         &mut self,
         (lookup, generation): (u64, u64),
         callee: &FrameState,
-        files: &mut [Registers; 2],
+        (regs, scratch): (&mut Registers, &mut Option<Registers>),
         mem: &mut M,
         frames: &mut [Frame],
     ) -> Step {
-        if let Some(step) = self.step_cached::<M, A>(lookup, generation, callee, files, mem, frames)
+        let b = scratch.get_or_insert_with(Registers::new);
+        if let Some(step) =
+            self.step_cached::<M, A>(lookup, generation, callee, (regs, b), mem, frames)
         {
             return step;
         }
-        let [a, b] = files;
-        let step = self.step::<M, false, A>(lookup, callee, a, b, mem, frames);
+        let step = self.step::<M, false, A>(lookup, callee, regs, b, mem, frames);
         if step.is_ok() {
-            *a = *b;
+            *regs = *b;
         }
         step
     }
@@ -504,14 +501,14 @@ impl Unwinder {
 
     /// One step of [`Unwinder::walk_cfi`] from the rule cache: None on a
     /// miss (nothing done, nothing counted). The caller's registers go to
-    /// `files[0]`.
+    /// `a` (the callee's), through `b` where the row is not applied in place.
     #[inline(always)]
     fn step_cached<M: Memory + ?Sized, const A: u8>(
         &mut self,
         lookup: u64,
         generation: u64,
         callee: &FrameState,
-        files: &mut [Registers; 2],
+        (a, b): (&mut Registers, &mut Registers),
         mem: &mut M,
         frames: &mut [Frame],
     ) -> Option<Step> {
@@ -520,7 +517,6 @@ impl Unwinder {
         if m == NO_FDE {
             return Some(Err((EndReason::NoUnwindInfo, EndDetail::Lookup(LookupError::NoFde))));
         }
-        let [a, b] = files;
         if let Some(saved) = hit.saved {
             if let Some(step) = apply_in_place::<M, A>(saved, callee, a, mem, frames) {
                 return Some(step);
