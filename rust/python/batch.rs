@@ -21,7 +21,15 @@ use crate::registers::Registers;
 use crate::unwind::{End, Frame, Unwinder};
 
 /// A chunk's frames, one walk's after another, and each walk's length and end.
-type ChunkWalks = (Vec<Frame>, Vec<(usize, End)>);
+/// What a thread found walking a chunk.
+struct ChunkWalks {
+    frames: Vec<Frame>,
+    /// Every frame's pc: the chunk's part of the batch's flat buffer, made
+    /// by the thread that walked it, while the frames are in its cache.
+    pcs: Vec<u64>,
+    /// Each stack's frames, how its walk ended, and the module it ended in.
+    walks: Vec<(usize, End, Option<Arc<Module>>)>,
+}
 
 /// Stacks a thread walks at a time: the unit of the pipeline below
 /// (a job of the pool costs about a microsecond to hand over).
@@ -163,6 +171,7 @@ impl Chunk {
                 other => other.insert(base.worker()),
             };
             let (mut all, mut walks) = (spare_frames(), Vec::with_capacity(self.stacks.len()));
+            let mut pcs = Vec::new();
             let mut frames = Vec::with_capacity(64);
             let mut regions = Regions::new();
             // The regions in `regions`: a stack sharing the one before's keeps them.
@@ -186,11 +195,13 @@ impl Chunk {
                     // chunk of deep stacks holds megabytes, which growing by doubling
                     // would copy again and again.
                     all.reserve(frames.len() * self.stacks.len());
+                    pcs.reserve(frames.len() * self.stacks.len());
                 }
                 all.extend_from_slice(&frames);
-                walks.push((frames.len(), end));
+                pcs.extend(frames.iter().map(|f| f.pc));
+                walks.push((frames.len(), end, unwinder.end_module(&end)));
             }
-            (all, walks)
+            ChunkWalks { frames: all, pcs, walks }
         })
     }
 }
@@ -322,23 +333,23 @@ pub(super) fn unwind_many(
         done.push((index, walks));
     }
     done.sort_unstable_by_key(|(index, _)| *index);
-    let stacks: usize = done.iter().map(|(_, (_, walks))| walks.len()).sum();
+    let stacks: usize = done.iter().map(|(_, chunk)| chunk.walks.len()).sum();
     let mut offsets = Vec::with_capacity(stacks + 1);
     offsets.push(0u64);
     let mut ends = Vec::with_capacity(stacks);
-    let mut chunks = Vec::with_capacity(done.len());
-    for (_, (chunk_frames, walks)) in done {
-        for (len, end) in walks {
+    let (mut chunks, mut pcs) = (Vec::with_capacity(done.len()), Vec::with_capacity(done.len()));
+    for (_, chunk) in done {
+        for (len, end, module) in chunk.walks {
             offsets.push(offsets[offsets.len() - 1] + len as u64);
-            ends.push((end, base.end_module(&end)));
+            ends.push((end, module));
         }
-        chunks.push(chunk_frames);
+        chunks.push(chunk.frames);
+        pcs.push(chunk.pcs);
     }
-    let total = chunks.iter().map(Vec::len).sum();
-    let pcs = chunks.iter().flatten().map(|f| f.pc);
+    let total = pcs.iter().map(Vec::len).sum();
     Ok(PyTraceBatch {
         arch,
-        pcs: u64_bytes(py, total, pcs)?,
+        pcs: u64_bytes(py, total, pcs.iter().flatten().copied())?,
         offsets: u64_bytes(py, offsets.len(), offsets.iter().copied())?,
         chunks,
         bounds: offsets,
