@@ -18,8 +18,8 @@ demo: setup       ## build a sample program, stop it under gdb, unwind it, compa
 
 test: setup test-rust test-python  ## every test: Rust unit tests, then pytest (benchmarks as smoke tests)
 
-test-rust:
-	cargo test --quiet
+test-rust:  # with no cache (STACKWALK_CACHE_DIR set and empty): the tests' files stay out of the user's
+	STACKWALK_CACHE_DIR= cargo test --quiet
 
 test-python:
 	$(PYTHON) -m pytest

@@ -15,6 +15,7 @@ agrees, so there ours must name nothing of the section.
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -22,6 +23,7 @@ import pytest
 import stackwalk
 from corefiles import (
     ElfSymbol,
+    build_id_of,
     elf_symbols,
     eu_addr2line_symbols,
     run,
@@ -165,3 +167,34 @@ def test_a_perf_map_read_once_names_jit_code_as_its_path_does(tmp_path: Path) ->
     for make in (PerfMap, lambda p: Symbolizer([], perf_map=p), uw.set_perf_map):
         with pytest.raises(stackwalk.StackwalkError, match=re.escape(str(missing))):
             make(missing)
+
+
+@pytest.mark.parametrize("name", ["ld.so", "libc"])
+def test_a_symbol_table_kept_in_the_cache_names_as_the_file_does(name: str, build: Builder) -> None:
+    """A large file's symbol table (a library's, a debug file's) is kept in stackwalk's cache by
+    the file's build id and size (``sections/BUILDID/symbols1-symtab-SIZE``) as it is first
+    made, and later tables are read from there: the one read back names every symbol's start,
+    second byte, last byte and end as the one made from the file (and so as eu-addr2line and
+    gdb, above), and the entry is used, not written again."""
+    path = binary(name, build)
+    cache = Path(os.environ["STACKWALK_CACHE_DIR"]) / "sections"
+    entry = cache / build_id_of(path) / f"symbols1-symtab-{Path(path).stat().st_size}"
+    entry.unlink(missing_ok=True)
+    made = SymbolTable(path)
+    assert entry.exists(), f"no cache entry {entry}"
+    stored_at = entry.stat()
+    read = SymbolTable(path)
+    used = entry.stat()
+    assert (used.st_ino, used.st_size) == (stored_at.st_ino, stored_at.st_size), "written again"
+    assert used.st_mtime_ns > stored_at.st_mtime_ns, "the entry was not used"
+    addresses = {
+        a
+        for s in elf_symbols(path)
+        if s.code_section
+        for a in (s.value, s.value + 1, s.value + max(s.size, 1) - 1, s.value + s.size)
+    }
+    named = 0
+    for address in sorted(addresses):
+        assert read.lookup(address) == made.lookup(address), hex(address)
+        named += made.lookup(address) is not None
+    assert named > 500, f"{named} of {len(addresses)} addresses named"
