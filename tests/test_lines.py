@@ -207,9 +207,10 @@ def test_stripped_binary_with_its_debug_file_in_a_build_id_tree(
     assert without[0]["inline"] is False and without[0]["file"] is None
 
 
-def libc_in_pieces_is_eu_addr2line() -> None:
-    """Functions from all over libc (libc6-dbg's zlib-compressed sections), looked up out of
-    order in batches in one symbolizer, have eu-addr2line's chains (see the test below)."""
+def libc_in_pieces_is_eu_addr2line(debug_root: str = "/usr/lib/debug") -> None:
+    """Functions from all over libc (libc6-dbg's zlib-compressed sections, or the same debug
+    file under another `debug_root`), looked up out of order in batches in one symbolizer, have
+    eu-addr2line's chains (see the test below; eu-addr2line reads libc6-dbg's file)."""
     libc = str(Path("/lib/x86_64-linux-gnu/libc.so.6").resolve())
     debug = symbol_file(libc)
     assert debug != libc, "libc6-dbg is installed by .ci/setup"
@@ -220,7 +221,7 @@ def libc_in_pieces_is_eu_addr2line() -> None:
     picked = functions[:: max(1, len(functions) // 72)]
     random.Random(len(picked)).shuffle(picked)
     bias = 0x7F00_0000_0000
-    symbolizer = Symbolizer([(libc, bias, bias + (1 << 32), bias)], debug_root="/usr/lib/debug")
+    symbolizer = Symbolizer([(libc, bias, bias + (1 << 32), bias)], debug_root=debug_root)
     lines = 0
     for batch in (picked[i : i + 8] for i in range(0, len(picked), 8)):
         # As a stack: frame 0 looked up at its pc, the others at pc - 1 (as callers).
@@ -268,6 +269,50 @@ def test_a_compressed_debug_file_read_in_pieces_is_eu_addr2line(cache: str, tmp_
         assert again == stored
         for p in again:
             inode, used = before[p]
+            assert p.stat().st_ino == inode, f"{p.name} written again"
+            assert p.stat().st_mtime_ns > used, f"{p.name} not used"
+
+
+@pytest.mark.parametrize("cache", ["off", "cold", "warm"])
+def test_a_zstd_compressed_debug_file_is_eu_addr2line(cache: str, tmp_path: Path) -> None:
+    """libc6-dbg's debug file with its sections compressed by zstd instead (`objcopy
+    --compress-debug-sections=zstd`, as some distributions ship them), in a debug root of its
+    own: the same functions, files and lines as eu-addr2line gives from libc6-dbg's file (the
+    helper above). zstd sections are decompressed whole; with a cache, a first process
+    ("cold") stores the large ones by build id (`NAME-STREAMSIZE-SIZE-zstd`, checked by the
+    Adler-32 in their header) and the next ("warm") maps them; with none ("off"), nothing is
+    stored."""
+    libc = str(Path("/lib/x86_64-linux-gnu/libc.so.6").resolve())
+    build_id = build_id_of(libc)
+    root = tmp_path / "debug"
+    target = root / ".build-id" / build_id[:2] / f"{build_id[2:]}.debug"
+    target.parent.mkdir(parents=True)
+    plain = tmp_path / "plain.debug"
+    run(["objcopy", "--decompress-debug-sections", symbol_file(libc), str(plain)], check=True)
+    run(["objcopy", "--compress-debug-sections=zstd", str(plain), str(target)], check=True)
+    headers = run(["readelf", "-tW", str(target)]).stdout
+    assert re.search(r"\.debug_info\n.*\n.*COMPRESSED\n\s+ZSTD", headers), headers[:2000]
+    store = tmp_path / "cache"
+    env = {**os.environ, "STACKWALK_CACHE_DIR": "" if cache == "off" else str(store)}
+    call = f"import test_lines; test_lines.libc_in_pieces_is_eu_addr2line({str(root)!r})"
+    tests = str(Path(__file__).parent)
+
+    def checked() -> list[Path]:
+        proc = run([sys.executable, "-c", call], env={**env, "PYTHONPATH": tests}, cwd=tests)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        return sorted(store.glob("sections/*/*-zstd"))
+
+    stored = checked()
+    if cache == "off":
+        assert not store.exists()
+        return
+    assert {p.parent.name for p in stored} == {build_id}
+    names = {p.name.split("-")[0] for p in stored}
+    assert {"debug_info", "debug_line", "debug_abbrev"} <= names, names
+    if cache == "warm":
+        before = {p: (p.stat().st_ino, p.stat().st_mtime_ns) for p in stored}
+        assert checked() == stored
+        for p, (inode, used) in before.items():
             assert p.stat().st_ino == inode, f"{p.name} written again"
             assert p.stat().st_mtime_ns > used, f"{p.name} not used"
 

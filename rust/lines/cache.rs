@@ -16,6 +16,10 @@
 //! stored again. At most `$STACKWALK_CACHE_MAX` bytes (default 1 GiB) are
 //! kept, those used longest ago removed first.
 //!
+//! Sections compressed otherwise (zstd) are kept the same way, as
+//! `NAME-STREAMSIZE-SIZE-FORMAT`, checked as the derived tables below are
+//! ([`SectionCache::decompressed`]).
+//!
 //! Tables derived from a file with a build id live there too
 //! ([`SectionCache::derived`]): the kernel's symbols made from perf's copy of
 //! kallsyms, `sections/BUILDID/kallsyms-SIZE-MTIME`, and a large ELF file's
@@ -117,6 +121,27 @@ impl SectionCache {
             self.trim();
         }
         Some(SectionBytes::whole(out))
+    }
+
+    /// The decompressed bytes of section `name` of the file with `build_id`,
+    /// compressed other than by zlib (`format`: zstd), its stream of
+    /// `stream_len` bytes making `full`, as `decompress` makes them: the
+    /// cache's entry, else made (and stored). A zstd stream need not carry a
+    /// checksum of its content, so the entry is checked as a derived table
+    /// is ([`SectionCache::derived`]). None where the section is too small
+    /// to be worth it, or does not decompress to its `full` bytes.
+    pub fn decompressed(
+        &self,
+        build_id: &[u8],
+        (name, format): (&str, &str),
+        (stream_len, full): (usize, u64),
+        decompress: impl FnOnce() -> Option<Vec<u8>>,
+    ) -> Option<SectionBytes> {
+        if full < MIN_CACHED || name.contains('/') {
+            return None;
+        }
+        let entry = format!("{}-{stream_len}-{full}-{format}", name.trim_start_matches('.'));
+        self.derived(build_id, &entry, || decompress().filter(|b| b.len() as u64 == full))
     }
 
     /// The bytes `make` derives from a file with `build_id` (a table built

@@ -310,13 +310,22 @@ impl Sections {
             SectionBytes { data: data.clone(), range }
         };
         let empty = SectionBytes { data: data.clone(), range: 0..0 };
-        // A large zlib-compressed section decompressed once for every process, by build id.
+        // A large compressed section decompressed once for every process, by build id.
         let build_id = file.build_id().ok().flatten().unwrap_or_default();
         let cache = SectionCache::from_env();
         let cached = |name: &str, c: &object::CompressedData<'_>| -> Option<SectionBytes> {
-            let stream_ok = c.format == object::CompressionFormat::Zlib
-                && partial::plausible(c.format, c.data.len(), c.uncompressed_size);
-            stream_ok.then(|| cache?.zlib(build_id, name, c.data, c.uncompressed_size))?
+            let (cache, full) = (cache?, c.uncompressed_size);
+            if !partial::plausible(c.format, c.data.len(), full) {
+                return None;
+            }
+            match c.format {
+                object::CompressionFormat::Zlib => cache.zlib(build_id, name, c.data, full),
+                object::CompressionFormat::Zstandard => {
+                    let decompress = || c.decompress().ok().map(Cow::into_owned);
+                    cache.decompressed(build_id, (name, "zstd"), (c.data.len(), full), decompress)
+                }
+                _ => None,
+            }
         };
         // A large zlib-compressed .debug_info is read in part, and with it .debug_abbrev and
         // .debug_line (compressed or not).
