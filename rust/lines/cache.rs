@@ -51,6 +51,9 @@ pub struct SectionCache {
     /// they cannot, a section missing from the cache is the caller's to read
     /// (as far as it needs), not decompressed whole for nothing.
     writable: OnceLock<bool>,
+    /// The cache's size in bytes as this process knows it (see
+    /// [`SectionCache::added`]), None before its first store.
+    size: std::sync::Mutex<Option<u64>>,
 }
 
 impl PartialEq for SectionCache {
@@ -73,13 +76,17 @@ impl SectionCache {
             None => crate::files::cache_home(var)?.join("stackwalk"),
         };
         let max = var("STACKWALK_CACHE_MAX").and_then(|v| v.parse().ok()).unwrap_or(DEFAULT_MAX);
-        Some(SectionCache { dir: root.join("sections"), max, writable: OnceLock::new() })
+        Some(SectionCache::in_dir(root.join("sections"), max))
+    }
+
+    fn in_dir(dir: PathBuf, max: u64) -> SectionCache {
+        SectionCache { dir, max, writable: OnceLock::new(), size: std::sync::Mutex::new(None) }
     }
 
     /// A cache in `dir` (its `sections` directory) of at most `max` bytes.
     #[cfg(test)]
     pub fn at(dir: &Path, max: u64) -> SectionCache {
-        SectionCache { dir: dir.join("sections"), max, writable: OnceLock::new() }
+        SectionCache::in_dir(dir.join("sections"), max)
     }
 
     /// The decompressed bytes of section `name` of the file with `build_id`,
@@ -118,7 +125,7 @@ impl SectionCache {
             return None;
         }
         if self.store(&entry, &out).is_ok() {
-            self.trim();
+            self.added(full);
         }
         Some(SectionBytes::whole(out))
     }
@@ -170,7 +177,7 @@ impl SectionCache {
             let adler = zlib_rs::adler32::adler32(1, &bytes);
             let header = [adler.to_le_bytes(), len.to_le_bytes()].concat();
             if self.store_parts(&entry, &[&header, &bytes]).is_ok() {
-                self.trim();
+                self.added(u64::from(len) + 8);
             }
         }
         Some(SectionBytes::whole(bytes))
@@ -198,11 +205,26 @@ impl SectionCache {
         file.persist(entry)
     }
 
-    /// The entries beyond the size limit removed, those used longest ago
-    /// first (an entry's modification time is set when it is used).
-    fn trim(&self) {
-        let mut entries: Vec<(SystemTime, u64, PathBuf)> = Vec::new();
-        let Ok(ids) = std::fs::read_dir(&self.dir) else { return };
+    /// An entry of `len` bytes stored: the cache trimmed if it may now be
+    /// past its limit. Its size is found by listing it at a process's first
+    /// store (and at each trim), then kept by adding what the process
+    /// stores, so that a process storing many entries (a spool of cores of
+    /// many builds) does not list the whole cache at every one. Other
+    /// processes' entries are counted at the next listing.
+    fn added(&self, len: u64) {
+        let mut size = self.size.lock().unwrap_or_else(|e| e.into_inner());
+        let now = match *size {
+            Some(known) => known.saturating_add(len),
+            None => self.entries().iter().map(|e| e.1).sum(),
+        };
+        *size = Some(if now > self.max { self.trim() } else { now });
+    }
+
+    /// Every entry: when it was last used (its modification time, set when it
+    /// is used), its size and its path.
+    fn entries(&self) -> Vec<(SystemTime, u64, PathBuf)> {
+        let mut entries = Vec::new();
+        let Ok(ids) = std::fs::read_dir(&self.dir) else { return entries };
         for id in ids.flatten() {
             let Ok(files) = std::fs::read_dir(id.path()) else { continue };
             for file in files.flatten() {
@@ -211,6 +233,13 @@ impl SectionCache {
                 entries.push((used, meta.len(), file.path()));
             }
         }
+        entries
+    }
+
+    /// The entries beyond the size limit removed, those used longest ago
+    /// first; the size left.
+    fn trim(&self) -> u64 {
+        let mut entries = self.entries();
         let mut total: u64 = entries.iter().map(|e| e.1).sum();
         entries.sort();
         for (_, len, path) in entries {
@@ -224,6 +253,7 @@ impl SectionCache {
                 }
             }
         }
+        total
     }
 }
 
@@ -422,6 +452,28 @@ mod tests {
             .collect();
         assert_eq!(kept, ["01", "03"], "the second, used longest ago, removed");
         assert!(!dir.join("sections/02").exists(), "its directory too");
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn a_process_storing_many_entries_keeps_the_cache_under_its_limit() {
+        let dir = std::env::temp_dir().join(format!("section-many-{}", std::process::id()));
+        // Another process's entry, there before this one's first store.
+        let other = SectionCache::at(&dir, 1 << 30);
+        other.derived(b"\xff", "table", || Some(vec![7; 500 << 10])).expect("stored");
+        // Room for three tables of 400 KiB; this process stores ten, one after another.
+        let cache = SectionCache::at(&dir, 1300 << 10);
+        for i in 0..10u8 {
+            cache.derived(&[i], "table", || Some(vec![i; 400 << 10])).expect("made");
+            let total: u64 = entries(&dir).iter().map(|p| p.metadata().unwrap().len()).sum();
+            assert!(total <= 1300 << 10, "{total} bytes after {} stores", i + 1);
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let kept: Vec<String> = entries(&dir)
+            .iter()
+            .map(|p| p.parent().and_then(|d| d.file_name()).unwrap().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(kept, ["07", "08", "09"], "the last three stored");
         std::fs::remove_dir_all(&dir).ok();
     }
 }
