@@ -20,9 +20,9 @@ use crate::memory::{Regions, SegmentMemory};
 use crate::registers::Registers;
 use crate::unwind::{End, Frame, Unwinder};
 
-/// A chunk's frames, one walk's after another, and each walk's length and end.
 /// What a thread found walking a chunk.
 struct ChunkWalks {
+    /// The chunk's frames, one walk's after another.
     frames: Vec<Frame>,
     /// Every frame's pc: the chunk's part of the batch's flat buffer, made
     /// by the thread that walked it, while the frames are in its cache.
