@@ -94,6 +94,31 @@ def test_a_list_changed_between_stacks_is_read_again(stacks: list[Capture]) -> N
     assert all(_frames(again[i]) == cut for i in range(300))
 
 
+def test_a_registers_object_changed_between_stacks_is_read_again(stacks: list[Capture]) -> None:
+    """A stack given the Registers object the stack before had shares the registers taken for
+    it; where the stacks come from a generator, which may change the object between two
+    stacks, each stack's registers are taken as they are."""
+    cap = stacks[0]
+    uw = _unwinder(cap)
+    other = {**cap.regs, "rsp": 8}  # no memory there: the walk ends at once
+    full, cut = _frames(uw.unwind(cap.regs, cap.memory)), _frames(uw.unwind(other, cap.memory))
+    assert len(cut) < len(full)
+    regs = stackwalk.Registers(cap.arch, cap.regs)
+
+    def given() -> Any:
+        for i in range(300):
+            regs.update(other if i % 3 == 2 else cap.regs)
+            yield regs, cap.memory
+
+    batch = uw.unwind_many(given())
+    assert [_frames(batch[i]) for i in range(300)] == [
+        cut if i % 3 == 2 else full for i in range(300)
+    ]
+    # The same object given again and again, in a list of stacks: the same frames.
+    again = uw.unwind_many([(regs, cap.memory)] * 300)
+    assert all(_frames(again[i]) == cut for i in range(300))
+
+
 def test_flat_buffers(stacks: list[Capture]) -> None:
     cap = stacks[0]
     uw = _unwinder(cap)

@@ -44,8 +44,8 @@ thread_local! {
 /// One stack to unwind: its registers and the memory that holds it, taken
 /// from Python (buffers held, not copied) while the GIL is held.
 struct Stack {
-    pc: u64,
-    regs: Arc<Registers>,
+    /// Its pc and registers' index in [`Chunk::regs`].
+    regs: usize,
     memory: StackMemory,
 }
 
@@ -65,11 +65,24 @@ struct Chunk {
     /// object shares them (see [`Chunk::take`]). The object is kept, so that
     /// no other can take its address.
     last: Option<(Py<PyAny>, Range<usize>)>,
+    /// The stacks' pcs and registers, each once for a run of stacks given
+    /// the same `Registers` object (see [`Chunk::take`]): no reference is
+    /// counted per stack, on the line the walking threads read the values
+    /// from.
+    regs: Vec<(u64, Arc<Registers>)>,
+    /// The `Registers` object of the last stack taken, kept as `last` is.
+    last_regs: Option<Py<PyAny>>,
 }
 
 impl Chunk {
     fn new() -> Self {
-        Chunk { stacks: Vec::with_capacity(CHUNK), held: Vec::with_capacity(CHUNK), last: None }
+        Chunk {
+            stacks: Vec::with_capacity(CHUNK),
+            held: Vec::with_capacity(CHUNK),
+            last: None,
+            regs: Vec::with_capacity(CHUNK),
+            last_regs: None,
+        }
     }
 
     /// Empty, for reuse (with the GIL: its Python objects are let go of).
@@ -77,6 +90,8 @@ impl Chunk {
         self.stacks.clear();
         self.held.clear();
         self.last = None;
+        self.regs.clear();
+        self.last_regs = None;
     }
 
     /// Stack `i` of the batch (`item`, a (regs, memory) pair), checked as
@@ -117,7 +132,8 @@ impl Chunk {
     /// between two stacks, so a list given again is as it was) and `memory`
     /// is the list or tuple of regions the stack before had (the threads of
     /// one snapshot, say), its regions are those read for that stack, not
-    /// read again.
+    /// read again; so are its registers where it is given the same
+    /// `Registers` object as the stack before.
     fn take(
         &mut self,
         arch: Arch,
@@ -125,7 +141,12 @@ impl Chunk {
         memory: &Bound<'_, PyAny>,
         reuse: bool,
     ) -> PyResult<()> {
-        let (pc, regs) = shared_registers(arch, regs)?;
+        let same_regs = self.last_regs.as_ref().is_some_and(|last| last.is(regs));
+        if !same_regs || self.regs.is_empty() {
+            self.regs.push(shared_registers(arch, regs)?);
+            let object = reuse && regs.is_exact_instance_of::<super::registers::PyRegisters>();
+            self.last_regs = object.then(|| regs.clone().unbind());
+        }
         let memory = match (&self.last, mapped_memory(memory)) {
             (_, Some(m)) => StackMemory::Mapped(m),
             (Some((last, regions)), None) if last.is(memory) => {
@@ -141,7 +162,7 @@ impl Chunk {
                 StackMemory::Buffers(regions)
             }
         };
-        self.stacks.push(Stack { pc, regs, memory });
+        self.stacks.push(Stack { regs: self.regs.len() - 1, memory });
         Ok(())
     }
 
@@ -188,8 +209,8 @@ impl Chunk {
                         self.regions_of(stack, &mut regions);
                     }
                 }
-                let end =
-                    unwinder.unwind(stack.pc, &stack.regs, &mut regions, max_frames, &mut frames);
+                let (pc, regs) = &self.regs[stack.regs];
+                let end = unwinder.unwind(*pc, regs, &mut regions, max_frames, &mut frames);
                 if all.is_empty() {
                     // Room for the chunk's walks if they are as long as its first: a
                     // chunk of deep stacks holds megabytes, which growing by doubling
