@@ -15,8 +15,8 @@ use pyo3::types::{PyBytes, PyMemoryView};
 use super::errors::guard;
 use super::unwinder::{extract_buffers_into, mapped_memory, shared_registers, HeldBytes, PyTrace};
 use crate::arch::Arch;
-use crate::cfi::Module;
 use crate::memory::{Regions, SegmentMemory};
+use crate::modules::ModuleSet;
 use crate::registers::Registers;
 use crate::unwind::{End, Frame, Unwinder};
 
@@ -27,8 +27,8 @@ struct ChunkWalks {
     /// Every frame's pc: the chunk's part of the batch's flat buffer, made
     /// by the thread that walked it, while the frames are in its cache.
     pcs: Vec<u64>,
-    /// Each stack's frames, how its walk ended, and the module it ended in.
-    walks: Vec<(usize, End, Option<Arc<Module>>)>,
+    /// Each stack's frames and how its walk ended.
+    walks: Vec<(usize, End)>,
 }
 
 /// Stacks a thread walks at a time: the unit of the pipeline below
@@ -220,7 +220,7 @@ impl Chunk {
                 }
                 all.extend_from_slice(&frames);
                 pcs.extend(frames.iter().map(|f| f.pc));
-                walks.push((frames.len(), end, unwinder.end_module(&end)));
+                walks.push((frames.len(), end));
             }
             ChunkWalks { frames: all, pcs, walks }
         })
@@ -360,9 +360,9 @@ pub(super) fn unwind_many(
     let mut ends = Vec::with_capacity(stacks);
     let (mut chunks, mut pcs) = (Vec::with_capacity(done.len()), Vec::with_capacity(done.len()));
     for (_, chunk) in done {
-        for (len, end, module) in chunk.walks {
+        for (len, end) in chunk.walks {
             offsets.push(offsets[offsets.len() - 1] + len as u64);
-            ends.push((end, module));
+            ends.push(end);
         }
         chunks.push(chunk.frames);
         pcs.push(chunk.pcs);
@@ -375,6 +375,7 @@ pub(super) fn unwind_many(
         chunks,
         bounds: offsets,
         ends,
+        modules: base.module_set().clone(),
     })
 }
 
@@ -406,7 +407,11 @@ pub struct PyTraceBatch {
     /// len + 1 frame indexes: trace i is frames bounds[i]..bounds[i + 1] of
     /// all the chunks' one after another.
     bounds: Vec<u64>,
-    ends: Vec<(End, Option<Arc<Module>>)>,
+    ends: Vec<End>,
+    /// The modules the walks' ends name by index: each trace's end module
+    /// is found when the trace is made, so that no walk counts a reference
+    /// to a module shared by every thread.
+    modules: Arc<ModuleSet>,
     pcs: Py<PyBytes>,
     offsets: Py<PyBytes>,
 }
@@ -429,8 +434,9 @@ impl PyTraceBatch {
         let (start, end) =
             ((self.bounds[i] - first) as usize, (self.bounds[i + 1] - first) as usize);
         let frames = self.chunks[chunk][start..end].to_vec();
-        let (walk_end, module) = &self.ends[i];
-        Ok(PyTrace::new(frames, *walk_end, self.arch, module.clone()))
+        let walk_end = self.ends[i];
+        let module = walk_end.module.and_then(|m| self.modules.modules().get(m)).cloned();
+        Ok(PyTrace::new(frames, walk_end, self.arch, module))
     }
 
     /// Every trace's pcs, one after another: a memoryview of uint64.
@@ -448,7 +454,7 @@ impl PyTraceBatch {
     /// Why each walk stopped (the values of `Trace.end`).
     #[getter]
     fn ends(&self) -> Vec<&'static str> {
-        self.ends.iter().map(|(e, _)| e.reason.as_str()).collect()
+        self.ends.iter().map(|e| e.reason.as_str()).collect()
     }
 
     fn __repr__(&self) -> String {
