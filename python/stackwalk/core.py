@@ -16,9 +16,9 @@ is fetched by build id from the debuginfod servers of ``DEBUGINFOD_URLS``, sever
 debuginfod's cache (``stackwalk._core.debuginfod_fetch``), unless ``offline``. Cores of 64-bit
 (x86_64, aarch64) and 32-bit (i386) processes are read. Build ids are read
 from the module headers the core holds and compared with the files found; every doubt is a line
-in ``core.warnings``. A debug file's large zlib-compressed sections, once decompressed, are kept
-by build id in ``$STACKWALK_CACHE_DIR`` (else ``~/.cache/stackwalk``; empty: none) for the
-processes after.
+in ``core.warnings``. A debug file's compressed sections (zlib or zstd, 32 KiB and more), once
+decompressed, and a large file's symbol table, once read, are kept by build id in
+``$STACKWALK_CACHE_DIR`` (else ``~/.cache/stackwalk``; empty: none) for the processes after.
 """
 
 from __future__ import annotations
