@@ -370,8 +370,8 @@ pub(super) fn unwind_many(
     let total = pcs.iter().map(Vec::len).sum();
     Ok(PyTraceBatch {
         arch,
-        pcs: u64_bytes(py, total, pcs.iter().flatten().copied())?,
-        offsets: u64_bytes(py, offsets.len(), offsets.iter().copied())?,
+        pcs: u64_bytes(py, total, pcs.iter().map(Vec::as_slice))?,
+        offsets: u64_bytes(py, offsets.len(), [offsets.as_slice()])?,
         chunks,
         bounds: offsets,
         ends,
@@ -379,16 +379,24 @@ pub(super) fn unwind_many(
     })
 }
 
-/// The `len` `values` as the bytes of native-endian uint64s (a memoryview
-/// casts them).
-fn u64_bytes(
+/// The `len` values of `parts`, one part after another, as the bytes of
+/// native-endian uint64s (a memoryview casts them). Each part is copied by
+/// a loop of its own over a slice, which the compiler makes a block copy
+/// (a flattened iterator of parts was copied a word at a time).
+fn u64_bytes<'a>(
     py: Python<'_>,
     len: usize,
-    values: impl Iterator<Item = u64>,
+    parts: impl IntoIterator<Item = &'a [u64]>,
 ) -> PyResult<Py<PyBytes>> {
     let bytes = PyBytes::new_with(py, len * 8, |buf| {
-        for (word, v) in buf.chunks_exact_mut(8).zip(values) {
-            word.copy_from_slice(&v.to_ne_bytes());
+        let mut rest = buf;
+        for part in parts {
+            let at = (part.len() * 8).min(rest.len());
+            let (head, tail) = std::mem::take(&mut rest).split_at_mut(at);
+            for (word, v) in head.chunks_exact_mut(8).zip(part) {
+                word.copy_from_slice(&v.to_ne_bytes());
+            }
+            rest = tail;
         }
         Ok(())
     })?;
