@@ -130,7 +130,7 @@ impl SymbolTable {
             && bounds.last() == Some(&text.len())
             && bounds.windows(2).all(|w| w[0] <= w[1])
             && bounds.iter().all(|&b| text.is_char_boundary(b));
-        if !ordered || bounds.len() != count + 1 {
+        if !ordered {
             return None;
         }
         let mut demangled = Vec::new();

@@ -260,36 +260,37 @@ impl SectionCache {
 /// The entry at `path`, mapped, if it holds `full` bytes whose Adler-32 is
 /// `adler`; a damaged entry is removed.
 fn read_entry(path: &Path, full: u64, adler: u32) -> Option<SectionBytes> {
-    let data = crate::files::map(path).ok()?;
-    if data.len() as u64 != full || zlib_rs::adler32::adler32(1, &data) != adler {
-        let _ = std::fs::remove_file(path);
-        return None;
-    }
-    touch(path);
-    let len = data.len();
-    Some(SectionBytes { data: Arc::new(data), range: 0..len })
+    read_checked(path, 0, |_| Some((full, adler)))
 }
 
 /// A derived entry at `path` ([`SectionCache::derived`]), mapped, if its
 /// header's length and Adler-32 are its bytes'; a damaged entry is removed.
 fn read_derived(path: &Path) -> Option<SectionBytes> {
+    read_checked(path, 8, |entry| {
+        let field = |at: usize| Some(u32::from_le_bytes(entry.get(at..at + 4)?.try_into().ok()?));
+        Some((u64::from(field(4)?), field(0)?))
+    })
+}
+
+/// The entry at `path`, mapped, its bytes from `start` on if they are as
+/// many and of the Adler-32 that `expected` gives (from the entry, where
+/// its header says); a damaged entry is removed, and one used is touched.
+fn read_checked(
+    path: &Path,
+    start: usize,
+    expected: impl FnOnce(&[u8]) -> Option<(u64, u32)>,
+) -> Option<SectionBytes> {
     let data = crate::files::map(path).ok()?;
-    let field =
-        |at: usize| data.get(at..at + 4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
-    let whole = match (field(0), field(4)) {
-        (Some(adler), Some(len)) => {
-            let body = &data[8..];
-            body.len() as u64 == u64::from(len) && zlib_rs::adler32::adler32(1, body) == adler
-        }
-        _ => false,
-    };
+    let whole = data.get(start..).zip(expected(&data)).is_some_and(|(bytes, (len, adler))| {
+        bytes.len() as u64 == len && zlib_rs::adler32::adler32(1, bytes) == adler
+    });
     if !whole {
         let _ = std::fs::remove_file(path);
         return None;
     }
     touch(path);
     let len = data.len();
-    Some(SectionBytes { data: Arc::new(data), range: 8..len })
+    Some(SectionBytes { data: Arc::new(data), range: start..len })
 }
 
 /// An entry marked used now: the last to go when the cache is trimmed.
