@@ -515,7 +515,12 @@ def test_dask_local_cluster_gives_the_same_store(spool: Spool, tmp_path: Path, s
     one, dask = tmp_path / "one.sqlite", tmp_path / "dask.sqlite"
     stackwalk_cli("triage", *files, "--db", str(one), "--jobs", "1")
     if store == "here":
-        stackwalk_cli("triage", *files, "--db", str(dask), "--dask", "local")
+        # The installed command, as users type it: the cluster's workers are spawned
+        # processes, which run the command's script again, as their main module.
+        script = Path(sys.executable).with_name("stackwalk")
+        argv = [str(script), "triage", *files, "--db", str(dask), "--dask", "local"]
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr
     else:
         assert Path.cwd() != tmp_path  # the workers' directory (the tests'), not the driver's
         with distributed.LocalCluster(n_workers=2, processes=True, threads_per_worker=1) as local:
