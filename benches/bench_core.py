@@ -14,13 +14,12 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from benchstacks import benchmarks_enabled, on_cores, skip_unless_cores
+from benchstacks import benchmarks_enabled, on_cores, skip_unless_cores, stackwalk_command
 
 CRASH_SCRIPT = """
 import ctypes
@@ -83,9 +82,7 @@ def one_core(
 @pytest.mark.benchmark(group="core-command")
 def test_stackwalk_core(benchmark: Any, one_core: tuple[Path, str, str]) -> None:
     core, program, function = one_core
-    # The installed command (no runpy, as `python -m` would add).
-    script = Path(sys.executable).with_name("stackwalk")
-    argv = [str(script), "core", str(core), program]
+    argv = stackwalk_command("core", core, program)
     proc = benchmark.pedantic(_run, args=(argv,), rounds=5, warmup_rounds=1)
     assert proc.returncode == 0, proc.stderr
     assert function in proc.stdout
@@ -186,8 +183,7 @@ def _spool_size(spool: Path) -> int:
 @pytest.mark.benchmark(group="core-dir")
 @pytest.mark.parametrize("cpus", [1, 2])
 def test_stackwalk_core_dir(benchmark: Any, core_dir: Path, cpus: int) -> None:
-    script = Path(sys.executable).with_name("stackwalk")
-    argv = [str(script), "core", "--dir", str(core_dir), "--jobs", str(cpus)]
+    argv = stackwalk_command("core", "--dir", core_dir, "--jobs", str(cpus))
     # On `cpus` CPUs only (the command and its workers inherit the affinity): one CPU is one
     # CPU, not one worker whose thread pool takes the second.
     skip_unless_cores(cpus)
@@ -237,11 +233,10 @@ def test_core_dir_interleaved(
     costs cancel out, those of the parent's start and of its first core above all, which it
     reads before the workers are forked and no second CPU can share)."""
     skip_unless_cores(2)
-    script = Path(sys.executable).with_name("stackwalk")
     rounds = DIR_ROUNDS if benchmarks_enabled(request.config) else 1
 
     def timed(spool: Path, cpus: int) -> float:
-        argv = [str(script), "core", "--dir", str(spool), "--jobs", str(cpus)]
+        argv = stackwalk_command("core", "--dir", spool, "--jobs", str(cpus))
         start = time.perf_counter()
         proc = on_cores(cpus, lambda: _run(argv))
         took = time.perf_counter() - start

@@ -19,6 +19,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ from typing import Any
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from benchstacks import benchmarks_enabled  # noqa: E402
+from benchstacks import benchmarks_enabled, stackwalk_command  # noqa: E402
 from corefiles import Spec  # noqa: E402
 from minidumps import MINIDUMP_STACKWALK, Dumps, symbol_store  # noqa: E402
 from realstacks import Builder  # noqa: E402
@@ -90,7 +91,7 @@ def spool(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureReque
     return Spool(directory, store, syms, enabled)
 
 
-def _run(argv: list[str | Path]) -> subprocess.CompletedProcess[str]:
+def _run(argv: Sequence[str | Path]) -> subprocess.CompletedProcess[str]:
     return subprocess.run([os.fspath(a) for a in argv], capture_output=True, text=True,
                           timeout=3600)  # fmt: skip
 
@@ -112,10 +113,10 @@ def test_minidump_dumps_per_second(benchmark: Any, spool: Spool) -> None:
     assert os.path.exists(MINIDUMP_STACKWALK), ".ci/setup installs minidump-stackwalk"
     paths = sorted(spool.directory.iterdir())
     theirs_each = THEIRS_PER_ROUND if spool.enabled else THEIRS_SMOKE
-    ours_cmd: list[str | Path] = [
-        sys.executable, "-m", "stackwalk", "minidump", "--dir", spool.directory, "--json",
-        "--jobs", "1", "--offline", "--symbols-path", spool.store,
-    ]  # fmt: skip
+    ours_cmd = stackwalk_command(
+        "minidump", "--dir", spool.directory, "--json", "--jobs", "1", "--offline",
+        "--symbols-path", spool.store,
+    )  # fmt: skip
 
     def interleaved() -> tuple[list[float], list[float]]:
         ours, theirs = [], []

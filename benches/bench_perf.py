@@ -48,7 +48,7 @@ from elftools.elf.elffile import ELFFile
 from stackwalk._core import perf_report, perf_samples
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from benchstacks import PERF_SIZES, on_cores, skip_unless_cores  # noqa: E402
+from benchstacks import PERF_SIZES, on_cores, skip_unless_cores, stackwalk_command  # noqa: E402
 from corefiles import cargo_tool  # noqa: E402
 
 # The main() of both programs below: two threads of their `work`, with `count` = argv[1].
@@ -173,7 +173,7 @@ def _run(argv: list[str], env: dict[str, str] | None = None) -> subprocess.Compl
 
 
 def _stackwalk(*args: str) -> list[str]:
-    return [sys.executable, "-m", "stackwalk", "perf", *args]
+    return stackwalk_command("perf", *args)
 
 
 def _samples(path: Path) -> int:

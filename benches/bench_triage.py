@@ -15,7 +15,6 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +22,7 @@ from typing import Any, NamedTuple
 
 import pytest
 from bench_core import small_cores  # noqa: F401  (a fixture)
-from benchstacks import benchmarks_enabled
+from benchstacks import benchmarks_enabled, stackwalk_command
 
 SPOOL_CORES = 4000  # files when the benchmarks run for real (the fixed costs, Dask's import and
 # connection above all, small beside the work)
@@ -60,7 +59,7 @@ def spool(
 
 def _triage(spool: Path, db: Path, *options: str) -> subprocess.CompletedProcess[str]:
     db.unlink(missing_ok=True)
-    argv = [sys.executable, "-m", "stackwalk", "triage", str(spool), "--db", str(db), *options]
+    argv = stackwalk_command("triage", spool, "--db", db, *options)
     return subprocess.run(argv, capture_output=True, text=True, timeout=1800)
 
 
@@ -256,7 +255,7 @@ def big_store(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureR
 @pytest.mark.benchmark(group="report")
 @pytest.mark.parametrize("how", ["text", "--json", "--html"])
 def test_report(benchmark: Any, big_store: Path, tmp_path: Path, how: str) -> None:
-    argv = [sys.executable, "-m", "stackwalk", "report", "--db", str(big_store)]
+    argv = stackwalk_command("report", "--db", big_store)
     if how == "--html":
         argv += ["--html", str(tmp_path / "report.html")]
     elif how == "--json":

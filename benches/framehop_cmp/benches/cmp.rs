@@ -9,7 +9,8 @@
 //! the CFA and the trust of each frame.
 //!
 //! `FRAMEHOP_CMP_CRITERION=0` skips criterion (the interleaved table only);
-//! `FRAMEHOP_CMP_ROUNDS` sets the interleaved rounds (default 31).
+//! `FRAMEHOP_CMP_ROUNDS` sets the interleaved rounds (default 31); `FRAMEHOP_CMP_ONLY=NAME`
+//! measures one stack (the capture `NAME.json`), for a profile of its walks.
 
 use std::hint::black_box;
 use std::path::PathBuf;
@@ -33,6 +34,9 @@ fn load_stacks() -> Vec<Stack> {
         }
     };
     paths.retain(|p| p.extension().is_some_and(|x| x == "json"));
+    if let Some(only) = std::env::var_os("FRAMEHOP_CMP_ONLY") {
+        paths.retain(|p| p.file_stem() == Some(only.as_os_str()));
+    }
     paths.sort();
     paths
         .iter()
