@@ -381,6 +381,94 @@ struct WideEntry {
     generation: u64,
     module: u32,
     row: Row,
+    /// The row as a [`Context`] one, where it is.
+    context: Option<Context>,
+}
+
+/// A signal trampoline's row in the form a walk applies it: the kernel's
+/// saved context, at a register's value plus offsets. Every rule saves a
+/// tracked register at an offset from one register, and the CFA is a word
+/// read at an offset from it too, or that register plus an offset (x86_64
+/// glibc's `__restore_rt`: `CFA = *(rsp + 160)`, rip at rsp + 168, and 16
+/// more). A walk reads every word from one window of the stack, with no
+/// rule decoded, no second register file, and no copy of one.
+#[derive(Clone, Copy)]
+pub struct Context {
+    /// The register the CFA and every rule are read from.
+    pub base: u16,
+    /// Where the words start, from the base register's value.
+    pub window: i64,
+    /// The highest word's offset in the window (the window holds it and a
+    /// word more).
+    pub span: u16,
+    /// The CFA: the word at `cfa_at` in the window (`cfa_deref`), else the
+    /// base register plus `cfa_offset`.
+    pub cfa_deref: bool,
+    pub cfa_at: u16,
+    pub cfa_offset: i32,
+    pub ra: u16,
+    pub signal_frame: bool,
+    len: u8,
+    regs: [u8; NUM_REGS],
+    /// Each rule's word in the window.
+    ats: [u16; NUM_REGS],
+}
+
+impl Context {
+    /// `row` as a [`Context`] one; None where it is not one.
+    pub fn of(row: &Row) -> Option<Context> {
+        let (base, cfa_word, cfa_offset) = match row.cfa {
+            CfaRule::DerefRegister { reg, offset } => (reg, Some(offset), 0),
+            CfaRule::RegOffset { reg, offset } => (reg, None, i32::try_from(offset).ok()?),
+            CfaRule::Expr(_) => return None,
+        };
+        let rules = row.rules();
+        let mut offsets = Vec::with_capacity(rules.len() + 1);
+        offsets.extend(cfa_word);
+        for &(reg, rule) in rules {
+            match rule {
+                RegRule::AtRegister { reg: r, offset }
+                    if r == base && usize::from(reg) < NUM_REGS =>
+                {
+                    offsets.push(offset)
+                }
+                _ => return None,
+            }
+        }
+        let lo = *offsets.iter().min()?;
+        let hi = *offsets.iter().max()?;
+        let span = u16::try_from(i64::from(hi) - i64::from(lo)).ok()?;
+        // At most `span`.
+        let at = |offset: i32| (i64::from(offset) - i64::from(lo)) as u16;
+        let mut out = Context {
+            base,
+            window: i64::from(lo),
+            span,
+            cfa_deref: cfa_word.is_some(),
+            cfa_at: cfa_word.map_or(0, at),
+            cfa_offset,
+            ra: row.ra,
+            signal_frame: row.signal_frame,
+            len: rules.len() as u8,
+            regs: [0; NUM_REGS],
+            ats: [0; NUM_REGS],
+        };
+        for (slot, &(reg, rule)) in rules.iter().enumerate() {
+            if let RegRule::AtRegister { offset, .. } = rule {
+                // Tracked (checked above): below NUM_REGS, as the rules are.
+                out.regs[slot] = reg as u8;
+                out.ats[slot] = at(offset);
+            }
+        }
+        Some(out)
+    }
+
+    /// The rules: each register's column and where its word is in the window.
+    #[inline(always)]
+    pub fn rules(&self) -> impl Iterator<Item = (u16, usize)> + '_ {
+        let n = usize::from(self.len).min(NUM_REGS);
+        self.regs[..n].iter().zip(&self.ats[..n]).map(|(&r, &at)| (u16::from(r), usize::from(at)))
+    }
 }
 
 impl Default for RuleCache {
@@ -406,6 +494,7 @@ impl RuleCache {
             generation: 0,
             module: 0,
             row: Row::new(CfaRule::RegOffset { reg: 0, offset: 0 }, 0, false),
+            context: None,
         };
         RuleCache {
             ways: boxed_array([way; 2]),
@@ -507,15 +596,29 @@ impl RuleCache {
 
     /// Like [`RuleCache::get`], for a row too wide for the compact cache.
     #[inline]
-    pub fn get_wide(&mut self, key: u64, generation: u64) -> Option<(usize, &Row)> {
+    pub fn get_wide(
+        &mut self,
+        key: u64,
+        generation: u64,
+    ) -> Option<(usize, &Row, Option<&Context>)> {
         let entry = self.wide.iter().find(|e| e.key == key && e.generation == generation)?;
         self.stats.hits += 1;
-        Some((entry.module as usize, &entry.row))
+        Some((entry.module as usize, &entry.row, entry.context.as_ref()))
+    }
+
+    /// The [`Context`] row cached for `key` in the module set of
+    /// `generation`, where there is one, without counting the hit.
+    #[inline(always)]
+    pub fn find_context(&self, key: u64, generation: u64) -> Option<&Context> {
+        let entry = self.wide.iter().find(|e| e.key == key && e.generation == generation)?;
+        entry.context.as_ref()
     }
 
     /// Cache a row too wide for the compact cache, in place of the oldest.
     pub fn insert_wide(&mut self, key: u64, generation: u64, module: usize, row: Row) {
-        self.wide[self.next_wide] = WideEntry { key, generation, module: module as u32, row };
+        let context = Context::of(&row);
+        self.wide[self.next_wide] =
+            WideEntry { key, generation, module: module as u32, row, context };
         self.next_wide = (self.next_wide + 1) % WIDE_SLOTS;
     }
 
@@ -622,6 +725,38 @@ mod tests {
         let mut plt = Row::new(CfaRule::Expr(expr), 16, false);
         plt.push(16, RegRule::Offset(-8));
         assert!(!Saved::of(&PackedRow::pack(&plt).unwrap(), 7).is_saved());
+    }
+
+    #[test]
+    fn context_rows_are_a_signal_trampolines_saved_context() {
+        // glibc's __restore_rt (part of it): CFA = *(rsp + 160), rbx, rsp
+        // and rip at rsp + 128, 160, 168.
+        let mut glibc = Row::new(CfaRule::DerefRegister { reg: 7, offset: 160 }, 16, true);
+        for (reg, offset) in [(3, 128), (7, 160), (16, 168)] {
+            glibc.push(reg, RegRule::AtRegister { reg: 7, offset });
+        }
+        let c = Context::of(&glibc).expect("a context row");
+        assert_eq!((c.base, c.window, c.span, c.cfa_deref, c.cfa_at), (7, 128, 40, true, 32));
+        assert_eq!((c.ra, c.signal_frame), (16, true));
+        assert_eq!(c.rules().collect::<Vec<_>>(), [(3, 0), (7, 32), (16, 40)]);
+        // A CFA of the register plus an offset, the words below it.
+        let mut plain = Row::new(CfaRule::RegOffset { reg: 7, offset: 0x100 }, 16, true);
+        plain.push(16, RegRule::AtRegister { reg: 7, offset: 8 });
+        plain.push(0, RegRule::AtRegister { reg: 7, offset: 0x10 });
+        let c = Context::of(&plain).expect("a context row");
+        assert_eq!((c.window, c.span, c.cfa_deref, c.cfa_offset), (8, 8, false, 0x100));
+        // Not one: a rule from another register, a rule of another kind, a
+        // CFA by expression.
+        let mut other_base = glibc;
+        other_base.push(6, RegRule::AtRegister { reg: 6, offset: 0 });
+        assert!(Context::of(&other_base).is_none());
+        let mut other_kind = glibc;
+        other_kind.push(6, RegRule::Offset(-16));
+        assert!(Context::of(&other_kind).is_none());
+        let expr = ExprRef { section: SectionKind::EhFrame, offset: 0, len: 1 };
+        let mut by_expr = Row::new(CfaRule::Expr(expr), 16, true);
+        by_expr.push(16, RegRule::AtRegister { reg: 7, offset: 8 });
+        assert!(Context::of(&by_expr).is_none());
     }
 
     #[test]

@@ -8,7 +8,7 @@ use crate::expr::{self, ExprError};
 use crate::memory::Memory;
 use crate::modules::ModuleSet;
 use crate::registers::Registers;
-use crate::rule_cache::{RuleCache, Saved};
+use crate::rule_cache::{Context, RuleCache, Saved};
 
 /// Apply a row's rules to the callee's state; the frame's CFA goes into
 /// the last of `frames`. `FALLBACK`: the walk may have guessed the callee's
@@ -260,15 +260,7 @@ pub(super) fn recover_saved<M: Memory + ?Sized, const A: u8>(
     for (i, (reg, at)) in row.rules().enumerate() {
         // At most `span`: one bounds test a word, which always passes (the
         // window holds `span` bytes and a word).
-        let value = match word {
-            8 => {
-                window.get(at..at + 8).map(|w| u64::from_le_bytes(w.try_into().unwrap_or_default()))
-            }
-            _ => window
-                .get(at..at + 4)
-                .map(|w| u64::from(u32::from_le_bytes(w.try_into().unwrap_or_default()))),
-        };
-        match value {
+        match window_word(window, at, word) {
             Some(v) => {
                 out.set(reg, v);
                 if i == 0 {
@@ -283,6 +275,67 @@ pub(super) fn recover_saved<M: Memory + ?Sized, const A: u8>(
     }
     drop(out);
     Some((cfa, first))
+}
+
+/// [`apply`] for a [`Context`] row (a signal trampoline's), in place:
+/// `regs`, the callee's, becomes the caller's. None, with nothing done,
+/// where the base register is unknown or the memory lends no window holding
+/// every word (the general way then gives the same answer, or the right
+/// error).
+#[inline(always)]
+pub(super) fn apply_context<M: Memory + ?Sized, const A: u8>(
+    row: &Context,
+    callee: &FrameState,
+    regs: &mut Registers,
+    mem: &mut M,
+    frames: &mut [Frame],
+) -> Option<Step> {
+    let arch = arch_of(A);
+    let mask = arch.address_mask();
+    let word = arch.word_size();
+    let base = regs.get(row.base)?;
+    let lo = base.wrapping_add(row.window as u64) & mask;
+    let len = u64::from(row.span) + word;
+    if lo > mask - (len - 1) {
+        return None;
+    }
+    let window = mem.window(lo, len)?;
+    // At most `span` into the window, which holds `span` bytes and a word.
+    let read = |at: usize| window_word(window, at, word);
+    let cfa = if row.cfa_deref {
+        read(usize::from(row.cfa_at))? & mask
+    } else {
+        base.wrapping_add(i64::from(row.cfa_offset) as u64) & mask
+    };
+    if let Some(f) = frames.last_mut() {
+        f.signal_frame = row.signal_frame;
+        f.cfa = Some(cfa);
+    }
+    // The callee-saved columns keep their values, the others are unknown.
+    let mut out = regs.recover_in_place(arch.same_value_mask());
+    out.set(arch.sp(), cfa);
+    for (reg, at) in row.rules() {
+        match read(at) {
+            Some(v) => out.set(reg, v),
+            None => out.forget(reg),
+        }
+    }
+    drop(out);
+    // A rule for the return address always recovers it: its rule matters
+    // to `finish` only where it is unknown, that is, where it has none.
+    Some(finish(arch, row.ra, None, row.signal_frame, callee, regs))
+}
+
+/// The target's word (`word` bytes: 8, or 4 zero-extended) at `at` in a
+/// window of its memory, if the window holds it.
+#[inline(always)]
+fn window_word(window: &[u8], at: usize, word: u64) -> Option<u64> {
+    match word {
+        8 => window.get(at..at + 8).map(|w| u64::from_le_bytes(w.try_into().unwrap_or_default())),
+        _ => window
+            .get(at..at + 4)
+            .map(|w| u64::from(u32::from_le_bytes(w.try_into().unwrap_or_default()))),
+    }
 }
 
 /// What [`fast_step`] did.

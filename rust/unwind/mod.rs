@@ -20,7 +20,7 @@ pub use crate::modules::OverlapError;
 use crate::registers::Registers;
 pub use crate::rule_cache::Stats;
 use crate::rule_cache::{PackedRow, RuleCache, NO_FDE};
-use apply::{apply, apply_in_place, apply_saved, fast_step, finish, Fast};
+use apply::{apply, apply_context, apply_in_place, apply_saved, fast_step, finish, Fast};
 pub use frame::{End, EndDetail, EndReason, Frame, Trust};
 
 /// Unwinds stacks for one architecture over a set of modules. One
@@ -476,6 +476,13 @@ impl Unwinder {
         mem: &mut M,
         frames: &mut [Frame],
     ) -> Step {
+        // A signal trampoline's row, applied in place.
+        if let Some(context) = self.cache.find_context(lookup, generation) {
+            if let Some(step) = apply_context::<M, A>(context, callee, regs, mem, frames) {
+                self.cache.add_hits(1);
+                return step;
+            }
+        }
         let b = scratch.get_or_insert_with(Registers::new);
         if let Some(step) =
             self.step_cached::<M, A>(lookup, generation, callee, (regs, b), mem, frames)
@@ -578,7 +585,16 @@ impl Unwinder {
                 frames,
             );
         }
-        if let Some((m, row)) = self.cache.get_wide(lookup, generation) {
+        if let Some((m, row, context)) = self.cache.get_wide(lookup, generation) {
+            // A signal trampoline's, by the short way where the callee's sp
+            // is exact (always, in the CFI-only walk).
+            if let Some(context) = context.filter(|_| !FALLBACK || callee.sp_exact) {
+                *caller_regs = *callee_regs;
+                if let Some(step) = apply_context::<M, A>(context, callee, caller_regs, mem, frames)
+                {
+                    return step;
+                }
+            }
             return apply::<M, _, FALLBACK>(
                 arch_of(A),
                 (&self.modules, m),

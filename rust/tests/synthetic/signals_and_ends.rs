@@ -130,6 +130,90 @@ fn register_offset_expressions_are_decoded_and_walk_as_evaluated() {
     assert!(walks.iter().all(|other| other == w), "{walks:#?}");
 }
 
+/// glibc's x86_64 `__restore_rt` as its CFI has it: the CFA the word at
+/// rsp + 0xa0 (the interrupted rsp in the kernel's context), and r8-r15,
+/// rdi, rsi, rbp, rbx, rdx, rax, rcx, rsp and rip saved from rsp + 0x28 on.
+const GLIBC_CONTEXT: [(u16, i64); 17] = [
+    (8, 0x28),
+    (9, 0x30),
+    (10, 0x38),
+    (11, 0x40),
+    (12, 0x48),
+    (13, 0x50),
+    (14, 0x58),
+    (15, 0x60),
+    (5, 0x68),
+    (4, 0x70),
+    (6, 0x78),
+    (3, 0x80),
+    (1, 0x88),
+    (0, 0x90),
+    (2, 0x98),
+    (RSP, 0xa0),
+    (RIP, 0xa8),
+];
+
+/// A walk from a glibc-like trampoline into PROBE (which shows register
+/// `probe` as its CFA), each register's saved word its own value; the same
+/// unwinder walks three times, the rule cache warm after the first.
+fn glibc_context_walks(probe: u16, captured: usize) -> Vec<Walk> {
+    let mut cfi = CfiBuilder::new(Arch::X86_64);
+    let mut cie = vec![Insn::CfaExpression({
+        let mut e = breg(RSP, 0xa0);
+        e.op_deref();
+        e
+    })];
+    cie.extend(
+        GLIBC_CONTEXT.iter().map(|&(reg, at)| Insn::Expression(Register(reg), breg(RSP, at))),
+    );
+    let tramp_cie = cfi.add_cie(RIP, true, cie);
+    cfi.fde_of(tramp_cie, TRAMP, 0x10, vec![]).probe(PROBE, probe);
+    let mut stack = Stack::new();
+    for &(reg, at) in &GLIBC_CONTEXT {
+        stack.set(SP + at as u64, SP + 0x400 + 8 * u64::from(reg));
+    }
+    stack.set(SP + 0xa8, rt(PROBE + 4));
+    let mut memory = Regions::new();
+    memory.add(stack.base, &stack.bytes[..captured]);
+    let mut uw = eh_unwinder(&cfi);
+    (0..3).map(|_| walk(&mut uw, rt(TRAMP + 2), &[(RSP, SP)], &mut memory, 16)).collect()
+}
+
+#[test]
+fn a_signal_trampolines_context_walks_the_same_from_the_rule_cache() {
+    // Its row is too wide for the compact cache: the first walk applies it
+    // rule by rule, the later ones as a context row (every word read from
+    // one window, in place). Every register it restores, seen through the
+    // probe, is the same both ways.
+    for &(reg, _) in &GLIBC_CONTEXT[..15] {
+        let walks = glibc_context_walks(reg, 0x1000);
+        let w = &walks[0];
+        assert_eq!(w.pcs(), [rt(TRAMP + 2), rt(PROBE + 4)], "r{reg}");
+        let rsp = SP + 0x400 + 8 * u64::from(RSP);
+        assert_eq!(w.sps(), [SP, rsp], "the interrupted rsp");
+        assert_eq!(w.cfas(), [Some(rsp), Some(SP + 0x400 + 8 * u64::from(reg))], "r{reg}");
+        assert!(w.frames[0].signal_frame && w.frames[1].interrupted);
+        assert_eq!(w.end.reason, EndReason::EndOfStack);
+        assert!(walks.iter().all(|other| other == w), "r{reg}: {walks:#?}");
+    }
+}
+
+#[test]
+fn a_signal_context_partly_captured_ends_as_the_general_step_ends() {
+    // The capture ends inside the context: the window a cached context row
+    // reads is not there, and the walk ends where the rule-by-rule step
+    // ends it, at the CFA's word (rsp + 0xa0) or, with it, the return
+    // address's.
+    for (captured, at) in [(0x100 + 0x98, 0xa0), (0x100 + 0xa8, 0xa8)] {
+        let walks = glibc_context_walks(RBX, captured);
+        let w = &walks[0];
+        assert_eq!(w.pcs(), [rt(TRAMP + 2)]);
+        assert_eq!(w.end.reason, EndReason::Memory);
+        assert_eq!(w.end.detail, EndDetail::Address(SP + at));
+        assert!(walks.iter().all(|other| other == w), "{walks:#?}");
+    }
+}
+
 #[test]
 fn the_frame_a_signal_interrupted_is_looked_up_at_its_pc() {
     // Interrupted at G's first instruction: pc − 1 would be in BEFORE_G.
