@@ -85,6 +85,27 @@ def test_unwind_many_rust(benchmark: Any, stacks: dict[str, Stack], name: str, f
     benchmark.extra_info["batch_frames"] = len(batch.pcs)
 
 
+@pytest.mark.benchmark(group="unwind")
+@pytest.mark.parametrize("name", STACKS)
+def test_unwind_many_flat(benchmark: Any, stacks: dict[str, Stack], name: str) -> None:
+    """As test_unwind_many_rust with `Registers`, the flat buffers (`pcs`, `offsets`) taken
+    too: they are made at their first use, so that a caller taking traces by index pays no
+    copy of every pc; one that takes them pays it here."""
+    stack = stacks[name]
+    uw = _unwinder(stackwalk.Unwinder, stack)
+    cap = stack.cap
+    given = [(_regs(cap, "registers"), cap.memory)] * BATCH
+
+    def flat() -> tuple[Any, Any]:
+        batch = uw.unwind_many(given, MAX_FRAMES)
+        return batch.pcs, batch.offsets
+
+    pcs, offsets = benchmark(flat)
+    assert list(pcs[offsets[BATCH - 1] : offsets[BATCH]]) == cap.gdb_pcs
+    benchmark.extra_info["batch"] = BATCH
+    benchmark.extra_info["batch_frames"] = len(pcs)
+
+
 ITERATIONS = 500
 
 

@@ -203,6 +203,14 @@ def pytest_terminal_summary(
                     f"unwind/unwind_many per stack ({form}), {stack}: "
                     f"{one.stats.median / per_stack:.1f}x"
                 )
+        flat = by_name.get(f"test_unwind_many_flat[{stack}]")
+        if flat and base:
+            per_stack = flat.stats.median / flat.extra_info["batch"]
+            lines.append(
+                f"unwind_many and its flat buffers (registers), {stack}: "
+                f"{per_stack * 1e6:.2f} us per stack; baseline/that per stack "
+                f"{base.stats.median / per_stack:.0f}x"
+            )
     for what in ("libc", "python3.11"):
         rust = by_name.get(f"test_add_module_rust[{what}]")
         base = by_name.get(f"test_add_module_baseline[{what}]")

@@ -137,6 +137,14 @@ def test_flat_buffers(stacks: list[Capture]) -> None:
     with pytest.raises(IndexError):
         batch[len(batch)]
     assert len(uw.unwind_many([])) == 0 and len(uw.unwind_many([]).offsets) == 1
+    # The flat buffers are made at their first use, of every chunk's pcs (a thousand stacks
+    # are many chunks), after traces were taken by index, and are the same at every use.
+    many = uw.unwind_many([(cap.regs, cap.memory)] * 1000, max_frames=4)
+    last = many[999].pcs
+    flat = many.pcs.tolist()
+    assert flat == [pc for i in range(1000) for pc in many[i].pcs]
+    assert many.pcs.tolist() == flat and many.offsets.tolist() == list(range(0, 4001, 4))
+    assert many[999].pcs == last
 
 
 def test_memory_from_any_buffer(stacks: list[Capture], tmp_path: Any) -> None:

@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use pyo3::exceptions::PyIndexError;
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyMemoryView};
 
 use super::errors::guard;
@@ -367,11 +368,11 @@ pub(super) fn unwind_many(
         chunks.push(chunk.frames);
         pcs.push(chunk.pcs);
     }
-    let total = pcs.iter().map(Vec::len).sum();
     Ok(PyTraceBatch {
         arch,
-        pcs: u64_bytes(py, total, pcs.iter().map(Vec::as_slice))?,
-        offsets: u64_bytes(py, offsets.len(), [offsets.as_slice()])?,
+        pc_parts: Mutex::new(pcs),
+        pcs: PyOnceLock::new(),
+        offsets: PyOnceLock::new(),
         chunks,
         bounds: offsets,
         ends,
@@ -420,8 +421,14 @@ pub struct PyTraceBatch {
     /// is found when the trace is made, so that no walk counts a reference
     /// to a module shared by every thread.
     modules: Arc<ModuleSet>,
-    pcs: Py<PyBytes>,
-    offsets: Py<PyBytes>,
+    /// Each chunk's pcs, as its walking thread made them, until the flat
+    /// buffer is made of them.
+    pc_parts: Mutex<Vec<Vec<u64>>>,
+    /// The flat buffers, made from `pc_parts` and `bounds` at their first
+    /// use: a caller that takes traces by index, or only the ends, pays no
+    /// copy of every pc.
+    pcs: PyOnceLock<Py<PyBytes>>,
+    offsets: PyOnceLock<Py<PyBytes>>,
 }
 
 #[pymethods]
@@ -450,13 +457,24 @@ impl PyTraceBatch {
     /// Every trace's pcs, one after another: a memoryview of uint64.
     #[getter]
     fn pcs<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        PyMemoryView::from(self.pcs.bind(py).as_any())?.call_method1("cast", ("Q",))
+        let pcs = self.pcs.get_or_try_init(py, || {
+            let mut parts = self.pc_parts.lock().unwrap_or_else(|e| e.into_inner());
+            let total = parts.iter().map(Vec::len).sum();
+            let pcs = u64_bytes(py, total, parts.iter().map(Vec::as_slice))?;
+            // Made: the parts are not needed again.
+            *parts = Vec::new();
+            Ok::<_, PyErr>(pcs)
+        })?;
+        PyMemoryView::from(pcs.bind(py).as_any())?.call_method1("cast", ("Q",))
     }
 
     /// len + 1 indexes into `pcs`: trace i's are pcs[offsets[i]:offsets[i + 1]].
     #[getter]
     fn offsets<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        PyMemoryView::from(self.offsets.bind(py).as_any())?.call_method1("cast", ("Q",))
+        let offsets = self
+            .offsets
+            .get_or_try_init(py, || u64_bytes(py, self.bounds.len(), [self.bounds.as_slice()]))?;
+        PyMemoryView::from(offsets.bind(py).as_any())?.call_method1("cast", ("Q",))
     }
 
     /// Why each walk stopped (the values of `Trace.end`).
