@@ -356,6 +356,43 @@ fn i386_addresses_wrap_at_32_bits() {
     assert_eq!(w.end.detail, EndDetail::Sp { caller: 0x8, frame: 0xffff_fff8 });
 }
 
+/// The i386 vDSO's `__kernel_rt_sigreturn` in small: the CFA the word at
+/// esp + 0x30 (the interrupted esp in the kernel's sigcontext), and eax,
+/// ebx, esi, ebp, esp and eip at esp plus offsets, 4-byte words side by side.
+/// Cached, it is a context row read in 4-byte words: the walks from the
+/// cache give every register the rule-by-rule first walk gives.
+#[test]
+fn i386_signal_context_walks_the_same_from_the_rule_cache() {
+    const CONTEXT: [(u16, i64); 6] =
+        [(EAX, 0x1c), (EBX, 0x20), (ESI, 0x24), (EBP, 0x28), (ESP, 0x30), (EIP, 0x34)];
+    let value = |reg: u16| SP32 + 0x400 + 4 * u64::from(reg);
+    for &(probe, _) in &CONTEXT[..4] {
+        let mut cfi = CfiBuilder::new(Arch::I386);
+        let mut cie = vec![Insn::CfaExpression({
+            let mut e = breg(ESP, 0x30);
+            e.op_deref();
+            e
+        })];
+        cie.extend(CONTEXT.iter().map(|&(reg, at)| Insn::Expression(Register(reg), breg(ESP, at))));
+        let tramp = cfi.add_cie(EIP, true, cie);
+        cfi.fde_of(tramp, signals_and_ends::TRAMP, 0x10, vec![]).probe(PROBE, probe);
+        let mut stack = stack32(SP32 - 0x100, 0x1000);
+        for &(reg, at) in &CONTEXT {
+            stack.set32(SP32 + at as u64, value(reg));
+        }
+        stack.set32(SP32 + 0x34, rt32(PROBE + 4));
+        let mut uw = unwinder32(&cfi, Sections::eh(cfi.eh_frame()));
+        let pc = rt32(signals_and_ends::TRAMP + 2);
+        let walks: Vec<_> =
+            (0..3).map(|_| walk(&mut uw, pc, &[(ESP, SP32)], &mut stack.memory(), 16)).collect();
+        let w = &walks[0];
+        assert_eq!(w.pcs(), [pc, rt32(PROBE + 4)], "{w:?}");
+        assert_eq!(w.sps(), [SP32, value(ESP)]);
+        assert_eq!(w.cfas(), [Some(value(ESP)), Some(value(probe))], "r{probe}");
+        assert!(walks.iter().all(|other| other == w), "r{probe}: {walks:#?}");
+    }
+}
+
 /// A 32-bit expression: the CFA of `breg4 (esp) -8; deref` near 0 reads the
 /// 4-byte word at the top of the address space.
 #[test]
