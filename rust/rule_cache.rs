@@ -189,8 +189,7 @@ impl Saved {
     /// The rules: each register's column and where its word is in the window.
     #[inline(always)]
     pub fn rules(&self) -> impl Iterator<Item = (u16, usize)> + '_ {
-        let n = usize::from(self.len).min(PACKED_RULES);
-        self.regs[..n].iter().zip(&self.ats[..n]).map(|(&r, &at)| (u16::from(r), usize::from(at)))
+        window_rules(&self.regs, &self.ats, self.len)
     }
 
     /// Whether there are no rules.
@@ -466,9 +465,26 @@ impl Context {
     /// The rules: each register's column and where its word is in the window.
     #[inline(always)]
     pub fn rules(&self) -> impl Iterator<Item = (u16, usize)> + '_ {
-        let n = usize::from(self.len).min(NUM_REGS);
-        self.regs[..n].iter().zip(&self.ats[..n]).map(|(&r, &at)| (u16::from(r), usize::from(at)))
+        window_rules(&self.regs, &self.ats, self.len)
     }
+}
+
+/// The entry of `wide` for `key` in the module set of `generation`.
+#[inline(always)]
+fn wide_entry(wide: &[WideEntry], key: u64, generation: u64) -> Option<&WideEntry> {
+    wide.iter().find(|e| e.key == key && e.generation == generation)
+}
+
+/// The first `len` rules of a row read from a window ([`Saved`],
+/// [`Context`]): each register's column and where its word is in the window.
+#[inline(always)]
+fn window_rules<'a>(
+    regs: &'a [u8],
+    ats: &'a [u16],
+    len: u8,
+) -> impl Iterator<Item = (u16, usize)> + 'a {
+    let n = usize::from(len).min(regs.len()).min(ats.len());
+    regs[..n].iter().zip(&ats[..n]).map(|(&r, &at)| (u16::from(r), usize::from(at)))
 }
 
 impl Default for RuleCache {
@@ -601,7 +617,7 @@ impl RuleCache {
         key: u64,
         generation: u64,
     ) -> Option<(usize, &Row, Option<&Context>)> {
-        let entry = self.wide.iter().find(|e| e.key == key && e.generation == generation)?;
+        let entry = wide_entry(&self.wide[..], key, generation)?;
         self.stats.hits += 1;
         Some((entry.module as usize, &entry.row, entry.context.as_ref()))
     }
@@ -610,8 +626,7 @@ impl RuleCache {
     /// `generation`, where there is one, without counting the hit.
     #[inline(always)]
     pub fn find_context(&self, key: u64, generation: u64) -> Option<&Context> {
-        let entry = self.wide.iter().find(|e| e.key == key && e.generation == generation)?;
-        entry.context.as_ref()
+        wide_entry(&self.wide[..], key, generation)?.context.as_ref()
     }
 
     /// Cache a row too wide for the compact cache, in place of the oldest.
