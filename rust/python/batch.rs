@@ -25,9 +25,6 @@ use crate::unwind::{End, Frame, Unwinder};
 struct ChunkWalks {
     /// The chunk's frames, one walk's after another.
     frames: Vec<Frame>,
-    /// Every frame's pc: the chunk's part of the batch's flat buffer, made
-    /// by the thread that walked it, while the frames are in its cache.
-    pcs: Vec<u64>,
     /// Each stack's frames and how its walk ended.
     walks: Vec<(usize, End)>,
 }
@@ -193,7 +190,6 @@ impl Chunk {
                 other => other.insert(base.worker()),
             };
             let (mut all, mut walks) = (spare_frames(), Vec::with_capacity(self.stacks.len()));
-            let mut pcs = Vec::new();
             let mut frames = Vec::with_capacity(64);
             let mut regions = Regions::new();
             // The regions in `regions`: a stack sharing the one before's keeps them.
@@ -217,13 +213,11 @@ impl Chunk {
                     // chunk of deep stacks holds megabytes, which growing by doubling
                     // would copy again and again.
                     all.reserve(frames.len() * self.stacks.len());
-                    pcs.reserve(frames.len() * self.stacks.len());
                 }
                 all.extend_from_slice(&frames);
-                pcs.extend(frames.iter().map(|f| f.pc));
                 walks.push((frames.len(), end));
             }
-            ChunkWalks { frames: all, pcs, walks }
+            ChunkWalks { frames: all, walks }
         })
     }
 }
@@ -359,18 +353,16 @@ pub(super) fn unwind_many(
     let mut offsets = Vec::with_capacity(stacks + 1);
     offsets.push(0u64);
     let mut ends = Vec::with_capacity(stacks);
-    let (mut chunks, mut pcs) = (Vec::with_capacity(done.len()), Vec::with_capacity(done.len()));
+    let mut chunks = Vec::with_capacity(done.len());
     for (_, chunk) in done {
         for (len, end) in chunk.walks {
             offsets.push(offsets[offsets.len() - 1] + len as u64);
             ends.push(end);
         }
         chunks.push(chunk.frames);
-        pcs.push(chunk.pcs);
     }
     Ok(PyTraceBatch {
         arch,
-        pc_parts: Mutex::new(pcs),
         pcs: PyOnceLock::new(),
         offsets: PyOnceLock::new(),
         chunks,
@@ -381,23 +373,19 @@ pub(super) fn unwind_many(
 }
 
 /// The `len` values of `parts`, one part after another, as the bytes of
-/// native-endian uint64s (a memoryview casts them). Each part is copied by
-/// a loop of its own over a slice, which the compiler makes a block copy
-/// (a flattened iterator of parts was copied a word at a time).
-fn u64_bytes<'a>(
+/// native-endian uint64s (a memoryview casts them).
+fn u64_bytes(
     py: Python<'_>,
     len: usize,
-    parts: impl IntoIterator<Item = &'a [u64]>,
+    parts: impl IntoIterator<Item = impl IntoIterator<Item = u64>>,
 ) -> PyResult<Py<PyBytes>> {
     let bytes = PyBytes::new_with(py, len * 8, |buf| {
-        let mut rest = buf;
+        let mut words = buf.chunks_exact_mut(8);
         for part in parts {
-            let at = (part.len() * 8).min(rest.len());
-            let (head, tail) = std::mem::take(&mut rest).split_at_mut(at);
-            for (word, v) in head.chunks_exact_mut(8).zip(part) {
+            // The part first: where it ends, no word is taken for nothing.
+            for (v, word) in part.into_iter().zip(words.by_ref()) {
                 word.copy_from_slice(&v.to_ne_bytes());
             }
-            rest = tail;
         }
         Ok(())
     })?;
@@ -421,10 +409,7 @@ pub struct PyTraceBatch {
     /// is found when the trace is made, so that no walk counts a reference
     /// to a module shared by every thread.
     modules: Arc<ModuleSet>,
-    /// Each chunk's pcs, as its walking thread made them, until the flat
-    /// buffer is made of them.
-    pc_parts: Mutex<Vec<Vec<u64>>>,
-    /// The flat buffers, made from `pc_parts` and `bounds` at their first
+    /// The flat buffers, made from `chunks` and `bounds` at their first
     /// use: a caller that takes traces by index, or only the ends, pays no
     /// copy of every pc.
     pcs: PyOnceLock<Py<PyBytes>>,
@@ -458,12 +443,8 @@ impl PyTraceBatch {
     #[getter]
     fn pcs<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let pcs = self.pcs.get_or_try_init(py, || {
-            let mut parts = self.pc_parts.lock().unwrap_or_else(|e| e.into_inner());
-            let total = parts.iter().map(Vec::len).sum();
-            let pcs = u64_bytes(py, total, parts.iter().map(Vec::as_slice))?;
-            // Made: the parts are not needed again.
-            *parts = Vec::new();
-            Ok::<_, PyErr>(pcs)
+            let total = self.chunks.iter().map(Vec::len).sum();
+            u64_bytes(py, total, self.chunks.iter().map(|frames| frames.iter().map(|f| f.pc)))
         })?;
         PyMemoryView::from(pcs.bind(py).as_any())?.call_method1("cast", ("Q",))
     }
@@ -471,9 +452,9 @@ impl PyTraceBatch {
     /// len + 1 indexes into `pcs`: trace i's are pcs[offsets[i]:offsets[i + 1]].
     #[getter]
     fn offsets<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let offsets = self
-            .offsets
-            .get_or_try_init(py, || u64_bytes(py, self.bounds.len(), [self.bounds.as_slice()]))?;
+        let offsets = self.offsets.get_or_try_init(py, || {
+            u64_bytes(py, self.bounds.len(), [self.bounds.iter().copied()])
+        })?;
         PyMemoryView::from(offsets.bind(py).as_any())?.call_method1("cast", ("Q",))
     }
 
