@@ -233,7 +233,7 @@ def libc_in_pieces_is_eu_addr2line(debug_root: str = "/usr/lib/debug") -> None:
     assert lines >= len(picked) * 9 // 10
 
 
-@pytest.mark.parametrize("cache", ["off", "cold", "warm"])
+@pytest.mark.parametrize("cache", ["off", "cold", "warm", "damaged"])
 def test_a_compressed_debug_file_read_in_pieces_is_eu_addr2line(cache: str, tmp_path: Path) -> None:
     """libc6-dbg's sections are zlib-compressed, and stackwalk reads its .debug_info only at
     the units looked up (rust/lines/partial.rs): addr2line is given a view of the section with
@@ -244,8 +244,11 @@ def test_a_compressed_debug_file_read_in_pieces_is_eu_addr2line(cache: str, tmp_
     sections cached by build id (rust/lines/cache.rs): a first process ("cold") decompresses
     the large ones whole and stores them, the next ("warm") maps them (the entries it used are
     touched, not written again); with no cache ("off"), the sections are decompressed as far
-    as the units need and nothing is stored. Each in a process of its own (the cache is set
-    up once per process)."""
+    as the units need and nothing is stored. A cached `.debug_info` is checked block by block as
+    its units are read: one damaged in the middle ("damaged") is found when the lookups reach it
+    (here, where the whole section is given out): the lookups are still eu-addr2line's, read
+    from the stream instead, and the entry is removed, for the next process to make again. Each
+    in a process of its own (the cache is set up once per process)."""
     env = {**os.environ, "STACKWALK_CACHE_DIR": "" if cache == "off" else str(tmp_path)}
     check = [sys.executable, "-c", "import test_lines; test_lines.libc_in_pieces_is_eu_addr2line()"]
     tests = str(Path(__file__).parent)
@@ -271,6 +274,15 @@ def test_a_compressed_debug_file_read_in_pieces_is_eu_addr2line(cache: str, tmp_
             inode, used = before[p]
             assert p.stat().st_ino == inode, f"{p.name} written again"
             assert p.stat().st_mtime_ns > used, f"{p.name} not used"
+    if cache == "damaged":
+        (info,) = [p for p in stored if p.name.startswith("debug_info-")]
+        whole = info.read_bytes()
+        damaged = bytearray(whole)
+        damaged[len(whole) // 2] ^= 0xFF
+        info.write_bytes(bytes(damaged))
+        assert checked() == [p for p in stored if p != info], "the damaged entry removed"
+        assert checked() == stored, "and made again by the next process"
+        assert info.read_bytes() == whole
 
 
 @pytest.mark.parametrize("cache", ["off", "cold", "warm"])

@@ -8,12 +8,18 @@
 //!
 //! Where: `$STACKWALK_CACHE_DIR` (set and empty: no cache), else
 //! `$XDG_CACHE_HOME/stackwalk`, else `~/.cache/stackwalk`; entries
-//! `sections/BUILDID/NAME-STREAMSIZE-SIZE-ADLER32`, written whole to a
+//! `sections/BUILDID/NAME-STREAMSIZE-SIZE-ADLER32-b`, written whole to a
 //! temporary file and renamed into place, so that a reader never sees a
-//! part of one. An entry is believed only if its size is the section's and
-//! its Adler-32 is the one the zlib stream ends with (the checksum of the
-//! decompressed bytes): a damaged or truncated entry is decompressed and
-//! stored again. At most `$STACKWALK_CACHE_MAX` bytes (default 1 GiB) are
+//! part of one. An entry is the section's bytes after a table of the
+//! Adler-32 of each of its blocks of 64 KiB ([`Blocks`]), checked when made
+//! against the one the zlib stream ends with (the checksum of the whole
+//! decompressed section). A reader checks the blocks it reads, when it first
+//! reads them: the partial reader of `.debug_info` a few units' blocks, the
+//! other readers every block as the entry is mapped. A damaged or truncated
+//! entry is removed: a reader that meets it as it maps it decompresses the
+//! section and stores it again; the partial reader, meeting a damaged block
+//! later, reads on from the zlib stream, and leaves the entry to the next
+//! process to make. At most `$STACKWALK_CACHE_MAX` bytes (default 1 GiB) are
 //! kept, those used longest ago removed first.
 //!
 //! Sections compressed otherwise (zstd) are kept the same way, as
@@ -32,6 +38,7 @@ use std::time::SystemTime;
 
 use super::SectionBytes;
 use crate::debuginfod::tempfile_like::TempFile;
+use crate::memory::Data;
 
 /// Below this size a section costs less to decompress than to look up (an
 /// entry's lookup, mapping, check and mark of use take some 30 us; zlib-rs
@@ -103,20 +110,52 @@ impl SectionCache {
         stream: &[u8],
         full: u64,
     ) -> Option<SectionBytes> {
+        let (bytes, blocks) = self.zlib_blocks(build_id, name, stream, full)?;
+        if let Some(mut blocks) = blocks {
+            if !blocks.check_all() {
+                // Removed, and decompressed (and stored) again.
+                blocks.discard();
+                return self.fresh(&blocks.path, stream, full);
+            }
+        }
+        Some(bytes)
+    }
+
+    /// As [`SectionCache::zlib`], the entry's blocks not checked yet: the
+    /// caller checks those it reads ([`Blocks::check`]), and discards the
+    /// entry where one is damaged. None for `blocks` where the bytes were
+    /// decompressed here.
+    pub fn zlib_blocks(
+        &self,
+        build_id: &[u8],
+        name: &str,
+        stream: &[u8],
+        full: u64,
+    ) -> Option<(SectionBytes, Option<Blocks>)> {
         // (The names are this crate's own; one with a '/' would not be an entry's.)
         if full < MIN_CACHED || build_id.is_empty() || stream.len() < 6 || name.contains('/') {
             return None;
         }
         let adler = u32::from_be_bytes(stream[stream.len() - 4..].try_into().ok()?);
         let id: String = build_id.iter().map(|b| format!("{b:02x}")).collect();
-        let file = format!("{}-{}-{full}-{adler:08x}", name.trim_start_matches('.'), stream.len());
+        let file =
+            format!("{}-{}-{full}-{adler:08x}-b", name.trim_start_matches('.'), stream.len());
         let entry = self.dir.join(id).join(file);
-        if let Some(bytes) = read_entry(&entry, full, adler) {
-            return Some(bytes);
+        if let Some((bytes, blocks)) = Blocks::read(&entry, full) {
+            return Some((bytes, Some(blocks)));
         }
+        Some((self.fresh(&entry, stream, full)?, None))
+    }
+
+    /// The zlib `stream` decompressed whole to its `full` bytes, stored as
+    /// `entry`; None where it cannot be stored (the caller reads the stream
+    /// as far as it needs) or does not decompress to `full` bytes.
+    fn fresh(&self, entry: &Path, stream: &[u8], full: u64) -> Option<SectionBytes> {
         if !*self.writable.get_or_init(|| self.can_write()) {
             return None;
         }
+        let adler =
+            u32::from_be_bytes(stream.get(stream.len().checked_sub(4)?..)?.try_into().ok()?);
         let mut out = Vec::new();
         out.try_reserve_exact(usize::try_from(full).ok()?).ok()?;
         let mut inflater = flate2::Decompress::new(true);
@@ -124,8 +163,12 @@ impl SectionCache {
         if !matches!(done, Ok(flate2::Status::StreamEnd)) || out.len() as u64 != full {
             return None;
         }
-        if self.store(&entry, &out).is_ok() {
-            self.added(full);
+        // The stream's own check of what it decompressed to (flate2 checks it too).
+        if zlib_rs::adler32::adler32(1, &out) == adler {
+            let table = Blocks::table(&out);
+            if self.store_parts(entry, &[&table, &out]).is_ok() {
+                self.added(full + table.len() as u64);
+            }
         }
         Some(SectionBytes::whole(out))
     }
@@ -186,11 +229,6 @@ impl SectionCache {
     /// Whether a file can be made in the cache directory (made if missing).
     fn can_write(&self) -> bool {
         std::fs::create_dir_all(&self.dir).is_ok() && TempFile::new(&self.dir).is_ok()
-    }
-
-    /// `bytes` written to `entry`, whole or not at all.
-    fn store(&self, entry: &Path, bytes: &[u8]) -> std::io::Result<()> {
-        self.store_parts(entry, &[bytes])
     }
 
     /// `parts`, one after another, written to `entry`, whole or not at all.
@@ -257,10 +295,108 @@ impl SectionCache {
     }
 }
 
-/// The entry at `path`, mapped, if it holds `full` bytes whose Adler-32 is
-/// `adler`; a damaged entry is removed.
-fn read_entry(path: &Path, full: u64, adler: u32) -> Option<SectionBytes> {
-    read_checked(path, 0, |_| Some((full, adler)))
+/// The blocks of a cached section, each checked against its Adler-32 in
+/// the entry's table when first read: an entry is `BLOCKS_MAGIC`, the
+/// block size, the count of blocks and the Adler-32 of their table (each 4
+/// bytes, little endian), the table (a block's Adler-32 each), then the
+/// section's bytes.
+pub struct Blocks {
+    data: Arc<Data>,
+    path: PathBuf,
+    /// Where the section's bytes start in the entry, and their length.
+    start: usize,
+    len: usize,
+    /// A block's state: 0 not checked yet, 1 whole, 2 damaged.
+    state: Vec<u8>,
+}
+
+const BLOCKS_MAGIC: &[u8; 4] = b"SWB1";
+const BLOCK: usize = 64 << 10;
+const BLOCKS_HEADER: usize = 16;
+
+impl Blocks {
+    /// The header and table of an entry for `bytes`.
+    fn table(bytes: &[u8]) -> Vec<u8> {
+        let sums: Vec<u8> = bytes
+            .chunks(BLOCK)
+            .flat_map(|b| zlib_rs::adler32::adler32(1, b).to_le_bytes())
+            .collect();
+        let count = u32::try_from(sums.len() / 4).unwrap_or(u32::MAX);
+        let mut out = Vec::with_capacity(BLOCKS_HEADER + sums.len());
+        out.extend_from_slice(BLOCKS_MAGIC);
+        out.extend_from_slice(&(BLOCK as u32).to_le_bytes());
+        out.extend_from_slice(&count.to_le_bytes());
+        out.extend_from_slice(&zlib_rs::adler32::adler32(1, &sums).to_le_bytes());
+        out.extend_from_slice(&sums);
+        out
+    }
+
+    /// The entry at `path`, mapped, if its header and table are whole and it
+    /// holds `full` bytes after them (its blocks not checked yet); an entry
+    /// that is not is removed.
+    fn read(path: &Path, full: u64) -> Option<(SectionBytes, Blocks)> {
+        let data = crate::files::map(path).ok()?;
+        let Some((start, len, count)) = Self::header(&data, full) else {
+            let _ = std::fs::remove_file(path);
+            return None;
+        };
+        touch(path);
+        let data = Arc::new(data);
+        let bytes = SectionBytes { data: data.clone(), range: start..start + len };
+        let state = vec![0; count];
+        Some((bytes, Blocks { data, path: path.to_owned(), start, len, state }))
+    }
+
+    /// Where an entry's bytes start, their length and the count of blocks,
+    /// if its header and table are whole and `full` bytes follow.
+    fn header(entry: &[u8], full: u64) -> Option<(usize, usize, usize)> {
+        let field = |at: usize| Some(u32::from_le_bytes(entry.get(at..at + 4)?.try_into().ok()?));
+        let len = usize::try_from(full).ok()?;
+        let count = len.div_ceil(BLOCK);
+        let start = BLOCKS_HEADER.checked_add(count.checked_mul(4)?)?;
+        let whole = entry.get(..4)? == BLOCKS_MAGIC
+            && field(4)? as usize == BLOCK
+            && field(8)? as usize == count
+            && entry.len() == start.checked_add(len)?
+            && zlib_rs::adler32::adler32(1, entry.get(BLOCKS_HEADER..start)?) == field(12)?;
+        whole.then_some((start, len, count))
+    }
+
+    /// Whether the section's bytes in `range` (clamped to them) are as the
+    /// entry's table says: each block checked once.
+    pub fn check(&mut self, range: std::ops::Range<usize>) -> bool {
+        let end = range.end.min(self.len);
+        if range.start >= end {
+            return true;
+        }
+        (range.start / BLOCK..end.div_ceil(BLOCK)).all(|i| self.block(i))
+    }
+
+    /// Whether every block is whole.
+    pub fn check_all(&mut self) -> bool {
+        self.check(0..self.len)
+    }
+
+    fn block(&mut self, i: usize) -> bool {
+        match self.state.get(i) {
+            Some(1) => return true,
+            Some(0) => {}
+            _ => return false,
+        }
+        let at = self.start + i * BLOCK;
+        let bytes = self.data.get(at..(at + BLOCK).min(self.start + self.len));
+        let sum = self.data.get(BLOCKS_HEADER + 4 * i..BLOCKS_HEADER + 4 * i + 4);
+        let whole = bytes
+            .zip(sum)
+            .is_some_and(|(bytes, sum)| zlib_rs::adler32::adler32(1, bytes).to_le_bytes() == sum);
+        self.state[i] = if whole { 1 } else { 2 };
+        whole
+    }
+
+    /// The entry, found damaged, removed (a later process makes it again).
+    pub fn discard(&self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
 }
 
 /// A derived entry at `path` ([`SectionCache::derived`]), mapped, if its
@@ -304,7 +440,6 @@ fn touch(path: &Path) {
 mod tests {
     use super::*;
     use crate::files::vars;
-    use crate::memory::Data;
     use std::io::Write;
 
     #[test]
@@ -368,7 +503,8 @@ mod tests {
             let read = cache.zlib(b"\xab\xcd", ".debug_info", &stream, full).expect("read");
             assert!(matches!(*read.data, Data::Owned(_)));
             assert_eq!(&*read, &plain[..]);
-            assert_eq!(std::fs::read(&stored[0]).expect("stored again"), plain);
+            let entry = std::fs::read(&stored[0]).expect("stored again");
+            assert!(entry.ends_with(&plain), "the section after its blocks' table");
         }
 
         // A damaged stream is the caller's to read: nothing is stored for it.
@@ -379,6 +515,49 @@ mod tests {
         assert!(cache.zlib(b"\x01", ".debug_line", &zlib(&[7; 1000]), 1000).is_none());
         assert!(cache.zlib(b"", ".debug_info", &stream, full).is_none());
         assert_eq!(entries(&dir).len(), 1);
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    /// An entry's blocks are each checked once, when first read: a damaged
+    /// one is found where it is read, not before; the whole entry checked
+    /// finds it, and the section is decompressed (and stored) again.
+    #[test]
+    fn blocks_checked_as_read() {
+        let dir = std::env::temp_dir().join(format!("section-blocks-{}", std::process::id()));
+        let cache = SectionCache::at(&dir, DEFAULT_MAX);
+        let (plain, stream) = (section(5), zlib(&section(5)));
+        let full = plain.len() as u64;
+        let get = || cache.zlib_blocks(b"\x05", ".debug_info", &stream, full).expect("read");
+        assert!(get().1.is_none(), "decompressed the first time");
+        let (bytes, blocks) = get();
+        assert!(blocks.is_some() && bytes[..] == plain[..], "mapped the second time");
+        let stored = entries(&dir);
+        let mut entry = std::fs::read(&stored[0]).expect("the entry");
+        let start = entry.len() - plain.len();
+        entry[start + 5 * BLOCK + 7] ^= 1;
+        std::fs::write(&stored[0], &entry).expect("damaged");
+        let (_, blocks) = get();
+        let mut blocks = blocks.expect("its header and table whole: believed until read");
+        assert!(blocks.check(0..5 * BLOCK), "the blocks before the damaged one");
+        assert!(blocks.check(6 * BLOCK..plain.len() + 100), "and after it, clamped");
+        assert!(!blocks.check(5 * BLOCK + 100..5 * BLOCK + 101), "the damaged one");
+        assert!(!blocks.check_all());
+        assert!(blocks.check(0..5 * BLOCK), "still whole");
+        // Through zlib, which checks every block: the section, decompressed and stored again.
+        let again = cache.zlib(b"\x05", ".debug_info", &stream, full).expect("read");
+        assert!(matches!(*again.data, Data::Owned(_)) && again[..] == plain[..]);
+        assert!(std::fs::read(&stored[0]).expect("stored again").ends_with(&plain));
+        let (_, blocks) = get();
+        assert!(blocks.expect("mapped").check_all());
+        // A damaged table, or an entry cut short: not believed, removed.
+        for damage in
+            [|b: &mut Vec<u8>| b[BLOCKS_HEADER + 2] ^= 1, |b: &mut Vec<u8>| b.truncate(b.len() - 1)]
+        {
+            let mut entry = std::fs::read(&stored[0]).expect("the entry");
+            damage(&mut entry);
+            std::fs::write(&stored[0], &entry).expect("damaged");
+            assert!(get().1.is_none(), "decompressed again");
+        }
         std::fs::remove_dir_all(&dir).ok();
     }
 

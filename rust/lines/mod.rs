@@ -350,8 +350,17 @@ impl Sections {
             if !large {
                 return None;
             }
-            let info = match cached(info.name().unwrap_or_default(), &c) {
-                Some(bytes) => partial::Lazy::Plain(bytes),
+            // Its cache entry's blocks are checked as the units in them are read: a profile
+            // or a core needs a few of libc's 1,900.
+            let name = info.name().unwrap_or_default();
+            let entry = cache
+                .filter(|_| partial::plausible(c.format, c.data.len(), c.uncompressed_size))
+                .and_then(|cache| cache.zlib_blocks(build_id, name, c.data, c.uncompressed_size));
+            let info = match entry {
+                Some((bytes, Some(blocks))) => {
+                    partial::Lazy::cached(bytes, blocks, borrowed(c.data), c.uncompressed_size)
+                }
+                Some((bytes, None)) => partial::Lazy::Plain(bytes),
                 None => partial::Lazy::zlib(borrowed(c.data), c.uncompressed_size)?,
             };
             Some((

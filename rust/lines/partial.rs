@@ -69,6 +69,18 @@ const SKIP_UNIT: usize = 24;
 pub(super) enum Lazy {
     Plain(SectionBytes),
     Zlib(Box<Inflating>),
+    /// The section cache's entry, each block checked as it is first read;
+    /// where one is damaged, the zlib stream is read instead.
+    Cached(Box<Checked>),
+}
+
+/// A cached section, its blocks checked as read, and the zlib stream it
+/// was decompressed from.
+pub(super) struct Checked {
+    bytes: SectionBytes,
+    blocks: super::cache::Blocks,
+    stream: SectionBytes,
+    full: u64,
 }
 
 /// A zlib stream and what has been decompressed of it.
@@ -106,24 +118,56 @@ impl Lazy {
         })))
     }
 
-    /// What can be read now.
+    /// The section cache's entry `bytes`, its `blocks` checked as they are
+    /// read, decompressed from the zlib `stream` of a section of `full`
+    /// bytes (read instead where a block is damaged).
+    pub(super) fn cached(
+        bytes: SectionBytes,
+        blocks: super::cache::Blocks,
+        stream: SectionBytes,
+        full: u64,
+    ) -> Lazy {
+        Lazy::Cached(Box::new(Checked { bytes, blocks, stream, full }))
+    }
+
+    /// What can be read now (of a cached section: after [`Lazy::ensure_range`]).
     fn bytes(&self) -> &[u8] {
         match self {
             Lazy::Plain(bytes) => bytes,
             Lazy::Zlib(z) => z.bytes(),
+            Lazy::Cached(c) => &c.bytes,
         }
     }
 
     /// Whether more cannot be read.
     fn exhausted(&self) -> bool {
         match self {
-            Lazy::Plain(_) => true,
+            Lazy::Plain(_) | Lazy::Cached(_) => true,
             Lazy::Zlib(z) => z.stuck || z.bytes().len() >= z.full,
         }
     }
 
+    /// Reads on until the bytes in `range` can be read (at most the whole
+    /// section), or the stream stops; of a cached section, checks their
+    /// blocks, and where one is damaged, reads the stream instead. A cached
+    /// section is read only through this (`.debug_info`'s units).
+    fn ensure_range(&mut self, range: Range<usize>) {
+        if let Lazy::Cached(c) = self {
+            if c.blocks.check(range.clone()) {
+                return;
+            }
+            c.blocks.discard();
+            let (stream, full) = (c.stream.clone(), c.full);
+            // A stream that cannot hold the section: nothing to read.
+            *self = Lazy::zlib(stream, full)
+                .unwrap_or_else(|| Lazy::Plain(SectionBytes::whole(Vec::new())));
+        }
+        self.ensure(range.end);
+    }
+
     /// Reads on until `end` bytes can be read (at most the whole section),
-    /// or the stream stops.
+    /// or the stream stops. (A cached section's bytes can all be read, but
+    /// only those checked are to be: [`Lazy::ensure_range`].)
     fn ensure(&mut self, end: usize) {
         if let Lazy::Zlib(z) = self {
             z.inflate_to(end);
@@ -139,6 +183,17 @@ impl Lazy {
                 let range = 0..end.min(given.len());
                 SectionBytes { data: given, range }
             }
+            Lazy::Cached(_) => {
+                self.ensure_range(0..end);
+                match self {
+                    Lazy::Cached(c) => {
+                        let mut bytes = c.bytes.clone();
+                        bytes.range.end = bytes.range.start + end.min(bytes.range.len());
+                        bytes
+                    }
+                    _ => self.prefix(end),
+                }
+            }
         }
     }
 
@@ -153,6 +208,14 @@ impl Lazy {
                 z.stuck = true;
                 let range = 0..given.len();
                 SectionBytes { data: given, range }
+            }
+            Lazy::Cached(c) => {
+                let len = c.bytes.len();
+                self.ensure_range(0..len);
+                match self {
+                    Lazy::Cached(c) => c.bytes.clone(),
+                    _ => self.whole(),
+                }
             }
         }
     }
@@ -345,9 +408,9 @@ impl PartialInfo {
     /// (an abbreviation with `DW_FORM_ref_addr`, or `DW_FORM_indirect`
     /// which could be it): a view would not do.
     fn read_unit(&mut self, offset: usize) -> Option<Unit> {
-        self.info.ensure(offset.saturating_add(12));
+        self.info.ensure_range(offset..offset.saturating_add(12));
         let len = unit_length(self.info.bytes().get(offset..)?, self.endian)?;
-        self.info.ensure(offset.checked_add(len)?);
+        self.info.ensure_range(offset..offset.checked_add(len)?);
         if offset + len > self.info.bytes().len() {
             return None;
         }
@@ -400,6 +463,18 @@ impl PartialInfo {
         }
         let unit = |offset: &usize| self.units.get(offset).copied();
         let end = offsets.last().and_then(|last| Some(last + unit(last)?.len))?;
+        // What the view copies: the units (checked as read), and the runs between them too
+        // short for an empty unit, kept as they are. (A damaged block of a cached section
+        // found now: the stream is read to the end of the view.)
+        let mut at = 0;
+        for offset in &offsets {
+            if offset - at < SKIP_UNIT {
+                self.info.ensure_range(at..*offset);
+            }
+            at = offset + unit(offset)?.len;
+        }
+        self.info.ensure(end);
+        let unit = |offset: &usize| self.units.get(offset).copied();
         let mut view = memmap2::MmapMut::map_anon(end).ok()?;
         let (mut at, mut abbrev_end, mut line_end) = (0, 0, 0);
         let info = self.info.bytes();
@@ -690,6 +765,41 @@ mod tests {
         let whole = outside.as_mut().unwrap().cover([0x3000]).map(|g| g.info.len());
         assert_eq!(whole, Some(whole_section.len()));
         assert!(Lazy::zlib(zlib(&whole_section), u64::MAX >> 4).is_none());
+    }
+
+    /// `.debug_info` from the section cache: a unit's blocks are checked as
+    /// it is read, no others. A block damaged in the cache, in a unit not
+    /// looked up, costs nothing; in one looked up, the entry is removed and
+    /// the unit read from the stream, the same as an undamaged one.
+    #[test]
+    fn a_cached_section_is_checked_block_by_block_as_units_are_read() {
+        let dir = std::env::temp_dir().join(format!("partial-blocks-{}", std::process::id()));
+        let cache = super::super::cache::SectionCache::at(&dir, 1 << 30);
+        let (whole, parts) = section(false);
+        let stream = zlib(&whole);
+        let full = whole.len() as u64;
+        let (made, none) = cache.zlib_blocks(b"\x01", ".debug_info", &stream, full).unwrap();
+        assert!(none.is_none() && made[..] == whole[..], "decompressed and stored");
+        let entry = std::fs::read_dir(dir.join("sections/01")).unwrap().next().unwrap().unwrap();
+        let entry = entry.path();
+        // A byte of the third unit (300..300_300), in the third block, damaged.
+        let mut stored = std::fs::read(&entry).unwrap();
+        let at = stored.len() - whole.len() + 150_000;
+        stored[at] ^= 0xff;
+        std::fs::write(&entry, &stored).unwrap();
+        let (bytes, blocks) = cache.zlib_blocks(b"\x01", ".debug_info", &stream, full).unwrap();
+        let info =
+            Lazy::cached(bytes, blocks.expect("the entry, its blocks unchecked"), stream, full);
+        let mut partial = PartialInfo::new(Parts { info, ..parts }, LE).unwrap();
+        let first = partial.cover([0x1010]).expect("the first unit");
+        assert_eq!(&first.info[..], &whole[..100]);
+        assert!(matches!(partial.info, Lazy::Cached(_)), "the entry still read");
+        assert!(entry.exists(), "the damage not met");
+        let third = partial.cover([0x3000]).expect("the third unit");
+        assert_eq!(&third.info[300..], &whole[300..300_300], "from the stream");
+        assert!(matches!(partial.info, Lazy::Zlib(_)), "the stream read instead");
+        assert!(!entry.exists(), "the damaged entry removed");
+        std::fs::remove_dir_all(&dir).ok();
     }
 
     /// A stream cut short or damaged: the units it holds whole, at most.
