@@ -154,21 +154,17 @@ impl SectionCache {
         if !*self.writable.get_or_init(|| self.can_write()) {
             return None;
         }
-        let adler =
-            u32::from_be_bytes(stream.get(stream.len().checked_sub(4)?..)?.try_into().ok()?);
         let mut out = Vec::new();
         out.try_reserve_exact(usize::try_from(full).ok()?).ok()?;
         let mut inflater = flate2::Decompress::new(true);
         let done = inflater.decompress_vec(stream, &mut out, flate2::FlushDecompress::Finish);
+        // The stream's end reached: its Adler-32 is its content's (zlib checks it there).
         if !matches!(done, Ok(flate2::Status::StreamEnd)) || out.len() as u64 != full {
             return None;
         }
-        // The stream's own check of what it decompressed to (flate2 checks it too).
-        if zlib_rs::adler32::adler32(1, &out) == adler {
-            let table = Blocks::table(&out);
-            if self.store_parts(entry, &[&table, &out]).is_ok() {
-                self.added(full + table.len() as u64);
-            }
+        let table = Blocks::table(&out);
+        if self.store_parts(entry, &[&table, &out]).is_ok() {
+            self.added(full + table.len() as u64);
         }
         Some(SectionBytes::whole(out))
     }
@@ -350,7 +346,7 @@ impl Blocks {
     /// Where an entry's bytes start, their length and the count of blocks,
     /// if its header and table are whole and `full` bytes follow.
     fn header(entry: &[u8], full: u64) -> Option<(usize, usize, usize)> {
-        let field = |at: usize| Some(u32::from_le_bytes(entry.get(at..at + 4)?.try_into().ok()?));
+        let field = |at: usize| le_u32(entry, at);
         let len = usize::try_from(full).ok()?;
         let count = len.div_ceil(BLOCK);
         let start = BLOCKS_HEADER.checked_add(count.checked_mul(4)?)?;
@@ -385,10 +381,9 @@ impl Blocks {
         }
         let at = self.start + i * BLOCK;
         let bytes = self.data.get(at..(at + BLOCK).min(self.start + self.len));
-        let sum = self.data.get(BLOCKS_HEADER + 4 * i..BLOCKS_HEADER + 4 * i + 4);
-        let whole = bytes
-            .zip(sum)
-            .is_some_and(|(bytes, sum)| zlib_rs::adler32::adler32(1, bytes).to_le_bytes() == sum);
+        let sum = le_u32(&self.data, BLOCKS_HEADER + 4 * i);
+        let whole =
+            bytes.zip(sum).is_some_and(|(bytes, sum)| zlib_rs::adler32::adler32(1, bytes) == sum);
         self.state[i] = if whole { 1 } else { 2 };
         whole
     }
@@ -402,10 +397,12 @@ impl Blocks {
 /// A derived entry at `path` ([`SectionCache::derived`]), mapped, if its
 /// header's length and Adler-32 are its bytes'; a damaged entry is removed.
 fn read_derived(path: &Path) -> Option<SectionBytes> {
-    read_checked(path, 8, |entry| {
-        let field = |at: usize| Some(u32::from_le_bytes(entry.get(at..at + 4)?.try_into().ok()?));
-        Some((u64::from(field(4)?), field(0)?))
-    })
+    read_checked(path, 8, |entry| Some((u64::from(le_u32(entry, 4)?), le_u32(entry, 0)?)))
+}
+
+/// The little-endian u32 at `at` of an entry's header.
+fn le_u32(entry: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_le_bytes(entry.get(at..at.checked_add(4)?)?.try_into().ok()?))
 }
 
 /// The entry at `path`, mapped, its bytes from `start` on if they are as
@@ -507,10 +504,14 @@ mod tests {
             assert!(entry.ends_with(&plain), "the section after its blocks' table");
         }
 
-        // A damaged stream is the caller's to read: nothing is stored for it.
+        // A damaged stream is the caller's to read: nothing is stored for it. Nor for one whose
+        // Adler-32 is not its content's (zlib's own check at the stream's end).
         let mut broken = zlib(&section(2));
         broken[100] ^= 0xff;
         assert!(cache.zlib(b"\x01", ".debug_info", &broken, full).is_none());
+        let mut unchecked = zlib(&section(2));
+        *unchecked.last_mut().expect("a stream") ^= 1;
+        assert!(cache.zlib(b"\x01", ".debug_info", &unchecked, full).is_none());
         // Too small to be worth it, or no build id: not cached.
         assert!(cache.zlib(b"\x01", ".debug_line", &zlib(&[7; 1000]), 1000).is_none());
         assert!(cache.zlib(b"", ".debug_info", &stream, full).is_none());

@@ -461,8 +461,6 @@ impl PartialInfo {
             }
             ends = offset + unit.len;
         }
-        let unit = |offset: &usize| self.units.get(offset).copied();
-        let end = offsets.last().and_then(|last| Some(last + unit(last)?.len))?;
         // What the view copies: the units (checked as read), and the runs between them too
         // short for an empty unit, kept as they are. (A damaged block of a cached section
         // found now: the stream is read to the end of the view.)
@@ -471,8 +469,10 @@ impl PartialInfo {
             if offset - at < SKIP_UNIT {
                 self.info.ensure_range(at..*offset);
             }
-            at = offset + unit(offset)?.len;
+            at = offset + self.units.get(offset)?.len;
         }
+        // The last unit's end (none: no view).
+        let end = offsets.last().map(|_| at)?;
         self.info.ensure(end);
         let unit = |offset: &usize| self.units.get(offset).copied();
         let mut view = memmap2::MmapMut::map_anon(end).ok()?;
