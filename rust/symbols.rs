@@ -25,6 +25,32 @@ pub struct SymbolTable {
     demangled: Vec<OnceLock<Option<Box<str>>>>,
 }
 
+/// Among a run of aliases sorted for [`SymbolTable::from_functions`], the
+/// name a lookup gives (the last) is made the shortest alias of its end and
+/// rank that it starts with: glibc names a function's versions for
+/// compatibility and 64-bit offsets by its name with a suffix
+/// (`__clock_nanosleep_2`, `fstat64`, `__stack_chk_fail_local`), which sort
+/// after the name people call.
+fn prefer_base_name<R: PartialEq + Copy>(aliases: &mut [(u64, u64, R, &str)]) {
+    let Some(&(_, end, rank, chosen)) = aliases.last() else { return };
+    let base = aliases
+        .iter()
+        .enumerate()
+        .filter(|(_, &(_, e, r, name))| {
+            e == end
+                && r == rank
+                && !name.is_empty()
+                && name.len() < chosen.len()
+                && chosen.starts_with(name)
+        })
+        .min_by_key(|(_, (_, _, _, name))| name.len())
+        .map(|(i, _)| i);
+    if let Some(i) = base {
+        let last = aliases.len() - 1;
+        aliases.swap(i, last);
+    }
+}
+
 impl SymbolTable {
     /// The function symbols of an ELF file: `.symtab` if it has one, else
     /// `.dynsym`. ARM mapping symbols (`$x`, `$d`) and undefined symbols are
@@ -68,7 +94,7 @@ impl SymbolTable {
         let id = cache.and_then(|_| crate::elf::summarize(data).ok()?.build_id);
         let (Some(cache), Some(id)) = (cache, id) else { return from_file() };
         let kind = if full { "symtab" } else { "dynsym" };
-        let name = format!("symbols1-{kind}-{}", data.len());
+        let name = format!("symbols2-{kind}-{}", data.len());
         let mut made = None;
         let stored = cache.derived(&id, &name, || {
             let table = made.insert(from_file()).as_ref().ok()?.as_ref()?;
@@ -162,6 +188,7 @@ impl SymbolTable {
                 let aliases = &mut symbols[first..first + run];
                 aliases.iter_mut().for_each(|(_, _, r, n)| *r = rank(n));
                 aliases.sort_unstable();
+                prefer_base_name(aliases);
             }
             first += run;
         }
@@ -585,6 +612,44 @@ mod tests {
         ]);
         assert_eq!(t.lookup(0x1010), Some(("wait", 0x10)));
         assert_eq!(t.lookup(0x1100), Some(("alone.localalias", 0)));
+    }
+
+    #[test]
+    fn a_function_is_named_by_its_name_not_a_suffixed_version_of_it() {
+        const TEXT: Section = Some((0x1000, 0x2000));
+        // libc6-dbg's aliases of clock_nanosleep, fstat and __stack_chk_fail (in another
+        // order than the sort's), and two names where neither is the other's start.
+        let t = table(&[
+            (0x1000, 0x80, TEXT, Some("clock_nanosleep@GLIBC_2.2.5")),
+            (0x1000, 0x80, TEXT, Some("__clock_nanosleep_2")),
+            (0x1000, 0x80, TEXT, Some("__GI___clock_nanosleep")),
+            (0x1000, 0x80, TEXT, Some("__clock_nanosleep")),
+            (0x1000, 0x80, TEXT, Some("clock_nanosleep@@GLIBC_2.17")),
+            (0x1100, 0x20, TEXT, Some("fstat64")),
+            (0x1100, 0x20, TEXT, Some("__fstat64")),
+            (0x1100, 0x20, TEXT, Some("fstat")),
+            (0x1200, 0x10, TEXT, Some("__stack_chk_fail_local")),
+            (0x1200, 0x10, TEXT, Some("__stack_chk_fail")),
+            (0x1300, 0x40, TEXT, Some("__memmove_evex_unaligned")),
+            (0x1300, 0x40, TEXT, Some("__memcpy_evex_unaligned")),
+            // A shorter name of another size is not an alias of the same function.
+            (0x1400, 0x40, TEXT, Some("run_2")),
+            (0x1400, 0x8, TEXT, Some("run")),
+            // Nor a versioned one of a lower rank.
+            (0x1500, 0x10, TEXT, Some("open_2")),
+            (0x1500, 0x10, TEXT, Some("open@@V1")),
+        ]);
+        assert_eq!(t.lookup(0x1010), Some(("__clock_nanosleep", 0x10)));
+        assert_eq!(t.lookup(0x1104), Some(("fstat", 4)));
+        assert_eq!(t.lookup(0x1200), Some(("__stack_chk_fail", 0)));
+        assert_eq!(t.lookup(0x1300), Some(("__memmove_evex_unaligned", 0)));
+        assert_eq!(t.lookup(0x1420), Some(("run_2", 0x20)));
+        assert_eq!(t.lookup(0x1500), Some(("open_2", 0)));
+        // The order is kept through the cache's encoding.
+        let back = SymbolTable::decode(&t.encode(), true).expect("decoded");
+        for address in [0x1010, 0x1104, 0x1200, 0x1300, 0x1420, 0x1500] {
+            assert_eq!(back.lookup(address), t.lookup(address), "{address:#x}");
+        }
     }
 
     #[test]
