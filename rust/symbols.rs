@@ -169,7 +169,9 @@ impl SymbolTable {
         // (the last) is the one people use: unversioned, else the default
         // version (`name@@VERSION`), else an old version (`name@VERSION`);
         // never the local alias GCC makes of a function for calls from its
-        // own file (`name.localalias`) when the function's name is there.
+        // own file (`name.localalias`) when the function's name is there;
+        // and of those, the name itself rather than a suffixed version of it
+        // ([`prefer_base_name`]).
         let rank = |name: &str| match name.find('@') {
             _ if name.ends_with(".localalias") => 0,
             None => 3,
