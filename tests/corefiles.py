@@ -107,6 +107,8 @@ class Spec:
     compiler: str = "gcc"
     arch: str = "x86_64"
     signal: str = "SIGSEGV"
+    # Signals the program handles itself: gdb passes them on rather than stopping there.
+    passed: tuple[str, ...] = ()
 
     @property
     def static(self) -> bool:
@@ -120,6 +122,8 @@ SPECS = {
         Spec("threads", "crash_threads.c", ("-O2", "-pthread")),
         Spec("libc", "crash_libc.c", ("-O2",)),
         Spec("signal", "crash_signal.c", ("-O2",)),
+        Spec("altstack", "crash_altstack.c", ("-O2", "-pthread"), signal="SIGABRT",
+             passed=("SIGSEGV",)),
         Spec("cxx", "crash_cxx.cpp", ("-O2",), compiler="g++", signal="SIGABRT"),
         Spec("python", "crash_py.py"),
         Spec("vdso", "crash_vdso.c", ("-O2", "-pthread")),
@@ -131,6 +135,8 @@ SPECS = {
         Spec("i386-threads", "crash_threads.c", ("-O2", "-pthread", "-static"), I386_GCC,
              "i386"),
         Spec("i386-signal", "crash_signal.c", ("-O2", "-static"), I386_GCC, "i386"),
+        Spec("i386-altstack", "crash_altstack.c", ("-O2", "-pthread", "-static"), I386_GCC,
+             "i386", "SIGABRT", ("SIGSEGV",)),
         Spec("i386-libc", "crash_libc.c", ("-O2", "-static"), I386_GCC, "i386"),
         Spec("i386-libc-shared", "crash_libc.c", ("-O2", *I386_NATIVE_DYNAMIC), I386_GCC,
              "i386"),
@@ -849,9 +855,16 @@ def gdb_on_process(pid: int, directory: Path) -> GdbView:
     return _gdb_view(result, f"pid {pid}", proc.stdout + proc.stderr)
 
 
-def gdb_crash_core(argv: Sequence[str], core: Path, env: Mapping[str, str]) -> None:
-    """Run ``argv`` under gdb to its fatal signal and write the core there."""
-    cmd = ["sh", "-c", SMALL_STACKS, "sh", *_gdb_command("gdb", None)]
+def _passing(signals: Sequence[str]) -> list[str]:
+    """gdb's options that pass ``signals`` to the program without stopping."""
+    return [arg for name in signals for arg in ("-ex", f"handle {name} nostop noprint pass")]
+
+
+def gdb_crash_core(argv: Sequence[str], core: Path, env: Mapping[str, str],
+                   passed: Sequence[str] = ()) -> None:  # fmt: skip
+    """Run ``argv`` under gdb to its fatal signal (not one of ``passed``, which the program
+    handles) and write the core there."""
+    cmd = ["sh", "-c", SMALL_STACKS, "sh", *_gdb_command("gdb", None), *_passing(passed)]
     cmd += ["-ex", "run", "-ex", f"generate-core-file {core}", "--args", *argv]
     proc = run(cmd, env=dict(env), stdin=subprocess.DEVNULL)
     if not core.exists() or "received signal" not in proc.stdout:
@@ -936,7 +949,7 @@ class Cores:
         directory.mkdir(parents=True, exist_ok=True)
         core = directory / f"{spec.id}.core"
         core.unlink(missing_ok=True)
-        gdb_crash_core(argv, core, env)
+        gdb_crash_core(argv, core, env, spec.passed)
         view = gdb_on_core(argv[0], str(core), directory)
         return MadeCore(spec, core, Path(argv[0]), argv, view)
 

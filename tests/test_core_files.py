@@ -137,6 +137,15 @@ def test_gdb_and_eu_stack_agree(case: str, cores: Cores) -> None:
         assert kinds[2] == "SIGTRAMP_FRAME" and functions[3] == "spin"
         if i386:  # the handler returns to the vdso's trampoline, not to glibc's
             assert functions[2] == "__kernel_sigreturn"
+    elif case == "altstack":
+        # The handler ran on its alternate stack, above the thread's own, where the walk goes
+        # on past the signal frame: gdb's and eu-stack's stack pointers go down there.
+        kinds = [frame.kind for frame in crashing.frames]
+        tramp = kinds.index("SIGTRAMP_FRAME")
+        assert functions[tramp - 2 : tramp] == ["report_crash", "on_segv"]
+        assert functions[tramp + 1 : tramp + 3] == ["crash_here", "descend"]
+        assert crashing.frames[tramp + 1].sp < min(f.sp for f in crashing.frames[: tramp + 1])
+        assert "worker" in functions[tramp + 3 :]
     elif case == "cxx":
         assert {"_Unwind_RaiseException", "__cxa_throw"} <= set(functions)
         assert any((f or "").endswith("abort") for f in functions)  # __GI_abort

@@ -149,7 +149,7 @@ pub(super) fn apply<M: Memory + ?Sized, R: Rules, const FALLBACK: bool>(
     if let Some(addr) = unread_sp {
         return Err((EndReason::Memory, EndDetail::Address(addr)));
     }
-    finish(arch, ra_column, ra_rule, row.signal_frame(), callee, caller)
+    finish(arch, ra_column, ra_rule, row.signal_frame(), callee, caller, frames)
 }
 
 /// [`apply`] for a [`Saved`] row whose callee's sp is exact: the CFA from a
@@ -200,7 +200,7 @@ pub(super) fn apply_saved<M: Memory + ?Sized, const A: u8>(
     drop(out);
     // A rule for the return-address column always recovers it (or the walk
     // ended above): where it is unknown, it was undefined, or there was none.
-    finish(arch, ra_column, row.ra_rule(), signal_frame, callee, caller)
+    finish(arch, ra_column, row.ra_rule(), signal_frame, callee, caller, frames)
 }
 
 /// [`apply_saved`] in place: `regs` becomes the caller's. None, with
@@ -222,7 +222,7 @@ pub(super) fn apply_in_place<M: Memory + ?Sized, const A: u8>(
         f.signal_frame = signal_frame;
         f.cfa = Some(cfa);
     }
-    Some(finish(arch_of(A), u16::from(row.ra), row.ra_rule(), signal_frame, callee, regs))
+    Some(finish(arch_of(A), u16::from(row.ra), row.ra_rule(), signal_frame, callee, regs, frames))
 }
 
 /// The work of [`apply_in_place`], from `base`, the value of the CFA's
@@ -323,7 +323,7 @@ pub(super) fn apply_context<M: Memory + ?Sized, const A: u8>(
     drop(out);
     // A rule for the return address always recovers it: its rule matters
     // to `finish` only where it is unknown, that is, where it has none.
-    Some(finish(arch, row.ra, None, row.signal_frame, callee, regs))
+    Some(finish(arch, row.ra, None, row.signal_frame, callee, regs, frames))
 }
 
 /// The target's word (`word` bytes: 8, or 4 zero-extended) at `at` in a
@@ -418,6 +418,7 @@ pub(super) fn finish(
     signal_frame: bool,
     callee: &FrameState,
     caller: &mut Registers,
+    frames: &[Frame],
 ) -> Step {
     let sp = callee.sp;
     // The outermost frame says so with an undefined return-address rule (or,
@@ -445,13 +446,27 @@ pub(super) fn finish(
     let Some(caller_sp) = caller.get(arch.sp()) else {
         return Err((EndReason::MissingRegister, EndDetail::Register(arch.sp())));
     };
-    if caller_sp < sp || (caller_sp == sp && !callee.interrupted) {
+    if (caller_sp < sp && !stack_switch(signal_frame, caller_sp, frames))
+        || (caller_sp == sp && !callee.interrupted)
+    {
         return Err((EndReason::CfaNotIncreasing, EndDetail::Sp { caller: caller_sp, frame: sp }));
     }
     if let Some(col) = arch.pc_column() {
         caller.set(col, caller_pc);
     }
     Ok(Caller { pc: caller_pc, sp: caller_sp, interrupted: signal_frame, sp_exact: true })
+}
+
+/// Whether a caller's sp below its callee's is a switch of stacks: the callee
+/// is a signal frame (the kernel's, on the stack its handler ran on: an
+/// alternate one, `sigaltstack`, lies anywhere) and the interrupted frame's sp
+/// is below every frame of the walk so far (`frames`, the callee last), so on
+/// a stack the walk has not been on, and no frame can come round again.
+/// gdb and eu-stack go on there too.
+#[cold]
+#[inline(never)]
+pub(super) fn stack_switch(signal_frame: bool, caller_sp: u64, frames: &[Frame]) -> bool {
+    signal_frame && frames.iter().all(|f| caller_sp < f.sp)
 }
 
 /// Whether a strategy's failure means it applied to the frame (and failed),

@@ -1,10 +1,10 @@
 //! The walk with fallback strategies (frame pointers, scanning) after CFI, and
 //! the CFI-only walk of a sample whose frame 0 has no CFI.
 
-use super::apply::applied;
+use super::apply::{applied, stack_switch};
 use super::{
-    stack_frame_bound, with_arch, Caller, End, EndDetail, EndReason, Frame, FrameState, Start,
-    Step, Trust, Unwinder, WalkState,
+    stack_frame_bound, switched_bound, with_arch, Caller, End, EndDetail, EndReason, Frame,
+    FrameState, Start, Step, Trust, Unwinder, WalkState,
 };
 use crate::cfi::LookupError;
 use crate::fallback::{self, Strategy};
@@ -60,6 +60,7 @@ impl Unwinder {
         };
         end.module = None;
         end.detail = EndDetail::None;
+        let grow_bound = max_frames.is_none();
         let max_frames = max_frames.unwrap_or_else(|| stack_frame_bound(arch, first.sp, mem));
         if frames.len() >= max_frames {
             end.reason = EndReason::FrameLimit;
@@ -84,7 +85,12 @@ impl Unwinder {
             sp_exact: found.sp_exact,
             trust,
         };
-        self.walk_arch::<M, true>(Start { callee, regs: caller_regs, end }, mem, max_frames, frames)
+        self.walk_arch::<M, true>(
+            Start { callee, regs: caller_regs, end, grow_bound },
+            mem,
+            max_frames,
+            frames,
+        )
     }
 
     /// The walk from frame 0 (in `frames`, its registers in `start`) on.
@@ -97,7 +103,8 @@ impl Unwinder {
         max_frames: usize,
         frames: &mut Vec<Frame>,
     ) -> End {
-        let Start { mut callee, regs, mut end } = start;
+        let Start { mut callee, regs, mut end, grow_bound } = start;
+        let mut max_frames = max_frames;
         // Two register files, the callee's and the caller's, swapped by
         // index rather than by copying.
         let mut files = [regs, Registers::new()];
@@ -160,6 +167,16 @@ impl Unwinder {
                     return end;
                 }
                 Ok((caller, trust)) => {
+                    if caller.sp < callee.sp {
+                        // Another stack (past a signal frame): the fallbacks
+                        // look at it, not at frame 0's, and its frame
+                        // pointers are not above the last stack's.
+                        stack = Some(self.stack_region(mem, caller.sp));
+                        last_fp = None;
+                        if grow_bound {
+                            max_frames = switched_bound(self.arch, max_frames, caller.sp, mem);
+                        }
+                    }
                     if frames.len() >= max_frames {
                         end.reason = EndReason::FrameLimit;
                         end.detail = EndDetail::None;
@@ -202,7 +219,11 @@ impl Unwinder {
         // signal trampoline: the kernel's frame on the stack says so, and
         // holds the interrupted frame's registers (whatever its fp).
         if matches!(failure, Some((EndReason::NoModule, _))) {
-            if let Some((pc, sp)) = crate::sigframe::restore(arch, callee.sp, caller_regs, mem) {
+            let restored = crate::sigframe::restore(arch, callee.sp, caller_regs, mem);
+            // Above the frame, or on another stack below the whole walk.
+            if let Some((pc, sp)) =
+                restored.filter(|&(_, sp)| sp > callee.sp || stack_switch(true, sp, frames))
+            {
                 let caller = Caller { pc, sp, interrupted: true, sp_exact: true };
                 return Ok((caller, Trust::Context));
             }

@@ -99,6 +99,20 @@ pub fn stack_frame_bound<M: Memory + ?Sized>(arch: Arch, sp: u64, mem: &mut M) -
     words.saturating_add(1 + leaf)
 }
 
+/// The frame limit of a walk whose bound was `max_frames` once it switches to
+/// the stack holding `sp` (below every frame so far, past a signal frame):
+/// that stack's frames may follow too.
+#[cold]
+#[inline(never)]
+fn switched_bound<M: Memory + ?Sized>(
+    arch: Arch,
+    max_frames: usize,
+    sp: u64,
+    mem: &mut M,
+) -> usize {
+    max_frames.saturating_add(stack_frame_bound(arch, sp, mem))
+}
+
 /// What the fallback strategies keep across the frames of one walk.
 struct WalkState<'a> {
     /// The captured region holding frame 0's sp (None inside: unknown),
@@ -126,6 +140,10 @@ struct Start {
     callee: FrameState,
     regs: Registers,
     end: End,
+    /// The frame limit is the bound of the stack frame 0 is on
+    /// ([`stack_frame_bound`]), not the caller's: a switch to another stack
+    /// (past a signal frame, [`apply::stack_switch`]) adds that stack's.
+    grow_bound: bool,
 }
 
 /// The caller found by one step (its registers are written in place).
@@ -311,6 +329,7 @@ impl Unwinder {
             end.detail = EndDetail::Register(arch.sp());
             return end;
         };
+        let grow_bound = max_frames.is_none();
         let max_frames = max_frames.unwrap_or_else(|| stack_frame_bound(arch, sp, mem));
         if max_frames == 0 {
             return end;
@@ -332,9 +351,19 @@ impl Unwinder {
         // CFI alone (the profiler's walk) is compiled without the fallback
         // path, so it costs nothing there.
         if self.strategies.as_slice() == [Strategy::Cfi] {
-            self.walk_arch::<M, false>(Start { callee, regs, end }, mem, max_frames, frames)
+            self.walk_arch::<M, false>(
+                Start { callee, regs, end, grow_bound },
+                mem,
+                max_frames,
+                frames,
+            )
         } else {
-            self.walk_arch::<M, true>(Start { callee, regs, end }, mem, max_frames, frames)
+            self.walk_arch::<M, true>(
+                Start { callee, regs, end, grow_bound },
+                mem,
+                max_frames,
+                frames,
+            )
         }
     }
 
@@ -402,7 +431,8 @@ impl Unwinder {
         max_frames: usize,
         frames: &mut Vec<Frame>,
     ) -> End {
-        let Start { mut callee, mut regs, mut end } = start;
+        let Start { mut callee, mut regs, mut end, grow_bound } = start;
+        let mut max_frames = max_frames;
         let mut scratch = None;
         let generation = self.modules.generation();
         // The fast steps' cache hits, added to the counts once.
@@ -431,7 +461,7 @@ impl Unwinder {
                     Fast::Stop { ra_column, ra_rule, signal_frame } => {
                         hits += 1;
                         let arch = arch_of(A);
-                        finish(arch, ra_column, ra_rule, signal_frame, &callee, &mut regs)
+                        finish(arch, ra_column, ra_rule, signal_frame, &callee, &mut regs, frames)
                     }
                     Fast::Slow => {
                         self.slow_step::<M, A>(key, &callee, (&mut regs, &mut scratch), mem, frames)
@@ -447,6 +477,9 @@ impl Unwinder {
                     break end;
                 }
                 Ok(caller) => {
+                    if caller.sp < callee.sp && grow_bound {
+                        max_frames = switched_bound(arch_of(A), max_frames, caller.sp, mem);
+                    }
                     if frames.len() >= max_frames {
                         end.reason = EndReason::FrameLimit;
                         end.detail = EndDetail::None;

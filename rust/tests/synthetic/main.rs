@@ -27,7 +27,8 @@ use _core::expr::ExprError;
 use _core::memory::{Memory, Regions};
 use _core::registers::Registers;
 use _core::unwind::{
-    stack_frame_bound, End, EndDetail, EndReason, Frame, Trust, Unwinder, UNKNOWN_STACK_FRAMES,
+    stack_frame_bound, End, EndDetail, EndReason, Frame, Strategy, Trust, Unwinder,
+    UNKNOWN_STACK_FRAMES,
 };
 
 // DWARF columns, x86_64.

@@ -250,6 +250,102 @@ fn the_frame_a_signal_interrupted_may_share_its_callers_sp() {
     assert_eq!(w.frames[1].cfa, Some(SP + 0x200));
 }
 
+/// A handler's stack (`SP`, holding only the trampoline's context: room for
+/// four words, so five frames by its bound) above the stack it interrupted
+/// (`LOW`), as with `sigaltstack`: the kernel's context at SP gives rip
+/// `interrupted` and rsp `low_sp`; from LOW, `calls` frames of G, each's
+/// return address into G, and then START's: the walk with CFI alone, the
+/// same (for a signal frame) with the fallback strategies after it, whose
+/// walk is another loop. (Without a signal frame, where CFI ends the walk,
+/// the fallbacks find frames of their own.)
+fn alternate_stack_walk(
+    signal: bool,
+    low_sp: u64,
+    calls: usize,
+    max_frames: Option<usize>,
+) -> Walk {
+    let walks = [&[Strategy::Cfi][..], &[Strategy::Cfi, Strategy::FramePointer, Strategy::Scan]]
+        .map(|strategies| alternate_stack_walk_with(strategies, signal, low_sp, calls, max_frames));
+    if signal {
+        assert_eq!(walks[0], walks[1], "CFI alone and with the fallbacks");
+    }
+    walks[0].clone()
+}
+
+fn alternate_stack_walk_with(
+    strategies: &[Strategy],
+    signal: bool,
+    low_sp: u64,
+    calls: usize,
+    max_frames: Option<usize>,
+) -> Walk {
+    const LOW: u64 = SP - 0x10_0000;
+    let mut alt = Stack { base: SP, bytes: vec![0; 0x20] };
+    alt.set(SP, rt(G)).set(SP + 8, low_sp).set(SP + 0x10, 0);
+    let mut low = Stack { base: LOW, bytes: vec![0; 0x1000] };
+    for i in 0..calls {
+        low.set(LOW + 8 * i as u64, rt(G + 5));
+    }
+    low.set(LOW + 8 * calls as u64, rt(START + 5));
+    let mut memory = Regions::new();
+    memory.add(alt.base, &alt.bytes);
+    memory.add(low.base, &low.bytes);
+    let mut frames = Vec::new();
+    let mut uw = eh_unwinder(&signal_cfi(signal));
+    uw.set_strategies(strategies);
+    let regs = registers(&[(RSP, SP)]);
+    let end = uw.unwind(rt(TRAMP + 2), &regs, &mut memory, max_frames, &mut frames);
+    Walk { frames, end }
+}
+
+#[test]
+fn past_a_signal_frame_the_walk_may_go_down_to_the_stack_it_interrupted() {
+    // The handler ran on an alternate stack above the interrupted one (gdb
+    // and eu-stack go on there too): only a signal frame's caller may be
+    // below it, and only below every frame of the walk so far.
+    const LOW: u64 = SP - 0x10_0000;
+    let w = alternate_stack_walk(true, LOW, 0, Some(16));
+    assert_eq!(w.pcs(), [rt(TRAMP + 2), rt(G), rt(START + 5)]);
+    assert_eq!(w.sps(), [SP, LOW, LOW + 8]);
+    assert_eq!(w.end.reason, EndReason::EndOfStack);
+
+    // Without the 'S' augmentation the trampoline is an ordinary frame.
+    let w = alternate_stack_walk(false, LOW, 0, Some(16));
+    assert_eq!(w.pcs(), [rt(TRAMP + 2)]);
+    assert_eq!(w.end.reason, EndReason::CfaNotIncreasing);
+    assert_eq!(w.end.detail, EndDetail::Sp { caller: LOW, frame: SP });
+
+    // Frame 0 below the trampoline, and an interrupted sp between the two:
+    // a stack the walk has been on.
+    let mut stack = Stack::new();
+    stack.set(SP - 8, rt(TRAMP + 1)).set(SP, rt(G)).set(SP + 8, SP - 4);
+    let mut uw = eh_unwinder(&signal_cfi(true));
+    let w = walk(&mut uw, rt(G + 0x10), &[(RSP, SP - 8)], &mut stack.memory(), 16);
+    assert_eq!(w.pcs(), [rt(G + 0x10), rt(TRAMP + 1)]);
+    assert_eq!(w.end.reason, EndReason::CfaNotIncreasing);
+    assert_eq!(w.end.detail, EndDetail::Sp { caller: SP - 4, frame: SP });
+}
+
+#[test]
+fn a_walk_that_switches_stacks_may_hold_that_stacks_frames_too() {
+    // The walk's frame limit, where none is given, is what frame 0's stack
+    // can hold (five frames here); the interrupted stack's own frames come
+    // on top of it.
+    const LOW: u64 = SP - 0x10_0000;
+    let mut memory = Regions::new();
+    let alt = [0u8; 0x20];
+    memory.add(SP, &alt);
+    assert_eq!(stack_frame_bound(Arch::X86_64, SP, &mut memory), 5);
+    let w = alternate_stack_walk(true, LOW, 10, None);
+    assert_eq!(w.frames.len(), 13, "{:?}", w.end);
+    assert_eq!(w.pcs()[2..12], [rt(G + 5); 10]);
+    assert_eq!(w.end.reason, EndReason::EndOfStack);
+    // A limit given is the limit.
+    let w = alternate_stack_walk(true, LOW, 10, Some(5));
+    assert_eq!(w.frames.len(), 5);
+    assert_eq!(w.end.reason, EndReason::FrameLimit);
+}
+
 /// aarch64: the trampoline's CIE uses column 32 for the interrupted pc so
 /// that it can restore lr too; the interrupted leaf returns through lr.
 #[test]
