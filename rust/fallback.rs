@@ -214,12 +214,14 @@ pub(crate) struct Context<'a> {
 
 /// The frame a fallback step starts from.
 pub(crate) struct Callee {
-    pub index: usize,
     pub pc: u64,
     pub sp: u64,
     /// The frame itself was found by a fallback step: its sp may lie below
     /// its true one.
     pub guessed: bool,
+    /// Frame 0, or a frame a signal interrupted: it may be anywhere in its
+    /// function, also where it has made no frame record.
+    pub interrupted: bool,
 }
 
 /// The caller a fallback step found (its registers are written in place).
@@ -235,6 +237,15 @@ type StepResult<T> = Result<T, (EndReason, EndDetail)>;
 /// may come (V8 makes it the first instruction; an `endbr64` may come
 /// before it).
 const PROLOGUE: u64 = 16;
+
+/// Whether the code at `pc`, in a module's file, is a signal trampoline's
+/// ([`Arch::sigreturn_at`]).
+pub(crate) fn sigreturn_at(arch: Arch, modules: &ModuleSet, pc: u64) -> bool {
+    let Some(m) = modules.index_of(pc) else { return false };
+    let module = &modules.modules()[m];
+    let code = module.code_at(pc.wrapping_sub(module.bias), Arch::SIGRETURN_WINDOW);
+    code.is_some_and(|code| arch.sigreturn_at(code))
+}
 
 impl Context<'_> {
     fn in_stack(&self, addr: u64) -> bool {
@@ -265,6 +276,10 @@ impl Context<'_> {
         let elf = ra.wrapping_sub(module.bias);
         if !module.is_code(elf.wrapping_sub(1)) {
             return Err(RaProblem::NotInCode);
+        }
+        // A signal handler returns to its trampoline's first instruction.
+        if sigreturn_at(self.arch, self.modules, ra) {
+            return Ok(());
         }
         match module.code_before(elf, self.arch.call_window()) {
             Some(code) if !self.arch.call_before(code) => Err(RaProblem::NoCall),
@@ -325,8 +340,8 @@ impl Context<'_> {
     }
 
     /// One frame-pointer step: the frame record at fp gives the caller's pc
-    /// and fp; the caller's sp is just above the record. Frame 0 may be a
-    /// leaf that made no record (see `leaf`).
+    /// and fp; the caller's sp is just above the record. Frame 0, or a frame
+    /// a signal interrupted, may be a leaf that made no record (see `leaf`).
     pub fn frame_pointer<M: Memory + ?Sized>(
         &mut self,
         callee: &Callee,
@@ -337,7 +352,7 @@ impl Context<'_> {
         let arch = self.arch;
         let w = arch.word_size();
         let fp = regs.get(arch.fp());
-        if callee.index == 0 {
+        if callee.interrupted {
             if let Some(found) = self.leaf(callee, fp, regs, caller, mem) {
                 return Ok(found);
             }
@@ -373,7 +388,8 @@ impl Context<'_> {
         Ok(Found { pc: ra, sp, sp_exact: arch.frame_record_gives_exact_sp() })
     }
 
-    /// Frame 0 without CFI may be a leaf that made no frame record: its fp
+    /// Frame 0 without CFI (or a frame a signal interrupted, which may be
+    /// anywhere too) may be a leaf that made no frame record: its fp
     /// is still its caller's, and its return address is in lr (aarch64) or
     /// at sp (x86_64, where a call pushes it). Or it is in its prologue,
     /// between `push rbp` and `mov rbp, rsp`: [sp] is fp itself, and the

@@ -168,6 +168,11 @@ FALLBACK_SPECS = {
         Spec("nocfi-loop", "crash_nocfi.c", (*NO_CFI, "-DMODE=1")),
         Spec("nocfi-backwards", "crash_nocfi.c", (*NO_CFI, "-DMODE=2")),
         Spec("nocfi-garbage", "crash_nocfi.c", (*NO_CFI, "-DMODE=3")),
+        # A signal handler without CFI returns to libc's trampoline, which no call precedes,
+        # and the frameless loop it interrupted has made no frame record.
+        Spec("signal-nocfi", "crash_signal.c", NO_CFI),
+        Spec("altstack-nocfi", "crash_altstack.c", (*NO_CFI, "-pthread"), signal="SIGABRT",
+             passed=("SIGSEGV",)),
         Spec("asm-fp", "crash_asm.c", ("-O2",)),
         Spec("asm-no-fp", "crash_asm.c", ("-O2", "-DBREAK_CHAIN")),
         Spec("a64-nocfi", "crash_nocfi.c", NO_CFI, "aarch64-linux-gnu-gcc", "aarch64"),

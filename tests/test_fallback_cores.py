@@ -108,6 +108,29 @@ def test_x86_64_without_cfi_unwinds_by_frame_pointers(cores: Cores) -> None:
     assert eu == trace.pcs[:1] + trace.pcs[2:]
 
 
+@pytest.mark.parametrize("case", ["signal-nocfi", "altstack-nocfi"])
+def test_signal_handlers_without_cfi(case: str, cores: Cores) -> None:
+    """A handler without CFI, found by its frame pointer, returns to libc's trampoline
+    (`__restore_rt`, whose first instruction no call precedes: a signal handler's return
+    address all the same), whose CFI leads to the interrupted frame; that frame, interrupted
+    anywhere (a frameless loop, a leaf that made no frame record), returns through the word at
+    its sp, as frame 0 may. gdb's pcs and stack pointers exactly (altstack: across the switch
+    from the handler's alternate stack down to the thread's, where the frame-pointer checks
+    look at that stack), each frame's trust as readelf's FDEs say, and a clean end."""
+    made = cores(case)
+    core, trace = crashing(made)
+    gdb = made.gdb.thread(core.threads[0].tid)
+    assert trace.pcs == gdb.pcs, f"{trace.end}: {trace.end_detail}"
+    assert [f.sp for f in trace.frames] == [f.sp for f in gdb.frames]
+    assert trace.end == "end_of_stack", trace.end_detail
+    assert [f.trust for f in trace.frames] == expected_trust(core, trace)
+    tramp = [f.kind for f in gdb.frames].index("SIGTRAMP_FRAME")
+    assert trace.frames[tramp].trust == "frame_pointer"  # the handler's return address
+    names = [f.function for f in gdb.frames]
+    leaf = "spin" if case == "signal-nocfi" else "crash_here"
+    assert names[tramp + 1] == leaf and trace.frames[tramp + 2].trust == "frame_pointer"
+
+
 def test_cli_shows_trust_and_obeys_the_strategies(cores: Cores) -> None:
     made = cores("nocfi")
     status, doc = cli_doc(made)

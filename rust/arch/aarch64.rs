@@ -64,6 +64,10 @@ pub fn call_before(code: &[u8]) -> bool {
     })
 }
 
+/// The code at the start of a signal trampoline (the vdso's
+/// `__kernel_rt_sigreturn`, musl's `__restore_rt`): `mov x8, #139; svc #0`.
+pub const SIGRETURN: [&[u8]; 1] = [&[0x68, 0x11, 0x80, 0xd2, 0x01, 0x00, 0x00, 0xd4]];
+
 /// The target of a `bl` ending `code`, the bytes right before `return_address`.
 pub fn direct_call_target(return_address: u64, code: &[u8]) -> Option<u64> {
     let insn = last_insn(code)?;

@@ -32,6 +32,13 @@ pub fn register_by_name(name: &str) -> Option<Option<u16>> {
     NAMES.iter().position(|n| *n == name).map(|i| Some(i as u16))
 }
 
+/// The code at the start of a signal trampoline (the vdso's
+/// `__kernel_sigreturn`, `__kernel_rt_sigreturn`): `pop %eax; mov $119,
+/// %eax; int $0x80` (sigreturn) and `mov $173, %eax; int $0x80`
+/// (rt_sigreturn).
+pub const SIGRETURN: [&[u8]; 2] =
+    [&[0x58, 0xb8, 0x77, 0, 0, 0, 0xcd, 0x80], &[0xb8, 0xad, 0, 0, 0, 0xcd, 0x80]];
+
 /// perf's x86 user registers (a 32-bit process sampled by an x86_64
 /// kernel), to i386's DWARF numbering: eax ecx edx ebx esp ebp esi edi.
 pub fn perf_reg(index: u32) -> PerfReg {

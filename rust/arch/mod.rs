@@ -262,6 +262,21 @@ impl Arch {
         }
     }
 
+    /// How many code bytes at an address [`Arch::sigreturn_at`] looks at.
+    pub const SIGRETURN_WINDOW: usize = 9;
+
+    /// Whether `code` (the bytes at an address, up to
+    /// [`Arch::SIGRETURN_WINDOW`]) starts with a signal trampoline's code:
+    /// where a signal handler returns, which follows no call.
+    pub fn sigreturn_at(self, code: &[u8]) -> bool {
+        let patterns: &[&[u8]] = match self {
+            Arch::X86_64 => &x86_64::SIGRETURN,
+            Arch::I386 => &i386::SIGRETURN,
+            Arch::Aarch64 => &aarch64::SIGRETURN,
+        };
+        patterns.iter().any(|p| code.starts_with(p))
+    }
+
     /// The target of the direct call that made `return_address` (`code`:
     /// the `call_window()` bytes before it), if that call is direct.
     pub fn direct_call_target(self, return_address: u64, code: &[u8]) -> Option<u64> {
@@ -343,6 +358,26 @@ impl FromStr for Arch {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn signal_trampolines_are_known_by_their_code() {
+        // glibc's and musl's x86_64 __restore_rt (objdump: mov $0xf,%rax; syscall), Go's.
+        let glibc = [0x48, 0xc7, 0xc0, 0x0f, 0, 0, 0, 0x0f, 0x05, 0x0f, 0x1f, 0x84];
+        assert!(Arch::X86_64.sigreturn_at(&glibc));
+        assert!(Arch::X86_64.sigreturn_at(&[0xb8, 0x0f, 0, 0, 0, 0x0f, 0x05, 0xcc]));
+        // Another system call (mov $0x3c,%rax: exit), or the code cut short.
+        assert!(!Arch::X86_64.sigreturn_at(&[0x48, 0xc7, 0xc0, 0x3c, 0, 0, 0, 0x0f, 0x05]));
+        assert!(!Arch::X86_64.sigreturn_at(&glibc[..8]));
+        // The i386 vdso's __kernel_sigreturn and __kernel_rt_sigreturn.
+        assert!(Arch::I386.sigreturn_at(&[0x58, 0xb8, 0x77, 0, 0, 0, 0xcd, 0x80, 0x90]));
+        assert!(Arch::I386.sigreturn_at(&[0xb8, 0xad, 0, 0, 0, 0xcd, 0x80]));
+        assert!(!Arch::X86_64.sigreturn_at(&[0xb8, 0xad, 0, 0, 0, 0xcd, 0x80]));
+        // aarch64: mov x8, #139; svc #0.
+        let a64: Vec<u8> =
+            [0xd280_1168u32, 0xd400_0001].iter().flat_map(|i| i.to_le_bytes()).collect();
+        assert!(Arch::Aarch64.sigreturn_at(&a64));
+        assert!(!Arch::Aarch64.sigreturn_at(&a64[4..]));
+    }
 
     #[test]
     fn register_names_round_trip() {

@@ -84,6 +84,12 @@ pub fn call_before(code: &[u8]) -> bool {
     })
 }
 
+/// The code at the start of a signal trampoline, where a handler returns:
+/// `mov $15, %rax; syscall` (rt_sigreturn; glibc's and musl's `__restore_rt`)
+/// or its `mov $15, %eax` form (Go's `runtime.sigreturn`).
+pub const SIGRETURN: [&[u8]; 2] =
+    [&[0x48, 0xc7, 0xc0, 0x0f, 0, 0, 0, 0x0f, 0x05], &[0xb8, 0x0f, 0, 0, 0, 0x0f, 0x05]];
+
 /// The target of a `call rel32` ending `code`, the bytes right before `return_address`.
 pub fn direct_call_target(return_address: u64, code: &[u8]) -> Option<u64> {
     let n = code.len();

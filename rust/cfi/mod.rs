@@ -575,6 +575,22 @@ impl UnwindInfo {
         self.data.get(file_start..file_end)
     }
 
+    /// The (up to) `len` bytes of code from ELF address `address` on, from
+    /// the file: fewer at the end of a segment, None where the file does not
+    /// hold it.
+    pub fn code_at(&self, address: u64, len: usize) -> Option<&[u8]> {
+        let s = self
+            .sections
+            .code
+            .iter()
+            .find(|s| address.wrapping_sub(s.address) < s.file_size.min(s.size))?;
+        let start = address - s.address;
+        let end = start.saturating_add(len as u64).min(s.file_size.min(s.size));
+        let file_start = usize::try_from(s.file_offset.checked_add(start)?).ok()?;
+        let file_end = usize::try_from(s.file_offset.checked_add(end)?).ok()?;
+        self.data.get(file_start..file_end)
+    }
+
     /// The entry point (`e_entry`, an ELF address), where the file has one.
     pub fn entry(&self) -> Option<u64> {
         self.sections.entry

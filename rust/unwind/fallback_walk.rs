@@ -53,7 +53,8 @@ impl Unwinder {
             last_fp: None,
             scan_words: self.scan_words,
         };
-        let callee = fallback::Callee { index: 0, pc: first.pc, sp: first.sp, guessed: false };
+        let callee =
+            fallback::Callee { pc: first.pc, sp: first.sp, guessed: false, interrupted: true };
         let fp = callee_regs.get(arch.fp());
         let Some(found) = ctx.leaf(&callee, fp, &callee_regs, &mut caller_regs, mem) else {
             return end;
@@ -216,9 +217,14 @@ impl Unwinder {
     ) -> Result<(Caller, Trust), (EndReason, EndDetail)> {
         let arch = self.arch;
         // A frame in no module, or in one whose file is missing, may be a
-        // signal trampoline: the kernel's frame on the stack says so, and
+        // signal trampoline, as may one whose code is a trampoline's but has
+        // no CFI (musl's, Go's): the kernel's frame on the stack says so, and
         // holds the interrupted frame's registers (whatever its fp).
-        if matches!(failure, Some((EndReason::NoModule, _))) {
+        let trampoline = match failure {
+            Some((EndReason::NoModule, _)) => true,
+            _ => fallback::sigreturn_at(arch, &self.modules, callee.pc),
+        };
+        if trampoline {
             let restored = crate::sigframe::restore(arch, callee.sp, caller_regs, mem);
             // Above the frame, or on another stack below the whole walk.
             if let Some((pc, sp)) =
@@ -247,10 +253,10 @@ impl Unwinder {
                     scan_words: self.scan_words,
                 };
                 let frame = fallback::Callee {
-                    index: frames.len() - 1,
                     pc: callee.pc,
                     sp: callee.sp,
                     guessed: matches!(callee.trust, Trust::FramePointer | Trust::Scan),
+                    interrupted: callee.interrupted,
                 };
                 let found = match strategy {
                     Strategy::Scan => {
