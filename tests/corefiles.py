@@ -124,6 +124,8 @@ SPECS = {
         Spec("signal", "crash_signal.c", ("-O2",)),
         Spec("altstack", "crash_altstack.c", ("-O2", "-pthread"), signal="SIGABRT",
              passed=("SIGSEGV",)),
+        Spec("altstack-overflow", "crash_altstack.c", ("-O2", "-pthread", "-DOVERFLOW"),
+             signal="SIGABRT", passed=("SIGSEGV",)),
         Spec("cxx", "crash_cxx.cpp", ("-O2",), compiler="g++", signal="SIGABRT"),
         Spec("python", "crash_py.py"),
         Spec("vdso", "crash_vdso.c", ("-O2", "-pthread")),
@@ -679,6 +681,18 @@ def symbol_in_core(core: Path, name: str) -> tuple[int, int]:
         address = symbol.value + start - first_load_vaddr(path)
         return file_offset(core, address)[0], symbol.size
     raise AssertionError(f"no module of {core} defines {name}")
+
+
+def load_segment(core: Path, address: int) -> tuple[int, int]:
+    """[start, end) of the core's PT_LOAD segment holding ``address``, by pyelftools."""
+    with open(core, "rb") as f:
+        loads = [s for s in ELFFile(f).iter_segments() if s["p_type"] == "PT_LOAD"]
+    ((start, end),) = [
+        (s["p_vaddr"], s["p_vaddr"] + s["p_memsz"])
+        for s in loads
+        if s["p_vaddr"] <= address < s["p_vaddr"] + s["p_memsz"]
+    ]
+    return int(start), int(end)
 
 
 def file_offset(core: Path, address: int) -> tuple[int, int]:

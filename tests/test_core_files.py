@@ -44,6 +44,7 @@ from corefiles import (
     gdb_on_core,
     initial_arguments,
     is_subsequence,
+    load_segment,
     note_span,
     run,
     text_address,
@@ -146,6 +147,16 @@ def test_gdb_and_eu_stack_agree(case: str, cores: Cores) -> None:
         assert functions[tramp + 1 : tramp + 3] == ["crash_here", "descend"]
         assert crashing.frames[tramp + 1].sp < min(f.sp for f in crashing.frames[: tramp + 1])
         assert "worker" in functions[tramp + 3 :]
+    elif case == "altstack-overflow":
+        # The handler ran on a small alternate stack below the main stack it overflowed: the
+        # main stack holds more frames than the handler's stack has words.
+        tramp = [frame.kind for frame in crashing.frames].index("SIGTRAMP_FRAME")
+        assert functions[tramp - 2 : tramp] == ["report_crash", "on_segv"]
+        _, alternate_end = load_segment(made.path, crashing.frames[0].sp)
+        assert crashing.frames[tramp + 1].sp > alternate_end
+        assert functions.count("overflow") > (alternate_end - crashing.frames[0].sp) // 8
+        # main tail-calls the recursion; the stack reaches the entry point.
+        assert functions[-4] == "overflow" and functions[-1] == "_start"
     elif case == "cxx":
         assert {"_Unwind_RaiseException", "__cxa_throw"} <= set(functions)
         assert any((f or "").endswith("abort") for f in functions)  # __GI_abort

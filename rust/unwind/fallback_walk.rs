@@ -3,7 +3,7 @@
 
 use super::apply::{applied, stack_switch};
 use super::{
-    stack_frame_bound, switched_bound, with_arch, Caller, End, EndDetail, EndReason, Frame,
+    regrow_bound, stack_frame_bound, with_arch, Caller, End, EndDetail, EndReason, Frame,
     FrameState, Start, Step, Trust, Unwinder, WalkState,
 };
 use crate::cfi::LookupError;
@@ -174,11 +174,10 @@ impl Unwinder {
                         // pointers are not above the last stack's.
                         stack = Some(self.stack_region(mem, caller.sp));
                         last_fp = None;
-                        if grow_bound {
-                            max_frames = switched_bound(self.arch, max_frames, caller.sp, mem);
-                        }
                     }
-                    if frames.len() >= max_frames {
+                    if frames.len() >= max_frames
+                        && !(grow_bound && regrow_bound(self.arch, frames, mem, &mut max_frames))
+                    {
                         end.reason = EndReason::FrameLimit;
                         end.detail = EndDetail::None;
                         return end;

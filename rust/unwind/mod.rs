@@ -99,18 +99,33 @@ pub fn stack_frame_bound<M: Memory + ?Sized>(arch: Arch, sp: u64, mem: &mut M) -
     words.saturating_add(1 + leaf)
 }
 
-/// The frame limit of a walk whose bound was `max_frames` once it switches to
-/// the stack holding `sp` (below every frame so far, past a signal frame):
-/// that stack's frames may follow too.
+/// A walk with no frame limit given, at its bound (what the stack frame 0
+/// is on can hold, [`stack_frame_bound`]): whether it may go on, with
+/// `max_frames` raised to the bound of every stack it has been on. Past a
+/// signal frame a walk goes on on the stack the handler interrupted, above or
+/// below its own (a small alternate stack, `sigaltstack`, where a stack
+/// overflow is handled), and that stack's frames may follow too. Each run of
+/// frames on one captured region adds what that region holds from the run's
+/// lowest sp, its first frame's; frames in no region add nothing.
 #[cold]
 #[inline(never)]
-fn switched_bound<M: Memory + ?Sized>(
+fn regrow_bound<M: Memory + ?Sized>(
     arch: Arch,
-    max_frames: usize,
-    sp: u64,
+    frames: &[Frame],
     mem: &mut M,
-) -> usize {
-    max_frames.saturating_add(stack_frame_bound(arch, sp, mem))
+    max_frames: &mut usize,
+) -> bool {
+    let mut bound = 0usize;
+    let mut run = None;
+    for f in frames {
+        let region = mem.region_of(f.sp);
+        if region.is_some() && region != run {
+            bound = bound.saturating_add(stack_frame_bound(arch, f.sp, mem));
+        }
+        run = region;
+    }
+    *max_frames = (*max_frames).max(bound);
+    frames.len() < *max_frames
 }
 
 /// What the fallback strategies keep across the frames of one walk.
@@ -141,8 +156,8 @@ struct Start {
     regs: Registers,
     end: End,
     /// The frame limit is the bound of the stack frame 0 is on
-    /// ([`stack_frame_bound`]), not the caller's: a switch to another stack
-    /// (past a signal frame, [`apply::stack_switch`]) adds that stack's.
+    /// ([`stack_frame_bound`]), not the caller's: the walk may raise it to
+    /// that of every stack it goes on ([`regrow_bound`]).
     grow_bound: bool,
 }
 
@@ -306,7 +321,8 @@ impl Unwinder {
     /// reading memory through `mem`. The frames go into `frames` (cleared
     /// first, so one vector can be reused without allocating): at most
     /// `max_frames`, or, when None, as many as the captured stack can hold
-    /// ([`stack_frame_bound`]).
+    /// ([`stack_frame_bound`]; the stacks, where the walk goes on another past
+    /// a signal frame, [`regrow_bound`]).
     pub fn unwind<M: Memory + ?Sized>(
         &mut self,
         pc: u64,
@@ -444,7 +460,10 @@ impl Unwinder {
                 match fast_step::<M, A>(&mut self.cache, key, &callee, &mut regs, mem, frames) {
                     Fast::Next { pc, sp, interrupted } => {
                         hits += 1;
-                        if frames.len() >= max_frames {
+                        if frames.len() >= max_frames
+                            && !(grow_bound
+                                && regrow_bound(arch_of(A), frames, mem, &mut max_frames))
+                        {
                             end.frame = frames.len() - 1;
                             end.lookup_pc = lookup;
                             end.reason = EndReason::FrameLimit;
@@ -477,10 +496,9 @@ impl Unwinder {
                     break end;
                 }
                 Ok(caller) => {
-                    if caller.sp < callee.sp && grow_bound {
-                        max_frames = switched_bound(arch_of(A), max_frames, caller.sp, mem);
-                    }
-                    if frames.len() >= max_frames {
+                    if frames.len() >= max_frames
+                        && !(grow_bound && regrow_bound(arch_of(A), frames, mem, &mut max_frames))
+                    {
                         end.reason = EndReason::FrameLimit;
                         end.detail = EndDetail::None;
                         break end;

@@ -251,21 +251,16 @@ fn the_frame_a_signal_interrupted_may_share_its_callers_sp() {
 }
 
 /// A handler's stack (`SP`, holding only the trampoline's context: room for
-/// four words, so five frames by its bound) above the stack it interrupted
-/// (`LOW`), as with `sigaltstack`: the kernel's context at SP gives rip
-/// `interrupted` and rsp `low_sp`; from LOW, `calls` frames of G, each's
+/// four words, so five frames by its bound) and the stack it interrupted, at
+/// `other` (below SP or above it), as with `sigaltstack`: the kernel's context
+/// at SP gives rip G and rsp `other`; from there, `calls` frames of G, each's
 /// return address into G, and then START's: the walk with CFI alone, the
 /// same (for a signal frame) with the fallback strategies after it, whose
 /// walk is another loop. (Without a signal frame, where CFI ends the walk,
 /// the fallbacks find frames of their own.)
-fn alternate_stack_walk(
-    signal: bool,
-    low_sp: u64,
-    calls: usize,
-    max_frames: Option<usize>,
-) -> Walk {
+fn alternate_stack_walk(signal: bool, other: u64, calls: usize, max_frames: Option<usize>) -> Walk {
     let walks = [&[Strategy::Cfi][..], &[Strategy::Cfi, Strategy::FramePointer, Strategy::Scan]]
-        .map(|strategies| alternate_stack_walk_with(strategies, signal, low_sp, calls, max_frames));
+        .map(|strategies| alternate_stack_walk_with(strategies, signal, other, calls, max_frames));
     if signal {
         assert_eq!(walks[0], walks[1], "CFI alone and with the fallbacks");
     }
@@ -275,21 +270,20 @@ fn alternate_stack_walk(
 fn alternate_stack_walk_with(
     strategies: &[Strategy],
     signal: bool,
-    low_sp: u64,
+    other: u64,
     calls: usize,
     max_frames: Option<usize>,
 ) -> Walk {
-    const LOW: u64 = SP - 0x10_0000;
     let mut alt = Stack { base: SP, bytes: vec![0; 0x20] };
-    alt.set(SP, rt(G)).set(SP + 8, low_sp).set(SP + 0x10, 0);
-    let mut low = Stack { base: LOW, bytes: vec![0; 0x1000] };
+    alt.set(SP, rt(G)).set(SP + 8, other).set(SP + 0x10, 0);
+    let mut interrupted = Stack { base: other, bytes: vec![0; 0x1000] };
     for i in 0..calls {
-        low.set(LOW + 8 * i as u64, rt(G + 5));
+        interrupted.set(other + 8 * i as u64, rt(G + 5));
     }
-    low.set(LOW + 8 * calls as u64, rt(START + 5));
+    interrupted.set(other + 8 * calls as u64, rt(START + 5));
     let mut memory = Regions::new();
     memory.add(alt.base, &alt.bytes);
-    memory.add(low.base, &low.bytes);
+    memory.add(interrupted.base, &interrupted.bytes);
     let mut frames = Vec::new();
     let mut uw = eh_unwinder(&signal_cfi(signal));
     uw.set_strategies(strategies);
@@ -298,12 +292,15 @@ fn alternate_stack_walk_with(
     Walk { frames, end }
 }
 
+/// The stack a handler on an alternate stack at SP interrupted: below it, above it.
+const LOW: u64 = SP - 0x10_0000;
+const HIGH: u64 = SP + 0x10_0000;
+
 #[test]
 fn past_a_signal_frame_the_walk_may_go_down_to_the_stack_it_interrupted() {
     // The handler ran on an alternate stack above the interrupted one (gdb
     // and eu-stack go on there too): only a signal frame's caller may be
     // below it, and only below every frame of the walk so far.
-    const LOW: u64 = SP - 0x10_0000;
     let w = alternate_stack_walk(true, LOW, 0, Some(16));
     assert_eq!(w.pcs(), [rt(TRAMP + 2), rt(G), rt(START + 5)]);
     assert_eq!(w.sps(), [SP, LOW, LOW + 8]);
@@ -327,23 +324,30 @@ fn past_a_signal_frame_the_walk_may_go_down_to_the_stack_it_interrupted() {
 }
 
 #[test]
-fn a_walk_that_switches_stacks_may_hold_that_stacks_frames_too() {
+fn a_walk_onto_another_stack_may_hold_that_stacks_frames_too() {
     // The walk's frame limit, where none is given, is what frame 0's stack
     // can hold (five frames here); the interrupted stack's own frames come
-    // on top of it.
-    const LOW: u64 = SP - 0x10_0000;
+    // on top of it, whether that stack is below the handler's or above it
+    // (a small alternate stack where a main thread's overflow is handled).
     let mut memory = Regions::new();
     let alt = [0u8; 0x20];
     memory.add(SP, &alt);
     assert_eq!(stack_frame_bound(Arch::X86_64, SP, &mut memory), 5);
-    let w = alternate_stack_walk(true, LOW, 10, None);
-    assert_eq!(w.frames.len(), 13, "{:?}", w.end);
-    assert_eq!(w.pcs()[2..12], [rt(G + 5); 10]);
+    for other in [LOW, HIGH] {
+        let w = alternate_stack_walk(true, other, 10, None);
+        assert_eq!(w.frames.len(), 13, "{:?}", w.end);
+        assert_eq!(w.pcs()[2..12], [rt(G + 5); 10]);
+        assert_eq!(w.sps()[1..], (0..12).map(|i| other + 8 * i).collect::<Vec<_>>());
+        assert_eq!(w.end.reason, EndReason::EndOfStack);
+        // A limit given is the limit.
+        let w = alternate_stack_walk(true, other, 10, Some(5));
+        assert_eq!(w.frames.len(), 5);
+        assert_eq!(w.end.reason, EndReason::FrameLimit);
+    }
+    // The interrupted stack full of frames, a word each.
+    let w = alternate_stack_walk(true, HIGH, 511, None);
+    assert_eq!(w.frames.len(), 514);
     assert_eq!(w.end.reason, EndReason::EndOfStack);
-    // A limit given is the limit.
-    let w = alternate_stack_walk(true, LOW, 10, Some(5));
-    assert_eq!(w.frames.len(), 5);
-    assert_eq!(w.end.reason, EndReason::FrameLimit);
 }
 
 /// aarch64: the trampoline's CIE uses column 32 for the interrupted pc so
