@@ -117,24 +117,36 @@ fn by_debuglink(
     })
 }
 
-/// A `.debug_frame` that holds bytes in `data`, if the ELF file has one.
-pub fn debug_frame_section(data: &[u8]) -> Option<SectionInfo> {
+/// A `.debug_frame` that holds bytes in `data`, if the ELF file has one:
+/// where they are, and how they are compressed (see
+/// [`crate::elf::debug_frame_of`]).
+pub fn debug_frame_section(
+    data: &[u8],
+) -> Option<(SectionInfo, Option<(object::CompressionFormat, u64)>)> {
     let file = object::read::elf::ElfFile64::<object::LittleEndian, &[u8]>::parse(data).ok()?;
-    let s = file.section_by_name(".debug_frame")?;
-    let (file_offset, size) = s.file_range()?; // None for SHT_NOBITS
-    (size > 0).then_some(SectionInfo { file_offset, size, address: s.address() })
+    let (section, compression) = crate::elf::debug_frame_of(&file);
+    Some((section?, compression))
 }
 
 /// The `.debug_frame` of the separate debug file of `data` (see [`find`]):
-/// the debug file's bytes, where the section is in them, and its path.
+/// the debug file's bytes, where the section is in them, and its path. A
+/// compressed one (distributions compress their debug files) comes
+/// decompressed, as bytes of its own.
 pub fn separate_debug_frame(
     data: &[u8],
     path: Option<&Path>,
     debug_root: &Path,
 ) -> Option<(Arc<Data>, SectionInfo, PathBuf)> {
     let (found, debug) = find(data, path, debug_root)?;
-    let section = debug_frame_section(&debug)?;
-    Some((Arc::new(debug), section, found))
+    match debug_frame_section(&debug)? {
+        (section, None) => Some((Arc::new(debug), section, found)),
+        (s, Some((format, full))) => {
+            let stream = debug.get(s.file_offset as usize..(s.file_offset + s.size) as usize)?;
+            let bytes = crate::cfi::decompress_section(format, stream, full)?;
+            let section = SectionInfo { file_offset: 0, size: full, address: s.address };
+            Some((Arc::new(Data::Owned(bytes)), section, found))
+        }
+    }
 }
 
 #[cfg(test)]

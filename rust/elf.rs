@@ -102,17 +102,37 @@ fn read_elf_class<Elf: FileHeader<Endian = LittleEndian>>(
         (size > 0).then_some(SectionInfo { file_offset, size, address: s.address() })
     };
     let address = |name: &str| file.section_by_name(name).map(|s| s.address());
+    let (debug_frame, debug_frame_compression) = debug_frame_of(&file);
     let sections = ModuleSections {
         eh_frame: section(".eh_frame"),
         // Files without section headers still have PT_GNU_EH_FRAME.
         eh_frame_hdr: section(".eh_frame_hdr").or(hdr_segment),
-        debug_frame: section(".debug_frame"),
+        debug_frame,
+        debug_frame_compression,
         text: address(".text"),
         got: address(".got"),
         code,
         entry: Some(file.elf_header().e_entry(endian).into()).filter(|&e: &u64| e != 0),
     };
     Ok(ElfInfo { machine, range: start..end, sections })
+}
+
+/// An ELF file's `.debug_frame` (or GNU `.zdebug_frame`): where its bytes
+/// are in the file, and, where it is compressed, where its stream is, its
+/// format and its size decompressed. None where it has no bytes in the file.
+pub fn debug_frame_of<'data, F: Object<'data>>(
+    file: &F,
+) -> (Option<SectionInfo>, Option<(object::CompressionFormat, u64)>) {
+    let Some(s) = file.section_by_name(".debug_frame") else { return (None, None) };
+    let Ok(range) = s.compressed_file_range() else { return (None, None) };
+    let info = |size| SectionInfo { file_offset: range.offset, size, address: s.address() };
+    match range.format {
+        object::CompressionFormat::None if range.compressed_size > 0 => {
+            (Some(info(range.compressed_size)), None)
+        }
+        object::CompressionFormat::None => (None, None),
+        format => (Some(info(range.compressed_size)), Some((format, range.uncompressed_size))),
+    }
 }
 
 /// The ELF address (`sh_addr`) of the section called `name` in a 64-bit or

@@ -233,3 +233,63 @@ def test_perf_profiles_use_the_separate_debug_file(build: Builder, tmp_path: Pat
     assert all(len(v) < len(u) and u[: len(v)] == v for u, v in pcs), pcs[:3]
     assert all(v[-1]["module"] == str(exe) for v in missing)
     assert any(len(v) > 1 for v in missing)
+
+
+# objcopy's --compress-debug-sections: SHF_COMPRESSED zlib (what `gcc -gz` and Go's linker
+# leave, and distributions' debug files), GNU's older .zdebug_frame, SHF_COMPRESSED zstd.
+COMPRESSIONS = ("zlib", "zlib-gnu", "zstd")
+
+
+def compressed_copy(source: Path, target: Path, compression: str) -> Path:
+    """A copy of an ELF file with its debug sections compressed, checked by readelf."""
+    proc = run(["objcopy", f"--compress-debug-sections={compression}", source, target])
+    assert proc.returncode == 0, proc.stderr
+    listing = sections(target)
+    if compression == "zlib-gnu":
+        assert ".zdebug_frame" in listing
+    else:
+        (line,) = [row for row in listing.splitlines() if ".debug_frame" in row]
+        assert " C " in line, line  # SHF_COMPRESSED
+    return target
+
+
+@pytest.mark.parametrize("compression", COMPRESSIONS)
+def test_a_compressed_debug_frame(compression: str, build: Builder, tmp_path: Path) -> None:
+    """A program whose only CFI is its own .debug_frame, compressed: every frame by that CFI
+    alone, the pcs eu-stack gives with the same program uncompressed (objcopy changes no byte
+    of code, nor the build id) on the same core."""
+    plain = tmp_path / "crash_deep.plain"
+    shutil.copy(build("crash_deep.c", *FLAGS), plain)
+    exe = compressed_copy(plain, tmp_path / "crash_deep", compression)
+    assert build_id_of(str(exe)) == build_id_of(str(plain))
+    core = tmp_path / "crash_deep.core"
+    gdb_crash_core([str(exe)], core, CRASH_ENV)
+    trace = Core.open(core, exe, strategies=CFI_ONLY).threads[0].unwind()
+    reference = eu_stack(str(core), str(plain))
+    (theirs,) = reference.threads.values()
+    assert trace.pcs == [frame.pc for frame in theirs], trace.end_detail
+    assert trace.end == "end_of_stack", trace.end_detail
+    assert len(trace.frames) > len(OWN_FUNCTIONS)
+    doc = stackwalk_core(core, exe, "--json", "--strategies", "cfi")
+    assert doc.returncode == 0, doc.stderr
+    functions = [f["function"] for f in json.loads(doc.stdout)["threads"][0]["frames"]]
+    assert functions[: len(OWN_FUNCTIONS)] == OWN_FUNCTIONS
+
+
+@pytest.mark.parametrize("compression", COMPRESSIONS)
+def test_a_compressed_separate_debug_file(
+    compression: str, split: Split, empty_root: Path, tmp_path: Path
+) -> None:
+    """The separate debug file's .debug_frame compressed, as distributions ship them: the same
+    frames as with it uncompressed (eu-stack's, given the uncompressed file)."""
+    debug = compressed_copy(split.debug, tmp_path / split.debug.name, compression)
+    with placed(split, "build-id", debug, empty_root) as place:
+        core = Core.open(split.core, debug_root=place.debug_root, strategies=CFI_ONLY)
+        trace = core.threads[0].unwind()
+    with placed(split, "build-id", split.debug, empty_root) as place:
+        reference = eu_stack(str(split.core), str(split.executable),
+                             debuginfo_path=place.eu_path)  # fmt: skip
+    (theirs,) = reference.threads.values()
+    assert trace.pcs == [frame.pc for frame in theirs], trace.end_detail
+    assert trace.end == "end_of_stack", trace.end_detail
+    assert len(trace.frames) > len(OWN_FUNCTIONS)

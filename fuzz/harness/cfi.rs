@@ -163,6 +163,7 @@ pub fn run(data: &[u8]) -> usize {
             eh_frame_hdr: section(0, hdr_len, hdr_addr),
             eh_frame: section(hdr_len, eh_len, eh_addr),
             debug_frame: section(hdr_len + eh_len, df_len, 0),
+            debug_frame_compression: None,
             text: Some(eh_addr & !0xfff),
             got: Some(eh_addr.wrapping_add(0x10000)),
             code: Vec::new(),

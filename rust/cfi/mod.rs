@@ -42,12 +42,33 @@ pub struct CodeSegment {
     pub file_size: u64,
 }
 
+/// The `full` bytes a compressed section's `stream` (`format`) holds; None
+/// where the stream is damaged or cut, gives other than `full` bytes, or
+/// claims more than its format can expand it to (a damaged header: nothing
+/// is allocated for it).
+pub fn decompress_section(
+    format: object::CompressionFormat,
+    stream: &[u8],
+    full: u64,
+) -> Option<Vec<u8>> {
+    if !crate::lines::plausible(format, stream.len(), full) {
+        return None;
+    }
+    let compressed = object::CompressedData { format, data: stream, uncompressed_size: full };
+    let bytes = compressed.decompress().ok()?.into_owned();
+    (bytes.len() as u64 == full).then_some(bytes)
+}
+
 /// The pieces of an ELF file the unwinder needs.
 #[derive(Clone, Debug, Default)]
 pub struct ModuleSections {
     pub eh_frame: Option<SectionInfo>,
     pub eh_frame_hdr: Option<SectionInfo>,
     pub debug_frame: Option<SectionInfo>,
+    /// `.debug_frame` is compressed (`SHF_COMPRESSED`, as `-gz` and Go's
+    /// linker leave it, or a GNU `.zdebug_frame`): `debug_frame` is then its
+    /// stream, in this format, of this many bytes decompressed.
+    pub debug_frame_compression: Option<(object::CompressionFormat, u64)>,
     pub text: Option<u64>,
     pub got: Option<u64>,
     /// The executable segments, for the checks of the frame-pointer walk
@@ -158,8 +179,11 @@ struct IndexEntry {
 pub struct UnwindInfo {
     arch: Arch,
     data: std::sync::Arc<Data>,
-    /// A separate debug file's bytes, which `sections.debug_frame` is in.
+    /// A separate debug file's bytes, or the file's own `.debug_frame`
+    /// decompressed: where `sections.debug_frame` is.
     debug_data: Option<std::sync::Arc<Data>>,
+    /// `debug_data` is a separate debug file's.
+    separate_debug: bool,
     sections: ModuleSections,
     bases: BaseAddresses,
     /// `.eh_frame_hdr`'s binary-search table, when it has one we can use.
@@ -269,8 +293,10 @@ impl UnwindInfo {
         debug: Option<(std::sync::Arc<Data>, SectionInfo)>,
     ) -> Result<UnwindInfo, ModuleError> {
         let mut debug_data = None;
+        let separate_debug = sections.debug_frame.is_none() && debug.is_some();
         if let (None, Some((bytes, section))) = (sections.debug_frame, debug) {
             sections.debug_frame = Some(section);
+            sections.debug_frame_compression = None;
             debug_data = Some(bytes);
         }
         for (name, s, len) in [
@@ -290,6 +316,19 @@ impl UnwindInfo {
                 }
             }
         }
+        // The file's own `.debug_frame`, compressed: read decompressed (none,
+        // where its stream does not decompress to what its header says).
+        if let (Some(s), Some((format, full))) =
+            (sections.debug_frame, sections.debug_frame_compression.take())
+        {
+            let stream = &data[s.file_offset as usize..(s.file_offset + s.size) as usize];
+            sections.debug_frame = None;
+            if let Some(bytes) = decompress_section(format, stream, full) {
+                sections.debug_frame =
+                    Some(SectionInfo { file_offset: 0, size: full, address: s.address });
+                debug_data = Some(std::sync::Arc::new(Data::Owned(bytes)));
+            }
+        }
         let mut bases = BaseAddresses::default();
         if let Some(s) = sections.eh_frame_hdr {
             bases = bases.set_eh_frame_hdr(s.address);
@@ -307,6 +346,7 @@ impl UnwindInfo {
             arch,
             data,
             debug_data,
+            separate_debug,
             sections,
             bases,
             hdr_table: None,
@@ -347,6 +387,7 @@ impl UnwindInfo {
             arch,
             data: std::sync::Arc::new(Data::Owned(Vec::new())),
             debug_data: None,
+            separate_debug: false,
             sections,
             bases: BaseAddresses::default(),
             hdr_table: None,
@@ -416,7 +457,7 @@ impl UnwindInfo {
 
     /// Whether `.debug_frame` comes from a separate debug file.
     pub fn has_separate_debug_frame(&self) -> bool {
-        self.debug_data.is_some()
+        self.separate_debug
     }
 
     /// The size of an address in the CFI (`DW_EH_PE_absptr` pointers,
@@ -793,4 +834,34 @@ fn build_index<'d, S: UnwindSection<Slice<'d>>>(
     }
     index.sort_unstable_by_key(|e| (e.start, e.end));
     (index, error)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    #[test]
+    fn a_compressed_section_is_read_only_whole_and_as_claimed() {
+        let bytes: Vec<u8> = (0..5000u32).flat_map(|i| (i % 251).to_le_bytes()).collect();
+        let mut enc = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::fast());
+        enc.write_all(&bytes).unwrap();
+        let stream = enc.finish().unwrap();
+        let zlib = object::CompressionFormat::Zlib;
+        let full = bytes.len() as u64;
+        assert!(decompress_section(zlib, &stream, full) == Some(bytes.clone()));
+        // A larger size than the stream's, the stream cut short or damaged: nothing.
+        assert!(decompress_section(zlib, &stream, full + 1).is_none());
+        assert!(decompress_section(zlib, &stream[..stream.len() / 2], full).is_none());
+        let mut damaged = stream.clone();
+        damaged[stream.len() / 2] ^= 0xff;
+        assert!(decompress_section(zlib, &damaged, full).is_none());
+        // A smaller one: no more than it claims, the section's first bytes.
+        let short = decompress_section(zlib, &stream, full - 100);
+        assert!(short.is_none_or(|b| b[..] == bytes[..bytes.len() - 100]));
+        // A size the stream could never hold is not even allocated for.
+        assert!(decompress_section(zlib, &stream, 1 << 60).is_none());
+        let zstd = object::CompressionFormat::Zstandard;
+        assert!(decompress_section(zstd, &stream, full).is_none());
+    }
 }

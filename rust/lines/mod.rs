@@ -22,6 +22,7 @@ mod cache;
 mod partial;
 
 pub use cache::SectionCache;
+pub(crate) use partial::plausible;
 
 /// Bytes of one section: a range of a mapped file, or a decompressed copy.
 #[derive(Clone)]

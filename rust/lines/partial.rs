@@ -49,7 +49,7 @@ const MAX_RATIO_ZSTD: usize = 32 << 10;
 /// `full` bytes its header says it does: not where that is more than its
 /// format can expand it to (a damaged header, which would have the whole
 /// claim allocated before the first byte is read).
-pub(super) fn plausible(format: object::CompressionFormat, stream: usize, full: u64) -> bool {
+pub(crate) fn plausible(format: object::CompressionFormat, stream: usize, full: u64) -> bool {
     let ratio = match format {
         object::CompressionFormat::None => return true,
         object::CompressionFormat::Zstandard => MAX_RATIO_ZSTD,
