@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use object::{Object, ObjectSection};
 
-use crate::cfi::SectionInfo;
+use crate::cfi::{Compression, SectionInfo};
 use crate::memory::Data;
 
 /// `DEBUG_ROOT/.build-id/xx/yyyy.debug` for a build id (None if it is too
@@ -120,33 +120,23 @@ fn by_debuglink(
 /// A `.debug_frame` that holds bytes in `data`, if the ELF file has one:
 /// where they are, and how they are compressed (see
 /// [`crate::elf::debug_frame_of`]).
-pub fn debug_frame_section(
-    data: &[u8],
-) -> Option<(SectionInfo, Option<(object::CompressionFormat, u64)>)> {
+pub fn debug_frame_section(data: &[u8]) -> Option<(SectionInfo, Compression)> {
     let file = object::read::elf::ElfFile64::<object::LittleEndian, &[u8]>::parse(data).ok()?;
     let (section, compression) = crate::elf::debug_frame_of(&file);
     Some((section?, compression))
 }
 
 /// The `.debug_frame` of the separate debug file of `data` (see [`find`]):
-/// the debug file's bytes, where the section is in them, and its path. A
-/// compressed one (distributions compress their debug files) comes
-/// decompressed, as bytes of its own.
+/// the debug file's bytes, where the section is in them (distributions
+/// compress their debug files: how), and its path.
 pub fn separate_debug_frame(
     data: &[u8],
     path: Option<&Path>,
     debug_root: &Path,
-) -> Option<(Arc<Data>, SectionInfo, PathBuf)> {
+) -> Option<(Arc<Data>, SectionInfo, Compression, PathBuf)> {
     let (found, debug) = find(data, path, debug_root)?;
-    match debug_frame_section(&debug)? {
-        (section, None) => Some((Arc::new(debug), section, found)),
-        (s, Some((format, full))) => {
-            let stream = debug.get(s.file_offset as usize..(s.file_offset + s.size) as usize)?;
-            let bytes = crate::cfi::decompress_section(format, stream, full)?;
-            let section = SectionInfo { file_offset: 0, size: full, address: s.address };
-            Some((Arc::new(Data::Owned(bytes)), section, found))
-        }
-    }
+    let (section, compression) = debug_frame_section(&debug)?;
+    Some((Arc::new(debug), section, compression, found))
 }
 
 #[cfg(test)]

@@ -42,6 +42,10 @@ pub struct CodeSegment {
     pub file_size: u64,
 }
 
+/// How a section is compressed: its format and its size decompressed; None
+/// where it is not.
+pub type Compression = Option<(object::CompressionFormat, u64)>;
+
 /// The `full` bytes a compressed section's `stream` (`format`) holds; None
 /// where the stream is damaged or cut, gives other than `full` bytes, or
 /// claims more than its format can expand it to (a damaged header: nothing
@@ -68,7 +72,7 @@ pub struct ModuleSections {
     /// `.debug_frame` is compressed (`SHF_COMPRESSED`, as `-gz` and Go's
     /// linker leave it, or a GNU `.zdebug_frame`): `debug_frame` is then its
     /// stream, in this format, of this many bytes decompressed.
-    pub debug_frame_compression: Option<(object::CompressionFormat, u64)>,
+    pub debug_frame_compression: Compression,
     pub text: Option<u64>,
     pub got: Option<u64>,
     /// The executable segments, for the checks of the frame-pointer walk
@@ -179,11 +183,11 @@ struct IndexEntry {
 pub struct UnwindInfo {
     arch: Arch,
     data: std::sync::Arc<Data>,
-    /// A separate debug file's bytes, or the file's own `.debug_frame`
-    /// decompressed: where `sections.debug_frame` is.
+    /// A separate debug file's bytes, which `sections.debug_frame` is in.
     debug_data: Option<std::sync::Arc<Data>>,
-    /// `debug_data` is a separate debug file's.
-    separate_debug: bool,
+    /// `.debug_frame` decompressed (the file's own or its debug file's),
+    /// where it is compressed: `sections.debug_frame` is then in these bytes.
+    debug_frame_data: Option<std::sync::Arc<Data>>,
     sections: ModuleSections,
     bases: BaseAddresses,
     /// `.eh_frame_hdr`'s binary-search table, when it has one we can use.
@@ -285,18 +289,18 @@ impl UnwindInfo {
     }
 
     /// Like [`UnwindInfo::new`], with the `.debug_frame` of a separate debug
-    /// file (see [`crate::debugfile`]) when `data` has none of its own.
+    /// file (see [`crate::debugfile`]) when `data` has none of its own: the
+    /// file's bytes, where the section is, how it is compressed.
     pub fn with_debug_file(
         arch: Arch,
         data: std::sync::Arc<Data>,
         mut sections: ModuleSections,
-        debug: Option<(std::sync::Arc<Data>, SectionInfo)>,
+        debug: Option<(std::sync::Arc<Data>, SectionInfo, Compression)>,
     ) -> Result<UnwindInfo, ModuleError> {
         let mut debug_data = None;
-        let separate_debug = sections.debug_frame.is_none() && debug.is_some();
-        if let (None, Some((bytes, section))) = (sections.debug_frame, debug) {
+        if let (None, Some((bytes, section, compression))) = (sections.debug_frame, debug) {
             sections.debug_frame = Some(section);
-            sections.debug_frame_compression = None;
+            sections.debug_frame_compression = compression;
             debug_data = Some(bytes);
         }
         for (name, s, len) in [
@@ -316,17 +320,19 @@ impl UnwindInfo {
                 }
             }
         }
-        // The file's own `.debug_frame`, compressed: read decompressed (none,
-        // where its stream does not decompress to what its header says).
+        // `.debug_frame` compressed: read decompressed (none, where its stream
+        // does not decompress to what its header says).
+        let mut debug_frame_data = None;
         if let (Some(s), Some((format, full))) =
             (sections.debug_frame, sections.debug_frame_compression.take())
         {
-            let stream = &data[s.file_offset as usize..(s.file_offset + s.size) as usize];
+            let file = debug_data.as_ref().unwrap_or(&data);
+            let stream = &file[s.file_offset as usize..(s.file_offset + s.size) as usize];
             sections.debug_frame = None;
             if let Some(bytes) = decompress_section(format, stream, full) {
                 sections.debug_frame =
                     Some(SectionInfo { file_offset: 0, size: full, address: s.address });
-                debug_data = Some(std::sync::Arc::new(Data::Owned(bytes)));
+                debug_frame_data = Some(std::sync::Arc::new(Data::Owned(bytes)));
             }
         }
         let mut bases = BaseAddresses::default();
@@ -346,7 +352,7 @@ impl UnwindInfo {
             arch,
             data,
             debug_data,
-            separate_debug,
+            debug_frame_data,
             sections,
             bases,
             hdr_table: None,
@@ -387,7 +393,7 @@ impl UnwindInfo {
             arch,
             data: std::sync::Arc::new(Data::Owned(Vec::new())),
             debug_data: None,
-            separate_debug: false,
+            debug_frame_data: None,
             sections,
             bases: BaseAddresses::default(),
             hdr_table: None,
@@ -451,13 +457,14 @@ impl UnwindInfo {
 
     /// `.debug_frame`'s bytes: in the separate debug file, if it came from one.
     fn debug_frame_bytes(&self, s: SectionInfo) -> &[u8] {
-        let data = self.debug_data.as_deref().unwrap_or(&self.data);
+        let data =
+            (self.debug_frame_data.as_deref().or(self.debug_data.as_deref())).unwrap_or(&self.data);
         &data[s.file_offset as usize..(s.file_offset + s.size) as usize]
     }
 
     /// Whether `.debug_frame` comes from a separate debug file.
     pub fn has_separate_debug_frame(&self) -> bool {
-        self.separate_debug
+        self.debug_data.is_some()
     }
 
     /// The size of an address in the CFI (`DW_EH_PE_absptr` pointers,

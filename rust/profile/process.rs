@@ -185,7 +185,7 @@ impl Profiler {
                                 Some(&file_path),
                                 &self.options.debug_root,
                             )
-                            .map(|(bytes, section, _)| (bytes, section))
+                            .map(|(bytes, section, compression, _)| (bytes, section, compression))
                         }
                         _ => None,
                     };

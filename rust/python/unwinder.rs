@@ -553,9 +553,10 @@ impl ModuleFile {
             }
         })
         .and_then(|separate| {
-            let debug_path = separate.as_ref().map(|(_, _, p)| p.to_string_lossy().into_owned());
+            let debug_path = separate.as_ref().map(|(_, _, _, p)| p.to_string_lossy().into_owned());
             guard("indexing CFI", || {
-                let debug = separate.map(|(bytes, section, _)| (bytes, section));
+                let debug =
+                    separate.map(|(bytes, section, compression, _)| (bytes, section, compression));
                 UnwindInfo::with_debug_file(arch, Arc::new(data), info.sections, debug)
                     .map(|unwind_info| (Arc::new(unwind_info), debug_path))
             })
