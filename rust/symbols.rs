@@ -435,6 +435,14 @@ fn function_symbol<'d, S: ObjectSymbol<'d>>(s: &S) -> Option<(u64, u64, &'d str)
     Some((s.address(), s.size(), name))
 }
 
+/// A bare label in a section (`STT_NOTYPE`), not an ARM mapping symbol
+/// (`$x`, `$d`) nor one without a name.
+fn is_label<'d, S: ObjectSymbol<'d>>(s: &S) -> bool {
+    matches!(s.kind(), SymbolKind::Unknown | SymbolKind::Label)
+        && matches!(s.section(), object::SymbolSection::Section(_))
+        && s.name().is_ok_and(|n| !n.is_empty() && !n.starts_with('$'))
+}
+
 /// What the symbol table says of the function at one address.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FunctionBounds {
@@ -443,6 +451,9 @@ pub struct FunctionBounds {
     /// The lowest function symbol starting above it: where the function
     /// holding it ends at the latest.
     pub next_start: Option<u64>,
+    /// A code symbol starts exactly there, a function's or a bare assembly
+    /// label's (size 0, `STT_NOTYPE`: musl's `_start`).
+    pub labelled: bool,
 }
 
 /// The bounds of the function holding ELF address `address` by the
@@ -476,8 +487,12 @@ fn bounds<'d, S: ObjectSymbol<'d>>(
 ) -> Option<FunctionBounds> {
     let mut out = None;
     for s in symbols {
+        if s.address() == address && is_label(&s) {
+            out.get_or_insert_with(FunctionBounds::default).labelled = true;
+        }
         let Some((start, size, _)) = function_symbol(&s) else { continue };
         let found: &mut FunctionBounds = out.get_or_insert_with(FunctionBounds::default);
+        found.labelled |= start == address;
         if start <= address && address - start < size {
             found.covering.get_or_insert(start..start.saturating_add(size));
         } else if start > address {

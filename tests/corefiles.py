@@ -209,6 +209,8 @@ END_SPECS = {
         Spec("a64-start-fp", "crash_start.c", (*NO_CFI, "-static", "-nostartfiles"),
              "aarch64-linux-gnu-gcc", "aarch64"),
         Spec("clone", "crash_clone.c", ("-O2",)),
+        # musl's static startup: _start a bare label without CFI (Debian's musl-tools).
+        Spec("musl-start", "crash_deep.c", ("-O2", "-static"), "musl-gcc"),
     )
 }  # fmt: skip
 # Source lines and inline frames (test_lines.py): a NULL store in functions inlined into each

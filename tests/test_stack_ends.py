@@ -1,7 +1,8 @@
 """The outermost frame ends the stack, even where it has no CFI to say so: a static program's
 own ``_start`` in assembly (tests/programs/crash_start.c: x86_64, i386, aarch64, and aarch64
 with no CFI in the program but libc's, frame records only, as elfutils' backtrace.aarch64.fp),
-and a thread started by a raw clone in assembly (crash_clone.c, x86_64). ``stackwalk core``
+a thread started by a raw clone in assembly (crash_clone.c, x86_64), and musl's static startup,
+whose ``_start`` is a bare label without CFI. ``stackwalk core``
 must stop there cleanly (exit status 0), not scan past it for a caller that does not exist.
 
 References: gdb (its backtrace of the core on x86_64 and i386, its live one under qemu on
@@ -148,3 +149,35 @@ def test_a_thread_started_by_a_clone_without_cfi_ends_there(cores: Cores) -> Non
     trace = core.threads[0].unwind()
     assert trace.pcs == pcs and trace.end == "end_of_stack"
     assert "frame pointer 0" in trace.end_detail, trace.end_detail
+
+
+def test_musls_start_is_the_last_frame(cores: Cores) -> None:
+    """A static musl program (crash_deep.c): musl's ``_start`` is an assembly label (size 0,
+    no type) without CFI that calls ``_start_c``, whose ``__libc_start_main`` calls main through
+    ``libc_start_main_stage2``. The walk reaches ``_start`` (by scanning: its callee's CFI
+    leaves nothing to go on) and ends there cleanly, the label at the entry point bounding the
+    function to the next symbol. gdb stops at main and eu-stack before ``_start``, so: gdb's
+    frames up to main are ours, every return address follows a call, and the last is
+    ``_start``'s call of ``_start_c``, at the entry point."""
+    made = cores("musl-start")
+    exe = str(made.executable)
+    symbols = nm_symbols(exe)
+    (start,) = symbols["_start"]
+    assert entry_point(exe) == start and not has_cfi(exe, start)
+    (label,) = [row for row in run(["readelf", "-sW", exe]).stdout.splitlines()
+                if row.endswith(" _start")]  # fmt: skip
+    assert label.split()[2:4] == ["0", "NOTYPE"], label
+
+    (thread,) = walk(made)
+    pcs = pcs_of(thread)
+    names = [frame["function"] for frame in thread["frames"]]
+    assert names[0] == "crash_here" and names[-1] == "_start", names
+    main = names.index("main")
+    gdb = made.gdb.thread(thread["tid"])
+    assert pcs[: main + 1] == gdb.pcs[: main + 1]
+    calls = assert_calls(made, pcs)
+    assert list(calls.values())[-1] in symbols["_start_c"]
+
+    trace = Core.open(made.path, made.executable).threads[0].unwind()
+    assert trace.pcs == pcs and trace.end == "end_of_stack"
+    assert f"entry point {start:#x}" in trace.end_detail, trace.end_detail

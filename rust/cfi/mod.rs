@@ -217,8 +217,9 @@ pub struct UnwindInfo {
 pub struct EntryFunction {
     /// ELF addresses.
     pub range: Range<u64>,
-    /// The range is a function symbol's; else it is a guess, for a file
-    /// without symbols (see [`UnwindInfo::entry_function`]).
+    /// The range is a function symbol's, or a label's at the entry point up to
+    /// the next function; else it is a guess, for a file without symbols (see
+    /// [`UnwindInfo::entry_function`]).
     pub by_symbol: bool,
 }
 
@@ -598,7 +599,10 @@ impl UnwindInfo {
             .filter_map(|b| b.next_start)
             .chain([self.next_fde_start(entry), segment_end].into_iter().flatten())
             .fold(entry.saturating_add(ENTRY_FUNCTION_MAX), u64::min);
-        (entry < end).then_some(EntryFunction { range: entry..end, by_symbol: false })
+        // A bare label at the entry point (musl's `_start`) names a function
+        // there as surely as a sized symbol: it reaches to the next one.
+        let by_symbol = bounds.iter().any(|b| b.labelled);
+        (entry < end).then_some(EntryFunction { range: entry..end, by_symbol })
     }
 
     /// Whether ELF address `address` is in an executable segment (anywhere
