@@ -3,8 +3,8 @@
 
 use super::apply::{applied, stack_switch};
 use super::{
-    regrow_bound, stack_frame_bound, with_arch, Caller, End, EndDetail, EndReason, Frame,
-    FrameState, Start, Step, Trust, Unwinder, WalkState,
+    stack_frame_bound, with_arch, Caller, End, EndDetail, EndReason, Frame, FrameState, Start,
+    Step, Trust, Unwinder, WalkState,
 };
 use crate::cfi::LookupError;
 use crate::fallback::{self, Strategy};
@@ -61,7 +61,7 @@ impl Unwinder {
         };
         end.module = None;
         end.detail = EndDetail::None;
-        let grow_bound = max_frames.is_none();
+        self.implicit_limit = max_frames.is_none();
         let max_frames = max_frames.unwrap_or_else(|| stack_frame_bound(arch, first.sp, mem));
         if frames.len() >= max_frames {
             end.reason = EndReason::FrameLimit;
@@ -86,12 +86,7 @@ impl Unwinder {
             sp_exact: found.sp_exact,
             trust,
         };
-        self.walk_arch::<M, true>(
-            Start { callee, regs: caller_regs, end, grow_bound },
-            mem,
-            max_frames,
-            frames,
-        )
+        self.walk_arch::<M, true>(Start { callee, regs: caller_regs, end }, mem, max_frames, frames)
     }
 
     /// The walk from frame 0 (in `frames`, its registers in `start`) on.
@@ -104,7 +99,7 @@ impl Unwinder {
         max_frames: usize,
         frames: &mut Vec<Frame>,
     ) -> End {
-        let Start { mut callee, regs, mut end, grow_bound } = start;
+        let Start { mut callee, regs, mut end } = start;
         let mut max_frames = max_frames;
         // Two register files, the callee's and the caller's, swapped by
         // index rather than by copying.
@@ -176,7 +171,7 @@ impl Unwinder {
                         last_fp = None;
                     }
                     if frames.len() >= max_frames
-                        && !(grow_bound && regrow_bound(self.arch, frames, mem, &mut max_frames))
+                        && !self.regrow_bound(frames, mem, &mut max_frames)
                     {
                         end.reason = EndReason::FrameLimit;
                         end.detail = EndDetail::None;

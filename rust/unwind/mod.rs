@@ -35,6 +35,11 @@ pub struct Unwinder {
     scan_words: usize,
     /// Where the main thread's stack began ([`Unwinder::set_initial_stack`]).
     initial_stack: Option<u64>,
+    /// The walk's frame limit is the bound of the stack frame 0 is on
+    /// ([`stack_frame_bound`]), not the caller's: the walk may raise it to
+    /// that of every stack it goes on ([`Unwinder::regrow_bound`]). Kept
+    /// here, not in the walk's state, which the hot loop holds in registers.
+    implicit_limit: bool,
 }
 
 /// The architectures as const generic parameters: the walk is compiled once
@@ -99,35 +104,6 @@ pub fn stack_frame_bound<M: Memory + ?Sized>(arch: Arch, sp: u64, mem: &mut M) -
     words.saturating_add(1 + leaf)
 }
 
-/// A walk with no frame limit given, at its bound (what the stack frame 0
-/// is on can hold, [`stack_frame_bound`]): whether it may go on, with
-/// `max_frames` raised to the bound of every stack it has been on. Past a
-/// signal frame a walk goes on on the stack the handler interrupted, above or
-/// below its own (a small alternate stack, `sigaltstack`, where a stack
-/// overflow is handled), and that stack's frames may follow too. Each run of
-/// frames on one captured region adds what that region holds from the run's
-/// lowest sp, its first frame's; frames in no region add nothing.
-#[cold]
-#[inline(never)]
-fn regrow_bound<M: Memory + ?Sized>(
-    arch: Arch,
-    frames: &[Frame],
-    mem: &mut M,
-    max_frames: &mut usize,
-) -> bool {
-    let mut bound = 0usize;
-    let mut run = None;
-    for f in frames {
-        let region = mem.region_of(f.sp);
-        if region.is_some() && region != run {
-            bound = bound.saturating_add(stack_frame_bound(arch, f.sp, mem));
-        }
-        run = region;
-    }
-    *max_frames = (*max_frames).max(bound);
-    frames.len() < *max_frames
-}
-
 /// What the fallback strategies keep across the frames of one walk.
 struct WalkState<'a> {
     /// The captured region holding frame 0's sp (None inside: unknown),
@@ -155,10 +131,6 @@ struct Start {
     callee: FrameState,
     regs: Registers,
     end: End,
-    /// The frame limit is the bound of the stack frame 0 is on
-    /// ([`stack_frame_bound`]), not the caller's: the walk may raise it to
-    /// that of every stack it goes on ([`regrow_bound`]).
-    grow_bound: bool,
 }
 
 /// The caller found by one step (its registers are written in place).
@@ -191,6 +163,7 @@ impl Unwinder {
             strategies: Strategies::new(&[Strategy::Cfi]),
             scan_words: DEFAULT_SCAN_WORDS,
             initial_stack: None,
+            implicit_limit: false,
         }
     }
 
@@ -205,6 +178,7 @@ impl Unwinder {
             strategies: self.strategies,
             scan_words: self.scan_words,
             initial_stack: self.initial_stack,
+            implicit_limit: false,
         }
     }
 
@@ -227,6 +201,38 @@ impl Unwinder {
     /// would take for a return address).
     pub fn set_initial_stack(&mut self, address: Option<u64>) {
         self.initial_stack = address;
+    }
+
+    /// A walk at its frame limit: whether it may go on, the limit having
+    /// been none given (the bound of the stack frame 0 is on), with
+    /// `max_frames` raised to the bound of every stack it has been on. Past a
+    /// signal frame a walk goes on on the stack the handler interrupted, above
+    /// or below its own (a small alternate stack, `sigaltstack`, where a stack
+    /// overflow is handled), and that stack's frames may follow too. Each run
+    /// of frames on one captured region adds what that region holds from the
+    /// run's lowest sp, its first frame's; frames in no region add nothing.
+    #[cold]
+    #[inline(never)]
+    fn regrow_bound<M: Memory + ?Sized>(
+        &self,
+        frames: &[Frame],
+        mem: &mut M,
+        max_frames: &mut usize,
+    ) -> bool {
+        if !self.implicit_limit {
+            return false;
+        }
+        let mut bound = 0usize;
+        let mut run = None;
+        for f in frames {
+            let region = mem.region_of(f.sp);
+            if region.is_some() && region != run {
+                bound = bound.saturating_add(stack_frame_bound(self.arch, f.sp, mem));
+            }
+            run = region;
+        }
+        *max_frames = (*max_frames).max(bound);
+        frames.len() < *max_frames
     }
 
     /// A walk's stack region ([`Unwinder::stack_region`] at frame 0's sp),
@@ -322,7 +328,7 @@ impl Unwinder {
     /// first, so one vector can be reused without allocating): at most
     /// `max_frames`, or, when None, as many as the captured stack can hold
     /// ([`stack_frame_bound`]; the stacks, where the walk goes on another past
-    /// a signal frame, [`regrow_bound`]).
+    /// a signal frame, [`Unwinder::regrow_bound`]).
     pub fn unwind<M: Memory + ?Sized>(
         &mut self,
         pc: u64,
@@ -345,7 +351,7 @@ impl Unwinder {
             end.detail = EndDetail::Register(arch.sp());
             return end;
         };
-        let grow_bound = max_frames.is_none();
+        self.implicit_limit = max_frames.is_none();
         let max_frames = max_frames.unwrap_or_else(|| stack_frame_bound(arch, sp, mem));
         if max_frames == 0 {
             return end;
@@ -367,19 +373,9 @@ impl Unwinder {
         // CFI alone (the profiler's walk) is compiled without the fallback
         // path, so it costs nothing there.
         if self.strategies.as_slice() == [Strategy::Cfi] {
-            self.walk_arch::<M, false>(
-                Start { callee, regs, end, grow_bound },
-                mem,
-                max_frames,
-                frames,
-            )
+            self.walk_arch::<M, false>(Start { callee, regs, end }, mem, max_frames, frames)
         } else {
-            self.walk_arch::<M, true>(
-                Start { callee, regs, end, grow_bound },
-                mem,
-                max_frames,
-                frames,
-            )
+            self.walk_arch::<M, true>(Start { callee, regs, end }, mem, max_frames, frames)
         }
     }
 
@@ -447,7 +443,7 @@ impl Unwinder {
         max_frames: usize,
         frames: &mut Vec<Frame>,
     ) -> End {
-        let Start { mut callee, mut regs, mut end, grow_bound } = start;
+        let Start { mut callee, mut regs, mut end } = start;
         let mut max_frames = max_frames;
         let mut scratch = None;
         let generation = self.modules.generation();
@@ -461,8 +457,7 @@ impl Unwinder {
                     Fast::Next { pc, sp, interrupted } => {
                         hits += 1;
                         if frames.len() >= max_frames
-                            && !(grow_bound
-                                && regrow_bound(arch_of(A), frames, mem, &mut max_frames))
+                            && !self.regrow_bound(frames, mem, &mut max_frames)
                         {
                             end.frame = frames.len() - 1;
                             end.lookup_pc = lookup;
@@ -497,7 +492,7 @@ impl Unwinder {
                 }
                 Ok(caller) => {
                     if frames.len() >= max_frames
-                        && !(grow_bound && regrow_bound(arch_of(A), frames, mem, &mut max_frames))
+                        && !self.regrow_bound(frames, mem, &mut max_frames)
                     {
                         end.reason = EndReason::FrameLimit;
                         end.detail = EndDetail::None;
