@@ -1013,7 +1013,8 @@ class Cores:
     def _lib(self, spec: Spec) -> MadeCore:
         """crash_lib.c with its libcrashlib.so: the process loads ``run/libcrashlib.so`` (the
         build in ``v1/``); once the references are taken, ``run/`` is renamed, so the path the
-        core names no longer exists. ``v2/`` holds a rebuilt library with another build id."""
+        core names no longer exists. ``v2/`` holds a rebuilt library with another build id,
+        ``v3/`` one with none (``--build-id=none``)."""
         directory = self.directory / "lib"
         lib_flags = ("-O2", "-shared", "-fPIC", "-Wl,-soname,libcrashlib.so")
         builds = {
@@ -1021,6 +1022,7 @@ class Cores:
             "v2": self._build(
                 "crash_lib_so.c", *lib_flags, "-DREBUILT", "-g0", "-fno-asynchronous-unwind-tables"
             ),  # fmt: skip
+            "v3": self._build("crash_lib_so.c", *lib_flags, "-DREBUILT", "-Wl,--build-id=none"),
         }
         for name, built in builds.items():
             (directory / name).mkdir(parents=True, exist_ok=True)
@@ -1035,6 +1037,7 @@ class Cores:
             library=str(directory / "run" / "libcrashlib.so"),
             v1=str(directory / "v1" / "libcrashlib.so"),
             v2=str(directory / "v2" / "libcrashlib.so"),
+            v3=str(directory / "v3" / "libcrashlib.so"),
         )
         _take_references(made)
         (directory / "run").rename(directory / "run.gone")

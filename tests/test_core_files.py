@@ -522,6 +522,32 @@ def test_library_with_another_build_id(cores: Cores) -> None:
     )
 
 
+def test_library_without_a_build_id(cores: Cores) -> None:
+    """A rebuilt library with no build id at all (``--build-id=none``) in place of the one the
+    process loaded cannot be that library, whose build id the core recorded: it is not used
+    either (eu-stack uses it, and its frames come out wrong), with a warning; asked for, it is
+    used and its frames are doubtful."""
+    made = cores("lib")
+    search = [os.path.dirname(made.extra["v3"])]
+    assert "Build ID" not in run(["readelf", "-n", made.extra["v3"]]).stdout
+    in_core = build_id_of(made.extra["v1"])
+    core = Core.open(made.path, made.executable, lib_search_path=search, strategies=["cfi"])
+    (module,) = [m for m in core.modules if m.path == made.extra["library"]]
+    assert not module.found and module.file is None and module.build_id == in_core
+    (warning,) = [w for w in core.warnings if "build-id" in w.lower()]
+    assert in_core in warning and "no build id" in warning and "not used" in warning
+    trace = core.threads[0].unwind()
+    reference = made.reference_pcs()[core.threads[0].tid]
+    assert trace.pcs == reference[: len(trace.pcs)]
+    core = Core.open(made.path, made.executable, lib_search_path=search, allow_mismatch=True)
+    (module,) = [m for m in core.modules if m.path == made.extra["library"]]
+    assert module.found and os.path.samefile(module.file or "", made.extra["v3"])
+    doc = core.to_dict(inline=False)
+    frames = doc["threads"][0]["frames"]
+    first = next(i for i, f in enumerate(frames) if f["module"].endswith("/libcrashlib.so"))
+    assert all(f["doubtful"] for f in frames[first:]), frames
+
+
 def test_libraries_need_the_sysroot(cores: Cores) -> None:
     """aarch64 libraries named by the link map (/lib/aarch64-linux-gnu/...) are not on this
     machine: without --sysroot each is a warning and the stack stops in libc; the search path

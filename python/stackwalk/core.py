@@ -183,7 +183,7 @@ class Core:
         self._perf_map_read: PerfMap | str | None = None
         self._allow_mismatch = allow_mismatch
         # Module path -> build id of the file found for it that differs from the core's.
-        self._mismatched: dict[str, str] = {}
+        self._mismatched: dict[str, str | None] = {}
         self.debug_root = os.fspath(debug_root) if debug_root is not None else None
         # Files fetched from debuginfod: the servers asked (none: offline), and the executables
         # fetched, named in the output by the core's path, not by their cache entry.
@@ -526,12 +526,14 @@ class Core:
         want = in_core["build_id"] if in_core else recorded
         file, summary, rejected = self._finder.find(path, want, explicit)
         if file is not None and summary is not None:
-            if want and summary["build_id"] and summary["build_id"] != want:
+            # A file without a build id cannot be the module whose build id the core recorded.
+            if want and summary["build_id"] != want:
                 self._mismatched[path] = summary["build_id"]
                 use = self._allow_mismatch or explicit is not None  # asked for by name
+                theirs = summary["build_id"] or "no build id"
                 self.warnings.append(
                     f"build-id mismatch for {path}: core has {want}, {file} has "
-                    f"{summary['build_id']}; {'using it anyway' if use else 'not used'}"
+                    f"{theirs}; {'using it anyway' if use else 'not used'}"
                 )
                 if not use:
                     return None, None, [f"{file} has another build id"]
