@@ -366,6 +366,84 @@ impl crate::pyframes::ReadMemory for &mut LiveMemory {
 }
 
 /// Stop every thread of `pid`, copy its registers and memory, let it go.
+/// Copy `[a, b)` of the process's memory (mapped with `flags`) to the end of
+/// `bytes`, a segment for each piece read. A read stops at a page that
+/// cannot be read: the rest is read past it. A guard page may lie inside a
+/// mapping, between two threads' stacks (glibc 2.42+ installs them with
+/// MADV_GUARD_INSTALL, where it used to mprotect a mapping of their own), so
+/// the stacks above one are still there to copy; MAX_UNREADABLE pages in a
+/// row end the range.
+fn copy_range(
+    pid: i32,
+    (a, b, flags): (u64, u64, u32),
+    bytes: &mut Vec<u8>,
+    segments: &mut Vec<LoadSegment>,
+) {
+    let mut at = a;
+    let mut unreadable = 0;
+    while at < b && unreadable < MAX_UNREADABLE {
+        let offset = bytes.len() as u64;
+        let n = read_memory(pid, at, b, bytes) as u64;
+        if n > 0 {
+            segments.push(LoadSegment { vaddr: at, offset, filesz: n, memsz: n, flags });
+            unreadable = 0;
+        }
+        unreadable += 1;
+        at = ((at + n) & !(PAGE - 1)) + PAGE;
+    }
+}
+
+/// How far above a thread's sp a kernel signal frame is looked for: the
+/// frames of a signal handler, on an alternate stack, and the kernel's frame.
+const SIGNAL_FRAME_REACH: u64 = 64 << 10;
+
+/// The stacks that threads in a signal handler on an alternate stack
+/// (`sigaltstack`: crash reporters', Rust's stack-overflow handler) were
+/// interrupted on, which copying each thread's stack from its sp up leaves
+/// out (x86_64): for each thread, the first kernel signal frame found in the
+/// copied words above its sp ([`crate::sigframe::restore`], each field
+/// checked) whose interrupted sp lies outside everything copied, that sp's
+/// mapping from the sp up, as a thread's stack is copied.
+fn interrupted_stacks(
+    threads: &[ThreadNotes],
+    sp_index: Option<usize>,
+    (bytes, segments): (&[u8], &[LoadSegment]),
+    maps: &[Mapping],
+) -> Vec<(u64, u64, u32)> {
+    let mut copied = crate::memory::Regions::new();
+    for s in segments {
+        copied.add(s.vaddr, &bytes[s.offset as usize..(s.offset + s.filesz) as usize]);
+    }
+    let copied_at = |a: u64| segments.iter().find(|s| s.vaddr <= a && a < s.vaddr + s.filesz);
+    let mut out = Vec::new();
+    let mut scratch = crate::registers::Registers::new();
+    for t in threads {
+        let Some(sp) = sp_index.and_then(|i| t.registers.get(i)).copied() else { continue };
+        let Some(stack) = copied_at(sp) else { continue };
+        let end = (stack.vaddr + stack.filesz).min(sp.saturating_add(SIGNAL_FRAME_REACH));
+        let words = &bytes[stack.offset as usize..(stack.offset + stack.filesz) as usize];
+        let found = ((sp & !7)..end).step_by(8).find_map(|a| {
+            let at = usize::try_from(a.checked_sub(stack.vaddr)?).ok()?;
+            if !crate::sigframe::looks_like_frame(words.get(at..)?) {
+                return None;
+            }
+            let (_, interrupted) =
+                crate::sigframe::restore(Arch::X86_64, a, &mut scratch, &mut copied)?;
+            copied_at(interrupted).is_none().then_some(interrupted)
+        });
+        if let Some(isp) = found {
+            if let Some(m) = maps.iter().find(|m| m.start <= isp && isp < m.end) {
+                let from = isp.saturating_sub(BELOW_SP).max(m.start);
+                // Up to what is copied already (an alternate stack in the same mapping).
+                let above = segments.iter().map(|s| s.vaddr).filter(|&v| v > isp).min();
+                let end = m.end.min(isp.saturating_add(MAX_STACK)).min(above.unwrap_or(u64::MAX));
+                out.push((from, end, m.flags));
+            }
+        }
+    }
+    out
+}
+
 pub fn snapshot(pid: i32) -> Result<Snapshot, ProcessError> {
     if pid <= 0 {
         return Err(ProcessError::NoSuchProcess(pid));
@@ -455,23 +533,13 @@ pub fn snapshot(pid: i32) -> Result<Snapshot, ProcessError> {
     }
     let mut bytes = Vec::new();
     let mut segments = Vec::new();
-    for (a, b, flags) in merged {
-        // A read stops at a page that cannot be read: the rest is read past
-        // it. A guard page may lie inside a mapping, between two threads'
-        // stacks (glibc 2.42+ installs them with MADV_GUARD_INSTALL, where it
-        // used to mprotect a mapping of their own), so the stacks above one
-        // are still there to copy; MAX_UNREADABLE pages in a row end the range.
-        let mut at = a;
-        let mut unreadable = 0;
-        while at < b && unreadable < MAX_UNREADABLE {
-            let offset = bytes.len() as u64;
-            let n = read_memory(pid, at, b, &mut bytes) as u64;
-            if n > 0 {
-                segments.push(LoadSegment { vaddr: at, offset, filesz: n, memsz: n, flags });
-                unreadable = 0;
-            }
-            unreadable += 1;
-            at = ((at + n) & !(PAGE - 1)) + PAGE;
+    for range in merged {
+        copy_range(pid, range, &mut bytes, &mut segments);
+    }
+    if arch == Arch::X86_64 {
+        let stacks = interrupted_stacks(&threads, sp_index, (&bytes, &segments), &maps);
+        for range in stacks {
+            copy_range(pid, range, &mut bytes, &mut segments);
         }
     }
     // Code outside every file (a JIT's), and the files' code, as a kernel's

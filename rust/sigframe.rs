@@ -37,6 +37,20 @@ const USER_CS: u64 = 0x33;
 /// the frame; AVX-512 makes it some 2.7 KiB).
 const FPSTATE_REACH: u64 = 1 << 16;
 
+/// Whether `bytes`, the stack from a candidate `ucontext` on, start as the
+/// kernel's x86_64 signal frame does, by the fields that cost nothing to
+/// check (`uc_flags`, `uc_link`, the code segment): a filter before
+/// [`restore`], which checks the frame whole, for a search over many words.
+pub(crate) fn looks_like_frame(bytes: &[u8]) -> bool {
+    let word = |at: u64| {
+        let at = usize::try_from(at).ok()?;
+        Some(u64::from_le_bytes(bytes.get(at..at + 8)?.try_into().ok()?))
+    };
+    word(UC_FLAGS).is_some_and(|f| f & !UC_KERNEL_FLAGS == 0)
+        && word(UC_LINK) == Some(0)
+        && word(MCONTEXT + 8 * CSGSFS_INDEX).is_some_and(|cs| cs & 0xffff == USER_CS)
+}
+
 /// The interrupted frame's pc and sp, its registers written into `caller`,
 /// if the stack at `sp` holds a kernel signal frame.
 pub(crate) fn restore<M: Memory + ?Sized>(

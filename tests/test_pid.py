@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import stackwalk
 from corefiles import EuStack, eu_stack, gdb_on_process
@@ -38,6 +39,17 @@ def ours_and_eu_stack(pid: int) -> tuple[subprocess.CompletedProcess[str], EuSta
     eu = eu_stack(None, None, pid=pid)
     check_stopped(pid)
     return out, eu
+
+
+def walked_stopped(build: Builder, source: str) -> tuple[int, dict[str, Any], EuStack]:
+    """A program of tests/programs, built, run until ready and stopped: its pid, ``stackwalk
+    pid --json --no-inline``'s document (which must exit 0) and eu-stack's threads."""
+    program = build(source, "-O2", "-pthread")
+    with running([str(program)]) as proc:
+        with stopped(proc.pid):
+            out, eu = ours_and_eu_stack(proc.pid)
+    assert out.returncode == 0, out.stderr
+    return proc.pid, json.loads(out.stdout), eu
 
 
 def test_every_thread_equals_eu_stack_and_gdb(build: Builder, tmp_path: Path) -> None:
@@ -68,17 +80,36 @@ def test_every_thread_equals_eu_stack_and_gdb(build: Builder, tmp_path: Path) ->
     assert all(t["end"] == "end_of_stack" for t in doc["threads"])
 
 
+def test_threads_in_signal_handlers_on_alternate_stacks(build: Builder) -> None:
+    """Two threads blocked in signal handlers on alternate stacks (tests/programs/pid_altstack.c:
+    the main thread's below its stack, the worker's above its own). The stack each was
+    interrupted on is copied too, found from the kernel's signal frame on the handler's stack:
+    every thread equals eu-stack's, through __restore_rt to its end."""
+    pid, doc, eu = walked_stopped(build, "pid_altstack.c")
+    assert len(doc["threads"]) == 2
+    for thread in doc["threads"]:
+        pcs = [int(f["pc"], 16) for f in thread["frames"]]
+        assert pcs == eu.pcs(thread["tid"]), thread["end_detail"]
+        functions = [f["function"] for f in thread["frames"]]
+        tramp = functions.index("__restore_rt")
+        assert functions[tramp - 2 : tramp] == ["wait_in_handler", "on_usr1"], functions
+        assert "descend" in functions[tramp + 1 :] and thread["end"] == "end_of_stack"
+    # The worker's walk goes down past its signal frame, the main thread's up.
+    for thread in doc["threads"]:
+        sps = [int(f["sp"], 16) for f in thread["frames"]]
+        tramp = [f["function"] for f in thread["frames"]].index("__restore_rt")
+        if thread["tid"] == pid:
+            assert sps[tramp + 1] > sps[tramp]
+        else:
+            assert sps[tramp + 1] < sps[0]
+
+
 def test_stacks_between_guard_pages_of_one_mapping(build: Builder) -> None:
     """Thread stacks in one mapping, each with a guard page that cannot be read at its bottom
     (glibc 2.42+'s MADV_GUARD_INSTALL; tests/programs/pid_guarded.c): the copy of one thread's
     stack runs into the next one's guard page, and every stack past it is copied all the same.
     Every thread equals eu-stack's, to its end."""
-    program = build("pid_guarded.c", "-O2", "-pthread")
-    with running([str(program)]) as proc:
-        with stopped(proc.pid):
-            out, eu = ours_and_eu_stack(proc.pid)
-    assert out.returncode == 0, out.stderr
-    doc = json.loads(out.stdout)
+    pid, doc, eu = walked_stopped(build, "pid_guarded.c")
     ours = {t["tid"]: [int(f["pc"], 16) for f in t["frames"]] for t in doc["threads"]}
     assert len(ours) == 4
     assert ours == {tid: eu.pcs(tid) for tid in ours}
@@ -86,7 +117,7 @@ def test_stacks_between_guard_pages_of_one_mapping(build: Builder) -> None:
     depths = sorted(
         [f["function"] for f in t["frames"]].count("descend")
         for t in doc["threads"]
-        if t["tid"] != proc.pid
+        if t["tid"] != pid
     )
     assert depths == [4, 6, 8]
 
