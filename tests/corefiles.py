@@ -175,6 +175,8 @@ FALLBACK_SPECS = {
         Spec("signal-nocfi", "crash_signal.c", NO_CFI),
         Spec("altstack-nocfi", "crash_altstack.c", (*NO_CFI, "-pthread"), signal="SIGABRT",
              passed=("SIGSEGV",)),
+        # musl's signal trampoline has no CFI (Debian's musl-tools).
+        Spec("signal-musl", "crash_signal.c", ("-O2", "-static"), "musl-gcc"),
         Spec("asm-fp", "crash_asm.c", ("-O2",)),
         Spec("asm-no-fp", "crash_asm.c", ("-O2", "-DBREAK_CHAIN")),
         Spec("a64-nocfi", "crash_nocfi.c", NO_CFI, "aarch64-linux-gnu-gcc", "aarch64"),

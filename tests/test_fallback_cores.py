@@ -131,6 +131,26 @@ def test_signal_handlers_without_cfi(case: str, cores: Cores) -> None:
     assert names[tramp + 1] == leaf and trace.frames[tramp + 2].trust == "frame_pointer"
 
 
+def test_a_signal_trampoline_without_cfi(cores: Cores) -> None:
+    """musl's __restore_rt (crash_signal.c built static with musl-gcc) has no CFI: the
+    kernel's signal frame on the stack gives the interrupted frame's registers (trust
+    ``context``), and the trampoline's frame is named at its pc, where the handler returned.
+    gdb's pcs and stack pointers up to main, where gdb stops."""
+    made = cores("signal-musl")
+    core, trace = crashing(made)
+    gdb = made.gdb.thread(core.threads[0].tid)
+    names = [f.function for f in gdb.frames]
+    main = names.index("main")
+    assert trace.pcs[: main + 1] == gdb.pcs[: main + 1], f"{trace.end}: {trace.end_detail}"
+    assert [f.sp for f in trace.frames[: main + 1]] == [f.sp for f in gdb.frames[: main + 1]]
+    assert trace.end == "end_of_stack", trace.end_detail
+    tramp = [f.kind for f in gdb.frames].index("SIGTRAMP_FRAME")
+    assert not has_cfi(core, trace.frames[tramp].pc)
+    assert trace.frames[tramp + 1].trust == "context" and names[tramp + 1] == "spin"
+    _, doc = cli_doc(made)
+    assert doc["threads"][0]["frames"][tramp]["function"] == "__restore_rt"
+
+
 def test_cli_shows_trust_and_obeys_the_strategies(cores: Cores) -> None:
     made = cores("nocfi")
     status, doc = cli_doc(made)

@@ -224,6 +224,11 @@ impl Unwinder {
             if let Some((pc, sp)) =
                 restored.filter(|&(_, sp)| sp > callee.sp || stack_switch(true, sp, frames))
             {
+                // The frame is the trampoline's: named, like glibc's whose CFI
+                // says so, at its pc, where the handler returned (not after a call).
+                if let Some(f) = frames.last_mut() {
+                    f.signal_frame = true;
+                }
                 let caller = Caller { pc, sp, interrupted: true, sp_exact: true };
                 return Ok((caller, Trust::Context));
             }
