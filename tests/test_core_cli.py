@@ -158,6 +158,20 @@ def check_schema(doc: dict[str, Any]) -> None:
                 h(frame["function_offset"])
 
 
+def test_a_fault_address_only_where_the_kernel_gives_one() -> None:
+    """NT_SIGINFO's si_addr is the fault address where si_code is a fault's (SEGV_MAPERR 1,
+    BUS_ADRALN 1, ...); a signal sent by a process (si_code <= 0) or forced by the kernel with no
+    fault behind it (SI_KERNEL 0x80: a SIGSEGV where a handler could not be called) has none."""
+    from stackwalk._records import _signal_of
+
+    def address(code: int) -> int | None:
+        sig = _signal_of((1, 11, 0, (11, code, 0x1000)))
+        assert sig is not None and (sig.number, sig.code) == (11, code)
+        return sig.address
+
+    assert [address(c) for c in (1, 2, 0, -6, 0x80)] == [0x1000, 0x1000, None, None, None]
+
+
 def test_signal_names_are_pythons() -> None:
     """The signal's name, from stackwalk's own table of Linux's numbers (the signal module's
     import, enum with it, is a fifth of a small core's command), is the one Python's
@@ -190,7 +204,7 @@ def test_json_matches_the_references(case: str, cores: Cores) -> None:
     assert doc["crashing_thread"] == notes.tids[0]
     number = signal.Signals[made.spec.signal]
     assert (doc["signal"]["number"], doc["signal"]["name"]) == (number, made.spec.signal)
-    if notes.signo == signal.SIGSEGV and notes.si_code and notes.si_code > 0:
+    if notes.signo == signal.SIGSEGV and notes.si_code and 0 < notes.si_code < 0x80:
         assert h(doc["signal"]["address"]) == notes.fault_address
     if notes.signo is None:
         assert doc["signal"]["address"] is None

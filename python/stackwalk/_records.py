@@ -12,6 +12,9 @@ if TYPE_CHECKING:
 
 # Signals whose siginfo carries the faulting address (when si_code > 0: sent by the kernel).
 _FAULT_SIGNALS = frozenset({4, 5, 7, 8, 11})  # SIGILL, SIGTRAP, SIGBUS, SIGFPE, SIGSEGV
+# si_code of a signal the kernel sends with no fault behind it (a SIGSEGV forced where a handler
+# could not be called, e.g. a stack overflow with no alternate stack): si_addr is 0, not an address.
+_SI_KERNEL = 0x80
 # Signals that stop a process and never dump it: a core whose threads show one of these (or
 # none) is a snapshot of a live process (gdb's gcore attaches with SIGSTOP), not a crash.
 _STOP_SIGNALS = frozenset({19, 20, 21, 22})  # SIGSTOP, SIGTSTP, SIGTTIN, SIGTTOU
@@ -170,7 +173,7 @@ def _signal_of(thread: _ThreadNotes) -> Signal | None:
     if siginfo is not None:
         signo, code, addr = siginfo
         if signo:
-            address = addr if signo in _FAULT_SIGNALS and code > 0 else None
+            address = addr if signo in _FAULT_SIGNALS and 0 < code < _SI_KERNEL else None
             return Signal(signo, _signal_name(signo), address, code)
     if cursig:
         return Signal(cursig, _signal_name(cursig), None, None)
