@@ -269,7 +269,8 @@ def test_process_facts(case: str, cores: Cores) -> None:
     assert (sig.number, sig.name) == (signal.Signals[made.spec.signal], made.spec.signal)
     if notes.signo is None:  # qemu writes no NT_SIGINFO: no faulting address to give
         assert sig.address is None
-    elif notes.signo in FAULT_SIGNALS and notes.si_code and 0 < notes.si_code < 0x80:  # not SI_KERNEL
+    elif notes.signo in FAULT_SIGNALS and notes.si_code and 0 < notes.si_code < 0x80:
+        # A fault's si_code (SI_KERNEL, 0x80, has no address).
         assert sig.address == notes.fault_address
         assert sig.code == notes.si_code
 
