@@ -49,6 +49,7 @@ from perfdata import (
     our_user_addresses,
     parse_script,
     perf_env,
+    perf_record,
     perf_script_inline,
     run,
     sized_function,
@@ -692,6 +693,30 @@ def perf_folded(recording: Recording) -> tuple[Counter[str], Counter[str], Count
             ours_for_early[fold(ours["comm"], [folded_name(f) for f in ours["frames"]])] += 1
             unexcused += not reexec
     return everything, early, ours_for_early, unexcused
+
+
+def test_collapsed_names_a_signal_trampoline_as_the_json_does(
+    build: Builder, tmp_path: Path
+) -> None:
+    """A program that spends much of its time in a signal handler (perf_signal.c): every
+    --collapsed stack is its samples' JSON frames folded, the trampoline (glibc's __restore_rt,
+    a frame looked up at its own pc, where the handler returns) named as in the JSON."""
+    program = build("perf_signal.c", "-O2")
+    data = tmp_path / "perf.data"
+    home = tmp_path / "home"
+    home.mkdir()
+    perf_record(data, [program], home)
+    proc = cli(data, "--json")
+    check_clean_exit(proc, f"stackwalk perf --json {data}")
+    expected: Counter[str] = Counter(
+        fold(s["comm"], [folded_name(f) for f in s["frames"]]) for s in json_lines(proc.stdout)
+    )
+    proc = cli(data, "--collapsed")
+    check_clean_exit(proc, f"stackwalk perf --collapsed {data}")
+    assert parse_folded(proc.stdout) == expected
+    handled = [stack for stack in expected if ";__restore_rt;" in stack]
+    assert sum(expected[stack] for stack in handled) > 100, expected.most_common(5)
+    assert all(";__restore_rt;on_prof;spin_in_handler" in s for s in handled if "spin_in" in s)
 
 
 @pytest.mark.parametrize("workload", WORKLOADS)

@@ -72,7 +72,9 @@ impl FoldTable {
         });
         stack.extend_from_slice(&self.ids[ids]);
         for f in frames.iter().rev() {
-            let word = f.pc | u64::from(f.interrupted) << 63;
+            // Looked up at the pc itself where it is not a call's return address
+            // (interrupted, or a signal trampoline's: Frame::lookup_pc).
+            let word = f.pc | u64::from(f.lookup_pc() == f.pc) << 63;
             let process = &p.process;
             let ids = self.frame((process.id, word), &ctx.folding.names, |made| {
                 user_frame_names(process, word, ctx.inline, (symbols, sources), made)
