@@ -527,7 +527,10 @@ pub fn snapshot(pid: i32) -> Result<Snapshot, ProcessError> {
     let mut merged: Vec<(u64, u64, u32)> = Vec::new();
     for (a, b, f) in wanted {
         match merged.last_mut() {
-            Some(last) if a <= last.1 => last.1 = last.1.max(b),
+            // Ranges that meet are one segment only where they are mapped alike:
+            // the vdso and the module mapped right after it stay two, so that
+            // the segment holding the vdso ends where the vdso does.
+            Some(last) if a < last.1 || (a == last.1 && f == last.2) => last.1 = last.1.max(b),
             _ => merged.push((a, b, f)),
         }
     }

@@ -61,6 +61,7 @@ def test_every_thread_equals_eu_stack_and_gdb(build: Builder, tmp_path: Path) ->
             out, eu = ours_and_eu_stack(proc.pid)
             gdb = gdb_on_process(proc.pid, tmp_path)
             check_stopped(proc.pid)
+            maps = Path(f"/proc/{proc.pid}/maps").read_text()
         # Let go, it runs on: still there, untraced, and not stopped.
         deadline = time.monotonic() + 60
         while state(proc.pid)[0] not in "RS":
@@ -74,6 +75,11 @@ def test_every_thread_equals_eu_stack_and_gdb(build: Builder, tmp_path: Path) ->
     assert len(ours) == 9  # main and eight threads
     assert ours == {tid: eu.pcs(tid) for tid in ours}
     assert ours == {t.tid: t.pcs for t in gdb.threads}
+    # The vdso is where /proc/PID/maps has it (the module mapped right after it is another).
+    (vdso_line,) = [line for line in maps.splitlines() if line.endswith("[vdso]")]
+    start, end = (int(x, 16) for x in vdso_line.split()[0].split("-"))
+    (vdso,) = [m for m in doc["modules"] if m["path"] == "[vdso]"]
+    assert (int(vdso["start"], 16), int(vdso["end"], 16)) == (start, end)
     functions = {f["function"] for t in doc["threads"] for f in t["frames"]}
     assert {"in_pause", "in_sleep", "in_read", "in_lock", "in_cond", "in_poll", "in_select",
             "nested", "main"} <= functions  # fmt: skip
