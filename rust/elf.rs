@@ -10,7 +10,7 @@ use object::elf::{FileHeader32, FileHeader64, PT_GNU_EH_FRAME, PT_LOAD};
 use object::read::elf::{ElfFile, FileHeader, ProgramHeader};
 use object::{LittleEndian, Object, ObjectSection};
 
-use crate::cfi::{CodeSegment, ModuleSections, SectionInfo};
+use crate::cfi::{CodeSegment, Compression, ModuleSections, SectionInfo};
 
 /// What an ELF file offers the unwinder.
 #[derive(Clone, Debug)]
@@ -120,9 +120,7 @@ fn read_elf_class<Elf: FileHeader<Endian = LittleEndian>>(
 /// An ELF file's `.debug_frame` (or GNU `.zdebug_frame`): where its bytes
 /// are in the file, and, where it is compressed, where its stream is, its
 /// format and its size decompressed. None where it has no bytes in the file.
-pub fn debug_frame_of<'data, F: Object<'data>>(
-    file: &F,
-) -> (Option<SectionInfo>, Option<(object::CompressionFormat, u64)>) {
+pub fn debug_frame_of<'data, F: Object<'data>>(file: &F) -> (Option<SectionInfo>, Compression) {
     let Some(s) = file.section_by_name(".debug_frame") else { return (None, None) };
     let Ok(range) = s.compressed_file_range() else { return (None, None) };
     let info = |size| SectionInfo { file_offset: range.offset, size, address: s.address() };

@@ -365,7 +365,6 @@ impl crate::pyframes::ReadMemory for &mut LiveMemory {
     }
 }
 
-/// Stop every thread of `pid`, copy its registers and memory, let it go.
 /// Copy `[a, b)` of the process's memory (mapped with `flags`) to the end of
 /// `bytes`, a segment for each piece read. A read stops at a page that
 /// cannot be read: the rest is read past it. A guard page may lie inside a
@@ -423,8 +422,12 @@ fn interrupted_stacks(
         let end = (stack.vaddr + stack.filesz).min(sp.saturating_add(SIGNAL_FRAME_REACH));
         let words = &bytes[stack.offset as usize..(stack.offset + stack.filesz) as usize];
         let found = ((sp & !7)..end).step_by(8).find_map(|a| {
-            let at = usize::try_from(a.checked_sub(stack.vaddr)?).ok()?;
-            if !crate::sigframe::looks_like_frame(words.get(at..)?) {
+            let at = a.checked_sub(stack.vaddr)?;
+            let word = |offset: u64| {
+                let i = usize::try_from(at.checked_add(offset)?).ok()?;
+                Some(u64::from_le_bytes(words.get(i..i.checked_add(8)?)?.try_into().ok()?))
+            };
+            if !crate::sigframe::frame_begins(word) {
                 return None;
             }
             let (_, interrupted) =
@@ -444,6 +447,7 @@ fn interrupted_stacks(
     out
 }
 
+/// Stop every thread of `pid`, copy its registers and memory, let it go.
 pub fn snapshot(pid: i32) -> Result<Snapshot, ProcessError> {
     if pid <= 0 {
         return Err(ProcessError::NoSuchProcess(pid));

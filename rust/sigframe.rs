@@ -37,15 +37,11 @@ const USER_CS: u64 = 0x33;
 /// the frame; AVX-512 makes it some 2.7 KiB).
 const FPSTATE_REACH: u64 = 1 << 16;
 
-/// Whether `bytes`, the stack from a candidate `ucontext` on, start as the
-/// kernel's x86_64 signal frame does, by the fields that cost nothing to
-/// check (`uc_flags`, `uc_link`, the code segment): a filter before
-/// [`restore`], which checks the frame whole, for a search over many words.
-pub(crate) fn looks_like_frame(bytes: &[u8]) -> bool {
-    let word = |at: u64| {
-        let at = usize::try_from(at).ok()?;
-        Some(u64::from_le_bytes(bytes.get(at..at + 8)?.try_into().ok()?))
-    };
+/// Whether the words of a candidate `ucontext` (`word(offset)`, None where
+/// not captured) begin as the kernel's x86_64 signal frame does: `uc_flags`
+/// the kernel's, `uc_link` 0, the user code segment. [`restore`] checks these
+/// first, then the rest; a search over many words filters with them alone.
+pub(crate) fn frame_begins(mut word: impl FnMut(u64) -> Option<u64>) -> bool {
     word(UC_FLAGS).is_some_and(|f| f & !UC_KERNEL_FLAGS == 0)
         && word(UC_LINK) == Some(0)
         && word(MCONTEXT + 8 * CSGSFS_INDEX).is_some_and(|cs| cs & 0xffff == USER_CS)
@@ -64,10 +60,7 @@ pub(crate) fn restore<M: Memory + ?Sized>(
     }
     let word = |mem: &mut M, offset: u64| mem.read_u64(sp.checked_add(offset)?);
     let greg = |mem: &mut M, index: u64| word(mem, MCONTEXT + 8 * index);
-    if word(mem, UC_FLAGS)? & !UC_KERNEL_FLAGS != 0 || word(mem, UC_LINK)? != 0 {
-        return None;
-    }
-    if greg(mem, CSGSFS_INDEX)? & 0xffff != USER_CS {
+    if !frame_begins(|offset| word(mem, offset)) {
         return None;
     }
     let fpstate = greg(mem, FPSTATE_INDEX)?;

@@ -621,10 +621,7 @@ impl UnwindInfo {
             off > 0 && off <= s.file_size.min(s.size)
         })?;
         let end = address - s.address;
-        let start = end.saturating_sub(len as u64);
-        let file_start = usize::try_from(s.file_offset.checked_add(start)?).ok()?;
-        let file_end = usize::try_from(s.file_offset.checked_add(end)?).ok()?;
-        self.data.get(file_start..file_end)
+        self.segment_bytes(s, end.saturating_sub(len as u64)..end)
     }
 
     /// The (up to) `len` bytes of code from ELF address `address` on, from
@@ -637,9 +634,13 @@ impl UnwindInfo {
             .iter()
             .find(|s| address.wrapping_sub(s.address) < s.file_size.min(s.size))?;
         let start = address - s.address;
-        let end = start.saturating_add(len as u64).min(s.file_size.min(s.size));
-        let file_start = usize::try_from(s.file_offset.checked_add(start)?).ok()?;
-        let file_end = usize::try_from(s.file_offset.checked_add(end)?).ok()?;
+        self.segment_bytes(s, start..start.saturating_add(len as u64).min(s.file_size.min(s.size)))
+    }
+
+    /// The file's bytes of code segment `s` at offsets `range` into it.
+    fn segment_bytes(&self, s: &CodeSegment, range: Range<u64>) -> Option<&[u8]> {
+        let file_start = usize::try_from(s.file_offset.checked_add(range.start)?).ok()?;
+        let file_end = usize::try_from(s.file_offset.checked_add(range.end)?).ok()?;
         self.data.get(file_start..file_end)
     }
 
