@@ -325,7 +325,10 @@ class Recordings:
     starts mid-page, so the executable mapping's file offset (its page) is in the segment
     before it too (rustc's cdylibs, such as stackwalk's own core, are laid out this way).
 
-    Not one of WORKLOADS (perf script stops at frame 0 in most of its samples): leaf, samples
+    Not one of WORKLOADS: syscalls, write(2) in a loop from a process with a second thread
+    (glibc's cancellable path, where its DWARF inlines a function into its own alias).
+
+    Not one of WORKLOADS either (perf script stops at frame 0 in most of its samples): leaf, samples
     whose frame 0 has no CFI, in a leaf function in hand-written assembly and in clone3 right
     after its system call (x86_64).
     """
@@ -374,6 +377,8 @@ class Recordings:
             return [str(build("perf_dlopen.c", "-O2")), str(library)]
         if name == "lld":
             return [str(build("perf_qsort.c", *O2, "-fuse-ld=lld"))]
+        if name == "syscalls":
+            return [str(build("perf_syscalls.c", "-O2", "-pthread"))]
         if name == "leaf":
             # 50,000 threads: the main thread's samples in clone3 come by chance (a few dozen to
             # a few hundred in 20,000 on a quiet machine, none once on a loaded one).

@@ -840,7 +840,7 @@ def clone_of(ours: str, theirs: str) -> bool:
     return ours.split(".")[0] == theirs
 
 
-@pytest.mark.parametrize("workload", ["qsort", "threads"])
+@pytest.mark.parametrize("workload", ["qsort", "threads", "syscalls"])
 def test_inline_frames_match_perf_script(recordings: Recordings, workload: str) -> None:
     """With --inline, where perf script (its default, ``--inline``, with ``srcline``) shows
     the functions inlined at a pc, ours are the same functions in the same order at the same
@@ -866,7 +866,13 @@ def test_inline_frames_match_perf_script(recordings: Recordings, workload: str) 
             looked_up_before, caller = caller, caller or not mine["inline"]
             where = f"{workload} {plain.key} #{index} {frame}: ours {mine}"
             if mine["inline"]:
-                assert frame.inlined and frame.symbol == mine["function"], where
+                assert frame.symbol == mine["function"], where
+                # perf shows an inlined function named as the frame's symbol under that symbol,
+                # not "(inlined)" (its new_inline_sym): glibc's __GI___libc_write inlined into
+                # its alias __write in the syscalls workload. That name is then an alias of the
+                # function holding the pc, whose frame closes the group.
+                outer = next(f["function"] for f in ours[index:] if not f["inline"])
+                assert frame.inlined or aliases(mine["module"], outer, frame.symbol), where
                 inlined += 1
             elif frame.inlined:
                 assert mine["function"] and frame.symbol, where
