@@ -371,7 +371,9 @@ impl Unwinder {
             signal_frame: false,
         });
         // CFI alone (the profiler's walk) is compiled without the fallback
-        // path, so it costs nothing there.
+        // path, so it costs nothing there. (The test written as a method
+        // call changed what LLVM inlined here: 1.4 ns a frame more on the
+        // python3 stack, see benches/NOTES.md.)
         if self.strategies.as_slice() == [Strategy::Cfi] {
             self.walk_arch::<M, false>(Start { callee, regs, end }, mem, max_frames, frames)
         } else {
@@ -393,6 +395,19 @@ impl Unwinder {
     /// must give a plausible return address too. Where there is none, the
     /// walk ends at frame 0 as [`Unwinder::unwind`] ends it.
     ///
+    /// With fallback strategies besides CFI ([`Unwinder::set_strategies`]),
+    /// a sample is walked by CFI alone first, the fast walk, and walked
+    /// again with them only where that walk ended where they may go on:
+    /// not at the stack's end, the frame limit, or the end of the stack
+    /// copy (the frame record of a frame whose CFI read past the copy lies
+    /// about as high), nor at a pc outside every module: code a profile
+    /// cannot name (JIT code without a perf map), where a leaf's return
+    /// address would be a guess from a word at sp, stale in a function
+    /// with a frame (a module without its file, or a perf map's JIT code,
+    /// is walked on). Frame 0 without CFI is then left to the frame-pointer
+    /// step, which takes a leaf the same way. The samples CFI walks to their
+    /// end pay nothing for the fallbacks.
+    ///
     /// A method of its own rather than an option of `unwind`, whose code
     /// (every other caller's walk) stays exactly as it is.
     pub fn unwind_sample<M: Memory + ?Sized>(
@@ -403,13 +418,40 @@ impl Unwinder {
         max_frames: Option<usize>,
         frames: &mut Vec<Frame>,
     ) -> End {
+        // The walk of CFI alone; `unwind`'s code stays as every other caller's.
+        let strategies = std::mem::replace(&mut self.strategies, Strategies::new(&[Strategy::Cfi]));
         let end = self.unwind(pc, regs, mem, max_frames, frames);
-        // Matched, not compared: `==` is a call that takes the end's address.
-        let no_fde = matches!(end.detail, EndDetail::Lookup(LookupError::NoFde));
-        if no_fde && frames.len() == 1 {
-            return self.leaf_walk(regs, mem, max_frames, frames);
+        self.strategies = strategies;
+        if strategies.as_slice() == [Strategy::Cfi] {
+            // Matched, not compared: `==` is a call that takes the end's address.
+            let no_fde = matches!(end.detail, EndDetail::Lookup(LookupError::NoFde));
+            if no_fde && frames.len() == 1 {
+                return self.leaf_walk(regs, mem, max_frames, frames);
+            }
+            return end;
         }
-        end
+        match end.reason {
+            EndReason::EndOfStack
+            | EndReason::PcZero
+            | EndReason::FrameLimit
+            | EndReason::Memory => end,
+            EndReason::NoModule if end.module.is_none() => end,
+            _ => self.unwind_fallback(pc, regs, mem, max_frames, frames),
+        }
+    }
+
+    /// The walk with the fallback strategies, out of the sample's hot path.
+    #[cold]
+    #[inline(never)]
+    fn unwind_fallback<M: Memory + ?Sized>(
+        &mut self,
+        pc: u64,
+        regs: &Registers,
+        mem: &mut M,
+        max_frames: Option<usize>,
+        frames: &mut Vec<Frame>,
+    ) -> End {
+        self.unwind(pc, regs, mem, max_frames, frames)
     }
 
     /// [`Unwinder::walk`] compiled for this unwinder's architecture.

@@ -70,6 +70,41 @@ fn a_leaf_frame_zero_needs_a_plausible_return_address() {
     assert_eq!((frames.len(), end.reason), (1, EndReason::FrameLimit));
 }
 
+#[test]
+fn a_sample_walks_on_by_frame_pointers_where_cfi_stops() {
+    // LEAF (no CFI) returns to R3 (WITH_CFI), whose CFI finds R1; R1 has no
+    // CFI, and the frame record at rbp gives its caller R2, whose record at
+    // the next fp is the chain's end (two zeros).
+    let (first, second) = (SP + 0x40, SP + 0x80);
+    let mut s = Stack::new();
+    s.set(SP, rt(R3)).set(SP + 8, rt(R1));
+    s.set(first, second).set(first + 8, rt(R2)).set(second, 0).set(second + 8, 0);
+    let regs = [(RSP, SP), (RBP, first)];
+    let sample = |strategies: &'static [Strategy], sample: bool| {
+        let setup = |uw: &mut Unwinder| uw.set_strategies(strategies);
+        walk_with(Arch::X86_64, x86_leaf_module(), rt(LEAF + 7), &regs, &s, sample, setup)
+    };
+    use Trust::*;
+    let w = sample(&FP_ONLY, true);
+    assert_eq!(w.pcs(), [rt(LEAF + 7), rt(R3), rt(R1), rt(R2)], "{}", w.message);
+    assert_eq!(w.trusts(), [Context, FramePointer, Cfi, FramePointer]);
+    assert_eq!(w.sps(), [SP, SP + 8, SP + 16, first + 16]);
+    assert_eq!((w.end.reason, w.end.frame), (EndReason::PcZero, 3), "{}", w.message);
+    // As `unwind` walks it with the same strategies.
+    let unwound = sample(&FP_ONLY, false);
+    assert_eq!((unwound.pcs(), unwound.trusts(), unwound.end), (w.pcs(), w.trusts(), w.end));
+    // With CFI alone the sample stops where CFI does, past the leaf.
+    let w = sample(&[Strategy::Cfi], true);
+    assert_eq!(w.pcs(), [rt(LEAF + 7), rt(R3), rt(R1)], "{}", w.message);
+    assert_eq!((w.end.reason, w.end.frame), (EndReason::NoUnwindInfo, 2), "{}", w.message);
+    // A pc outside every module (JIT code no perf map names) is not walked
+    // on by the fallbacks either: [sp] may be a stale return address.
+    let setup = |uw: &mut Unwinder| uw.set_strategies(&FP_ONLY);
+    let w = walk_with(Arch::X86_64, x86_leaf_module(), 0x1000, &regs, &s, true, setup);
+    assert_eq!(w.pcs(), [0x1000], "{}", w.message);
+    assert_eq!(w.end.reason, EndReason::NoModule);
+}
+
 /// JIT code as a perf map names it: a module of code alone, without a file
 /// (no CFI, no code bytes), at runtime addresses `JIT`, whose functions
 /// start at `JIT_FUNCTIONS`.
