@@ -290,6 +290,9 @@ def data_section(path: Path) -> tuple[int, int]:
 
 WORKLOADS = ("qsort", "cxx", "python", "threads", "dlopen", "fork", "lld")
 O2 = ("-O2", "-fomit-frame-pointer")
+# A program with frame pointers and no CFI of its own (its crt files' aside): no .eh_frame for
+# its functions, nor (-g0, after the builder's -g) a .debug_frame.
+NO_CFI = ("-O2", "-g0", "-fno-asynchronous-unwind-tables", "-fno-omit-frame-pointer")
 
 
 @dataclass(frozen=True)
@@ -326,7 +329,8 @@ class Recordings:
     before it too (rustc's cdylibs, such as stackwalk's own core, are laid out this way).
 
     Not one of WORKLOADS: syscalls, write(2) in a loop from a process with a second thread
-    (glibc's cancellable path, where its DWARF inlines a function into its own alias).
+    (glibc's cancellable path, where its DWARF inlines a function into its own alias); nocfi,
+    the qsort program built with frame pointers and without CFI.
 
     Not one of WORKLOADS either (perf script stops at frame 0 in most of its samples): leaf, samples
     whose frame 0 has no CFI, in a leaf function in hand-written assembly and in clone3 right
@@ -379,6 +383,8 @@ class Recordings:
             return [str(build("perf_qsort.c", *O2, "-fuse-ld=lld"))]
         if name == "syscalls":
             return [str(build("perf_syscalls.c", "-O2", "-pthread"))]
+        if name == "nocfi":
+            return [str(build("perf_qsort.c", *NO_CFI))]
         if name == "leaf":
             # 50,000 threads: the main thread's samples in clone3 come by chance (a few dozen to
             # a few hundred in 20,000 on a quiet machine, none once on a loaded one).

@@ -804,7 +804,7 @@ def test_help_and_commands() -> None:
         sub = run_cli(name, "--help")
         assert sub.returncode == 0 and sub.stdout.startswith(f"usage: stackwalk {name} ")
     perf = run_cli("perf", "--help").stdout
-    assert "--collapsed" in perf and "--strategies" not in perf
+    assert "--collapsed" in perf and "--thread" not in perf
     bogus = run_cli("bogus")
     assert bogus.returncode == 2 and "invalid choice: 'bogus'" in bogus.stderr
     assert all(f"'{name}'" in bogus.stderr for name in COMMANDS)

@@ -445,11 +445,15 @@ def test_user_frames_match_perf_script(
 # --- frame 0 without CFI ----------------------------------------------------------------------
 
 
-def call_chain_problems(user: Sequence[Mapping[str, Any]]) -> list[str]:
+def call_chain_problems(
+    user: Sequence[Mapping[str, Any]], targets_in: str | None = None
+) -> list[str]:
     """What objdump and the symbol tables find wrong in a stack's caller frames (stackwalk's
     --json user frames, innermost first): each return address must follow a call instruction,
     and a direct call inside one module must call the function the frame below it is in (a call
-    into another module goes through the PLT; an indirect call names no target)."""
+    into another module goes through the PLT; an indirect call names no target). ``targets_in``:
+    that last check only where the frame below is in this module (elsewhere it may have been
+    reached by a tail call: libc's merge sort jumps to memcpy)."""
     problems = []
     for index in range(1, len(user)):
         caller, callee = user[index], user[index - 1]
@@ -463,6 +467,8 @@ def call_chain_problems(user: Sequence[Mapping[str, Any]]) -> list[str]:
             problems.append(f"{where}: {return_address:#x} follows no call")
             continue
         target = calls[return_address]
+        if targets_in is not None and os.path.realpath(callee["module"] or "") != targets_in:
+            continue
         if target is not None and callee["module"] == caller["module"]:
             if target not in symbol_values(caller["module"], callee["function"] or ""):
                 problems.append(f"{where}: calls {target:#x}, not {callee['function']}")
@@ -524,6 +530,57 @@ def test_frame_zero_without_cfi(recordings: Recordings) -> None:
         found["perf stopped at frame 0"] += len(perf_frames) == 1
     print(dict(found))
     assert found["asm_spin"] >= 1 and found["clone3"] >= 1, found
+
+
+def test_frames_without_cfi_by_frame_pointers(recordings: Recordings) -> None:
+    """The qsort program built with frame pointers and without CFI (-fno-asynchronous-unwind-
+    tables): main -> qsort (libc, with CFI) -> its merge sort -> compare_ints, and main -> fill.
+    Where CFI stops, at the program's functions, the walk goes on by the frame-pointer chain
+    (the default strategies, cfi,frame_pointer, as perf script's libdw does), and CFI again in
+    libc: every sample in main reaches _start, the function at the ELF entry point, and each of
+    its return addresses follows a call that calls the frame below it (objdump:
+    call_chain_problems). With ``--strategies cfi`` ours are a prefix of those, shorter in most
+    samples. perf script's are ours, or ours with frames left out (libdw skips the caller of a
+    frame-pointer leaf: perf_skipped_frames), or stop early, or end in garbage: never another
+    frame where ours has one."""
+    recording = recordings("nocfi")
+    exe = os.path.realpath(recording.argv[0])
+    with open(exe, "rb") as f:
+        entry = ELFFile(f).header["e_entry"]
+    (main,) = symbol_values(exe, "main")
+    assert readelf_row(exe, main) is None, "main has CFI"
+    ours = by_key(ours_json(recording))
+    cfi_alone = cli(recording, "--json", "--strategies", "cfi")
+    check_clean_exit(cfi_alone, "stackwalk perf --strategies cfi")
+    shorter = by_key(json_lines(cfi_alone.stdout))
+    found: Counter[str] = Counter()
+    for theirs in recording.script():
+        sample = ours[theirs.key]
+        user = [f for f in sample["frames"] if not f["kernel"]]
+        in_program = [f["function"] for f in user if os.path.realpath(f["module"] or "") == exe]
+        if "main" not in in_program:
+            continue  # the dynamic loader's start, or the exit
+        where = side_by_side(theirs, sample)
+        problems = call_chain_problems(user, targets_in=exe)
+        assert not problems, f"{where}\n" + "\n".join(problems)
+        assert entry in symbol_values(exe, user[-1]["function"] or ""), where
+        mine = our_user_addresses(sample["frames"])
+        prefix = our_user_addresses(shorter[theirs.key]["frames"])
+        assert mine[: len(prefix)] == prefix, where
+        found["by CFI alone: shorter"] += len(prefix) < len(mine)
+        kind = classify(theirs, sample)
+        if kind in (DISAGREE, PERF_PAST_THE_COPY):
+            # perf followed rbp on where ours end at _start's CFI, past the outermost frame:
+            # its frames past those it shares with ours are no code.
+            perf_frames = theirs.user_addresses()
+            same = next(i for i, f in enumerate([*mine, None]) if perf_frames[i : i + 1] != [f])
+            assert same and all(map(_not_code, perf_frames[same:])), f"{kind}\n{where}"
+            kind = "perf went on into no code"
+        found[kind] += 1
+        found["samples"] += 1
+    print(dict(found))
+    assert found["samples"] >= 100, found
+    assert found["by CFI alone: shorter"] >= found["samples"] // 2, found
 
 
 @pytest.mark.parametrize("workload", WORKLOADS)

@@ -111,6 +111,17 @@ def _add_max_frames(parser: Any, stack: str = "the captured stack") -> None:
     )
 
 
+def _add_strategies(parser: Any, default: str = "cfi,frame_pointer,scan") -> None:
+    parser.add_argument(
+        "--strategies",
+        default=default,
+        metavar="LIST",
+        help="how each frame's caller is looked for where the one before fails, tried in this "
+        f"order: cfi, frame_pointer, scan (default: {default})",
+    )
+    parser.add_argument("--no-scan", action="store_true", help="never scan the stack")
+
+
 def _add_python_mode(parser: Any) -> None:
     """--native-only / --python: a python process's Python frames hidden, or shown alone."""
     group = parser.add_mutually_exclusive_group()
@@ -224,14 +235,7 @@ def _add_dump_options(k: Any, what: str) -> None:
     _add_offline(k)
     k.add_argument("--thread", type=int, metavar="TID", help="only this thread")
     _add_max_frames(k)
-    k.add_argument(
-        "--strategies",
-        default="cfi,frame_pointer,scan",
-        metavar="LIST",
-        help="how each frame's caller is looked for, tried in this order "
-        "(default: cfi,frame_pointer,scan)",
-    )
-    k.add_argument("--no-scan", action="store_true", help="never scan the stack")
+    _add_strategies(k)
     k.add_argument(
         "--no-inline",
         action="store_true",
@@ -285,6 +289,7 @@ def _add_perf(sub: Any) -> None:
         "the JVM's agents, python -X perf): names for JIT code, walked through by its frame "
         "pointers (default: /tmp, as perf; empty: none)",
     )
+    _add_strategies(pf, "cfi,frame_pointer")
     _add_offline(pf)
     _add_max_frames(pf, "each sample's stack copy")
 
@@ -313,8 +318,7 @@ def _add_pid(sub: Any) -> None:
     p.add_argument("--thread", type=int, metavar="TID", help="only this thread")
     _add_max_frames(p)
     p.add_argument("--debug-root", metavar="DIR", default="/usr/lib/debug")
-    p.add_argument("--strategies", default="cfi,frame_pointer,scan", metavar="LIST")
-    p.add_argument("--no-scan", action="store_true", help="never scan the stack")
+    _add_strategies(p)
     p.add_argument("--no-inline", action="store_true", help="no frames for inlined functions")
     p.add_argument(
         "--perf-map", metavar="FILE", help="a JIT's perf map (default: /tmp/perf-PID.map if any)"

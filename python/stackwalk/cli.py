@@ -409,7 +409,7 @@ def _report_perf(args: Namespace, path: str, name: str | None = None) -> int:
     summary = perf_report(path, fmt, output=output, jobs=args.jobs, max_frames=args.max_frames,
                           progress=progress, inline=args.inline,
                           perf_map_dir=args.perf_map_dir or None,
-                          offline=args.offline)  # fmt: skip
+                          offline=args.offline, strategies=_strategies(args))  # fmt: skip
     if args.flamegraph:
         from stackwalk._core import flamegraph
 

@@ -30,6 +30,7 @@ use rayon::prelude::*;
 
 use crate::arch::Arch;
 use crate::cfi::Data;
+use crate::fallback::{Strategies, Strategy};
 use crate::perf::{
     Decoder, Event, PerfFile, PERF_RECORD_SAMPLE, PERF_SAMPLE_CALLCHAIN, PERF_SAMPLE_REGS_USER,
     PERF_SAMPLE_STACK_USER,
@@ -73,6 +74,10 @@ pub struct Options {
     /// anonymous executable mappings, which are then walked through by
     /// their frame-pointer chain. None: JIT code is not named.
     pub perf_map_dir: Option<std::path::PathBuf>,
+    /// How each sample's frames are walked where CFI fails (see
+    /// [`crate::unwind::Unwinder::unwind_sample`]): CFI then frame pointers by
+    /// default, as perf script's libdw does; JIT code has no CFI.
+    pub strategies: Strategies,
     /// Where the files of the recording that are not here (nor in perf's
     /// build-id cache) are fetched from by build id, before the samples
     /// are read, with their DWARF when `inline` (see
@@ -133,6 +138,7 @@ impl Default for Options {
             inline: true,
             progress: None,
             perf_map_dir: Some("/tmp".into()),
+            strategies: Strategies::new(&[Strategy::Cfi, Strategy::FramePointer]),
             debuginfod: None,
             downloads: None,
         }
@@ -483,6 +489,7 @@ impl Profiler {
             format: self.options.format,
             inline: self.options.inline,
             max_frames: self.options.max_frames,
+            strategies: self.options.strategies,
             decoder: self.decoder.clone(),
             kernel: self.kernel.clone(),
             comms: self.comm_names.clone(),

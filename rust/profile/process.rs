@@ -28,9 +28,6 @@ pub(super) struct Process {
     pub(super) modules: Arc<ModuleSet>,
     /// The same modules, for symbolizing.
     pub(super) symbolizer: Arc<Symbolizer>,
-    /// It runs JIT code named by a perf map: where CFI is missing (the JIT
-    /// code's), the walk goes on by the frame-pointer chain.
-    pub(super) jit: bool,
 }
 
 /// A process's perf map, and the name its code is shown under (the map's
@@ -108,13 +105,11 @@ impl Profiler {
         if let Some(set) = module.and_then(|m| modules.with_module(Arc::new(m)).ok()) {
             modules = set;
         }
-        let jit = process.jit || perf_map.is_some();
         let mut symbolizer = process.symbolizer.with_mapping(placed);
         if let Some(map) = perf_map {
             symbolizer = symbolizer.with_perf_map(map);
         }
-        *process =
-            Process { id, modules: Arc::new(modules), symbolizer: Arc::new(symbolizer), jit };
+        *process = Process { id, modules: Arc::new(modules), symbolizer: Arc::new(symbolizer) };
     }
 
     /// Process `pid`'s perf map (`perf-PID.map` in the options' directory),

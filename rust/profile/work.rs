@@ -5,7 +5,7 @@ use std::cell::RefCell;
 use std::sync::{Arc, Mutex};
 
 use crate::arch::Arch;
-use crate::fallback::Strategy;
+use crate::fallback::Strategies;
 use crate::memory::Buffer;
 use crate::perf::{
     sample_registers, Decoder, Event, Sample, Words, PERF_CONTEXT_HV, PERF_CONTEXT_KERNEL,
@@ -13,9 +13,6 @@ use crate::perf::{
 };
 use crate::symbolize::SymbolCache;
 use crate::unwind::{Frame, Trust, Unwinder};
-
-/// How the samples of a process running JIT code are walked.
-const JIT_STRATEGIES: [Strategy; 2] = [Strategy::Cfi, Strategy::FramePointer];
 
 use super::cache::{LineCache, SourceCache};
 use super::folded::Folding;
@@ -96,6 +93,7 @@ pub(super) struct Context {
     /// Inline frames shown (`Options::inline`).
     pub(super) inline: bool,
     pub(super) max_frames: Option<usize>,
+    pub(super) strategies: Strategies,
     pub(super) decoder: Arc<Decoder>,
     pub(super) kernel: Arc<KernelSymbolsLoader>,
     pub(super) comms: Arc<Vec<Arc<str>>>,
@@ -119,6 +117,7 @@ impl Context {
                 Some(u) if u.arch() == ctx.arch => u,
                 _ => unwinder.insert(Unwinder::new(ctx.arch)),
             };
+            unwinder.set_strategies(ctx.strategies.as_slice());
             for (at, p) in chunk.iter().enumerate() {
                 if let Some(next) = chunk.get(at + 1) {
                     prefetch_sample(&next.rec);
@@ -143,13 +142,6 @@ impl Context {
                 } else if let Some((pc, sp)) = user_registers(ctx.arch, &s) {
                     if !Arc::ptr_eq(unwinder.module_set(), &p.process.modules) {
                         unwinder.set_modules(p.process.modules.clone());
-                        // JIT code has no CFI: walked by its frame-pointer chain.
-                        let fp = p.process.jit;
-                        unwinder.set_strategies(if fp {
-                            &JIT_STRATEGIES
-                        } else {
-                            &[Strategy::Cfi]
-                        });
                     }
                     let mut stack = Buffer { start: sp.1, bytes: s.stack };
                     let end = unwinder.unwind_sample(pc, &sp.0, &mut stack, ctx.max_frames, frames);

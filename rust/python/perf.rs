@@ -10,6 +10,7 @@ use pyo3::types::{PyBytes, PyDict};
 
 use super::errors::{ArchError, StackwalkError};
 use crate::cfi::Data;
+use crate::fallback::Strategies;
 
 /// Unwind and symbolize every sample of a perf.data file recorded with
 /// `--call-graph dwarf`, writing them to `output` (a path) or stdout as
@@ -24,13 +25,15 @@ use crate::cfi::Data;
 /// the perf maps of JIT code are (`perf-PID.map`; None: JIT code is not
 /// named nor walked through). `offline`: nothing fetched from the
 /// debuginfod servers of `DEBUGINFOD_URLS` (else the recording's files not
-/// here, and with `inline` their DWARF, are). Returns a summary dict; a damaged file stops
+/// here, and with `inline` their DWARF, are). `strategies`: how a sample's
+/// frames are walked where CFI fails (None: cfi, frame_pointer). Returns a summary dict; a damaged file stops
 /// the reading with summary["error"] set, after the samples before the
 /// damage were written.
 #[pyfunction]
 #[pyo3(signature = (path, format = "text", *, output = None, jobs = 0, max_frames = None,
                     debug_root = PathBuf::from("/usr/lib/debug"), progress = None, inline = true,
-                    perf_map_dir = Some(PathBuf::from("/tmp")), offline = false))]
+                    perf_map_dir = Some(PathBuf::from("/tmp")), offline = false,
+                    strategies = None))]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn perf_report<'py>(
     py: Python<'py>,
@@ -44,6 +47,7 @@ pub(super) fn perf_report<'py>(
     inline: bool,
     perf_map_dir: Option<PathBuf>,
     offline: bool,
+    strategies: Option<Vec<String>>,
 ) -> PyResult<Bound<'py, PyDict>> {
     use crate::profile::{Format, Options};
     if jobs > MAX_JOBS {
@@ -63,6 +67,11 @@ pub(super) fn perf_report<'py>(
     let name = path.to_string_lossy().into_owned();
     let file = File::open(&path).map_err(|e| StackwalkError::new_err(format!("{name}: {e}")))?;
     let debuginfod = (!offline).then(crate::debuginfod::Config::from_env);
+    let defaults = Options::default();
+    let strategies = match strategies {
+        Some(names) => Strategies::new(&super::unwinder::parse_strategies(&names)?),
+        None => defaults.strategies,
+    };
     let options = Options {
         format,
         max_frames,
@@ -72,7 +81,8 @@ pub(super) fn perf_report<'py>(
         perf_map_dir,
         debuginfod,
         downloads,
-        ..Options::default()
+        strategies,
+        ..defaults
     };
     let run = Run { name: &name, output, jobs, options };
     let open_error = |e: crate::perf::PerfError| StackwalkError::new_err(format!("{name}: {e}"));

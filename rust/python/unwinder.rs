@@ -642,7 +642,7 @@ fn module_name(name: &Bound<'_, PyString>) -> String {
     name.to_string_lossy().into_owned()
 }
 
-fn parse_strategies(names: &[String]) -> PyResult<Vec<Strategy>> {
+pub(super) fn parse_strategies(names: &[String]) -> PyResult<Vec<Strategy>> {
     if names.is_empty() {
         return Err(StackwalkError::new_err(
             "strategies is empty: give at least one of cfi, frame_pointer, scan",
