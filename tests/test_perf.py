@@ -776,6 +776,43 @@ def test_collapsed_names_a_signal_trampoline_as_the_json_does(
     assert all(";__restore_rt;on_prof;spin_in_handler" in s for s in handled if "spin_in" in s)
 
 
+def test_a_signal_trampoline_without_cfi(build: Builder, tmp_path: Path) -> None:
+    """perf_signal.c linked statically with musl, whose signal trampoline (__restore_rt) has no
+    CFI: where the handler's samples reach it, the walk crosses it through the kernel's signal
+    frame in the stack copy (the fallbacks' step, tried where CFI fails) to the frame it
+    interrupted, then on to main. Proven without perf script, which stops at the handler: the
+    handler's return addresses, and those past the interrupted frame, follow calls that call
+    the frame below (objdump). With ``--strategies cfi`` the walk ends at the trampoline."""
+    program = str(build("perf_signal.c", "-O2", "-static", compiler="musl-gcc"))
+    data = tmp_path / "perf.data"
+    home = tmp_path / "home"
+    home.mkdir()
+    perf_record(data, [program], home)
+    walks = {}
+    for strategies in ("cfi,frame_pointer", "cfi"):
+        proc = cli(data, "--json", "--strategies", strategies)
+        check_clean_exit(proc, f"stackwalk perf --json --strategies {strategies} {data}")
+        walks[strategies] = by_key(json_lines(proc.stdout))
+    crossed = 0
+    for key, sample in walks["cfi,frame_pointer"].items():
+        user = [f for f in sample["frames"] if not f["kernel"]]
+        names = [f["function"] for f in user]
+        if "__restore_rt" not in names or names[0] != "spin_in_handler":
+            continue
+        at = names.index("__restore_rt")
+        where = f"{key}: {names}"
+        assert names[:at] == ["spin_in_handler", "on_prof"], where
+        assert "main" in names[at + 1 :], where
+        for part in (user[:at], user[at + 1 :]):
+            problems = call_chain_problems(part, targets_in=os.path.realpath(program))
+            assert not problems, f"{where}\n" + "\n".join(problems)
+        cfi = [f["pc"] for f in walks["cfi"][key]["frames"] if not f["kernel"]]
+        assert cfi == [f["pc"] for f in user[: at + 1]], where
+        crossed += 1
+    print(f"{crossed} samples crossed the trampoline")
+    assert crossed >= 50, crossed
+
+
 @pytest.mark.parametrize("workload", WORKLOADS)
 def test_collapsed_matches_perf_script(recordings: Recordings, workload: str) -> None:
     """``--collapsed`` gives the counts per stack that folding perf script's output gives;
