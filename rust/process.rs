@@ -141,6 +141,18 @@ fn state(pid: i32) -> Result<u8, ProcessError> {
     Ok(stat.get(close + 2).copied().unwrap_or(b'?'))
 }
 
+/// A thread of `pid` whose /proc files show the process's memory: `pid`
+/// itself, or, where that main thread has exited and waits as a zombie for
+/// the others (pthread_exit), another that has not. A process whose threads
+/// have all exited is a zombie.
+fn live_thread(pid: i32) -> Result<i32, ProcessError> {
+    let exited = |tid: i32| matches!(state(tid), Ok(b'Z' | b'X') | Err(_));
+    if !matches!(state(pid)?, b'Z' | b'X') {
+        return Ok(pid);
+    }
+    tids(pid)?.into_iter().find(|&t| t != pid && !exited(t)).ok_or(ProcessError::Zombie(pid))
+}
+
 fn tids(pid: i32) -> Result<Vec<i32>, ProcessError> {
     let dir =
         std::fs::read_dir(format!("/proc/{pid}/task")).map_err(|e| io_error(pid, "task", &e))?;
@@ -452,16 +464,17 @@ pub fn snapshot(pid: i32) -> Result<Snapshot, ProcessError> {
     if pid <= 0 {
         return Err(ProcessError::NoSuchProcess(pid));
     }
-    match state(pid)? {
-        b'Z' | b'X' => return Err(ProcessError::Zombie(pid)),
-        _ => {}
-    }
-    let arch = process_arch(pid)?;
+    // The address space is read through a thread of the process: `pid`'s
+    // own, or, where the main thread has exited (pthread_exit) and the
+    // others run on, one of theirs, as the leader's /proc files then show
+    // no memory.
+    let mem_pid = live_thread(pid)?;
+    let arch = process_arch(mem_pid)?;
     let count = arch.prstatus().names.len();
     // Found before the process is stopped: files and where they are mapped
     // do not move while it runs.
-    let maps = read_maps(pid)?;
-    let python = find_python(pid, &maps);
+    let maps = read_maps(mem_pid)?;
+    let python = find_python(mem_pid, &maps);
     let began = Instant::now();
     let mut stopped = Stopped { tids: Vec::new() };
     // Threads may start while others are being stopped: list them again
@@ -495,10 +508,10 @@ pub fn snapshot(pid: i32) -> Result<Snapshot, ProcessError> {
     if threads.is_empty() {
         return Err(ProcessError::Exited(pid));
     }
-    let maps = read_maps(pid).map_err(gone)?;
+    let maps = read_maps(mem_pid).map_err(gone)?;
     let mut wanted: Vec<(u64, u64, u32)> = Vec::new();
     if let Some(symbols) = python {
-        let mut live = LiveMemory { pid, pages: BTreeMap::new() };
+        let mut live = LiveMemory { pid: mem_pid, pages: BTreeMap::new() };
         let tids: Vec<u64> = threads.iter().map(|t| t.tid as u64).collect();
         let _ = crate::pyframes::read_state(&mut live, &symbols, &tids);
         for (page, bytes) in &live.pages {
@@ -541,12 +554,12 @@ pub fn snapshot(pid: i32) -> Result<Snapshot, ProcessError> {
     let mut bytes = Vec::new();
     let mut segments = Vec::new();
     for range in merged {
-        copy_range(pid, range, &mut bytes, &mut segments);
+        copy_range(mem_pid, range, &mut bytes, &mut segments);
     }
     if arch == Arch::X86_64 {
         let stacks = interrupted_stacks(&threads, sp_index, (&bytes, &segments), &maps);
         for range in stacks {
-            copy_range(pid, range, &mut bytes, &mut segments);
+            copy_range(mem_pid, range, &mut bytes, &mut segments);
         }
     }
     // Code outside every file (a JIT's), and the files' code, as a kernel's
@@ -571,7 +584,7 @@ pub fn snapshot(pid: i32) -> Result<Snapshot, ProcessError> {
     let stopped_for = began.elapsed();
 
     let mut warnings = Vec::new();
-    let auxv = std::fs::read(format!("/proc/{pid}/auxv")).unwrap_or_default();
+    let auxv = std::fs::read(format!("/proc/{mem_pid}/auxv")).unwrap_or_default();
     let mut aux = BTreeMap::new();
     for pair in auxv.chunks_exact(16) {
         let key = u64::from_le_bytes(pair[..8].try_into().unwrap_or_default());
@@ -582,9 +595,9 @@ pub fn snapshot(pid: i32) -> Result<Snapshot, ProcessError> {
         aux.entry(key).or_insert(value);
     }
     if aux.is_empty() {
-        warnings.push(format!("/proc/{pid}/auxv could not be read"));
+        warnings.push(format!("/proc/{mem_pid}/auxv could not be read"));
     }
-    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    let cmdline = std::fs::read(format!("/proc/{mem_pid}/cmdline")).unwrap_or_default();
     let mut psargs: String = String::from_utf8_lossy(&cmdline).replace('\0', " ");
     psargs.truncate(psargs.trim_end().len());
     let fname =
@@ -596,7 +609,7 @@ pub fn snapshot(pid: i32) -> Result<Snapshot, ProcessError> {
         .map(|m| {
             let deleted = m.path.ends_with(b" (deleted)");
             if deleted {
-                let via = format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end);
+                let via = format!("/proc/{mem_pid}/map_files/{:x}-{:x}", m.start, m.end);
                 file_paths.push((m.path.clone(), via));
             }
             FileMapping { start: m.start, end: m.end, offset: m.offset, path: m.path.clone() }

@@ -9,6 +9,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -203,6 +204,52 @@ def test_a_program_mapped_as_data_is_no_module(tmp_path: Path) -> None:
     [thread] = doc["threads"]
     functions = [f["function"] for f in thread["frames"]]
     assert "waiting_with_a_file_mapped" in functions, functions
+
+
+def thread_states(pid: int) -> dict[int, str]:
+    return {
+        int(tid): Path(f"/proc/{pid}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        for tid in os.listdir(f"/proc/{pid}/task")
+    }
+
+
+def test_a_process_whose_main_thread_has_exited(build: Builder) -> None:
+    """The main thread called pthread_exit and waits as a zombie for the two others, so /proc
+    shows its process no memory through its own pid (tests/programs/pid_main_exited.c). The
+    memory is read through a thread that runs on: the two threads equal ``eu-stack -p`` given
+    one of their tids (given the pid, eu-stack finds no such process). The zombie is no thread
+    of ours (eu-stack cannot attach to it either)."""
+    program = build("pid_main_exited.c", "-O2", "-pthread")
+    with running([str(program)]) as proc:
+        pid = proc.pid
+        deadline = time.monotonic() + 60
+        waiting = ["S", "S", "Z"]  # the main thread a zombie, the two others asleep
+        while thread_states(pid)[pid] != "Z" or sorted(thread_states(pid).values()) != waiting:
+            assert time.monotonic() < deadline, thread_states(pid)
+            time.sleep(0.005)
+        os.kill(pid, signal.SIGSTOP)
+        while sorted(thread_states(pid).values()) != ["T", "T", "Z"]:
+            assert time.monotonic() < deadline, thread_states(pid)
+            time.sleep(0.005)
+        try:
+            out = stackwalk_pid(str(pid), "--json", "--no-inline")
+            assert sorted(thread_states(pid).values()) == ["T", "T", "Z"], "left as it was"
+            assert state(pid)[1] == 0, "left untraced"
+            workers = sorted(t for t in thread_states(pid) if t != pid)
+            eu = eu_stack(None, None, pid=workers[0])
+        finally:
+            os.kill(pid, signal.SIGCONT)
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["process"] == pid
+    ours = {t["tid"]: [int(f["pc"], 16) for f in t["frames"]] for t in doc["threads"]}
+    assert sorted(ours) == workers
+    assert ours == {tid: eu.pcs(tid) for tid in workers}
+    functions = {t["tid"]: [f["function"] for f in t["frames"]] for t in doc["threads"]}
+    assert any(names[1:3] == ["wait_forever", "pauser"] for names in functions.values()), functions
+    assert any("sleeper" in names for names in functions.values()), functions
+    assert all(t["end"] == "end_of_stack" for t in doc["threads"])
+    assert Path(str(program)).name in {Path(m["path"]).name for m in doc["modules"]}
 
 
 def test_errors_are_one_line(tmp_path: Path) -> None:
