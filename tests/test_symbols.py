@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -198,3 +199,32 @@ def test_a_symbol_table_kept_in_the_cache_names_as_the_file_does(name: str, buil
         assert read.lookup(address) == made.lookup(address), hex(address)
         named += made.lookup(address) is not None
     assert named > 500, f"{named} of {len(addresses)} addresses named"
+
+
+@pytest.mark.parametrize("name", ["libc", "python3", "qsort", "qsort-ibt", "qsort-lazy"])
+def test_plt_entries_named_as_objdump_names_them(name: str, build: Builder) -> None:
+    """Each PLT entry of an x86_64 file is ``name@plt`` (an IFUNC's ``*ABS*+0xADDEND@plt``), as
+    objdump, gdb and perf script name it, from its first byte to its last: matched to its
+    relocation by the GOT slot it jumps through, as objdump matches them, so libc's, whose
+    relocations are in another order than its entries, are named right too. The files: libc
+    (IFUNC entries), python3 (hundreds), and a program with a lazy ``.plt``, with ``-z now``,
+    and with IBT's ``.plt.sec``."""
+    path = {
+        "libc": LIBC,
+        "python3": os.path.realpath("/usr/bin/python3"),
+        "qsort": str(build("qsort.c", "-O2")),
+        "qsort-ibt": str(build("qsort.c", "-O2", "-fcf-protection=full", "-Wl,-z,ibtplt")),
+        "qsort-lazy": str(build("qsort.c", "-O2", "-Wl,-z,lazy")),
+    }[name]
+    proc = subprocess.run(["objdump", "-d", "-j", ".plt", "-j", ".plt.sec", path],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    entries = {int(a, 16): n for a, n in re.findall(r"^([0-9a-f]+) <(.+@plt)>:", proc.stdout, re.M)}
+    assert entries, f"objdump shows no PLT entry in {path}"
+    if name == "qsort-ibt":
+        assert "section .plt.sec" in proc.stdout
+    table = SymbolTable(path)
+    for address, plt in entries.items():
+        for offset in (0, 7, 15):
+            assert table.lookup(address + offset) == (plt, offset), (path, hex(address))
+    if name == "libc":
+        assert any(n.startswith("*ABS*+0x") for n in entries.values())

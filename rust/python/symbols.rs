@@ -22,12 +22,14 @@ pub struct PySymbolTable {
 
 #[pymethods]
 impl PySymbolTable {
-    /// `source` is a path or a bytes-like ELF image.
+    /// `source` is a path or a bytes-like ELF image. Its PLT entries are
+    /// named too (`name@plt`, as objdump names them).
     #[new]
     fn new(source: &Bound<'_, PyAny>) -> PyResult<Self> {
         let (name, data) = elf_bytes(source)?;
         let inner = crate::symbols::SymbolTable::from_elf(&data)
-            .map_err(|e| ElfError::new_err(format!("{name}: {e}")))?;
+            .map_err(|e| ElfError::new_err(format!("{name}: {e}")))?
+            .with_plt_of(&data);
         Ok(PySymbolTable { inner })
     }
 
@@ -39,7 +41,8 @@ impl PySymbolTable {
     fn for_file(path: &Bound<'_, PyAny>, debug_root: PathBuf) -> PyResult<Self> {
         let (name, data) = elf_bytes(path)?;
         let inner = crate::symbols::SymbolTable::for_file(&data, &debug_root)
-            .map_err(|e| ElfError::new_err(format!("{name}: {e}")))?;
+            .map_err(|e| ElfError::new_err(format!("{name}: {e}")))?
+            .with_plt_of(&data);
         Ok(PySymbolTable { inner })
     }
 
