@@ -201,20 +201,20 @@ def test_a_symbol_table_kept_in_the_cache_names_as_the_file_does(name: str, buil
     assert named > 500, f"{named} of {len(addresses)} addresses named"
 
 
-@pytest.mark.parametrize("name", ["libc", "python3", "qsort", "qsort-ibt", "qsort-lazy"])
+@pytest.mark.parametrize("name", ["libc", "python3", "qsort", "qsort-ibt", "qsort-now"])
 def test_plt_entries_named_as_objdump_names_them(name: str, build: Builder) -> None:
     """Each PLT entry of an x86_64 file is ``name@plt`` (an IFUNC's ``*ABS*+0xADDEND@plt``), as
     objdump, gdb and perf script name it, from its first byte to its last: matched to its
     relocation by the GOT slot it jumps through, as objdump matches them, so libc's, whose
     relocations are in another order than its entries, are named right too. The files: libc
-    (IFUNC entries), python3 (hundreds), and a program with a lazy ``.plt``, with ``-z now``,
-    and with IBT's ``.plt.sec``."""
+    (IFUNC entries), python3 (hundreds), and a program linked as by default (lazy binding),
+    with ``-z now``, and with IBT's ``.plt.sec``."""
     path = {
         "libc": LIBC,
         "python3": os.path.realpath("/usr/bin/python3"),
         "qsort": str(build("qsort.c", "-O2")),
         "qsort-ibt": str(build("qsort.c", "-O2", "-fcf-protection=full", "-Wl,-z,ibtplt")),
-        "qsort-lazy": str(build("qsort.c", "-O2", "-Wl,-z,lazy")),
+        "qsort-now": str(build("qsort.c", "-O2", "-Wl,-z,now")),
     }[name]
     proc = subprocess.run(["objdump", "-d", "-j", ".plt", "-j", ".plt.sec", path],
                           capture_output=True, text=True, check=True)  # fmt: skip
