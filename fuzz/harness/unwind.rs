@@ -104,7 +104,28 @@ pub fn run(data: &[u8]) {
     }
     let _ = unwinder.describe(&end);
     let mut again = Vec::new();
-    let end2 = unwinder.unwind(pc, &regs, &mut memory, limit, &mut again);
+    let end2 = unwinder.unwind(pc, &regs, &mut memory.clone(), limit, &mut again);
     assert_eq!(frames, again, "a walk served from the rule cache differs");
     assert_eq!(end, end2);
+    // A profile's walk: with fallbacks, the CFI-alone walk's frames where it
+    // ended at the stack's end, the frame limit, the copy's end or outside
+    // every module, else the walk with fallbacks, `unwind`'s.
+    let mut sampled = Vec::new();
+    let end3 = unwinder.unwind_sample(pc, &regs, &mut memory.clone(), limit, &mut sampled);
+    assert!(sampled.len() <= max_frames.max(1), "{} frames, limit {max_frames}", sampled.len());
+    if strategies.len() > 1 {
+        unwinder.set_strategies(&[Strategy::Cfi]);
+        let mut cfi = Vec::new();
+        let cfi_end = unwinder.unwind(pc, &regs, &mut memory.clone(), limit, &mut cfi);
+        unwinder.set_strategies(&strategies);
+        let kept = matches!(
+            cfi_end.reason,
+            EndReason::EndOfStack | EndReason::PcZero | EndReason::FrameLimit | EndReason::Memory
+        ) || (cfi_end.reason == EndReason::NoModule && cfi_end.module.is_none());
+        if kept {
+            assert_eq!((&sampled, end3), (&cfi, cfi_end), "the CFI walk's frames");
+        } else {
+            assert_eq!((&sampled, end3), (&frames, end), "the walk with fallbacks' frames");
+        }
+    }
 }
