@@ -82,10 +82,9 @@ impl SymbolFile {
     /// 0.2-0.4 ms a library).
     pub fn plt(&self) -> &PltEntries {
         self.plt.get_or_init(|| match &self.source {
-            Source::Path(path) => std::fs::File::open(path)
-                .ok()
-                .and_then(|f| crate::files::map_file(&f).ok())
-                .map_or_else(PltEntries::empty, |data| PltEntries::of(&data)),
+            Source::Path(path) => {
+                crate::files::map(path).map_or_else(|_| PltEntries::empty(), |d| PltEntries::of(&d))
+            }
             Source::Image(data) => PltEntries::of(data),
             Source::None => PltEntries::empty(),
         })

@@ -66,63 +66,14 @@ impl SymbolTable {
         data: &[u8],
         debug: impl FnOnce() -> Option<SymbolTable>,
     ) -> Result<SymbolTable, ElfError> {
-        let table = match SymbolTable::of_table(data, Table::Symtab)? {
-            Some(table) => table,
-            None => match debug() {
-                Some(table) => table,
-                None => SymbolTable::of_table(data, Table::Dynsym)?
-                    .unwrap_or_else(|| SymbolTable::from_functions(Vec::new(), false)),
-            },
-        };
-        Ok(table)
-    }
-
-    /// The table with the PLT entries of the ELF file `data` (see
-    /// [`plt_entries`]) that no symbol covers (a debug file's table has
-    /// none of them: its `.plt` holds no bytes). The symbolizer looks them
-    /// up apart, only where a table names nothing ([`PltEntries`]).
-    pub fn with_plt_of(self, data: &[u8]) -> SymbolTable {
-        self.with_plt(&plt_entries(data))
-    }
-
-    fn with_plt(self, entries: &[(u64, u64, String)]) -> SymbolTable {
-        let mut new =
-            entries.iter().filter(|(start, _, _)| self.index(*start).is_none()).peekable();
-        if new.peek().is_none() {
-            return self;
+        if let Some(table) = SymbolTable::of_table(data, Table::Symtab)? {
+            return Ok(table);
         }
-        // Merged in order: the table's arrays copied once (made again, with
-        // its aliases sorted anew, libc's took 0.5 ms).
-        let extra: usize = entries.iter().map(|(_, _, name)| name.len()).sum();
-        let count = self.starts.len() + entries.len();
-        let mut out = SymbolTable {
-            full: self.full,
-            starts: Vec::with_capacity(count),
-            ends: Vec::with_capacity(count),
-            text: String::with_capacity(self.text.len() + extra),
-            bounds: Vec::with_capacity(count + 1),
-            demangled: Vec::new(),
-        };
-        out.bounds.push(0);
-        let push = |out: &mut SymbolTable, start: u64, end: u64, name: &str| {
-            out.starts.push(start);
-            out.ends.push(end);
-            out.text.push_str(name);
-            out.bounds.push(out.text.len());
-        };
-        for i in 0..self.starts.len() {
-            while let Some((start, end, name)) =
-                new.next_if(|(start, _, _)| *start < self.starts[i])
-            {
-                push(&mut out, *start, *end, name);
-            }
-            push(&mut out, self.starts[i], self.ends[i], self.name(i).unwrap_or(""));
+        if let Some(table) = debug() {
+            return Ok(table);
         }
-        for (start, end, name) in new {
-            push(&mut out, *start, *end, name);
-        }
-        out.demangled.resize_with(out.starts.len(), OnceLock::new);
-        out
+        let table = SymbolTable::of_table(data, Table::Dynsym)?;
+        Ok(table.unwrap_or_else(|| SymbolTable::from_functions(Vec::new(), false)))
     }
 
     /// The symbols of `table` in the ELF file `data` (None where it has
@@ -385,14 +336,13 @@ fn read_class<Elf: object::read::elf::FileHeader<Endian = object::LittleEndian>>
     })
 }
 
-/// A file's PLT entries ([`plt_entries`]), sorted by address, for lookups.
+/// A file's PLT entries, in address order (see [`plt_x86_64`]), looked up
+/// where its symbol table names nothing.
 pub struct PltEntries(Vec<(u64, u64, String)>);
 
 impl PltEntries {
     pub fn of(data: &[u8]) -> PltEntries {
-        let mut entries = plt_entries(data);
-        entries.sort_unstable_by_key(|e| e.0);
-        PltEntries(entries)
+        PltEntries(plt_x86_64(data).unwrap_or_default())
     }
 
     pub fn empty() -> PltEntries {
@@ -415,14 +365,8 @@ impl PltEntries {
 /// header, is matched to its relocation by the slot its `jmp *slot(%rip)`
 /// reads, as objdump does: the relocations are not in the entries' order
 /// everywhere (libc's are not). An entry that jumps through no slot that a
-/// relocation names is left out. None for other files.
-pub fn plt_entries(data: &[u8]) -> Vec<(u64, u64, String)> {
-    if crate::elf::is_elf32(data) {
-        return Vec::new();
-    }
-    plt_x86_64(data).unwrap_or_default()
-}
-
+/// relocation names is left out. None for other files (an ELF32 file does
+/// not parse as one of 64 bits).
 fn plt_x86_64(data: &[u8]) -> Option<Vec<(u64, u64, String)>> {
     use object::elf;
     use object::read::elf::{FileHeader, Rela, SectionHeader, Sym};

@@ -18,6 +18,8 @@ pub(super) fn demangle(name: &str) -> String {
 #[pyclass(module = "stackwalk._core", name = "SymbolTable", frozen)]
 pub struct PySymbolTable {
     inner: crate::symbols::SymbolTable,
+    /// Where `inner` names nothing, as the symbolizer looks them up.
+    plt: crate::symbols::PltEntries,
 }
 
 #[pymethods]
@@ -28,9 +30,8 @@ impl PySymbolTable {
     fn new(source: &Bound<'_, PyAny>) -> PyResult<Self> {
         let (name, data) = elf_bytes(source)?;
         let inner = crate::symbols::SymbolTable::from_elf(&data)
-            .map_err(|e| ElfError::new_err(format!("{name}: {e}")))?
-            .with_plt_of(&data);
-        Ok(PySymbolTable { inner })
+            .map_err(|e| ElfError::new_err(format!("{name}: {e}")))?;
+        Ok(PySymbolTable { inner, plt: crate::symbols::PltEntries::of(&data) })
     }
 
     /// The symbols of the ELF file at `path`, completed from its separate
@@ -41,17 +42,18 @@ impl PySymbolTable {
     fn for_file(path: &Bound<'_, PyAny>, debug_root: PathBuf) -> PyResult<Self> {
         let (name, data) = elf_bytes(path)?;
         let inner = crate::symbols::SymbolTable::for_file(&data, &debug_root)
-            .map_err(|e| ElfError::new_err(format!("{name}: {e}")))?
-            .with_plt_of(&data);
-        Ok(PySymbolTable { inner })
+            .map_err(|e| ElfError::new_err(format!("{name}: {e}")))?;
+        Ok(PySymbolTable { inner, plt: crate::symbols::PltEntries::of(&data) })
     }
 
     /// (demangled name, offset) of the function holding ELF address
     /// `address`, or None: a distant symbol is never borrowed.
     fn lookup(&self, address: u64) -> Option<(String, u64)> {
-        self.inner
-            .lookup(address)
-            .map(|(name, off)| (crate::symbols::demangle(name).into_owned(), off))
+        let found = self.inner.lookup(address).or_else(|| {
+            let (name, start) = self.plt.lookup(address)?;
+            Some((name, address - start))
+        });
+        found.map(|(name, off)| (crate::symbols::demangle(name).into_owned(), off))
     }
 
     fn __len__(&self) -> usize {
