@@ -20,15 +20,20 @@ def state(pid: int) -> tuple[str, int]:
     return fields["State"][0], int(fields["TracerPid"])
 
 
+def thread_states(pid: int) -> dict[int, str]:
+    """Each thread of ``pid``'s state letter, by tid."""
+    return {
+        int(tid): Path(f"/proc/{pid}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        for tid in os.listdir(f"/proc/{pid}/task")
+    }
+
+
 def wait_all_blocked(pid: int, timeout: float = 60) -> None:
     """Until every thread of ``pid`` sleeps (in the call it blocks in, not on its way there:
     a thread past a barrier runs until it gets there)."""
     deadline = time.monotonic() + timeout
     while True:
-        states = [
-            Path(f"/proc/{pid}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-            for tid in os.listdir(f"/proc/{pid}/task")
-        ]
+        states = list(thread_states(pid).values())
         if all(s == "S" for s in states):
             return
         assert time.monotonic() < deadline, states

@@ -18,7 +18,14 @@ from typing import Any
 
 import stackwalk
 from corefiles import EuStack, eu_stack, gdb_on_process
-from processes import check_stopped, running, state, stopped, wait_all_blocked
+from processes import (
+    check_stopped,
+    running,
+    state,
+    stopped,
+    thread_states,
+    wait_all_blocked,
+)
 from realstacks import SYSTEM_PYTHON, Builder
 from test_perf_jit import BUSY_FUNCTIONS, CALLERS, JS_NAME
 
@@ -204,13 +211,6 @@ def test_a_program_mapped_as_data_is_no_module(tmp_path: Path) -> None:
     [thread] = doc["threads"]
     functions = [f["function"] for f in thread["frames"]]
     assert "waiting_with_a_file_mapped" in functions, functions
-
-
-def thread_states(pid: int) -> dict[int, str]:
-    return {
-        int(tid): Path(f"/proc/{pid}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        for tid in os.listdir(f"/proc/{pid}/task")
-    }
 
 
 def test_a_process_whose_main_thread_has_exited(build: Builder) -> None:
