@@ -58,11 +58,12 @@ from perfdata import (
 )
 from readelf_frames import readelf_row
 from realstacks import Builder
+from stackwalk._core import TRUST_LEVELS
 from stackwalk.errors import StackwalkError
 
 MIN_EXACT = 0.99
 JSON_KEYS = {"pid", "tid", "time", "comm", "frames"}
-FRAME_KEYS = {"pc", "module", "module_offset", "function", "function_offset", "kernel"}
+FRAME_KEYS = {"pc", "module", "module_offset", "function", "function_offset", "kernel", "trust"}
 HEX = re.compile(r"0x(0|[1-9a-f][0-9a-f]*)")
 # inferno's (and flamegraph.pl's) tooltip: "name (1,234 samples, 12.34%)".
 SVG_TITLE = re.compile(r"(?P<name>.*) \((?P<count>[\d,]+) samples?, (?P<percent>[\d.]+)%\)")
@@ -567,6 +568,13 @@ def test_frames_without_cfi_by_frame_pointers(recordings: Recordings) -> None:
         mine = our_user_addresses(sample["frames"])
         prefix = our_user_addresses(shorter[theirs.key]["frames"])
         assert mine[: len(prefix)] == prefix, where
+        # Each frame says how it was found: the caller of a function of the program (no CFI)
+        # by its frame record, any other by CFI.
+        found_by = ["context"] + [
+            "frame_pointer" if os.path.realpath(callee["module"] or "") == exe else "cfi"
+            for callee in user[:-1]
+        ]
+        assert [f["trust"] for f in user] == found_by, where
         found["by CFI alone: shorter"] += len(prefix) < len(mine)
         kind = classify(theirs, sample)
         if kind in (DISAGREE, PERF_PAST_THE_COPY):
@@ -599,10 +607,15 @@ def test_sample_metadata(recordings: Recordings, workload: str) -> None:
             assert set(frame) == FRAME_KEYS, frame.keys()
             h(frame["pc"])
             assert isinstance(frame["kernel"], bool)
+            # The kernel's frames are its own unwinder's; each user frame says how ours
+            # found it (the sample's registers for the first).
+            assert frame["trust"] in ((None,) if frame["kernel"] else TRUST_LEVELS), frame
             if frame["module"] is not None:
                 h(frame["module_offset"])
             if frame["function"] is not None:
                 h(frame["function_offset"])
+        user = [f for f in sample["frames"] if not f["kernel"]]
+        assert not user or user[0]["trust"] == "context", sample
     mine = by_key(ours)
     assert set(mine) == {t.key for t in theirs}
     wrong = [(t.key, t.comm, mine[t.key]["comm"]) for t in theirs if mine[t.key]["comm"] != t.comm]
@@ -973,8 +986,11 @@ def test_inline_frames_match_perf_script(recordings: Recordings, workload: str) 
                 # not "(inlined)" (its new_inline_sym): glibc's __GI___libc_write inlined into
                 # its alias __write in the syscalls workload. That name is then an alias of the
                 # function holding the pc, whose frame closes the group.
-                outer = next(f["function"] for f in ours[index:] if not f["inline"])
-                assert frame.inlined or aliases(mine["module"], outer, frame.symbol), where
+                outer = next(f for f in ours[index:] if not f["inline"])
+                assert frame.inlined or aliases(mine["module"], outer["function"], frame.symbol), (
+                    where
+                )
+                assert mine["trust"] == outer["trust"], where  # found with the frame it is in
                 inlined += 1
             elif frame.inlined:
                 assert mine["function"] and frame.symbol, where

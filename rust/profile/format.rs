@@ -92,7 +92,8 @@ impl Unwound<'_> {
             push_0x(out, ip);
             out.push_str("\", \"function\": ");
             json_function(out, ctx.kernel.lookup(ip));
-            out.push_str(", \"kernel\": true");
+            // The kernel's own unwinder found these, not stackwalk's.
+            out.push_str(", \"kernel\": true, \"trust\": null");
             if ctx.inline {
                 json_source(out, None, false);
             }
@@ -111,7 +112,7 @@ impl Unwound<'_> {
                     out.push_str(", ");
                 }
                 let function = source.function.as_deref().map(|name| (name, None));
-                json_user_frame(out, f.pc, &loc, function, Some((Some(source), true)));
+                json_user_frame(out, f, &loc, function, Some((Some(source), true)));
             }
             if !std::mem::take(&mut first) {
                 out.push_str(", ");
@@ -121,25 +122,26 @@ impl Unwound<'_> {
                 Some((name, offset)) => Some((name, Some(offset))),
                 None => own.and_then(|s| s.function.as_deref()).map(|name| (name, None)),
             };
-            json_user_frame(out, f.pc, &loc, function, ctx.inline.then_some((own, false)));
+            json_user_frame(out, f, &loc, function, ctx.inline.then_some((own, false)));
         }
         out.push_str("]}\n");
     }
 }
 
-/// A user frame of a JSON sample: at `pc`, where `loc` is, named
+/// A user frame of a JSON sample: `frame` (its pc and trust; an inline
+/// frame's, those of the frame it is inlined in), where `loc` is, named
 /// `function` (with its offset, if from the symbol table), and with its
 /// `source` (its file and line, and whether it is an inline frame) when
 /// inline frames are shown.
 fn json_user_frame(
     out: &mut String,
-    pc: u64,
+    frame: &Frame,
     loc: &Location<'_>,
     function: Option<(&str, Option<u64>)>,
     source: Option<(Option<&SourceFrame>, bool)>,
 ) {
     out.push_str("{\"pc\": \"");
-    push_0x(out, pc);
+    push_0x(out, frame.pc);
     out.push_str("\", \"module\": ");
     match loc.file() {
         Some(file) => json_str(out, &file.path),
@@ -156,7 +158,9 @@ fn json_user_frame(
         Some((name, Some(offset))) => json_function(out, Some((name, offset))),
         None => json_function(out, None),
     }
-    out.push_str(", \"kernel\": false");
+    out.push_str(", \"kernel\": false, \"trust\": \"");
+    out.push_str(frame.trust.as_str());
+    out.push('"');
     if let Some((source, inline)) = source {
         json_source(out, source, inline);
     }
