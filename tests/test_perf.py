@@ -38,6 +38,7 @@ from elftools.elf.elffile import ELFFile
 from perfdata import (
     PERF,
     RECORD,
+    SCRIPT_FIELDS,
     WORKLOADS,
     Key,
     RawRecord,
@@ -645,6 +646,42 @@ def test_kernel_frames_as_perf_script(recordings: Recordings) -> None:
                                  f"!= perf script's {[hex(a) for a in perf]}"  # fmt: skip
             with_kernel += bool(perf)
     assert with_kernel > 0, "no sample of any workload has kernel frames"
+
+
+def test_max_frames_as_perf_script_max_stack(recordings: Recordings) -> None:
+    """--max-frames N keeps each sample's first N kernel frames and first N user frames, as
+    perf script's --max-stack N does: ours are the first N of each part of the same sample
+    unlimited, and where perf script and ours agree unlimited, perf's with --max-stack N are
+    ours."""
+    limit = 3
+    cut: Counter[str] = Counter()
+    for workload in ("qsort", "threads"):
+        recording = recordings(workload)
+        full = by_key(ours_json(recording))
+        proc = cli(recording, "--json", "--max-frames", str(limit))
+        check_clean_exit(proc, f"stackwalk perf --json --max-frames {limit}")
+        limited = by_key(json_lines(proc.stdout))
+        assert limited.keys() == full.keys()
+        for key, sample in full.items():
+            kernel = [f for f in sample["frames"] if f["kernel"]]
+            user = [f for f in sample["frames"] if not f["kernel"]]
+            assert limited[key]["frames"] == kernel[:limit] + user[:limit], key
+            cut["kernel"] += len(kernel) > limit
+            cut["user"] += len(user) > limit
+        cmd = [PERF, "script", "--no-inline", "--ns", "--max-stack", str(limit),
+               "-F", SCRIPT_FIELDS, "-i", str(recording.path)]  # fmt: skip
+        proc = run(cmd, env=perf_env(recording.home))
+        assert proc.returncode == 0, f"{' '.join(cmd)} failed:\n{proc.stderr}"
+        theirs = {s.key: s for s in parse_script(proc.stdout)}
+        for plain, _ in agreement(recording)[EXACT]:
+            mine, perf = limited[plain.key]["frames"], theirs[plain.key]
+            where = side_by_side(perf, limited[plain.key])
+            perf_kernel = [f.address for f in perf.kernel_frames if f.address != 2**64 - 1]
+            assert [h(f["pc"]) for f in mine if f["kernel"]] == perf_kernel, where
+            assert our_user_addresses(mine) == perf.user_addresses(), where
+            cut["compared"] += 1
+    print(dict(cut))
+    assert cut["kernel"] and cut["user"] and cut["compared"] >= 100, cut
 
 
 def test_kernel_symbols_as_perf_script_and_kept_in_the_cache(

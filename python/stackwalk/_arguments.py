@@ -101,13 +101,13 @@ def _jobs(text: str) -> int:
     return value
 
 
-def _add_max_frames(parser: Any, stack: str = "the captured stack") -> None:
+def _add_max_frames(parser: Any, stack: str = "the captured stack", what: str = "") -> None:
     parser.add_argument(
         "--max-frames",
         type=_frame_count,
         metavar="N",
-        help=f"stop each stack after N frames (default: no limit but what {stack} can hold, "
-        "a frame taking at least one word)",
+        help=f"stop each stack after N frames{what} (default: no limit but what {stack} can "
+        "hold, a frame taking at least one word)",
     )
 
 
@@ -291,7 +291,9 @@ def _add_perf(sub: Any) -> None:
     )
     _add_strategies(pf, "cfi,frame_pointer")
     _add_offline(pf)
-    _add_max_frames(pf, "each sample's stack copy")
+    _add_max_frames(
+        pf, "each sample's stack copy", ": N kernel and N user frames, as perf script --max-stack"
+    )
 
 
 def _add_offline(parser: Any) -> None:

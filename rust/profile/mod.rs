@@ -53,8 +53,9 @@ pub enum Format {
 
 pub struct Options {
     pub format: Format,
-    /// The most frames of a sample's user stack; None: as many as its stack
-    /// copy can hold.
+    /// The most frames of a sample's user stack, and of its kernel
+    /// callchain (as perf script's `--max-stack`); None: as many as its
+    /// stack copy can hold, and the whole callchain.
     pub max_frames: Option<usize>,
     /// Samples unwound together; bounds memory (a stream's samples are
     /// copies; a mapped file's are read in place).

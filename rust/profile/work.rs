@@ -151,7 +151,10 @@ impl Context {
                 // A kernel ip with no callchain at all is the kernel frame.
                 let ip = (s.callchain.is_none() && s.cpumode() == PERF_RECORD_MISC_KERNEL)
                     .then_some(s.ip);
-                let kernel = kernel_ips(s.callchain.unwrap_or_default()).chain(ip);
+                // At most max_frames of each part, as perf script's --max-stack.
+                let kernel = kernel_ips(s.callchain.unwrap_or_default())
+                    .chain(ip)
+                    .take(ctx.max_frames.unwrap_or(usize::MAX));
                 match ctx.format {
                     Format::Text => Unwound { ctx, p, s: &s, frames, recorded }.text(
                         kernel,
