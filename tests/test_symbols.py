@@ -18,11 +18,15 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import stackwalk
 from corefiles import (
+    AARCH64_SYSROOT,
+    I386_GCC,
+    I386_SYSROOT,
     ElfSymbol,
     build_id_of,
     elf_symbols,
@@ -31,6 +35,7 @@ from corefiles import (
     same_function,
     symbol_file,
 )
+from elftools.elf.elffile import ELFFile
 from realstacks import Builder
 from stackwalk._core import SymbolTable
 
@@ -201,30 +206,82 @@ def test_a_symbol_table_kept_in_the_cache_names_as_the_file_does(name: str, buil
     assert named > 500, f"{named} of {len(addresses)} addresses named"
 
 
-@pytest.mark.parametrize("name", ["libc", "python3", "qsort", "qsort-ibt", "qsort-now"])
+AARCH64_GCC = "aarch64-linux-gnu-gcc"
+PLT_FILES: dict[str, Callable[[Builder], str | Path]] = {
+    "libc": lambda build: LIBC,
+    "python3": lambda build: os.path.realpath("/usr/bin/python3"),
+    "qsort": lambda build: build("qsort.c", "-O2"),
+    "qsort-ibt": lambda build: build("qsort.c", "-O2", "-fcf-protection=full", "-Wl,-z,ibtplt"),
+    "qsort-now": lambda build: build("qsort.c", "-O2", "-Wl,-z,now"),
+    "i386-libc": lambda build: f"{I386_SYSROOT}/lib/libc.so.6",
+    "i386-qsort": lambda build: build("qsort.c", "-O2", compiler=I386_GCC),
+    "i386-qsort-nopie": lambda build: build("qsort.c", "-O2", "-no-pie", compiler=I386_GCC),
+    "i386-qsort-ibt": lambda build: build(
+        "qsort.c", "-O2", "-fcf-protection=full", "-Wl,-z,ibtplt", compiler=I386_GCC
+    ),
+    "a64-libc": lambda build: f"{AARCH64_SYSROOT}/lib/libc.so.6",
+    "a64-qsort": lambda build: build("qsort.c", "-O2", compiler=AARCH64_GCC),
+    "a64-qsort-pac": lambda build: build(
+        "qsort.c",
+        "-O2",
+        "-no-pie",
+        "-mbranch-protection=standard",
+        "-Wl,-z,force-bti,-z,pac-plt",
+        compiler=AARCH64_GCC,
+    ),  # fmt: skip
+}
+# An entry's label, and each instruction's bytes after its address (x86: "ff a3 0c 00 00 00";
+# aarch64: one word, "90000110").
+PLT_LABEL = re.compile(r"^([0-9a-f]+) <(.+)>:$")
+PLT_INSTRUCTION = re.compile(r"^\s+[0-9a-f]+:\t((?:[0-9a-f]{2,8} )+)")
+
+
+def objdump_plt_entries(path: str) -> dict[int, tuple[str, int]]:
+    """Each ``name@plt`` label objdump gives the PLT sections of ``path`` (its disassembler
+    for the file's architecture): address -> (name, the bytes of its instructions)."""
+    with open(path, "rb") as f:
+        machine = ELFFile(f).header["e_machine"]
+    objdump = "aarch64-linux-gnu-objdump" if machine == "EM_AARCH64" else "objdump"
+    cmd = [objdump, "-d", "-j", ".plt", "-j", ".plt.sec", "-j", ".plt.got", path]
+    listing = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    entries: dict[int, tuple[str, int]] = {}
+    label: tuple[int, str] | None = None
+    for line in listing.splitlines():
+        if match := PLT_LABEL.match(line):
+            address, name = int(match[1], 16), match[2]
+            label = (address, name) if name.endswith("@plt") else None
+            if label:
+                entries[address] = (name, 0)
+        elif label and (match := PLT_INSTRUCTION.match(line)):
+            name, size = entries[label[0]]
+            entries[label[0]] = (name, size + sum(len(b) // 2 for b in match[1].split()))
+        elif not line.strip():
+            label = None
+    return entries
+
+
+@pytest.mark.parametrize("name", PLT_FILES)
 def test_plt_entries_named_as_objdump_names_them(name: str, build: Builder) -> None:
-    """Each PLT entry of an x86_64 file is ``name@plt`` (an IFUNC's ``*ABS*+0xADDEND@plt``), as
-    objdump, gdb and perf script name it, from its first byte to its last: matched to its
-    relocation by the GOT slot it jumps through, as objdump matches them, so libc's, whose
-    relocations are in another order than its entries, are named right too. The files: libc
-    (IFUNC entries), python3 (hundreds), and a program linked as by default (lazy binding),
-    with ``-z now``, and with IBT's ``.plt.sec``."""
-    path = {
-        "libc": LIBC,
-        "python3": os.path.realpath("/usr/bin/python3"),
-        "qsort": str(build("qsort.c", "-O2")),
-        "qsort-ibt": str(build("qsort.c", "-O2", "-fcf-protection=full", "-Wl,-z,ibtplt")),
-        "qsort-now": str(build("qsort.c", "-O2", "-Wl,-z,now")),
-    }[name]
-    proc = subprocess.run(["objdump", "-d", "-j", ".plt", "-j", ".plt.sec", path],
-                          capture_output=True, text=True, check=True)  # fmt: skip
-    entries = {int(a, 16): n for a, n in re.findall(r"^([0-9a-f]+) <(.+@plt)>:", proc.stdout, re.M)}
+    """Each PLT entry of an x86_64, i386 or aarch64 file is ``name@plt`` (an IFUNC's
+    ``*ABS*+0xADDEND@plt``, i386's ``*ABS*@plt``: REL has no addend), as objdump, gdb and perf
+    script name it, from its first byte to its last: matched to its relocation by the GOT slot
+    it jumps through (objdump matches x86's so), so libc's, whose relocations are in another
+    order than its entries, are named right too. The files: libc (IFUNC entries) and python3
+    (hundreds); programs linked as by default (lazy binding, ``.plt.got`` for
+    ``__cxa_finalize``), with ``-z now``, IBT's ``.plt.sec`` (x86), an i386 executable (``jmp
+    *addr``) beside PIEs (``jmp *disp(%ebx)``), and aarch64's BTI and PAC entries (24 bytes)."""
+    path = str(PLT_FILES[name](build))
+    entries = objdump_plt_entries(path)
     assert entries, f"objdump shows no PLT entry in {path}"
-    if name == "qsort-ibt":
-        assert "section .plt.sec" in proc.stdout
     table = SymbolTable(path)
-    for address, plt in entries.items():
-        for offset in (0, 7, 15):
+    for address, (plt, size) in entries.items():
+        assert size >= 8, (path, hex(address), size)
+        for offset in (0, size // 2, size - 1):
             assert table.lookup(address + offset) == (plt, offset), (path, hex(address))
+    names = [n for n, _ in entries.values()]
     if name == "libc":
-        assert any(n.startswith("*ABS*+0x") for n in entries.values())
+        assert any(n.startswith("*ABS*+0x") for n in names)
+    if name == "i386-libc":
+        assert "*ABS*@plt" in names
+    if name in ("qsort", "i386-qsort"):
+        assert "__cxa_finalize@plt" in names  # .plt.got's
