@@ -113,6 +113,8 @@ fn read_elf_class<Elf: FileHeader<Endian = LittleEndian>>(
         got: address(".got"),
         code,
         entry: Some(file.elf_header().e_entry(endian).into()).filter(|&e: &u64| e != 0),
+        go: file.section_by_name(".gopclntab").is_some()
+            || file.section_by_name(".go.buildinfo").is_some(),
     };
     Ok(ElfInfo { machine, range: start..end, sections })
 }

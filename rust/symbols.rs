@@ -691,6 +691,29 @@ fn bounds_class<Elf: object::read::elf::FileHeader<Endian = object::LittleEndian
     }
 }
 
+/// The ELF address ranges of the function symbols (with a size) of `data`'s
+/// `.symtab` called one of `names`.
+pub fn function_ranges_named(data: &[u8], names: &[&str]) -> Vec<Range<u64>> {
+    fn read<Elf: object::read::elf::FileHeader<Endian = object::LittleEndian>>(
+        data: &[u8],
+        names: &[&str],
+    ) -> Vec<Range<u64>> {
+        let Ok(file) = object::read::elf::ElfFile::<Elf, &[u8]>::parse(data) else {
+            return Vec::new();
+        };
+        file.symbols()
+            .filter_map(|s| function_symbol(&s))
+            .filter(|&(start, size, name)| size > 0 && names.contains(&name) && start > 0)
+            .map(|(start, size, _)| start..start.saturating_add(size))
+            .collect()
+    }
+    if crate::elf::is_elf32(data) {
+        read::<object::elf::FileHeader32<object::LittleEndian>>(data, names)
+    } else {
+        read::<object::elf::FileHeader64<object::LittleEndian>>(data, names)
+    }
+}
+
 /// None when there is no function symbol at all.
 fn bounds<'d, S: ObjectSymbol<'d>>(
     symbols: impl Iterator<Item = S>,

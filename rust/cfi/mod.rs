@@ -82,6 +82,9 @@ pub struct ModuleSections {
     /// The entry point (`e_entry`), where there is one (not 0): the
     /// function holding it is the outermost frame of the stack it starts.
     pub entry: Option<u64>,
+    /// A Go program (`.gopclntab` or `.go.buildinfo`): see
+    /// [`UnwindInfo::in_go_sigpanic`].
+    pub go: bool,
 }
 
 #[derive(Debug)]
@@ -204,6 +207,9 @@ pub struct UnwindInfo {
     /// The function holding the entry point, found when first asked for
     /// (see [`UnwindInfo::entry_function`]).
     entry_function: OnceLock<Option<EntryFunction>>,
+    /// Where a Go program's `runtime.sigpanic` is (see
+    /// [`UnwindInfo::in_go_sigpanic`]), found at the first need.
+    go_sigpanic: OnceLock<Vec<Range<u64>>>,
     /// A missing file's Breakpad symbols, whose `STACK CFI` records stand
     /// in for its CFI, and the runtime address their offsets are from.
     breakpad: Option<(std::sync::Arc<BreakpadSymbols>, u64)>,
@@ -362,6 +368,7 @@ impl UnwindInfo {
             index_errors: Vec::new(),
             missing: false,
             entry_function: OnceLock::new(),
+            go_sigpanic: OnceLock::new(),
             breakpad: None,
             functions: None,
         };
@@ -403,6 +410,7 @@ impl UnwindInfo {
             index_errors: Vec::new(),
             missing: true,
             entry_function: OnceLock::new(),
+            go_sigpanic: OnceLock::new(),
             breakpad: None,
             functions: None,
         }
@@ -605,6 +613,32 @@ impl UnwindInfo {
         (entry < end).then_some(EntryFunction { range: entry..end, by_symbol })
     }
 
+    /// Whether ELF address `address` is in Go's `runtime.sigpanic` (or
+    /// `runtime.sigpanic0`, its assembly entry), whose rows are taken for a
+    /// signal frame's. Where a goroutine faults, the runtime's signal handler
+    /// makes it call sigpanic as if from the faulting instruction: it pushes
+    /// that instruction's address as the return address (on aarch64, puts it
+    /// in lr) and resumes at sigpanic. Its caller is then the interrupted
+    /// frame, to be looked up at its pc, as Go's own traceback does: at pc − 1
+    /// a fault at a function's first instruction (a nil pointer's field read
+    /// by a leaf) is looked up in the function before it. The functions are
+    /// found by name in the program's `.symtab` (or its debug file's).
+    pub fn in_go_sigpanic(&self, address: u64) -> bool {
+        if !self.sections.go {
+            return false;
+        }
+        let ranges = self.go_sigpanic.get_or_init(|| {
+            let names = ["runtime.sigpanic", "runtime.sigpanic0"];
+            [Some(&self.data), self.debug_data.as_ref()]
+                .into_iter()
+                .flatten()
+                .map(|data| crate::symbols::function_ranges_named(data, &names))
+                .find(|ranges| !ranges.is_empty())
+                .unwrap_or_default()
+        });
+        ranges.iter().any(|r| r.contains(&address))
+    }
+
     /// Whether ELF address `address` is in an executable segment (anywhere
     /// in the module when its segments are unknown).
     pub fn is_code(&self, address: u64) -> bool {
@@ -679,7 +713,8 @@ impl UnwindInfo {
         }
         self.with_row(address, ctx, |row, cie, kind| {
             let cfa = self.decoded_cfa(convert_cfa(row, kind)?);
-            let mut out = Row::new(cfa, return_column(cie)?, cie.is_signal_trampoline());
+            let signal_frame = cie.is_signal_trampoline() || self.in_go_sigpanic(address);
+            let mut out = Row::new(cfa, return_column(cie)?, signal_frame);
             convert_rules(row, kind, |reg, rule| {
                 // A row holds each column once and at most NUM_REGS tracked
                 // ones, so there is always room.
@@ -733,7 +768,7 @@ impl UnwindInfo {
             Ok(FullRow {
                 cfa: convert_cfa(row, kind)?,
                 ra: cie.return_address_register().0,
-                signal_frame: cie.is_signal_trampoline(),
+                signal_frame: cie.is_signal_trampoline() || self.in_go_sigpanic(address),
                 rules,
             })
         })

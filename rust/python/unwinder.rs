@@ -57,7 +57,8 @@ impl PyFrame {
         self.0.interrupted
     }
 
-    /// The frame is a signal trampoline (its CIE has the `S` augmentation).
+    /// The frame is a signal trampoline (its CIE has the `S` augmentation),
+    /// or Go's `runtime.sigpanic`, which a faulting goroutine is made to call.
     #[getter]
     fn signal_frame(&self) -> bool {
         self.0.signal_frame

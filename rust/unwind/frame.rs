@@ -52,7 +52,9 @@ pub struct Frame {
     /// frame 0, and the frame a signal interrupted.
     pub interrupted: bool,
     /// This frame's own CIE has the `S` augmentation: a signal trampoline
-    /// (glibc's `__restore_rt`), whose pc the kernel set, not a call.
+    /// (glibc's `__restore_rt`), whose pc the kernel set, not a call; or it
+    /// is Go's `runtime.sigpanic`, which the runtime makes a faulting
+    /// goroutine call as if from the faulting instruction.
     pub signal_frame: bool,
 }
 
