@@ -131,7 +131,10 @@ impl Saved {
             len += 1;
         }
         let rules = &rules[..len];
+        // A signal frame's row (Go's sigpanic: the others' need more than
+        // offsets) is applied the general way, which knows sigpanic's ways.
         if row.cfa_kind != CFA_REG
+            || row.signal_frame
             || !tracked(row.cfa_reg)
             || !tracked(row.ra)
             || !rules.iter().all(|r| r.kind == OFFSET && tracked(r.reg))
@@ -720,10 +723,15 @@ mod tests {
         // The packed row keeps the rules as they were.
         assert_eq!((0..packed.count()).map(|i| packed.at(i)).collect::<Vec<_>>(), full.rules());
         // No rule for the return address; one for the stack pointer.
-        let mut odd = Row::new(CfaRule::RegOffset { reg: 6, offset: 16 }, 16, true);
+        let mut odd = Row::new(CfaRule::RegOffset { reg: 6, offset: 16 }, 16, false);
         odd.push(7, RegRule::Offset(-16));
         let saved = Saved::of(&PackedRow::pack(&odd).unwrap(), 7);
-        assert!(saved.is_saved() && !saved.ra_first() && saved.sp_saved() && saved.signal_frame());
+        assert!(saved.is_saved() && !saved.ra_first() && saved.sp_saved() && !saved.signal_frame());
+        // A signal frame's row (Go's sigpanic's has only offsets) is left
+        // to the general way.
+        let mut signal = Row::new(CfaRule::RegOffset { reg: 7, offset: 16 }, 16, true);
+        signal.push(16, RegRule::Offset(-8));
+        assert!(!Saved::of(&PackedRow::pack(&signal).unwrap(), 7).is_saved());
         // The outermost frame's row (`_start`'s: rip undefined) is a saved
         // one, the return address's rule kept apart.
         let mut outermost = Row::new(CfaRule::RegOffset { reg: 7, offset: 8 }, 16, false);

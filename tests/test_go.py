@@ -6,9 +6,14 @@ below sigpanic is then the interrupted one, to be looked up at its pc: at pc - 1
 function before (gdb's backtrace shows ``?? ()`` there, and stackwalk, before, found the frames
 past it by scanning).
 
+On aarch64 the runtime also moves sp down 16 bytes and stores the goroutine's lr there before
+it sets lr to the faulting pc: the faulting frame's sp is 16 bytes above sigpanic's CFA, and a
+leaf's return address is that stored word (gdb stops at the faulting frame; stackwalk, before,
+repeated it and stopped).
+
 The reference is Go's own traceback (``GOTRACEBACK=system``), which the runtime prints as the
-panic goes on after the core is taken: each frame's function, pc and sp, from sigpanic to
-``runtime.goexit``. The faulting pc is also the one gdb stops at on the SIGSEGV.
+panic goes on: each frame's function, pc and sp, from sigpanic to ``runtime.goexit``. The
+faulting pc is also the one gdb stops at on the SIGSEGV.
 """
 
 from __future__ import annotations
@@ -21,8 +26,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from corefiles import run, stackwalk_core
+from corefiles import AARCH64_SYSROOT, run, stackwalk_core
 from realstacks import PROGRAMS
+from stackwalk import Unwinder
+from stackwalk._core import SymbolTable
+from stackwalk.capture import capture
 
 GO = shutil.which("go")
 # Go's traceback: "main.middle(0x0?)" then "\t/path/main.go:11 +0x19 fp=0x... sp=0x... pc=0x...";
@@ -34,9 +42,9 @@ GO_FRAME = re.compile(
 )
 
 
-def go_build(source: Path, out: Path, tmp: Path) -> None:
+def go_build(source: Path, out: Path, tmp: Path, goarch: str = "amd64") -> None:
     env = {**os.environ, "GOCACHE": str(tmp / "gocache"), "GOPATH": str(tmp / "gopath"),
-           "GO111MODULE": "off", "GOFLAGS": "", "CGO_ENABLED": "0"}  # fmt: skip
+           "GO111MODULE": "off", "GOFLAGS": "", "CGO_ENABLED": "0", "GOARCH": goarch}  # fmt: skip
     proc = run([GO or "go", "build", "-o", out, source], env=env, timeout=300)
     assert proc.returncode == 0, f"go build {source} failed:\n{proc.stderr}"
 
@@ -92,3 +100,42 @@ def test_the_frame_sigpanic_was_called_from_is_the_faulting_one(
     assert int(faulting["function_offset"], 16) == 0, faulting
     assert faulting["line"] == 12 and Path(faulting["file"]).name == "go_sigpanic.go", faulting
     assert [f["trust"] for f in frames[1:]] == ["cfi"] * (len(frames) - 1), frames
+
+
+def go_frames(traceback: str) -> list[tuple[str, int, int]]:
+    """(function, pc, sp) of Go's traceback from runtime.sigpanic on (inlined calls left out)."""
+    go = [m for m in GO_FRAME.finditer(traceback) if m["pc"]]
+    start = next(i for i, m in enumerate(go) if m["function"] == "runtime.sigpanic")
+    return [(m["function"], int(m["pc"], 16), int(m["sp"], 16)) for m in go[start:]]
+
+
+def test_aarch64_the_faulting_frame_is_above_the_word_sigpanic_was_given(tmp_path: Path) -> None:
+    """aarch64 (the program under qemu-aarch64, stopped by gdb-multiarch as the panic starts):
+    from runtime.sigpanic on, ours are the frames of Go's traceback (function and pc; each sp
+    as far from sigpanic's as Go's), every one by CFI, the stack's end where Go's ends."""
+    assert GO is not None, "go is not installed (Debian's golang-go; .ci/setup installs it)"
+    exe = tmp_path / "go_sigpanic"
+    go_build(PROGRAMS / "go_sigpanic.go", exe, tmp_path, goarch="arm64")
+    proc = run(["qemu-aarch64", "-L", AARCH64_SYSROOT, exe], env={**os.environ,
+               "GOTRACEBACK": "system"})  # fmt: skip
+    out = proc.stdout + proc.stderr
+    theirs = go_frames(out[out.index("goroutine 1 [running]:") :].split("\n\n")[0])
+    # "[signal SIGSEGV: segmentation violation code=0x1 addr=0x8 pc=0x6fc70]"
+    fault = re.search(r"^\[signal SIGSEGV: .* pc=(0x[0-9a-f]+)\]$", out, re.M)
+    assert fault, out
+    cap = capture([exe], "runtime.gopanic", sysroot=AARCH64_SYSROOT, pass_signals=["SIGSEGV"])
+    unwinder = Unwinder(arch="aarch64")
+    cap.add_modules_to(unwinder)
+    trace = unwinder.unwind(cap.regs, cap.memory)
+    table = SymbolTable(str(exe))  # a static executable at its link address
+    names = [(table.lookup(f.lookup_pc) or ("?", 0))[0] for f in trace.frames]
+    start = names.index("runtime.sigpanic")
+    ours = [(n, f.pc, f.sp) for n, f in zip(names[start:], trace.frames[start:], strict=True)]
+    # Go's names its assembly functions without the ELF symbol's ABI suffix.
+    base, their_base = ours[0][2], theirs[0][2]
+    assert [(n.removesuffix(".abi0"), pc, sp - base) for n, pc, sp in ours] == [
+        (n, pc, sp - their_base) for n, pc, sp in theirs
+    ], f"ours {ours}\nGo's {theirs}"
+    assert (trace.frames[start + 1].pc, names[start + 1]) == (int(fault[1], 16), "main.crash")
+    assert all(f.trust == "cfi" for f in trace.frames[1:]), trace.frames
+    assert trace.end == "end_of_stack", trace.end_detail

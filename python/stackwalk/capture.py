@@ -250,6 +250,7 @@ def capture(
     max_stack: int = 1 << 20,
     timeout: float = 60,
     env: Mapping[str, str] | None = None,
+    pass_signals: Sequence[str] = (),
 ) -> Capture:
     """Run ``argv`` under gdb, stop at ``breakpoint`` and capture the stopped thread.
 
@@ -261,11 +262,19 @@ def capture(
     ``core_path``: also write a core file there with ``gcore``. ``max_stack``: at most this
     many bytes of stack are read. ``env``: the program's whole environment (default: this
     process's). Nothing runs longer than ``timeout`` seconds; every process started here is
-    killed before returning. (Natively, gdb starts the program through ``/bin/sh``, which adds
-    ``PWD`` to its environment; with ``env=None`` the program also sees ``SHELL=/bin/sh``.)
+    killed before returning. ``pass_signals``: signals (``"SIGSEGV"``) that go to the program
+    without stopping it, besides those that always do (timers, SIGCHLD, SIGPIPE, SIGUSR1/2): a
+    runtime that handles its own faults (Go's) reaches the breakpoint through them. (Natively,
+    gdb starts the program through ``/bin/sh``, which adds ``PWD`` to its environment; with
+    ``env=None`` the program also sees ``SHELL=/bin/sh``.)
     """
     if not argv:
         raise CaptureError("capture: empty argv")
+    bad_signals = [
+        s for s in pass_signals if not (s[:3] == "SIG" and s[3:].isascii() and s[3:].isalnum())
+    ]
+    if bad_signals:
+        raise CaptureError(f"capture: not signal names: {bad_signals}")
     args = [os.fspath(arg) for arg in argv]
     program = shutil.which(args[0]) if os.sep not in args[0] else args[0]
     if program is None or not os.path.isfile(program):
@@ -283,7 +292,7 @@ def capture(
         "word_bits": _WORD_BITS[program_arch],
         "max_stack": max_stack,
         "page_size": PAGE_SIZE,
-        "pass_signals": list(_PASS_SIGNALS),
+        "pass_signals": [*_PASS_SIGNALS, *pass_signals],
         "core": None if core_path is None else os.path.abspath(core_path),
         "env": None if env is None or not native else dict(env),
         "remote": None,
