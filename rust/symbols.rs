@@ -753,11 +753,24 @@ pub fn demangle(name: &str) -> Cow<'_, str> {
     if name.starts_with("_Z") {
         if let Ok(sym) = cpp_demangle::Symbol::new(name) {
             if let Ok(d) = sym.demangle() {
-                return Cow::Owned(d);
+                return Cow::Owned(without_empty_packs(d));
             }
         }
     }
     Cow::Borrowed(name)
+}
+
+/// cpp_demangle (0.5) writes an empty parameter pack next to other
+/// arguments as one more, empty, argument: `A<int, >` for `A<int>`
+/// (`_ZN1AIiJEE1fEv`; c++filt and gdb write `A<int>::f()`), and an empty
+/// function parameter pack as `f<int>(int, )` or `g<>(, int)`. No list of
+/// arguments or parameters has an empty one otherwise.
+fn without_empty_packs(demangled: String) -> String {
+    if [", >", ", )", "(, "].iter().any(|p| demangled.contains(p)) {
+        demangled.replace(", >", ">").replace(", )", ")").replace("(, ", "(")
+    } else {
+        demangled
+    }
 }
 
 #[cfg(test)]
@@ -818,6 +831,19 @@ mod tests {
                 (0x10640, 0x10658, 0x30008),
                 (0x10658, 0x10668, 0xf008),
             ]
+        );
+    }
+
+    #[test]
+    fn an_empty_template_parameter_pack_is_no_argument() {
+        // c++filt's: A<int>::f(), void f<>(), and LLVM's PassManager.
+        assert_eq!(demangle("_ZN1AIiJEE1fEv"), "A<int>::f()");
+        assert_eq!(demangle("_Z1fIJEEvv"), "void f<>()");
+        // An empty function parameter pack too: int first_then<int>(int).
+        assert_eq!(demangle("_Z10first_thenIiJEEiT_DpT0_"), "int first_then<int>(int)");
+        assert_eq!(
+            demangle("_ZN4llvm11PassManagerINS_6ModuleENS_15AnalysisManagerIS1_JEEEJEE3runEv"),
+            "llvm::PassManager<llvm::Module, llvm::AnalysisManager<llvm::Module>>::run()"
         );
     }
 

@@ -29,6 +29,7 @@ from corefiles import (
     I386_SYSROOT,
     ElfSymbol,
     build_id_of,
+    demangle,
     elf_symbols,
     eu_addr2line_symbols,
     run,
@@ -285,3 +286,19 @@ def test_plt_entries_named_as_objdump_names_them(name: str, build: Builder) -> N
         assert "*ABS*@plt" in names
     if name in ("qsort", "i386-qsort"):
         assert "__cxa_finalize@plt" in names  # .plt.got's
+
+
+def test_template_parameter_packs_demangled_as_cxxfilt_does(build: Builder) -> None:
+    """Each function of a program of variadic templates (tests/programs/cxx_packs.cpp, -O0),
+    looked up at its address, is named as c++filt demangles its symbol: empty packs among
+    other template arguments and function parameters included (``first_then<int>(int)``,
+    ``Outer<int>::inner<>()``), which cpp_demangle wrote as an empty argument."""
+    exe = str(build("cxx_packs.cpp", "-O0", compiler="g++"))
+    symbols = [line.split() for line in run(["nm", "--defined-only", exe]).stdout.splitlines()]
+    functions = {int(address, 16): name for address, kind, name in symbols
+                 if kind in "TW" and name.startswith("_Z")}  # fmt: skip
+    readable = dict(zip(functions, demangle(functions.values()), strict=True))
+    assert "int first_then<int>(int)" in readable.values(), readable
+    table = SymbolTable(exe)
+    for address, name in readable.items():
+        assert table.lookup(address) == (name, 0), (functions[address], name)
