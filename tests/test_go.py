@@ -124,9 +124,16 @@ def test_aarch64_the_faulting_frame_is_above_the_word_sigpanic_was_given(tmp_pat
     fault = re.search(r"^\[signal SIGSEGV: .* pc=(0x[0-9a-f]+)\]$", out, re.M)
     assert fault, out
     cap = capture([exe], "runtime.gopanic", sysroot=AARCH64_SYSROOT, pass_signals=["SIGSEGV"])
-    unwinder = Unwinder(arch="aarch64")
-    cap.add_modules_to(unwinder)
-    trace = unwinder.unwind(cap.regs, cap.memory)
+    # CFI alone (the Unwinder's default), and the walk with fallbacks (the core command's).
+    for strategies in (("cfi",), ("cfi", "frame_pointer", "scan")):
+        unwinder = Unwinder(arch="aarch64", strategies=strategies)
+        cap.add_modules_to(unwinder)
+        check_sigpanic_walk(exe, unwinder.unwind(cap.regs, cap.memory), theirs, int(fault[1], 16))
+
+
+def check_sigpanic_walk(
+    exe: Path, trace: Any, theirs: list[tuple[str, int, int]], fault: int
+) -> None:
     table = SymbolTable(str(exe))  # a static executable at its link address
     names = [(table.lookup(f.lookup_pc) or ("?", 0))[0] for f in trace.frames]
     start = names.index("runtime.sigpanic")
@@ -136,6 +143,6 @@ def test_aarch64_the_faulting_frame_is_above_the_word_sigpanic_was_given(tmp_pat
     assert [(n.removesuffix(".abi0"), pc, sp - base) for n, pc, sp in ours] == [
         (n, pc, sp - their_base) for n, pc, sp in theirs
     ], f"ours {ours}\nGo's {theirs}"
-    assert (trace.frames[start + 1].pc, names[start + 1]) == (int(fault[1], 16), "main.crash")
+    assert (trace.frames[start + 1].pc, names[start + 1]) == (fault, "main.crash")
     assert all(f.trust == "cfi" for f in trace.frames[1:]), trace.frames
     assert trace.end == "end_of_stack", trace.end_detail

@@ -149,42 +149,7 @@ pub(super) fn apply<M: Memory + ?Sized, R: Rules, const FALLBACK: bool>(
     if let Some(addr) = unread_sp {
         return Err((EndReason::Memory, EndDetail::Address(addr)));
     }
-    let step = finish(arch, ra_column, ra_rule, row.signal_frame(), callee, caller, frames);
-    if arch == Arch::Aarch64 && row.signal_frame() {
-        if let Ok(found) = step {
-            let module = modules.modules().get(m);
-            let lookup = if callee.interrupted { callee.pc } else { callee.pc.wrapping_sub(1) };
-            if module.is_some_and(|m| m.in_go_sigpanic(lookup.wrapping_sub(m.bias))) {
-                return go_sigpanic_caller(arch, found, caller, mem);
-            }
-            return Ok(found);
-        }
-    }
-    step
-}
-
-/// The frame Go's `runtime.sigpanic` was made to be called from, on
-/// aarch64: the runtime moved the faulting goroutine's sp down 16 bytes,
-/// stored its lr there and set lr to the faulting pc (the caller's pc, as
-/// sigpanic's row recovers it). The faulting frame's sp is 16 bytes above
-/// sigpanic's CFA, and its own lr the word stored there: a leaf that keeps
-/// its return address in lr returns there (Go's traceback reads the frame
-/// the same way).
-#[cold]
-#[inline(never)]
-fn go_sigpanic_caller<M: Memory + ?Sized>(
-    arch: Arch,
-    found: Caller,
-    caller: &mut Registers,
-    mem: &mut M,
-) -> Step {
-    let Some(lr) = read_word(mem, arch, found.sp) else {
-        return Err((EndReason::Memory, EndDetail::Address(found.sp)));
-    };
-    let sp = found.sp.wrapping_add(16);
-    caller.set(arch.ra(), lr);
-    caller.set(arch.sp(), sp);
-    Ok(Caller { sp, ..found })
+    finish(arch, ra_column, ra_rule, row.signal_frame(), callee, caller, frames)
 }
 
 /// [`apply`] for a [`Saved`] row whose callee's sp is exact: the CFA from a

@@ -4,7 +4,7 @@
 use super::apply::{applied, stack_switch};
 use super::{
     stack_frame_bound, with_arch, Caller, End, EndDetail, EndReason, Frame, FrameState, Start,
-    Step, Trust, Unwinder, WalkState,
+    Step, Trust, Unwinder, WalkState, AARCH64,
 };
 use crate::cfi::LookupError;
 use crate::fallback::{self, Strategy};
@@ -124,6 +124,13 @@ impl Unwinder {
                 self.step::<M, FALLBACK, A>(lookup, &callee, callee_regs, caller_regs, mem, frames)
             } else {
                 Err((EndReason::NoUnwindInfo, EndDetail::None))
+            };
+            // Go's sigpanic (a signal frame's row) on aarch64.
+            let stepped = match stepped {
+                Ok(c) if A == AARCH64 && frames.last().is_some_and(|f| f.signal_frame) => {
+                    self.go_sigpanic_caller(lookup, c, caller_regs, mem)
+                }
+                other => other,
             };
             // CFI applied to a frame that a fallback step found starts from
             // guessed registers (an i386 `main` that realigned its stack

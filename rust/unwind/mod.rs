@@ -564,6 +564,28 @@ impl Unwinder {
         mem: &mut M,
         frames: &mut [Frame],
     ) -> Step {
+        let step =
+            self.slow_step_of::<M, A>((lookup, generation), callee, (regs, scratch), mem, frames);
+        // Go's sigpanic (a signal frame's row) on aarch64: here, out of the
+        // walk's loop, whose code any change moves (see benches/NOTES.md).
+        match step {
+            Ok(c) if A == AARCH64 && frames.last().is_some_and(|f| f.signal_frame) => {
+                self.go_sigpanic_caller(lookup, c, regs, mem)
+            }
+            other => other,
+        }
+    }
+
+    /// [`Unwinder::slow_step`]'s own work.
+    #[inline(always)]
+    fn slow_step_of<M: Memory + ?Sized, const A: u8>(
+        &mut self,
+        (lookup, generation): (u64, u64),
+        callee: &FrameState,
+        (regs, scratch): (&mut Registers, &mut Option<Registers>),
+        mem: &mut M,
+        frames: &mut [Frame],
+    ) -> Step {
         // A signal trampoline's row, applied in place.
         if let Some(context) = self.cache.find_context(lookup, generation) {
             if let Some(step) = apply_context::<M, A>(context, callee, regs, mem, frames) {
@@ -582,6 +604,42 @@ impl Unwinder {
             *regs = *b;
         }
         step
+    }
+
+    /// The caller a step found, on aarch64, where the callee is Go's
+    /// `runtime.sigpanic` (a signal frame's row, at `lookup`): the runtime,
+    /// making a faulting goroutine call sigpanic, moved its sp down 16
+    /// bytes, stored its lr there and set lr to the faulting pc (the
+    /// caller's pc, as sigpanic's row recovers it). The faulting frame's sp
+    /// is 16 bytes above sigpanic's CFA, and its own lr the word stored
+    /// there: a leaf that keeps its return address in lr returns there (Go's
+    /// traceback reads the frame the same way). Any other caller as it is.
+    /// Called where `A` is aarch64 and the callee is a signal frame, so
+    /// compiled out of the other architectures' walks.
+    #[cold]
+    #[inline(never)]
+    fn go_sigpanic_caller<M: Memory + ?Sized>(
+        &self,
+        lookup: u64,
+        caller: Caller,
+        regs: &mut Registers,
+        mem: &mut M,
+    ) -> Step {
+        let in_sigpanic = self.module_index(lookup).is_some_and(|m| {
+            let module = &self.modules.modules()[m];
+            module.in_go_sigpanic(lookup.wrapping_sub(module.bias))
+        });
+        if !in_sigpanic {
+            return Ok(caller);
+        }
+        let arch = self.arch;
+        let Some(lr) = mem.read_u64(caller.sp) else {
+            return Err((EndReason::Memory, EndDetail::Address(caller.sp)));
+        };
+        let sp = caller.sp.wrapping_add(16);
+        regs.set(arch.ra(), lr);
+        regs.set(arch.sp(), sp);
+        Ok(Caller { sp, ..caller })
     }
 
     /// The module of `lookup` for a walk's end: the one its cached rules
