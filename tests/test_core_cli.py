@@ -841,7 +841,7 @@ def test_snapshot_is_no_crash(case: str, cores: Cores) -> None:
 
 
 COMPRESSORS = {"zstd": ["zstd", "-q", "-c"], "gzip": ["gzip", "-c"], "xz": ["xz", "-c"],
-               "lz4": ["lz4", "-q", "-c"]}  # fmt: skip
+               "lz4": ["lz4", "-q", "-c"], "lz4-legacy": ["lz4", "-l", "-q", "-c"]}  # fmt: skip
 
 
 def compressed_copy(made: MadeCore, tool: str, directory: Path, name: str) -> Path:
@@ -854,8 +854,9 @@ def compressed_copy(made: MadeCore, tool: str, directory: Path, name: str) -> Pa
 
 @pytest.mark.parametrize("tool", sorted(COMPRESSORS))
 def test_compressed_core(tool: str, cores: Cores, tmp_path: Path) -> None:
-    """A core compressed by zstd (systemd-coredump's default), gzip, xz or lz4 gives the same
-    report as the core itself, found by its magic bytes: the file's name says nothing."""
+    """A core compressed by zstd (systemd-coredump's default), gzip, xz or lz4 (its frame format,
+    and its legacy one, ``lz4 -l``) gives the same report as the core itself, found by its magic
+    bytes: the file's name says nothing."""
     made = cores("threads")
     plain = cli_json(made)
     for name in (f"core.{tool}", "core.bin"):

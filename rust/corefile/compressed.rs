@@ -15,13 +15,18 @@ pub enum Compression {
     Zstd,
     Xz,
     Lz4,
+    /// lz4's legacy format (`lz4 -l`): 8 MiB blocks, each after its size.
+    Lz4Legacy,
     Gzip,
 }
 
-const MAGICS: [(&[u8], Compression); 4] = [
+const LZ4_LEGACY_MAGIC: &[u8] = b"\x02\x21\x4c\x18";
+
+const MAGICS: [(&[u8], Compression); 5] = [
     (b"\x28\xb5\x2f\xfd", Compression::Zstd),
     (b"\xfd7zXZ\x00", Compression::Xz),
     (b"\x04\x22\x4d\x18", Compression::Lz4),
+    (LZ4_LEGACY_MAGIC, Compression::Lz4Legacy),
     (b"\x1f\x8b\x08", Compression::Gzip), // gzip with deflate, the one method defined
 ];
 
@@ -36,6 +41,7 @@ impl Compression {
             Compression::Zstd => "zstd",
             Compression::Xz => "xz",
             Compression::Lz4 => "lz4",
+            Compression::Lz4Legacy => "lz4-legacy",
             Compression::Gzip => "gzip",
         }
     }
@@ -110,11 +116,38 @@ pub fn decompress(kind: Compression, data: &[u8], limit: u64) -> Result<Vec<u8>,
         Compression::Lz4 => {
             out.drain(&mut lz4_flex::frame::FrameDecoder::new(data)).map_err(|e| e.to_string())
         }
+        Compression::Lz4Legacy => lz4_legacy(data, &mut out),
         Compression::Gzip => {
             out.drain(&mut flate2::read::MultiGzDecoder::new(data)).map_err(|e| e.to_string())
         }
     };
     out.finish(result)
+}
+
+/// lz4's legacy format: the magic, then blocks, each its compressed size
+/// (u32, little-endian) and an LZ4 block of at most 8 MiB decompressed; a
+/// magic where a size would be starts another stream (files concatenated).
+fn lz4_legacy(mut data: &[u8], out: &mut Bounded) -> Result<(), String> {
+    const BLOCK: usize = 8 << 20;
+    let mut block = vec![0u8; BLOCK];
+    while let Some((head, rest)) = data.split_first_chunk::<4>() {
+        data = rest;
+        if head == LZ4_LEGACY_MAGIC {
+            continue;
+        }
+        let size = u32::from_le_bytes(*head) as usize;
+        let Some(compressed) = data.get(..size) else {
+            return Err(format!("a block of {size} bytes, {} left", data.len()));
+        };
+        data = &data[size..];
+        let n =
+            lz4_flex::block::decompress_into(compressed, &mut block).map_err(|e| e.to_string())?;
+        out.write_all(&block[..n]).map_err(|e| e.to_string())?;
+    }
+    if !data.is_empty() {
+        return Err(format!("{} bytes after the last block", data.len()));
+    }
+    Ok(())
 }
 
 /// Every zstd frame of `data`, one after another (`zstd` writes one;
@@ -132,11 +165,37 @@ fn zstd_frames(mut data: &[u8], out: &mut Bounded) -> Result<(), String> {
 mod tests {
     use super::*;
 
+    /// lz4's legacy format, made by hand: the magic, then each block after
+    /// its compressed size; two streams one after another.
+    #[test]
+    fn lz4_legacy_streams_and_their_damage() {
+        let (a, b) = (vec![7u8; 100_000], b"core".repeat(5000));
+        let mut file = Vec::new();
+        for part in [&a[..], &b[..]] {
+            let block = lz4_flex::block::compress(part);
+            file.extend_from_slice(LZ4_LEGACY_MAGIC);
+            file.extend_from_slice(&(block.len() as u32).to_le_bytes());
+            file.extend_from_slice(&block);
+        }
+        let whole = decompress(Compression::Lz4Legacy, &file, 1 << 20).unwrap();
+        assert_eq!(whole, [a.clone(), b].concat());
+        assert!(matches!(
+            decompress(Compression::Lz4Legacy, &file, 100_001),
+            Err(DecompressError::TooLarge(100_001))
+        ));
+        let cut = decompress(Compression::Lz4Legacy, &file[..file.len() - 1], 1 << 20);
+        assert!(matches!(cut, Err(DecompressError::Corrupt(_))), "{cut:?}");
+        let tail = [&file[..], &[1, 2]].concat();
+        let extra = decompress(Compression::Lz4Legacy, &tail, 1 << 20);
+        assert!(matches!(extra, Err(DecompressError::Corrupt(_))), "{extra:?}");
+    }
+
     #[test]
     fn detects_by_magic_alone() {
         assert_eq!(Compression::detect(b"\x28\xb5\x2f\xfd\x04"), Some(Compression::Zstd));
         assert_eq!(Compression::detect(b"\xfd7zXZ\x00\x00"), Some(Compression::Xz));
         assert_eq!(Compression::detect(b"\x04\x22\x4d\x18\x64"), Some(Compression::Lz4));
+        assert_eq!(Compression::detect(b"\x02\x21\x4c\x18\x10"), Some(Compression::Lz4Legacy));
         assert_eq!(Compression::detect(b"\x1f\x8b\x08\x00"), Some(Compression::Gzip));
         assert_eq!(Compression::detect(b"\x7fELF\x02\x01"), None);
         assert_eq!(Compression::detect(b"\x28\xb5"), None);
