@@ -157,12 +157,17 @@ def test_a_running_process_is_stopped_briefly_and_let_go(build: Builder) -> None
 
 
 def test_a_deleted_library_is_read_through_map_files(build: Builder, tmp_path: Path) -> None:
+    """A library and the program deleted while it runs: their frames are read and named through
+    /proc/PID/map_files, as eu-stack's pcs, and each file is named by the path it had, as
+    /proc/PID/maps names it, the program's in the report's first line too."""
     lib = tmp_path / "libgone.so"
     built = build("pid_gone_lib.c", "-O2", "-shared", "-fPIC")
     lib.write_bytes(built.read_bytes())
-    program = build("pid_gone.c", "-O2", "-ldl")
+    program = tmp_path / "gone"
+    shutil.copy(build("pid_gone.c", "-O2", "-ldl"), program)
     with running([str(program), str(lib)]) as proc:
         lib.unlink()
+        program.unlink()
         # In the library's pause(), not still on its way there from printing "ready".
         deadline = time.monotonic() + 60
         while not Path(f"/proc/{proc.pid}/syscall").read_text().startswith(f"{SYS_PAUSE} "):
@@ -170,13 +175,19 @@ def test_a_deleted_library_is_read_through_map_files(build: Builder, tmp_path: P
             time.sleep(0.005)
         with stopped(proc.pid):
             out = stackwalk_pid(str(proc.pid), "--json")
+            text = stackwalk_pid(str(proc.pid))
             check_stopped(proc.pid)
             eu = eu_stack(None, None, pid=proc.pid)
     assert out.returncode == 0, out.stderr
-    [thread] = json.loads(out.stdout)["threads"]
+    doc = json.loads(out.stdout)
+    [thread] = doc["threads"]
     gone = [f for f in thread["frames"] if f["function"] == "gone_wait"]
     assert len(gone) == 4  # the recursion of depth 3 and its end
     assert {f["module"] for f in gone} == {f"{lib} (deleted)"}
+    assert doc["executable"] == f"{program} (deleted)"
+    assert text.stdout.splitlines()[0] == f"Process {proc.pid}, {program} (deleted)"
+    [main] = [f for f in thread["frames"] if f["function"] == "main"]
+    assert main["module"] == f"{program} (deleted)"
     assert all(f["file"] and f["file"].endswith("pid_gone_lib.c") for f in gone)
     assert [int(f["pc"], 16) for f in thread["frames"] if not f["inline"]] == eu.pcs(proc.pid)
 
