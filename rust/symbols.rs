@@ -94,7 +94,7 @@ impl SymbolTable {
         let id = cache.and_then(|_| crate::elf::summarize(data).ok()?.build_id);
         let (Some(cache), Some(id)) = (cache, id) else { return from_file() };
         let kind = if full { "symtab" } else { "dynsym" };
-        let name = format!("symbols2-{kind}-{}", data.len());
+        let name = format!("symbols3-{kind}-{}", data.len());
         let mut made = None;
         let stored = cache.derived(&id, &name, || {
             let table = made.insert(from_file()).as_ref().ok()?.as_ref()?;
@@ -170,25 +170,33 @@ impl SymbolTable {
         // version (`name@@VERSION`), else an old version (`name@VERSION`);
         // never the local alias GCC makes of a function for calls from its
         // own file (`name.localalias`) when the function's name is there;
-        // and of those, the name itself rather than a suffixed version of it
-        // ([`prefer_base_name`]).
-        let rank = |name: &str| match name.find('@') {
-            _ if name.ends_with(".localalias") => 0,
-            None => 3,
-            Some(i) if name[i..].starts_with("@@") => 2,
-            Some(_) => 1,
+        // of each of those, a global or weak name rather than a local one,
+        // as gdb and eu-stack choose (musl's `__syscall_cp_c`, not its
+        // static `sccp`); and of those, the name itself rather than a
+        // suffixed version of it ([`prefer_base_name`]).
+        let rank = |name: &str, local: bool| {
+            let version = match name.find('@') {
+                _ if name.ends_with(".localalias") => 0,
+                None => 3,
+                Some(i) if name[i..].starts_with("@@") => 2,
+                Some(_) => 1,
+            };
+            2 * version + u8::from(!local)
         };
         // They come sorted by start ([`ranges`]): each run of one start is sorted by end, rank
         // and name, in place (sorting them all again took a third of libc's reading).
-        debug_assert!(symbols.is_sorted_by_key(|&(start, _, _)| start));
-        let mut symbols: Vec<_> = symbols.into_iter().map(|(s, e, n)| (s, e, 0, n)).collect();
+        debug_assert!(symbols.is_sorted_by_key(|&(start, _, _, _)| start));
+        // The rank's place holds whether the name is global or weak until
+        // the rank is worked out (for runs of aliases only).
+        let mut symbols: Vec<_> =
+            symbols.into_iter().map(|(s, e, n, local)| (s, e, u8::from(!local), n)).collect();
         let mut first = 0;
         while first < symbols.len() {
             let start = symbols[first].0;
             let run = symbols[first..].iter().take_while(|s| s.0 == start).count();
             if run > 1 {
                 let aliases = &mut symbols[first..first + run];
-                aliases.iter_mut().for_each(|(_, _, r, n)| *r = rank(n));
+                aliases.iter_mut().for_each(|(_, _, r, n)| *r = rank(n, *r == 0));
                 aliases.sort_unstable();
                 prefer_base_name(aliases);
             }
@@ -288,9 +296,9 @@ impl SymbolTable {
     }
 }
 
-/// (start, end, name) of the defined code symbols, bar ARM mapping symbols
-/// (`$x`, `$d`).
-type Functions<'d> = Vec<(u64, u64, &'d str)>;
+/// (start, end, name, whether the name is local) of the defined code
+/// symbols, bar ARM mapping symbols (`$x`, `$d`).
+type Functions<'d> = Vec<(u64, u64, &'d str, bool)>;
 
 /// The smallest file whose symbol tables are cached ([`SymbolTable::of_table`]):
 /// a small one's cost less to read than to look up.
@@ -554,6 +562,9 @@ struct Read<'d> {
     size: u64,
     section: Option<(u64, u64)>,
     name: Option<&'d str>,
+    /// `STB_LOCAL`: a name of its file's own (a static function, a hidden
+    /// alias), which a global or weak alias of the same function outranks.
+    local: bool,
 }
 
 /// The code symbols among `symbols` (`STT_FUNC`/`STT_GNU_IFUNC`, and
@@ -583,6 +594,7 @@ fn functions<'d, S: ObjectSymbol<'d>>(
                 size: s.size(),
                 section: section.map(|(start, end, _)| (start, end)),
                 name: code.then_some(name),
+                local: s.is_local(),
             })
         })
         .collect();
@@ -627,7 +639,7 @@ fn ranges(mut read: Vec<Read<'_>>) -> Functions<'_> {
             Read { section: None, .. } => start.saturating_add(1),
         };
         if let Some(name) = read[i].name.take() {
-            out.push((start, end, name));
+            out.push((start, end, name, read[i].local));
         }
     }
     out
@@ -873,9 +885,34 @@ mod tests {
     fn table(symbols: &[(u64, u64, Section, Option<&str>)]) -> SymbolTable {
         let read = symbols
             .iter()
-            .map(|&(start, size, section, name)| Read { start, size, section, name })
+            .map(|&(start, size, section, name)| Read { start, size, section, name, local: false })
             .collect();
         SymbolTable::from_functions(ranges(read), true)
+    }
+
+    #[test]
+    fn a_global_or_weak_name_rather_than_a_local_one() {
+        const TEXT: Section = Some((0x1000, 0x2000));
+        // musl's static sccp, weak_alias'd as __syscall_cp_c; glibc's hidden __GI_ alias.
+        let read = |start, name, local| Read { start, size: 0x10, section: TEXT, name, local };
+        let t = SymbolTable::from_functions(
+            ranges(vec![
+                read(0x1000, Some("sccp"), true),
+                read(0x1000, Some("__syscall_cp_c"), false),
+                read(0x1100, Some("__GI___libc_write"), true),
+                read(0x1100, Some("write"), false),
+                read(0x1100, Some("__libc_write"), false),
+                read(0x1200, Some("alone"), true),
+                // An unversioned local name still rather than an old version's.
+                read(0x1300, Some("f@V1"), false),
+                read(0x1300, Some("f_impl"), true),
+            ]),
+            true,
+        );
+        assert_eq!(t.lookup(0x1004), Some(("__syscall_cp_c", 4)));
+        assert_eq!(t.lookup(0x1100), Some(("write", 0)));
+        assert_eq!(t.lookup(0x1200), Some(("alone", 0)));
+        assert_eq!(t.lookup(0x1300), Some(("f_impl", 0)));
     }
 
     #[test]
