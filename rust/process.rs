@@ -580,6 +580,12 @@ pub fn snapshot(pid: i32) -> Result<Snapshot, ProcessError> {
             });
         }
     }
+    // A thread in its ptrace stop leaves it only when killed (SIGKILL), and
+    // then the whole process is on its way out: what was copied may have
+    // been cut short (each read of it failing), so the copy is no answer.
+    if stopped.tids.iter().any(|&tid| !matches!(state(tid), Ok(b't'))) {
+        return Err(ProcessError::Exited(pid));
+    }
     drop(stopped); // the process runs again
     let stopped_for = began.elapsed();
 
