@@ -22,6 +22,7 @@ pub mod minidump;
 pub mod modules;
 pub mod perf;
 pub mod perfmap;
+pub mod plt;
 pub mod process;
 pub mod profile;
 pub mod pyframes;

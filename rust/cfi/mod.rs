@@ -2,7 +2,6 @@
 //! `.debug_frame`, and finding the FDE for an address without scanning;
 //! the rules of a row, and their making from gimli's rows, in `rules`.
 
-use std::fmt;
 use std::ops::Range;
 use std::sync::OnceLock;
 
@@ -19,7 +18,9 @@ type Slice<'a> = EndianSlice<'a, LittleEndian>;
 type Cie<'a> = gimli::CommonInformationEntry<Slice<'a>>;
 type Fde<'a> = gimli::FrameDescriptionEntry<Slice<'a>>;
 
+mod errors;
 mod rules;
+pub use errors::{LookupError, ModuleError};
 use rules::{convert_cfa, convert_rules, register_offset, return_column};
 pub use rules::{CfaRule, CompactRow, ExprRef, FullRow, RegRule, Row, RuleSet, Rules, SectionKind};
 
@@ -85,65 +86,6 @@ pub struct ModuleSections {
     /// A Go program (`.gopclntab` or `.go.buildinfo`): see
     /// [`UnwindInfo::in_go_sigpanic`].
     pub go: bool,
-}
-
-#[derive(Debug)]
-#[non_exhaustive]
-pub enum ModuleError {
-    /// A section lies (partly) outside the file.
-    SectionOutOfFile { section: &'static str, offset: u64, size: u64, file_size: u64 },
-    /// The address range of the module is empty or inverted.
-    BadRange { start: u64, end: u64 },
-}
-
-impl fmt::Display for ModuleError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ModuleError::SectionOutOfFile { section, offset, size, file_size } => write!(
-                f,
-                "section {section} at file offset {offset:#x} size {size:#x} lies outside the \
-                 file ({file_size:#x} bytes)"
-            ),
-            ModuleError::BadRange { start, end } => {
-                write!(f, "empty address range {start:#x}..{end:#x}")
-            }
-        }
-    }
-}
-
-impl std::error::Error for ModuleError {}
-
-/// Why no rule could be found for an address.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LookupError {
-    /// No FDE covers the address.
-    NoFde,
-    /// The CFI is malformed (where gimli found it so).
-    Cfi(gimli::Error),
-    /// The return-address column is one this unwinder does not track.
-    BadReturnColumn(u16),
-    /// A Breakpad `STACK CFI` rule of a form a row cannot hold (this one).
-    Breakpad(&'static str),
-}
-
-impl fmt::Display for LookupError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            LookupError::NoFde => f.write_str("no FDE covers the address"),
-            LookupError::Cfi(e) => write!(f, "malformed CFI: {e}"),
-            LookupError::BadReturnColumn(r) => write!(f, "unsupported return-address column {r}"),
-            LookupError::Breakpad(why) => write!(f, "STACK CFI rule not supported: {why}"),
-        }
-    }
-}
-
-impl From<gimli::Error> for LookupError {
-    fn from(e: gimli::Error) -> Self {
-        match e {
-            gimli::Error::NoUnwindInfoForAddress => LookupError::NoFde,
-            e => LookupError::Cfi(e),
-        }
-    }
 }
 
 /// `DW_EH_PE_datarel | DW_EH_PE_sdata4`: the search table's encoding.
