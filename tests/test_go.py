@@ -85,9 +85,7 @@ def test_the_frame_sigpanic_was_called_from_is_the_faulting_one(
     every one found by CFI, the one below sigpanic at the faulting pc, the first byte of
     main.crash: looked up there, not at pc - 1 in the function before it."""
     exe, core, fault, traceback = faulted
-    go = [m for m in GO_FRAME.finditer(traceback) if m["pc"]]
-    start = next(i for i, m in enumerate(go) if m["function"] == "runtime.sigpanic")
-    theirs = [(m["function"], int(m["pc"], 16), int(m["sp"], 16)) for m in go[start:]]
+    theirs = go_frames(traceback)
     assert theirs[-1][0] == "runtime.goexit", traceback
     frames = crashed_frames(exe, core)
     first = next(i for i, f in enumerate(frames) if f["function"] == "runtime.sigpanic")
