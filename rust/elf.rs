@@ -153,6 +153,26 @@ pub fn section_address(data: &[u8], name: &str) -> Result<Option<u64>, ElfError>
     }
 }
 
+/// The ELF address ranges of the sections called one of `names` (none for a
+/// file that does not parse).
+pub fn section_ranges(data: &[u8], names: &[&str]) -> Vec<Range<u64>> {
+    fn find<Elf: FileHeader<Endian = LittleEndian>>(
+        data: &[u8],
+        names: &[&str],
+    ) -> Vec<Range<u64>> {
+        let Ok(file) = ElfFile::<Elf, &[u8]>::parse(data) else { return Vec::new() };
+        file.sections()
+            .filter(|s| s.name().is_ok_and(|n| names.contains(&n)) && s.size() > 0)
+            .map(|s| s.address()..s.address().saturating_add(s.size()))
+            .collect()
+    }
+    if is_elf32(data) {
+        find::<FileHeader32<LittleEndian>>(data, names)
+    } else {
+        find::<FileHeader64<LittleEndian>>(data, names)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

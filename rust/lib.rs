@@ -9,6 +9,7 @@ mod python;
 pub mod arch;
 pub mod breakpad;
 pub mod cfi;
+pub mod codemap;
 pub mod corefile;
 pub mod debugfile;
 pub mod debuginfod;

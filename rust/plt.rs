@@ -15,6 +15,11 @@ impl PltEntries {
         PltEntries(Vec::new())
     }
 
+    /// Every entry: its start, end and name.
+    pub fn entries(&self) -> impl Iterator<Item = (u64, u64, &str)> {
+        self.0.iter().map(|(start, end, name)| (*start, *end, name.as_str()))
+    }
+
     /// The entry holding `address` (an ELF address), and its start.
     pub fn lookup(&self, address: u64) -> Option<(&str, u64)> {
         let i = self.0.partition_point(|e| e.0 <= address).checked_sub(1)?;

@@ -213,6 +213,12 @@ END_SPECS = {
         Spec("clone", "crash_clone.c", ("-O2",)),
         # musl's static startup: _start a bare label without CFI (Debian's musl-tools).
         Spec("musl-start", "crash_deep.c", ("-O2", "-static"), "musl-gcc"),
+        # abort() in musl's libc, which has neither CFI nor frame pointers (static, and a
+        # stripped shared libc.so).
+        Spec("musl-abort", "crash_deep.c", ("-O2", "-static", "-DABORT"), "musl-gcc",
+             signal="SIGABRT"),
+        Spec("musl-abort-dynamic", "crash_deep.c", ("-O2", "-DABORT"), "musl-gcc",
+             signal="SIGABRT"),
     )
 }  # fmt: skip
 # Source lines and inline frames (test_lines.py): a NULL store in functions inlined into each

@@ -181,3 +181,48 @@ def test_musls_start_is_the_last_frame(cores: Cores) -> None:
     trace = Core.open(made.path, made.executable).threads[0].unwind()
     assert trace.pcs == pcs and trace.end == "end_of_stack"
     assert f"entry point {start:#x}" in trace.end_detail, trace.end_detail
+
+
+@pytest.mark.parametrize("case", ["musl-abort", "musl-abort-dynamic"])
+def test_musls_abort_is_walked_to_start(case: str, cores: Cores) -> None:
+    """abort() in a program built with musl (crash_deep.c -DABORT), static and dynamic (a
+    stripped libc.so). musl's libc has neither CFI nor frame pointers, and its ``raise`` points
+    rbp at a zeroed signal set: two zero words where a frame record would be. gdb and eu-stack
+    stop there (a frame at pc 0 after ``raise``), and stackwalk took the two zeros for the
+    chain's end. On x86_64 they are no frame record (a call never pushes 0): the walk goes on
+    by scanning to ``_start``, past the stale return addresses that ``raise``'s and ``abort``'s
+    own frames keep from earlier calls (the sleep's, inside libc), each after a call of another
+    function than the frame's (by address, or through a PLT entry of another name).
+
+    Proven from the programs themselves: each return address follows a call instruction in its
+    module (objdump), and a direct call within a module calls the function of the frame below
+    it, but the last, ``_start``'s call of ``_start_c``, which goes on by tail calls; and gdb's
+    frames, as far as it goes, are ours. (GCC moves crash_here's call of abort, which does not
+    return, to ``crash_here.cold``, reached by a jump: that part's frame is crash_here's.)"""
+    made = cores(case)
+    (thread,) = walk(made)
+    frames = thread["frames"]
+    pcs = pcs_of(thread)
+    names = [(frame["function"] or "??").removesuffix(".cold") for frame in frames]
+    program = ["crash_here", "small_frame", "big_frame", *["recurse"] * 5, "many_saved", "main"]
+    i = names.index("crash_here")
+    assert names[i - 2 : i + len(program)] == ["raise", "abort", *program], names
+    assert names[-1] == "_start", names
+
+    for index in range(1, len(frames)):
+        caller, callee = frames[index], frames[index - 1]
+        module = caller["module"]
+        return_address = int(caller["module_offset"], 16)
+        calls = disassembly(module).calls
+        where = f"#{index} {names[index]} {return_address:#x} in {module}"
+        assert return_address in calls, f"{where}: follows no call"
+        target = calls[return_address]
+        if index == len(frames) - 1:
+            assert target in nm_symbols(module)["_start_c"], where
+        elif target is not None and callee["module"] == module and callee["function"]:
+            assert target in nm_symbols(module)[names[index - 1]], f"{where}: calls {target:#x}"
+
+    gdb = made.gdb.thread(thread["tid"])
+    assert gdb.pcs[:2] == pcs[:2], (gdb.pcs, pcs)
+    trace = Core.open(made.path, made.executable).threads[0].unwind()
+    assert trace.pcs == pcs and trace.end == "end_of_stack", trace.end_detail

@@ -152,6 +152,9 @@ pub struct UnwindInfo {
     /// Where a Go program's `runtime.sigpanic` is (see
     /// [`UnwindInfo::in_go_sigpanic`]), found at the first need.
     go_sigpanic: OnceLock<Vec<Range<u64>>>,
+    /// The function symbols' extents and the PLT's, read at the first need
+    /// (see [`UnwindInfo::code_map`]).
+    code_map: OnceLock<crate::codemap::CodeMap>,
     /// A missing file's Breakpad symbols, whose `STACK CFI` records stand
     /// in for its CFI, and the runtime address their offsets are from.
     breakpad: Option<(std::sync::Arc<BreakpadSymbols>, u64)>,
@@ -311,6 +314,7 @@ impl UnwindInfo {
             missing: false,
             entry_function: OnceLock::new(),
             go_sigpanic: OnceLock::new(),
+            code_map: OnceLock::new(),
             breakpad: None,
             functions: None,
         };
@@ -353,6 +357,7 @@ impl UnwindInfo {
             missing: true,
             entry_function: OnceLock::new(),
             go_sigpanic: OnceLock::new(),
+            code_map: OnceLock::new(),
             breakpad: None,
             functions: None,
         }
@@ -579,6 +584,17 @@ impl UnwindInfo {
                 .unwrap_or_default()
         });
         ranges.iter().any(|r| r.contains(&address))
+    }
+
+    /// Where the file's functions are by its symbols (`.symtab`, its debug
+    /// file's, else `.dynsym`: whichever names more) and where its PLT is,
+    /// read when first asked: for the scan's few questions about which
+    /// function a call calls (see `fallback::Context::scan`).
+    pub fn code_map(&self) -> &crate::codemap::CodeMap {
+        self.code_map.get_or_init(|| {
+            let debug = self.debug_data.as_ref().map(|d| &d[..]);
+            crate::codemap::CodeMap::of(&self.data, debug)
+        })
     }
 
     /// Whether ELF address `address` is in an executable segment (anywhere

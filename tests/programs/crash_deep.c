@@ -3,10 +3,14 @@
  * Built at -O2 -fomit-frame-pointer: frames whose CFA is rsp-based, callee-saved registers
  * pushed, a big frame, recursion. Every caller reads a volatile after its call, so no call is a
  * tail call. The store's target comes from a volatile pointer, so GCC cannot prove it NULL and
- * replace the store by a trap. -DDEPTH=N sets how deep the recursion goes (default 4).
+ * replace the store by a trap. -DDEPTH=N sets how deep the recursion goes (default 4); with
+ * -DABORT, crash_here sleeps a nanosecond, then calls abort() instead (SIGABRT, raised inside
+ * libc): the sleep's calls leave their return addresses on the stack where abort's run.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define NOINLINE __attribute__((noinline, noclone))
 
@@ -19,7 +23,15 @@ volatile int sink;
 
 NOINLINE int crash_here(int x)
 {
+#ifdef ABORT
+    if (x != -1) {
+        struct timespec nap = {0, 1};
+        nanosleep(&nap, NULL);
+        abort();
+    }
+#else
     *target = x; /* SIGSEGV: target is NULL */
+#endif
     return x + 1;
 }
 

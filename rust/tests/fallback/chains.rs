@@ -8,10 +8,12 @@ pub(crate) const FP1: u64 = SP + 0x60;
 pub(crate) const FP2: u64 = SP + 0xa0;
 pub(crate) const FP3: u64 = SP + 0xe0;
 
-/// frame 0 (PC0) -> R1 -> R2 -> R3 -> return address 0.
+/// frame 0 (PC0) -> R1 -> R2 -> R3, whose frame pointer is 0: the outermost
+/// frame, as x86 stacks end (`_start` clears rbp before its call, and
+/// `clone`'s child before it calls the thread's function).
 pub(crate) fn x86_chain() -> Stack {
     let mut s = Stack::new();
-    s.record(FP0, FP1, rt(R1)).record(FP1, FP2, rt(R2)).record(FP2, FP3, rt(R3)).record(FP3, 0, 0);
+    s.record(FP0, FP1, rt(R1)).record(FP1, FP2, rt(R2)).record(FP2, 0, rt(R3));
     s
 }
 
@@ -21,7 +23,7 @@ pub(crate) fn x86_walk(stack: &Stack, strategies: &[Strategy]) -> Walk {
 }
 
 #[test]
-fn a_sound_chain_is_followed_to_return_address_zero() {
+fn a_sound_chain_is_followed_to_the_outermost_frame() {
     let w = x86_walk(&x86_chain(), &FP_ONLY);
     assert_eq!(w.pcs(), [rt(PC0), rt(R1), rt(R2), rt(R3)], "{}", w.message);
     assert_eq!(w.sps(), [SP, FP0 + 16, FP1 + 16, FP2 + 16]);
@@ -29,8 +31,34 @@ fn a_sound_chain_is_followed_to_return_address_zero() {
     assert_eq!(w.trusts(), [Context, FramePointer, FramePointer, FramePointer]);
     // The CFA of a frame found this way is its caller's sp.
     assert_eq!(w.frames[0].cfa, Some(FP0 + 16));
+    assert_eq!(w.end.reason, EndReason::EndOfStack, "{}", w.message);
+    assert_eq!(w.end.detail, EndDetail::ZeroFramePointer);
+    assert_eq!(w.end.frame, 3);
+}
+
+#[test]
+fn an_x86_64_record_of_two_zeros_is_no_end() {
+    // Where a call pushes the return address, no frame record holds 0: two
+    // zeros at rbp are data (a zeroed buffer in a function that uses rbp as
+    // an ordinary register, as musl's `raise` does), not the stack's end,
+    // and the walk goes on by scanning where it may.
+    let mut s = x86_chain();
+    s.record(FP1, 0, 0).set(FP1 + 16, rt(R2));
+    let w = x86_walk(&s, &FP_ONLY);
+    assert_eq!(w.pcs(), [rt(PC0), rt(R1)], "{}", w.message);
+    assert_eq!(w.end.reason, EndReason::BadReturnAddress, "{}", w.message);
+    assert!(!w.end.reason.is_clean());
+    let w = x86_walk(&s, &ALL);
+    assert_eq!(w.pcs(), [rt(PC0), rt(R1), rt(R2), rt(R3)], "{}", w.message);
+    // On aarch64, whose `_start` (musl's) clears x29 and x30 and branches,
+    // the record of two zeros its callee stores is the end.
+    let mut s = Stack::new();
+    s.record(FP0, FP1, rt(R1)).record(FP1, 0, 0).set(FP1 + 16, rt(R2));
+    let module = Image::new(Arch::Aarch64).module(None);
+    let regs = [(A64_SP, SP), (X29, FP0), (X30, rt(R1))];
+    let w = walk(Arch::Aarch64, module, &ALL, rt(PC0), &regs, &s);
+    assert_eq!(w.pcs(), [rt(PC0), rt(R1)], "{}", w.message);
     assert_eq!(w.end.reason, EndReason::PcZero, "{}", w.message);
-    assert!(w.end.reason.is_clean());
 }
 
 #[test]
@@ -121,6 +149,7 @@ fn scanning_recovers_past_garbage_and_stops_where_nothing_is_plausible() {
     // stops at frame 1; scanning from frame 1's sp finds R2 and R3 (the
     // records above are intact) and then nothing but the zero words.
     let mut s = x86_chain();
+    s.record(FP2, FP3, rt(R3)).record(FP3, 0, rt(R2));
     s.record(FP1, 0x4141_4141_4141_4141, 0x4242_4242_4242_4242);
     // More garbage between the records: values no scan may take.
     s.set(FP1 + 16, 0x4343_4343).set(FP1 + 24, rt(NO_CALL)).set(FP1 + 32, SP + 0x40);
@@ -130,14 +159,15 @@ fn scanning_recovers_past_garbage_and_stops_where_nothing_is_plausible() {
     assert_eq!(w.end.reason, EndReason::BadReturnAddress);
 
     let w = x86_walk(&s, &ALL);
-    assert_eq!(w.pcs(), [rt(PC0), rt(R1), rt(R3)], "{}", w.message);
+    assert_eq!(w.pcs()[..3], [rt(PC0), rt(R1), rt(R3)], "{}", w.message);
     use Trust::*;
-    assert_eq!(w.trusts(), [Context, FramePointer, Scan]);
+    assert_eq!(w.trusts(), [Context, FramePointer, Scan, FramePointer]);
     // R3 was found in FP2's record: the caller's sp is just above it, and
     // its fp is the record's (R2's slot was garbage, so R2 is lost).
     assert_eq!(w.sps()[2], FP2 + 16);
-    // Then FP3's record gives return address 0: the end.
-    assert_eq!(w.end.reason, EndReason::PcZero, "{}", w.message);
+    // FP3's record gives R2 and frame pointer 0: the outermost frame.
+    assert_eq!(w.pcs()[3], rt(R2), "{}", w.message);
+    assert_eq!(w.end.reason, EndReason::EndOfStack, "{}", w.message);
 }
 
 #[test]
@@ -206,13 +236,13 @@ fn a_frame_pointer_step_after_cfi_uses_the_fp_the_cfi_recovered() {
     let eh =
         x86_eh_frame(&[(f.clone(), vec![Insn::CfaOffset(16), Insn::Offset(Register(RBP), -16)])]);
     let mut s = Stack::new();
-    s.set(SP, FP1).set(SP + 8, rt(R1)).record(FP1, FP2, rt(R2)).record(FP2, 0, 0);
+    s.set(SP, FP1).set(SP + 8, rt(R1)).record(FP1, 0, rt(R2));
     let module = Image::new(Arch::X86_64).module(Some(eh));
     let w = walk(Arch::X86_64, module, &FP_ONLY, rt(f.start + 8), &[(RSP, SP), (RBP, 0x1234)], &s);
     use Trust::*;
     assert_eq!(w.pcs(), [rt(f.start + 8), rt(R1), rt(R2)], "{}", w.message);
     assert_eq!(w.trusts(), [Context, Cfi, FramePointer]);
-    assert_eq!(w.end.reason, EndReason::PcZero);
+    assert_eq!(w.end.reason, EndReason::EndOfStack);
 }
 
 #[test]
@@ -222,12 +252,12 @@ fn x86_64_leaf_frame_zero_returns_through_the_word_at_sp() {
     let mut image = Image::new(Arch::X86_64);
     image.call_before(R1, LEAF);
     let mut s = Stack::new();
-    s.set(SP, rt(R1)).record(FP1, FP2, rt(R2)).record(FP2, FP3, rt(R3)).record(FP3, 0, 0);
+    s.set(SP, rt(R1)).record(FP1, FP2, rt(R2)).record(FP2, 0, rt(R3));
     let regs = [(RSP, SP), (RBP, FP1)];
     let w = walk(Arch::X86_64, image.module(None), &FP_ONLY, rt(LEAF + 7), &regs, &s);
     assert_eq!(w.pcs(), [rt(LEAF + 7), rt(R1), rt(R2), rt(R3)], "{}", w.message);
     assert_eq!(w.sps(), [SP, SP + 8, FP1 + 16, FP2 + 16]);
-    assert_eq!(w.end.reason, EndReason::PcZero);
+    assert_eq!(w.end.reason, EndReason::EndOfStack);
     // The same word after a call to another function: not a leaf of LEAF's,
     // so the record at rbp is followed (and R1 is not a frame).
     let w = walk(

@@ -73,12 +73,12 @@ fn a_leaf_frame_zero_needs_a_plausible_return_address() {
 #[test]
 fn a_sample_walks_on_by_frame_pointers_where_cfi_stops() {
     // LEAF (no CFI) returns to R3 (WITH_CFI), whose CFI finds R1; R1 has no
-    // CFI, and the frame record at rbp gives its caller R2, whose record at
-    // the next fp is the chain's end (two zeros).
-    let (first, second) = (SP + 0x40, SP + 0x80);
+    // CFI, and the frame record at rbp gives its caller R2, the outermost
+    // frame (frame pointer 0).
+    let first = SP + 0x40;
     let mut s = Stack::new();
     s.set(SP, rt(R3)).set(SP + 8, rt(R1));
-    s.set(first, second).set(first + 8, rt(R2)).set(second, 0).set(second + 8, 0);
+    s.set(first, 0).set(first + 8, rt(R2));
     let regs = [(RSP, SP), (RBP, first)];
     let sample = |strategies: &'static [Strategy], sample: bool| {
         let setup = |uw: &mut Unwinder| uw.set_strategies(strategies);
@@ -89,7 +89,7 @@ fn a_sample_walks_on_by_frame_pointers_where_cfi_stops() {
     assert_eq!(w.pcs(), [rt(LEAF + 7), rt(R3), rt(R1), rt(R2)], "{}", w.message);
     assert_eq!(w.trusts(), [Context, FramePointer, Cfi, FramePointer]);
     assert_eq!(w.sps(), [SP, SP + 8, SP + 16, first + 16]);
-    assert_eq!((w.end.reason, w.end.frame), (EndReason::PcZero, 3), "{}", w.message);
+    assert_eq!((w.end.reason, w.end.frame), (EndReason::EndOfStack, 3), "{}", w.message);
     // As `unwind` walks it with the same strategies.
     let unwound = sample(&FP_ONLY, false);
     assert_eq!((unwound.pcs(), unwound.trusts(), unwound.end), (w.pcs(), w.trusts(), w.end));
@@ -390,7 +390,8 @@ fn without_symbols_a_frame_at_the_entry_point_with_fp_0_is_the_outermost() {
     // fp that `_start` sets, the frame is not taken for it.
     let w = entry_walk(Some(ENTRY), None, FP2);
     assert_eq!(w.pcs(), [rt(PC0), rt(R1), rt(R2), rt(R3)], "{}", w.message);
-    assert_eq!(w.end.reason, EndReason::PcZero);
+    // (Then the record of two zeros, no x86_64 record.)
+    assert_eq!(w.end.reason, EndReason::BadReturnAddress);
 }
 
 #[test]
