@@ -16,7 +16,16 @@ from typing import Any
 import pytest
 from corefiles import _free_port, build_id_of
 from debuginfod_server import metrics, split, start_debuginfod
-from perfdata import O2, ScriptSample, parse_script, perf_env, perf_record, perf_script, run
+from perfdata import (
+    O2,
+    ScriptSample,
+    parse_script,
+    perf_env,
+    perf_record,
+    perf_script,
+    run,
+    sized_function,
+)
 from realstacks import Builder
 
 
@@ -59,6 +68,26 @@ def frames(sample: ScriptSample, program: Path) -> list[tuple[int, str, str | No
             for f in sample.user_frames]  # fmt: skip
 
 
+def same_frames(mine: ScriptSample, theirs: ScriptSample, program: Path) -> bool:
+    """The same frames (``frames``), but where a sample's pc is in the program's PLT: ours
+    names the entry (``qsort@plt``, as objdump does), perf script, reading the program from its
+    build-id cache, the symbol before the PLT, a label of no size (``_init``), which holds no
+    such address."""
+    ours, perfs = frames(mine, program), frames(theirs, program)
+    if len(ours) != len(perfs):
+        return False
+    for (address, dso, name), (their_address, their_dso, their_name) in zip(
+        ours, perfs, strict=True
+    ):
+        if (address, dso) != (their_address, their_dso):
+            return False
+        if name != their_name and not (
+            (name or "").endswith("@plt") and not sized_function(str(program), their_name or "")
+        ):
+            return False
+    return True
+
+
 def by_sample(
     samples: list[ScriptSample] | tuple[ScriptSample, ...],
 ) -> dict[tuple[int, int], ScriptSample]:
@@ -82,7 +111,7 @@ def test_a_deleted_program_is_read_from_perfs_cache(recorded: Recorded) -> None:
     cached = recorded.home / ".debug" / ".build-id" / build_id[:2] / build_id[2:] / "elf"
     assert f"{recorded.program} read from perf's build-id cache: {cached}" in stderr
     for theirs, mine in pairs:
-        assert frames(mine, recorded.program) == frames(theirs, recorded.program), theirs.key
+        assert same_frames(mine, theirs, recorded.program), (theirs.key, mine, theirs)
     # The program's own frames are named, and stacks go through it to _start.
     named = {f[2] for _, mine in pairs for f in frames(mine, recorded.program) if f[2]}
     assert {"main", "_start"} <= named
@@ -102,7 +131,7 @@ def test_a_rebuilt_program_is_not_used(recorded: Recorded, build: Builder, tmp_p
     pairs, stderr = compare(recorded, recorded.home)
     assert mismatch in stderr
     for theirs, mine in pairs:
-        assert frames(mine, recorded.program) == frames(theirs, recorded.program), theirs.key
+        assert same_frames(mine, theirs, recorded.program), (theirs.key, mine, theirs)
     # Without the cache (another home): the program is unknown to both, never named from the
     # rebuilt file; where perf script's libdw goes on past such a frame, ours stop there.
     empty = tmp_path / "empty-home"
