@@ -9,8 +9,9 @@ use std::ops::Range;
 /// a return address called the function of the frame below it.
 #[derive(Debug, Default)]
 pub struct CodeMap {
-    /// Every function symbol with a size (`.symtab`, else `.dynsym`): its
-    /// ELF address range and its name's hash, sorted by range.
+    /// Every function symbol with a size (`.symtab`, else `.dynsym`, else a
+    /// Go program's `.gopclntab`): its ELF address range and its name's
+    /// hash, sorted by range.
     functions: Vec<(Range<u64>, u64)>,
     /// The PLT sections' ranges (`.plt`, `.plt.sec`, `.plt.got`, `.iplt`).
     plt: Vec<Range<u64>>,
@@ -53,6 +54,38 @@ impl CodeMap {
         self.functions[from..].iter().take_while(|(r, _)| r.start == start).any(|f| f.1 == name)
     }
 
+    /// The start of Go's `runtime.goexit` if it holds `address`: the
+    /// function every goroutine's stack starts in, whose first instruction
+    /// (a no-op) the runtime makes the return address of the goroutine's
+    /// first frame, plus one instruction, as if goexit had called it.
+    pub fn go_exit(&self, address: u64) -> Option<u64> {
+        self.named_function(address, &["runtime.goexit", "runtime.goexit.abi0"])
+    }
+
+    /// Whether `address` is in one of the functions Go's runtime starts a
+    /// stack in, which its tracebacks end at (marked `TOPFRAME`): a
+    /// goroutine's `runtime.goexit`, a thread's `runtime.mstart`, the
+    /// program's `runtime.rt0_go`.
+    pub fn go_top_frame(&self, address: u64) -> bool {
+        let names = ["runtime.goexit", "runtime.mstart", "runtime.rt0_go"];
+        let abi0 = ["runtime.goexit.abi0", "runtime.mstart.abi0", "runtime.rt0_go.abi0"];
+        self.named_function(address, &[names, abi0].concat()).is_some()
+    }
+
+    /// Whether `address` is in Go's `runtime.sigpanic` (or its assembly
+    /// entry, `runtime.sigpanic0`).
+    pub fn go_sigpanic(&self, address: u64) -> bool {
+        let names = ["runtime.sigpanic", "runtime.sigpanic0", "runtime.sigpanic0.abi0"];
+        self.named_function(address, &names).is_some()
+    }
+
+    /// The start of the function holding `address` if one of its names is
+    /// one of `names`.
+    fn named_function(&self, address: u64, names: &[&str]) -> Option<u64> {
+        let function = self.function(address)?;
+        names.iter().any(|n| self.is_named(function.start, name_hash(n))).then_some(function.start)
+    }
+
     pub fn in_plt(&self, address: u64) -> bool {
         self.plt.iter().any(|r| r.contains(&address))
     }
@@ -72,6 +105,11 @@ fn functions_of(data: &[u8]) -> Vec<(Range<u64>, u64)> {
         let plain = name.split('@').next().unwrap_or(name);
         functions.push((start..start.saturating_add(size), name_hash(plain)));
     });
+    if functions.is_empty() {
+        // A stripped Go program's functions, from its `.gopclntab`.
+        let go = crate::gopclntab::functions(data).into_iter();
+        functions.extend(go.map(|(start, end, name)| (start..end, name_hash(name))));
+    }
     functions.sort_unstable_by_key(|(r, h)| (r.start, r.end, *h));
     functions.dedup();
     functions

@@ -197,6 +197,9 @@ pub(crate) fn outermost(arch: Arch, modules: &ModuleSet, frame: &Unwound) -> Opt
             return Some(EndDetail::EntryPoint { entry });
         }
     }
+    if module.is_go() && module.code_map().go_top_frame(frame.lookup.wrapping_sub(module.bias)) {
+        return Some(EndDetail::GoTopFrame);
+    }
     let zero_fp_ends = matches!(arch, Arch::X86_64 | Arch::Aarch64);
     (zero_fp_ends && frame.no_fde && zero_fp).then_some(EndDetail::ZeroFramePointer)
 }
@@ -229,6 +232,9 @@ pub(crate) struct Found {
     pub pc: u64,
     pub sp: u64,
     pub sp_exact: bool,
+    /// The caller was interrupted where its pc is, not at a call (the frame
+    /// below is Go's `runtime.sigpanic`).
+    pub interrupted: bool,
 }
 
 type StepResult<T> = Result<T, (EndReason, EndDetail)>;
@@ -280,6 +286,14 @@ impl Context<'_> {
         // A signal handler returns to its trampoline's first instruction.
         if sigreturn_at(self.arch, self.modules, ra) {
             return Ok(());
+        }
+        // A goroutine's first frame returns to runtime.goexit's second
+        // instruction, which no call precedes.
+        if module.is_go() {
+            let quantum = self.arch.min_instruction_size();
+            if module.code_map().go_exit(elf.wrapping_sub(1)) == Some(elf.wrapping_sub(quantum)) {
+                return Ok(());
+            }
         }
         match module.code_before(elf, self.arch.call_window()) {
             Some(code) if !self.arch.call_before(code) => Err(RaProblem::NoCall),
@@ -379,16 +393,25 @@ impl Context<'_> {
         if ra == 0 && caller_fp == 0 && arch.link_register().is_some() {
             return Err((EndReason::PcZero, EndDetail::None));
         }
-        if let Err(problem) = self.check_return_address(ra) {
-            return Err((
-                EndReason::BadReturnAddress,
-                EndDetail::ReturnAddress { address: ra, problem },
-            ));
+        // Go's signal handler makes a faulting goroutine call sigpanic as if
+        // from the faulting instruction: sigpanic's return address is that
+        // instruction's, which follows no call, and its frame the interrupted
+        // one (found here where a stripped program has no CFI).
+        let interrupted = self.in_go_sigpanic(callee.pc);
+        match self.check_return_address(ra) {
+            Err(RaProblem::NoCall) if interrupted => {}
+            Err(problem) => {
+                return Err((
+                    EndReason::BadReturnAddress,
+                    EndDetail::ReturnAddress { address: ra, problem },
+                ))
+            }
+            Ok(()) => {}
         }
         let sp = fp + 2 * w;
         self.set_caller(regs, caller, ra, sp, Some(caller_fp));
         self.last_fp = Some(fp);
-        Ok(Found { pc: ra, sp, sp_exact: arch.frame_record_gives_exact_sp() })
+        Ok(Found { pc: ra, sp, sp_exact: arch.frame_record_gives_exact_sp(), interrupted })
     }
 
     /// Frame 0 without CFI (or a frame a signal interrupted, which may be
@@ -466,7 +489,7 @@ impl Context<'_> {
             }
         }
         self.set_caller(regs, caller, ra, sp, fp);
-        Some(Found { pc: ra, sp, sp_exact: arch.link_register().is_none() })
+        Some(Found { pc: ra, sp, sp_exact: arch.link_register().is_none(), interrupted: false })
     }
 
     /// Whether return address `ra` is left over from a call the function
@@ -484,6 +507,13 @@ impl Context<'_> {
         let Some(target) = self.arch.direct_call_target(elf, code) else { return false };
         let (target, call) = (target.wrapping_add(module.bias), ra - 1);
         target <= call && call <= pc
+    }
+
+    /// Whether `pc` is in Go's `runtime.sigpanic`, by the module's symbols.
+    fn in_go_sigpanic(&self, pc: u64) -> bool {
+        let Some(m) = self.modules.index_of(pc) else { return false };
+        let module = &self.modules.modules()[m];
+        module.is_go() && module.code_map().go_sigpanic(pc.wrapping_sub(module.bias))
     }
 
     /// What the direct call before return address `ra` says of it as the
@@ -614,7 +644,8 @@ impl Context<'_> {
             _ => regs.get(arch.fp()),
         };
         self.set_caller(regs, caller, ra, end, caller_fp);
-        Found { pc: ra, sp: end, sp_exact: !arch.return_address_is_in_a_record() }
+        let sp_exact = !arch.return_address_is_in_a_record();
+        Found { pc: ra, sp: end, sp_exact, interrupted: false }
     }
 }
 

@@ -17,6 +17,7 @@ pub mod elf;
 pub mod expr;
 pub mod fallback;
 pub mod files;
+pub mod gopclntab;
 pub mod lines;
 pub mod memory;
 pub mod minidump;

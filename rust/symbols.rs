@@ -62,7 +62,8 @@ impl SymbolTable {
     }
 
     /// `data`'s `.symtab`, else what `debug` finds, else `data`'s `.dynsym`
-    /// (read only then).
+    /// (read only then), else a Go program's `.gopclntab` (which stripping
+    /// leaves: see [`crate::gopclntab`]).
     fn read(
         data: &[u8],
         debug: impl FnOnce() -> Option<SymbolTable>,
@@ -73,8 +74,15 @@ impl SymbolTable {
         if let Some(table) = debug() {
             return Ok(table);
         }
-        let table = SymbolTable::of_table(data, Table::Dynsym)?;
-        Ok(table.unwrap_or_else(|| SymbolTable::from_functions(Vec::new(), false)))
+        if let Some(table) = SymbolTable::of_table(data, Table::Dynsym)? {
+            return Ok(table);
+        }
+        let go: Functions<'_> = crate::gopclntab::functions(data)
+            .into_iter()
+            .map(|(start, end, name)| (start, end, name, false))
+            .collect();
+        let full = !go.is_empty();
+        Ok(SymbolTable::from_functions(go, full))
     }
 
     /// The symbols of `table` in the ELF file `data` (None where it has

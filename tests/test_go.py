@@ -31,6 +31,7 @@ from realstacks import PROGRAMS
 from stackwalk import Unwinder
 from stackwalk._core import SymbolTable
 from stackwalk.capture import capture
+from stackwalk.core import Core
 
 GO = shutil.which("go")
 # Go's traceback: "main.middle(0x0?)" then "\t/path/main.go:11 +0x19 fp=0x... sp=0x... pc=0x...";
@@ -42,10 +43,11 @@ GO_FRAME = re.compile(
 )
 
 
-def go_build(source: Path, out: Path, tmp: Path, goarch: str = "amd64") -> None:
+def go_build(source: Path, out: Path, tmp: Path, goarch: str = "amd64", ldflags: str = "") -> None:
     env = {**os.environ, "GOCACHE": str(tmp / "gocache"), "GOPATH": str(tmp / "gopath"),
            "GO111MODULE": "off", "GOFLAGS": "", "CGO_ENABLED": "0", "GOARCH": goarch}  # fmt: skip
-    proc = run([GO or "go", "build", "-o", out, source], env=env, timeout=300)
+    cmd = [GO or "go", "build", f"-ldflags={ldflags}", "-o", out, source]
+    proc = run(cmd, env=env, timeout=300)
     assert proc.returncode == 0, f"go build {source} failed:\n{proc.stderr}"
 
 
@@ -144,3 +146,50 @@ def check_sigpanic_walk(
     assert (trace.frames[start + 1].pc, names[start + 1]) == (fault, "main.crash")
     assert all(f.trust == "cfi" for f in trace.frames[1:]), trace.frames
     assert trace.end == "end_of_stack", trace.end_detail
+
+
+def test_a_stripped_program_is_named_from_its_gopclntab(tmp_path: Path) -> None:
+    """Go programs are mostly shipped stripped (``-ldflags=-s -w``: no ``.symtab``, no DWARF,
+    so no CFI either), but keep ``.gopclntab``, the table Go's runtime names its own tracebacks
+    from. The program built so, crashed with ``GOTRACEBACK=crash`` (the runtime prints the
+    traceback, then raises SIGABRT, where gdb takes the core):
+
+    - every frame of the crashing thread is named as ``go tool addr2line`` names its lookup
+      address (the pc for frame 0 and a frame a signal interrupted, else pc - 1);
+    - from runtime.sigpanic on, ours are Go's traceback's frames (function, pc, sp), found by
+      frame pointers: the faulting frame at the pc sigpanic's record holds, which follows no
+      call, and the walk ends at runtime.goexit, whose second instruction the runtime makes a
+      goroutine's first return address;
+    - every thread's walk ends cleanly (exit 0), each of the runtime's threads at
+      runtime.mstart.
+
+    Before, every frame was ``??``, the faulting frame was lost (the frames past sigpanic found
+    by scanning) and the walk stopped at goexit's return address ("does not follow a call")."""
+    assert GO is not None, "go is not installed (Debian's golang-go; .ci/setup installs it)"
+    exe, core = tmp_path / "go_stripped", tmp_path / "core"
+    go_build(PROGRAMS / "go_sigpanic.go", exe, tmp_path, ldflags="-s -w")
+    sections = run(["readelf", "-SW", exe]).stdout
+    assert ".gopclntab" in sections and ".symtab" not in sections, sections
+    cmd = ["gdb", "-batch", "-nx", "-ex", "handle SIGSEGV nostop noprint pass", "-ex", "run",
+           "-ex", f"generate-core-file {core}", "--args", exe]  # fmt: skip
+    out = run(cmd, env={**os.environ, "GOTRACEBACK": "crash"})
+    assert core.exists(), out.stdout + out.stderr
+    printed = out.stdout + out.stderr
+    traceback = printed[printed.index("goroutine 1 [running]:") :].split("\n\n")[0]
+    frames = crashed_frames(exe, core)
+    opened = Core.open(core, exe)
+    (trace,) = [t.unwind() for t in opened.threads if t.tid == opened.crashing_tid]
+    assert [f.pc for f in trace.frames] == [int(f["pc"], 16) for f in frames]
+    lookups = "".join(f"{f.lookup_pc:#x}\n" for f in trace.frames)
+    proc = run([GO or "go", "tool", "addr2line", str(exe)], input=lookups)
+    assert proc.returncode == 0, proc.stderr
+    theirs = proc.stdout.splitlines()[::2]
+    assert [f["function"] for f in frames] == theirs, (frames, theirs)
+    assert "main.main" in theirs and "runtime.sigpanic" in theirs, theirs
+
+    first = next(i for i, f in enumerate(frames) if f["function"] == "runtime.sigpanic")
+    ours = [(f["function"], int(f["pc"], 16), int(f["sp"], 16)) for f in frames[first:]]
+    assert ours == go_frames(traceback), f"ours {ours}\nGo's traceback:\n{traceback}"
+    assert {f["trust"] for f in frames[first + 1 :]} == {"frame_pointer"}, frames
+    every = json.loads(stackwalk_core(core, exe, "--json").stdout)["threads"]
+    assert {t["end"] for t in every} == {"end_of_stack"}, [t["frames"][-1] for t in every]

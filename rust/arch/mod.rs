@@ -243,6 +243,15 @@ impl Arch {
         }
     }
 
+    /// The size of the smallest instruction (Go's `PCQuantum`): 1 on x86,
+    /// 4 on aarch64.
+    pub fn min_instruction_size(self) -> u64 {
+        match self {
+            Arch::Aarch64 => 4,
+            _ => 1,
+        }
+    }
+
     /// How many code bytes before a return address [`Arch::call_before`] looks at.
     pub fn call_window(self) -> usize {
         match self {

@@ -570,6 +570,10 @@ impl UnwindInfo {
     /// a fault at a function's first instruction (a nil pointer's field read
     /// by a leaf) is looked up in the function before it. The functions are
     /// found by name in the program's `.symtab` (or its debug file's).
+    pub fn is_go(&self) -> bool {
+        self.sections.go
+    }
+
     pub fn in_go_sigpanic(&self, address: u64) -> bool {
         if !self.sections.go {
             return false;

@@ -281,8 +281,12 @@ impl Unwinder {
                             frame.cfa = Some(f.sp);
                         }
                     }
-                    let caller =
-                        Caller { pc: f.pc, sp: f.sp, interrupted: false, sp_exact: f.sp_exact };
+                    let caller = Caller {
+                        pc: f.pc,
+                        sp: f.sp,
+                        interrupted: f.interrupted,
+                        sp_exact: f.sp_exact,
+                    };
                     (caller, trust)
                 })
             };

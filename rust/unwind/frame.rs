@@ -182,6 +182,10 @@ pub enum EndDetail {
     /// The frame has no CFI and its frame pointer is 0: the ABI's mark of
     /// the outermost frame (x86_64, aarch64).
     ZeroFramePointer,
+    /// The frame's pc is in one of the functions Go's runtime starts a
+    /// stack in (`runtime.goexit` a goroutine's, `runtime.mstart` a
+    /// thread's, `runtime.rt0_go` the program's): the outermost frame.
+    GoTopFrame,
 }
 
 /// How and where the walk ended. Copy, so ending allocates nothing; the
@@ -213,6 +217,9 @@ impl End {
         match (end.reason, end.detail) {
             (EndReason::EndOfStack, EndDetail::EntryPoint { entry }) => format!(
                 "frame {frame}: {place} is in the function at the entry point {entry:#x} (outermost frame)"
+            ),
+            (EndReason::EndOfStack, EndDetail::GoTopFrame) => format!(
+                "frame {frame}: {place} is in Go's runtime.goexit, mstart or rt0_go, where the runtime starts a stack (outermost frame)"
             ),
             (EndReason::EndOfStack, EndDetail::ZeroFramePointer) => format!(
                 "frame {frame}: frame pointer 0 and no CFI at {place}, the ABI's mark of the outermost frame"
