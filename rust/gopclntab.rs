@@ -205,8 +205,24 @@ mod tests {
         let mut huge = t.clone();
         huge[8..16].copy_from_slice(&u64::MAX.to_le_bytes());
         assert!(Table::parse(&huge).is_none());
-        let mut other = t;
+        let mut other = t.clone();
         other[0] = 0xf5;
         assert!(Table::parse(&other).is_none());
+        // Any byte of the table set to any of a few values, in each layout: names
+        // from the table's bytes or none, never a panic.
+        for magic in [0xfb, 0xfa, 0xf0, 0xf1] {
+            for at in 0..t.len() {
+                for value in [0x00, 0x01, 0x7f, 0x80, 0xff] {
+                    let mut bad = t.clone();
+                    bad[0] = magic;
+                    bad[at] = value;
+                    for (start, end, name) in
+                        Table::parse(&bad).map(|t| t.functions()).unwrap_or_default()
+                    {
+                        assert!(start < end && !name.is_empty());
+                    }
+                }
+            }
+        }
     }
 }
