@@ -513,7 +513,7 @@ impl Context<'_> {
     fn in_go_sigpanic(&self, pc: u64) -> bool {
         let Some(m) = self.modules.index_of(pc) else { return false };
         let module = &self.modules.modules()[m];
-        module.is_go() && module.code_map().go_sigpanic(pc.wrapping_sub(module.bias))
+        module.in_go_sigpanic(pc.wrapping_sub(module.bias))
     }
 
     /// What the direct call before return address `ra` says of it as the

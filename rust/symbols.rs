@@ -501,25 +501,12 @@ fn bounds_class<Elf: object::read::elf::FileHeader<Endian = object::LittleEndian
     }
 }
 
-/// The ELF address ranges of the function symbols (with a size) of `data`'s
-/// `.symtab` called one of `names`.
-pub fn function_ranges_named(data: &[u8], names: &[&str]) -> Vec<Range<u64>> {
-    let mut ranges = Vec::new();
-    function_symbols(data, false, &mut |start, size, name| {
-        if names.contains(&name) {
-            ranges.push(start..start.saturating_add(size));
-        }
-    });
-    ranges
-}
-
 /// Visit each defined function symbol with a size (start, size, name) of
-/// `data`'s `.symtab`; where it has none and `dynamic` is set, of its
-/// `.dynsym`. Nothing for a file that does not parse.
-pub fn function_symbols(data: &[u8], dynamic: bool, visit: &mut dyn FnMut(u64, u64, &str)) {
+/// `data`'s `.symtab`, else of its `.dynsym`. Nothing for a file that does
+/// not parse.
+pub fn function_symbols(data: &[u8], visit: &mut dyn FnMut(u64, u64, &str)) {
     fn read<Elf: object::read::elf::FileHeader<Endian = object::LittleEndian>>(
         data: &[u8],
-        dynamic: bool,
         visit: &mut dyn FnMut(u64, u64, &str),
     ) {
         let Ok(file) = object::read::elf::ElfFile::<Elf, &[u8]>::parse(data) else { return };
@@ -534,14 +521,14 @@ pub fn function_symbols(data: &[u8], dynamic: bool, visit: &mut dyn FnMut(u64, u
                 }
                 any
             };
-        if !each(&mut file.symbols()) && dynamic {
+        if !each(&mut file.symbols()) {
             each(&mut file.dynamic_symbols());
         }
     }
     if crate::elf::is_elf32(data) {
-        read::<object::elf::FileHeader32<object::LittleEndian>>(data, dynamic, visit)
+        read::<object::elf::FileHeader32<object::LittleEndian>>(data, visit)
     } else {
-        read::<object::elf::FileHeader64<object::LittleEndian>>(data, dynamic, visit)
+        read::<object::elf::FileHeader64<object::LittleEndian>>(data, visit)
     }
 }
 

@@ -149,9 +149,6 @@ pub struct UnwindInfo {
     /// The function holding the entry point, found when first asked for
     /// (see [`UnwindInfo::entry_function`]).
     entry_function: OnceLock<Option<EntryFunction>>,
-    /// Where a Go program's `runtime.sigpanic` is (see
-    /// [`UnwindInfo::in_go_sigpanic`]), found at the first need.
-    go_sigpanic: OnceLock<Vec<Range<u64>>>,
     /// The function symbols' extents and the PLT's, read at the first need
     /// (see [`UnwindInfo::code_map`]).
     code_map: OnceLock<crate::codemap::CodeMap>,
@@ -313,7 +310,6 @@ impl UnwindInfo {
             index_errors: Vec::new(),
             missing: false,
             entry_function: OnceLock::new(),
-            go_sigpanic: OnceLock::new(),
             code_map: OnceLock::new(),
             breakpad: None,
             functions: None,
@@ -356,7 +352,6 @@ impl UnwindInfo {
             index_errors: Vec::new(),
             missing: true,
             entry_function: OnceLock::new(),
-            go_sigpanic: OnceLock::new(),
             code_map: OnceLock::new(),
             breakpad: None,
             functions: None,
@@ -569,31 +564,21 @@ impl UnwindInfo {
     /// frame, to be looked up at its pc, as Go's own traceback does: at pc − 1
     /// a fault at a function's first instruction (a nil pointer's field read
     /// by a leaf) is looked up in the function before it. The functions are
-    /// found by name in the program's `.symtab` (or its debug file's).
-    pub fn is_go(&self) -> bool {
-        self.sections.go
+    /// found by name in the program's symbols ([`UnwindInfo::code_map`]).
+    pub fn in_go_sigpanic(&self, address: u64) -> bool {
+        self.sections.go && self.code_map().go_sigpanic(address)
     }
 
-    pub fn in_go_sigpanic(&self, address: u64) -> bool {
-        if !self.sections.go {
-            return false;
-        }
-        let ranges = self.go_sigpanic.get_or_init(|| {
-            let names = ["runtime.sigpanic", "runtime.sigpanic0"];
-            [Some(&self.data), self.debug_data.as_ref()]
-                .into_iter()
-                .flatten()
-                .map(|data| crate::symbols::function_ranges_named(data, &names))
-                .find(|ranges| !ranges.is_empty())
-                .unwrap_or_default()
-        });
-        ranges.iter().any(|r| r.contains(&address))
+    /// Whether the file is a Go program (`.gopclntab` or `.go.buildinfo`).
+    pub fn is_go(&self) -> bool {
+        self.sections.go
     }
 
     /// Where the file's functions are by its symbols (`.symtab`, its debug
     /// file's, else `.dynsym`: whichever names more) and where its PLT is,
     /// read when first asked: for the scan's few questions about which
-    /// function a call calls (see `fallback::Context::scan`).
+    /// function a call calls (see `fallback::Context::scan`), and where Go's
+    /// runtime functions are.
     pub fn code_map(&self) -> &crate::codemap::CodeMap {
         self.code_map.get_or_init(|| {
             let debug = self.debug_data.as_ref().map(|d| &d[..]);
