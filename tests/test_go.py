@@ -72,10 +72,15 @@ def faulted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, int, 
     return exe, core, int(fault[1], 16), traceback
 
 
-def crashed_frames(exe: Path, core: Path) -> list[dict[str, Any]]:
+def core_json(exe: Path, core: Path) -> dict[str, Any]:
+    """``stackwalk core --json``'s document, which must end every walk cleanly (exit 0)."""
     proc = stackwalk_core(core, exe, "--json")
     assert proc.returncode == 0, proc.stderr
-    out = json.loads(proc.stdout)
+    out: dict[str, Any] = json.loads(proc.stdout)
+    return out
+
+
+def crashed_frames(out: dict[str, Any]) -> list[dict[str, Any]]:
     (thread,) = [t for t in out["threads"] if t["tid"] == out["crashing_thread"]]
     return [f for f in thread["frames"] if not f["inline"]]
 
@@ -89,7 +94,7 @@ def test_the_frame_sigpanic_was_called_from_is_the_faulting_one(
     exe, core, fault, traceback = faulted
     theirs = go_frames(traceback)
     assert theirs[-1][0] == "runtime.goexit", traceback
-    frames = crashed_frames(exe, core)
+    frames = crashed_frames(core_json(exe, core))
     first = next(i for i, f in enumerate(frames) if f["function"] == "runtime.sigpanic")
     # The ELF symbol of Go's assembly functions is the ABI's: runtime.goexit.abi0.
     ours = [((f["function"] or "?").removesuffix(".abi0"), int(f["pc"], 16), int(f["sp"], 16))
@@ -176,7 +181,8 @@ def test_a_stripped_program_is_named_from_its_gopclntab(tmp_path: Path) -> None:
     assert core.exists(), out.stdout + out.stderr
     printed = out.stdout + out.stderr
     traceback = printed[printed.index("goroutine 1 [running]:") :].split("\n\n")[0]
-    frames = crashed_frames(exe, core)
+    doc = core_json(exe, core)
+    frames = crashed_frames(doc)
     opened = Core.open(core, exe)
     (trace,) = [t.unwind() for t in opened.threads if t.tid == opened.crashing_tid]
     assert [f.pc for f in trace.frames] == [int(f["pc"], 16) for f in frames]
@@ -191,5 +197,5 @@ def test_a_stripped_program_is_named_from_its_gopclntab(tmp_path: Path) -> None:
     ours = [(f["function"], int(f["pc"], 16), int(f["sp"], 16)) for f in frames[first:]]
     assert ours == go_frames(traceback), f"ours {ours}\nGo's traceback:\n{traceback}"
     assert {f["trust"] for f in frames[first + 1 :]} == {"frame_pointer"}, frames
-    every = json.loads(stackwalk_core(core, exe, "--json").stdout)["threads"]
+    every = doc["threads"]
     assert {t["end"] for t in every} == {"end_of_stack"}, [t["frames"][-1] for t in every]
