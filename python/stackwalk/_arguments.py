@@ -242,6 +242,12 @@ def _add_dump_options(k: Any, what: str) -> None:
         help="no frames for the functions inlined at a pc (from DWARF, shown by default)",
     )
     k.add_argument(
+        "--registers",
+        action="store_true",
+        help="each frame's registers as the walk recovered them, as a debugger shows them in "
+        "that frame (pc, sp, the callee-saved registers; every one past a signal frame)",
+    )
+    k.add_argument(
         "--jobs",
         type=_jobs,
         default=0,
@@ -322,6 +328,12 @@ def _add_pid(sub: Any) -> None:
     p.add_argument("--debug-root", metavar="DIR", default="/usr/lib/debug")
     _add_strategies(p)
     p.add_argument("--no-inline", action="store_true", help="no frames for inlined functions")
+    p.add_argument(
+        "--registers",
+        action="store_true",
+        help="each frame's registers as the walk recovered them, as a debugger shows them in "
+        "that frame (pc, sp, the callee-saved registers; every one past a signal frame)",
+    )
     p.add_argument(
         "--perf-map", metavar="FILE", help="a JIT's perf map (default: /tmp/perf-PID.map if any)"
     )

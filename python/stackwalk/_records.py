@@ -158,10 +158,13 @@ class Thread(_Record):
     def regs(self) -> dict[str, int]:
         return self._core.registers(self._index)
 
-    def unwind(self, max_frames: int | None = None) -> Trace:
+    def unwind(self, max_frames: int | None = None, *, registers: bool = False) -> Trace:
         """This thread's frames: at most ``max_frames``, or, when None, as many as its
-        captured stack can hold (a frame takes at least one word)."""
-        return self._unwinder.unwind(self.regs, self._memory, max_frames=max_frames)
+        captured stack can hold (a frame takes at least one word). ``registers``: keep each
+        frame's registers (``Trace.registers``)."""
+        return self._unwinder.unwind(
+            self.regs, self._memory, max_frames=max_frames, registers=registers
+        )
 
 
 def _signal_name(number: int) -> str:

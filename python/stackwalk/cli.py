@@ -320,6 +320,7 @@ def _one_core(args: Namespace, path: str, executable: str | None, name: str | No
         end_details=not args.json,
         inline=not args.no_inline,
         python=getattr(args, "python", "native"),
+        registers=args.registers,
     )
     if args.thread is not None:
         doc["threads"] = [t for t in doc["threads"] if t["tid"] == args.thread]
@@ -456,6 +457,7 @@ def cmd_pid(args: Namespace) -> int:
         inline=not args.no_inline,
         tids=tids,
         python=args.python,
+        registers=args.registers,
     )
     if args.thread is not None and not doc["threads"]:
         all_tids = ", ".join(str(t.tid) for t in proc.threads)

@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from collections.abc import Collection, Sequence
     from typing import Any
 
+    from stackwalk._core import Trace
     from stackwalk._core import _ElfSummary as ElfSummary
     from stackwalk.pyframes import Mode
 
@@ -670,6 +671,7 @@ class Core:
         inline: bool = True,
         tids: Collection[int] | None = None,
         python: Mode = "native",
+        registers: bool = False,
     ) -> dict[str, Any]:
         """The JSON document of ``stackwalk core --json``: every thread unwound and
         symbolized, with source lines from DWARF. ``end_details`` adds each thread's
@@ -680,7 +682,9 @@ class Core:
         them, "python" shows them alone (see ``stackwalk.pyframes``); every frame then has
         its ``kind``, each thread ``gil`` (whether it holds the GIL), and the document
         ``python`` (the interpreter's version, or why its frames could not be read). A
-        process that is not python's gets the document it gets with "native"."""
+        process that is not python's gets the document it gets with "native". ``registers``:
+        each frame (not an inlined function's) gets its ``registers`` as the walk recovered
+        them (``Trace.registers``: name -> hex value)."""
         pystate = None
         if python != "native" and any(m.found and python_file_name(m.path) for m in self.modules):
             # (Imported only for a python process: dataclasses and inspect are a tenth of a
@@ -716,12 +720,14 @@ class Core:
         for thread in self.threads:
             if tids is not None and thread.tid not in tids:
                 continue
-            trace = thread.unwind(max_frames)
+            trace = thread.unwind(max_frames, registers=registers)
             entry: dict[str, Any] = {
                 "tid": thread.tid,
                 "end": trace.end,
                 "frames": symbolizer.frame_dicts(trace, inline=inline),
             }
+            if registers:
+                _add_registers(entry["frames"], trace)
             if pystate is not None:
                 pythread = by_tid.get(thread.tid)
                 entry["frames"] = with_python_frames(entry["frames"], pythread, python)
@@ -773,6 +779,14 @@ class Core:
 
 def _hex(value: int | None) -> str | None:
     return None if value is None else f"{value:#x}"
+
+
+def _add_registers(frames: list[dict[str, Any]], trace: Trace) -> None:
+    """Each frame's registers into its JSON object: the k-th frame that is not an inlined
+    function's is the trace's frame k."""
+    own = (d for d in frames if not d["inline"])
+    for index, d in enumerate(own):
+        d["registers"] = {name: f"{value:#x}" for name, value in trace.registers(index).items()}
 
 
 class _FileFinder:

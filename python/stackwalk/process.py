@@ -88,12 +88,18 @@ class Process(Core):
         inline: bool = True,
         tids: Collection[int] | None = None,
         python: Mode = "native",
+        registers: bool = False,
     ) -> dict[str, Any]:
         """``Core.to_dict``'s document, ``"process": PID`` and ``"stopped_ms"`` (how long the
         process was stopped) in place of ``"core"``. A python process's interpreter state was
         copied while it was stopped, so its Python frames are those of that moment."""
         doc = super().to_dict(
-            max_frames, end_details=end_details, inline=inline, tids=tids, python=python
+            max_frames,
+            end_details=end_details,
+            inline=inline,
+            tids=tids,
+            python=python,
+            registers=registers,
         )
         del doc["core"]
         return {"process": self._pid, "stopped_ms": round(self.stopped_for * 1e3, 3), **doc}

@@ -11,11 +11,24 @@ if TYPE_CHECKING:
 
 
 def frame_lines(frames: Iterable[dict[str, Any]]) -> list[str]:
-    """Frames (their JSON objects) as text, with how each was found."""
-    return [
-        python_frame_text(d) if d.get("kind") == "python" else f"{frame_text(d)}  {how_found(d)}"
-        for d in frames
-    ]
+    """Frames (their JSON objects) as text, with how each was found, and each frame's
+    registers under it where the document has them (``--registers``)."""
+    lines = []
+    for d in frames:
+        if d.get("kind") == "python":
+            lines.append(python_frame_text(d))
+            continue
+        lines.append(f"{frame_text(d)}  {how_found(d)}")
+        if "registers" in d:
+            lines.extend(register_lines(d["registers"]))
+    return lines
+
+
+def register_lines(registers: dict[str, str]) -> list[str]:
+    """A frame's registers, four to a line, as minidump-stackwalk prints them:
+    ``    rbx = 0x5                 rbp = 0x7ffc1e2a0b10 ...``."""
+    cells = [f"{name:>3} = {value:<18}" for name, value in registers.items()]
+    return ["    " + "  ".join(cells[i : i + 4]).rstrip() for i in range(0, len(cells), 4)]
 
 
 def python_frame_text(d: dict[str, Any]) -> str:

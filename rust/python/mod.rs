@@ -23,6 +23,7 @@ mod registers;
 mod stackdb;
 mod symbolize;
 mod symbols;
+mod trace;
 mod unwinder;
 
 use crate::cfi::Data;

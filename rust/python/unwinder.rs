@@ -12,170 +12,14 @@ use pyo3::types::{PyBytes, PyDict, PyString, PyTuple};
 use super::errors::{guard, ArchError, CfiError, ElfError, MemoryReadError, StackwalkError};
 use super::memory::PyMappedMemory;
 use super::registers::PyRegisters;
+use super::trace::frame_vector;
+pub use super::trace::{PyFrame, PyTrace};
 use crate::arch::Arch;
 use crate::cfi::{CfaRule, Data, Module, RegRule, UnwindInfo};
 use crate::elf::read_elf;
 use crate::memory::{Regions, SegmentMemory};
 use crate::registers::Registers;
 use crate::unwind::{self, Frame as RsFrame, Strategy, Unwinder as RsUnwinder};
-
-/// One frame of a trace.
-#[pyclass(module = "stackwalk._core", name = "Frame", frozen, eq, hash)]
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub struct PyFrame(pub(super) RsFrame);
-
-#[pymethods]
-impl PyFrame {
-    /// Frame 0: the instruction pointer; later frames: the return address.
-    #[getter]
-    fn pc(&self) -> u64 {
-        self.0.pc
-    }
-
-    #[getter]
-    fn sp(&self) -> u64 {
-        self.0.sp
-    }
-
-    /// The canonical frame address, or None where it could not be computed.
-    #[getter]
-    fn cfa(&self) -> Option<u64> {
-        self.0.cfa
-    }
-
-    /// How the frame was found, best first: "context" (given registers),
-    /// "cfi", "frame_pointer", "cfi_scan" (CFI from a scanned frame), "scan".
-    #[getter]
-    fn trust(&self) -> &'static str {
-        self.0.trust.as_str()
-    }
-
-    /// The pc is where the thread was stopped (frame 0, or interrupted by a
-    /// signal), not a return address.
-    #[getter]
-    fn interrupted(&self) -> bool {
-        self.0.interrupted
-    }
-
-    /// The frame is a signal trampoline (its CIE has the `S` augmentation),
-    /// or Go's `runtime.sigpanic`, which a faulting goroutine is made to call.
-    #[getter]
-    fn signal_frame(&self) -> bool {
-        self.0.signal_frame
-    }
-
-    /// The address to look up the frame's function and line at: the pc where
-    /// it was not reached by a call, else pc − 1 (inside the call).
-    #[getter]
-    fn lookup_pc(&self) -> u64 {
-        self.0.lookup_pc()
-    }
-
-    fn __repr__(&self) -> String {
-        let f = &self.0;
-        let cfa = f.cfa.map_or("None".to_owned(), |c| format!("{c:#x}"));
-        format!("Frame(pc={:#x}, sp={:#x}, cfa={cfa}, trust={:?})", f.pc, f.sp, f.trust.as_str())
-    }
-}
-
-/// The result of one unwind: the frames, and why the walk stopped.
-#[pyclass(module = "stackwalk._core", name = "Trace", frozen)]
-pub struct PyTrace {
-    pub(super) frames: Vec<RsFrame>,
-    end: unwind::End,
-    arch: Arch,
-    /// The module the end refers to, for the message (made on demand).
-    end_module: Option<Arc<Module>>,
-}
-
-thread_local! {
-    /// The frame vectors of traces let go of on this thread, for the next
-    /// `unwind` calls (an allocation and a free less each).
-    static FREED: std::cell::RefCell<Vec<Vec<RsFrame>>> =
-        const { std::cell::RefCell::new(Vec::new()) };
-}
-/// The most vectors kept, and the largest (in frames).
-const FREED_VECTORS: usize = 16;
-const FREED_FRAMES: usize = 4096;
-
-impl Drop for PyTrace {
-    fn drop(&mut self) {
-        let mut frames = std::mem::take(&mut self.frames);
-        if frames.capacity() == 0 || frames.capacity() > FREED_FRAMES {
-            return;
-        }
-        frames.clear();
-        let _ = FREED.try_with(|freed| {
-            if let Ok(mut freed) = freed.try_borrow_mut() {
-                if freed.len() < FREED_VECTORS {
-                    freed.push(frames);
-                }
-            }
-        });
-    }
-}
-
-/// An empty frame vector for a walk, of `capacity` frames at least: one a
-/// trace let go of, or a new one.
-fn frame_vector(capacity: usize) -> Vec<RsFrame> {
-    let reused = FREED.try_with(|f| f.try_borrow_mut().ok()?.pop()).ok().flatten();
-    let mut frames = reused.unwrap_or_default();
-    frames.reserve(capacity);
-    frames
-}
-
-impl PyTrace {
-    pub(super) fn new(
-        frames: Vec<RsFrame>,
-        end: unwind::End,
-        arch: Arch,
-        end_module: Option<Arc<Module>>,
-    ) -> Self {
-        PyTrace { frames, end, arch, end_module }
-    }
-}
-
-#[pymethods]
-impl PyTrace {
-    #[getter]
-    fn frames(&self) -> Vec<PyFrame> {
-        self.frames.iter().copied().map(PyFrame).collect()
-    }
-
-    /// The frames' pcs (faster than going through `frames`).
-    #[getter]
-    fn pcs(&self) -> Vec<u64> {
-        self.frames.iter().map(|f| f.pc).collect()
-    }
-
-    /// Why the walk stopped: end_of_stack, pc_zero, cfa_not_increasing,
-    /// memory, no_module, no_unwind_info, missing_register, bad_cfi,
-    /// frame_limit, fp_invalid, bad_return_address, scan_failed.
-    #[getter]
-    fn end(&self) -> &'static str {
-        self.end.reason.as_str()
-    }
-
-    /// A one-line account of where and why the walk stopped.
-    #[getter]
-    fn end_detail(&self) -> String {
-        self.end.describe(self.arch, self.end_module.as_ref().map(|m| m.name.as_str()))
-    }
-
-    /// True when the walk reached the outermost frame.
-    #[getter]
-    fn complete(&self) -> bool {
-        self.end.reason.is_clean()
-    }
-
-    fn __len__(&self) -> usize {
-        self.frames.len()
-    }
-
-    fn __repr__(&self) -> String {
-        format!("<Trace {} frames, end={:?}>", self.frames.len(), self.end.reason.as_str())
-    }
-}
 
 /// Unwinds native stacks for one architecture.
 #[pyclass(module = "stackwalk._core", name = "Unwinder", subclass)]
@@ -370,16 +214,17 @@ impl PyUnwinder {
     /// iterable of (start address, bytes-like) regions).
     /// At most `max_frames` frames; None: as many as the captured stack (the
     /// region holding the stack pointer) can hold, a frame taking at least a
-    /// word.
-    #[pyo3(signature = (regs, memory, max_frames = None))]
+    /// word. `registers`: keep each frame's registers (`Trace.registers`).
+    #[pyo3(signature = (regs, memory, max_frames = None, registers = false))]
     fn unwind(
         &mut self,
         regs: &Bound<'_, PyAny>,
         memory: &Bound<'_, PyAny>,
         max_frames: Option<usize>,
+        registers: bool,
     ) -> PyResult<PyTrace> {
         let arch = self.inner.arch();
-        let (pc, registers) = shared_registers(arch, regs)?;
+        let (pc, shared) = shared_registers(arch, regs)?;
         let mapped = mapped_memory(memory);
         let mut held = std::mem::take(&mut self.held);
         if mapped.is_none() {
@@ -393,8 +238,14 @@ impl PyUnwinder {
             regions.add(*start, bytes.as_slice());
         }
         let (inner, frames) = (&mut self.inner, &mut self.frames);
-        let end =
-            guard("unwinding", || inner.unwind(pc, &registers, &mut regions, max_frames, frames));
+        let mut files = registers.then(Vec::new);
+        let regs = shared;
+        let end = guard("unwinding", || match &mut files {
+            Some(files) => {
+                inner.unwind_with_registers(pc, &regs, &mut regions, max_frames, frames, files)
+            }
+            None => inner.unwind(pc, &regs, &mut regions, max_frames, frames),
+        });
         if mapped.is_none() {
             self.spans = regions.into_storage();
         }
@@ -411,6 +262,7 @@ impl PyUnwinder {
             end,
             arch,
             end_module: self.inner.end_module(&end),
+            registers: files,
         })
     }
 

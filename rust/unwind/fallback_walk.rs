@@ -86,13 +86,19 @@ impl Unwinder {
             sp_exact: found.sp_exact,
             trust,
         };
-        self.walk_arch::<M, true>(Start { callee, regs: caller_regs, end }, mem, max_frames, frames)
+        self.walk_arch::<M, true, false>(
+            Start { callee, regs: caller_regs, end },
+            mem,
+            max_frames,
+            frames,
+        )
     }
 
     /// The walk from frame 0 (in `frames`, its registers in `start`) on.
     /// `FALLBACK`: the strategies are not CFI alone; `A`: the architecture
-    /// ([`arch_of`]), which is the unwinder's.
-    pub(super) fn walk<M: Memory + ?Sized, const FALLBACK: bool, const A: u8>(
+    /// ([`arch_of`]), which is the unwinder's; `REC`: each frame's registers
+    /// are kept ([`Unwinder::unwind_with_registers`]).
+    pub(super) fn walk<M: Memory + ?Sized, const FALLBACK: bool, const A: u8, const REC: bool>(
         &mut self,
         start: Start,
         mem: &mut M,
@@ -185,6 +191,9 @@ impl Unwinder {
                         return end;
                     }
                     frames.push(caller.frame(trust));
+                    if REC {
+                        self.record(caller_regs, &caller.frame(trust), caller.sp_exact);
+                    }
                     callee.pc = caller.pc;
                     callee.sp = caller.sp;
                     callee.interrupted = caller.interrupted;

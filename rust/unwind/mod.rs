@@ -40,6 +40,21 @@ pub struct Unwinder {
     /// that of every stack it goes on ([`Unwinder::regrow_bound`]). Kept
     /// here, not in the walk's state, which the hot loop holds in registers.
     implicit_limit: bool,
+    /// Each frame's registers, kept by [`Unwinder::unwind_with_registers`].
+    recorder: Recorder,
+}
+
+/// The registers of each frame of a recording walk, as the walk recovered
+/// them. A register is kept only where the walk proved it: every frame's
+/// pc, and its sp unless only a bound (an aarch64 frame found by its
+/// callee's frame record); the rest as CFI recovered them up to the first
+/// frame a fallback found. From there on callee-saved registers are the callee's
+/// taken as they were (a frame record or a scan says nothing of them), so
+/// only the frame pointer a frame record held is kept besides.
+#[derive(Default)]
+struct Recorder {
+    frames: Vec<Registers>,
+    unproven: bool,
 }
 
 /// The architectures as const generic parameters: the walk is compiled once
@@ -164,6 +179,7 @@ impl Unwinder {
             scan_words: DEFAULT_SCAN_WORDS,
             initial_stack: None,
             implicit_limit: false,
+            recorder: Recorder::default(),
         }
     }
 
@@ -179,6 +195,7 @@ impl Unwinder {
             scan_words: self.scan_words,
             initial_stack: self.initial_stack,
             implicit_limit: false,
+            recorder: Recorder::default(),
         }
     }
 
@@ -337,6 +354,69 @@ impl Unwinder {
         max_frames: Option<usize>,
         frames: &mut Vec<Frame>,
     ) -> End {
+        self.unwind_from::<M, false>(pc, regs, mem, max_frames, frames)
+    }
+
+    /// [`Unwinder::unwind`], also giving each frame's registers as the walk
+    /// recovered them, one file a frame in `registers` (cleared first): what
+    /// a debugger shows in that frame (`frame N`, `info registers`). Frame 0
+    /// holds the registers given; a caller found by CFI the callee-saved
+    /// registers as its rows restored them or left them, the registers a
+    /// signal frame restored, its pc and sp (the CFA); the other
+    /// registers are unknown. Past the first frame a fallback strategy found,
+    /// only pc, sp (where exact) and a frame record's frame pointer (see
+    /// [`Recorder`]).
+    /// Walked by the general loop, not the CFI-only one: the same frames,
+    /// more slowly, and the profiler's walk is untouched.
+    pub fn unwind_with_registers<M: Memory + ?Sized>(
+        &mut self,
+        pc: u64,
+        regs: &Registers,
+        mem: &mut M,
+        max_frames: Option<usize>,
+        frames: &mut Vec<Frame>,
+        registers: &mut Vec<Registers>,
+    ) -> End {
+        registers.clear();
+        self.recorder = Recorder { frames: std::mem::take(registers), unproven: false };
+        let end = self.unwind_from::<M, true>(pc, regs, mem, max_frames, frames);
+        *registers = std::mem::take(&mut self.recorder.frames);
+        end
+    }
+
+    /// Keep a recording walk's registers of `frame`, just found (see [`Recorder`]).
+    #[cold]
+    #[inline(never)]
+    fn record(&mut self, regs: &Registers, frame: &Frame, sp_exact: bool) {
+        let arch = self.arch;
+        let recorder = &mut self.recorder;
+        recorder.unproven |= !matches!(frame.trust, Trust::Context | Trust::Cfi);
+        let mut kept = Registers::new();
+        if !recorder.unproven {
+            kept = *regs;
+        } else if let Some(fp) = regs.get(arch.fp()).filter(|_| frame.trust == Trust::FramePointer)
+        {
+            kept.set(arch.fp(), fp);
+        }
+        // An aarch64 frame a frame record found has no exact sp, only a bound.
+        if sp_exact {
+            kept.set(arch.sp(), frame.sp);
+        }
+        if let Some(col) = arch.pc_column() {
+            kept.set(col, frame.pc);
+        }
+        recorder.frames.push(kept);
+    }
+
+    #[inline(always)]
+    fn unwind_from<M: Memory + ?Sized, const REC: bool>(
+        &mut self,
+        pc: u64,
+        regs: &Registers,
+        mem: &mut M,
+        max_frames: Option<usize>,
+        frames: &mut Vec<Frame>,
+    ) -> End {
         frames.clear();
         let arch = self.arch;
         let mut end = End {
@@ -370,14 +450,17 @@ impl Unwinder {
             interrupted: true,
             signal_frame: false,
         });
+        if REC {
+            self.record(&regs, &frames[0], true);
+        }
         // CFI alone (the profiler's walk) is compiled without the fallback
         // path, so it costs nothing there. (The test written as a method
         // call changed what LLVM inlined here: 1.4 ns a frame more on the
         // python3 stack, see benches/NOTES.md.)
         if self.strategies.as_slice() == [Strategy::Cfi] {
-            self.walk_arch::<M, false>(Start { callee, regs, end }, mem, max_frames, frames)
+            self.walk_arch::<M, false, REC>(Start { callee, regs, end }, mem, max_frames, frames)
         } else {
-            self.walk_arch::<M, true>(Start { callee, regs, end }, mem, max_frames, frames)
+            self.walk_arch::<M, true, REC>(Start { callee, regs, end }, mem, max_frames, frames)
         }
     }
 
@@ -455,8 +538,10 @@ impl Unwinder {
     }
 
     /// [`Unwinder::walk`] compiled for this unwinder's architecture.
+    /// `REC`: a recording walk ([`Unwinder::unwind_with_registers`]), by the
+    /// general loop whatever the strategies.
     #[inline(always)]
-    fn walk_arch<M: Memory + ?Sized, const FALLBACK: bool>(
+    fn walk_arch<M: Memory + ?Sized, const FALLBACK: bool, const REC: bool>(
         &mut self,
         start: Start,
         mem: &mut M,
@@ -464,8 +549,10 @@ impl Unwinder {
         frames: &mut Vec<Frame>,
     ) -> End {
         with_arch!(self.arch, A => {
-            if FALLBACK {
-                self.walk::<M, true, A>(start, mem, max_frames, frames)
+            if REC {
+                self.walk::<M, FALLBACK, A, true>(start, mem, max_frames, frames)
+            } else if FALLBACK {
+                self.walk::<M, true, A, false>(start, mem, max_frames, frames)
             } else {
                 self.walk_cfi::<M, A>(start, mem, max_frames, frames)
             }

@@ -472,3 +472,69 @@ fn return_address_at_the_end_of_a_module_is_in_it() {
     assert_eq!(w.pcs(), [rt(F + 0x10), rt(TEXT.end), rt(START + 5)]);
     assert_eq!(w.end.reason, EndReason::EndOfStack);
 }
+
+/// The registers of each frame of [`chain_stack`], as `unwind_with_registers`
+/// keeps them: (column, value) pairs, sorted.
+fn chain_registers(uw: &mut Unwinder, given: &[(u16, u64)]) -> (Walk, Vec<Vec<(u16, u64)>>) {
+    let (mut frames, mut files) = (Vec::new(), vec![Registers::new(); 3]);
+    let stack = chain_stack();
+    let mut mem = stack.memory();
+    let pc = rt(FP_A + 0x10);
+    let end = uw.unwind_with_registers(
+        pc,
+        &registers(given),
+        &mut mem,
+        Some(64),
+        &mut frames,
+        &mut files,
+    );
+    let known =
+        files.iter().map(|f| (0..64).filter_map(|c| f.get(c).map(|v| (c, v))).collect()).collect();
+    (Walk { frames, end }, known)
+}
+
+#[test]
+fn each_frames_registers_are_those_its_cfi_recovered() {
+    let mut uw = eh_unwinder(&chain_cfi());
+    let given = [(RAX, 0x99), (RBX, 0x1234), (RSP, SP), (RBP, SP + 0x10), (R12, 7)];
+    let (w, regs) = chain_registers(&mut uw, &given);
+    assert_chain(&w);
+    // The same frames as the plain walk's, and one file a frame.
+    assert_eq!(w.frames, walk_chain(&mut uw).frames);
+    let pcs = w.pcs();
+    assert_eq!(
+        regs[0],
+        [(RAX, 0x99), (RBX, 0x1234), (RBP, SP + 0x10), (RSP, SP), (R12, 7), (RIP, pcs[0])],
+        "frame 0: the registers given, and the pc"
+    );
+    // Each caller: rbp restored from its callee's frame, sp the CFA, rbx and
+    // r12 kept (callee-saved, no rule), rax unknown (caller-saved).
+    let callers = [(SP + 0x40, SP + 0x20), (SP + 0x80, SP + 0x50), (0, SP + 0x90)];
+    for (i, &(rbp, rsp)) in callers.iter().enumerate() {
+        let expected = [(RBX, 0x1234), (RBP, rbp), (RSP, rsp), (R12, 7), (RIP, pcs[i + 1])];
+        assert_eq!(regs[i + 1], expected, "frame {}", i + 1);
+    }
+    assert_eq!(regs.len(), w.frames.len());
+}
+
+#[test]
+fn past_a_fallback_frame_only_pc_sp_and_a_records_fp_are_kept() {
+    // B has no CFI: the frame-pointer strategy finds C from B's frame record.
+    let mut cfi = CfiBuilder::new(Arch::X86_64);
+    cfi.fde(FP_A, 0x100, frame_pointer_rows())
+        .fde(FP_C, 0x100, frame_pointer_rows())
+        .outermost(START);
+    let mut uw = eh_unwinder(&cfi);
+    uw.set_strategies(&[Strategy::Cfi, Strategy::FramePointer]);
+    let given = [(RBX, 0x1234), (RSP, SP), (RBP, SP + 0x10)];
+    let (w, regs) = chain_registers(&mut uw, &given);
+    let pcs = w.pcs();
+    assert_eq!(pcs, [rt(FP_A + 0x10), rt(FP_B + 0x20), rt(FP_C + 0x20), rt(START + 5)]);
+    let trusts: Vec<Trust> = w.frames.iter().map(|f| f.trust).collect();
+    assert_eq!(trusts, [Trust::Context, Trust::Cfi, Trust::FramePointer, Trust::Cfi]);
+    assert_eq!(regs[1], [(RBX, 0x1234), (RBP, SP + 0x40), (RSP, SP + 0x20), (RIP, pcs[1])]);
+    // C, found by B's frame record: its fp from the record, no rbx (B may
+    // have changed it); D, by CFI from C: pc and sp only.
+    assert_eq!(regs[2], [(RBP, SP + 0x80), (RSP, SP + 0x50), (RIP, pcs[2])]);
+    assert_eq!(regs[3], [(RSP, SP + 0x90), (RIP, pcs[3])]);
+}

@@ -1,0 +1,202 @@
+//! A trace, and its frames, as Python sees them: `Unwinder.unwind`'s result.
+
+use std::sync::Arc;
+
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use super::errors::StackwalkError;
+use crate::arch::Arch;
+use crate::cfi::Module;
+use crate::registers::Registers;
+use crate::unwind::{self, Frame as RsFrame};
+
+/// One frame of a trace.
+#[pyclass(module = "stackwalk._core", name = "Frame", frozen, eq, hash)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PyFrame(pub(super) RsFrame);
+
+#[pymethods]
+impl PyFrame {
+    /// Frame 0: the instruction pointer; later frames: the return address.
+    #[getter]
+    fn pc(&self) -> u64 {
+        self.0.pc
+    }
+
+    #[getter]
+    fn sp(&self) -> u64 {
+        self.0.sp
+    }
+
+    /// The canonical frame address, or None where it could not be computed.
+    #[getter]
+    fn cfa(&self) -> Option<u64> {
+        self.0.cfa
+    }
+
+    /// How the frame was found, best first: "context" (given registers),
+    /// "cfi", "frame_pointer", "cfi_scan" (CFI from a scanned frame), "scan".
+    #[getter]
+    fn trust(&self) -> &'static str {
+        self.0.trust.as_str()
+    }
+
+    /// The pc is where the thread was stopped (frame 0, or interrupted by a
+    /// signal), not a return address.
+    #[getter]
+    fn interrupted(&self) -> bool {
+        self.0.interrupted
+    }
+
+    /// The frame is a signal trampoline (its CIE has the `S` augmentation),
+    /// or Go's `runtime.sigpanic`, which a faulting goroutine is made to call.
+    #[getter]
+    fn signal_frame(&self) -> bool {
+        self.0.signal_frame
+    }
+
+    /// The address to look up the frame's function and line at: the pc where
+    /// it was not reached by a call, else pc − 1 (inside the call).
+    #[getter]
+    fn lookup_pc(&self) -> u64 {
+        self.0.lookup_pc()
+    }
+
+    fn __repr__(&self) -> String {
+        let f = &self.0;
+        let cfa = f.cfa.map_or("None".to_owned(), |c| format!("{c:#x}"));
+        format!("Frame(pc={:#x}, sp={:#x}, cfa={cfa}, trust={:?})", f.pc, f.sp, f.trust.as_str())
+    }
+}
+
+/// The result of one unwind: the frames, and why the walk stopped.
+#[pyclass(module = "stackwalk._core", name = "Trace", frozen)]
+pub struct PyTrace {
+    pub(super) frames: Vec<RsFrame>,
+    pub(super) end: unwind::End,
+    pub(super) arch: Arch,
+    /// The module the end refers to, for the message (made on demand).
+    pub(super) end_module: Option<Arc<Module>>,
+    /// Each frame's registers, where the walk kept them (`registers=True`).
+    pub(super) registers: Option<Vec<Registers>>,
+}
+
+thread_local! {
+    /// The frame vectors of traces let go of on this thread, for the next
+    /// `unwind` calls (an allocation and a free less each).
+    static FREED: std::cell::RefCell<Vec<Vec<RsFrame>>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+/// The most vectors kept, and the largest (in frames).
+const FREED_VECTORS: usize = 16;
+const FREED_FRAMES: usize = 4096;
+
+impl Drop for PyTrace {
+    fn drop(&mut self) {
+        let mut frames = std::mem::take(&mut self.frames);
+        if frames.capacity() == 0 || frames.capacity() > FREED_FRAMES {
+            return;
+        }
+        frames.clear();
+        let _ = FREED.try_with(|freed| {
+            if let Ok(mut freed) = freed.try_borrow_mut() {
+                if freed.len() < FREED_VECTORS {
+                    freed.push(frames);
+                }
+            }
+        });
+    }
+}
+
+/// An empty frame vector for a walk, of `capacity` frames at least: one a
+/// trace let go of, or a new one.
+pub(super) fn frame_vector(capacity: usize) -> Vec<RsFrame> {
+    let reused = FREED.try_with(|f| f.try_borrow_mut().ok()?.pop()).ok().flatten();
+    let mut frames = reused.unwrap_or_default();
+    frames.reserve(capacity);
+    frames
+}
+
+impl PyTrace {
+    pub(super) fn new(
+        frames: Vec<RsFrame>,
+        end: unwind::End,
+        arch: Arch,
+        end_module: Option<Arc<Module>>,
+    ) -> Self {
+        PyTrace { frames, end, arch, end_module, registers: None }
+    }
+}
+
+#[pymethods]
+impl PyTrace {
+    #[getter]
+    fn frames(&self) -> Vec<PyFrame> {
+        self.frames.iter().copied().map(PyFrame).collect()
+    }
+
+    /// The frames' pcs (faster than going through `frames`).
+    #[getter]
+    fn pcs(&self) -> Vec<u64> {
+        self.frames.iter().map(|f| f.pc).collect()
+    }
+
+    /// Why the walk stopped: end_of_stack, pc_zero, cfa_not_increasing,
+    /// memory, no_module, no_unwind_info, missing_register, bad_cfi,
+    /// frame_limit, fp_invalid, bad_return_address, scan_failed.
+    #[getter]
+    fn end(&self) -> &'static str {
+        self.end.reason.as_str()
+    }
+
+    /// A one-line account of where and why the walk stopped.
+    #[getter]
+    fn end_detail(&self) -> String {
+        self.end.describe(self.arch, self.end_module.as_ref().map(|m| m.name.as_str()))
+    }
+
+    /// True when the walk reached the outermost frame.
+    #[getter]
+    fn complete(&self) -> bool {
+        self.end.reason.is_clean()
+    }
+
+    /// The registers of frame `index` as the walk recovered them (register
+    /// name -> value), where `unwind` was asked for them (`registers=True`):
+    /// what a debugger shows in that frame. Frame 0's are those given; a
+    /// caller's, its pc and sp and the callee-saved registers CFI restored
+    /// or left as they were (every register, past a signal frame); past the
+    /// first frame a fallback strategy found, only pc, sp and the frame
+    /// pointer a frame record held.
+    fn registers<'py>(&self, py: Python<'py>, index: usize) -> PyResult<Bound<'py, PyDict>> {
+        let Some(files) = &self.registers else {
+            return Err(StackwalkError::new_err(
+                "this trace has no registers: unwind it with registers=True",
+            ));
+        };
+        let (Some(file), Some(frame)) = (files.get(index), self.frames.get(index)) else {
+            return Err(pyo3::exceptions::PyIndexError::new_err(format!(
+                "frame {index} of a trace of {} frames",
+                self.frames.len()
+            )));
+        };
+        let arch = self.arch;
+        let out = PyDict::new(py);
+        for col in 0..crate::arch::NUM_REGS as u16 {
+            if let (Some(value), Some(name)) = (file.get(col), arch.register_name(col)) {
+                out.set_item(name, value)?;
+            }
+        }
+        out.set_item(arch.pc_name(), frame.pc)?;
+        Ok(out)
+    }
+
+    fn __len__(&self) -> usize {
+        self.frames.len()
+    }
+
+    fn __repr__(&self) -> String {
+        format!("<Trace {} frames, end={:?}>", self.frames.len(), self.end.reason.as_str())
+    }
+}
