@@ -3,7 +3,8 @@
 use std::sync::Arc;
 
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyDict, PyString};
 
 use super::errors::StackwalkError;
 use crate::arch::Arch;
@@ -181,14 +182,14 @@ impl PyTrace {
                 self.frames.len()
             )));
         };
-        let arch = self.arch;
+        let (columns, pc) = register_names(py, self.arch);
         let out = PyDict::new(py);
-        for col in 0..crate::arch::NUM_REGS as u16 {
-            if let (Some(value), Some(name)) = (file.get(col), arch.register_name(col)) {
-                out.set_item(name, value)?;
+        for (col, name) in columns {
+            if let Some(value) = file.get(*col) {
+                out.set_item(name.bind(py), value)?;
             }
         }
-        out.set_item(arch.pc_name(), frame.pc)?;
+        out.set_item(pc.bind(py), frame.pc)?;
         Ok(out)
     }
 
@@ -199,4 +200,24 @@ impl PyTrace {
     fn __repr__(&self) -> String {
         format!("<Trace {} frames, end={:?}>", self.frames.len(), self.end.reason.as_str())
     }
+}
+
+/// An architecture's register names, interned once: each named DWARF column's
+/// (in column order), and the pc's (x86's is also a column, the last).
+type RegisterNames = (Vec<(u16, Py<PyString>)>, Py<PyString>);
+
+fn register_names(py: Python<'_>, arch: Arch) -> &RegisterNames {
+    static NAMES: [PyOnceLock<RegisterNames>; 3] =
+        [PyOnceLock::new(), PyOnceLock::new(), PyOnceLock::new()];
+    let at = match arch {
+        Arch::X86_64 => 0,
+        Arch::Aarch64 => 1,
+        Arch::I386 => 2,
+    };
+    NAMES[at].get_or_init(py, || {
+        let columns = (0..crate::arch::NUM_REGS as u16)
+            .filter_map(|col| Some((col, PyString::intern(py, arch.register_name(col)?).unbind())))
+            .collect();
+        (columns, PyString::intern(py, arch.pc_name()).unbind())
+    })
 }
