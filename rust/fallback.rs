@@ -374,7 +374,14 @@ impl Context<'_> {
         let Some(fp) = fp else {
             return Err((EndReason::MissingRegister, EndDetail::Register(arch.fp())));
         };
-        if let Err(problem) = self.check_fp(fp, callee.sp) {
+        // Go on aarch64 keeps a function's frame record one word below its
+        // sp (the caller's fp at sp - 8, its own return address at sp).
+        let floor = if self.go_record_below_sp(callee.pc) {
+            callee.sp.saturating_sub(w)
+        } else {
+            callee.sp
+        };
+        if let Err(problem) = self.check_fp(fp, floor) {
             return Err((EndReason::FpInvalid, EndDetail::FramePointer { fp, problem }));
         }
         let (fp_slot, ra_slot) = arch.frame_record();
@@ -507,6 +514,17 @@ impl Context<'_> {
         let Some(target) = self.arch.direct_call_target(elf, code) else { return false };
         let (target, call) = (target.wrapping_add(module.bias), ra - 1);
         target <= call && call <= pc
+    }
+
+    /// Whether the frame at `pc` is an aarch64 Go function's, whose prologue
+    /// stores the caller's fp one word below its new sp and points fp there
+    /// (`MOVD.W R30, -size(RSP); MOVD R29, -8(RSP); SUB $8, RSP, R29`).
+    fn go_record_below_sp(&self, pc: u64) -> bool {
+        if self.arch != Arch::Aarch64 {
+            return false;
+        }
+        let Some(m) = self.modules.index_of(pc) else { return false };
+        self.modules.modules()[m].is_go()
     }
 
     /// Whether `pc` is in Go's `runtime.sigpanic`, by the module's symbols.
