@@ -3,7 +3,8 @@
 //! captured from it, see `fuzz/seed.py`), or, when the bytes are not ELF,
 //! a raw `.eh_frame`. The walk must end with a reason, within `max_frames`
 //! (0: none given, so within what the stack can hold), and a second walk
-//! (served from the rule cache) must find the same frames.
+//! (served from the rule cache) must find the same frames, as must the walk
+//! that keeps each frame's registers.
 //!
 //! Input layout: u8 flags (bit 0: aarch64, bit 2: i386, bit 3: frame-pointer
 //! fallback, bit 4: stack scanning), u16 max_frames, u32 image_len,
@@ -107,6 +108,25 @@ pub fn run(data: &[u8]) {
     let end2 = unwinder.unwind(pc, &regs, &mut memory.clone(), limit, &mut again);
     assert_eq!(frames, again, "a walk served from the rule cache differs");
     assert_eq!(end, end2);
+    // The walk that keeps each frame's registers (the general loop, also
+    // where the strategies are CFI alone): the same frames and end, one
+    // register file a frame, each holding that frame's pc.
+    let mut kept = (Vec::new(), Vec::new());
+    let end4 = unwinder.unwind_with_registers(
+        pc,
+        &regs,
+        &mut memory.clone(),
+        limit,
+        &mut kept.0,
+        &mut kept.1,
+    );
+    assert_eq!((&frames, end), (&kept.0, end4), "the walk keeping registers differs");
+    assert_eq!(kept.1.len(), frames.len());
+    if let Some(col) = arch.pc_column() {
+        for (frame, file) in frames.iter().zip(&kept.1) {
+            assert_eq!(file.get(col), Some(frame.pc));
+        }
+    }
     // A profile's walk: with fallbacks, the CFI-alone walk's frames where it
     // ended at the stack's end, the frame limit, the copy's end or outside
     // every module, else the walk with fallbacks, `unwind`'s.
