@@ -201,6 +201,11 @@ def test_a_stripped_program_is_named_from_its_gopclntab(tmp_path: Path) -> None:
     assert {t["end"] for t in every} == {"end_of_stack"}, [t["frames"][-1] for t in every]
 
 
+# Where the frames of a Go thread's own stack (g0's) begin: runtime.mstart, and the functions
+# that switch to it and start its frames afresh (fp 0), as Go's traceback stops at them.
+G0_TOPS = ("runtime.mstart", "runtime.mcall", "runtime.morestack", "runtime.systemstack")
+
+
 def test_aarch64_stripped_runtime_threads_are_walked_by_their_frame_records(
     tmp_path: Path,
 ) -> None:
@@ -210,8 +215,10 @@ def test_aarch64_stripped_runtime_threads_are_walked_by_their_frame_records(
     a record the frame-pointer step took for one below the frame was refused, and the runtime's
     own threads (sysmon's and the idle ones', parked in futex) were found past their first
     caller by scanning. Now every thread but the crashed one is walked by frame records alone
-    to the outermost function of a thread's stack (runtime.mstart, or runtime.mcall where the
-    scheduler starts the stack afresh), and the chain is proven from the program: each return
+    to the outermost function of a thread's stack (runtime.mstart, or a function that switches
+    to the thread's own stack and starts its frames afresh there, with fp 0: runtime.mcall,
+    morestack or systemstack, where each thread is depends on the moment of the crash), and
+    the chain is proven from the program: each return
     address follows a ``bl`` or ``blr``, and a ``bl`` calls the function of the frame below, as
     ``go tool addr2line`` names both. (Go's traceback shows goroutines, not these threads; the
     crashed thread goes through qemu's signal trampoline, outside every module, and is not
@@ -226,8 +233,9 @@ def test_aarch64_stripped_runtime_threads_are_walked_by_their_frame_records(
     proc = stackwalk_core(core, exe, "--json")
     assert proc.returncode in (0, 1), proc.stderr
     doc = json.loads(proc.stdout)
-    threads = [t["frames"] for t in doc["threads"] if t["tid"] != doc["crashing_thread"]]
-    assert len(threads) >= 2, doc["threads"]
+    others = [t for t in doc["threads"] if t["tid"] != doc["crashing_thread"]]
+    assert len(others) >= 2 and {t["end"] for t in others} == {"end_of_stack"}, others
+    threads = [t["frames"] for t in others]
     listing = run(["aarch64-linux-gnu-objdump", "-d", "--no-show-raw-insn", exe]).stdout
     insns = {}
     for line in listing.splitlines():
@@ -236,7 +244,7 @@ def test_aarch64_stripped_runtime_threads_are_walked_by_their_frame_records(
     lookups = [int(f["pc"], 16) - (0 if i == 0 else 1) for t in threads for i, f in enumerate(t)]
     targets = []
     for frames in threads:
-        assert frames[-1]["function"] in ("runtime.mstart", "runtime.mcall"), frames[-1]
+        assert frames[-1]["function"] in G0_TOPS, frames[-1]
         assert {f["trust"] for f in frames[1:]} == {"frame_pointer"}, frames
         for caller in frames[1:]:
             op, operand = insns[int(caller["pc"], 16) - 4]
