@@ -241,12 +241,7 @@ def _add_dump_options(k: Any, what: str) -> None:
         action="store_true",
         help="no frames for the functions inlined at a pc (from DWARF, shown by default)",
     )
-    k.add_argument(
-        "--registers",
-        action="store_true",
-        help="each frame's registers as the walk recovered them, as a debugger shows them in "
-        "that frame (pc, sp, the callee-saved registers; every one past a signal frame)",
-    )
+    _add_registers(k)
     k.add_argument(
         "--jobs",
         type=_jobs,
@@ -302,6 +297,15 @@ def _add_perf(sub: Any) -> None:
     )
 
 
+def _add_registers(parser: Any) -> None:
+    parser.add_argument(
+        "--registers",
+        action="store_true",
+        help="each frame's registers as the walk recovered them, as a debugger shows them in "
+        "that frame (pc, sp, the callee-saved registers; every one past a signal frame)",
+    )
+
+
 def _add_offline(parser: Any) -> None:
     parser.add_argument(
         "--offline",
@@ -328,12 +332,7 @@ def _add_pid(sub: Any) -> None:
     p.add_argument("--debug-root", metavar="DIR", default="/usr/lib/debug")
     _add_strategies(p)
     p.add_argument("--no-inline", action="store_true", help="no frames for inlined functions")
-    p.add_argument(
-        "--registers",
-        action="store_true",
-        help="each frame's registers as the walk recovered them, as a debugger shows them in "
-        "that frame (pc, sp, the callee-saved registers; every one past a signal frame)",
-    )
+    _add_registers(p)
     p.add_argument(
         "--perf-map", metavar="FILE", help="a JIT's perf map (default: /tmp/perf-PID.map if any)"
     )
