@@ -18,6 +18,7 @@ faulting pc is also the one gdb stops at on the SIGSEGV.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -27,6 +28,7 @@ from typing import Any
 
 import pytest
 from corefiles import AARCH64_SYSROOT, run, stackwalk_core
+from perfdata import disassembly
 from realstacks import PROGRAMS
 from stackwalk import Unwinder
 from stackwalk._core import SymbolTable
@@ -236,30 +238,20 @@ def test_aarch64_stripped_runtime_threads_are_walked_by_their_frame_records(
     others = [t for t in doc["threads"] if t["tid"] != doc["crashing_thread"]]
     assert len(others) >= 2 and {t["end"] for t in others} == {"end_of_stack"}, others
     threads = [t["frames"] for t in others]
-    listing = run(["aarch64-linux-gnu-objdump", "-d", "--no-show-raw-insn", exe]).stdout
-    insns = {}
-    for line in listing.splitlines():
-        if m := re.match(r"^\s+([0-9a-f]+):\s+(\S+)\s*(\S*)", line):
-            insns[int(m[1], 16)] = (m[2], m[3])
-    lookups = [int(f["pc"], 16) - (0 if i == 0 else 1) for t in threads for i, f in enumerate(t)]
-    targets = []
+    calls = disassembly(str(exe), "aarch64-linux-gnu-objdump").calls
+    direct = []  # (a direct call's target, the frame below it)
     for frames in threads:
         assert frames[-1]["function"] in G0_TOPS, frames[-1]
         assert {f["trust"] for f in frames[1:]} == {"frame_pointer"}, frames
-        for caller in frames[1:]:
-            op, operand = insns[int(caller["pc"], 16) - 4]
-            assert op in ("bl", "blr"), (caller, op)
-            targets.append(int(operand, 16) if op == "bl" else None)
-    direct = [t for t in targets if t is not None]
+        for callee, caller in itertools.pairwise(frames):
+            return_address = int(caller["pc"], 16)
+            assert return_address in calls, f"{caller} follows no bl or blr"
+            if calls[return_address] is not None:
+                direct.append((calls[return_address], callee))
+    lookups = [int(f["pc"], 16) - (0 if i == 0 else 1) for t in threads for i, f in enumerate(t)]
+    addresses = lookups + [target for target, _ in direct]
     named = run([GO, "tool", "addr2line", str(exe)],
-                input="".join(f"{a:#x}\n" for a in lookups + direct)).stdout  # fmt: skip
+                input="".join(f"{a:#x}\n" for a in addresses)).stdout  # fmt: skip
     names = named.splitlines()[::2]
-    frame_names, target_names = names[: len(lookups)], iter(names[len(lookups) :])
-    assert [f["function"] for t in threads for f in t] == frame_names
-    at = 0
-    for frames in threads:
-        for i in range(1, len(frames)):
-            target = targets.pop(0)
-            if target is not None:
-                assert next(target_names) == frame_names[at + i - 1], (frames[i - 1], frames[i])
-        at += len(frames)
+    assert [f["function"] for t in threads for f in t] == names[: len(lookups)]
+    assert names[len(lookups) :] == [callee["function"] for _, callee in direct], direct
