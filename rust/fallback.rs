@@ -253,6 +253,26 @@ pub(crate) fn sigreturn_at(arch: Arch, modules: &ModuleSet, pc: u64) -> bool {
     code.is_some_and(|code| arch.sigreturn_at(code))
 }
 
+/// How far above a handler's frame record its signal frame may begin: the
+/// rest of the handler's first frame (Go's sigtramp's is 176 bytes).
+const SIGNAL_FRAME_REACH: u64 = 4096;
+
+/// The first address from `from` up (16-byte aligned, as the kernel places
+/// its signal frames) where [`crate::sigframe::restore`] finds the kernel's
+/// signal frame, within [`SIGNAL_FRAME_REACH`]. aarch64 only: the one
+/// architecture whose handlers return to a page in no module (qemu-user's
+/// trampoline, where a real kernel's is the vdso's).
+fn signal_frame_above<M: Memory + ?Sized>(arch: Arch, from: u64, mem: &mut M) -> Option<u64> {
+    if arch != Arch::Aarch64 {
+        return None;
+    }
+    let first = from.checked_add(15)? & !15;
+    let mut scratch = Registers::new();
+    (first..from.saturating_add(SIGNAL_FRAME_REACH)).step_by(16).find(|&at| {
+        crate::sigframe::restore(arch, at, &mut scratch, mem).is_some_and(|(_, sp)| sp > at)
+    })
+}
+
 impl Context<'_> {
     fn in_stack(&self, addr: u64) -> bool {
         self.stack.is_some_and(|(start, end)| start <= addr && addr < end)
@@ -407,6 +427,20 @@ impl Context<'_> {
         let interrupted = self.in_go_sigpanic(callee.pc);
         match self.check_return_address(ra) {
             Err(RaProblem::NoCall) if interrupted => {}
+            // A signal handler's return address in no module may be a
+            // trampoline on a page of its own (qemu-user's on aarch64):
+            // believed where the kernel's signal frame lies above the
+            // record, which then gives the trampoline frame's sp exactly.
+            Err(RaProblem::NotInCode) if self.modules.index_of(ra.wrapping_sub(1)).is_none() => {
+                let Some(sp) = signal_frame_above(arch, fp + 2 * w, mem) else {
+                    let problem = RaProblem::NotInCode;
+                    let detail = EndDetail::ReturnAddress { address: ra, problem };
+                    return Err((EndReason::BadReturnAddress, detail));
+                };
+                self.set_caller(regs, caller, ra, sp, Some(caller_fp));
+                self.last_fp = Some(fp);
+                return Ok(Found { pc: ra, sp, sp_exact: true, interrupted: false });
+            }
             Err(problem) => {
                 return Err((
                     EndReason::BadReturnAddress,

@@ -9,7 +9,14 @@
 //! instead of the interrupted frame. The kernel's frame is checked field by
 //! field before it is believed: `uc_link` 0, `uc_flags` the kernel's, the
 //! user code segment in `cs`, user addresses in rip and rsp, the FPU state
-//! pointer on the stack above it. Only x86_64: the aarch64 and i386
+//! pointer on the stack above it.
+//!
+//! aarch64's kernel frame too: its trampoline is the vdso's, with CFI, but
+//! musl's `__restore_rt` has none, and qemu-user (7.2) returns from a
+//! guest's handler through a page of its own, in no module. There the
+//! checks are `uc_flags` and `uc_link` 0, a pstate of user code (EL0,
+//! AArch64), user addresses in pc and sp, and the FP/SIMD record that the
+//! kernel (and qemu) always put first in the context's records. i386's
 //! trampolines are in the vdso, whose image and CFI every core holds.
 
 use crate::arch::Arch;
@@ -55,9 +62,20 @@ pub(crate) fn restore<M: Memory + ?Sized>(
     caller: &mut Registers,
     mem: &mut M,
 ) -> Option<(u64, u64)> {
-    if arch != Arch::X86_64 {
-        return None;
+    match arch {
+        Arch::X86_64 => restore_x86_64(sp, caller, mem),
+        Arch::Aarch64 => aarch64::restore(sp, caller, mem),
+        Arch::I386 => None,
     }
+}
+
+/// [`restore`] on x86_64.
+fn restore_x86_64<M: Memory + ?Sized>(
+    sp: u64,
+    caller: &mut Registers,
+    mem: &mut M,
+) -> Option<(u64, u64)> {
+    let arch = Arch::X86_64;
     let word = |mem: &mut M, offset: u64| mem.read_u64(sp.checked_add(offset)?);
     let greg = |mem: &mut M, index: u64| word(mem, MCONTEXT + 8 * index);
     if !frame_begins(|offset| word(mem, offset)) {
@@ -77,6 +95,61 @@ pub(crate) fn restore<M: Memory + ?Sized>(
     }
     *caller = regs;
     Some((pc, caller_sp))
+}
+
+mod aarch64 {
+    use crate::arch::Arch;
+    use crate::memory::Memory;
+    use crate::registers::Registers;
+
+    // `struct rt_sigframe` (arch/arm64/kernel/signal.c, and qemu's
+    // `target_rt_sigframe`): a siginfo of 128 bytes, then `struct ucontext`:
+    // uc_flags, uc_link, uc_stack (24 bytes), uc_sigmask padded to 128 bytes
+    // of sigset, then `struct sigcontext` at 16-byte alignment:
+    // fault_address, regs[31] (x0-x30), sp, pc, pstate, then the records
+    // (`__reserved`, 16-byte aligned), the FP/SIMD state's always first.
+    const UC: u64 = 128;
+    pub(super) const UC_FLAGS: u64 = UC;
+    pub(super) const UC_LINK: u64 = UC + 8;
+    const MCONTEXT: u64 = UC + 176;
+    pub(super) const REGS: u64 = MCONTEXT + 8;
+    pub(super) const SP: u64 = REGS + 31 * 8;
+    pub(super) const PC: u64 = SP + 8;
+    pub(super) const PSTATE: u64 = PC + 8;
+    pub(super) const RECORDS: u64 = PSTATE + 16;
+    /// `struct fpsimd_context`'s header: `FPSIMD_MAGIC` and its size.
+    pub(super) const FPSIMD: u64 = 0x210 << 32 | 0x4650_8001;
+    /// pstate's mode bits: M[4] (AArch32) and M[3:0] (exception level and
+    /// stack), all 0 for user code (EL0t, AArch64).
+    const PSTATE_MODE: u64 = 0x1f;
+
+    /// [`super::restore`] on aarch64.
+    pub(super) fn restore<M: Memory + ?Sized>(
+        sp: u64,
+        caller: &mut Registers,
+        mem: &mut M,
+    ) -> Option<(u64, u64)> {
+        let arch = Arch::Aarch64;
+        let mut word = |offset: u64| mem.read_u64(sp.checked_add(offset)?);
+        if word(UC_FLAGS)? != 0
+            || word(UC_LINK)? != 0
+            || word(PSTATE)? & PSTATE_MODE != 0
+            || word(RECORDS)? != FPSIMD
+        {
+            return None;
+        }
+        let (pc, caller_sp) = (word(PC)?, word(SP)?);
+        if pc == 0 || !arch.is_user_address(pc) || !arch.is_user_address(caller_sp) {
+            return None;
+        }
+        let mut regs = Registers::new();
+        for column in 0..31 {
+            regs.set(column, word(REGS + 8 * u64::from(column))?);
+        }
+        regs.set(arch.sp(), caller_sp);
+        *caller = regs;
+        Some((pc, caller_sp))
+    }
 }
 
 #[cfg(test)]
@@ -141,5 +214,64 @@ mod tests {
         let bytes = frame();
         mem.add(SP, &bytes);
         assert_eq!(restore(Arch::Aarch64, SP, &mut Registers::new(), &mut mem), None);
+    }
+
+    const A64_SP: u64 = 0xffff_f000_0000;
+
+    /// An aarch64 rt_sigframe as the kernel writes it, x0.. = 0x1000..
+    fn a64_frame() -> Vec<u64> {
+        let mut words = vec![0u64; (aarch64::RECORDS / 8 + 4) as usize];
+        for (i, w) in words[(aarch64::REGS / 8) as usize..][..31].iter_mut().enumerate() {
+            *w = 0x1000 + i as u64;
+        }
+        words[(aarch64::SP / 8) as usize] = A64_SP + 0x1000;
+        words[(aarch64::PC / 8) as usize] = 0x40_0123;
+        words[(aarch64::PSTATE / 8) as usize] = 0x6000_0000; // Z and C set, EL0t
+        words[(aarch64::RECORDS / 8) as usize] = aarch64::FPSIMD;
+        words
+    }
+
+    fn a64_restored(words: &[u64]) -> Option<(u64, u64, Registers)> {
+        let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        let mut mem = Regions::new();
+        mem.add(A64_SP, &bytes);
+        let mut regs = Registers::new();
+        restore(Arch::Aarch64, A64_SP, &mut regs, &mut mem).map(|(pc, sp)| (pc, sp, regs))
+    }
+
+    #[test]
+    fn an_aarch64_kernel_frame_gives_every_register() {
+        let (pc, sp, regs) = a64_restored(&a64_frame()).expect("a kernel signal frame");
+        assert_eq!((pc, sp), (0x40_0123, A64_SP + 0x1000));
+        assert_eq!(regs.get(0), Some(0x1000)); // x0
+        assert_eq!(regs.get(29), Some(0x1000 + 29)); // fp
+        assert_eq!(regs.get(30), Some(0x1000 + 30)); // lr
+        assert_eq!(regs.get(31), Some(sp));
+    }
+
+    #[test]
+    fn anything_else_is_not_an_aarch64_one() {
+        let word = |offset: u64| (offset / 8) as usize;
+        for (index, value) in [
+            (word(aarch64::UC_FLAGS), 1),
+            (word(aarch64::UC_LINK), A64_SP),
+            (word(aarch64::PSTATE), 0x5),          // EL1h: the kernel's
+            (word(aarch64::PSTATE), 0x10),         // AArch32
+            (word(aarch64::RECORDS), 0x210 << 32), // no FP/SIMD record first
+            (word(aarch64::PC), 0),                // pc 0
+            (word(aarch64::PC), 0xffff_8000_0000_0000), // a kernel address
+            (word(aarch64::SP), 1 << 60),          // not a user address
+        ] {
+            let mut words = a64_frame();
+            words[index] = value;
+            assert_eq!(a64_restored(&words).map(|r| r.0), None, "word {index} = {value:#x}");
+        }
+        let words = a64_frame();
+        assert_eq!(a64_restored(&words[..word(aarch64::RECORDS)]).map(|r| r.0), None, "truncated");
+        // The x86_64 layout is not read as aarch64's, nor the other way round.
+        let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        let mut mem = Regions::new();
+        mem.add(A64_SP, &bytes);
+        assert_eq!(restore(Arch::X86_64, A64_SP, &mut Registers::new(), &mut mem), None);
     }
 }

@@ -10,14 +10,20 @@ handlers through a sigreturn trampoline (``mov x8, #139; svc #0``) on a page of 
 belongs to no module and has no CFI. gdb 13 gives up at the handler (its sigtramp unwinder
 rejects the SVE record of qemu's signal frame: "Invalid vector length in signal frame"), and an
 unwinder driven by CFI alone reaches the trampoline's address and stops there ("no_module").
+With the fallback strategies, the walk reads the kernel's signal frame (qemu writes the
+kernel's layout) at the trampoline frame's sp; the reference there is the program itself: its
+handler passes what its ``ucontext_t`` holds to the function the capture stops in.
 """
 
 from __future__ import annotations
 
+import subprocess
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from elftools.elf.elffile import ELFFile
+from perfdata import disassembly
 from realstacks import (
     EXPECTED_END,
     O2,
@@ -28,6 +34,7 @@ from realstacks import (
     module_of,
     unwind,
 )
+from stackwalk import Unwinder
 from stackwalk.capture import Capture
 
 SYSROOT = "/usr/aarch64-linux-gnu"
@@ -57,6 +64,16 @@ SIGNAL_CASES = [
     Case("signal", "signal.c", ("-O2",), "handler_leaf"),
     Case("signal-static", "signal.c", ("-O2", "-static"), "handler_leaf"),
 ]
+
+# signal.c built so that the handler passes the interrupted pc, sp, fp and lr, as its
+# ucontext_t holds them, to handler_leaf (x1-x4).
+CONTEXT = "-DSIGNAL_CONTEXT"
+CONTEXT_CASES = [
+    Case("context", "signal.c", ("-O2", CONTEXT), "handler_leaf"),
+    Case("context-static", "signal.c", ("-O2", "-static", CONTEXT), "handler_leaf"),
+]
+OBJDUMP = "aarch64-linux-gnu-objdump"
+ADDR2LINE = "aarch64-linux-gnu-addr2line"
 
 
 def captured(case: Case, build: Builder, captures: Captures) -> Capture:
@@ -106,3 +123,78 @@ def test_unwind_reaches_qemus_sigreturn_trampoline(
     assert module_of(cap, trace.pcs[-1]) is None
     assert [frame.sp for frame in trace.frames[:-1]] == [frame["sp"] for frame in cap.gdb_frames]
     assert trace.end == "no_module", trace.end_detail
+
+
+def _placed(cap: Capture, pc: int) -> tuple[str, int]:
+    """(file, address in it) of a pc in one of the capture's modules."""
+    path = module_of(cap, pc)
+    assert path is not None and path != "[vdso]", f"{pc:#x} is in no module's file"
+    bias = next(module.bias for module in cap.modules if module.path == path)
+    return path, pc - bias
+
+
+def _in_section(path: str, name: str, address: int) -> bool:
+    with open(path, "rb") as f:
+        section = ELFFile(f).get_section_by_name(name)
+        return section is not None and 0 <= address - section["sh_addr"] < section["sh_size"]
+
+
+def _functions(places: list[tuple[str, int]]) -> dict[tuple[str, int], str]:
+    """binutils' addr2line's function name for each (file, address)."""
+    names = {}
+    for path in {path for path, _ in places}:
+        addresses = sorted({address for p, address in places if p == path})
+        out = subprocess.run(
+            [ADDR2LINE, "-f", "-e", path, *(f"{a:#x}" for a in addresses)],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.splitlines()[::2]
+        names.update({(path, a): name for a, name in zip(addresses, out, strict=True)})
+    return names
+
+
+@pytest.mark.parametrize("case", CONTEXT_CASES, ids=lambda case: case.id)
+def test_the_fallback_walk_crosses_qemus_signal_frame(
+    case: Case, build: Builder, captures: Captures
+) -> None:
+    """At qemu's trampoline (no module, no CFI) the walk with the fallback strategies reads the
+    kernel's signal frame at the trampoline frame's sp. The interrupted frame it gives (trust
+    ``context``) is the one the handler read from its own ``ucontext_t``: pc and sp, and fp and
+    lr among its registers. From there, CFI to ``_start`` and a clean end; each of those
+    frames' return addresses follows a ``bl`` or ``blr`` in its module's code, each direct
+    call's target is the function of the frame below, and the frames are spin, depth seven
+    times, main, as binutils' addr2line names them."""
+    cap = captured(case, build, captures)
+    assert [frame["function"] for frame in cap.gdb_frames] == ["handler_leaf", "on_alarm"]
+    context = {"pc": cap.regs["x1"], "sp": cap.regs["x2"], "x29": cap.regs["x3"]}
+    context["x30"] = cap.regs["x4"]
+    unwinder = Unwinder(arch="aarch64", strategies=["cfi", "frame_pointer"])
+    cap.add_modules_to(unwinder)
+    trace = unwinder.unwind(cap.regs, cap.memory, registers=True)
+    assert trace.pcs[:2] == cap.gdb_pcs, describe(cap, trace.pcs)
+    trampoline, interrupted = trace.frames[2], trace.frames[3]
+    assert module_of(cap, trampoline.pc) is None and trampoline.signal_frame
+    assert (interrupted.pc, interrupted.sp) == (context["pc"], context["sp"])
+    assert interrupted.trust == "context" and interrupted.interrupted
+    registers = trace.registers(3)
+    assert {name: registers[name] for name in ("x29", "x30")} == {
+        name: context[name] for name in ("x29", "x30")
+    }
+    assert trace.end == "end_of_stack", trace.end_detail
+    assert [frame.trust for frame in trace.frames[4:]] == ["cfi"] * (len(trace.frames) - 4)
+    # Each caller past the interrupted frame: its return address follows a call, and a direct
+    # call's target is the function the frame below is in.
+    placed = [_placed(cap, frame.pc) for frame in trace.frames[3:]]
+    lookups = [(path, address - (i > 0)) for i, (path, address) in enumerate(placed)]
+    calls = {path: disassembly(path, OBJDUMP).calls for path, _ in placed}
+    targets = [(path, calls[path].get(ra)) for path, ra in placed[1:]]
+    names = _functions([*lookups, *((p, t) for p, t in targets if t is not None)])
+    functions = [names[lookup] for lookup in lookups]
+    for i, ((path, ra), (_, target)) in enumerate(zip(placed[1:], targets, strict=True), 1):
+        assert ra in calls[path], f"frame {i + 3}: {ra:#x} follows no call in {path}"
+        # A call through the PLT (_start's of __libc_start_main) names a stub, not a function.
+        if target is not None and not _in_section(path, ".plt", target):
+            assert names[path, target] == functions[i - 1], f"frame {i + 3}"
+    assert functions[:9] == ["spin"] + ["depth"] * 7 + ["main"], functions
+    assert functions[-1] == "_start", functions

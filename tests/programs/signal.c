@@ -1,6 +1,16 @@
 /* A SIGALRM handler interrupting a busy loop at the bottom of a call chain. Stopping in
  * handler_leaf() leaves the kernel's signal frame (returning to libc's __restore_rt, or the
- * vdso's sigreturn trampoline on aarch64) between the handler and the interrupted spin(). */
+ * vdso's sigreturn trampoline on aarch64) between the handler and the interrupted spin().
+ *
+ * Built with -DSIGNAL_CONTEXT, the handler takes the interrupted context (SA_SIGINFO) and
+ * passes what its ucontext_t holds (the kernel's record of the interrupted frame, read through
+ * the C library's own definition of the structure) to handler_leaf's arguments: a test stopped
+ * at handler_leaf reads them in its registers (aarch64: x1-x4 the interrupted pc, sp, fp and
+ * lr). */
+#ifdef SIGNAL_CONTEXT
+#define _GNU_SOURCE
+#include <ucontext.h>
+#endif
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -11,6 +21,34 @@
 static volatile sig_atomic_t fired;
 volatile int sink;
 
+#ifdef SIGNAL_CONTEXT
+volatile unsigned long context_sink;
+
+NOINLINE int handler_leaf(int sig, unsigned long pc, unsigned long sp, unsigned long fp,
+                          unsigned long lr)
+{
+    context_sink = pc ^ sp ^ fp ^ lr;
+    return sig + 1;
+}
+
+NOINLINE void on_alarm(int sig, siginfo_t *info, void *context)
+{
+    const ucontext_t *uc = context;
+    volatile int keep = sig;
+    (void)info;
+#if defined(__aarch64__)
+    const mcontext_t *m = &uc->uc_mcontext;
+    int r = handler_leaf(sig, m->pc, m->sp, m->regs[29], m->regs[30]);
+#elif defined(__x86_64__)
+    const greg_t *g = uc->uc_mcontext.gregs;
+    int r = handler_leaf(sig, g[REG_RIP], g[REG_RSP], g[REG_RBP], 0);
+#else
+    int r = handler_leaf(sig, 0, 0, 0, 0);
+    (void)uc;
+#endif
+    fired = r + keep;
+}
+#else
 NOINLINE int handler_leaf(int sig)
 {
     sink = sig;
@@ -23,6 +61,7 @@ NOINLINE void on_alarm(int sig)
     int r = handler_leaf(sig);
     fired = r + keep;
 }
+#endif
 
 /* A frameless leaf at -O2: the interrupted pc is somewhere in this loop. */
 NOINLINE long spin(long n)
@@ -43,7 +82,12 @@ int main(void)
 {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
+#ifdef SIGNAL_CONTEXT
+    sa.sa_sigaction = on_alarm;
+    sa.sa_flags = SA_SIGINFO;
+#else
     sa.sa_handler = on_alarm;
+#endif
     sigemptyset(&sa.sa_mask);
     sigaction(SIGALRM, &sa, NULL);
     struct itimerval timer;

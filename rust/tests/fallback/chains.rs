@@ -270,3 +270,48 @@ fn x86_64_leaf_frame_zero_returns_through_the_word_at_sp() {
     );
     assert_eq!(w.pcs(), [rt(LEAF + 7), rt(R2), rt(R3)], "{}", w.message);
 }
+
+/// An aarch64 signal handler (frame 0, no CFI) whose return address is a
+/// trampoline on a page in no module (qemu-user's), above whose frame record
+/// the kernel's signal frame lies at `frame` (16-byte aligned), holding the
+/// interrupted pc and sp, x29 = 0 and x30 = 0 (an outermost frame). With
+/// `fpsimd` false its FP/SIMD record is missing: no kernel frame.
+fn a64_handler_walk(frame: u64, fpsimd: bool) -> Walk {
+    const TRAMPOLINE: u64 = 0x55_0080_1000;
+    let mut s = Stack::new();
+    s.record(FP0, FP1, TRAMPOLINE);
+    // struct rt_sigframe: siginfo (128), ucontext: uc_flags, uc_link, ...,
+    // uc_mcontext at 128 + 176: fault_address, regs[31], sp, pc, pstate,
+    // then the records, FP/SIMD's first (magic, size).
+    let mcontext = frame + 128 + 176;
+    for i in 0..31 {
+        s.set(mcontext + 8 + 8 * i, 0x1000 + i);
+    }
+    s.set(mcontext + 8 + 8 * 29, 0).set(mcontext + 8 + 8 * 30, 0);
+    s.set(mcontext + 256, SP + 0x800).set(mcontext + 264, rt(R2)).set(mcontext + 272, 0);
+    s.set(mcontext + 288, if fpsimd { 0x210 << 32 | 0x4650_8001 } else { 0 });
+    let module = Image::new(Arch::Aarch64).module(None);
+    let regs = [(A64_SP, SP), (X29, FP0), (X30, TRAMPOLINE)];
+    walk(Arch::Aarch64, module, &FP_ONLY, rt(PC0), &regs, &s)
+}
+
+#[test]
+fn an_aarch64_trampoline_in_no_module_is_crossed_by_the_signal_frame_above_it() {
+    let frame = FP0 + 0x40;
+    let w = a64_handler_walk(frame, true);
+    assert_eq!(w.pcs(), [rt(PC0), 0x55_0080_1000, rt(R2)], "{}", w.message);
+    // The trampoline frame's sp is the signal frame's address, exactly.
+    assert_eq!(w.sps(), [SP, frame, SP + 0x800]);
+    assert_eq!(w.frames[0].cfa, Some(frame));
+    use Trust::*;
+    assert_eq!(w.trusts(), [Context, FramePointer, Context]);
+    assert!(w.frames[1].signal_frame && w.frames[2].interrupted);
+    // The interrupted frame's registers are the kernel frame's: its fp 0
+    // (which a frame that was interrupted anywhere does not make an end).
+    assert_eq!(fp_problem(&w), (0, FpProblem::Zero));
+    assert_eq!(w.end.frame, 2);
+    // Without a kernel frame there, the return address is refused as before.
+    let w = a64_handler_walk(frame, false);
+    assert_eq!(w.pcs(), [rt(PC0)], "{}", w.message);
+    assert_eq!(ra_problem(&w), (0x55_0080_1000, RaProblem::NotInCode));
+}
