@@ -451,6 +451,9 @@ impl Context<'_> {
         }
         let sp = fp + 2 * w;
         self.set_caller(regs, caller, ra, sp, Some(caller_fp));
+        if interrupted {
+            self.go_faulting_lr(caller_fp, caller, mem);
+        }
         self.last_fp = Some(fp);
         Ok(Found { pc: ra, sp, sp_exact: arch.frame_record_gives_exact_sp(), interrupted })
     }
@@ -559,6 +562,21 @@ impl Context<'_> {
         }
         let Some(m) = self.modules.index_of(pc) else { return false };
         self.modules.modules()[m].is_go()
+    }
+
+    /// The faulting frame's lr, where Go's signal handler saved it (aarch64):
+    /// `preparePanic` moves sp down 16 bytes and stores lr there before
+    /// making the faulting pc look like sigpanic's caller, so it lies one
+    /// word below the faulting frame's record (fp = sp − 8 in a Go frame, or
+    /// the caller's, at the same place, in a frameless leaf). A leaf's lr is
+    /// its return address; [`Context::leaf`] decides whether the frame was
+    /// one.
+    fn go_faulting_lr<M: Memory + ?Sized>(&self, fp: u64, caller: &mut Registers, mem: &mut M) {
+        let Some(lr) = self.arch.link_register() else { return };
+        let w = self.arch.word_size();
+        if let Some(saved) = fp.checked_sub(w).and_then(|at| mem.read_sized(at, w as u8)) {
+            caller.set(lr, saved);
+        }
     }
 
     /// Whether `pc` is in Go's `runtime.sigpanic`, by the module's symbols.

@@ -208,8 +208,30 @@ def test_a_stripped_program_is_named_from_its_gopclntab(tmp_path: Path) -> None:
 G0_TOPS = ("runtime.mstart", "runtime.mcall", "runtime.morestack", "runtime.systemstack")
 
 
+@pytest.fixture(scope="module")
+def arm64_stripped_crash(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[Path, dict[str, Any], str]:
+    """The stripped program (no CFI) on aarch64, crashed under qemu-aarch64 with
+    ``GOTRACEBACK=crash`` (qemu writes the core at the SIGABRT): the program, ``stackwalk core
+    --json``'s document of the core, and goroutine 1's traceback as the runtime printed it."""
+    assert GO is not None, "go is not installed (Debian's golang-go; .ci/setup installs it)"
+    tmp_path = tmp_path_factory.mktemp("go-arm64")
+    exe = tmp_path / "go_stripped"
+    go_build(PROGRAMS / "go_sigpanic.go", exe, tmp_path, goarch="arm64", ldflags="-s -w")
+    cmd = ["sh", "-c", 'ulimit -c unlimited; exec "$@"', "sh",
+           "qemu-aarch64", "-L", AARCH64_SYSROOT, str(exe)]  # fmt: skip
+    printed = run(cmd, cwd=tmp_path, env={**os.environ, "GOTRACEBACK": "crash"})
+    out = printed.stdout + printed.stderr
+    (core,) = tmp_path.glob("qemu_*.core")
+    proc = stackwalk_core(core, exe, "--json")
+    assert proc.returncode in (0, 1), proc.stderr
+    traceback = out[out.index("goroutine 1 [running]:") :].split("\n\n")[0]
+    return exe, json.loads(proc.stdout), traceback
+
+
 def test_aarch64_stripped_runtime_threads_are_walked_by_their_frame_records(
-    tmp_path: Path,
+    arm64_stripped_crash: tuple[Path, dict[str, Any], str],
 ) -> None:
     """The stripped program (no CFI) on aarch64, crashed under qemu-aarch64 with
     ``GOTRACEBACK=crash`` (qemu writes the core at the SIGABRT). Go's aarch64 functions keep
@@ -223,18 +245,8 @@ def test_aarch64_stripped_runtime_threads_are_walked_by_their_frame_records(
     the chain is proven from the program: each return
     address follows a ``bl`` or ``blr``, and a ``bl`` calls the function of the frame below, as
     ``go tool addr2line`` names both. (Go's traceback shows goroutines, not these threads; the
-    crashed thread goes through qemu's signal trampoline, outside every module, and is not
-    checked here.)"""
-    assert GO is not None, "go is not installed (Debian's golang-go; .ci/setup installs it)"
-    exe = tmp_path / "go_stripped"
-    go_build(PROGRAMS / "go_sigpanic.go", exe, tmp_path, goarch="arm64", ldflags="-s -w")
-    cmd = ["sh", "-c", 'ulimit -c unlimited; exec "$@"', "sh",
-           "qemu-aarch64", "-L", AARCH64_SYSROOT, str(exe)]  # fmt: skip
-    run(cmd, cwd=tmp_path, env={**os.environ, "GOTRACEBACK": "crash"})
-    (core,) = tmp_path.glob("qemu_*.core")
-    proc = stackwalk_core(core, exe, "--json")
-    assert proc.returncode in (0, 1), proc.stderr
-    doc = json.loads(proc.stdout)
+    crashed thread is the next test's.)"""
+    exe, doc, _ = arm64_stripped_crash
     others = [t for t in doc["threads"] if t["tid"] != doc["crashing_thread"]]
     assert len(others) >= 2 and {t["end"] for t in others} == {"end_of_stack"}, others
     threads = [t["frames"] for t in others]
@@ -255,3 +267,45 @@ def test_aarch64_stripped_runtime_threads_are_walked_by_their_frame_records(
     names = named.splitlines()[::2]
     assert [f["function"] for t in threads for f in t] == names[: len(lookups)]
     assert names[len(lookups) :] == [callee["function"] for _, callee in direct], direct
+
+
+def test_aarch64_stripped_crashed_thread_crosses_qemus_signal_frame(
+    arm64_stripped_crash: tuple[Path, dict[str, Any], str],
+) -> None:
+    """The crashed thread of the same core. Go's signal handler (runtime.sigtramp, no CFI)
+    returns to qemu's own sigreturn trampoline, on a page in no module; its frame record's
+    return address is believed because the kernel's signal frame (as qemu writes it) lies
+    above the record, and that frame gives the interrupted one (runtime.raise, trust
+    ``context``). From sigpanic on, the frames are Go's own traceback's (function and pc)
+    through runtime.main, by frame records: the faulting frame, main.crash, a frameless leaf
+    whose return address (into main.middle) was in lr at the fault, found in the word where
+    the runtime's preparePanic saved lr. Past runtime.main Go 1.19's arm64 frame pointer is
+    not runtime.main's record (main.main saved another value in its place), so what follows is
+    found by scanning, flagged so, and the walk ends at runtime.goexit as Go's does."""
+    exe, doc, traceback = arm64_stripped_crash
+    (thread,) = [t for t in doc["threads"] if t["tid"] == doc["crashing_thread"]]
+    frames = thread["frames"]
+    tramp = next(i for i, f in enumerate(frames) if f["module"] is None)
+    assert frames[tramp - 1]["function"] == "runtime.sigtramp", frames[: tramp + 1]
+    interrupted = frames[tramp + 1]
+    # Looked up at the pc: frame 0, and the frames a signal interrupted (the one the signal
+    # frame gives, and the faulting one, sigpanic's caller).
+    faulting = 1 + next(i for i, f in enumerate(frames) if f["function"] == "runtime.sigpanic")
+    at_pc = (0, tramp + 1, faulting)
+    lookups = [int(f["pc"], 16) - (0 if i in at_pc else 1) for i, f in enumerate(frames)]
+    named = run([GO or "go", "tool", "addr2line", str(exe)],
+                input="".join(f"{a:#x}\n" for a in lookups)).stdout  # fmt: skip
+    names = named.splitlines()[::2]
+    assert [f["function"] or "?" for f in frames] == names, frames
+    assert (interrupted["function"], interrupted["trust"]) == ("runtime.raise", "context")
+    theirs = [(m["function"], int(m["pc"], 16)) for m in GO_FRAME.finditer(traceback) if m["pc"]]
+    first = names.index("runtime.sigpanic")
+    ours = [(f["function"], int(f["pc"], 16)) for f in frames[first:]]
+    # sigpanic, main.crash, main.middle, main.main, runtime.main, as Go's traceback has them.
+    upto = next(i for i, (function, _) in enumerate(theirs) if function == "runtime.main") + 1
+    start = next(i for i, (function, _) in enumerate(theirs) if function == "runtime.sigpanic")
+    assert ours[: upto - start] == theirs[start:upto], f"ours {ours}\nGo's:\n{traceback}"
+    assert {f["trust"] for f in frames[first + 1 : first + upto - start]} == {"frame_pointer"}
+    assert ours[-1] == theirs[-1] == ("runtime.goexit", theirs[-1][1]), ours
+    assert {f["trust"] for f in frames[first + upto - start :]} <= {"scan"}, frames
+    assert thread["end"] == "end_of_stack", thread
