@@ -507,6 +507,37 @@ def disassembly(path: str, objdump: str = "objdump") -> Disassembly:
     return Disassembly(frozenset(starts), calls, frozenset(indirect_jumps))
 
 
+def call_chain_problems(
+    user: Sequence[Mapping[str, Any]], targets_in: str | None = None, objdump: str = "objdump"
+) -> list[str]:
+    """What objdump and the symbol tables find wrong in a stack's caller frames (stackwalk's
+    --json user frames, innermost first): each return address must follow a call instruction,
+    and a direct call inside one module must call the function the frame below it is in (a call
+    into another module goes through the PLT; an indirect call names no target). ``targets_in``:
+    that last check only where the frame below is in this module (elsewhere it may have been
+    reached by a tail call: libc's merge sort jumps to memcpy). ``objdump``: as for
+    ``disassembly``."""
+    problems = []
+    for index in range(1, len(user)):
+        caller, callee = user[index], user[index - 1]
+        where = f"#{index} {caller['function']} in {caller['module']}"
+        if caller["module"] is None:
+            problems.append(f"{where}: in no module")
+            continue
+        return_address = int(caller["module_offset"], 16)
+        calls = disassembly(caller["module"], objdump).calls
+        if return_address not in calls:
+            problems.append(f"{where}: {return_address:#x} follows no call")
+            continue
+        target = calls[return_address]
+        if targets_in is not None and os.path.realpath(callee["module"] or "") != targets_in:
+            continue
+        if target is not None and callee["module"] == caller["module"]:
+            if target not in symbol_values(caller["module"], callee["function"] or ""):
+                problems.append(f"{where}: calls {target:#x}, not {callee['function']}")
+    return problems
+
+
 def our_user_addresses(frames: Iterable[Mapping[str, Any]]) -> list[tuple[str | None, int]]:
     """(module, address) of the user frames of a ``stackwalk perf --json`` sample, as perf
     script would print them (see the module docstring): frame 0 (and the frames inlined at its

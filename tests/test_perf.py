@@ -45,6 +45,7 @@ from perfdata import (
     Recording,
     Recordings,
     ScriptSample,
+    call_chain_problems,
     data_section,
     disassembly,
     our_user_addresses,
@@ -464,36 +465,6 @@ def test_user_frames_match_perf_script(
 
 
 # --- frame 0 without CFI ----------------------------------------------------------------------
-
-
-def call_chain_problems(
-    user: Sequence[Mapping[str, Any]], targets_in: str | None = None
-) -> list[str]:
-    """What objdump and the symbol tables find wrong in a stack's caller frames (stackwalk's
-    --json user frames, innermost first): each return address must follow a call instruction,
-    and a direct call inside one module must call the function the frame below it is in (a call
-    into another module goes through the PLT; an indirect call names no target). ``targets_in``:
-    that last check only where the frame below is in this module (elsewhere it may have been
-    reached by a tail call: libc's merge sort jumps to memcpy)."""
-    problems = []
-    for index in range(1, len(user)):
-        caller, callee = user[index], user[index - 1]
-        where = f"#{index} {caller['function']} in {caller['module']}"
-        if caller["module"] is None:
-            problems.append(f"{where}: in no module")
-            continue
-        return_address = h(caller["module_offset"])
-        calls = disassembly(caller["module"]).calls
-        if return_address not in calls:
-            problems.append(f"{where}: {return_address:#x} follows no call")
-            continue
-        target = calls[return_address]
-        if targets_in is not None and os.path.realpath(callee["module"] or "") != targets_in:
-            continue
-        if target is not None and callee["module"] == caller["module"]:
-            if target not in symbol_values(caller["module"], callee["function"] or ""):
-                problems.append(f"{where}: calls {target:#x}, not {callee['function']}")
-    return problems
 
 
 # The program's frames above frame 0 of each kind of sample the test is about (perf_leaf.c).
