@@ -309,11 +309,8 @@ impl Context<'_> {
         }
         // A goroutine's first frame returns to runtime.goexit's second
         // instruction, which no call precedes.
-        if module.is_go() {
-            let quantum = self.arch.min_instruction_size();
-            if module.code_map().go_exit(elf.wrapping_sub(1)) == Some(elf.wrapping_sub(quantum)) {
-                return Ok(());
-            }
+        if self.go_exit_return(ra) {
+            return Ok(());
         }
         match module.code_before(elf, self.arch.call_window()) {
             Some(code) if !self.arch.call_before(code) => Err(RaProblem::NoCall),
@@ -579,6 +576,17 @@ impl Context<'_> {
         }
     }
 
+    /// Whether `ra` is runtime.goexit's second instruction, the return
+    /// address the Go runtime gives every goroutine's first frame.
+    fn go_exit_return(&self, ra: u64) -> bool {
+        let Some(m) = self.modules.index_of(ra.wrapping_sub(1)) else { return false };
+        let module = &self.modules.modules()[m];
+        let elf = ra.wrapping_sub(module.bias);
+        let quantum = self.arch.min_instruction_size();
+        module.is_go()
+            && module.code_map().go_exit(elf.wrapping_sub(1)) == Some(elf.wrapping_sub(quantum))
+    }
+
     /// Whether `pc` is in Go's `runtime.sigpanic`, by the module's symbols.
     fn in_go_sigpanic(&self, pc: u64) -> bool {
         let Some(m) = self.modules.index_of(pc) else { return false };
@@ -673,7 +681,14 @@ impl Context<'_> {
                     && self.check_return_address(ra).is_ok()
                     && !self.made_here(ra, callee.pc)
                 {
-                    let taken = match self.call_before(ra, callee.pc) {
+                    // goexit's return address lies only at the top of a
+                    // goroutine's stack, where the runtime put it: no stale
+                    // copy of it is left below a frame.
+                    let found = match self.go_exit_return(ra) {
+                        true => CallBefore::ThisFunction,
+                        false => self.call_before(ra, callee.pc),
+                    };
+                    let taken = match found {
                         CallBefore::OtherFunction => {
                             other_function.get_or_insert((slot, ra));
                             slot = end;
