@@ -422,22 +422,22 @@ impl Context<'_> {
         // instruction's, which follows no call, and its frame the interrupted
         // one (found here where a stripped program has no CFI).
         let interrupted = self.in_go_sigpanic(callee.pc);
-        match self.check_return_address(ra) {
-            Err(RaProblem::NoCall) if interrupted => {}
-            // A signal handler's return address in no module may be a
-            // trampoline on a page of its own (qemu-user's on aarch64):
-            // believed where the kernel's signal frame lies above the
-            // record, which then gives the trampoline frame's sp exactly.
-            Err(RaProblem::NotInCode) if self.modules.index_of(ra.wrapping_sub(1)).is_none() => {
-                let Some(sp) = signal_frame_above(arch, fp + 2 * w, mem) else {
-                    let problem = RaProblem::NotInCode;
-                    let detail = EndDetail::ReturnAddress { address: ra, problem };
-                    return Err((EndReason::BadReturnAddress, detail));
-                };
+        let checked = self.check_return_address(ra);
+        // A signal handler's return address in no module may be a trampoline
+        // on a page of its own (qemu-user's on aarch64): believed where the
+        // kernel's signal frame lies above the record, which then gives the
+        // trampoline frame's sp exactly.
+        if checked == Err(RaProblem::NotInCode)
+            && self.modules.index_of(ra.wrapping_sub(1)).is_none()
+        {
+            if let Some(sp) = signal_frame_above(arch, fp + 2 * w, mem) {
                 self.set_caller(regs, caller, ra, sp, Some(caller_fp));
                 self.last_fp = Some(fp);
                 return Ok(Found { pc: ra, sp, sp_exact: true, interrupted: false });
             }
+        }
+        match checked {
+            Err(RaProblem::NoCall) if interrupted => {}
             Err(problem) => {
                 return Err((
                     EndReason::BadReturnAddress,

@@ -170,14 +170,19 @@ mod tests {
         words[5 + RIP_INDEX as usize] = 0x5555_5555_5123;
         words[5 + CSGSFS_INDEX as usize] = 0x002b_0000_0000_0033;
         words[5 + FPSTATE_INDEX as usize] = SP + 0x200;
-        words.iter().flat_map(|w| w.to_le_bytes()).collect()
+        le_bytes(&words)
+    }
+
+    /// What [`restore`] finds for `arch` in `bytes` of stack at `at`.
+    fn restored_at(arch: Arch, at: u64, bytes: &[u8]) -> Option<(u64, u64, Registers)> {
+        let mut mem = Regions::new();
+        mem.add(at, bytes);
+        let mut regs = Registers::new();
+        restore(arch, at, &mut regs, &mut mem).map(|(pc, sp)| (pc, sp, regs))
     }
 
     fn restored(bytes: &[u8]) -> Option<(u64, u64, Registers)> {
-        let mut mem = Regions::new();
-        mem.add(SP, bytes);
-        let mut regs = Registers::new();
-        restore(Arch::X86_64, SP, &mut regs, &mut mem).map(|(pc, sp)| (pc, sp, regs))
+        restored_at(Arch::X86_64, SP, bytes)
     }
 
     #[test]
@@ -210,10 +215,7 @@ mod tests {
             assert_eq!(restored(&patch(index, value)), None, "word {index} = {value:#x}");
         }
         assert_eq!(restored(&frame()[..200]), None, "truncated");
-        let mut mem = Regions::new();
-        let bytes = frame();
-        mem.add(SP, &bytes);
-        assert_eq!(restore(Arch::Aarch64, SP, &mut Registers::new(), &mut mem), None);
+        assert_eq!(restored_at(Arch::Aarch64, SP, &frame()).map(|r| r.0), None);
     }
 
     const A64_SP: u64 = 0xffff_f000_0000;
@@ -231,12 +233,12 @@ mod tests {
         words
     }
 
+    fn le_bytes(words: &[u64]) -> Vec<u8> {
+        words.iter().flat_map(|w| w.to_le_bytes()).collect()
+    }
+
     fn a64_restored(words: &[u64]) -> Option<(u64, u64, Registers)> {
-        let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
-        let mut mem = Regions::new();
-        mem.add(A64_SP, &bytes);
-        let mut regs = Registers::new();
-        restore(Arch::Aarch64, A64_SP, &mut regs, &mut mem).map(|(pc, sp)| (pc, sp, regs))
+        restored_at(Arch::Aarch64, A64_SP, &le_bytes(words))
     }
 
     #[test]
@@ -269,9 +271,6 @@ mod tests {
         let words = a64_frame();
         assert_eq!(a64_restored(&words[..word(aarch64::RECORDS)]).map(|r| r.0), None, "truncated");
         // The x86_64 layout is not read as aarch64's, nor the other way round.
-        let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
-        let mut mem = Regions::new();
-        mem.add(A64_SP, &bytes);
-        assert_eq!(restore(Arch::X86_64, A64_SP, &mut Registers::new(), &mut mem), None);
+        assert_eq!(restored_at(Arch::X86_64, A64_SP, &le_bytes(&words)).map(|r| r.0), None);
     }
 }
