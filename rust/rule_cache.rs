@@ -80,7 +80,8 @@ pub struct Saved {
     pub window: i32,
     /// The highest rule's offset less the lowest's.
     pub span: u16,
-    /// `SAVED`, `RA_FIRST`, `SP_SAVED`, `SIGNAL_FRAME`, `RA_UNDEFINED`.
+    /// `SAVED`, `RA_FIRST`, `SP_SAVED`, `SIGNAL_FRAME`, `RA_UNDEFINED`,
+    /// `FRAME_RECORD`.
     flags: u8,
     /// How many of `regs` and `ats` are rules (at most [`PACKED_RULES`]).
     len: u8,
@@ -95,12 +96,14 @@ pub struct Saved {
 /// `Saved::flags`: the row is a [`Saved`] one, its first rule is the
 /// return address's, a rule recovers the stack pointer, it is a signal
 /// frame's, its return address is undefined (the outermost frame's: a rule
-/// of its own, not among the rules).
+/// of its own, not among the rules), it is a frame record's (see
+/// [`Saved::frame_record`]).
 const SAVED: u8 = 1;
 const RA_FIRST: u8 = 2;
 const SP_SAVED: u8 = 4;
 const SIGNAL_FRAME: u8 = 8;
 const RA_UNDEFINED: u8 = 16;
+const FRAME_RECORD: u8 = 32;
 
 impl Saved {
     /// Not a saved row.
@@ -181,7 +184,30 @@ impl Saved {
             // At most `span`.
             out.ats[slot] = (i64::from(rules[i].value) - i64::from(lo)) as u16;
         }
+        // A frame record: the CFA's register r (not sp) plus two words, r's
+        // word at r and the return address just above it, nothing else.
+        // Not a saved row for the walk's fast step: a run of them is walked
+        // apart (`unwind::records`).
+        if out.flags == SAVED | RA_FIRST
+            && len == 2
+            && u16::from(out.regs[1]) == row.cfa_reg
+            && row.cfa_reg != sp
+            && (out.window, out.ats[0], out.ats[1]) == (0, span, 0)
+            && out.cfa_offset == 2 * i32::from(span)
+        {
+            out.flags = FRAME_RECORD | RA_FIRST;
+        }
         out
+    }
+
+    /// The row is a frame record's, a word `w` wide (its `span`): the CFA is
+    /// the CFA's register r plus `2w`, r's caller value the word at r, the
+    /// return address the word at `r + w`; no other rule (x86_64's and
+    /// i386's code built with frame pointers at `-O0`, where rbp/ebp heads
+    /// the frame; aarch64's x29/x30 record).
+    #[inline(always)]
+    pub fn frame_record(&self) -> bool {
+        self.flags & FRAME_RECORD != 0
     }
 
     #[inline(always)]
@@ -553,6 +579,22 @@ impl RuleCache {
     /// its hits in a register and adds them once ([`RuleCache::add_hits`]).
     #[inline(always)]
     pub fn find_saved(&mut self, key: u64, generation: u64) -> Option<&Saved> {
+        let saved = self.find(key, generation)?;
+        saved.is_saved().then_some(saved)
+    }
+
+    /// [`RuleCache::find_saved`] for a frame record's row (see
+    /// [`Saved::frame_record`]), which is not a saved one.
+    #[inline(always)]
+    pub fn find_record(&mut self, key: u64, generation: u64) -> Option<&Saved> {
+        let saved = self.find(key, generation)?;
+        saved.frame_record().then_some(saved)
+    }
+
+    /// The [`Saved`] form of the row cached for `key` in the module set of
+    /// `generation` (which may be none: [`Saved::NONE`]).
+    #[inline(always)]
+    fn find(&mut self, key: u64, generation: u64) -> Option<&Saved> {
         // As `locate` finds it, but giving the way itself from each branch
         // rather than its index, from which the hit way's address would be
         // computed again after the branches join, on the walk's critical
@@ -571,7 +613,7 @@ impl RuleCache {
         } else {
             return None;
         };
-        way.saved.is_saved().then_some(&way.saved)
+        Some(&way.saved)
     }
 
     /// The set and way holding `key` for `generation`, made the most

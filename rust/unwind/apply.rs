@@ -329,7 +329,7 @@ pub(super) fn apply_context<M: Memory + ?Sized, const A: u8>(
 /// The target's word (`word` bytes: 8, or 4 zero-extended) at `at` in a
 /// window of its memory, if the window holds it.
 #[inline(always)]
-fn window_word(window: &[u8], at: usize, word: u64) -> Option<u64> {
+pub(super) fn window_word(window: &[u8], at: usize, word: u64) -> Option<u64> {
     match word {
         8 => window.get(at..at + 8).map(|w| u64::from_le_bytes(w.try_into().unwrap_or_default())),
         _ => window

@@ -1,5 +1,6 @@
 //! The walk with fallback strategies (frame pointers, scanning) after CFI, and
-//! the CFI-only walk of a sample whose frame 0 has no CFI.
+//! the CFI-only walk of a sample whose frame 0 has no CFI, and the caller of
+//! Go's sigpanic on aarch64 (from either walk).
 
 use super::apply::{applied, stack_switch};
 use super::{
@@ -387,5 +388,43 @@ impl Unwinder {
         with_arch!(self.arch, A => {
             self.step::<M, true, A>(lookup, callee, callee_regs, caller_regs, mem, frames)
         })
+    }
+}
+
+impl Unwinder {
+    /// The caller a step found, on aarch64, where the callee is Go's
+    /// `runtime.sigpanic` (a signal frame's row, at `lookup`): the runtime,
+    /// making a faulting goroutine call sigpanic, moved its sp down 16
+    /// bytes, stored its lr there and set lr to the faulting pc (the
+    /// caller's pc, as sigpanic's row recovers it). The faulting frame's sp
+    /// is 16 bytes above sigpanic's CFA, and its own lr the word stored
+    /// there: a leaf that keeps its return address in lr returns there (Go's
+    /// traceback reads the frame the same way). Any other caller as it is.
+    /// Called where `A` is aarch64 and the callee is a signal frame, so
+    /// compiled out of the other architectures' walks.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn go_sigpanic_caller<M: Memory + ?Sized>(
+        &self,
+        lookup: u64,
+        caller: Caller,
+        regs: &mut Registers,
+        mem: &mut M,
+    ) -> Step {
+        let in_sigpanic = self.module_index(lookup).is_some_and(|m| {
+            let module = &self.modules.modules()[m];
+            module.in_go_sigpanic(lookup.wrapping_sub(module.bias))
+        });
+        if !in_sigpanic {
+            return Ok(caller);
+        }
+        let arch = self.arch;
+        let Some(lr) = mem.read_u64(caller.sp) else {
+            return Err((EndReason::Memory, EndDetail::Address(caller.sp)));
+        };
+        let sp = caller.sp.wrapping_add(16);
+        regs.set(arch.ra(), lr);
+        regs.set(arch.sp(), sp);
+        Ok(Caller { sp, ..caller })
     }
 }

@@ -4,6 +4,7 @@
 mod apply;
 mod fallback_walk;
 mod frame;
+mod records;
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -40,6 +41,10 @@ pub struct Unwinder {
     /// that of every stack it goes on ([`Unwinder::regrow_bound`]). Kept
     /// here, not in the walk's state, which the hot loop holds in registers.
     implicit_limit: bool,
+    /// A CFI-only walk's frame limit as it stands, for its runs of frame
+    /// records ([`records::run`], out of the walk's loop): kept here for the
+    /// same reason.
+    frame_limit: usize,
     /// Each frame's registers, kept by [`Unwinder::unwind_with_registers`].
     recorder: Recorder,
 }
@@ -179,6 +184,7 @@ impl Unwinder {
             scan_words: DEFAULT_SCAN_WORDS,
             initial_stack: None,
             implicit_limit: false,
+            frame_limit: 0,
             recorder: Recorder::default(),
         }
     }
@@ -195,6 +201,7 @@ impl Unwinder {
             scan_words: self.scan_words,
             initial_stack: self.initial_stack,
             implicit_limit: false,
+            frame_limit: 0,
             recorder: Recorder::default(),
         }
     }
@@ -231,7 +238,7 @@ impl Unwinder {
     #[cold]
     #[inline(never)]
     fn regrow_bound<M: Memory + ?Sized>(
-        &self,
+        &mut self,
         frames: &[Frame],
         mem: &mut M,
         max_frames: &mut usize,
@@ -249,6 +256,7 @@ impl Unwinder {
             run = region;
         }
         *max_frames = (*max_frames).max(bound);
+        self.frame_limit = *max_frames;
         frames.len() < *max_frames
     }
 
@@ -574,6 +582,7 @@ impl Unwinder {
     ) -> End {
         let Start { mut callee, mut regs, mut end } = start;
         let mut max_frames = max_frames;
+        self.frame_limit = max_frames;
         let mut scratch = None;
         let generation = self.modules.generation();
         // The fast steps' cache hits, added to the counts once.
@@ -623,6 +632,10 @@ impl Unwinder {
                     if frames.len() >= max_frames
                         && !self.regrow_bound(frames, mem, &mut max_frames)
                     {
+                        // The last frame's, which a run of frame records
+                        // may have put past the callee's.
+                        let last = &frames[frames.len() - 1];
+                        end.lookup_pc = last.pc.wrapping_sub(u64::from(!last.interrupted));
                         end.reason = EndReason::FrameLimit;
                         end.detail = EndDetail::None;
                         break end;
@@ -639,9 +652,10 @@ impl Unwinder {
     }
 
     /// A step of [`Unwinder::walk_cfi`] that [`fast_step`] did not take:
-    /// the rule cache's other rows, or a miss. The caller's registers go to
-    /// `regs`, through the walk's scratch file (made here at the first need:
-    /// most walks never need it).
+    /// a run of frame records ([`records::run`], which pushes the frames it
+    /// finds but the last), the rule cache's other rows,
+    /// or a miss. The caller's registers go to `regs`, through the walk's
+    /// scratch file (made here at the first need: most walks never need it).
     #[inline(never)]
     fn slow_step<M: Memory + ?Sized, const A: u8>(
         &mut self,
@@ -649,8 +663,12 @@ impl Unwinder {
         callee: &FrameState,
         (regs, scratch): (&mut Registers, &mut Option<Registers>),
         mem: &mut M,
-        frames: &mut [Frame],
+        frames: &mut Vec<Frame>,
     ) -> Step {
+        let (key, limit, cache) = ((lookup, generation), self.frame_limit, &mut self.cache);
+        if let Some(c) = records::run::<M, A>(cache, key, callee, regs, mem, limit, frames) {
+            return Ok(c);
+        }
         let step =
             self.slow_step_of::<M, A>((lookup, generation), callee, (regs, scratch), mem, frames);
         // Go's sigpanic (a signal frame's row) on aarch64: here, out of the
@@ -691,42 +709,6 @@ impl Unwinder {
             *regs = *b;
         }
         step
-    }
-
-    /// The caller a step found, on aarch64, where the callee is Go's
-    /// `runtime.sigpanic` (a signal frame's row, at `lookup`): the runtime,
-    /// making a faulting goroutine call sigpanic, moved its sp down 16
-    /// bytes, stored its lr there and set lr to the faulting pc (the
-    /// caller's pc, as sigpanic's row recovers it). The faulting frame's sp
-    /// is 16 bytes above sigpanic's CFA, and its own lr the word stored
-    /// there: a leaf that keeps its return address in lr returns there (Go's
-    /// traceback reads the frame the same way). Any other caller as it is.
-    /// Called where `A` is aarch64 and the callee is a signal frame, so
-    /// compiled out of the other architectures' walks.
-    #[cold]
-    #[inline(never)]
-    fn go_sigpanic_caller<M: Memory + ?Sized>(
-        &self,
-        lookup: u64,
-        caller: Caller,
-        regs: &mut Registers,
-        mem: &mut M,
-    ) -> Step {
-        let in_sigpanic = self.module_index(lookup).is_some_and(|m| {
-            let module = &self.modules.modules()[m];
-            module.in_go_sigpanic(lookup.wrapping_sub(module.bias))
-        });
-        if !in_sigpanic {
-            return Ok(caller);
-        }
-        let arch = self.arch;
-        let Some(lr) = mem.read_u64(caller.sp) else {
-            return Err((EndReason::Memory, EndDetail::Address(caller.sp)));
-        };
-        let sp = caller.sp.wrapping_add(16);
-        regs.set(arch.ra(), lr);
-        regs.set(arch.sp(), sp);
-        Ok(Caller { sp, ..caller })
     }
 
     /// The module of `lookup` for a walk's end: the one its cached rules

@@ -192,7 +192,7 @@ pub(crate) fn stack32(base: u64, len: usize) -> Stack {
 }
 
 impl Stack {
-    fn set32(&mut self, addr: u64, value: u64) -> &mut Self {
+    pub(crate) fn set32(&mut self, addr: u64, value: u64) -> &mut Self {
         let at = (addr - self.base) as usize;
         let value = u32::try_from(value).expect("a 32-bit word");
         self.bytes[at..at + 4].copy_from_slice(&value.to_le_bytes());

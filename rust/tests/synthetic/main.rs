@@ -408,6 +408,7 @@ fn recovered(w: &Walk) -> Result<u64, (EndReason, EndDetail)> {
 // The tests, by section. Each imports `super::*`: the helpers above, and
 // through the line below the ones the sections define for one another.
 mod frames;
+mod records;
 mod rules;
 mod sections;
 mod signals_and_ends;
