@@ -80,8 +80,7 @@ pub struct Saved {
     pub window: i32,
     /// The highest rule's offset less the lowest's.
     pub span: u16,
-    /// `SAVED`, `RA_FIRST`, `SP_SAVED`, `SIGNAL_FRAME`, `RA_UNDEFINED`,
-    /// `FRAME_RECORD`.
+    /// `SAVED`, `RA_FIRST`, `SP_SAVED`, `SIGNAL_FRAME`, `RA_UNDEFINED`, `FRAME_RECORD`.
     flags: u8,
     /// How many of `regs` and `ats` are rules (at most [`PACKED_RULES`]).
     len: u8,
@@ -570,7 +569,8 @@ impl RuleCache {
         self.stats.hits += 1;
         let entry = &self.entries[set][way];
         let saved = &self.ways[set][way].saved;
-        let saved = saved.is_saved().then_some(saved);
+        // A frame record's row is applied in place too, outside a run.
+        let saved = (saved.is_saved() || saved.frame_record()).then_some(saved);
         Some(Hit { module: entry.module as usize, row: &entry.row, saved })
     }
 
@@ -790,6 +790,33 @@ mod tests {
         let mut plt = Row::new(CfaRule::Expr(expr), 16, false);
         plt.push(16, RegRule::Offset(-8));
         assert!(!Saved::of(&PackedRow::pack(&plt).unwrap(), 7).is_saved());
+    }
+
+    #[test]
+    fn frame_record_rows_are_marked_apart_from_saved_ones() {
+        // (CFA register, offset, rules; the return address's column, sp's).
+        let row = |(reg, offset): (u16, i64), rules: &[(u16, i64)], (ra, sp): (u16, u16)| {
+            let mut r = Row::new(CfaRule::RegOffset { reg, offset }, ra, false);
+            rules.iter().for_each(|&(reg, at)| _ = r.push(reg, RegRule::Offset(at)));
+            Saved::of(&PackedRow::pack(&r).unwrap(), sp)
+        };
+        // x86_64 at -O0: CFA = rbp + 16, rbp at CFA − 16, rip at CFA − 8.
+        let record = row((6, 16), &[(6, -16), (16, -8)], (16, 7));
+        assert!(record.frame_record() && !record.is_saved() && record.ra_first());
+        assert_eq!(record.rules().collect::<Vec<_>>(), [(16, 8), (6, 0)]);
+        // i386's, 4-byte words: CFA = ebp + 8.
+        assert!(row((5, 8), &[(5, -8), (8, -4)], (8, 4)).frame_record());
+        // Not one: another register saved too, the record below the CFA's
+        // top, the CFA from sp, the CFA's register not the one saved.
+        for (cfa, rules) in [
+            ((6, 16), &[(6, -16), (16, -8), (3, -24)][..]),
+            ((6, 32), &[(6, -32), (16, -24)]),
+            ((7, 16), &[(6, -16), (16, -8)]),
+            ((3, 16), &[(6, -16), (16, -8)]),
+        ] {
+            let other = row(cfa, rules, (16, 7));
+            assert!(!other.frame_record() && other.is_saved());
+        }
     }
 
     #[test]

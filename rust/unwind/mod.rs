@@ -634,8 +634,9 @@ impl Unwinder {
                     {
                         // The last frame's, which a run of frame records
                         // may have put past the callee's.
-                        let last = &frames[frames.len() - 1];
-                        end.lookup_pc = last.pc.wrapping_sub(u64::from(!last.interrupted));
+                        if let Some(last) = frames.last() {
+                            end.lookup_pc = last.pc.wrapping_sub(u64::from(!last.interrupted));
+                        }
                         end.reason = EndReason::FrameLimit;
                         end.detail = EndDetail::None;
                         break end;
@@ -653,9 +654,9 @@ impl Unwinder {
 
     /// A step of [`Unwinder::walk_cfi`] that [`fast_step`] did not take:
     /// a run of frame records ([`records::run`], which pushes the frames it
-    /// finds but the last), the rule cache's other rows,
-    /// or a miss. The caller's registers go to `regs`, through the walk's
-    /// scratch file (made here at the first need: most walks never need it).
+    /// finds but the last), the rule cache's other rows, or a miss. The
+    /// caller's registers go to `regs`, through the walk's scratch file (made
+    /// here at the first need: most walks never need it).
     #[inline(never)]
     fn slow_step<M: Memory + ?Sized, const A: u8>(
         &mut self,
