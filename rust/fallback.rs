@@ -16,6 +16,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use crate::arch::Arch;
+use crate::cfi::Module;
 use crate::memory::Memory;
 use crate::modules::ModuleSet;
 use crate::registers::Registers;
@@ -309,7 +310,7 @@ impl Context<'_> {
         }
         // A goroutine's first frame returns to runtime.goexit's second
         // instruction, which no call precedes.
-        if self.go_exit_return(ra) {
+        if self.go_exit_in(module, elf) {
             return Ok(());
         }
         match module.code_before(elf, self.arch.call_window()) {
@@ -581,7 +582,11 @@ impl Context<'_> {
     fn go_exit_return(&self, ra: u64) -> bool {
         let Some(m) = self.modules.index_of(ra.wrapping_sub(1)) else { return false };
         let module = &self.modules.modules()[m];
-        let elf = ra.wrapping_sub(module.bias);
+        self.go_exit_in(module, ra.wrapping_sub(module.bias))
+    }
+
+    /// [`Context::go_exit_return`] for a return address at `elf` in `module`.
+    fn go_exit_in(&self, module: &Module, elf: u64) -> bool {
         let quantum = self.arch.min_instruction_size();
         module.is_go()
             && module.code_map().go_exit(elf.wrapping_sub(1)) == Some(elf.wrapping_sub(quantum))

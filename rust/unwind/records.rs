@@ -11,7 +11,7 @@
 //! frame pointer and the row only confirms it, a branch the processor
 //! predicts: the stack's reads run ahead of the rows' lookups.
 
-use super::apply::window_word;
+use super::apply::{stack_window, window_word};
 use super::{arch_of, Caller, Frame, FrameState, Trust};
 use crate::memory::Memory;
 use crate::registers::Registers;
@@ -50,10 +50,10 @@ pub(super) fn run<M: Memory + ?Sized, const A: u8>(
     let mut found: Option<(u64, u16, u64)> = None;
     let mut hits = 0;
     loop {
-        if row.0 != fp_column || fp > mask - (len - 1) {
+        if row.0 != fp_column {
             break;
         }
-        let Some(window) = mem.window_from(fp, 0, len) else { break };
+        let Some(window) = stack_window(mem, mask, (fp, 0), len) else { break };
         let (Some(saved_fp), Some(ra)) =
             (window_word(window, 0, word), window_word(window, word as usize, word))
         else {
