@@ -4,16 +4,22 @@
 PYTHON ?= .venv/bin/python
 export PYTHON
 
-.PHONY: setup build demo test test-rust test-python bench bench-rust lint fuzz
+.PHONY: setup setup-demo setup-bench build demo test test-rust test-python bench bench-rust lint fuzz
 
-setup:            ## install system packages, make .venv, install the package in it (builds the Rust core)
-	.ci/setup
+setup:            ## everything the tests need: system packages, reference tools, .venv with the package
+	.ci/setup test
+
+setup-demo:       ## only what the demo needs: a C compiler, gdb, .venv with the package (builds the Rust core)
+	.ci/setup demo
+
+setup-bench:      ## what the tests need, and samply (the perf benchmarks' reference)
+	.ci/setup bench
 
 build:            ## rebuild the Rust core after changes
 	$(PYTHON) -m pip install -q --disable-pip-version-check -e .
 	$(PYTHON) -m compileall -q python/stackwalk
 
-demo: setup       ## build a sample program, stop it under gdb, unwind it, compare with gdb
+demo: setup-demo  ## build a sample program, stop it under gdb, unwind it, compare with gdb
 	$(PYTHON) -m stackwalk demo
 
 test: setup test-rust test-python  ## every test: Rust unit tests, then pytest (benchmarks as smoke tests)
@@ -24,7 +30,7 @@ test-rust:  # with no cache (STACKWALK_CACHE_DIR set and empty): the tests' file
 test-python:
 	$(PYTHON) -m pytest
 
-bench: setup      ## run the benchmarks for real and print the ratios
+bench: setup-bench ## run the benchmarks for real and print the ratios
 	$(PYTHON) -m pytest benches --benchmark-enable --benchmark-group-by=group -q
 
 # Not part of `make test`: the comparison crate (benches/framehop_cmp, its own workspace) builds

@@ -55,6 +55,18 @@ def stacks(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Stack]:
     }
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """`make test` runs the benchmarks once each as smoke tests, with the reference tools the
+    tests install. samply is the reference of the perf benchmarks alone, installed by `make
+    bench` (`.ci/setup bench`): its comparison runs only there, when the benchmarks are timed."""
+    if not config.getoption("benchmark_disable"):
+        return
+    samply = [item for item in items if item.name.startswith("test_against_samply[")]
+    if samply:
+        config.hook.pytest_deselected(items=samply)
+        items[:] = [item for item in items if item not in samply]
+
+
 def _per_added_sample(by_name: dict[str, Any]) -> list[str]:
     """What each sample of the 100k recording beyond the 3k one costs, for both tools: the
     fixed costs (starting, loading symbols) cancel out."""

@@ -23,11 +23,25 @@ minor=${1:?usage: build_cpython.sh 3.13|3.14}
 cache=${STACKWALK_CACHE:-$HOME/.cache/stackwalk}
 mkdir -p "$cache"
 
+# Debian's archive as this machine's apt is configured to reach it (a mirror, a proxy): the first
+# repository of its sources that serves the suite asked for.
+debian_archive() {  # SUITE
+  local uri
+  for uri in $(apt-get indextargets --no-release-info --format '$(REPO_URI)' | sort -u); do
+    if curl -fsSI --retry 2 "${uri%/}/dists/$1/Release" >/dev/null 2>&1; then
+      echo "${uri%/}"
+      return 0
+    fi
+  done
+  echo "build_cpython.sh: no repository of apt's sources serves Debian's $1 suite" >&2
+  return 1
+}
+
 if [ "$minor" = 3.14 ]; then
   for python in "$cache"/cpython-3.14.*/usr/bin/python3.14; do
     [ -x "$python" ] && { echo "$python"; exit 0; }
   done
-  archive=http://deb.debian.org/debian
+  archive=$(debian_archive sid)
   work=$(mktemp -d "$cache/unpack-3.14.XXXXXX")
   trap 'rm -rf "$work"' EXIT
   curl -fsSL --retry 3 "$archive/dists/sid/main/binary-amd64/Packages.xz" | xz -d >"$work/Packages"
@@ -66,7 +80,8 @@ case "$minor" in
   3.13)
     # Debian trixie's python3.13 (a stable suite: its pool file stays)
     version=3.13.5
-    url=http://deb.debian.org/debian/pool/main/p/python3.13/python3.13_3.13.5.orig.tar.xz
+    suite=trixie
+    pool_path=pool/main/p/python3.13/python3.13_3.13.5.orig.tar.xz
     sha256=93e583f243454e6e9e4588ca2c2662206ad961659863277afcdb96801647d640
     ;;
   *)
@@ -81,6 +96,7 @@ python=$prefix/bin/python$minor
 if [ ! -x "$python" ]; then
   work=$(mktemp -d "$cache/build-$version.XXXXXX")
   trap 'rm -rf "$work"' EXIT
+  url=$(debian_archive "$suite")/$pool_path
   tarball=$work/$(basename "$url")
   echo "build_cpython.sh: downloading $url" >&2
   curl -fsSL --retry 3 -o "$tarball" "$url"
