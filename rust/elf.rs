@@ -242,6 +242,18 @@ pub struct ElfSummary {
     /// The path in PT_INTERP (the program's dynamic linker), if it has one
     /// and the bytes given hold it.
     pub interpreter: Option<Vec<u8>>,
+    /// The file's identity as Breakpad's `FileID` (its Linux client, writing
+    /// each module's CodeView record) and `dump_syms` compute it: the GNU
+    /// build id, else the first page of `.text` hashed (see `text_hash`).
+    /// A dump's debug id is made of its first 16 bytes, so a local file is
+    /// compared with a dump's module by this, whichever form the dump
+    /// recorded. None where neither is in the bytes given.
+    pub file_id: Option<Vec<u8>>,
+    /// The other identity a minidump writer records for a file without a
+    /// build id: minidump-writer (0.13) hashes the first page of the first
+    /// executable section, `.init` where there is one, not `.text`. None
+    /// where that is `.text`, or the file has a build id.
+    pub other_file_id: Option<Vec<u8>>,
 }
 
 impl ElfSummary {
@@ -285,6 +297,8 @@ fn summarize_class<Elf: FileHeader<Endian = LittleEndian>>(
         dynamic: None,
         phdr: (header.e_phoff(endian).into(), header.e_phnum(endian)),
         interpreter: None,
+        file_id: None,
+        other_file_id: None,
     };
     for ph in phdrs {
         match ph.p_type(endian) {
@@ -313,5 +327,62 @@ fn summarize_class<Elf: FileHeader<Endian = LittleEndian>>(
             }
         }
     }
+    match &summary.build_id {
+        Some(id) => summary.file_id = Some(id.clone()),
+        None => {
+            let (text, first_code) = code_hashes::<Elf>(header, endian, data);
+            summary.file_id = text.map(|h| h.to_vec());
+            summary.other_file_id = first_code.filter(|h| Some(h) != text.as_ref()).map(Vec::from);
+        }
+    }
     Ok(summary)
+}
+
+/// The bytes of `.text` Breakpad's `FileID` hashes when a file has no build id.
+const TEXT_HASH_SPAN: usize = 4096;
+/// A GUID's size: what the hash folds `.text` into.
+const GUID_SIZE: usize = 16;
+
+/// The hashes that stand for a file's build id where it has none (see
+/// [`ElfSummary::file_id`]): (Breakpad's, of `.text`; minidump-writer's, of
+/// the first executable section). Each is the first page (4096 bytes) of the
+/// section, 16 bytes at a time, XORed together. Breakpad's C++ reads a last
+/// partial chunk whole (the bytes of the file after the section), as the
+/// mapped file gives them to it; minidump-writer stops at the section's end.
+/// None without section headers (an image from a core), or the section or
+/// its bytes.
+fn code_hashes<Elf: FileHeader<Endian = LittleEndian>>(
+    header: &Elf,
+    endian: LittleEndian,
+    data: &[u8],
+) -> (Option<[u8; GUID_SIZE]>, Option<[u8; GUID_SIZE]>) {
+    use object::read::elf::SectionHeader;
+    let Ok(sections) = header.sections(endian, data) else { return (None, None) };
+    let hash = |section: &Elf::SectionHeader, whole_chunks: bool| {
+        if section.sh_type(endian) != object::elf::SHT_PROGBITS {
+            return None;
+        }
+        let offset = usize::try_from(section.sh_offset(endian).into()).ok()?;
+        let size = usize::try_from(section.sh_size(endian).into()).ok()?.min(TEXT_HASH_SPAN);
+        if size == 0 {
+            return None;
+        }
+        let span = if whole_chunks { size.next_multiple_of(GUID_SIZE) } else { size };
+        let bytes = data.get(offset..offset.checked_add(span)?)?;
+        let mut hash = [0u8; GUID_SIZE];
+        for chunk in bytes.chunks(GUID_SIZE) {
+            hash.iter_mut().zip(chunk).for_each(|(h, b)| *h ^= b);
+        }
+        Some(hash)
+    };
+    let text = sections.section_by_name(endian, b".text").and_then(|(_, s)| hash(s, true));
+    let first_code = sections
+        .iter()
+        .find(|s| {
+            let code = u64::from(object::elf::SHF_ALLOC | object::elf::SHF_EXECINSTR);
+            s.sh_type(endian) == object::elf::SHT_PROGBITS
+                && s.sh_flags(endian).into() & code == code
+        })
+        .and_then(|s| hash(s, false));
+    (text, first_code)
 }

@@ -87,6 +87,23 @@ pub struct Fetched {
     pub warnings: Vec<String>,
 }
 
+/// The name of the `.sym` file of a module whose debug file is `debug_file`
+/// in a store: a PDB's `.pdb` replaced by `.sym` (`crash.pdb/ID/crash.sym`,
+/// as `dump_syms` and Breakpad's `symupload` file Windows modules), else
+/// `.sym` added (`libc.so.6/ID/libc.so.6.sym`).
+pub fn sym_file_name(debug_file: &str) -> String {
+    let stem = match debug_file.len().checked_sub(4) {
+        Some(cut)
+            if debug_file.is_char_boundary(cut)
+                && debug_file[cut..].eq_ignore_ascii_case(".pdb") =>
+        {
+            &debug_file[..cut]
+        }
+        _ => debug_file,
+    };
+    format!("{stem}.sym")
+}
+
 /// The `.sym` file of module `name` with debug id `debug_id`: from the
 /// cache, else from the first of `urls` that has it, kept in the cache.
 /// `config`'s own URLs (debuginfod's) are not used; offline
@@ -102,10 +119,8 @@ pub fn fetch(
     let (Some(name), Some(id)) = (checked_name(name), checked_debug_id(debug_id)) else {
         return out;
     };
-    let entry = config
-        .cache
-        .as_deref()
-        .map(|c| cache_store(c).join(name).join(id).join(format!("{name}.sym")));
+    let sym = sym_file_name(name);
+    let entry = config.cache.as_deref().map(|c| cache_store(c).join(name).join(id).join(&sym));
     if let Some(entry) = entry.as_ref().filter(|e| e.is_file()) {
         out.path = Some(entry.clone());
         return out;
@@ -119,8 +134,7 @@ pub fn fetch(
         if remembered(&DEAD, base) {
             continue;
         }
-        let url =
-            format!("{base}/{}/{}/{}", encoded(name), encoded(id), encoded(&format!("{name}.sym")));
+        let url = format!("{base}/{}/{}/{}", encoded(name), encoded(id), encoded(&sym));
         if remembered(&NOT_THERE, &url) {
             continue;
         }
@@ -172,6 +186,11 @@ mod tests {
         assert!(checked_debug_id("0123ABCD0").is_some());
         assert!(checked_debug_id("../x").is_none() && checked_debug_id("").is_none());
         assert_eq!(encoded("[vdso] x+y.sym"), "%5Bvdso%5D%20x+y.sym");
+        assert_eq!(sym_file_name("crash.pdb"), "crash.sym");
+        assert_eq!(sym_file_name("wntdll.PDB"), "wntdll.sym");
+        assert_eq!(sym_file_name("libc.so.6"), "libc.so.6.sym");
+        assert_eq!(sym_file_name(".pdb"), ".sym");
+        assert_eq!(sym_file_name("é.pd"), "é.pd.sym");
     }
 
     #[test]

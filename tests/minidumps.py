@@ -107,13 +107,68 @@ def symbol_store(binary: Path, store: Path) -> Path:
 
 def minidump_streams(path: Path) -> dict[int, tuple[int, int]]:
     """A minidump's stream directory, read with struct: type -> (rva, size)."""
-    data = path.read_bytes()
+    return minidump_streams_of(path.read_bytes())
+
+
+def minidump_streams_of(data: bytes) -> dict[int, tuple[int, int]]:
+    """``minidump_streams`` of the dump's bytes."""
     count, directory = struct.unpack_from("<II", data, 8)
     streams: dict[int, tuple[int, int]] = {}
     for i in range(count):
         kind, size, rva = struct.unpack_from("<III", data, directory + 12 * i)
         streams.setdefault(kind, (rva, size))
     return streams
+
+
+# MINIDUMP_MODULE: 108 bytes; its name's rva at 20, its CodeView record's location (size, rva)
+# at 76.
+_MODULE_SIZE, _MODULE_NAME, _MODULE_CV = 108, 20, 76
+# The records' signatures as the file holds them (little-endian u32s: "BpEL" is 0x4270454c).
+CV_ELF, CV_PDB70 = b"LEpB", b"RSDS"
+
+
+def module_records(data: bytes) -> list[tuple[int, str, bytes]]:
+    """The module list's modules: (offset of the MINIDUMP_MODULE in the file, its name, its
+    CodeView record's bytes)."""
+    rva, _ = minidump_streams_of(data)[MODULE_LIST]
+    (count,) = struct.unpack_from("<I", data, rva)
+    out = []
+    for i in range(count):
+        at = rva + 4 + _MODULE_SIZE * i
+        (name_rva,) = struct.unpack_from("<I", data, at + _MODULE_NAME)
+        (length,) = struct.unpack_from("<I", data, name_rva)
+        name = data[name_rva + 4 : name_rva + 4 + length].decode("utf-16-le")
+        cv_size, cv_rva = struct.unpack_from("<II", data, at + _MODULE_CV)
+        out.append((at, name, data[cv_rva : cv_rva + cv_size]))
+    return out
+
+
+def rewrite_codeview(source: Path, target: Path, record: Any) -> Path:
+    """A copy of the minidump ``source`` at ``target`` whose modules' CodeView records are
+    ``record(name, old_record)`` (bytes; b"": none), each new record appended to the file and
+    the module pointed at it: a dump as another writer (another version of Breakpad's client)
+    would have recorded the same process."""
+    data = bytearray(source.read_bytes())
+    for at, name, old in module_records(bytes(data)):
+        new = record(name, old)
+        if new == old:
+            continue
+        data.extend(b"\0" * (-len(data) % 4))
+        struct.pack_into("<II", data, at + _MODULE_CV, len(new), len(data) if new else 0)
+        data.extend(new)
+    target.write_bytes(bytes(data))
+    return target
+
+
+def breakpad_era_record(name: str, record: bytes) -> bytes:
+    """The ``RSDS`` record Breakpad's Linux client wrote before it recorded build ids, for the
+    module whose ``BpEL`` record is ``record``: the first 16 bytes of its FileID (the build id,
+    or the hash of the first page of ``.text``), zero-padded, as the GUID's bytes, an age of 0,
+    and the file name as the PDB name (google-breakpad's minidump_writer.cc of 2013)."""
+    if record[:4] != CV_ELF:
+        return record
+    guid = record[4:20].ljust(16, b"\0")
+    return CV_PDB70 + guid + struct.pack("<I", 0) + Path(name).name.encode() + b"\0"
 
 
 def thread_list_tids(path: Path) -> list[int]:
@@ -212,9 +267,13 @@ class Dumps:
         self._own_files: dict[str, list[Path]] = {}
 
     def __call__(self, spec_id: str) -> MadeDump:
-        if spec_id not in self._made:
-            self._made[spec_id] = self._make(SNAPSHOT if spec_id == "snapshot" else SPECS[spec_id])
-        return self._made[spec_id]
+        return self.of(SNAPSHOT if spec_id == "snapshot" else SPECS[spec_id])
+
+    def of(self, spec: Spec) -> MadeDump:
+        """The dump of ``spec``'s program (one of SPECS, or a test's own), made once."""
+        if spec.id not in self._made:
+            self._made[spec.id] = self._make(spec)
+        return self._made[spec.id]
 
     def with_own_libraries(self, base: Spec) -> tuple[MadeDump, list[Path]]:
         """The program of ``base`` (a C or C++ one) dumped as it ran on private copies of its shared

@@ -64,7 +64,7 @@ FRAME_KEYS = {"index", "pc", "sp", "cfa", "trust", "module", "module_offset", "f
 # A frame line of the text output:
 # "#3  0x00007f1c2a83c24a in name+0x7a at FILE:LINE (/path/to/module)".
 FRAME_LINE = re.compile(
-    r"#(\d+)\s+0x([0-9a-f]{16}) in (.+?)(?: at [^ ]+)?(?: \(([^()]+)\))?  \[(\w+)\]"
+    r"#(\d+)\s+0x([0-9a-f]{16}) in (.+?)(?: at [^ ]+)?(?: \(([^()]+)\))?  \[(\w+)(, doubtful)?\]"
 )
 
 
@@ -186,6 +186,28 @@ def test_signal_names_are_pythons() -> None:
         assert _signal_name(number) == name
 
 
+def only_unverified_libraries(made: MadeCore, proc: subprocess.CompletedProcess[str]) -> None:
+    """Nothing on stderr for a core read cleanly, but for qemu-user's cores of dynamic programs:
+    they hold no page of a library's file, so no build id to check the libraries found under
+    the sysroot by; each such library is a warning, and the frames from the first one in it on
+    are doubtful (checked by the callers)."""
+    for line in proc.stderr.splitlines():
+        qemu_dynamic = made.spec.arch == "aarch64" and not made.spec.static
+        assert qemu_dynamic and "records no identity (build id) to check" in line, line
+
+
+def doubtful_from_unverified(made: MadeCore, frames: list[dict[str, Any]]) -> None:
+    """Each frame is doubtful from the first one in a library that could not be checked (see
+    only_unverified_libraries) on, and only then."""
+    if made.spec.arch != "aarch64" or made.spec.static:
+        assert not any(f["doubtful"] for f in frames)
+        return
+    executable = os.path.realpath(made.executable)
+    first = next((i for i, f in enumerate(frames) if f["module"] and
+                  os.path.realpath(f["module"]) != executable), len(frames))  # fmt: skip
+    assert [f["doubtful"] for f in frames] == [i >= first for i in range(len(frames))]
+
+
 @pytest.mark.parametrize("case", ALL_CASES)
 def test_json_matches_the_references(case: str, cores: Cores) -> None:
     """The whole document: schema, process facts, and every thread's pcs and stack pointers,
@@ -194,7 +216,7 @@ def test_json_matches_the_references(case: str, cores: Cores) -> None:
     proc = cli(made, "--json")
     no_traceback(proc)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stderr == ""
+    only_unverified_libraries(made, proc)
     doc = cli_json(made)
     check_schema(doc)
     notes = made.notes()
@@ -215,6 +237,7 @@ def test_json_matches_the_references(case: str, cores: Cores) -> None:
         gdb = made.gdb.thread(thread["tid"])
         assert [h(frame["sp"]) for frame in thread["frames"]] == [f.sp for f in gdb.frames]
         assert thread["end"] == "end_of_stack"
+        doubtful_from_unverified(made, thread["frames"])
 
 
 @pytest.mark.parametrize("case", ["deep", "threads", "a64-cxx"])
@@ -467,7 +490,8 @@ def test_text_output(case: str, cores: Cores) -> None:
     doc = cli_json(made)
     proc = cli(made)
     no_traceback(proc)
-    assert proc.returncode == 0 and proc.stderr == ""
+    assert proc.returncode == 0
+    only_unverified_libraries(made, proc)
     tids = [thread["tid"] for thread in doc["threads"]]
     preamble, threads = parse_text(proc.stdout, tids)
     assert list(threads) == tids
@@ -476,9 +500,9 @@ def test_text_output(case: str, cores: Cores) -> None:
         lines = threads[thread["tid"]]
         assert len(lines) == len(thread["frames"])
         for line, frame in zip(lines, thread["frames"], strict=True):
-            index, pc, where, module, trust = line.groups()
+            index, pc, where, module, trust, doubtful = line.groups()
             assert (int(index), int(pc, 16)) == (frame["index"], h(frame["pc"]))
-            assert trust == frame["trust"]
+            assert (trust, bool(doubtful)) == (frame["trust"], frame["doubtful"])
             assert module == frame["module"]
             if frame["function"] is None:
                 assert where == "??"

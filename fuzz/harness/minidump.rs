@@ -12,7 +12,7 @@ pub fn run(data: &[u8]) {
     let mut addresses: Vec<u64> = dump.auxv.values().copied().collect();
     addresses.extend(dump.modules.iter().map(|m| m.base));
     addresses.extend(dump.maps.iter().flatten().map(|m| m.start));
-    addresses.extend(dump.exception.map(|e| e.address));
+    addresses.extend(dump.exception.as_ref().map(|e| e.address));
     for thread in &dump.threads {
         addresses.extend(thread.registers.iter().map(|&(_, value)| value));
     }

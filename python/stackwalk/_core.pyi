@@ -87,6 +87,42 @@ class _ElfSummary(TypedDict):
     dynamic: int | None
     phdr: tuple[int, int]  # (e_phoff, e_phnum)
     interpreter: str | None
+    # hex: Breakpad's identity of the file (FileID, dump_syms): the build id, else the hash of
+    # the first page of .text (None: neither in the bytes given)
+    file_id: str | None
+    # hex: minidump-writer's identity of a file without a build id (its first executable
+    # section hashed, not .text), where it differs
+    other_file_id: str | None
+
+class _DumpCrash(TypedDict):
+    """``MinidumpFile.crash``: the exception stream, as minidump-stackwalk words it."""
+
+    tid: int
+    reason: (
+        str  # "SIGSEGV / SEGV_MAPERR", "EXCEPTION_ACCESS_VIOLATION_WRITE", "EXC_BAD_ACCESS / ..."
+    )
+    address: int
+    requested: bool  # a dump written on request (DUMP_REQUESTED), not for a crash
+
+class _DumpSystem(TypedDict):
+    """``MinidumpFile.system``: the system info stream, with minidump-stackwalk's names."""
+
+    os: str  # "Linux", "Windows NT", "Mac OS X", "iOS", "Android", ...
+    os_version: str | None
+    cpu: str  # "amd64", "x86", "arm64", ...
+    windows: bool  # its paths are Windows paths
+
+class _DumpModule(TypedDict):
+    """A module of ``MinidumpFile.modules`` and its identity (Breakpad's ids)."""
+
+    base: int
+    end: int
+    name: str  # the code file's path as the dump gives it
+    build_id: str | None  # hex: a BpEL record's
+    guid: tuple[str, int] | None  # an RSDS record's GUID (hex of its 16 bytes as stored), age
+    debug_id: str | None  # as minidump-stackwalk prints it
+    code_id: str | None
+    debug_file: str | None
 
 class _PerfSummary(TypedDict):
     """``perf_report``'s answer: what was read and written."""
@@ -287,7 +323,11 @@ class MinidumpFile:
     @property
     def exception(self) -> tuple[int, int, int, int] | None: ...
     @property
-    def modules(self) -> list[tuple[int, int, str, str | None]]: ...
+    def crash(self) -> _DumpCrash | None: ...
+    @property
+    def system(self) -> _DumpSystem: ...
+    @property
+    def modules(self) -> list[_DumpModule]: ...
     @property
     def pid(self) -> int | None: ...
     @property

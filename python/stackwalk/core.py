@@ -81,6 +81,48 @@ _Segment = tuple[int, int, int]
 _Mapping = tuple[int, int, int, str]
 
 
+class Identity:
+    """What a core or dump records of a module's file, to check a file found for it by: its
+    GNU build id (``kind`` "build_id": an ELF header in a core's memory); Breakpad's ``FileID``
+    of it ("file_id": a minidump's ``BpEL`` record, which holds the hash of the first page of
+    ``.text`` where the file has no build id); or the first 16 bytes of that, as a GUID
+    ("guid": the ``RSDS`` record Breakpad's Linux client wrote before it recorded build ids).
+    ``hex`` is the bytes as the record holds them."""
+
+    __slots__ = ("hex", "kind")
+
+    def __init__(self, hex: str, kind: str) -> None:
+        self.hex = hex
+        self.kind = kind
+
+    def matches(self, summary: ElfSummary) -> bool:
+        """Whether the file ``summary`` is of is the one recorded, computed the same way."""
+        if self.kind == "build_id":
+            return summary["build_id"] == self.hex
+        # A file without a build id: the writer hashed its code, .text or (minidump-writer)
+        # its first executable section.
+        ids = [i for i in (summary["file_id"], summary["other_file_id"]) if i is not None]
+        if self.kind == "file_id":
+            return self.hex in ids
+        return any(i.ljust(32, "0")[:32] == self.hex for i in ids)
+
+    def __str__(self) -> str:
+        return self.hex if self.kind != "guid" else f"GUID {self.hex} (age 0)"
+
+    @property
+    def build_id(self) -> str | None:
+        """The build id recorded, where the record holds one (a GUID is only a part of it)."""
+        return self.hex if self.kind != "guid" else None
+
+
+def _file_id_text(summary: ElfSummary, want: Identity) -> str:
+    """A file's identity in the form ``want`` has, for a message."""
+    theirs = summary["build_id"] if want.kind == "build_id" else summary["file_id"]
+    if theirs is None:
+        return "no build id"
+    return theirs if want.kind != "guid" else f"GUID {theirs.ljust(32, '0')[:32]}"
+
+
 def _named_as(path: str, executable: str | None, fname: str | None) -> bool:
     """Whether ``path`` has the file name of ``executable`` or the process name ``fname``
     (NT_PRPSINFO's pr_fname, cut to 15 characters)."""
@@ -185,6 +227,9 @@ class Core:
         self._allow_mismatch = allow_mismatch
         # Module path -> build id of the file found for it that differs from the core's.
         self._mismatched: dict[str, str | None] = {}
+        # Module paths whose file is used although the core records nothing to check it by:
+        # their frames, and those found through them, are doubtful.
+        self._unverified: set[str] = set()
         self.debug_root = os.fspath(debug_root) if debug_root is not None else None
         # Files fetched from debuginfod: the servers asked (none: offline), and the executables
         # fetched, named in the output by the core's path, not by their cache entry.
@@ -225,9 +270,9 @@ class Core:
         """The file read: the source of the threads, memory and mappings."""
         return CoreFile(self.path, max_size)
 
-    def _build_id_at(self, start: int | None) -> str | None:
-        """The build id the source records for the module mapped at ``start`` where its ELF
-        headers are not in its memory (a core's are, a minidump's module list has them)."""
+    def _recorded_at(self, start: int | None) -> Identity | None:
+        """What the source records of the module mapped at ``start`` where its ELF headers are
+        not in its memory (a core's are, a minidump's module list has them)."""
         return None
 
     def _stand_ins(self) -> set[str]:
@@ -352,7 +397,7 @@ class Core:
             named_exe = entry is None and not named_seen and _named_as(path, explicit, self._fname)
             named_seen |= named_exe
             holds_entry = entry is not None and any(a <= entry < b for a, b, _ in maps)
-            recorded = self._build_id_at(first)
+            recorded = self._recorded_at(first)
             file, on_disk, rejected = self._locate(
                 path, in_core, explicit if holds_entry or named_exe else None, recorded
             )
@@ -518,26 +563,39 @@ class Core:
         path: str,
         in_core: ElfSummary | None,
         explicit: str | None,
-        recorded: str | None = None,
+        recorded: Identity | None = None,
     ) -> tuple[str | None, ElfSummary | None, list[str]]:
         """(the file for module ``path``, its summary, why ELF candidates were rejected). A
-        file whose build id differs from the core's is not used (eu-stack does the same), unless
-        the core was opened with ``allow_mismatch`` or the file was given (``explicit``); either
-        way it is a warning."""
-        want = in_core["build_id"] if in_core else recorded
+        file whose identity differs from the one the core records is not used (eu-stack does
+        the same; a file given by name, ``explicit``, too), unless the core was opened with
+        ``allow_mismatch``; either way it is a warning. A file found (not given) where the core
+        records no identity to check it by is a warning too, and the frames through it are
+        doubtful."""
+        want = recorded
+        if in_core is not None:
+            want = Identity(in_core["build_id"], "build_id") if in_core["build_id"] else None
         file, summary, rejected = self._finder.find(path, want, explicit)
-        if file is not None and summary is not None:
-            # A file without a build id cannot be the module whose build id the core recorded.
-            if want and summary["build_id"] != want:
-                self._mismatched[path] = summary["build_id"]
-                use = self._allow_mismatch or explicit is not None  # asked for by name
-                theirs = summary["build_id"] or "no build id"
+        if file is None or summary is None:
+            return file, summary, rejected
+        if want is None:
+            if explicit is None:  # (a file given by name is the user's word)
+                self._unverified.add(path)
                 self.warnings.append(
-                    f"build-id mismatch for {path}: core has {want}, {file} has "
-                    f"{theirs}; {'using it anyway' if use else 'not used'}"
+                    f"{path}: the {self._FILE_KIND} records no identity (build id) to check "
+                    f"{file} by; used, its frames doubtful"
                 )
-                if not use:
-                    return None, None, [f"{file} has another build id"]
+        elif not want.matches(summary):
+            # A file without a build id cannot be the module whose build id the core recorded.
+            self._mismatched[path] = summary["build_id"]
+            use = self._allow_mismatch
+            kind = "build-id" if want.kind != "guid" else "debug-id"
+            self.warnings.append(
+                f"{kind} mismatch for {path}: {self._FILE_KIND} has {want}, {file} has "
+                f"{_file_id_text(summary, want)}; "
+                f"{'using it anyway' if use else 'not used (--allow-mismatch uses it)'}"
+            )
+            if not use:
+                return None, None, [f"{file} has another build id"]
         return file, summary, rejected
 
     def _fetch(
@@ -594,7 +652,7 @@ class Core:
         in_core: ElfSummary | None = None,
         on_disk: ElfSummary | None = None,
         ranges: tuple[tuple[int, int], ...] = (),
-        recorded: str | None = None,
+        recorded: Identity | None = None,
     ) -> CoreModule:
         if file is not None:
             try:
@@ -610,7 +668,7 @@ class Core:
             start=start,
             end=end,
             bias=bias,
-            build_id=in_core["build_id"] if in_core else recorded,
+            build_id=in_core["build_id"] if in_core else recorded.build_id if recorded else None,
             file_build_id=on_disk["build_id"] if on_disk else self._mismatched.get(path),
             found=file is not None,
             ranges=ranges,
@@ -704,7 +762,7 @@ class Core:
                     start,
                     end,
                     m.bias,
-                    m.found and m.path in self._mismatched,
+                    m.found and (m.path in self._mismatched or m.path in self._unverified),
                     m.file,
                     self._sym_file(m),
                 )
@@ -840,7 +898,7 @@ class _FileFinder:
         return list(dict.fromkeys(out))
 
     def find(
-        self, path: str, build_id: str | None, explicit: str | None
+        self, path: str, identity: Identity | None, explicit: str | None
     ) -> tuple[str | None, ElfSummary | None, list[str]]:
         """(file, its summary, why ELF files found were rejected)."""
         if explicit is not None:
@@ -860,7 +918,7 @@ class _FileFinder:
                 continue
             if isinstance(s, str):
                 rejected.append(s)
-            elif build_id is None or s["build_id"] == build_id:
+            elif identity is None or identity.matches(s):
                 return candidate, s, []
             elif fallback is None:
                 fallback = candidate, s

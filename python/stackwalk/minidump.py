@@ -24,8 +24,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from stackwalk._core import MinidumpFile, read_sym_file, symbols_fetch
-from stackwalk.core import Core, CoreModule, Signal, Thread
+from stackwalk._records import _ThreadNotes
+from stackwalk.core import Core, CoreModule, Identity, Signal, Thread
 from stackwalk.errors import MinidumpError, StackwalkError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from stackwalk._core import _DumpModule
 
 __all__ = [
     "Minidump", "MinidumpError", "CoreModule", "Signal", "Thread", "minidump_stackwalk_doc",
@@ -80,22 +85,33 @@ class Minidump(Core):
         super().__init__(path, executable, **options)
 
     def _sym_file(self, module: CoreModule) -> str | None:
-        debug_id = breakpad_debug_id(self._build_id_at(module.start) or module.build_id)
+        listed = self._listed.get(module.start)
+        debug_file = self.module_name(module.path)
+        debug_id: str | None
+        if listed is not None and listed["debug_id"]:
+            debug_file, debug_id = listed["debug_file"] or debug_file, listed["debug_id"]
+        else:  # a module the maps stream places where the module list has none
+            debug_id = breakpad_debug_id(module.build_id)
         if debug_id is None:
             return None
-        key = (os.path.basename(module.path), debug_id)
+        key = (debug_file, debug_id)
         # Asked for when the module is placed (its STACK CFI) and when it is symbolized: once.
         if key not in self._sym_files:
             self._sym_files[key] = self._find_sym_file(*key)
         return self._sym_files[key]
 
-    def _find_sym_file(self, name: str, debug_id: str) -> str | None:
-        """The module's .sym file: in the local stores, else from the symbol servers (through
-        their cache). One that cannot be read is a warning, and none."""
-        paths = (os.path.join(store, name, debug_id, name + ".sym") for store in self.symbols_path)
+    def _find_sym_file(self, debug_file: str, debug_id: str) -> str | None:
+        """The module's .sym file, filed as Breakpad's symbol stores file them
+        (``DEBUG_FILE/DEBUG_ID/NAME.sym``, NAME the debug file's name without a ``.pdb``): in
+        the local stores, else from the symbol servers (through their cache). One that cannot
+        be read is a warning, and none."""
+        name = sym_file_name(debug_file)
+        paths = (os.path.join(store, debug_file, debug_id, name) for store in self.symbols_path)
         path = next((p for p in paths if os.path.isfile(p)), None)
         if path is None and self.symbols_url:
-            path, warnings = symbols_fetch(self.symbols_url, name, debug_id, offline=self._offline)
+            path, warnings = symbols_fetch(
+                self.symbols_url, debug_file, debug_id, offline=self._offline
+            )
             self.warnings.extend(warnings)
         if path is not None:
             try:
@@ -107,36 +123,95 @@ class Minidump(Core):
 
     def _open_source(self, max_size: int | None) -> MinidumpFile:
         dump = MinidumpFile(self.path)
-        # The module list's build ids, by where each module starts.
-        self._build_ids = {base: build_id for base, _, _, build_id in dump.modules if build_id}
+        # The module list's modules (their ids), by where each starts.
+        self._listed = {m["base"]: m for m in dump.modules}
+        self.system = dump.system
+        self.crash = dump.crash
         return dump
+
+    def to_dict(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """``Core.to_dict``'s document, and what a minidump says besides: ``system`` (os,
+        os_version, cpu, as minidump-stackwalk names them), ``crash`` (reason, address, and the
+        thread the exception stream names, as minidump-stackwalk words them for the dump's
+        system: a Windows exception, a Mach exception, a signal), and each module's Breakpad
+        ``debug_file``, ``debug_id`` and ``code_id``."""
+        doc = super().to_dict(*args, **kwargs)
+        system = self.system
+        doc["system"] = {k: system[k] for k in ("os", "os_version", "cpu")}
+        crash = self.crash
+        doc["crash"] = None
+        if crash is not None:
+            doc["crash"] = {
+                "reason": crash["reason"],
+                "address": f"{crash['address']:#x}",
+                "thread": crash["tid"],
+            }
+        for module in doc["modules"]:
+            listed = self._listed.get(int(module["start"], 16))
+            module["debug_file"] = listed["debug_file"] if listed else None
+            module["debug_id"] = listed["debug_id"] if listed else None
+            module["code_id"] = listed["code_id"] if listed else None
+        return doc
+
+    def module_name(self, path: str) -> str:
+        """A module's file name, by the path rules of the system the dump comes from (a Windows
+        dump names ``C:\\Windows\\System32\\ntdll.dll``), as minidump-stackwalk names it."""
+        return module_basename(path)
 
     @property
     def blamed_tid(self) -> int | None:
         """The thread the exception stream names (the crashing one, or the one a dump written
         on request blames), if it is among the threads."""
-        exception = self._core.exception  # type: ignore[union-attr]
+        crash = self.crash
         tids = {t.tid for t in self.threads}
-        return exception[0] if exception is not None and exception[0] in tids else None
+        return crash["tid"] if crash is not None and crash["tid"] in tids else None
 
-    def _build_id_at(self, start: int | None) -> str | None:
-        return self._build_ids.get(start) if start is not None else None
+    def _set_threads(self, raw: list[_ThreadNotes]) -> None:
+        """A Linux dump's crashing thread is the one whose signal is a crash's, as a core's; a
+        Windows or Apple dump's the one its exception stream names, unless the dump was
+        written on request."""
+        crash = self.crash
+        if self.system["os"] in ("Linux", "Android") or crash is None or crash["requested"]:
+            super()._set_threads(raw)
+            return
+        ordered = sorted(raw, key=lambda t: t[0] != crash["tid"])
+        self.threads = [
+            Thread(tid, cursig, self.unwinder, self.memory, self._core, index)
+            for tid, cursig, index, _ in ordered
+        ]
+        self.crashing_tid = crash["tid"] if ordered and ordered[0][0] == crash["tid"] else None
+        self.signal = None
+
+    def _recorded_at(self, start: int | None) -> Identity | None:
+        """The identity the module list records of the module at ``start``: its ``BpEL`` record
+        (Breakpad's FileID: the build id, or the hash of ``.text``), or its ``RSDS`` GUID where
+        the age is 0 (an ELF module of Breakpad's older Linux client: the FileID's first 16
+        bytes). A GUID with an age is a PDB's or a Mach-O UUID: no ELF file has it."""
+        listed = self._listed.get(start) if start is not None else None
+        if listed is None:
+            return None
+        if listed["build_id"] is not None:
+            return Identity(listed["build_id"], "file_id")
+        if listed["guid"] is not None:
+            guid, age = listed["guid"]
+            return Identity(guid, "guid") if age == 0 else Identity(guid + f"-{age}", "guid")
+        return None
+
+
+def module_basename(path: str) -> str:
+    """The last component of a module's path, by Windows' rules as well as POSIX's, as
+    minidump-stackwalk takes it (``C:\\dir\\name.dll``: ``name.dll``)."""
+    return path.rsplit("/", 1)[-1].rsplit("\\", 1)[-1]
+
+
+def sym_file_name(debug_file: str) -> str:
+    """The name of a module's Breakpad symbol file in a store: its debug file's, with a PDB's
+    ``.pdb`` replaced by ``.sym`` (``crash.pdb`` -> ``crash.sym``), else ``.sym`` added."""
+    stem = debug_file[:-4] if debug_file.lower().endswith(".pdb") else debug_file
+    return stem + ".sym"
 
 
 # -- minidump-stackwalk's JSON ---------------------------------------------------------------
-
-# rust-minidump's names of the architectures, and of the signals' codes it words.
-_CPU_ARCH = {"x86_64": "amd64", "aarch64": "arm64", "i386": "x86"}
-_SI_CODES = {
-    "SIGSEGV": {1: "SEGV_MAPERR", 2: "SEGV_ACCERR"},
-    "SIGBUS": {1: "BUS_ADRALN", 2: "BUS_ADRERR", 3: "BUS_OBJERR"},
-    "SIGFPE": {1: "FPE_INTDIV", 2: "FPE_INTOVF", 3: "FPE_FLTDIV", 4: "FPE_FLTOVF",
-               5: "FPE_FLTUND", 6: "FPE_FLTRES", 7: "FPE_FLTINV", 8: "FPE_FLTSUB"},
-    "SIGILL": {1: "ILL_ILLOPC", 2: "ILL_ILLOPN", 3: "ILL_ILLADR", 4: "ILL_ILLTRP",
-               5: "ILL_PRVOPC", 6: "ILL_PRVREG", 7: "ILL_COPROC", 8: "ILL_BADSTK"},
-}  # fmt: skip
-# The exception code of a dump written on request, not for a crash.
-_DUMP_REQUESTED = 0xFFFFFFFF
 
 
 def breakpad_debug_id(build_id: str | None) -> str | None:
@@ -149,23 +224,6 @@ def breakpad_debug_id(build_id: str | None) -> str | None:
     return guid.hex().upper() + "0"
 
 
-def _hex16(value: int | None) -> str | None:
-    return None if value is None else f"{value:#018x}"
-
-
-def _crash_type(signo: int, code: int) -> str:
-    import signal as _signal
-
-    if signo == _DUMP_REQUESTED:
-        return "DUMP_REQUESTED"
-    try:
-        name = _signal.Signals(signo).name
-    except ValueError:
-        return f"{signo:#x}"
-    words = _SI_CODES.get(name, {}).get(code)
-    return f"{name} / {words}" if words else name
-
-
 def minidump_stackwalk_doc(dump: Minidump) -> dict[str, object]:
     """The document ``minidump-stackwalk --json`` prints for this dump (its fields that say
     what crashed, where, and the modules; per frame: frame, trust, module, module_offset and
@@ -174,32 +232,45 @@ def minidump_stackwalk_doc(dump: Minidump) -> dict[str, object]:
     that pipelines built on minidump-stackwalk can take it."""
     source = dump._core
     assert isinstance(source, MinidumpFile)
-    listed = sorted(source.modules)  # (base, end, name, build id)
+    listed = source.modules  # in the module list's order, as minidump-stackwalk gives them
     doc = dump.to_dict()
     threads_by_tid = {t["tid"]: t for t in doc["threads"]}
+    width = 10 if source.word_size == 4 else 18  # 0x00000045, 0x0000000000000045
 
-    def module_of(pc: int) -> tuple[int, tuple[int, int, str, str | None]] | None:
-        return next(((i, m) for i, m in enumerate(listed) if m[0] <= pc < m[1]), None)
+    def hex_(value: int | None) -> str | None:
+        return None if value is None else f"{value:#0{width}x}"
 
-    def frames(thread: dict[str, object]) -> list[dict[str, object]]:
+    def module_of(pc: int) -> _DumpModule | None:
+        return next((m for m in listed if m["base"] <= pc < m["end"]), None)
+
+    # Where each frame was looked up: a caller at its return address less one (inside the
+    # call), as Breakpad gives callers; frame 0 and a frame a signal interrupted at their pc.
+    lookups = {t.tid: [f.lookup_pc for f in t.unwind().frames] for t in dump.threads}
+
+    def frames(thread: dict[str, Any]) -> list[dict[str, object]]:
         out: list[dict[str, object]] = []
         inlines: list[dict[str, object]] = []
-        for f in thread["frames"]:  # type: ignore[attr-defined]
+        lookup = lookups[thread["tid"]]
+        for f in thread["frames"]:
             if f["inline"]:
                 inlines.append({"function": f["function"], "file": f["file"], "line": f["line"]})
                 continue
             pc = int(f["pc"], 16)
-            at = pc if f["trust"] == "context" else pc - 1
-            found = module_of(at)
             offset = f["function_offset"]
+            at = lookup[len(out)]
+            if offset is not None and int(offset, 16) < pc - at:
+                # A signal trampoline's first instruction, where a handler returns: the
+                # function named is the one at the pc, not before it.
+                at = pc
+            found = module_of(at)
             out.append({
                 "frame": len(out),
                 "trust": f["trust"],
-                "module": os.path.basename(found[1][2]) if found else None,
-                "module_offset": _hex16(at - found[1][0]) if found else None,
-                "offset": _hex16(at),
+                "module": module_basename(found["name"]) if found else None,
+                "module_offset": hex_(at - found["base"]) if found else None,
+                "offset": hex_(at),
                 "function": f["function"],
-                "function_offset": _hex16(int(offset, 16) - (pc - at)) if offset else None,
+                "function_offset": hex_(int(offset, 16) - (pc - at)) if offset else None,
                 "file": f["file"],
                 "line": f["line"],
                 "missing_symbols": f["function"] is None and found is not None,
@@ -209,28 +280,32 @@ def minidump_stackwalk_doc(dump: Minidump) -> dict[str, object]:
         return out
 
     tids = [tid for tid, *_ in source.threads]
-    exception = source.exception
-    crashing_index = tids.index(exception[0]) if exception and exception[0] in tids else None
+    crash = source.crash
+    crashing_index = tids.index(crash["tid"]) if crash and crash["tid"] in tids else None
     threads = []
     for tid in tids:
         walked = frames(threads_by_tid[tid]) if tid in threads_by_tid else []
         threads.append({"frame_count": len(walked), "frames": walked, "thread_id": tid,
                         "thread_name": None, "last_error_value": None})  # fmt: skip
     crash_info: dict[str, object] = {"type": None, "address": None, "crashing_thread": None}
-    if exception is not None:
-        _, signo, code, address = exception
-        crash_info = {"type": _crash_type(signo, code), "address": _hex16(address),
+    if crash is not None:
+        crash_info = {"type": crash["reason"], "address": hex_(crash["address"]),
                       "crashing_thread": crashing_index}  # fmt: skip
     executable = dump.executable
-    main = next((i for i, m in enumerate(listed) if executable and m[2] == executable), None)
+    # The executable where it is known, else the module list's first (Breakpad and Crashpad write
+    # the executable first; minidump-stackwalk takes the first as the main module).
+    main = next((i for i, m in enumerate(listed) if executable and m["name"] == executable), None)
     if main is None and listed:
-        # Unknown: the module list's first (Breakpad writes the executable first; rust-minidump
-        # takes the first as the main module).
         main = 0
+    system = source.system
     return {
         "status": "OK",
         "pid": source.pid,
-        "system_info": {"os": "Linux", "cpu_arch": _CPU_ARCH.get(dump.arch, dump.arch)},
+        "system_info": {
+            "os": system["os"],
+            "os_ver": system["os_version"],
+            "cpu_arch": system["cpu"],
+        },  # fmt: skip
         "crash_info": crash_info,
         "crashing_thread": (
             {**threads[crashing_index], "threads_index": crashing_index}
@@ -240,19 +315,19 @@ def minidump_stackwalk_doc(dump: Minidump) -> dict[str, object]:
         "main_module": main,
         "modules": [
             {
-                "base_addr": _hex16(base),
-                "end_addr": _hex16(end),
-                "filename": os.path.basename(name),
-                "debug_file": os.path.basename(name),
-                "code_id": build_id,
-                "debug_id": breakpad_debug_id(build_id),
+                "base_addr": hex_(m["base"]),
+                "end_addr": hex_(m["end"]),
+                "filename": module_basename(m["name"]),
+                "debug_file": m["debug_file"] or "",
+                "code_id": m["code_id"] or "",
+                "debug_id": m["debug_id"] or "",
                 "missing_symbols": False,
                 "loaded_symbols": False,
                 "corrupt_symbols": False,
                 "symbol_url": None,
                 "version": None,
             }  # fmt: skip
-            for base, end, name, build_id in listed
+            for m in listed
         ],
         "thread_count": len(threads),
         "threads": threads,

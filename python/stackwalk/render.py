@@ -71,6 +71,10 @@ def core_lines(doc: dict[str, Any], kind: str = "Core") -> list[str]:
             what += f", pid {doc['pid']}"
     if doc.get("executable"):
         what += f", {doc['executable']}"
+    system = doc.get("system")
+    if system is not None and system["os"] not in ("Linux", "Android"):  # a foreign minidump's
+        version = f" {system['os_version']}" if system.get("os_version") else ""
+        what += f" ({system['os']}{version}, {system['cpu']})"
     lines = [what]
     if "process" in doc:
         lines.append(f"Stopped for {doc['stopped_ms']:.1f} ms while its threads were copied")
@@ -81,6 +85,9 @@ def core_lines(doc: dict[str, Any], kind: str = "Core") -> list[str]:
     elif sig:
         at = f" at address {sig['address']}" if sig.get("address") else ""
         lines.append(f"Killed by {sig['name']} (signal {sig['number']}){at}")
+    elif doc.get("crash"):  # a Windows or Apple minidump: an exception, not a signal
+        crash = doc["crash"]
+        lines.append(f"Crashed: {crash['reason']} at address {crash['address']}")
     python = doc.get("python")
     if python is not None:
         if python["error"]:

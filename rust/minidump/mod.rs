@@ -20,9 +20,10 @@ use std::path::Path;
 use std::sync::Arc;
 
 use minidump::format::MINIDUMP_STREAM_TYPE as StreamType;
+use minidump::system_info::Os;
 use minidump::{
-    Minidump, MinidumpException, MinidumpMiscInfo, MinidumpModuleList, MinidumpSystemInfo,
-    MinidumpThreadList,
+    CodeView, Minidump, MinidumpException, MinidumpMiscInfo, MinidumpModule, MinidumpModuleList,
+    MinidumpSystemInfo, MinidumpThreadList, Module,
 };
 
 use crate::arch::Arch;
@@ -86,18 +87,34 @@ pub struct DumpThread {
     pub registers: Vec<(&'static str, u64)>,
 }
 
-/// A module of the module list.
+/// A module of the module list, and its identity as its CodeView record
+/// gives it: an ELF build id (`BpEL`, Breakpad's and Crashpad's Linux
+/// clients), a PDB 7.0 GUID and age (`RSDS`: Windows and Apple modules, and
+/// the Linux modules of Breakpad's clients before they recorded build ids),
+/// or a PDB 2.0 signature (`NB10`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DumpModule {
     pub base: u64,
     pub size: u64,
+    /// The code file's path as the dump gives it (a Windows path on Windows).
     pub name: String,
     /// The build id of the module's CodeView record (`BpEL`).
     pub build_id: Option<Vec<u8>>,
+    /// The GUID of an `RSDS` record, its 16 bytes as the record holds them
+    /// (for an ELF module, the first 16 bytes of its `FileID`), and its age.
+    pub guid: Option<([u8; 16], u32)>,
+    /// Breakpad's debug id (GUID and age, 33 hex digits), as
+    /// `minidump-stackwalk` prints it and symbol stores file `.sym` files by.
+    pub debug_id: Option<String>,
+    /// Breakpad's code id: the build id (ELF), the UUID (Apple), the PE
+    /// header's time stamp and image size (Windows).
+    pub code_id: Option<String>,
+    /// The debug file's name: the PDB's (Windows), else the code file's.
+    pub debug_file: Option<String>,
 }
 
 /// The exception stream: which thread, what signal, where.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DumpException {
     pub tid: u32,
     /// The signal number on Linux; [`DUMP_REQUESTED`] for a dump without a crash.
@@ -105,11 +122,35 @@ pub struct DumpException {
     /// `si_code` on Linux.
     pub flags: u32,
     pub address: u64,
+    /// The crash reason as `minidump-stackwalk` names it for the dump's
+    /// system: a signal and its `si_code` (Linux, Android), an NTSTATUS and,
+    /// for an access violation, its kind (Windows), a Mach exception and its
+    /// code (macOS, iOS).
+    pub reason: String,
+    /// The address the crash concerns, as `minidump-stackwalk` gives it:
+    /// the faulting data address of a Windows access violation or in-page
+    /// error (from the exception information), else the exception address.
+    pub crash_address: u64,
+}
+
+/// The system info stream: what the dump says of the machine, with
+/// `minidump-stackwalk`'s names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DumpSystem {
+    /// "Linux", "Android", "Windows NT", "Mac OS X", "iOS", ...
+    pub os: String,
+    /// The version, and the build where the dump gives one.
+    pub os_version: Option<String>,
+    /// "amd64", "x86", "arm64", ...
+    pub cpu: String,
+    /// Whether the dump's paths are Windows paths (`C:\dir\name.dll`).
+    pub windows: bool,
 }
 
 /// A minidump, read: see the module's documentation.
 pub struct MinidumpFile {
     pub arch: Arch,
+    pub system: DumpSystem,
     /// In the thread list's order.
     pub threads: Vec<DumpThread>,
     pub memory: Arc<SegmentMemory>,
@@ -153,6 +194,7 @@ impl MinidumpFile {
         }
         Ok(MinidumpFile {
             arch: read.arch,
+            system: read.system,
             threads: read.threads,
             memory: Arc::new(memory),
             modules: read.modules,
@@ -182,6 +224,7 @@ impl MinidumpFile {
 /// What [`read`] finds: everything but the memory, which keeps the data.
 struct Read {
     arch: Arch,
+    system: DumpSystem,
     threads: Vec<DumpThread>,
     segments: Vec<Segment>,
     modules: Vec<DumpModule>,
@@ -265,27 +308,28 @@ fn read(data: &[u8]) -> Result<Read, MinidumpError> {
 
     let modules = streams
         .get::<MinidumpModuleList>(&mut warnings)
-        .map(|list| {
-            list.iter()
-                .map(|m| DumpModule {
-                    base: m.raw.base_of_image,
-                    size: u64::from(m.raw.size_of_image),
-                    name: m.name.clone(),
-                    build_id: match &m.codeview_info {
-                        Some(minidump::CodeView::Elf(cv)) => Some(cv.build_id.clone()),
-                        _ => None,
-                    },
-                })
-                .collect()
-        })
+        .map(|list| list.iter().map(dump_module).collect())
         .unwrap_or_default();
 
+    let (os, cpu) = (system_info.os, system_info.cpu);
     let exception = exception.map(|e| DumpException {
         tid: e.thread_id,
         code: e.raw.exception_record.exception_code,
         flags: e.raw.exception_record.exception_flags,
         address: e.raw.exception_record.exception_address,
+        reason: e.get_crash_reason(os, cpu).to_string(),
+        crash_address: e.get_crash_address(os, cpu),
     });
+    let (version, build) = system_info.os_parts();
+    let system = DumpSystem {
+        os: os.long_name().into_owned(),
+        os_version: Some(match build {
+            Some(build) => format!("{version} {build}"),
+            None => version,
+        }),
+        cpu: cpu.to_string(),
+        windows: os == Os::Windows,
+    };
     let maps = streams.text(StreamType::LinuxMaps, &mut warnings).map(streams::parse_maps);
     let status = streams.text(StreamType::LinuxProcStatus, &mut warnings);
     let field = |name: &str| status.as_deref().and_then(|s| streams::status_field(s, name));
@@ -301,6 +345,7 @@ fn read(data: &[u8]) -> Result<Read, MinidumpError> {
     let auxv = streams.auxv(arch.word_size(), &mut warnings);
     Ok(Read {
         arch,
+        system,
         threads,
         segments,
         modules,
@@ -312,6 +357,43 @@ fn read(data: &[u8]) -> Result<Read, MinidumpError> {
         auxv,
         warnings,
     })
+}
+
+/// A module of the module list with its identity, as rust-minidump reads
+/// it from the CodeView record (the debug id's GUID byte order and the code
+/// id's form per system are its, which `minidump-stackwalk` prints).
+fn dump_module(m: &MinidumpModule) -> DumpModule {
+    let (build_id, guid) = match &m.codeview_info {
+        Some(CodeView::Elf(cv)) => (Some(cv.build_id.clone()), None),
+        Some(CodeView::Pdb70(cv)) => {
+            let g = &cv.signature;
+            let mut raw = [0u8; 16];
+            raw[..4].copy_from_slice(&g.data1.to_le_bytes());
+            raw[4..6].copy_from_slice(&g.data2.to_le_bytes());
+            raw[6..8].copy_from_slice(&g.data3.to_le_bytes());
+            raw[8..].copy_from_slice(&g.data4);
+            (None, Some((raw, cv.age)))
+        }
+        _ => (None, None),
+    };
+    let non_empty = |s: String| (!s.is_empty()).then_some(s);
+    DumpModule {
+        base: m.raw.base_of_image,
+        size: u64::from(m.raw.size_of_image),
+        name: m.name.clone(),
+        build_id,
+        guid,
+        debug_id: m.debug_identifier().map(|id| id.breakpad().to_string()).and_then(non_empty),
+        code_id: m.code_identifier().map(|id| id.as_str().to_owned()).and_then(non_empty),
+        debug_file: m.debug_file().map(|f| basename(&f).to_owned()).and_then(non_empty),
+    }
+}
+
+/// The last component of a path, by Windows' rules as well as POSIX's (a
+/// Windows dump names `C:\Windows\System32\ntdll.dll`), as
+/// `minidump-stackwalk` names modules.
+pub fn basename(path: &str) -> &str {
+    path.rsplit(['/', '\\']).next().unwrap_or(path)
 }
 
 #[cfg(test)]

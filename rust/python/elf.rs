@@ -60,6 +60,9 @@ pub(super) fn elf_summary<'py>(
     let build_id: Option<String> =
         summary.build_id.map(|id| id.iter().map(|b| format!("{b:02x}")).collect());
     out.set_item("build_id", build_id)?;
+    let hex = |id: Vec<u8>| id.iter().map(|b| format!("{b:02x}")).collect::<String>();
+    out.set_item("file_id", summary.file_id.map(hex))?;
+    out.set_item("other_file_id", summary.other_file_id.map(hex))?;
     out.set_item("loads", summary.loads)?;
     out.set_item("dynamic", summary.dynamic)?;
     out.set_item("phdr", summary.phdr)?;

@@ -31,7 +31,10 @@ impl PyMinidumpFile {
     /// The signal the exception stream records (None: none, or a dump
     /// requested without a crash).
     fn signal(&self) -> Option<(u32, i32, i32, u64)> {
-        let e = self.inner.exception?;
+        if self.inner.system.os != "Linux" && self.inner.system.os != "Android" {
+            return None; // an exception code, not a signal
+        }
+        let e = self.inner.exception.as_ref()?;
         let signo = i32::try_from(e.code).ok().filter(|_| e.code != DUMP_REQUESTED)?;
         Some((e.tid, signo, e.flags as i32, e.address))
     }
@@ -115,22 +118,56 @@ impl PyMinidumpFile {
     /// flags -- si_code --, address), or None.
     #[getter]
     fn exception(&self) -> Option<(u32, u32, u32, u64)> {
-        self.inner.exception.map(|e| (e.tid, e.code, e.flags, e.address))
+        self.inner.exception.as_ref().map(|e| (e.tid, e.code, e.flags, e.address))
     }
 
-    /// The module list: (base, end, name, build id in hex or None).
+    /// What crashed, as `minidump-stackwalk` says it for the dump's system:
+    /// {"tid", "reason", "address"}, or None without an exception stream.
     #[getter]
-    fn modules(&self) -> Vec<(u64, u64, &str, Option<String>)> {
-        let hex = |id: &Vec<u8>| id.iter().map(|b| format!("{b:02x}")).collect::<String>();
+    fn crash<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let Some(e) = &self.inner.exception else { return Ok(None) };
+        let d = PyDict::new(py);
+        d.set_item("tid", e.tid)?;
+        d.set_item("reason", &e.reason)?;
+        d.set_item("address", e.crash_address)?;
+        d.set_item("requested", e.code == DUMP_REQUESTED)?;
+        Ok(Some(d))
+    }
+
+    /// The system info stream: {"os", "os_version", "cpu", "windows"}, with
+    /// `minidump-stackwalk`'s names.
+    #[getter]
+    fn system<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let s = &self.inner.system;
+        let d = PyDict::new(py);
+        d.set_item("os", &s.os)?;
+        d.set_item("os_version", &s.os_version)?;
+        d.set_item("cpu", &s.cpu)?;
+        d.set_item("windows", s.windows)?;
+        Ok(d)
+    }
+
+    /// The module list, each module a dict: base, end, name (the code file's
+    /// path as the dump gives it), build_id (hex: a `BpEL` record's), guid
+    /// (hex of an `RSDS` record's 16 bytes as stored, and age: ((hex, age)),
+    /// debug_id, code_id, debug_file (Breakpad's, as `minidump-stackwalk`
+    /// prints them).
+    #[getter]
+    fn modules<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
+        let hex = |id: &[u8]| id.iter().map(|b| format!("{b:02x}")).collect::<String>();
         let modules = self.inner.modules.iter();
         modules
             .map(|m| {
-                (
-                    m.base,
-                    m.base.saturating_add(m.size),
-                    m.name.as_str(),
-                    m.build_id.as_ref().map(hex),
-                )
+                let d = PyDict::new(py);
+                d.set_item("base", m.base)?;
+                d.set_item("end", m.base.saturating_add(m.size))?;
+                d.set_item("name", &m.name)?;
+                d.set_item("build_id", m.build_id.as_deref().map(hex))?;
+                d.set_item("guid", m.guid.as_ref().map(|(g, age)| (hex(g), *age)))?;
+                d.set_item("debug_id", &m.debug_id)?;
+                d.set_item("code_id", &m.code_id)?;
+                d.set_item("debug_file", &m.debug_file)?;
+                Ok(d)
             })
             .collect()
     }
