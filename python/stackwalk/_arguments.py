@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 
+from stackwalk._core import MAX_JOBS
+
 # Annotations only (see cli.py).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -57,48 +59,86 @@ def not_a_file(path: str) -> str:
     return ""
 
 
-def _at_least(minimum: int, what: str) -> Callable[[str], int]:
-    """An argparse type: an integer ``what`` of ``minimum`` or more."""
+class Bounded:
+    """An argparse type: a whole number from ``low`` to ``high`` (both taken) in ASCII
+    decimal digits, a '-' before them at most; with ``units``, one of their letters (any case)
+    may follow, a power of two by its exponent ("512M"). Anything else ('+5', ' 5', '1_000',
+    '1.5', '1e3', 'nan', '0x10', a number past a bound however long) is a usage error saying
+    the range. Every numeric argument has one, its range in its help (``span``), and each
+    range is one that the value's destination takes as it is (the native core's u32, u64 or
+    usize, the kernel's pid, SQLite's integer): never an OverflowError past the parsing.
+    tests/test_arguments.py checks every numeric argument of every command at its bounds."""
 
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise _type_error(f"not {what}: {text!r}") from None
-        if value < minimum:
-            raise _type_error(f"must be at least {minimum}, not {value}")
+    def __init__(
+        self, what: str, low: int, high: int, units: dict[str, int] | None = None, unit: str = ""
+    ) -> None:
+        self.what, self.low, self.high = what, low, high
+        self.units = units or {}
+        self.unit = unit  # what the number counts, after it in the range ("bytes")
+
+    @property
+    def span(self) -> str:
+        """The range, as the help says it: "1 to 4294967295"."""
+        unit = f" {self.unit}" if self.unit else ""
+        return f"{self.low} to {self.high}{unit}"
+
+    def __call__(self, text: str) -> int:
+        digits, shift = text, 0
+        if self.units and text[-1:].isascii() and text[-1:].isalpha():
+            if text[-1:].upper() not in self.units:
+                raise _type_error(f"not {self.what}: {_shown(text)} ({self.span}, or with "
+                                  f"{', '.join(self.units)}: 512M, 8G, ...)")  # fmt: skip
+            digits, shift = text[:-1], self.units[text[-1:].upper()]
+        negative = digits[:1] == "-"
+        magnitude = digits[1:] if negative else digits
+        if not (magnitude.isascii() and magnitude.isdigit()):
+            raise _type_error(f"not {self.what}: {_shown(text)} ({self.span})")
+        # A number longer than either bound is past it, unconverted (int() refuses more than
+        # 4300 digits, and takes a while over fewer).
+        longest = len(str(max(abs(self.low), abs(self.high))))
+        if len(magnitude.lstrip("0")) > longest:
+            value = None
+        else:
+            value = int(digits) << shift
+        unit = f" {self.unit}" if self.unit else ""
+        if value is None and negative or value is not None and value < self.low:
+            raise _type_error(f"must be at least {self.low}{unit}, not {_shown(text)}")
+        if value is None or value > self.high:
+            raise _type_error(f"must be at most {self.high}{unit}, not {_shown(text)}")
         return value
 
-    return parse
+
+def _shown(text: str) -> str:
+    """``text`` as a message quotes it: a number as it is, anything else quoted, either cut
+    short past 40 characters."""
+    cut = text if len(text) <= 40 else f"{text[:20]}...{text[-10:]} ({len(text)} characters)"
+    return cut if text.isascii() and text.lstrip("-").isdigit() else repr(cut)
 
 
-def _size(text: str) -> int:
-    """An argparse type: a size in bytes, or with a binary K, M, G or T suffix ("512M")."""
-    units = {"": 0, "K": 10, "M": 20, "G": 30, "T": 40}
-    number, unit = text[:-1] if text[-1:].isalpha() else text, text[-1:].upper()
-    shift = units.get(unit if text[-1:].isalpha() else "")
-    try:
-        value = int(number)
-    except ValueError:
-        value = -1
-    if shift is None or value < 1:
-        raise _type_error(f"not a size: {text!r} (bytes, or 512M, 8G, ...)")
-    return value << shift
-
-
-_frame_count = _at_least(1, "a number of frames")
-_count = _at_least(0, "a number")
-
-
-def _jobs(text: str) -> int:
-    """A worker count: 0 (one per CPU) up to the native core's MAX_JOBS, past which workers
-    only exhaust the machine (100,000 of them never start)."""
-    from stackwalk._core import MAX_JOBS
-
-    value = _count(text)
-    if value > MAX_JOBS:
-        raise _type_error(f"must be at most {MAX_JOBS}, not {value}")
-    return value
+# Frames of a stack: the native unwinder takes a usize (32 bits at least on any machine); and
+# 2**32 frames of a word each would be a 32 GiB stack (Linux's default is 8 MiB).
+_frame_count = Bounded("a number of frames", 1, 2**32 - 1)
+# Sizes in bytes: a compressed core is decompressed into one buffer (a Rust Vec, which holds at
+# most isize::MAX bytes), its limit passed as a u64.
+_SIZE_UNITS = {"K": 10, "M": 20, "G": 30, "T": 40, "P": 50, "E": 60}
+_size = Bounded("a size", 1, 2**63 - 1, _SIZE_UNITS, "bytes")
+# A core's thread, by its id in the file: a minidump's thread id is 32 bits, a core's
+# NT_PRSTATUS pr_pid 32 bits too.
+_file_tid = Bounded("a thread id", 0, 2**32 - 1)
+# A running process or thread: Linux's pids are below PID_MAX_LIMIT, 2**22 (what pid_max can be
+# raised to); the native core takes a pid as an i32.
+_pid = Bounded("a process id", 1, 2**22 - 1)
+_tid = Bounded("a thread id", 1, 2**22 - 1)
+# Rows of a crash store: SQLite's integers (a LIMIT) are signed 64 bits.
+_row_count = Bounded("a number", 1, 2**63 - 1)
+# Workers: 0, one per CPU, up to the native core's MAX_JOBS, past which workers only exhaust
+# the machine (100,000 of them never start). (stackwalk's __init__ has imported _core already.)
+_jobs = Bounded("a number of workers", 0, MAX_JOBS)
+_MAX_CORE_SIZE_HELP = (
+    "the most a compressed core (zstd, xz, lz4, gzip) may decompress to, more being an "
+    f"error: SIZE from {_size.span} (8E less one), a binary K, M, G, T, P or E after the "
+    "number (512M, 8G; default 8G)"
+)
 
 
 def _add_max_frames(parser: Any, stack: str = "the captured stack", what: str = "") -> None:
@@ -106,8 +146,8 @@ def _add_max_frames(parser: Any, stack: str = "the captured stack", what: str = 
         "--max-frames",
         type=_frame_count,
         metavar="N",
-        help=f"stop each stack after N frames{what} (default: no limit but what {stack} can "
-        "hold, a frame taking at least one word)",
+        help=f"stop each stack after N frames{what}, N from {_frame_count.span} (default: no "
+        f"limit but what {stack} can hold, a frame taking at least one word)",
     )
 
 
@@ -173,8 +213,7 @@ def _add_core(sub: Any) -> None:
         "--max-core-size",
         type=_size,
         metavar="SIZE",
-        help="the most a compressed core (zstd, xz, lz4, gzip) may decompress to, in bytes "
-        "or with K, M, G (default 8G); more is an error",
+        help=_MAX_CORE_SIZE_HELP,
     )
 
 
@@ -233,7 +272,12 @@ def _add_dump_options(k: Any, what: str) -> None:
         "default /usr/lib/debug",
     )
     _add_offline(k)
-    k.add_argument("--thread", type=int, metavar="TID", help="only this thread")
+    k.add_argument(
+        "--thread",
+        type=_file_tid,
+        metavar="TID",
+        help=f"only this thread (TID: {_file_tid.span}, a thread id as the {what} has it)",
+    )
     _add_max_frames(k)
     _add_strategies(k)
     k.add_argument(
@@ -247,7 +291,8 @@ def _add_dump_options(k: Any, what: str) -> None:
         type=_jobs,
         default=0,
         metavar="N",
-        help=f"with --dir: {what}s read on N processes at once (default: one per CPU)",
+        help=f"with --dir: {what}s read on N processes at once, N from {_jobs.span} "
+        "(default, 0: one per CPU)",
     )
     k.add_argument(
         "--allow-mismatch",
@@ -274,7 +319,13 @@ def _add_perf(sub: Any) -> None:
     out.add_argument("--json", action="store_true", help="JSON Lines, one object per sample")
     out.add_argument("--collapsed", action="store_true", help="folded stacks with counts")
     out.add_argument("--flamegraph", metavar="OUT.svg", help="write an interactive SVG flame graph")
-    pf.add_argument("--jobs", type=_jobs, default=0, help="worker threads (default: one per core)")
+    pf.add_argument(
+        "--jobs",
+        type=_jobs,
+        default=0,
+        metavar="N",
+        help=f"N worker threads, {_jobs.span} (default, 0: one per CPU)",
+    )
     pf.add_argument(
         "--inline",
         action=BOOLEAN_OPTIONAL,
@@ -325,9 +376,13 @@ def _add_unwind(sub: Any) -> None:
 
 def _add_pid(sub: Any) -> None:
     p = sub.add_parser("pid", help="backtraces of every thread of a running process")
-    p.add_argument("pid", type=int, metavar="PID", help="the process (stopped for milliseconds)")
+    p.add_argument(
+        "pid", type=_pid, metavar="PID", help=f"the process ({_pid.span}; stopped for milliseconds)"
+    )
     p.add_argument("--json", action="store_true", help="one JSON document")
-    p.add_argument("--thread", type=int, metavar="TID", help="only this thread")
+    p.add_argument(
+        "--thread", type=_tid, metavar="TID", help=f"only this thread (TID: {_tid.span})"
+    )
     _add_max_frames(p)
     p.add_argument("--debug-root", metavar="DIR", default="/usr/lib/debug")
     _add_strategies(p)
@@ -345,7 +400,13 @@ def _add_triage(sub: Any) -> None:
     )
     t.add_argument("paths", nargs="+", metavar="PATH", help="crash files and directories of them")
     t.add_argument("--db", required=True, help="the SQLite crash store (made if missing)")
-    t.add_argument("--jobs", type=_jobs, default=0, metavar="N", help="processes (default: CPUs)")
+    t.add_argument(
+        "--jobs",
+        type=_jobs,
+        default=0,
+        metavar="N",
+        help=f"N processes, {_jobs.span} (default, 0: one per CPU)",
+    )
     t.add_argument(
         "--dask",
         metavar="ADDRESS",
@@ -353,17 +414,25 @@ def _add_triage(sub: Any) -> None:
     )
     t.add_argument("--rules", metavar="FILE", help="signature rules (TOML) added to the defaults")
     t.add_argument("--all-threads", action="store_true", help="store every thread's frames")
-    t.add_argument("--json", action="store_true", help="one JSON line per crash stored")
+    t.add_argument("--json", action="store_true", help="one JSON line per file read, crash or not")
     t.add_argument("--sysroot", help="prefix every module path with DIR")
     t.add_argument("--debug-root", metavar="DIR", default="/usr/lib/debug")
-    t.add_argument("--max-core-size", type=_size, metavar="SIZE")
+    t.add_argument("--max-core-size", type=_size, metavar="SIZE", help=_MAX_CORE_SIZE_HELP)
 
 
 def _add_report(sub: Any) -> None:
     r = sub.add_parser("report", help="the buckets of a crash store, most crashes first")
     r.add_argument("--db", required=True, help="the SQLite crash store")
-    r.add_argument("--top", type=_frame_count, metavar="N", help="the N biggest buckets")
-    r.add_argument("--since", type=_date, metavar="DATE", help="crashes since DATE only")
+    r.add_argument(
+        "--top", type=_row_count, metavar="N", help=f"the N biggest buckets, {_row_count.span}"
+    )
+    r.add_argument(
+        "--since",
+        type=_date,
+        metavar="DATE",
+        help="crashes since DATE only (2026-11-24, or 2026-11-24T10:00, UTC unless a zone is "
+        "given; years 1 to 9999)",
+    )
     out = r.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="one JSON document")
     out.add_argument(

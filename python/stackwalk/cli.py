@@ -472,7 +472,7 @@ def cmd_pid(args: Namespace) -> int:
 
 
 def cmd_triage(args: Namespace) -> int:
-    from stackwalk.triage import SUMMARY_KEYS, CrashStore, Options, triage
+    from stackwalk.triage import SUMMARY_KEYS, CrashStore, Options, summary_lines, triage
 
     options = Options(
         sysroot=args.sysroot,
@@ -486,39 +486,25 @@ def cmd_triage(args: Namespace) -> int:
 
         Rules.load(args.rules)  # a bad rules file is one error, before any work
     progress = sys.stderr.isatty() and not args.json
-    seen = unread = 0
+    seen = 0
 
     def each(record: dict[str, Any]) -> None:
-        nonlocal seen, unread
+        nonlocal seen
         seen += 1
-        unread += bool(record.get("unread"))
         if args.json:
             import json
 
             print(json.dumps({k: record.get(k) for k in SUMMARY_KEYS}), flush=True)
         elif progress:
-            print(f"\r{seen} crashes read", end="", file=sys.stderr, flush=True)
+            print(f"\r{seen} files read", end="", file=sys.stderr, flush=True)
 
     with CrashStore(args.db) as store:
-        stored, skipped = triage(
-            args.paths, store, options, jobs=args.jobs, dask=args.dask, each=each
-        )
-        crashes, buckets, errors = store.counts()
-        missing = store.missing_modules()
+        run = triage(args.paths, store, options, jobs=args.jobs, dask=args.dask, each=each)
+        summary = summary_lines(run, store)
     if progress:
         print(file=sys.stderr)
-    summary = (
-        f"{stored} crashes stored, {skipped} already there; {args.db}: {crashes} crashes "
-        f"in {buckets} buckets, {errors} files unreadable"
-    )
-    if missing:
-        # On a cluster, most often a worker without the modules' files (or their debug files)
-        # at the paths the cores name: the crashes' warnings say which.
-        summary += f", {missing} read with modules missing (see crashes.warnings, host)"
-    if unread:
-        summary += f"; {unread} files not read (a worker process died): run again to read them"
-    print(summary, file=sys.stderr if args.json else sys.stdout)
-    return EXIT_PARTIAL if unread else EXIT_OK
+    print("\n".join(summary), file=sys.stderr if args.json else sys.stdout)
+    return EXIT_PARTIAL if run.unread else EXIT_OK
 
 
 def cmd_report(args: Namespace) -> int:
@@ -534,7 +520,8 @@ def cmd_report(args: Namespace) -> int:
             from stackwalk.html_report import CHART_BUCKETS, render
 
             top = [b["bucket"] for b in buckets[:CHART_BUCKETS]]
-            page = render(buckets, store.per_day(top, args.since), f"Crashes in {args.db}")
+            page = render(buckets, store.per_day(top, args.since), f"Crashes in {args.db}",
+                          store.counts(args.since), store.errors(args.since))  # fmt: skip
     if args.html is not None:
         with open(args.html, "w", encoding="utf-8") as f:
             f.write(page)

@@ -11,7 +11,10 @@ from datetime import UTC, datetime
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from typing import Any
+
+    from stackwalk.triage import Counts
 
 # Buckets shown in the chart, each in its colour.
 CHART_BUCKETS = 5
@@ -115,9 +118,18 @@ def _stack(example: dict[str, Any] | None) -> str:
     return f"<div>e.g. <code>{where}</code></div><pre>{html.escape(chr(10).join(lines))}</pre>"
 
 
-def render(buckets: list[dict[str, Any]], per_day: dict[str, dict[str, int]], title: str) -> str:
-    """The page. ``buckets``: CrashStore.buckets() with each one's ``example`` crash;
-    ``per_day``: {day: {bucket: crashes}}."""
+def render(
+    buckets: list[dict[str, Any]],
+    per_day: dict[str, dict[str, int]],
+    title: str,
+    counts: Counts | None = None,
+    not_crashes: Sequence[tuple[str, str]] = (),
+) -> str:
+    """The page. ``buckets``: CrashStore.buckets() with each one's ``example`` crash (the
+    biggest, or all); ``per_day``: {day: {bucket: crashes}}; ``counts``: the store's totals
+    (``CrashStore.counts``, which ``stackwalk triage`` prints too; by default, the buckets'),
+    ``not_crashes``: (path, why) of each file stored that is not a crash
+    (``CrashStore.errors``), listed under the table."""
     rows = []
     for rank, b in enumerate(buckets, 1):
         builds = ", ".join(
@@ -137,7 +149,10 @@ def render(buckets: list[dict[str, Any]], per_day: dict[str, dict[str, int]], ti
             f"<td>{builds}</td></tr>"
             f'<tr class="stack"><td></td><td colspan="5">{_stack(b.get("example"))}</td></tr>'
         )
-    total = sum(b["count"] for b in buckets)
+    if counts is None:
+        from stackwalk.triage import Counts
+
+        counts = Counts(sum(b["count"] for b in buckets), len(buckets), len(not_crashes))
     head = "".join(
         f'<th data-key="{key}">{label}</th>'
         for key, label in (
@@ -149,11 +164,12 @@ def render(buckets: list[dict[str, Any]], per_day: dict[str, dict[str, int]], ti
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
         f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head><body>"
         f"<h1>{html.escape(title)}</h1>"
-        f"<p id='summary'>{total} crashes in {len(buckets)} buckets.</p>"
+        f"{_summary(counts, len(buckets))}"
         f"<h2>Crashes per day, the {min(len(buckets), CHART_BUCKETS)} biggest buckets</h2>"
         f"{_chart(per_day, buckets)}"
         f"<h2>Buckets</h2><table id='buckets'><thead><tr>{head}</tr></thead>"
         f"<tbody>{''.join(rows)}</tbody></table>"
+        f"{_not_crashes(not_crashes)}"
         # The stack rows open with their bucket's <details>.
         "<script>"
         "for (const d of document.querySelectorAll('tr.bucket details')) {"
@@ -164,6 +180,26 @@ def render(buckets: list[dict[str, Any]], per_day: dict[str, dict[str, int]], ti
         f"<script type='application/json' id='data'>{_json(buckets)}</script>"
         "</body></html>"
     )
+
+
+def _summary(counts: Counts, shown: int) -> str:
+    """The page's totals, as ``stackwalk triage`` says them (and in data- attributes)."""
+    part = f" (the {shown} biggest below)" if shown < counts.buckets else ""
+    data = " ".join(f'data-{k.replace("_", "-")}="{v}"' for k, v in counts._asdict().items())
+    return (
+        f"<p id='summary' {data}>{counts.crashes} crashes in {counts.buckets} buckets{part}, "
+        f"{counts.not_crashes} files that are not crashes.</p>"
+    )
+
+
+def _not_crashes(files: Sequence[tuple[str, str]]) -> str:
+    """The files stored that are not crashes, each with why."""
+    if not files:
+        return ""
+    items = "".join(
+        f"<li><code>{html.escape(path)}</code>: {html.escape(why)}</li>" for path, why in files
+    )
+    return f"<h2>Files that are not crashes</h2><ul id='not-crashes'>{items}</ul>"
 
 
 def _json(buckets: list[dict[str, Any]]) -> str:

@@ -1,9 +1,14 @@
 """Crash signatures, the way crash-processing services group crashes (Socorro's rules, which
-its ``siggen`` library publishes, are the model): the crashing thread is walked from frame 0;
-the frames of the error machinery (``abort``, ``raise``, ``__assert_fail``, ``std::terminate``,
-...) are skipped; "prefix" frames (allocators, ``memcpy``, ``strlen``, locks, ...) are joined,
-with `` | ``, to the first frame that is not one; names are normalized (no parameters, template
-arguments collapsed to ``<T>``, no offsets); a frame without a name is ``module@0xoffset``.
+its ``siggen`` library publishes, are the model, and its answers ours: the same signature of
+the same frames, on real names, but where README.md says why not): the crashing thread is walked
+from frame 0; the frames of the error machinery (``abort``, ``raise``, ``__assert_fail``,
+``std::terminate``, ...) are skipped, as is a frame that is an address alone; "prefix" frames
+(allocators, ``memcpy``, ``strlen``, locks, ...) are joined, with `` | ``, to the first frame
+that is not one; names are normalized as siggen normalizes them (no parameters, template
+arguments collapsed to ``<T>`` but a Rust trait impl's ``<Type as Trait>``, no return type);
+glibc's per-CPU variants are named by their function (``memmove``); a frame without a name is
+``module@0xoffset``, or its library alone where the lists name the library (``libc.so.6``, a
+prefix).
 
 The lists are regular expressions in a TOML file (``signature_rules.toml`` beside this module);
 a user's file (``--rules``) adds to them, or replaces them with ``replace = true``.
@@ -33,18 +38,34 @@ MAX_LENGTH = 255
 FINGERPRINT_FRAMES = 5
 SEPARATOR = " | "
 
-_LISTS = ("irrelevant", "prefix", "sentinels")
+_LISTS = ("irrelevant", "prefix", "sentinels", "families")
 
 
 class Rules:
-    """The signature rules: the three lists, each of regular expressions matched at the start of
-    a normalized frame name (a frame must match whole: ``abort`` is not ``abort_handler``)."""
+    """The signature rules: three lists of regular expressions matched at the start of a
+    normalized frame name (a frame must match whole: ``abort`` is not ``abort_handler``), and
+    ``families``, patterns matched against a whole name whose group ``family`` names the
+    function a variant is one of (``memmove`` for glibc's ``__memmove_avx_unaligned_erms``)."""
 
     def __init__(self, lists: Mapping[str, Sequence[str]]) -> None:
         self.lists = {name: tuple(lists.get(name, ())) for name in _LISTS}
         self.irrelevant = _alternation(self.lists["irrelevant"])
         self.prefix = _alternation(self.lists["prefix"])
         self.sentinels = _alternation(self.lists["sentinels"])
+        self._families = tuple(re.compile(p) for p in self.lists["families"])
+        self._family_of: dict[str, str] = {}
+
+    def family(self, name: str) -> str:
+        """The function ``name`` is a variant of (by the first of ``families`` that matches it
+        whole), else ``name``."""
+        family = self._family_of.get(name)
+        if family is None:
+            family = next(
+                (m.group("family") for p in self._families if (m := p.fullmatch(name))), name
+            )
+            if len(self._family_of) < 1 << 16:
+                self._family_of[name] = family
+        return family
 
     @classmethod
     def load(cls, path: str | os.PathLike[str] | None = None) -> Rules:
@@ -56,7 +77,7 @@ class Rules:
             if theirs.pop("replace", False):
                 lists = {name: [] for name in _LISTS}
             for name, values in theirs.items():
-                lists[name].extend(values)
+                lists.setdefault(name, []).extend(values)
         return cls(lists)
 
 
@@ -90,103 +111,146 @@ def _read_rules(path: str | os.PathLike[str]) -> dict[str, Any]:
             raise StackwalkError(f"rules {os.fspath(path)}: {key} must be a list of strings")
         for pattern in value:
             try:
-                re.compile(pattern)
+                compiled = re.compile(pattern)
             except re.error as e:
                 raise StackwalkError(
                     f"rules {os.fspath(path)}: {key}: bad pattern {pattern!r}: {e}"
                 ) from None
+            if key == "families" and "family" not in compiled.groupindex:
+                raise StackwalkError(
+                    f"rules {os.fspath(path)}: families: pattern {pattern!r} has no group"
+                    " (?P<family>...)"
+                )
         out[key] = value
     return out
 
 
 # -- names ----------------------------------------------------------------------------------
+#
+# A function's name is normalized as siggen's CSignatureTool normalizes it (the same answers on
+# real C, C++, Rust and MSVC names: tests/test_signature_siggen.py), in these steps:
+#
+# 1. a method's cv- and ref-qualifiers (``const``, ``const &``, ``&&``, ``&``, ``volatile``)
+#    go, each a word of its own after the parameter list, and before ``[clone ...]`` notes too;
+# 2. unless the name is an operator of a class or namespace (``ns::operator<<``), what comes
+#    before its last word goes: a return type, ``static``, ``virtual`` (a word is what lies
+#    between spaces outside brackets: ``()``, ``<>``, ``[]``, ``{}`` and MSVC's `` `...' ``;
+#    a parameter list or ``[clone ...]`` note written after a space belongs to the word before);
+# 3. MSVC's `` `anonymous namespace' `` is written ``(anonymous namespace)``, clang's lambda
+#    numbers (``::$_3::``) go;
+# 4. template arguments become ``<T>``, except a Rust trait impl's ``<Type as Trait>`` (and a
+#    few of siggen's other exceptions); parameter lists go, but for an ``operator()``'s own and
+#    ``(anonymous namespace)``;
+# 5. ``[clone ...]`` notes go where one of them is ``.cold`` (the cold part of a function is the
+#    function), and stay otherwise (``[clone .isra.0]``, ``[clone .warm]``), as do raw suffixes
+#    (``foo.cold``, Rust's ``.llvm.123``): siggen keeps them;
+# 6. spaces before ``*``, ``&`` and ``,`` go, a comma is followed by a space, runs of white
+#    space are one space, and a Rust legacy hash (``::h`` and 16 hex digits) goes.
+#
+# siggen's rules are followed letter for letter (its reading of ``operator<<`` as a template's
+# ``<``, which gives ``ns::operator<T>``, too), but for a few of its outcomes (README.md, "Where
+# stackwalk's signatures differ from siggen's"): a qualifier is dropped only as a word of its
+# own (siggen reads ``is_const`` as ``is_`` and a qualifier ``const``), and also before a clone
+# note, and ``volatile`` too (siggen names ``f() const [clone .cold]`` ``const`` and
+# ``f() volatile`` ``volatile``); a Rust trait impl is kept whether or not the frame has a
+# ``.rs`` source file (siggen keeps it only when it has one); and a Rust hash is ``::h`` and
+# exactly 16 hex digits (siggen drops ``::head``).
 
-_OPEN = {"(": ")", "<": ">", "[": "]", "{": "}"}
-_RUST_HASH = re.compile(r"::h[0-9a-f]{16}\Z")
+# Brackets, as the words of a name are told apart (MSVC quotes its special names: `` `vftable' ``).
+_PAIRS = {"(": ")", "<": ">", "[": "]", "{": "}", "`": "'"}
+# siggen's order: "const" is tried before "const &", "&&" before "&", each once; "volatile",
+# which siggen keeps (and then takes for the name), first.
+_QUALIFIERS = ("volatile", "const", "const&", "const &", "&&", "&")
+_CLONE_NOTES = re.compile(r"(?:\s*\[clone [^\]]*\])+\s*\Z")
 _LAMBDA_NUMBER = re.compile(r"::\$_\d+::")
-_SPACE_BEFORE = re.compile(r"\s+([*&,])")
-_COMMA = re.compile(r",(?=\S)")
-_PLACEHOLDER = re.compile("\0(\\d+)\0")
-# A clone's suffix (".cold", ".isra.0", ".part.1", ".constprop.0") is the same function.
-_CLONE_SUFFIX = re.compile(r"(?:\.(?:cold|isra|part|constprop|lto_priv|localalias)(?:\.\d+)?)+\Z")
-_CLONE_NOTE = re.compile(r"\s*\[clone [^\]]*\]")
+_SPACE_BEFORE = re.compile(r" (?=[*&,])")
+_COMMA = re.compile(r",(?! )")
+_RUST_HASH = re.compile(r"::h[0-9a-f]{16}\Z")
+# Where template arguments and parameter lists are kept: a group that follows one of these, or
+# holds one ("<unknown in foo.dll>", "<Foo as core::fmt::Display>", "(anonymous namespace)").
+_KEEP_TEMPLATE = ("name omitted", "IPC::ParamTraits", " in ", " as ")
+_KEEP_PARAMETERS = ("anonymous namespace", "operator")
 
 
-# An operator's own characters are part of its name, not brackets: ``operator<``,
-# ``operator()``, ``operator->``, ``operator new[]``.
-_OPERATOR = re.compile(
-    r"operator\s*(?:\(\)|\[\]|<=>|<<=?|>>=?|->\*?|&&|\|\||\+\+|--|[-+*/%^&|~!=<>,]=?"
-    r"|(?:new|delete)(?:\s*\[\])?)"
-)
+def _without_qualifiers(name: str) -> str:
+    """``name`` without a method's trailing cv- and ref-qualifiers, each a word of its own,
+    after a parameter list or a space (``is_const`` keeps its ``const``, ``operator&&`` its
+    ``&&``), and before clone notes too."""
+    notes = _CLONE_NOTES.search(name)
+    tail = notes.group() if notes else ""
+    head = name[: len(name) - len(tail)]
+    for qualifier in _QUALIFIERS:
+        rest = head[: -len(qualifier)]
+        if head.endswith(qualifier) and (not rest or rest[-1] in " )"):
+            head = rest.strip()
+    return head + tail
 
 
-def _groups(name: str) -> list[tuple[int, int]]:
-    """The (start, end) of every outermost bracketed group of ``name``: ``(...)``, ``<...>``,
-    ``[...]``, ``{...}`` (``name``'s operators hidden, see _hide_operators)."""
-    groups: list[tuple[int, int]] = []
-    stack: list[str] = []
+def _last_word(name: str) -> str:
+    """The last word of ``name`` (step 2 above): ``ns::f(int, char)`` of ``static int
+    ns::f(int, char)``; ``f(int) [clone .isra.0]`` of ``void f(int) [clone .isra.0]``."""
+    words: list[str] = []
+    start = 0
+    closers: list[str] = []
+    for i, c in enumerate(name):
+        if c in _PAIRS:
+            closers.append(_PAIRS[c])
+        elif closers and c == closers[-1]:
+            closers.pop()
+        elif c == " " and not closers:
+            words.append(name[start:i])
+            start = i + 1
+    if start < len(name):
+        words.append(name[start:])
+    while len(words) > 1 and words[-1].startswith(("(", "[clone")):
+        words[-2:] = [f"{words[-2]} {words[-1]}"]
+    return words[-1] if words else ""
+
+
+def _collapse(name: str, opener: str, closer: str, replacement: str, keep: tuple[str, ...]) -> str:
+    """``name`` with each outermost ``opener``...``closer`` group replaced, but for a group that
+    follows one of ``keep`` or holds one (as siggen reads it: or whose text before its closer
+    ends with one); a group that never closes is one to the end."""
+    out: list[str] = []
+    depth = 0
     start = 0
     for i, c in enumerate(name):
-        if c in _OPEN:
-            if not stack:
-                start = i
-            stack.append(_OPEN[c])
-        elif stack and c == stack[-1]:
-            stack.pop()
-            if not stack:
-                groups.append((start, i + 1))
-    return groups
-
-
-def _hide_operators(name: str) -> tuple[str, list[str]]:
-    """``name`` with each operator replaced by a placeholder, and the operators."""
-    operators: list[str] = []
-
-    def hide(m: re.Match[str]) -> str:
-        operators.append(m.group(0))
-        return f"\0{len(operators) - 1}\0"
-
-    return _OPERATOR.sub(hide, name), operators
-
-
-def _show_operators(name: str, operators: Sequence[str]) -> str:
-    return _PLACEHOLDER.sub(lambda m: operators[int(m.group(1))], name)
-
-
-def _replace_groups(name: str, opener: str, replacement: str, keep: Sequence[str] = ()) -> str:
-    out, last = [], 0
-    for start, end in _groups(name):
-        if name[start] != opener or any(k in name[start:end] for k in keep):
-            continue
-        out.append(name[last:start])
-        out.append(replacement)
-        last = end
-    out.append(name[last:])
+        if not depth:
+            if c == opener and not name.endswith(keep, 0, i):
+                depth, start = 1, i
+            else:
+                out.append(c)
+        elif c == opener:
+            depth += 1
+        elif c == closer:
+            depth -= 1
+            if not depth:
+                group = name[start : i + 1]
+                kept = name.endswith(keep, 0, i) or any(k in group for k in keep)
+                out.append(group if kept else replacement)
+    if depth:
+        group = name[start:]
+        kept = name.endswith(keep, 0, len(name) - 1) or any(k in group for k in keep)
+        out.append(group if kept else replacement)
     return "".join(out)
 
 
 @functools.lru_cache(maxsize=1 << 16)  # crashes name the same functions again and again
 def normalize_function(function: str) -> str:
-    """A function's name as a signature shows it: ``ns::Class<T>::method`` for
-    ``int ns::Class<std::vector<int> >::method(char const*) const``; a Rust name loses its hash."""
-    name = _RUST_HASH.sub("", function.strip())
-    name = _CLONE_SUFFIX.sub("", name)
-    name = _CLONE_NOTE.sub("", name)
-    for qualifier in (" const", " volatile", " &&", " &", " noexcept"):
-        if name.endswith(qualifier):
-            name = name[: -len(qualifier)]
-    name, operators = _hide_operators(name)
-    # Drop a return type and the like: what comes before the last space outside brackets.
-    groups = _groups(name)
-    spaces = [i for i, c in enumerate(name) if c == " " and not any(s < i < e for s, e in groups)]
-    if spaces:
-        name = name[spaces[-1] + 1 :]
+    """A function's name as a signature shows it (the steps above): ``ns::Class<T>::method``
+    for ``int ns::Class<std::vector<int> >::method(char const*) const``,
+    ``<String as core::fmt::Display>::fmt`` for itself."""
+    name = _without_qualifiers(function)
+    if "::operator" not in name:
+        name = _last_word(name)
     name = name.replace("`anonymous namespace'", "(anonymous namespace)")
     name = _LAMBDA_NUMBER.sub("::$::", name)
-    name = _replace_groups(name, "<", "<T>")
-    name = _replace_groups(name, "(", "", keep=("anonymous namespace",))
-    name = _SPACE_BEFORE.sub(r"\1", name)
-    return _show_operators(_COMMA.sub(", ", name), operators).strip()
+    name = _collapse(name, "<", ">", "<T>", _KEEP_TEMPLATE)
+    name = _collapse(name, "(", ")", "", _KEEP_PARAMETERS)
+    if "clone .cold" in name:
+        name = _collapse(name, "[", "]", "", ())
+    name = _COMMA.sub(", ", _SPACE_BEFORE.sub("", name))
+    return _RUST_HASH.sub("", " ".join(name.split()))
 
 
 def frame_name(frame: Mapping[str, Any]) -> str:
@@ -197,13 +261,19 @@ def frame_name(frame: Mapping[str, Any]) -> str:
         return normalize_function(function)
     file, line = frame.get("file"), frame.get("line")
     if file and line:
-        return f"{os.path.basename(file)}#{line}"
+        return f"{_basename(file)}#{line}"
     module, offset = frame.get("module"), frame.get("module_offset")
     if module:
-        name = os.path.basename(module.strip("[]")) or module
+        name = _basename(module.strip("[]")) or module
         return f"{name}@{_hex(offset)}" if offset is not None else name
     pc = frame.get("pc")
     return f"@{_hex(pc)}" if pc is not None else ""
+
+
+def _basename(path: str) -> str:
+    """The last part of a path, Windows' (a minidump's) or POSIX's."""
+    path = path.rstrip("/\\")
+    return path.rsplit("\\" if "\\" in path else "/", 1)[-1]
 
 
 def _hex(value: Any) -> str:
@@ -234,8 +304,20 @@ def bucket_id(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()[:16]
 
 
+# What a compiler adds to a function's name for a part or a copy of it: a note (GCC's
+# "[clone .isra.0]" as demanglers write it) or a raw suffix (".cold", ".constprop.0", LLVM's
+# ".llvm.1234"). A name keeps it, as siggen's does, but the lists match with or without it:
+# "abort$" is "abort.cold" too.
+_CLONE = re.compile(
+    r"(?:\s*\[clone [^\]]*\]|\.(?:cold|warm|isra|part|constprop|lto_priv|localalias|llvm)"
+    r"(?:\.\d+)*)+\Z"
+)
+
+
 def _matches(pattern: re.Pattern[str] | None, name: str) -> bool:
-    return pattern is not None and pattern.match(name) is not None
+    if pattern is None:
+        return False
+    return pattern.match(name) is not None or pattern.match(_CLONE.sub("", name)) is not None
 
 
 def signature(
@@ -252,8 +334,19 @@ def signature(
     for frame in frames:
         if len(names) == MAX_FRAMES:
             break
-        names.append(frame_name(frame))
-        modules.append(frame.get("module"))
+        name = frame_name(frame)
+        module = frame.get("module")
+        if frame.get("function"):
+            name = rules.family(name)
+        elif module and "@" in name:
+            # A frame without a name in a library the lists name (libc.so.6, a prefix) is named
+            # by its library alone, as siggen names every such frame: a libc frame is joined to
+            # its caller whichever of libc's functions (and whichever libc's build) it is.
+            library = name.rpartition("@")[0]
+            if _matches(rules.prefix, library) or _matches(rules.irrelevant, library):
+                name = library
+        names.append(name)
+        modules.append(module)
         named.append(bool(frame.get("function")))
     irrelevant = [_matches(rules.irrelevant, n) for n in names]
     # A frame without a name whose module's next named frame (toward the callers) is error
@@ -264,12 +357,13 @@ def signature(
     start = next((i for i, n in enumerate(names) if _matches(rules.sentinels, n)), 0)
     parts: list[str] = []
     for name, skip in zip(names[start:], irrelevant[start:], strict=True):
-        if not name or skip:
+        if not name or skip or (parts and name == parts[-1] and _repeats(name)):
             continue
         parts.append(name)
         if not _matches(rules.prefix, name):
             break
-    text = SEPARATOR.join(parts)
+    # White space as siggen leaves it: runs of it one space (a file name may hold any).
+    text = " ".join(SEPARATOR.join(parts).split())
     if not text:
         # Every frame was error machinery (or there were none): the first one names it.
         text = next((n for n in names if n), "EMPTY: no frame data available")
@@ -278,6 +372,16 @@ def signature(
     top = [n for n, skip in zip(names[start:], irrelevant[start:], strict=True) if n and not skip]
     fingerprint = hashlib.sha256("\n".join(top[:FINGERPRINT_FRAMES]).encode()).hexdigest()[:16]
     return Signature(text, fingerprint, names)
+
+
+def _repeats(name: str) -> bool:
+    """Whether ``name`` is one that, repeated, is said once (siggen's rule): a library named
+    alone (the frames of a library without symbols), a name a symbol file left out."""
+    return (
+        name.lower().endswith((".dll", ".so"))
+        or name in ("XUL", "<name omitted>")
+        or name.startswith("<unknown in")
+    )
 
 
 _DEFAULT: Rules | None = None

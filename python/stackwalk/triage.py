@@ -10,13 +10,14 @@ modification time, or the same contents under another name) is not read again.
 
 Schema (``PRAGMA user_version`` 1):
 
-- ``crashes``: one row per file read: ``path``, ``content_hash`` (BLAKE2b of the file),
-  ``size``, ``mtime``, ``executable``, ``pid``, ``uid``, ``boot_id``, ``signal`` (its name),
-  ``signal_number``, ``crash_time`` (Unix seconds: systemd-coredump's file name, else the
-  file's modification time), ``crashing_tid``, ``signature``, ``bucket``, ``fingerprint``,
-  ``error`` (why the file could not be read; its signature is then NULL), ``warnings`` (a
-  JSON list: modules not found, build ids that differ, ...), ``host`` (the machine that read
-  it: a Dask worker's, or this one), ``processed_at``.
+- ``crashes``: one row per file read, a crash or not: ``path``, ``content_hash`` (BLAKE2b of
+  the file), ``size``, ``mtime``, ``executable``, ``pid``, ``uid``, ``boot_id``, ``signal``
+  (its name), ``signal_number``, ``crash_time`` (Unix seconds: systemd-coredump's file name,
+  else the file's modification time), ``crashing_tid``, ``signature``, ``bucket``,
+  ``fingerprint``, ``error`` (why the file is not a crash: not a core or minidump, damaged,
+  unreadable; its signature and bucket are then NULL, and it counts as no crash),
+  ``warnings`` (a JSON list: modules not found, build ids that differ, ...), ``host`` (the
+  machine that read it: a Dask worker's, or this one), ``processed_at``.
 - ``frames``: the crashing thread's frames (every thread's with ``--all-threads``), per
   ``crash_id``, ``tid``, ``idx``: ``pc``, ``module``, ``module_offset``, ``function``,
   ``function_offset``, ``file``, ``line``, ``inline``, ``trust``.
@@ -177,7 +178,8 @@ class CrashStore:
 
     def add(self, records: Iterable[dict[str, Any]]) -> int:
         """Store crashes (``process_file``'s records) in one transaction, with their buckets;
-        a record whose contents are stored already is left out. How many were stored."""
+        a record whose contents are stored already is left out. Each record gets ``stored``
+        (whether it was). How many were stored."""
         db = self._db
         stored = 0
         now = time.time()
@@ -197,6 +199,7 @@ class CrashStore:
                         r.get("error"), _warnings(r), r.get("host"), now,
                     ),
                 )  # fmt: skip
+                r["stored"] = cur.rowcount == 1
                 if cur.rowcount == 0:
                     continue  # the same contents under another name, stored already
                 crash_id = cur.lastrowid
@@ -305,11 +308,16 @@ class CrashStore:
         """Every crash's bucket, by path."""
         return dict(self._db.execute("SELECT path, bucket FROM crashes"))
 
-    def errors(self) -> list[tuple[str, str]]:
-        """(path, error) of every file that could not be read."""
-        return self._db.execute(
-            "SELECT path, error FROM crashes WHERE error IS NOT NULL ORDER BY path"
+    def errors(self, since: float | None = None) -> list[tuple[str, str]]:
+        """(path, why) of every file stored that is not a crash (``why`` without the path the
+        messages of the readers start with), in path order; with ``since`` (Unix seconds),
+        of the files whose time (``crash_time``: their modification time) is since then."""
+        rows = self._db.execute(
+            "SELECT path, error FROM crashes WHERE error IS NOT NULL AND crash_time >= ?"
+            " ORDER BY path",
+            (since if since is not None else float("-inf"),),
         ).fetchall()
+        return [(path, not_a_crash_reason(path, error)) for path, error in rows]
 
     def missing_modules(self) -> int:
         """How many crashes were read without some of their modules' files."""
@@ -318,11 +326,35 @@ class CrashStore:
         ).fetchone()
         return int(n)
 
-    def counts(self) -> tuple[int, int, int]:
-        """(crashes, buckets, errors)."""
-        crashes, errors = self._db.execute("SELECT count(*), count(error) FROM crashes").fetchone()
-        (buckets,) = self._db.execute("SELECT count(*) FROM buckets").fetchone()
-        return crashes, buckets, errors
+    def counts(self, since: float | None = None) -> Counts:
+        """The store's totals: its crashes, their buckets, and the files stored that are not
+        crashes (``errors``); with ``since`` (Unix seconds), of the files whose time is since
+        then (``buckets``' counts add up to the crashes)."""
+        after = since if since is not None else float("-inf")
+        files, not_crashes = self._db.execute(
+            "SELECT count(*), count(error) FROM crashes WHERE crash_time >= ?", (after,)
+        ).fetchone()
+        if since is None:
+            (buckets,) = self._db.execute("SELECT count(*) FROM buckets").fetchone()
+        else:
+            (buckets,) = self._db.execute(
+                "SELECT count(DISTINCT bucket) FROM crashes WHERE crash_time >= ?", (after,)
+            ).fetchone()
+        return Counts(files - not_crashes, buckets, not_crashes)
+
+
+class Counts(NamedTuple):
+    """A crash store's totals (``CrashStore.counts``)."""
+
+    crashes: int  # files read as crashes, each in a bucket
+    buckets: int
+    not_crashes: int  # files stored that are not crashes (``CrashStore.errors``)
+
+
+def not_a_crash_reason(path: str, error: str) -> str:
+    """Why the file at ``path`` is not a crash, from its ``error``, without the path that the
+    readers' messages start with."""
+    return error.removeprefix(f"{path}: ")
 
 
 def _warnings(record: dict[str, Any]) -> str | None:
@@ -383,6 +415,7 @@ def process_file(path: str, options: Options) -> dict[str, Any] | None:
     stores, with ``error`` set (and no signature) when it cannot be read. None when its
     contents are among ``options.known_hashes``."""
     import socket
+    import stat
 
     from stackwalk.errors import StackwalkError
 
@@ -401,6 +434,9 @@ def process_file(path: str, options: Options) -> dict[str, Any] | None:
     if digest in options.known_hashes:
         return None
     record["content_hash"] = digest
+    if st.st_size == 0 and stat.S_ISREG(st.st_mode):
+        record["error"] = "an empty file, not a crash"
+        return record
     m = _COREDUMP_NAME.match(os.path.basename(path))
     if m:
         record.update(
@@ -499,12 +535,19 @@ def triage(
     dask: str | None = None,
     each: Callable[[dict[str, Any]], None] | None = None,
     batch: int = 64,
-) -> tuple[int, int]:
+) -> Run:
     """Read every crash file under ``paths`` not stored yet into ``store``, on ``jobs``
     processes (or the Dask cluster at ``dask``, ``"local"`` for one on this machine).
-    ``each`` is called with each crash read (a dict with SUMMARY_KEYS at least). (files
-    stored, files that were stored already, under their name or another)."""
+    ``each`` is called with each file read (a dict with SUMMARY_KEYS at least, and
+    ``stored``). What became of the files: the ``Run``."""
     files = crash_files(paths)
+    run = Run(len(files))
+
+    def counted(record: dict[str, Any]) -> None:
+        run.count(record)
+        if each is not None:
+            each(record)
+
     stored_files = store.stored_files()
     todo = []
     for f in files:
@@ -516,7 +559,6 @@ def triage(
         if (f, st.st_size, st.st_mtime) not in stored_files:
             todo.append(f)
     options.known_hashes = frozenset(store.content_hashes())
-    stored = 0
     results: Iterator[Stored | dict[str, Any] | None]
     if dask is None and min(jobs or len(os.sched_getaffinity(0)), len(todo)) > 1:
         # Worker processes store what they read themselves: nothing crosses back but a line
@@ -525,10 +567,9 @@ def triage(
 
         read, rest = first_read_here(todo, lambda path: process_file(path, options))
         first = [record for record in read if record is not None]
-        stored += store.add(first)
-        if each is not None:
-            for crash in first:
-                each(crash)
+        store.add(first)
+        for record in first:
+            counted(record)
         results = _stored_by_workers(rest, store.path, options, jobs)
     elif dask is not None:
         results = _dask_results(todo, store, options, dask)
@@ -537,21 +578,17 @@ def triage(
     pending: list[dict[str, Any]] = []
 
     def flush() -> None:
-        nonlocal stored
-        stored += store.add(pending)
-        if each is not None:
-            for r in pending:
-                each(r)
+        store.add(pending)  # (marks each record stored, or not)
+        for r in pending:
+            counted(r)
         pending.clear()
 
     tasks = 0  # tasks whose worker stored what it read
     unchecked = 0  # crashes they stored since the last checkpoint
     for result in results:
         if isinstance(result, Stored):
-            stored += result.added
-            if each is not None:
-                for summary in result.summaries:
-                    each(summary)
+            for summary in result.summaries:
+                counted(summary)
             tasks += 1
             unchecked += len(result.summaries)
             if unchecked >= _CHECKPOINT_CRASHES:
@@ -564,12 +601,64 @@ def triage(
     flush()
     if tasks:
         store.checkpoint()  # what the workers wrote, into the database itself
-    return stored, len(files) - stored
+    return run
+
+
+class Run:
+    """What one ``triage`` run did with the files it found: each is a crash it stored, a file
+    it stored that is not a crash (named, with why), one stored already (by its path, size
+    and time, or its contents under another name), or one not read (its worker died)."""
+
+    def __init__(self, files: int) -> None:
+        self.files = files
+        self.crashes = 0
+        self.not_crashes: list[tuple[str, str]] = []  # (path, why)
+        self.unread: list[str] = []
+
+    def count(self, record: dict[str, Any]) -> None:
+        """One file's record (or its summary), as ``triage`` gives it to ``each``."""
+        if record.get("unread"):
+            self.unread.append(record["path"])
+        elif not record.get("stored"):
+            pass  # its contents were stored already, under another name
+        elif record.get("error") is None:
+            self.crashes += 1
+        else:
+            path = record["path"]
+            self.not_crashes.append((path, not_a_crash_reason(path, record["error"])))
+
+    @property
+    def already(self) -> int:
+        """Files that were stored already, under their name or another."""
+        return self.files - self.crashes - len(self.not_crashes) - len(self.unread)
+
+
+def summary_lines(run: Run, store: CrashStore) -> list[str]:
+    """What ``stackwalk triage`` says at its end: what the run stored, the store's totals
+    (as ``report --html``'s page gives them), and each file of the run that is not a crash,
+    with why."""
+    counts = store.counts()
+    line = f"{run.crashes} crashes stored, {run.already} already there"
+    if run.not_crashes:
+        line += f", {len(run.not_crashes)} files that are not crashes (below)"
+    line += (
+        f"; {store.path}: {counts.crashes} crashes in {counts.buckets} buckets, "
+        f"{counts.not_crashes} files that are not crashes"
+    )
+    missing = store.missing_modules()
+    if missing:
+        # On a cluster, most often a worker without the modules' files (or their debug files)
+        # at the paths the cores name: the crashes' warnings say which.
+        line += f", {missing} read with modules missing (see crashes.warnings, host)"
+    if run.unread:
+        unread = len(run.unread)
+        line += f"; {unread} files not read (a worker process died): run again to read them"
+    return [line, *(f"not a crash: {path}: {why}" for path, why in run.not_crashes)]
 
 
 class Stored(NamedTuple):
-    """What a worker stored itself (one task): how many crashes, and each one's
-    SUMMARY_KEYS."""
+    """What a worker stored itself (one task): how many files, and each one's SUMMARY_KEYS,
+    with ``stored`` (whether it was: one of the same contents may have been already)."""
 
     added: int
     summaries: list[dict[str, Any]]
@@ -644,7 +733,8 @@ def _stored_by_workers(
 
 
 def _unread(path: str, error: str) -> dict[str, Any]:
-    return {"path": path, "signature": None, "bucket": None, "error": error, "unread": True}
+    return {"path": path, "signature": None, "bucket": None, "error": error, "unread": True,
+            "stored": False}  # fmt: skip
 
 
 _FORKED_WITH: tuple[str, Options, AbstractContextManager[Any]] | None = None
@@ -684,7 +774,9 @@ def _store_into(
     records = [r for r in (process_file(p, options) for p in paths) if r is not None]
     with lock if lock is not None else contextlib.nullcontext():
         stored = store.add(records)
-    return Stored(stored, [{k: r.get(k) for k in SUMMARY_KEYS} for r in records])
+    return Stored(
+        stored, [{**{k: r.get(k) for k in SUMMARY_KEYS}, "stored": r["stored"]} for r in records]
+    )
 
 
 def process_files(paths: Sequence[str], options: Options) -> list[dict[str, Any] | None]:
