@@ -3,21 +3,27 @@
  * before it returns through the signal trampoline (glibc's __restore_rt) to the loop it
  * interrupted.
  *
- * The kernel fires the timer at most once a tick (1-4 ms): the handler's spin (some 0.3-0.6
- * ms on this project's machines) leaves the loop time to run. On a machine slow enough for the
- * handler to outlast a tick, a new signal would wait at every return and the loop would never
- * run again, so the handler also stops the timer once the run's time is up. The run's time is
- * the process's CPU time, not the wall clock's: a loaded machine gives the program less of the
- * CPU in a second, and the test would then see fewer samples in the handler. */
+ * The kernel fires the timer at most once a tick (1-4 ms): the handler's spin, SPIN_NS of CPU
+ * time, leaves the loop time to run. The run lasts until the handler has run HANDLED times,
+ * however long that takes: the CPU time spent in the handler, which is what the tests count
+ * samples of, is then the same on a loaded machine as on an idle one, and on a fast machine as
+ * on a slow one (a run of a fixed CPU time, with a spin of a fixed count, saw a third of the
+ * handler's samples on a loaded machine, where the timer fired less often, and fewer again on a
+ * faster one). The handler stops the timer then, so that a machine slow enough for
+ * the handler to outlast a tick does not keep a new signal waiting at every return; and
+ * MAX_RUN_NS of CPU time ends the run whatever happens. */
 #include <signal.h>
 #include <string.h>
 #include <sys/time.h>
 #include <time.h>
 
 #define NOINLINE __attribute__((noinline))
-#define RUN_NS 1000000000L
+#define HANDLED 400
+#define SPIN_NS 500000L
+#define MAX_RUN_NS 30000000000L
 
 volatile unsigned long sink;
+static volatile int handled;
 static struct timespec start;
 
 static long elapsed_ns(void)
@@ -29,15 +35,18 @@ static long elapsed_ns(void)
 
 NOINLINE void spin_in_handler(void)
 {
-    for (int i = 0; i < 200000; i++)
-        sink += (unsigned long)i * 3;
+    long until = elapsed_ns() + SPIN_NS;
+    do {
+        for (int i = 0; i < 20000; i++)
+            sink += (unsigned long)i * 3;
+    } while (elapsed_ns() < until);
 }
 
 NOINLINE void on_prof(int sig)
 {
     spin_in_handler();
     sink += (unsigned long)sig;
-    if (elapsed_ns() >= RUN_NS) {
+    if (++handled >= HANDLED || elapsed_ns() >= MAX_RUN_NS) {
         struct itimerval off = {{0, 0}, {0, 0}};
         setitimer(ITIMER_PROF, &off, NULL);
     }
@@ -48,7 +57,7 @@ NOINLINE void main_loop(void)
     do {
         for (int i = 0; i < 100000; i++)
             sink ^= (unsigned long)i;
-    } while (elapsed_ns() < RUN_NS);
+    } while (handled < HANDLED && elapsed_ns() < MAX_RUN_NS);
 }
 
 int main(void)
