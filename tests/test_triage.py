@@ -21,7 +21,7 @@ import pytest
 import stackwalk
 from minidumps import Dumps
 from realstacks import Builder
-from stackwalk.signature import Rules, normalize_function, signature
+from stackwalk.signature import SEPARATOR, Rules, normalize_function, signature
 from stackwalk.triage import CrashStore, StoreHere, task_size
 
 STACK_PROTECTOR = ("-O2", "-fstack-protector-all")
@@ -736,3 +736,283 @@ def test_signature_rules_of_unnamed_and_empty_stacks() -> None:
     assert signature([], rules).text == "EMPTY: no frame data available"
     assert signature(None, rules).text == "EMPTY: no crashing thread identified"
     assert signature(frames[:1], rules).text == "abort"  # all machinery: the first names it
+
+
+# -- a Python process's crashes ----------------------------------------------------------------
+
+# A program whose crashes are one native crash site reached from two Python call paths:
+# ctypes.string_at(0), a strlen of NULL in libc (through _ctypes and libffi), called by parse()
+# or by Page.render(). Before it crashes, it writes the Python functions its crash is in, as
+# Python itself names them (__module__, __qualname__, __name__, the code's file), innermost
+# first: the standard library's function that calls into native code, and its own that calls it.
+PAGES_PY = """
+import ctypes
+import json
+
+
+def parse(address):
+    return ctypes.string_at(address)
+
+
+class Page:
+    def render(self, address):
+        return ctypes.string_at(address)
+
+
+def main(path, out):
+    caller = {"parse": parse, "render": Page().render}[path]
+    chain = [getattr(f, "__func__", f) for f in (ctypes.string_at, caller)]
+    with open(out, "w") as f:
+        json.dump([[c.__module__, c.__qualname__, c.__name__, c.__code__.co_filename]
+                   for c in chain], f)
+    caller(0)
+"""
+# Its runner: pages imported as a module (so that its __module__ is its file's name).
+RUN_PY = """
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import pages
+
+pages.main(sys.argv[1], sys.argv[2])
+"""
+PY_RUNS = 2  # cores per call path
+
+
+@dataclass
+class PythonSpool:
+    db: Path  # the spool triaged (--jobs 2)
+    call_path: dict[str, str]  # core -> "parse" or "render"
+    chain: dict[str, list[list[str]]]  # core -> what the program wrote
+    records: dict[str, dict[str, object]]  # core -> triage's --json line
+
+
+@pytest.fixture(scope="module")
+def python_spool(tmp_path_factory: pytest.TempPathFactory) -> PythonSpool:
+    """Cores of Debian's python3.11 (the interpreter of tests/programs/crash_py.py's cores)
+    crashing through each call path of PAGES_PY twice, made by gdb, and triaged."""
+    from corefiles import CRASH_ENV, gdb_crash_core
+    from realstacks import SYSTEM_PYTHON
+
+    work = tmp_path_factory.mktemp("python-triage")
+    (work / "pages.py").write_text(PAGES_PY)
+    (work / "run.py").write_text(RUN_PY)
+    spool = work / "spool"
+    spool.mkdir()
+    call_path, chain = {}, {}
+    for path in ("parse", "render"):
+        for i in range(PY_RUNS):
+            core, said = spool / f"core.{path}.{i}", work / f"{path}.{i}.json"
+            argv = [SYSTEM_PYTHON, "-I", "-S", str(work / "run.py"), path, str(said)]
+            gdb_crash_core(argv, core, CRASH_ENV)
+            call_path[str(core)] = path
+            chain[str(core)] = json.loads(said.read_text())
+    db = work / "crashes.sqlite"
+    proc = stackwalk_cli("triage", str(spool), "--db", str(db), "--json", "--jobs", "2")
+    records = {r["path"]: r for r in map(json.loads, proc.stdout.splitlines())}
+    return PythonSpool(db, call_path, chain, records)
+
+
+def pystack_python_frames(core: str) -> tuple[int, list[tuple[str, str, int | None]]]:
+    """The crashing (only) thread of a core and its Python frames, innermost first, as
+    ``pystack core`` gives them."""
+    from corefiles import run
+    from test_pyframes import parse_pystack
+
+    (thread,) = parse_pystack(run([sys.executable, "-m", "pystack", "core", core]).stdout).values()
+    return thread.tid, thread.python()
+
+
+def test_a_python_crash_is_bucketed_by_its_python_caller(python_spool: PythonSpool) -> None:
+    """A CPython process's crash in native code is signed by its native crash site (the
+    signature of its native frames alone, as before) and the Python functions that called into
+    it, as Python names them: the standard library's ``ctypes.string_at`` joined to the
+    program's own caller. The two call paths land in two buckets, each path's crashes in one
+    (where the native frames alone put all four in one bucket). The store keeps each crash's
+    Python frames, pystack's, among the native ones."""
+    spool = python_spool
+    bucket_of = {}
+    native_sites = set()
+    for core, path in spool.call_path.items():
+        record = spool.records[core]
+        assert record["error"] is None, record
+        tid, python = pystack_python_frames(core)
+        chain = spool.chain[core]
+        # The program's own account of the functions its crash is in is pystack's innermost.
+        assert [(name, file) for _, _, name, file in chain] == [(f, file) for f, file, _ in
+                                                                 python[: len(chain)]]  # fmt: skip
+        assert chain[-1][2] == path
+        opened = stackwalk.Core.open(core)
+        assert opened.crashing_tid == tid
+        native = opened.to_dict(tids={tid})["threads"][0]["frames"]
+        native_site = signature(native).text
+        native_sites.add(native_site)
+        assert record["signature"] == SEPARATOR.join(
+            [native_site, *(f"{module}.{qualname}" for module, qualname, _, _ in chain)]
+        )
+        bucket_of[core] = record["bucket"]
+        # Stored: the crashing thread's native frames, and pystack's Python frames among them.
+        with CrashStore(spool.db) as store:
+            ((crash_id,),) = store._db.execute("SELECT id FROM crashes WHERE path = ?", (core,))
+            crash = store.crash(crash_id)
+        assert crash is not None and crash["signature"] == record["signature"]
+        frames = crash["frames"]
+        assert {f["tid"] for f in frames} == {tid}
+        assert [f["idx"] for f in frames] == list(range(len(frames)))
+        assert [f["pc"] for f in frames if f["kind"] == "native"] == [
+            int(f["pc"], 16) for f in native
+        ]
+        stored_python = [f for f in frames if f["kind"] == "python"]
+        assert [(f["function"], f["file"], f["line"]) for f in stored_python] == python
+        caller = next(f for f in stored_python if f["function"] == path)
+        assert caller["qualname"] == chain[-1][1]
+        assert all(f["pc"] is None and f["trust"] is None for f in stored_python)
+    # The signature of the native frames alone (as before) is one for all four crashes.
+    assert len(native_sites) == 1
+    paths = defaultdict(set)
+    for core, bucket in bucket_of.items():
+        paths[spool.call_path[core]].add(bucket)
+    assert {path: len(buckets) for path, buckets in paths.items()} == {"parse": 1, "render": 1}
+    assert paths["parse"] != paths["render"]
+    with CrashStore(spool.db) as store:
+        assert sorted(b["count"] for b in store.buckets()) == [PY_RUNS, PY_RUNS]
+
+
+def test_report_shows_a_python_crash_with_its_python_frames(
+    python_spool: PythonSpool, tmp_path: Path
+) -> None:
+    """``report``'s example stack of a Python crash is the crashing thread's stack as ``core``
+    prints it: the native frames, numbered as there, each native eval call followed by the
+    Python frames it runs; the HTML page's too."""
+    import html
+
+    text = stackwalk_cli("report", "--db", str(python_spool.db)).stdout.splitlines()
+    examples = [i for i, line in enumerate(text) if line.startswith("     e.g. ")]
+    assert len(examples) == 2
+    page = tmp_path / "report.html"
+    stackwalk_cli("report", "--db", str(python_spool.db), "--html", str(page))
+    for i in examples:
+        core = text[i].removeprefix("     e.g. ").removesuffix(":")
+        shown = []
+        for line in text[i + 1 :]:
+            if not line:
+                break
+            shown.append(line.removeprefix("       "))
+        printed = stackwalk_cli("core", core).stdout.splitlines()
+        start = next(j for j, line in enumerate(printed) if "(crashed)" in line) + 1
+        crashed = []
+        for line in printed[start:]:
+            if not line.startswith(("#", "    (Python)")):
+                break
+            crashed.append(re.sub(r"  \[[^]]*\]\Z", "", line))  # (the store keeps no trust)
+        assert shown == crashed
+        _, python = pystack_python_frames(core)
+        lines = [f'    (Python) File "{file}", line {line}, in {f}' for f, file, line in python]
+        assert [line for line in shown if "(Python)" in line] == lines
+        assert html.escape(lines[1]) in page.read_text()
+
+
+def test_mixed_stack_signatures(tmp_path: Path) -> None:
+    """The rules of a stack with Python frames, on frames made up: the interpreter's frames
+    that carry calls are skipped (but name a crash in them), the standard library's Python
+    frames are joined to their caller, a third party's are not (but by a rules file); the
+    names of Python frames; a stack without Python frames is signed as it always was."""
+    libc, python311 = "/usr/lib/x86_64-linux-gnu/libc.so.6", "/usr/bin/python3.11"
+    stdlib = "/usr/lib/python3.11"
+    app = "/srv/app-2.3/handlers.py"
+
+    def native(function: str, module: str = python311) -> dict[str, object]:
+        return {"kind": "native", "function": function, "module": module,
+                "module_offset": "0x10"}  # fmt: skip
+
+    def py(qualname: str, file: str) -> dict[str, object]:
+        return {"kind": "python", "function": qualname.rpartition(".")[2], "qualname": qualname,
+                "file": file, "line": 7}  # fmt: skip
+
+    evals = [native("_PyEval_EvalFrameDefault"), native("_PyFunction_Vectorcall"),
+             native("slot_tp_call.lto_priv.0")]  # fmt: skip
+    # memcpy called by the eval loop: joined to the Python function, not to the loop
+    frames = [native("__memmove_avx_unaligned_erms", libc), *evals, py("copy", app)]
+    assert signature(frames).text == "memmove | handlers.copy"
+    assert signature([f for f in frames if f["kind"] == "native"]).text == (
+        "memmove | _PyEval_EvalFrameDefault"
+    )
+    # a crash in the eval loop itself (after abort's machinery): named by it
+    frames = [native("abort", libc), *evals, py("Job.run", app), py("<module>", "<string>")]
+    assert signature(frames).text == "_PyEval_EvalFrameDefault | handlers.Job.run"
+    # the standard library's frames joined to the caller (frozen ones too), a package's
+    # __init__ named by its package
+    decoder = f"{stdlib}/json/decoder.py"
+    frames = [native("scan_once_unicode", f"{stdlib}/lib-dynload/_json.so"), *evals,
+              py("JSONDecoder.raw_decode", decoder), py("JSONDecoder.decode", decoder),
+              py("loads", f"{stdlib}/json/__init__.py"), py("_call_with_frames_removed",
+              "<frozen importlib._bootstrap>"), py("handle", app), py("main", app)]  # fmt: skip
+    assert signature(frames).text == (
+        "scan_once_unicode | json.decoder.JSONDecoder.raw_decode | "
+        "json.decoder.JSONDecoder.decode | json.loads | importlib._bootstrap."
+        "_call_with_frames_removed | handlers.handle"
+    )
+    # a third party's frames are not joined (its module named from site-packages on) but by a
+    # rules file; the interpreter's list extended by one (Cython's call helper)
+    numpy = "/venv/lib/python3.12/site-packages/numpy/core/_methods.py"
+    frames = [native("strlen", libc), native("__Pyx_PyObject_Call", "/venv/ext.so"), *evals,
+              py("_sum", numpy), py("total", app)]  # fmt: skip
+    assert signature(frames).text == "strlen | __Pyx_PyObject_Call | numpy.core._methods._sum"
+    rules_file = tmp_path / "rules.toml"
+    rules_file.write_text('prefix = ["numpy\\\\."]\ninterpreter = ["__Pyx_PyObject_Call$"]\n')
+    rules = Rules.load(rules_file)
+    assert signature(frames, rules).text == "strlen | numpy.core._methods._sum | handlers.total"
+    # the fingerprint tells the two Python callers apart too
+    one = signature([native("strlen", libc), *evals, py("parse", app)])
+    other = signature([native("strlen", libc), *evals, py("render", app)])
+    assert one.fingerprint != other.fingerprint
+    # no Python frames: the native signature, whatever the frames' kind
+    frames = [native("__memmove_avx_unaligned_erms", libc), *evals]
+    assert signature(frames).text == "memmove | _PyEval_EvalFrameDefault"
+
+
+# The frames table of schema 1 (before Python frames were stored).
+FRAMES_V1 = """CREATE TABLE frames (
+    crash_id INTEGER NOT NULL REFERENCES crashes (id), tid INTEGER NOT NULL,
+    idx INTEGER NOT NULL, pc INTEGER NOT NULL, module TEXT, module_offset INTEGER,
+    function TEXT, function_offset INTEGER, file TEXT, line INTEGER, inline INTEGER NOT NULL,
+    trust TEXT NOT NULL, PRIMARY KEY (crash_id, tid, idx)
+) WITHOUT ROWID"""
+
+
+def test_a_store_of_schema_1_is_brought_to_2(tmp_path: Path) -> None:
+    """A store made before Python frames were stored is opened as one of schema 2, its
+    frames native frames, and takes a Python crash's frames."""
+    db = tmp_path / "old.sqlite"
+    CrashStore(db).close()
+    native = (7, 0, 0x401000, "/app", 0x1000, "main", 0x10, "app.c", 3, 0, "cfi")
+    with sqlite3.connect(db) as conn:
+        conn.execute("DROP TABLE frames")
+        conn.execute(FRAMES_V1)
+        conn.execute(
+            "INSERT INTO crashes (id, path, content_hash, size, mtime, crash_time, crashing_tid,"
+            " processed_at) VALUES (1, 'a', 'h', 1, 0, 0, 7, 0)"
+        )
+        conn.execute("INSERT INTO frames VALUES (1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", native)
+        conn.execute("PRAGMA user_version = 1")
+    conn.close()
+    with CrashStore(db) as store:
+        crash = store.crash(1)
+        assert crash is not None
+        assert crash["frames"] == [{
+            **dict(zip(("tid", "idx", "pc", "module", "module_offset", "function",
+                        "function_offset", "file", "line", "inline", "trust"), native,
+                       strict=True)), "kind": "native", "qualname": None,
+        }]  # fmt: skip
+        python = (7, 0, None, None, None, "f", None, "/app/x.py", 2, 0, None, "python", "C.f")
+        record = {"path": "b", "content_hash": "i", "size": 1, "mtime": 0.0, "crash_time": 0.0,
+                  "crashing_tid": 7, "frames": [python]}  # fmt: skip
+        assert store.add([record]) == 1
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone() == (2,)
+        assert conn.execute("SELECT kind, qualname FROM frames ORDER BY crash_id").fetchall() == [
+            ("native", None),
+            ("python", "C.f"),
+        ]
+    conn.close()

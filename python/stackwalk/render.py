@@ -132,13 +132,18 @@ def report_lines(buckets: list[dict[str, Any]]) -> list[str]:
 
 def stored_stack_lines(crash: dict[str, Any]) -> list[str]:
     """The crashing thread's frames of a crash as a crash store holds it
-    (``CrashStore.crash``: numbers where the JSON has hex), one line each as ``core`` prints
-    them."""
+    (``CrashStore.crash``: numbers where the JSON has hex; a python process's Python frames
+    among the native ones), one line each as ``core`` prints them."""
     lines = []
+    native = 0  # the native frames' numbers, as `core` gives them (idx counts Python frames too)
     for f in crash["frames"]:
         if f["tid"] != crash["crashing_tid"]:
             break
-        frame = {**f, "index": f["idx"], "pc": f"{f['pc']:#x}"}
+        if f.get("kind") == "python":
+            lines.append(python_frame_text(f))
+            continue
+        frame = {**f, "index": native, "pc": f"{f['pc']:#x}"}
+        native += 1
         if f["function_offset"] is not None:
             frame["function_offset"] = f"{f['function_offset']:#x}"
         lines.append(frame_text(frame))

@@ -14,7 +14,17 @@ The lists are regular expressions in a TOML file (``signature_rules.toml`` besid
 a user's file (``--rules``) adds to them, or replaces them with ``replace = true``.
 
 Each signature also gets a bucket id (a hash of the signature) and a fingerprint (a hash of the
-first frames that are not error machinery, as Sentry groups by its top frames)."""
+first frames that are not error machinery, as Sentry groups by its top frames).
+
+A stack with Python frames (a CPython process's, ``Core.to_dict(python="mixed")``: each native
+eval call followed by the Python frames it runs) is signed by its native crash site and the
+Python code that called into it: the native frames up to the first Python frame are walked as
+above, with the interpreter's frames that only carry calls (``_PyEval_EvalFrameDefault``,
+``PyObject_Vectorcall``, ``slot_tp_call``, ...: the ``interpreter`` list) skipped too; then the
+walk goes on to the Python frames (the native frames between them left out), each named
+``module.qualname`` (``python_frame_name``), the standard library's joined to their caller as
+prefixes are, up to the first one that is not one: ``strlen | string_at | ctypes.string_at |
+app.parse``. A stack without Python frames is signed as it always was."""
 
 from __future__ import annotations
 
@@ -38,20 +48,24 @@ MAX_LENGTH = 255
 FINGERPRINT_FRAMES = 5
 SEPARATOR = " | "
 
-_LISTS = ("irrelevant", "prefix", "sentinels", "families")
+_LISTS = ("irrelevant", "prefix", "sentinels", "families", "interpreter")
 
 
 class Rules:
-    """The signature rules: three lists of regular expressions matched at the start of a
-    normalized frame name (a frame must match whole: ``abort`` is not ``abort_handler``), and
-    ``families``, patterns matched against a whole name whose group ``family`` names the
-    function a variant is one of (``memmove`` for glibc's ``__memmove_avx_unaligned_erms``)."""
+    """The signature rules: lists of regular expressions matched at the start of a normalized
+    frame name (a frame must match whole: ``abort`` is not ``abort_handler``): ``irrelevant``,
+    ``prefix``, ``sentinels`` (of every frame, native or Python: a Python frame's name is
+    ``module.qualname``), ``interpreter`` (native frames skipped where a stack has Python
+    frames); and ``families``, patterns matched against a whole name whose group ``family``
+    names the function a variant is one of (``memmove`` for glibc's
+    ``__memmove_avx_unaligned_erms``)."""
 
     def __init__(self, lists: Mapping[str, Sequence[str]]) -> None:
         self.lists = {name: tuple(lists.get(name, ())) for name in _LISTS}
         self.irrelevant = _alternation(self.lists["irrelevant"])
         self.prefix = _alternation(self.lists["prefix"])
         self.sentinels = _alternation(self.lists["sentinels"])
+        self.interpreter = _alternation(self.lists["interpreter"])
         self._families = tuple(re.compile(p) for p in self.lists["families"])
         self._family_of: dict[str, str] = {}
 
@@ -270,6 +284,50 @@ def frame_name(frame: Mapping[str, Any]) -> str:
     return f"@{_hex(pc)}" if pc is not None else ""
 
 
+# Where a Python file's module name can be read from its path: under a site-packages or
+# dist-packages directory (a third party's), else under the standard library's lib/python3.X
+# (its own: /usr/lib/python3.11/json/decoder.py is json.decoder).
+_PACKAGES = re.compile(r"(?:^|[/\\])(?:site|dist)-packages[/\\](?P<path>.+)\Z")
+_STDLIB = re.compile(r"(?:^|[/\\])lib(?:64)?[/\\]python3\.\d+t?[/\\](?P<path>.+)\Z")
+_FROZEN = re.compile(r"<frozen (?P<module>[\w.]+)>\Z")
+_SOURCE_SUFFIX = re.compile(r"\.py[cw]?\Z")
+
+
+@functools.lru_cache(maxsize=1 << 12)
+def python_module(file: str) -> tuple[str, bool]:
+    """The module a Python frame's file is, as a signature names it, and whether it is the
+    standard library's: the dotted path under ``site-packages``/``dist-packages``
+    (``numpy.core._methods``, a third party's) or under ``lib/python3.X/`` (``json.decoder``,
+    ``ctypes`` for ``ctypes/__init__.py``: the standard library's), a frozen module's name
+    (``<frozen runpy>``: ``runpy``, the standard library's); else the file's name without
+    ``.py`` (a package's ``__init__.py``: its directory's name), whatever directory the program
+    is installed in; a file that is no path (``<string>``) as it is."""
+    if m := _FROZEN.match(file):
+        return m["module"], True
+    if file.startswith("<"):
+        return file, False
+    if m := _PACKAGES.search(file):
+        path, stdlib, dotted = m["path"], False, True
+    elif m := _STDLIB.search(file):
+        path, stdlib, dotted = m["path"], True, True
+    else:
+        path, stdlib, dotted = file, False, False
+    parts = [p for p in re.split(r"[/\\]", _SOURCE_SUFFIX.sub("", path)) if p]
+    if len(parts) > 1 and parts[-1] == "__init__":
+        parts.pop()
+    if not dotted:
+        parts = parts[-1:]  # the file's (package's) name, wherever the program is installed
+    return ".".join(parts) or file or "?", stdlib
+
+
+def python_frame_name(frame: Mapping[str, Any]) -> str:
+    """A Python frame as a signature names it: ``module.qualname`` (``python_module``; the
+    code's ``co_qualname``, ``Class.method``, ``outer.<locals>.inner``; CPython 3.10's code has
+    none, and gives ``co_name``): ``ctypes.string_at``, ``app.Page.render``."""
+    module, _ = python_module(frame.get("file") or "")
+    return f"{module}.{frame.get('qualname') or frame.get('function') or '?'}"
+
+
 def _basename(path: str) -> str:
     """The last part of a path, Windows' (a minidump's) or POSIX's."""
     path = path.rstrip("/\\")
@@ -324,10 +382,34 @@ def signature(
     frames: Iterable[Mapping[str, Any]] | None, rules: Rules | None = None, crashed: bool = True
 ) -> Signature:
     """The signature of a crashing thread's ``frames`` (``stackwalk``'s JSON frames, frame 0
-    first, inline frames as frames of their own). ``crashed``: False when no thread crashed."""
+    first, inline frames as frames of their own; with Python frames among them, ``kind``
+    "python", a mixed stack's: see the module's docstring). ``crashed``: False when no thread
+    crashed."""
     rules = rules if rules is not None else default_rules()
     if frames is None or not crashed:
         return Signature("EMPTY: no crashing thread identified", bucket_id(""), ())
+    frames = list(frames)
+    if any(f.get("kind") == "python" for f in frames):
+        return _mixed_signature(frames, rules)
+    names, irrelevant = _native_names(frames, rules)
+    start = next((i for i, n in enumerate(names) if _matches(rules.sentinels, n)), 0)
+    parts: list[str] = []
+    for name, skip in zip(names[start:], irrelevant[start:], strict=True):
+        if not name or skip or (parts and name == parts[-1] and _repeats(name)):
+            continue
+        parts.append(name)
+        if not _matches(rules.prefix, name):
+            break
+    text = _text(parts, names)
+    top = [n for n, skip in zip(names[start:], irrelevant[start:], strict=True) if n and not skip]
+    return Signature(text, _fingerprint(top[:FINGERPRINT_FRAMES]), names)
+
+
+def _native_names(
+    frames: Iterable[Mapping[str, Any]], rules: Rules
+) -> tuple[list[str], list[bool]]:
+    """The names of native frames (the first MAX_FRAMES), and whether each is error machinery
+    (``irrelevant``)."""
     names: list[str] = []
     modules: list[str | None] = []
     named: list[bool] = []
@@ -354,14 +436,12 @@ def signature(
     for i in range(len(names) - 2, -1, -1):
         if not named[i] and modules[i] is not None and modules[i + 1] == modules[i]:
             irrelevant[i] = irrelevant[i + 1]
-    start = next((i for i, n in enumerate(names) if _matches(rules.sentinels, n)), 0)
-    parts: list[str] = []
-    for name, skip in zip(names[start:], irrelevant[start:], strict=True):
-        if not name or skip or (parts and name == parts[-1] and _repeats(name)):
-            continue
-        parts.append(name)
-        if not _matches(rules.prefix, name):
-            break
+    return names, irrelevant
+
+
+def _text(parts: Sequence[str], names: Sequence[str]) -> str:
+    """A signature's text of its ``parts``, cut at MAX_LENGTH; of the first of ``names`` when
+    there are none."""
     # White space as siggen leaves it: runs of it one space (a file name may hold any).
     text = " ".join(SEPARATOR.join(parts).split())
     if not text:
@@ -369,9 +449,76 @@ def signature(
         text = next((n for n in names if n), "EMPTY: no frame data available")
     if len(text) > MAX_LENGTH:
         text = text[: MAX_LENGTH - 3] + "..."
-    top = [n for n, skip in zip(names[start:], irrelevant[start:], strict=True) if n and not skip]
-    fingerprint = hashlib.sha256("\n".join(top[:FINGERPRINT_FRAMES]).encode()).hexdigest()[:16]
-    return Signature(text, fingerprint, names)
+    return text
+
+
+def _fingerprint(names: Sequence[str]) -> str:
+    return hashlib.sha256("\n".join(names).encode()).hexdigest()[:16]
+
+
+def _mixed_signature(frames: Sequence[Mapping[str, Any]], rules: Rules) -> Signature:
+    """The signature of a stack with Python frames: its native crash site, and the Python code
+    that called into it.
+
+    The native frames up to the first Python frame (the crash's native part) are walked as a
+    native stack is, the interpreter's frames that only carry calls skipped with the error
+    machinery (but where nothing else is left of the native part, the interpreter crashed in
+    its own call machinery: the first of them names it); the native part also ends where it
+    runs out of frames after prefixes, so that ``memcpy`` called by the eval loop is ``memcpy |
+    app.copy``. Then the Python frames (the native frames between them left out; the first
+    MAX_FRAMES looked at), named by ``python_frame_name``: those the ``irrelevant`` list names
+    are skipped, the standard library's and those the ``prefix`` list names are joined to their
+    caller, up to the first that is neither. The fingerprint is of the first FINGERPRINT_FRAMES
+    native frames that are not skipped, and as many Python frames."""
+    first = next(i for i, f in enumerate(frames) if f.get("kind") == "python")
+    native, irrelevant = _native_names(frames[:first], rules)
+    carriers = [
+        not skip and _matches(rules.interpreter, n)
+        for n, skip in zip(native, irrelevant, strict=True)
+    ]
+    python: list[str] = []
+    joined: list[bool] = []  # the standard library's, or a prefix
+    skipped: list[bool] = []
+    for f in frames[first:]:
+        if f.get("kind") != "python":
+            continue
+        if len(python) == MAX_FRAMES:
+            break
+        name = python_frame_name(f)
+        python.append(name)
+        joined.append(python_module(f.get("file") or "")[1] or _matches(rules.prefix, name))
+        skipped.append(_matches(rules.irrelevant, name))
+    names = native + python
+    start = next((i for i, n in enumerate(names) if _matches(rules.sentinels, n)), 0)
+    # (name, skipped, joined to its caller) of each frame walked: the native part's, the Python
+    # frames'; a sentinel among the Python frames leaves the native part out.
+    native_walk = [
+        (n, skip or carrier, _matches(rules.prefix, n))
+        for n, skip, carrier in zip(native, irrelevant, carriers, strict=True)
+    ][start:]
+    python_walk = list(zip(python, skipped, joined, strict=True))[max(0, start - len(native)) :]
+    parts: list[str] = []
+    for name, skip, prefix in native_walk:
+        if not name or skip or (parts and name == parts[-1] and _repeats(name)):
+            continue
+        parts.append(name)
+        if not prefix:
+            break
+    if not parts:
+        # Nothing but error machinery and the interpreter's calls (a crash in the eval loop
+        # itself): the first of the interpreter's frames names the native crash site.
+        carrier = next((n for n, c in zip(native[start:], carriers[start:], strict=True) if c), "")
+        if carrier:
+            parts.append(carrier)
+    for name, skip, join in python_walk:
+        if skip:
+            continue
+        parts.append(name)
+        if not join:
+            break
+    top = [n for n, skip, _ in native_walk if n and not skip][:FINGERPRINT_FRAMES]
+    top += [n for n, skip, _ in python_walk if not skip][:FINGERPRINT_FRAMES]
+    return Signature(_text(parts, names), _fingerprint(top), names)
 
 
 def _repeats(name: str) -> bool:

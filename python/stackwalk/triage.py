@@ -1,14 +1,15 @@
 """Crash triage: every crash file of a spool (ELF cores, plain or compressed, and minidumps)
 unwound, given a signature (stackwalk.signature) and stored in a SQLite database, where crashes
 of the same signature share a bucket with a count, first and last sightings, and the builds
-they came from.
+they came from. A CPython process's crash is signed and stored with its Python frames among the
+native ones (``Core.to_dict(python="mixed")``; the signature: see stackwalk.signature).
 
 The store (``CrashStore``) is one SQLite file in WAL mode. Each batch of crashes is written in
 one transaction with its buckets' counts, so a run killed at any point leaves whole crashes
 only, and a rerun picks up where it stopped: a file already stored (same path, size and
 modification time, or the same contents under another name) is not read again.
 
-Schema (``PRAGMA user_version`` 1):
+Schema (``PRAGMA user_version`` 2; a store of schema 1 is brought to 2 when opened):
 
 - ``crashes``: one row per file read, a crash or not: ``path``, ``content_hash`` (BLAKE2b of
   the file), ``size``, ``mtime``, ``executable``, ``pid``, ``uid``, ``boot_id``, ``signal``
@@ -19,8 +20,11 @@ Schema (``PRAGMA user_version`` 1):
   ``warnings`` (a JSON list: modules not found, build ids that differ, ...), ``host`` (the
   machine that read it: a Dask worker's, or this one), ``processed_at``.
 - ``frames``: the crashing thread's frames (every thread's with ``--all-threads``), per
-  ``crash_id``, ``tid``, ``idx``: ``pc``, ``module``, ``module_offset``, ``function``,
-  ``function_offset``, ``file``, ``line``, ``inline``, ``trust``.
+  ``crash_id``, ``tid``, ``idx`` (the frame's place in its thread's stack, innermost first):
+  ``pc``, ``module``, ``module_offset``, ``function``, ``function_offset``, ``file``, ``line``,
+  ``inline``, ``trust``, ``kind`` (``native``; ``python``: a Python frame, after the native
+  eval call that runs it, with ``function`` its code's ``co_name``, ``qualname`` its
+  ``co_qualname``, ``file`` and ``line``, and no ``pc``, module or ``trust``), ``qualname``.
 - ``modules``: per ``crash_id``: ``path``, ``build_id``, ``found``.
 - ``buckets``: per ``bucket``: ``signature``, ``count``, ``first_seen``, ``last_seen``,
   ``example_crash`` (the first crash stored in it).
@@ -45,7 +49,7 @@ if TYPE_CHECKING:
     from stackwalk._workers import TurnLock
     from stackwalk.signature import Rules
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS crashes (
@@ -77,7 +81,7 @@ CREATE TABLE IF NOT EXISTS frames (
     crash_id INTEGER NOT NULL REFERENCES crashes (id),
     tid INTEGER NOT NULL,
     idx INTEGER NOT NULL,
-    pc INTEGER NOT NULL,
+    pc INTEGER,
     module TEXT,
     module_offset INTEGER,
     function TEXT,
@@ -85,8 +89,11 @@ CREATE TABLE IF NOT EXISTS frames (
     file TEXT,
     line INTEGER,
     inline INTEGER NOT NULL,
-    trust TEXT NOT NULL,
-    PRIMARY KEY (crash_id, tid, idx)
+    trust TEXT,
+    kind TEXT NOT NULL DEFAULT 'native' CHECK (kind IN ('native', 'python')),
+    qualname TEXT,
+    PRIMARY KEY (crash_id, tid, idx),
+    CHECK (kind = 'python' OR (pc IS NOT NULL AND trust IS NOT NULL))
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS modules (
     crash_id INTEGER NOT NULL REFERENCES crashes (id),
@@ -114,6 +121,17 @@ CREATE TABLE IF NOT EXISTS bucket_builds (
 ) WITHOUT ROWID;
 """
 
+# Schema 1 -> 2: the frames table made again with Python frames' columns (a kind, a qualname; no
+# pc or trust), its rows native frames.
+_FRAMES_V1_TO_V2 = (
+    "ALTER TABLE frames RENAME TO frames_v1",
+    _SCHEMA[_SCHEMA.index("CREATE TABLE IF NOT EXISTS frames") :].split(";", 1)[0],
+    "INSERT INTO frames SELECT crash_id, tid, idx, pc, module, module_offset, function,"
+    " function_offset, file, line, inline, trust, 'native', NULL FROM frames_v1",
+    "DROP TABLE frames_v1",
+    "PRAGMA user_version = 2",
+)
+
 # systemd-coredump's file names: core.COMM.UID.BOOT_ID.PID.USEC[.zst|.xz|.lz4]
 _COREDUMP_NAME = re.compile(
     r"core\.(?P<comm>.+)\.(?P<uid>\d+)\.(?P<boot_id>[0-9a-f]{32})\.(?P<pid>\d+)"
@@ -138,6 +156,9 @@ class CrashStore:
             self._db.execute("PRAGMA synchronous = NORMAL")
             self._db.execute("PRAGMA foreign_keys = ON")
             version = self._db.execute("PRAGMA user_version").fetchone()[0]
+            if version == 1:
+                self._upgrade()
+                version = SCHEMA_VERSION
             if version not in (0, SCHEMA_VERSION):
                 raise StackwalkError(
                     f"{self.path}: a crash store of schema {version}, this stackwalk's is "
@@ -150,6 +171,20 @@ class CrashStore:
                 self._db.execute("PRAGMA wal_autocheckpoint = 0")
         except sqlite3.DatabaseError as e:
             raise StackwalkError(f"{self.path}: not a crash store ({e})") from None
+
+    def _upgrade(self) -> None:
+        """A store of schema 1 brought to 2 (its frames native frames), in one transaction; by
+        another process already, if it got there first."""
+        db = self._db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            if db.execute("PRAGMA user_version").fetchone()[0] == 1:
+                for statement in _FRAMES_V1_TO_V2:
+                    db.execute(statement)
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
 
     def close(self) -> None:
         self._db.close()
@@ -179,7 +214,9 @@ class CrashStore:
     def add(self, records: Iterable[dict[str, Any]]) -> int:
         """Store crashes (``process_file``'s records) in one transaction, with their buckets;
         a record whose contents are stored already is left out. Each record gets ``stored``
-        (whether it was). How many were stored."""
+        (whether it was). How many were stored. (A frame's row without its ``kind`` and
+        ``qualname``, as records were made before Python frames were stored, is a native
+        frame's.)"""
         db = self._db
         stored = 0
         now = time.time()
@@ -205,8 +242,8 @@ class CrashStore:
                 crash_id = cur.lastrowid
                 stored += 1
                 db.executemany(
-                    "INSERT INTO frames VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    ((crash_id, *f) for f in r.get("frames", ())),
+                    "INSERT INTO frames VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    ((crash_id, *f, *_NATIVE[len(f) - _V1_ROW :]) for f in r.get("frames", ())),
                 )
                 db.executemany(
                     "INSERT INTO modules VALUES (?, ?, ?, ?)",
@@ -286,7 +323,8 @@ class CrashStore:
         return out
 
     def crash(self, crash_id: int) -> dict[str, Any] | None:
-        """One crash's row, with its crashing thread's frames."""
+        """One crash's row, with its crashing thread's frames (each with its ``kind``: a
+        Python process's Python frames among the native ones), then the other threads'."""
         self._db.row_factory = sqlite3.Row
         try:
             row = self._db.execute("SELECT * FROM crashes WHERE id = ?", (crash_id,)).fetchone()
@@ -295,8 +333,8 @@ class CrashStore:
             crash = dict(row)
             frames = self._db.execute(
                 "SELECT tid, idx, pc, module, module_offset, function, function_offset, file,"
-                " line, inline, trust FROM frames WHERE crash_id = ? ORDER BY tid = ? DESC,"
-                " tid, idx",
+                " line, inline, trust, kind, qualname FROM frames WHERE crash_id = ?"
+                " ORDER BY tid = ? DESC, tid, idx",
                 (crash_id, crash["crashing_tid"]),
             ).fetchall()
             crash["frames"] = [dict(f) for f in frames]
@@ -477,7 +515,8 @@ def _unwind_into(record: dict[str, Any], path: str, options: Options) -> None:
     # Without such a thread (a snapshot), every thread's frames are kept: they are all there is
     # to look at.
     tids = None if options.all_threads or crashing is None else {crashing}
-    doc = core.to_dict(tids=tids)
+    # A python process's Python frames among its native ones (another's document is as without)
+    doc = core.to_dict(tids=tids, python="mixed")
     exe = next((m for m in core.modules if m.file and m.file == core.executable), None)
     record.update(
         executable=core.executable,
@@ -492,16 +531,36 @@ def _unwind_into(record: dict[str, Any], path: str, options: Options) -> None:
     sig = signature(crashed["frames"] if crashed else None, _rules(options.rules))
     record.update(signature=sig.text, bucket=sig.bucket, fingerprint=sig.fingerprint)
     record["frames"] = [
-        (
-            t["tid"], f["index"], int(f["pc"], 16), f["module"], _hex(f["module_offset"]),
-            f["function"], _hex(f["function_offset"]), f.get("file"), f.get("line"),
-            int(bool(f.get("inline"))), f["trust"],
-        )
-        for t in doc["threads"]
-        for f in t["frames"]
-    ]  # fmt: skip
+        _frame_row(t["tid"], idx, f) for t in doc["threads"] for idx, f in enumerate(t["frames"])
+    ]
     record["modules"] = [(m.path, m.build_id, int(m.found)) for m in core.modules]
     record["warnings"] = list(core.warnings)
+    python = doc.get("python")
+    if python is not None:
+        # (as `stackwalk core` says them): a python process signed without its Python frames
+        if python["error"]:
+            record["warnings"].append(
+                f"Python {python['version']}: no Python frames: {python['error']}"
+            )
+        record["warnings"].extend(f"Python: warning: {w}" for w in python["warnings"])
+
+
+# A frame's row is the frames table's columns but crash_id; one of schema 1 (11 values) lacks
+# the last two, a native frame's these.
+_V1_ROW = 11
+_NATIVE = ("native", None)
+
+
+def _frame_row(tid: int, idx: int, f: dict[str, Any]) -> tuple[Any, ...]:
+    """A frame's row of the frames table (but its crash's id), at ``idx`` in its thread."""
+    if f.get("kind") == "python":
+        return (tid, idx, None, None, None, f["function"], None, f["file"], f["line"], 0, None,
+                "python", f["qualname"])  # fmt: skip
+    return (
+        tid, idx, int(f["pc"], 16), f["module"], _hex(f["module_offset"]), f["function"],
+        _hex(f["function_offset"]), f.get("file"), f.get("line"), int(bool(f.get("inline"))),
+        f["trust"], "native", None,
+    )  # fmt: skip
 
 
 def _error(message: str) -> Exception:
