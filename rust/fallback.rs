@@ -20,7 +20,7 @@ use crate::cfi::Module;
 use crate::memory::Memory;
 use crate::modules::ModuleSet;
 use crate::registers::Registers;
-use crate::unwind::{EndDetail, EndReason};
+use crate::unwind::{EndDetail, EndReason, ProcessFacts};
 
 /// A way of finding a frame's caller.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -116,6 +116,10 @@ pub enum FpProblem {
     NotIncreasing(u64),
     /// Its frame record is not inside the captured stack.
     OutsideStack,
+    /// The return address in its record follows a direct call of another
+    /// function than the frame's: the record is a caller's further up,
+    /// whose frames between a frame-pointer step would hide.
+    AnotherFunctionsRecord(u64),
 }
 
 /// Why a return address was refused.
@@ -131,6 +135,10 @@ pub enum RaProblem {
     NotInCode,
     /// The instruction before it is not a call.
     NoCall,
+    /// It is the program's entry point, which nothing calls.
+    EntryPoint,
+    /// It is a function's first byte, and no code shows a call before it.
+    FunctionStart,
 }
 
 impl fmt::Display for FpProblem {
@@ -146,6 +154,11 @@ impl fmt::Display for FpProblem {
                 )
             }
             FpProblem::OutsideStack => f.write_str("points outside the captured stack"),
+            FpProblem::AnotherFunctionsRecord(ra) => write!(
+                f,
+                "holds return address {ra:#x}, after a call of another function: not this \
+                 frame's record"
+            ),
         }
     }
 }
@@ -158,6 +171,10 @@ impl fmt::Display for RaProblem {
             RaProblem::InStack => "points into the stack",
             RaProblem::NotInCode => "is in no executable segment of a known module",
             RaProblem::NoCall => "does not follow a call instruction",
+            RaProblem::EntryPoint => "is the program's entry point",
+            RaProblem::FunctionStart => {
+                "is a function's first instruction, with no code before it to show a call"
+            }
         })
     }
 }
@@ -187,10 +204,23 @@ pub(crate) struct Unwound {
 ///   frame that CFI covers means nothing (rbp and x29 are ordinary
 ///   registers in code built without frame pointers), so that rule needs
 ///   the FDE to be missing.
-pub(crate) fn outermost(arch: Arch, modules: &ModuleSet, frame: &Unwound) -> Option<EndDetail> {
+pub(crate) fn outermost(
+    arch: Arch,
+    modules: &ModuleSet,
+    process: &ProcessFacts,
+    frame: &Unwound,
+) -> Option<EndDetail> {
     let m = modules.index_of(frame.lookup)?;
     let module = &modules.modules()[m];
     let zero_fp = frame.exact_fp == Some(0);
+    // The program's entry point, where its file is missing (its symbols and
+    // CFI with it): `_start` sets the zero frame pointer before it calls,
+    // and the frame is within its first bytes.
+    if let Some(entry) = process.entry.filter(|_| module.is_missing() && zero_fp) {
+        if frame.lookup.wrapping_sub(entry) < ENTRY_REACH && modules.index_of(entry) == Some(m) {
+            return Some(EndDetail::EntryPoint { entry });
+        }
+    }
     if let Some(function) = module.entry_function() {
         let inside = function.range.contains(&frame.lookup.wrapping_sub(module.bias));
         if inside && (function.by_symbol || zero_fp) {
@@ -205,6 +235,11 @@ pub(crate) fn outermost(arch: Arch, modules: &ModuleSet, frame: &Unwound) -> Opt
     (zero_fp_ends && frame.no_fde && zero_fp).then_some(EndDetail::ZeroFramePointer)
 }
 
+/// How far into the function at the program's entry point a frame whose
+/// module is missing is taken for `_start`'s (glibc's `_start` calls at +0x21
+/// on x86_64; musl's, aarch64's and i386's sooner).
+const ENTRY_REACH: u64 = 64;
+
 /// What the fallback strategies need to know about the walk.
 pub(crate) struct Context<'a> {
     pub arch: Arch,
@@ -214,6 +249,8 @@ pub(crate) struct Context<'a> {
     /// The frame pointer the last frame-pointer step used.
     pub last_fp: Option<u64>,
     pub scan_words: usize,
+    /// The program's entry point and its threads' stacks, where known.
+    pub process: &'a ProcessFacts,
 }
 
 /// The frame a fallback step starts from.
@@ -236,6 +273,9 @@ pub(crate) struct Found {
     /// The caller was interrupted where its pc is, not at a call (the frame
     /// below is Go's `runtime.sigpanic`).
     pub interrupted: bool,
+    /// Its return address was found among the stack's words, not where a
+    /// frame record or the ABI puts it: the frame's trust is `scan`.
+    pub scanned: bool,
 }
 
 type StepResult<T> = Result<T, (EndReason, EndDetail)>;
@@ -274,21 +314,85 @@ fn signal_frame_above<M: Memory + ?Sized>(arch: Arch, from: u64, mem: &mut M) ->
     })
 }
 
+/// The most code bytes a call check looks at before a return address.
+const MAX_CALL_WINDOW: usize = 16;
+
+/// Code bytes right before a return address, from the module's file or the
+/// process's memory.
+struct CodeBefore {
+    bytes: [u8; MAX_CALL_WINDOW],
+    len: usize,
+}
+
+impl CodeBefore {
+    fn get(&self) -> &[u8] {
+        &self.bytes[..self.len]
+    }
+}
+
 impl Context<'_> {
     fn in_stack(&self, addr: u64) -> bool {
         self.stack.is_some_and(|(start, end)| start <= addr && addr < end)
     }
 
-    /// Check a return address (already stripped of pointer-authentication bits).
-    pub fn check_return_address(&self, ra: u64) -> Result<(), RaProblem> {
+    /// The `call_window()` code bytes before return address `ra` (a runtime
+    /// address) in `module`: from its file, else, where the file is missing
+    /// (or does not hold them), from the process's memory -- a core or a
+    /// dump holds the code pages a debugger or the kernel wrote into it.
+    /// Fewer at the start of a segment; None where neither has them.
+    fn code_before<M: Memory + ?Sized>(
+        &self,
+        module: &Module,
+        ra: u64,
+        mem: &mut M,
+    ) -> Option<CodeBefore> {
+        let window = self.arch.call_window().min(MAX_CALL_WINDOW);
+        let mut out = CodeBefore { bytes: [0; MAX_CALL_WINDOW], len: 0 };
+        if let Some(code) = module.code_before(ra.wrapping_sub(module.bias), window) {
+            out.bytes[..code.len()].copy_from_slice(code);
+            out.len = code.len();
+            return Some(out);
+        }
+        // From memory: as many of the bytes before `ra` as the module's code
+        // and the captured memory hold, the nearest first.
+        for back in 1..=window as u64 {
+            let at = ra.checked_sub(back)?;
+            if !module.is_code(at.wrapping_sub(module.bias)) {
+                break;
+            }
+            let Some(byte) = mem.read_sized(at, 1) else { break };
+            out.bytes[window - back as usize] = byte as u8;
+            out.len += 1;
+        }
+        if out.len == 0 {
+            return None;
+        }
+        out.bytes.copy_within(window - out.len..window, 0);
+        Some(out)
+    }
+
+    /// Check a return address (already stripped of pointer-authentication
+    /// bits): a user address, not in the stack, in the code of a known
+    /// module, after a call instruction where the code is known (the
+    /// module's file, or the process's memory: see [`Context::code_before`]).
+    pub fn check_return_address<M: Memory + ?Sized>(
+        &self,
+        ra: u64,
+        mem: &mut M,
+    ) -> Result<(), RaProblem> {
         if ra == 0 {
             return Err(RaProblem::Zero);
         }
         if !self.arch.is_user_address(ra) {
             return Err(RaProblem::NotUserAddress);
         }
-        if self.in_stack(ra) {
+        // Any thread's stack: the argument strings at the top of the main
+        // thread's, a word of another thread's stack.
+        if self.in_stack(ra) || self.process.in_a_stack(ra) {
             return Err(RaProblem::InStack);
+        }
+        if self.process.entry == Some(ra) {
+            return Err(RaProblem::EntryPoint);
         }
         let modules = self.modules.modules();
         if modules.is_empty() {
@@ -313,9 +417,15 @@ impl Context<'_> {
         if self.go_exit_in(module, elf) {
             return Ok(());
         }
-        match module.code_before(elf, self.arch.call_window()) {
-            Some(code) if !self.arch.call_before(code) => Err(RaProblem::NoCall),
-            _ => Ok(()),
+        match self.code_before(module, ra, mem) {
+            Some(code) if !self.arch.call_before(code.get()) => Err(RaProblem::NoCall),
+            Some(_) => Ok(()),
+            // No code to look at: a function's first byte is taken for one
+            // only where the code before it can be seen to be a call (after
+            // a call that does not return); a pointer to a function is more
+            // likely.
+            None if module.breakpad_function_start(elf) => Err(RaProblem::FunctionStart),
+            None => Ok(()),
         }
     }
 
@@ -423,7 +533,7 @@ impl Context<'_> {
         // instruction's, which follows no call, and its frame the interrupted
         // one (found here where a stripped program has no CFI).
         let interrupted = self.in_go_sigpanic(callee.pc);
-        let checked = self.check_return_address(ra);
+        let checked = self.check_return_address(ra, mem);
         // A signal handler's return address in no module may be a trampoline
         // on a page of its own (qemu-user's on aarch64): believed where the
         // kernel's signal frame lies above the record, which then gives the
@@ -434,7 +544,13 @@ impl Context<'_> {
             if let Some(sp) = signal_frame_above(arch, fp + 2 * w, mem) {
                 self.set_caller(regs, caller, ra, sp, Some(caller_fp));
                 self.last_fp = Some(fp);
-                return Ok(Found { pc: ra, sp, sp_exact: true, interrupted: false });
+                return Ok(Found {
+                    pc: ra,
+                    sp,
+                    sp_exact: true,
+                    interrupted: false,
+                    scanned: false,
+                });
             }
         }
         match checked {
@@ -447,13 +563,54 @@ impl Context<'_> {
             }
             Ok(()) => {}
         }
+        // The record must be this frame's. A frame that made no record of its
+        // own (code built without frame pointers: glibc's raise keeps rbp as
+        // abort's caller left it) points at a record further up, and following
+        // it would hide the frames between: refused where the call before the
+        // record's return address is a direct call of another function, and a
+        // word between the frame's sp and the record is a return address after
+        // a call of the frame's own function -- its real return address, taken
+        // instead (trust `scan`). (A tail call, or an ABI wrapper's jump,
+        // leaves nothing below the record that returns to the frame.)
+        if !interrupted {
+            if let Some(found) = self.hides_frames(callee, fp, ra, mem) {
+                return Ok(self.scanned(found, regs, caller, mem));
+            }
+        }
         let sp = fp + 2 * w;
         self.set_caller(regs, caller, ra, sp, Some(caller_fp));
         if interrupted {
             self.go_faulting_lr(caller_fp, caller, mem);
         }
         self.last_fp = Some(fp);
-        Ok(Found { pc: ra, sp, sp_exact: arch.frame_record_gives_exact_sp(), interrupted })
+        let sp_exact = arch.frame_record_gives_exact_sp();
+        Ok(Found { pc: ra, sp, sp_exact, interrupted, scanned: false })
+    }
+
+    /// Where the record at `fp`, whose return address is `ra`, is another
+    /// function's further up the stack (see [`Context::frame_pointer`]): the
+    /// frame's own return address below it, and its slot.
+    fn hides_frames<M: Memory + ?Sized>(
+        &self,
+        callee: &Callee,
+        fp: u64,
+        ra: u64,
+        mem: &mut M,
+    ) -> Option<(u64, u64)> {
+        let lookup = if callee.interrupted { callee.pc } else { callee.pc.wrapping_sub(1) };
+        if !matches!(self.call_before(ra, lookup, mem), CallBefore::OtherFunction) {
+            return None;
+        }
+        let w = self.arch.word_size();
+        let from = callee.sp.checked_next_multiple_of(w).unwrap_or(callee.sp);
+        let slots = (0..self.scan_words as u64).map_while(|i| from.checked_add(i * w));
+        slots.take_while(|&at| at < fp).find_map(|at| {
+            let word = self.arch.strip_return_address(mem.read_sized(at, w as u8)?);
+            let own = word != ra
+                && self.check_return_address(word, mem).is_ok()
+                && matches!(self.call_before(word, lookup, mem), CallBefore::ThisFunction);
+            own.then_some((at, word))
+        })
     }
 
     /// Frame 0 without CFI (or a frame a signal interrupted, which may be
@@ -508,7 +665,7 @@ impl Context<'_> {
             }
         }
         let ra = arch.strip_return_address(raw);
-        self.check_return_address(ra).ok()?;
+        self.check_return_address(ra, mem).ok()?;
         let in_record = fp.and_then(|fp| mem.read_sized(fp.checked_add(w)?, w as u8));
         if in_record.map(|r| arch.strip_return_address(r)) == Some(ra) {
             return None;
@@ -521,9 +678,8 @@ impl Context<'_> {
         // its function said so already.
         if pc_module == Some(ra_module) && known.is_none() {
             let module = &self.modules.modules()[ra_module];
-            let code = module.code_before(ra.wrapping_sub(module.bias), arch.call_window())?;
-            let target = arch.direct_call_target(ra.wrapping_sub(module.bias), code)?;
-            let target = target.wrapping_add(module.bias);
+            let code = self.code_before(module, ra, mem)?;
+            let target = arch.direct_call_target(ra, code.get())?;
             let call = ra - 1; // the call's last byte
             let calls_this_function = target <= callee.pc && callee.pc - target < 1 << 20;
             if !calls_this_function || (target <= call && call <= callee.pc) {
@@ -531,23 +687,23 @@ impl Context<'_> {
             }
         }
         self.set_caller(regs, caller, ra, sp, fp);
-        Some(Found { pc: ra, sp, sp_exact: arch.link_register().is_none(), interrupted: false })
+        let sp_exact = arch.link_register().is_none();
+        Some(Found { pc: ra, sp, sp_exact, interrupted: false, scanned: false })
     }
 
     /// Whether return address `ra` is left over from a call the function
     /// holding `pc` made itself: its direct call lies at or below the pc and
     /// at or above the called function (a stale word below the frame's true
     /// sp, e.g. from i386's `call __x86.get_pc_thunk`).
-    fn made_here(&self, ra: u64, pc: u64) -> bool {
+    fn made_here<M: Memory + ?Sized>(&self, ra: u64, pc: u64, mem: &mut M) -> bool {
         let Some(m) = self.modules.index_of(ra.wrapping_sub(1)) else { return false };
         if self.modules.index_of(pc) != Some(m) {
             return false;
         }
         let module = &self.modules.modules()[m];
-        let elf = ra.wrapping_sub(module.bias);
-        let Some(code) = module.code_before(elf, self.arch.call_window()) else { return false };
-        let Some(target) = self.arch.direct_call_target(elf, code) else { return false };
-        let (target, call) = (target.wrapping_add(module.bias), ra - 1);
+        let Some(code) = self.code_before(module, ra, mem) else { return false };
+        let Some(target) = self.arch.direct_call_target(ra, code.get()) else { return false };
+        let call = ra - 1;
         target <= call && call <= pc
     }
 
@@ -603,7 +759,7 @@ impl Context<'_> {
     /// return address of the frame at `pc` (see [`Context::scan`]): whether
     /// it calls the frame's function, by address in its own module, or
     /// through a PLT entry named after one of that function's symbols.
-    fn call_before(&self, ra: u64, pc: u64) -> CallBefore {
+    fn call_before<M: Memory + ?Sized>(&self, ra: u64, pc: u64, mem: &mut M) -> CallBefore {
         let modules = self.modules.modules();
         let (Some(m), Some(pc_m)) =
             (self.modules.index_of(ra.wrapping_sub(1)), self.modules.index_of(pc))
@@ -611,13 +767,14 @@ impl Context<'_> {
             return CallBefore::Other;
         };
         let (caller, callee) = (&modules[m], &modules[pc_m]);
-        let elf = ra.wrapping_sub(caller.bias);
-        let Some(code) = caller.code_before(elf, self.arch.call_window()) else {
+        let Some(code) = self.code_before(caller, ra, mem) else {
             return CallBefore::Other;
         };
-        let Some(target) = self.arch.direct_call_target(elf, code) else {
+        // (ELF addresses from here: the modules' maps are in those.)
+        let Some(target) = self.arch.direct_call_target(ra, code.get()) else {
             return CallBefore::Other;
         };
+        let target = target.wrapping_sub(caller.bias);
         let callee_map = callee.code_map();
         let Some(function) = callee_map.function(pc.wrapping_sub(callee.bias)) else {
             return CallBefore::Other;
@@ -683,15 +840,15 @@ impl Context<'_> {
                 let copy = callee.guessed && ra == callee.pc;
                 if ra != 0
                     && !copy
-                    && self.check_return_address(ra).is_ok()
-                    && !self.made_here(ra, callee.pc)
+                    && self.check_return_address(ra, mem).is_ok()
+                    && !self.made_here(ra, callee.pc, mem)
                 {
                     // goexit's return address lies only at the top of a
                     // goroutine's stack, where the runtime put it: no stale
                     // copy of it is left below a frame.
                     let found = match self.go_exit_return(ra) {
                         true => CallBefore::ThisFunction,
-                        false => self.call_before(ra, callee.pc),
+                        false => self.call_before(ra, callee.pc, mem),
                     };
                     let taken = match found {
                         CallBefore::OtherFunction => {
@@ -735,7 +892,7 @@ impl Context<'_> {
         };
         self.set_caller(regs, caller, ra, end, caller_fp);
         let sp_exact = !arch.return_address_is_in_a_record();
-        Found { pc: ra, sp: end, sp_exact, interrupted: false }
+        Found { pc: ra, sp: end, sp_exact, interrupted: false, scanned: true }
     }
 }
 

@@ -368,6 +368,22 @@ impl SegmentMemory {
     }
 
     /// The segment holding `address`: its start and bytes.
+    /// Each thread's stack (see `crate::unwind::ThreadStack`): the captured
+    /// segment holding each (tid, sp) of `threads`; a thread whose sp is in
+    /// none is left out.
+    pub fn thread_stacks(
+        &self,
+        threads: impl Iterator<Item = (u32, u64)>,
+    ) -> Vec<crate::unwind::ThreadStack> {
+        threads
+            .filter_map(|(tid, sp)| {
+                let (start, bytes) = self.segment_of(sp)?;
+                let end = start.saturating_add(bytes.len() as u64);
+                Some(crate::unwind::ThreadStack { tid, start, end, sp, live_end: None })
+            })
+            .collect()
+    }
+
     pub fn segment_of(&self, address: u64) -> Option<(u64, &[u8])> {
         let i = self.segments.partition_point(|(a, _)| *a <= address).checked_sub(1)?;
         let (start, range) = &self.segments[i];

@@ -947,6 +947,24 @@ class Cores:
         self._build = build
         self._made: dict[str, MadeCore] = {}
 
+    def of(self, spec: Spec, coredump_filter: int | None = None) -> MadeCore:
+        """The core of a test's own spec (an x86_64 program crashed under gdb), made once.
+        ``coredump_filter``: the process's /proc/PID/coredump_filter while it runs (inherited
+        from this one), which gdb's ``generate-core-file`` follows: 0x3f writes the pages of
+        file-backed mappings too, code included, as ``kill -SEGV`` with the same filter would."""
+        if spec.id not in self._made:
+            own = Path("/proc/self/coredump_filter")
+            before = own.read_text().strip() if coredump_filter is not None else None
+            try:
+                if coredump_filter is not None:
+                    own.write_text(f"{coredump_filter:#x}\n")
+                argv = self._argv(spec)
+                self._made[spec.id] = self._gdb(spec, argv, self.directory / spec.id)
+            finally:
+                if before is not None:
+                    own.write_text(f"{before}\n")
+        return self._made[spec.id]
+
     def __call__(self, spec_id: str) -> MadeCore:
         if spec_id not in self._made:
             spec = SPECS[spec_id]

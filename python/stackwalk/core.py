@@ -261,6 +261,12 @@ class Core:
         if explicit is not None and exe_module is None:
             self.warnings.append(f"executable {explicit} not used: the core does not show where")
         self._set_threads(core.threads)
+        # Each thread's stack (tid, start, end, sp): no scanned word in one is a return address,
+        # nor is the program's entry point (see _walks for their live parts).
+        self._thread_stacks = core.thread_stacks
+        self.unwinder.set_process(
+            self._auxv.get(_AT_ENTRY), [(*stack, None) for stack in self._thread_stacks]
+        )
 
     # Where a module's file can be read now when its path cannot be used (a live process's
     # library deleted since it was mapped: /proc/PID/map_files/...): path -> file.
@@ -317,6 +323,44 @@ class Core:
                 pass  # over another piece of code: known already
 
     # -- threads and signal ----------------------------------------------------------------
+
+    def walks(
+        self, threads: Sequence[Thread], max_frames: int | None = None, registers: bool = False
+    ) -> list[Trace]:
+        """Each of ``threads``' walks, none going on into another thread's stack. Registers a
+        runtime left behind (Go's saved contexts, a stack switch's CFI) can lead a walk into
+        the frames of another thread still running there, where it takes that thread's frames
+        for its own, by CFI: two walks then have frames at the same sp, which no two live
+        threads can have. The walk of every thread is made; where two share a frame's sp, the
+        stack is the one of the thread whose own sp is nearest below it, its live part that
+        thread's frames (from its sp to its top frame's), and the other walks are made again,
+        to end (``other_thread_stack``) where their sp enters it."""
+        every = {t.tid: t.unwind(max_frames, registers=registers) for t in self.threads}
+        owners: dict[int, int] = {}  # tid -> the top of its live stack
+        intruders: set[int] = set()
+        at_sp: dict[int, set[int]] = {}
+        sps = {tid: trace.sps for tid, trace in every.items()}
+        for tid, frame_sps in sps.items():
+            for sp in frame_sps:
+                at_sp.setdefault(sp, set()).add(tid)
+        word = 4 if self.arch == "i386" else 8
+        for sp, tids in at_sp.items():
+            if len(tids) < 2:
+                continue
+            below = [t for t in tids if sps[t] and sps[t][0] <= sp]
+            if not below:
+                continue
+            owner = max(below, key=lambda t: sps[t][0])
+            owners[owner] = max(sps[owner]) + word
+            intruders.update(t for t in tids if t != owner)
+        if owners:
+            stacks = [(tid, start, end, sp, owners.get(tid))
+                      for tid, start, end, sp in self._thread_stacks]  # fmt: skip
+            self.unwinder.set_process(self._auxv.get(_AT_ENTRY), stacks)
+            for t in self.threads:
+                if t.tid in intruders:
+                    every[t.tid] = t.unwind(max_frames, registers=registers)
+        return [every[t.tid] for t in threads]
 
     def _set_threads(self, raw: list[_ThreadNotes]) -> None:
         # The kernel writes the thread that dumped (took the signal) first; gdb the thread it
@@ -775,10 +819,8 @@ class Core:
         )
         sig = self.signal
         threads = []
-        for thread in self.threads:
-            if tids is not None and thread.tid not in tids:
-                continue
-            trace = thread.unwind(max_frames, registers=registers)
+        chosen = [t for t in self.threads if tids is None or t.tid in tids]
+        for thread, trace in zip(chosen, self.walks(chosen, max_frames, registers), strict=True):
             entry: dict[str, Any] = {
                 "tid": thread.tid,
                 "end": trace.end,

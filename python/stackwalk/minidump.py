@@ -245,7 +245,10 @@ def minidump_stackwalk_doc(dump: Minidump) -> dict[str, object]:
 
     # Where each frame was looked up: a caller at its return address less one (inside the
     # call), as Breakpad gives callers; frame 0 and a frame a signal interrupted at their pc.
-    lookups = {t.tid: [f.lookup_pc for f in t.unwind().frames] for t in dump.threads}
+    lookups = {
+        t.tid: [f.lookup_pc for f in trace.frames]
+        for t, trace in zip(dump.threads, dump.walks(dump.threads), strict=True)
+    }
 
     def frames(thread: dict[str, Any]) -> list[dict[str, object]]:
         out: list[dict[str, object]] = []

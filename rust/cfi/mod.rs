@@ -386,6 +386,15 @@ impl UnwindInfo {
         self.functions.as_ref()?.lookup(address).map(|(_, offset)| offset)
     }
 
+    /// Whether ELF address `address` is the first byte of a function its
+    /// Breakpad symbol file names (a `FUNC` or `PUBLIC` record's), for a
+    /// module whose file is missing.
+    pub fn breakpad_function_start(&self, address: u64) -> bool {
+        let Some((symbols, base)) = &self.breakpad else { return false };
+        let offset = address.wrapping_sub(*base);
+        symbols.lookup(offset).is_some_and(|(_, start)| start == offset)
+    }
+
     /// Whether the module is unwound with Breakpad `STACK CFI` records.
     pub fn has_breakpad_cfi(&self) -> bool {
         self.breakpad.is_some()

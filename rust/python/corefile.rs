@@ -122,6 +122,22 @@ impl PyCoreFile {
             .collect()
     }
 
+    /// Each thread's stack: (tid, start, end, sp), the captured segment
+    /// holding its sp (`Unwinder.set_process`).
+    #[getter]
+    fn thread_stacks(&self) -> Vec<(u32, u64, u64, u64)> {
+        let sp = self.inner.arch.sp();
+        let names = self.inner.arch.prstatus().names;
+        let Some(at) = names.iter().position(|&n| Some(n) == self.inner.arch.register_name(sp))
+        else {
+            return Vec::new();
+        };
+        let threads = self.inner.notes.threads.iter();
+        let sps = threads.filter_map(|t| Some((t.tid as u32, *t.registers.get(at)?)));
+        let stacks = self.inner.memory.thread_stacks(sps);
+        stacks.into_iter().map(|t| (t.tid, t.start, t.end, t.sp)).collect()
+    }
+
     /// The registers by name of the thread at `index` of `threads`.
     fn registers<'py>(&self, py: Python<'py>, index: usize) -> PyResult<Bound<'py, PyDict>> {
         let thread = self

@@ -100,6 +100,19 @@ impl PyMinidumpFile {
             .collect()
     }
 
+    /// Each thread's stack: (tid, start, end, sp), the captured region
+    /// holding its sp (`Unwinder.set_process`).
+    #[getter]
+    fn thread_stacks(&self) -> Vec<(u32, u64, u64, u64)> {
+        let sp = self.inner.arch.register_name(self.inner.arch.sp()).unwrap_or("sp");
+        let sps = self.inner.threads.iter().filter_map(|t| {
+            let (_, value) = t.registers.iter().find(|(name, _)| *name == sp)?;
+            Some((t.tid, *value))
+        });
+        let stacks = self.inner.memory.thread_stacks(sps);
+        stacks.into_iter().map(|t| (t.tid, t.start, t.end, t.sp)).collect()
+    }
+
     /// The registers by name of the thread at `index` of `threads`.
     fn registers<'py>(&self, py: Python<'py>, index: usize) -> PyResult<Bound<'py, PyDict>> {
         let thread = self

@@ -143,9 +143,16 @@ impl PyTrace {
         self.frames.iter().map(|f| f.pc).collect()
     }
 
+    /// The frames' stack pointers.
+    #[getter]
+    fn sps(&self) -> Vec<u64> {
+        self.frames.iter().map(|f| f.sp).collect()
+    }
+
     /// Why the walk stopped: end_of_stack, pc_zero, cfa_not_increasing,
     /// memory, no_module, no_unwind_info, missing_register, bad_cfi,
-    /// frame_limit, fp_invalid, bad_return_address, scan_failed.
+    /// frame_limit, fp_invalid, bad_return_address, scan_failed,
+    /// other_thread_stack.
     #[getter]
     fn end(&self) -> &'static str {
         self.end.reason.as_str()

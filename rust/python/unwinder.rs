@@ -210,6 +210,30 @@ impl PyUnwinder {
         self.inner.set_initial_stack(address);
     }
 
+    /// What is known of the process whose threads are walked (see
+    /// `crate::unwind::Unwinder::set_process`): its program's entry point
+    /// (`AT_ENTRY`), which no fallback step takes for a return address, and
+    /// each thread's stack, (tid, start, end, sp, live_end): the captured
+    /// region holding its sp, and the top of its own frames there (None:
+    /// not walked yet). No scanned word in a stack is a return address, and
+    /// a walk ends where its sp enters the live part of another thread's
+    /// stack, `sp..live_end` (`other_thread_stack`).
+    #[pyo3(signature = (entry = None, stacks = Vec::new()))]
+    #[allow(clippy::type_complexity)]
+    fn set_process(&mut self, entry: Option<u64>, stacks: Vec<(u32, u64, u64, u64, Option<u64>)>) {
+        let stacks = stacks
+            .into_iter()
+            .map(|(tid, start, end, sp, live_end)| crate::unwind::ThreadStack {
+                tid,
+                start,
+                end,
+                sp,
+                live_end,
+            })
+            .collect();
+        self.inner.set_process(crate::unwind::ProcessFacts::new(entry, stacks));
+    }
+
     /// Unwind from `regs` (register name -> value) over `memory` (an
     /// iterable of (start address, bytes-like) regions).
     /// At most `max_frames` frames; None: as many as the captured stack (the

@@ -53,6 +53,7 @@ impl Unwinder {
             stack: self.stack_region(mem, first.sp),
             last_fp: None,
             scan_words: self.scan_words,
+            process: &self.process,
         };
         let callee =
             fallback::Callee { pc: first.pc, sp: first.sp, guessed: false, interrupted: true };
@@ -115,6 +116,10 @@ impl Unwinder {
         let mut stack = None;
         let mut last_fp = None;
         let mut current = 0;
+        // Where the live parts of other threads' stacks are known, no
+        // caller's sp may be in one (see `ProcessFacts`).
+        let live_stacks = self.process.knows_live_stacks();
+        let own_sp = callee.sp;
         loop {
             // Frame 0 and frames interrupted by a signal are looked up at
             // their pc; the others at pc - 1, inside the call that made them.
@@ -177,6 +182,15 @@ impl Unwinder {
                     return end;
                 }
                 Ok((caller, trust)) => {
+                    if live_stacks {
+                        if let Some(other) = self.process.live_stack_of_another(caller.sp, own_sp) {
+                            end.module = self.module_index(lookup);
+                            end.reason = EndReason::OtherThreadStack;
+                            end.detail =
+                                EndDetail::OtherThreadStack { sp: caller.sp, tid: other.tid };
+                            return end;
+                        }
+                    }
                     if caller.sp < callee.sp {
                         // Another stack (past a signal frame): the fallbacks
                         // look at it, not at frame 0's, and its frame
@@ -267,6 +281,7 @@ impl Unwinder {
                     stack,
                     last_fp: *walk.last_fp,
                     scan_words: self.scan_words,
+                    process: &self.process,
                 };
                 let frame = fallback::Callee {
                     pc: callee.pc,
@@ -278,9 +293,12 @@ impl Unwinder {
                     Strategy::Scan => {
                         ctx.scan(&frame, callee_regs, caller_regs, mem).map(|f| (f, Trust::Scan))
                     }
-                    _ => ctx
-                        .frame_pointer(&frame, callee_regs, caller_regs, mem)
-                        .map(|f| (f, Trust::FramePointer)),
+                    // (A frame record found not to be the frame's gives way to
+                    // the frame's return address among the words below it.)
+                    _ => ctx.frame_pointer(&frame, callee_regs, caller_regs, mem).map(|f| {
+                        let trust = if f.scanned { Trust::Scan } else { Trust::FramePointer };
+                        (f, trust)
+                    }),
                 };
                 *walk.last_fp = ctx.last_fp;
                 found.map(|(f, trust)| {
@@ -339,7 +357,7 @@ impl Unwinder {
             Some((EndReason::NoUnwindInfo, EndDetail::Lookup(LookupError::NoFde)))
         );
         let frame = fallback::Unwound { lookup, exact_fp, no_fde };
-        let detail = fallback::outermost(self.arch, &self.modules, &frame)?;
+        let detail = fallback::outermost(self.arch, &self.modules, &self.process, &frame)?;
         Some((EndReason::EndOfStack, detail))
     }
 
@@ -361,8 +379,9 @@ impl Unwinder {
             stack,
             last_fp: None,
             scan_words: self.scan_words,
+            process: &self.process,
         };
-        match ctx.check_return_address(caller.pc) {
+        match ctx.check_return_address(caller.pc, mem) {
             Ok(()) => Ok(caller),
             Err(problem) => {
                 if let Some(f) = frames.last_mut() {

@@ -103,11 +103,14 @@ pub enum EndReason {
     BadReturnAddress,
     /// Stack scanning found no plausible return address in its window.
     ScanFailed,
+    /// The caller's sp is in the live part of another thread's stack (from
+    /// that thread's sp up), where none of this thread's frames can be.
+    OtherThreadStack,
 }
 
 impl EndReason {
     /// Every reason, the clean ends first.
-    pub const ALL: [EndReason; 12] = [
+    pub const ALL: [EndReason; 13] = [
         EndReason::EndOfStack,
         EndReason::PcZero,
         EndReason::CfaNotIncreasing,
@@ -120,6 +123,7 @@ impl EndReason {
         EndReason::FpInvalid,
         EndReason::BadReturnAddress,
         EndReason::ScanFailed,
+        EndReason::OtherThreadStack,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -136,6 +140,7 @@ impl EndReason {
             EndReason::FpInvalid => "fp_invalid",
             EndReason::BadReturnAddress => "bad_return_address",
             EndReason::ScanFailed => "scan_failed",
+            EndReason::OtherThreadStack => "other_thread_stack",
         }
     }
 
@@ -186,6 +191,11 @@ pub enum EndDetail {
     /// stack in (`runtime.goexit` a goroutine's, `runtime.mstart` a
     /// thread's, `runtime.rt0_go` the program's): the outermost frame.
     GoTopFrame,
+    /// The caller's sp, in the live stack of thread `tid`.
+    OtherThreadStack {
+        sp: u64,
+        tid: u32,
+    },
 }
 
 /// How and where the walk ended. Copy, so ending allocates nothing; the
@@ -248,6 +258,9 @@ impl End {
             }
             (EndReason::ScanFailed, EndDetail::Scan { from, to }) => format!(
                 "frame {frame}: no plausible return address in the stack words {from:#x}..{to:#x} at {place}"
+            ),
+            (EndReason::OtherThreadStack, EndDetail::OtherThreadStack { sp, tid }) => format!(
+                "frame {frame}: the caller's sp {sp:#x} is in the live stack of thread {tid} at {place}: no frame of this thread is there"
             ),
             (reason, _) => format!("frame {frame}: {} at {place}", reason.as_str()),
         }
