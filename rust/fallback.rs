@@ -691,11 +691,32 @@ impl Context<'_> {
         Some(Found { pc: ra, sp, sp_exact, interrupted: false, scanned: false })
     }
 
+    /// Whether the direct call before return address `ra` calls the function
+    /// it is in: by the module's symbols, else (a module without them, or
+    /// without its file) a call back to at most 1 MiB before it.
+    fn recursive_call<M: Memory + ?Sized>(&self, ra: u64, mem: &mut M) -> bool {
+        let Some(m) = self.modules.index_of(ra.wrapping_sub(1)) else { return false };
+        let module = &self.modules.modules()[m];
+        let Some(code) = self.code_before(module, ra, mem) else { return false };
+        let Some(target) = self.arch.direct_call_target(ra, code.get()) else { return false };
+        let call = ra - 1;
+        let elf = call.wrapping_sub(module.bias);
+        match module.code_map().function(elf) {
+            Some(function) => function.start == target.wrapping_sub(module.bias),
+            None => target <= call && call - target < 1 << 20,
+        }
+    }
+
     /// Whether return address `ra` is left over from a call the function
     /// holding `pc` made itself: its direct call lies at or below the pc and
     /// at or above the called function (a stale word below the frame's true
     /// sp, e.g. from i386's `call __x86.get_pc_thunk`).
     fn made_here<M: Memory + ?Sized>(&self, ra: u64, pc: u64, mem: &mut M) -> bool {
+        // The frame's own return address again: the call that made the frame,
+        // a level deeper in a recursion, not a stale one.
+        if ra == pc {
+            return false;
+        }
         let Some(m) = self.modules.index_of(ra.wrapping_sub(1)) else { return false };
         if self.modules.index_of(pc) != Some(m) {
             return false;
@@ -836,8 +857,10 @@ impl Context<'_> {
                 // A frame found by a fallback step may have come from a copy
                 // of its return address (i386's `main` copies it when it
                 // realigns the stack): the original, above the guessed sp, is
-                // not another frame, even where the call was indirect.
-                let copy = callee.guessed && ra == callee.pc;
+                // not another frame, even where the call was indirect. (The
+                // same return address after a call of its own function is a
+                // recursion's next level.)
+                let copy = callee.guessed && ra == callee.pc && !self.recursive_call(ra, mem);
                 if ra != 0
                     && !copy
                     && self.check_return_address(ra, mem).is_ok()

@@ -698,6 +698,44 @@ def test_missing_executable(cores: Cores) -> None:
     assert proc.returncode == 0 and pcs_of(json.loads(proc.stdout)["threads"][0]) == reference
 
 
+def test_missing_executable_walked_to_its_start(cores: Cores) -> None:
+    """With the fallback strategies (the default), the walk of a core whose program is gone
+    goes on past the program's frames by frame pointers and scanning, and ends cleanly at
+    _start: the frame within the first bytes of the auxiliary vector's AT_ENTRY, whose frame
+    pointer is 0 (it exited with status 1 before, "stopped early" at a frame pointer 0). The
+    frames are eu-stack's, with the program present."""
+    made = cores("deep-moved")
+    original = made.extra["original"]
+    proc = _stackwalk(str(made.path), "--json")
+    no_traceback(proc)
+    assert proc.returncode == 0, proc.stderr
+    assert f"module not found: {original}" in proc.stderr
+    doc = json.loads(proc.stdout)
+    crashed = next(t for t in doc["threads"] if t["tid"] == doc["crashing_thread"])
+    assert crashed["end"] == "end_of_stack"
+    assert pcs_of(crashed) == made.extra["eu_stack"].pcs(doc["crashing_thread"])
+
+
+def test_executable_given_with_another_build_id(cores: Cores, build: Builder) -> None:
+    """A program named on the command line whose build id is not the core's is another build:
+    not used (it was, "using it anyway"), the warning names both ids; --allow-mismatch uses it,
+    every frame from the first in it doubtful."""
+    made = cores("deep")
+    other = build("crash_deep.c", *SPECS["deep"].flags, "-DDEPTH=5")
+    assert build_id_of(other) != build_id_of(made.executable)
+    proc = _stackwalk(str(made.path), str(other), "--json")
+    no_traceback(proc)
+    assert build_id_of(other) in proc.stderr and build_id_of(made.executable) in proc.stderr
+    assert "not used" in proc.stderr
+    doc = json.loads(proc.stdout)
+    crashed = next(t for t in doc["threads"] if t["tid"] == doc["crashing_thread"])
+    assert not any(f["module"] and os.path.samefile(f["module"], other) for f in crashed["frames"])
+    assert all(f["function"] != "crash_here" for f in crashed["frames"])
+    doc = json.loads(_stackwalk(str(made.path), str(other), "--json", "--allow-mismatch").stdout)
+    crashed = next(t for t in doc["threads"] if t["tid"] == doc["crashing_thread"])
+    assert crashed["frames"][0]["function"] == "crash_here" and crashed["frames"][0]["doubtful"]
+
+
 def test_aarch64_libraries_without_sysroot(cores: Cores) -> None:
     """The link map names /lib/aarch64-linux-gnu/...: not on this machine without --sysroot
     (exit status 1, warnings), found by name with --lib-search-path."""
