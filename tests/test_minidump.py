@@ -345,6 +345,37 @@ def test_minidump_stackwalk_format(case: str, dumps: Dumps) -> None:
         assert mine["crashing_thread"]["threads_index"] == index
 
 
+def test_minidump_stackwalk_format_at_a_signal_frame(dumps: Dumps) -> None:
+    """``--format minidump-stackwalk`` of a crash in a signal handler (minidump-stackwalk itself
+    scans past the trampoline, so its frames are not the reference here). The trampoline, where
+    the handler returns (glibc's __restore_rt, looked up at its own first instruction), and the
+    frame the signal interrupted are given at their pc, named as the JSON of ``stackwalk
+    minidump`` names them; every other caller at its return address less one, inside its call
+    (as Breakpad gives callers). Before: the trampoline at __restore_rt-0x1 (function_offset
+    "-0x1"), the interrupted frame at its pc less one."""
+    made = dumps("signal")
+    proc = stackwalk_minidump(made.path, "--format", "minidump-stackwalk")
+    assert proc.returncode == 0, proc.stderr
+    mine = json.loads(proc.stdout)["crashing_thread"]["frames"]
+    doc = ours(made)
+    (thread,) = [
+        t
+        for t in doc["threads"]
+        if t["tid"] == doc["crashing_thread"]
+        or (doc["crashing_thread"] is None and t["frames"][0]["function"] == "crash_in_handler")
+    ]
+    frames = real_frames(thread)
+    assert len(mine) == len(frames)
+    at = next(i for i, f in enumerate(frames) if f["function"] == "__restore_rt")
+    for i, (m, f) in enumerate(zip(mine, frames, strict=True)):
+        at_pc = i in (0, at, at + 1)
+        assert int(m["offset"], 16) == int(f["pc"], 16) - (0 if at_pc else 1), (i, m, f)
+        assert m["function"] == f["function"], (i, m, f)
+        if m["function_offset"] is not None:
+            assert int(m["function_offset"], 16) >= 0, (i, m)
+    assert mine[at]["function_offset"] == f"{0:#018x}"
+
+
 def ours_partial(made: MadeDump, *options: str) -> dict[str, Any]:
     """Our document, where some stacks may end early (exit 1: without the program's CFI)."""
     proc = stackwalk_minidump(made.path, "--json", *options)
