@@ -153,6 +153,35 @@ class Minidump(Core):
             module["code_id"] = listed["code_id"] if listed else None
         return doc
 
+    def _foreign(self) -> bool:
+        """Whether the dump comes from a system whose modules are not ELF files (Windows,
+        macOS, iOS): none is looked for on this machine; their symbol files name them."""
+        return self.system["os"] not in ("Linux", "Android")
+
+    def _locate(
+        self,
+        path: str,
+        in_core: Any,
+        explicit: str | None,
+        recorded: Identity | None = None,
+    ) -> tuple[str | None, Any, list[str]]:
+        if self._foreign():
+            return None, None, []
+        return super()._locate(path, in_core, explicit, recorded)
+
+    def _not_found(self, path: str, rejected: list[str]) -> None:
+        if not self._foreign():
+            super()._not_found(path, rejected)
+        elif not self._foreign_said:
+            self._foreign_said = True
+            self.warnings.append(
+                f"the modules of a {self.system['os']} dump are not looked for on this machine "
+                "(only ELF files are read): they are named from symbol files "
+                "(--symbols-path, --symbols-url) where those are given"
+            )
+
+    _foreign_said = False
+
     def module_name(self, path: str) -> str:
         """A module's file name, by the path rules of the system the dump comes from (a Windows
         dump names ``C:\\Windows\\System32\\ntdll.dll``), as minidump-stackwalk names it."""
