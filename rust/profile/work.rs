@@ -111,7 +111,21 @@ impl Context {
         }
         let mut table = (ctx.format == Format::Collapsed).then(|| ctx.folding.tables.take());
         WORKER.with(|cell| {
-            let worker = &mut *cell.borrow_mut();
+            // A chunk may be started on a thread that is inside another: source
+            // lines decompress their sections on the rayon pool, and a thread
+            // waiting for that takes other jobs meanwhile. The nested chunk
+            // then works with state of its own.
+            let (mut own, mut nested);
+            let worker: &mut Worker = match cell.try_borrow_mut() {
+                Ok(borrowed) => {
+                    own = borrowed;
+                    &mut own
+                }
+                Err(_) => {
+                    nested = Worker::default();
+                    &mut nested
+                }
+            };
             let Worker { unwinder, frames, symbols, lines, sources } = worker;
             let unwinder = match unwinder {
                 Some(u) if u.arch() == ctx.arch => u,
