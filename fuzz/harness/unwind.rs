@@ -7,7 +7,8 @@
 //! that keeps each frame's registers.
 //!
 //! Input layout: u8 flags (bit 0: aarch64, bit 2: i386, bit 3: frame-pointer
-//! fallback, bit 4: stack scanning), u16 max_frames, u32 image_len,
+//! fallback, bit 4: stack scanning, bit 5: the process's entry point and
+//! threads' stacks), u16 max_frames, u32 image_len,
 //! image, u64 bias, u64 pc, u64 register mask (bit n = DWARF column n,
 //! n < 33), one u64 per set bit, u64 stack address, u16 gap_at, then the
 //! stack bytes: two regions, split at gap_at with a 4 KiB hole between.
@@ -19,7 +20,7 @@ use _core::cfi::{Data, Module, ModuleSections, SectionInfo};
 use _core::fallback::Strategy;
 use _core::memory::Regions;
 use _core::registers::Registers;
-use _core::unwind::{stack_frame_bound, EndReason, Unwinder};
+use _core::unwind::{stack_frame_bound, EndReason, ProcessFacts, ThreadStack, Unwinder};
 
 struct Reader<'a>(&'a [u8]);
 
@@ -81,6 +82,31 @@ pub fn run(data: &[u8]) {
         strategies.push(Strategy::Scan);
     }
     unwinder.set_strategies(&strategies);
+    // Bit 5: the process's facts, as a core gives them: its entry point (the
+    // image's pc field), frame 0's stack the low region and another thread's
+    // the high one, live from its start, where a walk must not go.
+    if flags & 32 != 0 {
+        let high_at = stack_at.wrapping_add(low.len() as u64 + 4096);
+        let sp = regs.get(arch.sp()).unwrap_or(0);
+        let end = |start: u64, len: usize| start.saturating_add(len as u64);
+        let stacks = vec![
+            ThreadStack {
+                tid: 1,
+                start: stack_at,
+                end: end(stack_at, low.len()),
+                sp,
+                live_end: None,
+            },
+            ThreadStack {
+                tid: 2,
+                start: high_at,
+                end: end(high_at, high.len()),
+                sp: high_at,
+                live_end: Some(end(high_at, high.len() / 2)),
+            },
+        ];
+        unwinder.set_process(ProcessFacts::new(Some(bias.wrapping_add(0x1000)), stacks));
+    }
     if unwinder.add_module(Arc::new(module)).is_err() {
         return;
     }

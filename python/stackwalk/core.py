@@ -35,6 +35,7 @@ from stackwalk._core import (
     elf_summary,
     has_dwarf,
     place_mappings,
+    shared_sps,
 )
 from stackwalk._records import CoreModule, Signal, Thread, _is_crash, _signal_of, _ThreadNotes
 from stackwalk.errors import CoreError, ElfError, StackwalkError
@@ -338,21 +339,17 @@ class Core:
         every = {t.tid: t.unwind(max_frames, registers=registers) for t in self.threads}
         owners: dict[int, int] = {}  # tid -> the top of its live stack
         intruders: set[int] = set()
-        at_sp: dict[int, set[int]] = {}
-        sps = {tid: trace.sps for tid, trace in every.items()}
-        for tid, frame_sps in sps.items():
-            for sp in frame_sps:
-                at_sp.setdefault(sp, set()).add(tid)
+        tids = list(every)
         word = 4 if self.arch == "i386" else 8
-        for sp, tids in at_sp.items():
-            if len(tids) < 2:
-                continue
-            below = [t for t in tids if sps[t] and sps[t][0] <= sp]
+        for sp, indices in shared_sps(list(every.values())):
+            sharing = [tids[i] for i in indices]
+            # The stack is the one of the thread whose own sp is nearest below.
+            below = [t for t in sharing if every[t].sps[0] <= sp]
             if not below:
                 continue
-            owner = max(below, key=lambda t: sps[t][0])
-            owners[owner] = max(sps[owner]) + word
-            intruders.update(t for t in tids if t != owner)
+            owner = max(below, key=lambda t: every[t].sps[0])
+            owners[owner] = max(every[owner].sps) + word
+            intruders.update(t for t in sharing if t != owner)
         if owners:
             stacks = [(tid, start, end, sp, owners.get(tid))
                       for tid, start, end, sp in self._thread_stacks]  # fmt: skip

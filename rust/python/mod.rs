@@ -97,6 +97,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<corefile::PyCoreFile>()?;
     m.add_class::<minidump::PyMinidumpFile>()?;
     m.add_function(wrap_pyfunction!(elf::elf_summary, m)?)?;
+    m.add_function(wrap_pyfunction!(trace::shared_sps, m)?)?;
     m.add_function(wrap_pyfunction!(content_hash, m)?)?;
     m.add_function(wrap_pyfunction!(hold_thread_pool, m)?)?;
     m.add_function(wrap_pyfunction!(corefile::snapshot_process, m)?)?;
