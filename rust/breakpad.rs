@@ -95,6 +95,8 @@ impl std::error::Error for SymError {}
 /// The tables of one `.sym` file.
 pub struct BreakpadSymbols {
     data: Data,
+    /// The `MODULE` record's debug id (its fourth word).
+    debug_id: Span,
     /// (number, path), sorted by number.
     files: Vec<(u32, Span)>,
     /// (number, name), sorted by number.
@@ -135,6 +137,7 @@ impl BreakpadSymbols {
         }
         let mut out = BreakpadSymbols {
             data: Data::Owned(Vec::new()),
+            debug_id: Span(0, 0),
             files: Vec::new(),
             origins: Vec::new(),
             funcs: Vec::new(),
@@ -168,6 +171,9 @@ impl BreakpadSymbols {
             if number == 1 {
                 if !text.starts_with("MODULE ") {
                     return Err(SymError::NotSymbolFile);
+                }
+                if let Some(id) = text.split_ascii_whitespace().nth(3) {
+                    out.debug_id = span(id);
                 }
                 continue;
             }
@@ -280,6 +286,12 @@ impl BreakpadSymbols {
         out.origins.sort_by_key(|o| o.0);
         out.data = data;
         Ok(out)
+    }
+
+    /// The debug id the `MODULE` record names: the module this file is the
+    /// symbols of, and of no other.
+    pub fn debug_id(&self) -> &str {
+        self.text(self.debug_id)
     }
 
     fn text(&self, span: Span) -> &str {

@@ -303,7 +303,11 @@ const SIGNAL_FRAME_REACH: u64 = 4096;
 /// signal frame, within [`SIGNAL_FRAME_REACH`]. aarch64 only: the one
 /// architecture whose handlers return to a page in no module (qemu-user's
 /// trampoline, where a real kernel's is the vdso's).
-fn signal_frame_above<M: Memory + ?Sized>(arch: Arch, from: u64, mem: &mut M) -> Option<u64> {
+pub(crate) fn signal_frame_above<M: Memory + ?Sized>(
+    arch: Arch,
+    from: u64,
+    mem: &mut M,
+) -> Option<u64> {
     if arch != Arch::Aarch64 {
         return None;
     }
@@ -369,6 +373,31 @@ impl Context<'_> {
         }
         out.bytes.copy_within(window - out.len..window, 0);
         Some(out)
+    }
+
+    /// The checks of [`Context::check_return_address`] that any caller's
+    /// return address must pass, CFI's too: a user address, in no thread's
+    /// stack, in the code of a known module (where modules are known). A
+    /// damaged `.eh_frame` (one bit flipped) can give a return address on the
+    /// stack with every other rule intact: that is no frame to call `cfi`.
+    pub fn check_code_address(&self, ra: u64) -> Result<(), RaProblem> {
+        if !self.arch.is_user_address(ra) {
+            return Err(RaProblem::NotUserAddress);
+        }
+        if self.in_stack(ra) || self.process.in_a_stack(ra) {
+            return Err(RaProblem::InStack);
+        }
+        let modules = self.modules.modules();
+        if modules.is_empty() {
+            return Ok(());
+        }
+        let inside = ra.wrapping_sub(1);
+        let Some(m) = self.modules.index_of(inside) else { return Err(RaProblem::NotInCode) };
+        let module = &modules[m];
+        match module.is_code(inside.wrapping_sub(module.bias)) {
+            true => Ok(()),
+            false => Err(RaProblem::NotInCode),
+        }
     }
 
     /// Check a return address (already stripped of pointer-authentication

@@ -262,3 +262,24 @@ def test_breakpad_era_sym_files_from_dump_syms(
     frames = mine["crashing_thread"]["frames"]
     assert frames[0]["module"] == os.path.basename(exe)
     assert frames[0]["function"] == "crash_here"
+
+
+def test_a_sym_file_naming_another_debug_id_is_not_used(tmp_path: Path) -> None:
+    """A store's .sym file filed under the dump's debug id whose MODULE record names another
+    (a mislabelled upload): not used, as a symbol server's is not -- the file is the symbols of
+    the module it names, wherever it was found -- and the warning says why."""
+    dump = DATA / "rust-minidump" / "test.dmp"
+    sym = lzma.decompress((DATA / "rust-minidump" / "symbols" / "test_app.sym.xz").read_bytes())
+    head, rest = sym.split(b"\n", 1)
+    _, _, _, debug_id, debug_file = head.decode().split(" ")
+    other = ("0" if debug_id[0] != "0" else "1") + debug_id[1:]
+    store = tmp_path / "store"
+    (store / debug_file / debug_id).mkdir(parents=True)
+    relabelled = f"MODULE windows x86 {other} {debug_file}\n".encode() + rest
+    (store / debug_file / debug_id / "test_app.sym").write_bytes(relabelled)
+    proc = stackwalk_minidump(dump, "--json", "--symbols-path", store)
+    assert proc.returncode in (0, 1), proc.stderr
+    assert f"names debug id {other}, not {debug_id}" in proc.stderr
+    doc = json.loads(proc.stdout)
+    named = [f for t in doc["threads"] for f in t["frames"] if f["function"] is not None]
+    assert not named, named

@@ -115,7 +115,7 @@ class Minidump(Core):
             self.warnings.extend(warnings)
         if path is not None:
             try:
-                read_sym_file(path)
+                read_sym_file(path, debug_id)
             except StackwalkError as e:
                 self.warnings.append(f"symbol file not used: {e}")
                 return None

@@ -41,9 +41,10 @@ pub(super) fn debuginfod_fetch(
         })
         .collect::<PyResult<Vec<_>>>()?;
     let config = if offline { Config::from_env().offline() } else { Config::from_env() };
-    let answers = py.detach(|| match progress {
+    let after = progress.map(super::progress::seconds).transpose()?;
+    let answers = py.detach(|| match after {
         Some(after) => {
-            let bar = super::progress::DownloadBar::new(super::progress::seconds(after));
+            let bar = super::progress::DownloadBar::new(after);
             crate::debuginfod::fetch_all_reporting(&config, &requests, &|d| bar.report(d))
         }
         None => crate::debuginfod::fetch_all(&config, &requests),

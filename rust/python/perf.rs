@@ -53,11 +53,12 @@ pub(super) fn perf_report<'py>(
     if jobs > MAX_JOBS {
         return Err(StackwalkError::new_err(format!("{jobs} worker threads: at most {MAX_JOBS}")));
     }
-    let downloads = progress.map(|s| {
-        let bar = super::progress::DownloadBar::new(super::progress::seconds(s));
+    let after = progress.map(super::progress::seconds).transpose()?;
+    let downloads = after.map(|s| {
+        let bar = super::progress::DownloadBar::new(s);
         Box::new(move |d| bar.report(d)) as crate::profile::DownloadsFn
     });
-    let progress = progress.map(|s| super::progress::bar(super::progress::seconds(s)));
+    let progress = after.map(super::progress::bar);
     let format = match format {
         "text" => Format::Text,
         "json" => Format::JsonLines,

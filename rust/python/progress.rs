@@ -24,9 +24,16 @@ pub(super) fn bar(after: Duration) -> ProgressFn {
     })
 }
 
-/// A caller's delay before a bar is drawn, in seconds, made a duration.
-pub(super) fn seconds(after: f64) -> Duration {
-    Duration::from_secs_f64(after.clamp(0.0, 1e6))
+/// A caller's delay before a bar is drawn, in seconds, made a duration
+/// (at most 1e6 s); a ValueError for one that is not a number of seconds
+/// (NaN, below 0).
+pub(super) fn seconds(after: f64) -> pyo3::PyResult<Duration> {
+    if after.is_nan() || after < 0.0 {
+        return Err(pyo3::exceptions::PyValueError::new_err(format!(
+            "progress: {after} is not a delay in seconds (0 or more)"
+        )));
+    }
+    Ok(Duration::from_secs_f64(after.min(1e6)))
 }
 
 fn draw(fraction: f64, samples: u64) {

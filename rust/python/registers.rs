@@ -121,7 +121,21 @@ impl PyRegisters {
                 return self.load_values(&words);
             }
         }
-        let words: Vec<u64> = values.extract()?;
+        // Not extracted whole: a sequence may claim any length (2**62), which
+        // a Vec's capacity would be made of. One word more than the registers
+        // is enough to say it is too long.
+        let want = order(self.arch).len();
+        let mut words = Vec::with_capacity(want + 1);
+        for value in values.try_iter()? {
+            words.push(value?.extract::<u64>()?);
+            if words.len() > want {
+                return Err(PyValueError::new_err(format!(
+                    "more than {want} values for the {want} registers of {} ({})",
+                    self.arch,
+                    order(self.arch).join(", ")
+                )));
+            }
+        }
         self.load_values(&words)
     }
 

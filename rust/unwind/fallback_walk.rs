@@ -8,7 +8,7 @@ use super::{
     Step, Trust, Unwinder, WalkState, AARCH64,
 };
 use crate::cfi::LookupError;
-use crate::fallback::{self, Strategy};
+use crate::fallback::{self, RaProblem, Strategy};
 use crate::memory::Memory;
 use crate::registers::Registers;
 
@@ -149,13 +149,14 @@ impl Unwinder {
             // leaves its frame record away from its caller's sp): the return
             // address it gives must pass the fallback checks too, else the
             // other strategies are tried.
+            // And CFI applied to any frame must give a return address in a
+            // module's code, off the stack: a damaged `.eh_frame` can give one
+            // on the stack with every other rule intact. Where it does not,
+            // the other strategies are tried, with their trust.
             let stepped = match stepped {
-                Ok(caller)
-                    if FALLBACK
-                        && !caller.interrupted
-                        && !matches!(callee.trust, Trust::Context | Trust::Cfi) =>
-                {
-                    self.check_guess(caller, &mut stack, frames, mem)
+                Ok(caller) if FALLBACK && !caller.interrupted => {
+                    let guessed = !matches!(callee.trust, Trust::Context | Trust::Cfi);
+                    self.check_guess(caller, guessed, &mut stack, frames, mem)
                 }
                 other => other,
             };
@@ -361,13 +362,15 @@ impl Unwinder {
         Some((EndReason::EndOfStack, detail))
     }
 
-    /// `caller`, found by CFI from a frame a fallback found, if its return
-    /// address is plausible.
-    #[cold]
+    /// `caller`, found by CFI, if its return address is plausible: every
+    /// check of a fallback step's where the frame it was found from is one a
+    /// fallback found (`guessed`), else those any return address must pass
+    /// ([`fallback::Context::check_code_address`]).
     #[inline(never)]
     pub(super) fn check_guess<M: Memory + ?Sized>(
         &self,
         caller: Caller,
+        guessed: bool,
         stack: &mut Option<Option<(u64, u64)>>,
         frames: &mut [Frame],
         mem: &mut M,
@@ -381,7 +384,24 @@ impl Unwinder {
             scan_words: self.scan_words,
             process: &self.process,
         };
-        match ctx.check_return_address(caller.pc, mem) {
+        let checked = match guessed {
+            true => ctx.check_return_address(caller.pc, mem),
+            false => match ctx.check_code_address(caller.pc) {
+                // A signal handler returns to a trampoline on a page of its own
+                // (qemu-user's, on aarch64, next to the stack it may be copied
+                // with): in no module, where the kernel's signal frame lies
+                // just above (as the frame-pointer step takes such a return
+                // address).
+                Err(RaProblem::NotInCode | RaProblem::InStack)
+                    if self.module_index(caller.pc.wrapping_sub(1)).is_none()
+                        && fallback::signal_frame_above(self.arch, caller.sp, mem).is_some() =>
+                {
+                    Ok(())
+                }
+                other => other,
+            },
+        };
+        match checked {
             Ok(()) => Ok(caller),
             Err(problem) => {
                 if let Some(f) = frames.last_mut() {
