@@ -412,7 +412,11 @@ def _add_triage(sub: Any) -> None:
         metavar="ADDRESS",
         help="run on this dask.distributed scheduler ('local': a LocalCluster on this machine)",
     )
-    t.add_argument("--rules", metavar="FILE", help="signature rules (TOML) added to the defaults")
+    t.add_argument(
+        "--rules",
+        metavar="FILE",
+        help="signature rules (TOML: a regular file of at most 1 MiB) added to the defaults",
+    )
     t.add_argument("--all-threads", action="store_true", help="store every thread's frames")
     t.add_argument("--json", action="store_true", help="one JSON line per file read, crash or not")
     t.add_argument("--sysroot", help="prefix every module path with DIR")
@@ -687,8 +691,40 @@ def parse_args(argv: Sequence[str]) -> Namespace:
     prints help and errors (and exits)."""
     args = read_plainly(argv)
     if args is None:
+        import sys
+
         from stackwalk._parser import build_parser
 
         command = argv[0] if argv and argv[0] in COMMANDS else None
-        args = build_parser(command).parse_args(argv, namespace=Namespace())
+        # argparse's messages quote the command line, whose words may be any file's name
+        # (`stackwalk core /var/crash/*`): written with their control characters escaped.
+        streams = sys.stdout, sys.stderr
+        sys.stdout, sys.stderr = _Escaped(sys.stdout), _Escaped(sys.stderr)
+        try:
+            args = build_parser(command).parse_args(argv, namespace=Namespace())
+        finally:
+            sys.stdout, sys.stderr = streams
     return args
+
+
+class _Escaped:
+    """A text stream whose writes go to ``stream`` with their control characters escaped
+    (``stackwalk.render.escape``): argparse's usage and help (its own text, written whole) with
+    their line ends kept, a message (an error, which quotes the command line) as one line; the
+    rest is the stream's."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        from stackwalk.render import escape
+
+        if text.startswith("usage:"):
+            shown = "\n".join(map(escape, text.split("\n")))
+        else:
+            body, end = (text[:-1], "\n") if text.endswith("\n") else (text, "")
+            shown = escape(body) + end
+        return int(self.stream.write(shown))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)

@@ -195,10 +195,14 @@ class Capture:
         return warnings
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        """Write the capture as one JSON file (byte strings base64-encoded)."""
+        """Write the capture as one JSON file (byte strings base64-encoded), whole: into a new
+        file beside ``path`` that then takes its name (``stackwalk._files.replacing``; a FIFO
+        or a device at ``path`` is a StackwalkError, never opened)."""
+        from stackwalk._files import write_output
+
         fields = {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
         fields["modules"] = [(m.path, m.bias, m.mappings) for m in self.modules]
-        Path(path).write_text(_capturedoc.dump(fields))
+        write_output(os.fspath(path), "the capture", _capturedoc.dump(fields))
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Capture:

@@ -20,10 +20,22 @@ STDIN = "-"  # a file argument that means standard input
 STDIN_NAME = "<stdin>"  # how the output names it
 
 
-def _error(message: str) -> None:
+def _error(message: str, lines: bool = False) -> None:
+    """``message`` on stderr, its control characters escaped (``render.escape``: it names
+    files and functions of the input); ``lines``, a message of several lines (see
+    ``render.escape_lines``)."""
+    from stackwalk.render import escape, escape_lines
+
     red = sys.stderr.isatty() and "NO_COLOR" not in os.environ
     prefix = "\033[31mstackwalk: error:\033[0m" if red else "stackwalk: error:"
-    print(f"{prefix} {message}", file=sys.stderr)
+    print(f"{prefix} {escape_lines(message) if lines else escape(message)}", file=sys.stderr)
+
+
+def _say(kind: str, message: str) -> None:
+    """A warning or a note (``kind``) on stderr, one line, escaped as an error is."""
+    from stackwalk.render import escape
+
+    print(f"stackwalk: {kind}: {escape(message)}", file=sys.stderr)
 
 
 def _unwind_capture(cap: Any, use_baseline: bool, max_frames: int | None) -> tuple[Any, Any]:
@@ -43,7 +55,7 @@ def _unwind_capture(cap: Any, use_baseline: bool, max_frames: int | None) -> tup
         from stackwalk import Unwinder as unwinder
     uw = unwinder(cap.arch)
     for warning in cap.add_modules_to(uw):
-        print(f"stackwalk: warning: {warning}", file=sys.stderr)
+        _say("warning", warning)
     return uw, uw.unwind(cap.regs, cap.memory, max_frames=max_frames)
 
 
@@ -64,23 +76,28 @@ def _print_trace(cap: Any, uw: Any, trace: Any, as_json: bool) -> None:
 
         print(json.dumps(doc, indent=2))
         return
-    from stackwalk.render import frame_lines
+    from stackwalk.render import escape, frame_lines
 
-    print(f"Thread {cap.tid} ({cap.arch}):")
+    print(escape(f"Thread {cap.tid} ({cap.arch}):"))
     for line in frame_lines(frames):
         print(line)
-    print(f"-- {trace.end}: {trace.end_detail}")
+    print(escape(f"-- {trace.end}: {trace.end_detail}"))
 
 
 def cmd_capture(args: Namespace) -> int:
+    from stackwalk._files import check_output
     from stackwalk.capture import capture
+    from stackwalk.render import escape
 
+    check_output(args.output, "the capture")  # before the program is run
     cap = capture(args.program, args.breakpoint, arch=args.arch, sysroot=args.sysroot)
     cap.save(args.output)
     print(
-        f"captured {cap.arch} thread {cap.tid} at {args.breakpoint}: "
-        f"{sum(len(m) for _, m in cap.memory)} bytes of stack, {len(cap.modules)} modules "
-        f"-> {args.output}",
+        escape(
+            f"captured {cap.arch} thread {cap.tid} at {args.breakpoint}: "
+            f"{sum(len(m) for _, m in cap.memory)} bytes of stack, {len(cap.modules)} modules "
+            f"-> {args.output}"
+        ),
         file=sys.stderr,
     )
     return EXIT_OK
@@ -107,6 +124,7 @@ def cmd_demo(args: Namespace) -> int:
     from importlib import resources
 
     from stackwalk.capture import capture
+    from stackwalk.render import escape
 
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None or shutil.which("gdb") is None:
@@ -118,7 +136,8 @@ def cmd_demo(args: Namespace) -> int:
             built = subprocess.run([cc, "-O2", "-fomit-frame-pointer", "-o", exe, str(src_path)])
         if built.returncode != 0:
             raise StackwalkError(f"{cc} could not build the demo program")
-        print(f"Built {exe} at -O2 -fomit-frame-pointer; stopping it in demo_stop() under gdb...\n")
+        print(f"Built {escape(exe)} at -O2 -fomit-frame-pointer; stopping it in demo_stop() "
+              "under gdb...\n")  # fmt: skip
         cap = capture([exe], "demo_stop")
         uw, trace = _unwind_capture(cap, False, args.max_frames)
         _print_trace(cap, uw, trace, args.json)
@@ -328,7 +347,7 @@ def _one_core(args: Namespace, path: str, executable: str | None, name: str | No
             tids = ", ".join(str(t.tid) for t in core.threads)
             raise StackwalkError(f"{path}: no thread {args.thread} (threads: {tids})")
     for warning in core.warnings:
-        print(f"stackwalk: warning: {warning}", file=sys.stderr)
+        _say("warning", warning)
     if args.json:
         # With --dir or several files, one document per line (JSON Lines).
         import json
@@ -378,20 +397,38 @@ def cmd_perf(args: Namespace) -> int:
         raise StackwalkError("--flamegraph takes one PERF.DATA")
     if args.perf_data.count(STDIN) > 1:
         raise StackwalkError("standard input (-) can be read once")
+    if args.flamegraph:
+        from stackwalk._files import check_output
+
+        check_output(args.flamegraph, "the flame graph")  # before the recording is read
     return _each_file(args.perf_data, lambda path: _one_perf(args, path))
 
 
 def _one_perf(args: Namespace, path: str) -> int:
+    from stackwalk._files import held_pipe, open_input
+
+    if path != STDIN and held_pipe(path):
+        # A pipe given by a name of its descriptor (/dev/stdin, a shell's /dev/fd/63): streamed.
+        return _report_perf(args, path, path)
     if path != STDIN:
-        return _report_perf(args, path)
+        # A regular file only, opened here without blocking (a FIFO would wait for a writer,
+        # a device never end), and read by the native core through this descriptor.
+        try:
+            fd = open_input(path)
+        except StackwalkError as e:
+            if not str(e).endswith(": is a FIFO"):
+                raise
+            raise StackwalkError(f"{e} (a recording through a pipe is read from standard "
+                                 f"input: stackwalk perf - < {path})") from None  # fmt: skip
+        try:
+            return _report_perf(args, f"/proc/self/fd/{fd}", path)
+        finally:
+            os.close(fd)
     # A recording redirected (read in place), or piped in (perf record -o -: streamed).
-    try:
-        return _report_perf(args, "/dev/stdin", STDIN_NAME)
-    except StackwalkError as e:
-        raise type(e)(str(e).replace("/dev/stdin", STDIN_NAME)) from None
+    return _report_perf(args, "/dev/stdin", STDIN_NAME)
 
 
-def _report_perf(args: Namespace, path: str, name: str | None = None) -> int:
+def _report_perf(args: Namespace, path: str, name: str) -> int:
     """One recording's report; ``name``: what the messages call the file at ``path``."""
     from stackwalk._core import perf_report
 
@@ -407,39 +444,48 @@ def _report_perf(args: Namespace, path: str, name: str | None = None) -> int:
     # A progress bar, after half a second, when someone watches stderr and it is not the output.
     watched = sys.stderr.isatty() and (output is not None or not sys.stdout.isatty())
     progress = 0.5 if watched else None
-    summary = perf_report(path, fmt, output=output, jobs=args.jobs, max_frames=args.max_frames,
-                          progress=progress, inline=args.inline,
-                          perf_map_dir=args.perf_map_dir or None,
-                          offline=args.offline, strategies=_strategies(args))  # fmt: skip
-    if args.flamegraph:
-        from stackwalk._core import flamegraph
-
-        assert output is not None
-        try:
-            if summary["samples"]:
-                flamegraph(output, args.flamegraph, title=name or os.path.basename(path))
-        finally:
+    try:
+        summary = perf_report(path, fmt, output=output, jobs=args.jobs,
+                              max_frames=args.max_frames, progress=progress, inline=args.inline,
+                              perf_map_dir=args.perf_map_dir or None, offline=args.offline,
+                              strategies=_strategies(args))  # fmt: skip
+        if args.flamegraph and summary["samples"]:
+            _write_flamegraph(output, args.flamegraph, name)
+    except StackwalkError as e:
+        raise type(e)(str(e).replace(path, name)) from None
+    finally:
+        if output is not None:
             os.unlink(output)
-    shown = name or path
     if summary["call_graph"] == "callchain":
-        print(f"stackwalk: note: {shown} was recorded without --call-graph dwarf: its user frames "
-              "are perf's frame-pointer callchains, as recorded; for stacks unwound with CFI, "
-              "record with 'perf record --call-graph dwarf'", file=sys.stderr)  # fmt: skip
+        _say("note", f"{name} was recorded without --call-graph dwarf: its user frames are "
+             "perf's frame-pointer callchains, as recorded; for stacks unwound with CFI, record "
+             "with 'perf record --call-graph dwarf'")  # fmt: skip
     elif summary["call_graph"] == "none":
-        print(f"stackwalk: note: {shown} was recorded without a call graph: each sample shows "
-              "only where it was; for its stack, record with 'perf record --call-graph dwarf'",
-              file=sys.stderr)  # fmt: skip
+        _say("note", f"{name} was recorded without a call graph: each sample shows only where "
+             "it was; for its stack, record with 'perf record --call-graph dwarf'")  # fmt: skip
     for warning in summary["warnings"]:
-        print(f"stackwalk: warning: {warning}", file=sys.stderr)
+        _say("warning", warning)
     for missing in summary["modules_missing"]:
-        why = not_a_file(missing)
-        print(f"stackwalk: warning: cannot read {missing}{why}: its frames stop there",
-              file=sys.stderr)  # fmt: skip
+        _say("warning", f"cannot read {missing}{not_a_file(missing)}: its frames stop there")
     if summary["error"]:
-        error = summary["error"] if name is None else summary["error"].replace(path, name)
-        _error(f"{error} (after {summary['samples']} samples)")
+        _error(f"{summary['error'].replace(path, name)} (after {summary['samples']} samples)")
         return EXIT_PARTIAL if summary["samples"] else EXIT_FAILED
     return EXIT_OK
+
+
+def _write_flamegraph(folded: str | None, svg: str, name: str) -> None:
+    """The flame graph of the folded stacks in ``folded``, drawn into a new file that then
+    takes the name ``svg`` (``_files.replacing``), titled with the recording's ``name``."""
+    from stackwalk._core import flamegraph
+    from stackwalk._files import replacing
+    from stackwalk.render import escape
+
+    assert folded is not None
+    with replacing(svg, "the flame graph") as temporary:
+        try:
+            flamegraph(folded, temporary, title=escape(os.path.basename(name)))
+        except StackwalkError as e:
+            raise type(e)(str(e).replace(temporary, svg)) from None
 
 
 def cmd_pid(args: Namespace) -> int:
@@ -463,7 +509,7 @@ def cmd_pid(args: Namespace) -> int:
         all_tids = ", ".join(str(t.tid) for t in proc.threads)
         raise StackwalkError(f"pid {args.pid}: no thread {args.thread} (threads: {all_tids})")
     for warning in proc.warnings:
-        print(f"stackwalk: warning: {warning}", file=sys.stderr)
+        _say("warning", warning)
     if args.json:
         _write_json(doc)
     else:
@@ -472,8 +518,10 @@ def cmd_pid(args: Namespace) -> int:
 
 
 def cmd_triage(args: Namespace) -> int:
+    from stackwalk.render import escape
     from stackwalk.triage import SUMMARY_KEYS, CrashStore, Options, summary_lines, triage
 
+    _check_store(args.db, made_if_missing=True)
     options = Options(
         sysroot=args.sysroot,
         debug_root=args.debug_root,
@@ -503,15 +551,37 @@ def cmd_triage(args: Namespace) -> int:
         summary = summary_lines(run, store)
     if progress:
         print(file=sys.stderr)
-    print("\n".join(summary), file=sys.stderr if args.json else sys.stdout)
+    print("\n".join(map(escape, summary)), file=sys.stderr if args.json else sys.stdout)
     return EXIT_PARTIAL if run.unread else EXIT_OK
+
+
+def _check_store(db: str, made_if_missing: bool = False) -> None:
+    """A StackwalkError unless ``db`` is a regular file (SQLite would open a FIFO or a device
+    and fail on it with "disk I/O error"), or, ``made_if_missing``, nothing yet."""
+    import stat
+
+    try:
+        mode = os.stat(db).st_mode
+    except FileNotFoundError:
+        if made_if_missing:
+            return
+        raise StackwalkError(f"{db}: no such crash store") from None
+    except OSError as e:
+        raise StackwalkError(f"{db}: {e.strerror or e}") from None
+    if not stat.S_ISREG(mode):
+        from stackwalk._files import kind
+
+        raise StackwalkError(f"{db}: is {kind(mode)}, not a crash store")
 
 
 def cmd_report(args: Namespace) -> int:
     from stackwalk.triage import CrashStore
 
-    if not os.path.exists(args.db):
-        raise StackwalkError(f"{args.db}: no such crash store")
+    _check_store(args.db)
+    if args.html is not None:
+        from stackwalk._files import check_output
+
+        check_output(args.html, "the page")  # before the store is read
     with CrashStore(args.db) as store:
         buckets = store.buckets(top=args.top, since=args.since)
         for b in buckets:
@@ -523,8 +593,9 @@ def cmd_report(args: Namespace) -> int:
             page = render(buckets, store.per_day(top, args.since), f"Crashes in {args.db}",
                           store.counts(args.since), store.errors(args.since))  # fmt: skip
     if args.html is not None:
-        with open(args.html, "w", encoding="utf-8") as f:
-            f.write(page)
+        from stackwalk._files import write_output
+
+        write_output(args.html, "the page", page)
         return EXIT_OK
     if args.json:
         import json
@@ -559,7 +630,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             status = int(_COMMANDS[args.command](args))
         except StackwalkError as e:
-            _error(str(e))
+            # A capture's error may end with gdb's (or qemu's) last lines of output.
+            _error(str(e), lines=args.command in ("capture", "demo"))
             status = EXIT_FAILED
         except KeyboardInterrupt:
             status = 130

@@ -60,6 +60,15 @@ if (wanted) sortBy(wanted[2], wanted[1] === '-');
 """
 
 
+def _text(text: str) -> str:
+    """``text`` for the page: its control characters escaped as the text reports escape them
+    (``stackwalk.render.escape``: a name's escape sequence is shown, not written raw into the
+    file), then HTML's special characters. The JSON of the page's data keeps the names exact."""
+    from stackwalk.render import escape
+
+    return html.escape(escape(text))
+
+
 def _day(t: float) -> str:
     return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d")
 
@@ -92,7 +101,7 @@ def _chart(per_day: dict[str, dict[str, int]], buckets: list[dict[str, Any]]) ->
             y -= h
             parts.append(
                 f'<rect class="bar" x="{x}" y="{y:.1f}" width="{bar}" height="{h:.1f}" '
-                f'fill="{colour}"><title>{day}: {n} x {html.escape(b["signature"])}</title>'
+                f'fill="{colour}"><title>{day}: {n} x {_text(b["signature"])}</title>'
                 "</rect>"
             )
         if i == 0 or i == len(days) - 1:
@@ -102,7 +111,7 @@ def _chart(per_day: dict[str, dict[str, int]], buckets: list[dict[str, Any]]) ->
         f'<line x1="38" y1="{height}" x2="{width}" y2="{height}" stroke="#999"></line></svg>'
     )
     legend = "".join(
-        f'<span><i style="background:{c}"></i>{html.escape(b["signature"])}</span>'
+        f'<span><i style="background:{c}"></i>{_text(b["signature"])}</span>'
         for b, c in zip(shown, COLOURS, strict=False)
     )
     return "".join(parts) + f'<div class="legend">{legend}</div>'
@@ -113,8 +122,8 @@ def _stack(example: dict[str, Any] | None) -> str:
         return ""
     from stackwalk.render import stored_stack_lines
 
-    lines = stored_stack_lines(example)
-    where = html.escape(example["path"])
+    lines = stored_stack_lines(example)  # escaped already, one line each
+    where = _text(example["path"])
     return f"<div>e.g. <code>{where}</code></div><pre>{html.escape(chr(10).join(lines))}</pre>"
 
 
@@ -133,18 +142,18 @@ def render(
     rows = []
     for rank, b in enumerate(buckets, 1):
         builds = ", ".join(
-            f"{count} x {html.escape(exe or '?')} {html.escape(build_id or '')}"
+            f"{count} x {_text(exe or '?')} {_text(build_id or '')}"
             for exe, build_id, count in b["builds"]
         )
         data = {
             "rank": rank, "count": b["count"], "signature": b["signature"],
             "first": b["first_seen"], "last": b["last_seen"],
         }  # fmt: skip
-        attrs = " ".join(f'data-{k}="{html.escape(str(v))}"' for k, v in data.items())
+        attrs = " ".join(f'data-{k}="{_text(str(v))}"' for k, v in data.items())
         rows.append(
             f'<tr class="bucket" {attrs}><td class="count">{rank}</td>'
             f'<td class="count">{b["count"]}</td>'
-            f"<td><details><summary><code>{html.escape(b['signature'])}</code></summary>"
+            f"<td><details><summary><code>{_text(b['signature'])}</code></summary>"
             f"</details></td><td>{_time(b['first_seen'])}</td><td>{_time(b['last_seen'])}</td>"
             f"<td>{builds}</td></tr>"
             f'<tr class="stack"><td></td><td colspan="5">{_stack(b.get("example"))}</td></tr>'
@@ -162,8 +171,8 @@ def render(
     ) + "<th>Builds</th>"  # fmt: skip
     return (
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
-        f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head><body>"
-        f"<h1>{html.escape(title)}</h1>"
+        f"<title>{_text(title)}</title><style>{_STYLE}</style></head><body>"
+        f"<h1>{_text(title)}</h1>"
         f"{_summary(counts, len(buckets))}"
         f"<h2>Crashes per day, the {min(len(buckets), CHART_BUCKETS)} biggest buckets</h2>"
         f"{_chart(per_day, buckets)}"
@@ -196,9 +205,7 @@ def _not_crashes(files: Sequence[tuple[str, str]]) -> str:
     """The files stored that are not crashes, each with why."""
     if not files:
         return ""
-    items = "".join(
-        f"<li><code>{html.escape(path)}</code>: {html.escape(why)}</li>" for path, why in files
-    )
+    items = "".join(f"<li><code>{_text(path)}</code>: {_text(why)}</li>" for path, why in files)
     return f"<h2>Files that are not crashes</h2><ul id='not-crashes'>{items}</ul>"
 
 

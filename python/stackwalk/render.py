@@ -9,6 +9,40 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
     from typing import Any
 
+# Every text report and message shows its names and paths through ``escape``: a crashing
+# program's function names, a core's file names and a minidump's strings are the input's, and
+# a control character among them, written raw, would be the terminal's to act on (setting its
+# title, clearing the screen, moving the cursor to forge lines of the report). --json prints
+# them exactly (JSON escapes control characters itself).
+_escapes: dict[int, str] | None = None  # the table of `escape`, made at its first use
+
+
+def escape(text: str) -> str:
+    """``text`` safe to write to a terminal: each control character (C0, DEL, C1) as a
+    backslash escape, as Python writes it in a string literal (``\\n``, ``\\t``, ``\\r``, else
+    ``\\x1b``), a lone surrogate (a byte that was not UTF-8, as ``os.fsdecode`` keeps it) as
+    ``\\xNN`` of that byte; anything else as it is, a backslash too (a Windows path stays
+    readable)."""
+    if text.isprintable():  # most names: one pass in C
+        return text
+    return text.translate(_escapes or _escape_table())
+
+
+def _escape_table() -> dict[int, str]:
+    global _escapes
+    named = {0x09: "\\t", 0x0A: "\\n", 0x0D: "\\r"}
+    table = {c: named.get(c, f"\\x{c:02x}") for c in (*range(0x20), 0x7F, *range(0x80, 0xA0))}
+    for c in range(0xD800, 0xE000):
+        table[c] = f"\\x{c - 0xDC00:02x}" if 0xDC80 <= c < 0xDD00 else f"\\u{c:04x}"
+    _escapes = table
+    return table
+
+
+def escape_lines(text: str) -> str:
+    """A message of several lines (gdb's output after a failed capture), each line escaped and
+    every one after the first indented by two spaces: none can pass for a line of its own."""
+    return "\n  ".join(escape(line) for line in text.split("\n"))
+
 
 def frame_lines(frames: Iterable[dict[str, Any]]) -> list[str]:
     """Frames (their JSON objects) as text, with how each was found, and each frame's
@@ -35,7 +69,7 @@ def python_frame_text(d: dict[str, Any]) -> str:
     """A Python frame as tracebacks and pystack print it: ``    (Python) File "/app/x.py",
     line 12, in handle``."""
     line = f", line {d['line']}" if d.get("line") is not None else ""
-    return f'    (Python) File "{d["file"]}"{line}, in {d["function"]}'
+    return escape(f'    (Python) File "{d["file"]}"{line}, in {d["function"]}')
 
 
 def how_found(d: dict[str, Any]) -> str:
@@ -56,12 +90,12 @@ def frame_text(d: dict[str, Any]) -> str:
     if d.get("file"):
         where += f" at {d['file']}:{d['line']}" if d.get("line") else f" at {d['file']}"
     module = f" ({d['module']})" if d["module"] else ""
-    return f"#{d['index']:<2} {int(d['pc'], 16):#018x} in {where}{module}"
+    return escape(f"#{d['index']:<2} {int(d['pc'], 16):#018x} in {where}{module}")
 
 
 def core_lines(doc: dict[str, Any], kind: str = "Core") -> list[str]:
     """The text report of ``stackwalk core`` (``kind`` "Minidump": of ``stackwalk minidump``),
-    from the same document ``--json`` prints."""
+    from the same document ``--json`` prints. Names and paths escaped (``escape``)."""
     sig = doc.get("signal")
     if "process" in doc:  # a live process (stackwalk pid)
         what = f"Process {doc['process']}"
@@ -95,6 +129,7 @@ def core_lines(doc: dict[str, Any], kind: str = "Core") -> list[str]:
         else:
             lines.append(f"Python {python['version']} ({python['module']})")
         lines.extend(f"Python: warning: {w}" for w in python["warnings"])
+    lines = [escape(line) for line in lines]  # the lines so far, before the many frames
     for thread in doc["threads"]:
         crashed = " (crashed)" if thread["tid"] == doc.get("crashing_thread") else ""
         gil = " (holds the GIL)" if thread.get("gil") else ""
@@ -102,15 +137,16 @@ def core_lines(doc: dict[str, Any], kind: str = "Core") -> list[str]:
         lines.append(f"Thread {thread['tid']}{crashed}{gil}:")
         lines.extend(frame_lines(thread["frames"]))
         if thread.get("python_stop"):
-            lines.append(f"   (Python frames stopped early: {thread['python_stop']})")
+            lines.append(escape(f"   (Python frames stopped early: {thread['python_stop']})"))
         if thread["end"] not in ("end_of_stack", "pc_zero"):
-            lines.append(f"   (stopped early: {thread['end']}: {thread.get('end_detail', '')})")
+            detail = f"{thread['end']}: {thread.get('end_detail', '')}"
+            lines.append(escape(f"   (stopped early: {detail})"))
     return lines
 
 
 def report_lines(buckets: list[dict[str, Any]]) -> list[str]:
     """The text of ``stackwalk report``: each bucket's count, signature, sightings and builds,
-    and its example crash's stack."""
+    and its example crash's stack, names and paths escaped (``escape``)."""
     from datetime import UTC, datetime
 
     def day(t: float) -> str:
@@ -118,13 +154,13 @@ def report_lines(buckets: list[dict[str, Any]]) -> list[str]:
 
     lines = []
     for rank, b in enumerate(buckets, 1):
-        lines.append(f"{rank:>3}. {b['count']:>6}  {b['signature']}  [{b['bucket']}]")
+        lines.append(escape(f"{rank:>3}. {b['count']:>6}  {b['signature']}  [{b['bucket']}]"))
         lines.append(f"     first {day(b['first_seen'])}, last {day(b['last_seen'])} UTC")
         for exe, build_id, count in b["builds"]:
-            lines.append(f"     {count:>6} x {exe or '?'} {build_id or '(no build id)'}")
+            lines.append(escape(f"     {count:>6} x {exe or '?'} {build_id or '(no build id)'}"))
         example = b.get("example")
         if example:
-            lines.append(f"     e.g. {example['path']}:")
+            lines.append(escape(f"     e.g. {example['path']}:"))
             lines.extend(f"       {line}" for line in stored_stack_lines(example))
         lines.append("")
     return lines

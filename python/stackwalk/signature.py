@@ -101,16 +101,24 @@ def _alternation(patterns: Sequence[str]) -> re.Pattern[str] | None:
     return re.compile("|".join(f"(?:{p})" for p in patterns)) if patterns else None
 
 
+# The most a rules file may be: 1 MiB (the default rules are some 8 KB).
+MAX_RULES_SIZE = 1 << 20
+
+
 def _read_rules(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """A rules file's lists, checked. It must be a regular file (a FIFO is refused, never
+    waited on; a device is refused, never read) of at most MAX_RULES_SIZE bytes."""
     import tomllib
 
+    from stackwalk._files import read_input
     from stackwalk.errors import StackwalkError
 
+    data = read_input(os.fspath(path), MAX_RULES_SIZE, "rules ")
     try:
-        with open(path, "rb") as f:
-            doc = tomllib.load(f)
-    except OSError as e:
-        raise StackwalkError(f"rules {os.fspath(path)}: {e.strerror or e}") from None
+        doc = tomllib.loads(data.decode())
+    except UnicodeDecodeError as e:
+        raise StackwalkError(f"rules {os.fspath(path)}: not UTF-8 text ({e.reason} at byte "
+                             f"{e.start})") from None  # fmt: skip
     except tomllib.TOMLDecodeError as e:
         raise StackwalkError(f"rules {os.fspath(path)}: {e}") from None
     out: dict[str, Any] = {}

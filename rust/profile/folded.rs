@@ -16,6 +16,7 @@ use crate::symbolize::SymbolCache;
 use crate::unwind::Frame;
 
 use super::cache::SourceCache;
+use super::format::escaped;
 use super::kallsyms::KernelSymbolsLoader;
 use super::process::Process;
 use super::work::{Context, Pool};
@@ -68,7 +69,7 @@ impl FoldTable {
         let comm = u64::from(p.comm);
         let ids = self.frame((COMM, comm), &ctx.folding.names, |made| {
             let name = ctx.comms.get(comm as usize).map_or(":-1", |c| c);
-            made.push((Some(NameKey::Comm(comm)), name.to_owned()));
+            made.push((Some(NameKey::Comm(comm)), escaped(name).into_owned()));
         });
         stack.extend_from_slice(&self.ids[ids]);
         for f in frames.iter().rev() {
@@ -201,13 +202,13 @@ fn user_frame_names(
 ) {
     let mut buf = String::new();
     let (key, name) = user_frame_name(process, word, &mut buf, symbols);
-    made.push((key, name.to_owned()));
+    made.push((key, escaped(name).into_owned()));
     if inline {
         let (_, lookup) = frame_pcs(word);
         let found = sources.frames(process, lookup);
         let inlined = found.split_last().map_or(&[][..], |(_, inlined)| inlined);
         for source in inlined.iter().rev() {
-            let name = source.function.as_deref().unwrap_or("??");
+            let name = escaped(source.function.as_deref().unwrap_or("??"));
             made.push((None, format!("{name}_[i]")));
         }
     }
@@ -248,7 +249,7 @@ fn kernel_frame_name(kernel: &KernelSymbolsLoader, ip: u64, buf: &mut String) ->
     buf.clear();
     let found = kernel.lookup_index(ip);
     match found {
-        Some((name, _, _)) => buf.push_str(name),
+        Some((name, _, _)) => buf.push_str(&escaped(name)),
         None => {
             let _ = write!(buf, "[kernel+{ip:#x}]");
         }

@@ -44,7 +44,7 @@ impl Unwound<'_> {
             out.push(' ');
             match ctx.kernel.lookup(ip) {
                 Some((name, off)) => {
-                    out.push_str(name);
+                    push_escaped(out, name);
                     out.push('+');
                     push_0x(out, off);
                 }
@@ -206,7 +206,7 @@ fn inline_lines(
         out.push('\t');
         push_hex(out, loc.file_offset, 16);
         out.push(' ');
-        out.push_str(source.function.as_deref().unwrap_or("??"));
+        push_escaped(out, source.function.as_deref().unwrap_or("??"));
         if let Some((_, off)) = loc.function {
             out.push('+');
             push_0x(out, off - (pc - lookup));
@@ -231,15 +231,54 @@ pub(super) fn frame_line(
     out.push(' ');
     match loc.function {
         Some((name, off)) => {
-            out.push_str(name);
+            push_escaped(out, name);
             out.push('+');
             push_0x(out, off - (pc - lookup));
         }
         None => out.push_str("[unknown]"),
     }
     out.push_str(" (");
-    out.push_str(loc.file().map_or("[unknown]", |f| &f.path));
+    push_escaped(out, loc.file().map_or("[unknown]", |f| &f.path));
     out.push_str(")\n");
+}
+
+/// Whether `text` holds a control character: C0, DEL or C1 (whose UTF-8
+/// encodings start with 0xc2 0x80..0x9f). A byte scan: names are short, and
+/// all but hostile ones have none.
+fn has_control(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    bytes.iter().enumerate().any(|(i, &b)| {
+        b < 0x20 || b == 0x7f || (b == 0xc2 && bytes.get(i + 1).is_some_and(|&n| n < 0xa0))
+    })
+}
+
+/// `text` with its control characters escaped as the Python layer escapes
+/// every name it prints (`stackwalk.render.escape`): `\n`, `\t`, `\r`,
+/// else `\xNN` -- so that a program's symbol names, comm or file names can
+/// neither drive the terminal nor forge a line (a tab starts a frame's line,
+/// a newline a sample, a `;` nothing: folded names keep it).
+pub(super) fn escaped(text: &str) -> std::borrow::Cow<'_, str> {
+    if !has_control(text) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            c if c < ' ' || ('\u{7f}'..='\u{9f}').contains(&c) => {
+                let _ = write!(out, "\\x{:02x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// [`escaped`] pushed onto `out`.
+pub(super) fn push_escaped(out: &mut String, text: &str) {
+    out.push_str(&escaped(text));
 }
 
 /// `value` in lowercase hex, right-aligned in `width` (at most 16) columns.
@@ -258,9 +297,10 @@ pub(super) fn push_hex(out: &mut String, value: u64, width: usize) {
 /// A sample's first line, as `"{comm:>16} {tid:>6} {secs:5}.{micros:06}:\n"`
 /// writes it (the formatting machinery took a tenth of the worker's time).
 pub(super) fn push_header(out: &mut String, comm: &str, tid: i32, secs: u64, micros: u64) {
+    let comm = escaped(comm);
     let chars = comm.chars().count();
     out.extend(std::iter::repeat_n(' ', 16usize.saturating_sub(chars)));
-    out.push_str(comm);
+    out.push_str(&comm);
     out.push(' ');
     push_decimal(out, i64::from(tid), 6, b' ');
     out.push(' ');
