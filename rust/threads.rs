@@ -4,7 +4,9 @@
 //! crash shares (libc's symbols and debug info): while it does, the pool is
 //! held back, for a child forked after the pool started has none of its
 //! threads and would wait on them forever. Held back, the loops that would
-//! spread over the pool run on the calling thread.
+//! spread over the pool run on the calling thread. A forked worker holds it
+//! back for good: whether or not its parent had started the pool, it has
+//! none of its threads.
 
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
@@ -16,6 +18,12 @@ static STARTED: AtomicBool = AtomicBool::new(false);
 pub fn hold(held: bool) -> bool {
     HELD.store(held, Relaxed);
     STARTED.load(Relaxed)
+}
+
+/// Whether the pool is held back: a batch that would spread runs on the
+/// calling thread.
+pub fn held() -> bool {
+    HELD.load(Relaxed)
 }
 
 /// Whether a loop may spread over the global pool (which it may then start).

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import array
 import mmap
+import signal
 from typing import Any
 
 import pytest
@@ -286,3 +287,31 @@ def test_one_unwinder_walks_stack_after_stack(stacks: list[Capture]) -> None:
             assert _frames(ours) == whole
             assert_gdb_frames(ours, cap)
             assert _frames(uw.unwind(cap.regs, [(start, kind(data[:256]))])) == short
+
+
+def _alarm(signum: int, frame: object) -> None:
+    raise TimeoutError("a forked worker's batch never ended")
+
+
+def test_a_batch_in_a_worker_forked_after_the_pool_started(stacks: list[Capture]) -> None:
+    """A worker forked (``core --dir``, ``triage --jobs``) from a process whose thread pool had
+    started has none of the pool's threads: its batches run on its own thread, and give the
+    parent's frames (they waited for the missing threads forever)."""
+    from stackwalk._workers import forked_map
+
+    cap = stacks[0]
+    uw = _unwinder(cap)
+    given = [(cap.regs, cap.memory)] * 300
+    here = [_frames(t) for t in uw.unwind_many(given)]  # the pool is started here
+
+    def in_worker(n: int) -> list[list[tuple[int, int, int | None, str]]]:
+        return [_frames(t) for t in uw.unwind_many(given[:n])]
+
+    old = signal.signal(signal.SIGALRM, _alarm)
+    signal.alarm(300)  # a bound only, so that a hang fails
+    try:
+        results = list(forked_map(in_worker, [300, 100], 2))
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    assert results == [here, here[:100]]

@@ -110,6 +110,9 @@ class _Pool(Generic[T, R]):
         if pid == 0:  # pragma: no cover (the worker; coverage cannot follow it)
             status = 1
             try:
+                # The native core's loops on this thread alone: a pool the parent started
+                # has none of its threads here, and would be waited on forever.
+                _core.hold_thread_pool(True)
                 parent.close()
                 for worker in self.workers.values():
                     worker.sock.close()  # the parent's death must end every worker

@@ -267,13 +267,19 @@ pub(super) fn unwind_many(
     stacks: &Bound<'_, PyAny>,
     max_frames: Option<usize>,
 ) -> PyResult<PyTraceBatch> {
-    crate::threads::start();
+    // Held back (a forked worker, whose parent's pool has no threads here):
+    // no job is spawned, and this thread walks every chunk.
+    let held = crate::threads::held();
+    if !held {
+        crate::threads::start();
+    }
     let arch = base.arch();
     let given = stacks.clone().unbind();
     let (to_batch, walked) = std::sync::mpsc::channel::<(usize, Chunk, ChunkWalks)>();
     let queue: Mutex<VecDeque<(usize, Chunk)>> = Mutex::new(VecDeque::new());
     // Jobs at work (only this thread adds to them), and how many there may be.
-    let (jobs, most_jobs) = (AtomicUsize::new(0), rayon::current_num_threads().max(2) - 1);
+    let most_jobs = if held { 0 } else { rayon::current_num_threads().max(2) - 1 };
+    let jobs = AtomicUsize::new(0);
     // The next queued chunk (the lock let go of before it is walked).
     let take = || queue.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
     // Walk queued chunks until none is left (this thread's or a job's).
