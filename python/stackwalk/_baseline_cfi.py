@@ -481,9 +481,10 @@ class _CieInfo:
 
 
 class FdeInfo:
-    """An FDE in the index; its rows are decoded on first use and kept."""
+    """An FDE in the index (shared by every placement of its file); its rows, which carry a
+    placement's bias, are decoded on first use and kept by the placement's CfiSection."""
 
-    __slots__ = ("_error", "_locs", "_rows", "cie", "end", "instructions", "offset", "start")
+    __slots__ = ("cie", "end", "instructions", "offset", "start")
 
     def __init__(self, offset: int, start: int, end: int, cie: _CieInfo, instructions: list[Any]):
         self.offset = offset
@@ -491,16 +492,41 @@ class FdeInfo:
         self.end = end
         self.cie = cie
         self.instructions = instructions
-        self._locs: list[int] | None = None
-        self._rows: list[CfiRow | None] = []
+
+
+class _Decoded:
+    """An FDE's rows at a placement: the locations where each begins, and the rows (None
+    where no CFA rule is given yet)."""
+
+    __slots__ = ("error", "locs", "rows")
+
+    def __init__(
+        self, locs: list[int], rows: list[CfiRow | None], error: tuple[int, str] | None
+    ) -> None:
+        self.locs = locs
+        self.rows = rows
         # (first address the error affects, message) if decoding failed part-way.
-        self._error: tuple[int, str] | None = None
+        self.error = error
+
+
+class _Index:
+    """A section's FDEs sorted by start, parsed once, and shared by every placement of its
+    file (``CfiSection.rebased``): what does not depend on the bias."""
+
+    __slots__ = ("error", "fdes", "parsed", "starts")
+
+    def __init__(self) -> None:
+        self.parsed = False
+        self.error: str | None = None  # (without the file's name: a placement's adds it)
+        self.starts: list[int] = []
+        self.fdes: list[FdeInfo] = []
 
 
 class CfiSection:
     """One `.eh_frame` or `.debug_frame` section, parsed on first use into a sorted FDE index.
 
-    Lookups take file addresses (svma); the rows it produces carry the module's bias.
+    Lookups take file addresses (svma); the rows it produces carry the module's bias. The
+    same file placed at several addresses (``rebased``) is parsed once.
     """
 
     def __init__(
@@ -513,6 +539,7 @@ class CfiSection:
         address_size: int,
         aarch64: bool,
         bias: int,
+        index: _Index | None = None,
     ) -> None:
         self.origin = origin  # file path or image name, for messages
         self.name = name
@@ -522,15 +549,29 @@ class CfiSection:
         self._little_endian = little_endian
         self._address_size = address_size
         self._aarch64 = aarch64
-        self._parsed = False
-        self._parse_error: str | None = None
-        self._starts: list[int] = []
-        self._fdes: list[FdeInfo] = []
+        self._index = index if index is not None else _Index()
+        self._decoded: dict[int, _Decoded] = {}  # by FDE offset
+
+    def rebased(self, origin: str, bias: int) -> CfiSection:
+        """The same section of the same file placed with another bias (and named ``origin``
+        in messages): its FDE index shared, parsed once for both."""
+        return CfiSection(
+            origin,
+            self.name,
+            self._data,
+            self._address,
+            self._little_endian,
+            self._address_size,
+            self._aarch64,
+            bias,
+            self._index,
+        )
 
     # -- parsing ------------------------------------------------------------------------------
 
     def _parse(self) -> None:
-        self._parsed = True
+        index = self._index
+        index.parsed = True
         eh = self.name == ".eh_frame"
         cfi = _CallFrameInfo(
             stream=io.BytesIO(self._data),
@@ -550,8 +591,8 @@ class CfiSection:
             # truncation) with ELFError, DWARFError, struct.error and the like, but damaged bytes
             # also make it raise OverflowError, RecursionError (a CIE pointer that leads back
             # to its FDE)...; the stream position says where it stopped.
-            self._parse_error = (
-                f"{self.origin}: cannot parse {self.name} near section offset "
+            index.error = (
+                f"cannot parse {self.name} near section offset "
                 f"{cfi.stream.tell():#x}: {exc or type(exc).__name__}"
             )
             return
@@ -575,8 +616,8 @@ class CfiSection:
         for fde in fdes:
             if not unique or unique[-1].start != fde.start:
                 unique.append(fde)
-        self._fdes = unique
-        self._starts = [fde.start for fde in unique]
+        index.fdes = unique
+        index.starts = [fde.start for fde in unique]
 
     def _cie_info(self, cie: CIE) -> _CieInfo:
         info = _CieInfo(cie)
@@ -586,37 +627,38 @@ class CfiSection:
             info.error = f"CIE at {self.name} offset {cie.offset:#x}: {exc}"
         return info
 
+    def _parsed(self) -> _Index:
+        index = self._index
+        if not index.parsed:
+            self._parse()
+        if index.error is not None:
+            raise CfiError(f"{self.origin}: {index.error}")
+        return index
+
     # -- lookup -------------------------------------------------------------------------------
 
     def find(self, svma: int) -> FdeInfo | None:
         """The FDE whose [start, end) holds svma (the one with the greatest start <= svma)."""
-        if not self._parsed:
-            self._parse()
-        if self._parse_error is not None:
-            raise CfiError(self._parse_error)
-        i = bisect_right(self._starts, svma) - 1
+        index = self._parsed()
+        i = bisect_right(index.starts, svma) - 1
         if i >= 0:
-            fde = self._fdes[i]
+            fde = index.fdes[i]
             if svma < fde.end:
                 return fde
         return None
 
     def fdes(self) -> list[FdeInfo]:
         """Every indexed FDE, sorted by start (parses the section if needed)."""
-        if not self._parsed:
-            self._parse()
-        if self._parse_error is not None:
-            raise CfiError(self._parse_error)
-        return self._fdes
+        return self._parsed().fdes
 
     def row(self, fde: FdeInfo, svma: int) -> CfiRow:
         """The row of `fde` in force at svma. Raises CfiError for malformed CFI."""
-        if fde._locs is None:
-            self._decode(fde)
-        assert fde._locs is not None
-        if fde._error is not None and svma >= fde._error[0]:
-            raise CfiError(fde._error[1])
-        row = fde._rows[bisect_right(fde._locs, svma) - 1]
+        decoded = self._decoded.get(fde.offset)
+        if decoded is None:
+            decoded = self._decoded[fde.offset] = self._decode(fde)
+        if decoded.error is not None and svma >= decoded.error[0]:
+            raise CfiError(decoded.error[1])
+        row = decoded.rows[bisect_right(decoded.locs, svma) - 1]
         if row is None:
             raise CfiError(
                 f"{self.origin}: FDE at {self.name} offset {fde.offset:#x} gives no CFA rule "
@@ -626,12 +668,13 @@ class CfiSection:
 
     # -- the row interpreter ------------------------------------------------------------------
 
-    def _decode(self, fde: FdeInfo) -> None:
+    def _decode(self, fde: FdeInfo) -> _Decoded:
         cie = fde.cie
         locs: list[int] = []
         rows: list[CfiRow | None] = []
+        error: tuple[int, str] | None = None
         if cie.error is not None:
-            fde._error = (fde.start, f"{self.origin}: {cie.error}")
+            error = (fde.start, f"{self.origin}: {cie.error}")
         else:
             state = _State(cie.initial.cfa, dict(cie.initial.regs))
 
@@ -657,7 +700,7 @@ class CfiSection:
                 loc = self._execute(cie, fde.instructions, state, fde.start, emit)
                 emit(loc, state)
             except _DecodeError as exc:
-                fde._error = (
+                error = (
                     exc.loc,
                     (
                         f"{self.origin}: FDE at {self.name} offset {fde.offset:#x} "
@@ -667,8 +710,7 @@ class CfiSection:
         if not locs:
             locs.append(fde.start)
             rows.append(None)
-        fde._locs = locs
-        fde._rows = rows
+        return _Decoded(locs, rows, error)
 
     def _execute(
         self,

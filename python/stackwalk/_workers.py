@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import errno
 import fcntl
 import os
 import pickle
 import selectors
 import signal
 import socket
+import stat
 import struct
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
@@ -250,14 +252,33 @@ class TurnLock:
     it lets go of: a POSIX record lock on a file of its own (the kernel drops a process's
     record locks when it dies, and wakes the next waiter at once). A multiprocessing.Lock
     held by a killed worker would stay held, and every other worker wait on it forever.
-    ``path``: a file that processes not forked from one another agree on (created if
-    missing), where the lock's own is a temporary one inherited by the fork."""
+    ``path``: a file that processes not forked from one another agree on (``private``: in a
+    directory of this user's alone), where the lock's own is a temporary one inherited by the
+    fork; relative to the directory open at ``dir_fd``, if given. The file is made by this
+    process (``O_EXCL``) or must be a regular file of this user's already, and a symbolic link
+    at ``path`` is never followed (``O_NOFOLLOW``): OSError if it is not so."""
 
-    def __init__(self, path: str | None = None) -> None:
+    def __init__(self, path: str | None = None, *, dir_fd: int | None = None) -> None:
         if path is None:
             self._file = tempfile.TemporaryFile()  # noqa: SIM115 (held as long as the lock)
         else:
-            self._file = open(path, "a+b")  # noqa: SIM115 (held as long as the lock)
+            self._file = os.fdopen(_lock_file(path, dir_fd), "r+b")
+
+    @classmethod
+    def private(cls, name: str) -> TurnLock | None:
+        """The lock of the file ``name`` in this user's private directory
+        (``private_directory``), which only this user's processes can open, hold or replace;
+        None where there is no such directory, or the file there cannot be opened (a link,
+        another user's)."""
+        directory = private_directory()
+        if directory is None:
+            return None
+        try:
+            return cls(name, dir_fd=directory)
+        except OSError:
+            return None
+        finally:
+            os.close(directory)
 
     def close(self) -> None:
         self._file.close()
@@ -272,3 +293,65 @@ class TurnLock:
         traceback: TracebackType | None,
     ) -> None:
         fcntl.lockf(self._file, fcntl.LOCK_UN)
+
+
+def _lock_file(path: str, dir_fd: int | None) -> int:
+    """A descriptor of the lock file at ``path``: made by this call (``O_EXCL``), or one there
+    already that is a regular file of this user's; never through a symbolic link."""
+    flags = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        return os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o600, dir_fd=dir_fd)
+    except FileExistsError:
+        pass
+    # Not a blocking open(): a FIFO would wait for a writer for ever.
+    fd = os.open(path, flags | os.O_NONBLOCK, dir_fd=dir_fd)
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+        os.close(fd)
+        raise PermissionError(errno.EPERM, "not a lock file of this user's", path)
+    os.set_blocking(fd, True)
+    return fd
+
+
+def private_directory() -> int | None:
+    """A descriptor of a directory of this user's alone (owned by this user, not a symbolic
+    link, no permission for anyone else), made if missing: ``stackwalk`` in
+    ``$XDG_RUNTIME_DIR``, else ``locks`` in stackwalk's cache directory
+    (``$STACKWALK_CACHE_DIR``, else ``~/.cache/stackwalk``; empty: none). None where neither
+    is such a directory. (Files are opened relative to the descriptor: the directory checked
+    is the one they are in, whatever is renamed meanwhile.)"""
+    places = []
+    runtime = os.environ.get("XDG_RUNTIME_DIR", "")
+    if os.path.isabs(runtime):
+        places.append((runtime, "stackwalk", False))
+    cache = os.environ.get("STACKWALK_CACHE_DIR")
+    if cache is None:
+        cache = os.path.join(os.path.expanduser("~"), ".cache", "stackwalk")
+    if os.path.isabs(cache):
+        places.append((cache, "locks", True))
+    for parent, name, make in places:
+        fd = _private_subdirectory(parent, name, make)
+        if fd is not None:
+            return fd
+    return None
+
+
+def _private_subdirectory(parent: str, name: str, make_parent: bool) -> int | None:
+    try:
+        if make_parent:
+            os.makedirs(parent, mode=0o700, exist_ok=True)
+        parent_fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(name, 0o700, dir_fd=parent_fd)
+            flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+            fd = os.open(name, flags, dir_fd=parent_fd)
+        finally:
+            os.close(parent_fd)
+    except OSError:
+        return None
+    st = os.fstat(fd)
+    if st.st_uid != os.geteuid() or st.st_mode & 0o077:
+        os.close(fd)
+        return None
+    return fd

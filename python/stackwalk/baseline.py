@@ -17,7 +17,7 @@ import os
 import stat
 from bisect import bisect_right
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import IO, Any
 
 from elftools.elf.elffile import ELFFile
@@ -141,6 +141,24 @@ class _Module:
         self.sections = sections  # .eh_frame first, then .debug_frame
 
 
+@dataclass(frozen=True, slots=True)
+class _ElfFile:
+    """What the unwinder takes of an ELF file, at bias 0: its machine and class, its PT_LOAD
+    ranges and its CFI sections (None: not the unwinder's architecture); or why it cannot be
+    read (``error``)."""
+
+    machine: str = ""
+    elfclass: int = 0
+    loads: list[tuple[int, int]] = field(default_factory=list)
+    sections: list[CfiSection] | None = None
+    error: str | None = None
+
+
+def _identity(st: os.stat_result) -> tuple[int, ...]:
+    """A file as it is now: the same file (device, inode), not written since (size, times)."""
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
 def _not_regular(mode: int) -> str:
     """What a file that is not a regular file is (the native core's words)."""
     for test, what in (
@@ -167,6 +185,8 @@ class Unwinder:
         self._starts: list[int] = []
         # lookup address -> its row, or (end reason, detail); cleared when modules change
         self._cache: dict[int, CfiRow | tuple[str, str]] = {}
+        # each file read, by its identity (_identity): read once, however often it is added
+        self._files: dict[tuple[int, ...], _ElfFile] = {}
 
     @property
     def arch(self) -> str:
@@ -180,19 +200,28 @@ class Unwinder:
         return [(m.name, m.start, m.end, m.bias) for m in self._modules]
 
     def add_module(self, path: str, bias: int = 0) -> None:
-        """Add an ELF file from disk; bias = runtime address - ELF virtual address."""
+        """Add an ELF file from disk; bias = runtime address - ELF virtual address. A file
+        added again (at another bias, or under another name: the same device, inode, size and
+        times) is not read again: what was read of it the first time is used (a capture may
+        name one library a thousand times)."""
         try:
-            # Not a blocking open(): a FIFO would wait for a writer for ever.
-            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+            # Not a blocking open(): a FIFO would wait for a writer for ever (and one is not
+            # opened at all when a stat says what it is).
+            st = os.stat(path)
+            parsed = self._files.get(_identity(st)) if stat.S_ISREG(st.st_mode) else None
+            if parsed is None:
+                fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
         except OSError as exc:
             raise ElfError(f"cannot read {path}: {exc.strerror or exc}") from None
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            os.close(fd)
-            raise ElfError(f"{path}: {_not_regular(mode)}")
-        os.set_blocking(fd, True)
-        with os.fdopen(fd, "rb") as stream:
-            self._add(str(path), stream, bias)
+        if parsed is None:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                os.close(fd)
+                raise ElfError(f"{path}: {_not_regular(st.st_mode)}")
+            os.set_blocking(fd, True)
+            with os.fdopen(fd, "rb") as stream:
+                parsed = self._files[_identity(st)] = self._read(str(path), stream)
+        self._place(str(path), parsed, bias)
 
     def add_module_image(self, name: str, image: Any, bias: int) -> None:
         """Add an ELF image held in memory (e.g. the vdso); bias = load address - image vaddr."""
@@ -200,18 +229,17 @@ class Unwinder:
             data = bytes(memoryview(image))
         except TypeError:
             raise ElfError(f"{name}: the image is not a bytes-like object") from None
-        self._add(name, io.BytesIO(data), bias)
+        self._place(name, self._read(name, io.BytesIO(data)), bias)
 
-    def _add(self, name: str, stream: IO[bytes], bias: int) -> None:
+    def _read(self, name: str, stream: IO[bytes]) -> _ElfFile:
+        """What the unwinder takes of an ELF file (its CFI sections parsed on first use),
+        or why it cannot be read."""
         arch = self._arch
         try:
             elf = ELFFile(stream)
             machine = elf["e_machine"]
             if machine != arch.machine or elf.elfclass != 64 or not elf.little_endian:
-                raise ArchError(
-                    f"{name}: ELF machine {machine} (ELFCLASS{elf.elfclass}) does not match "
-                    f"the unwinder's architecture {arch.name}"
-                )
+                return _ElfFile(machine=machine, elfclass=elf.elfclass)
             loads = [
                 (seg["p_vaddr"], seg["p_vaddr"] + seg["p_memsz"])
                 for seg in elf.iter_segments()
@@ -231,7 +259,7 @@ class Unwinder:
                         elf.little_endian,
                         elf.elfclass // 8,
                         aarch64=arch.name == "aarch64",
-                        bias=bias,
+                        bias=0,
                     )
                 )
         except StackwalkError:
@@ -239,10 +267,23 @@ class Unwinder:
         except Exception as exc:  # noqa: BLE001
             # pyelftools, given damaged headers, raises whatever its parsing hits: ELFError and
             # struct.error, but also OverflowError (an offset past ssize_t), RecursionError...
-            why = exc or type(exc).__name__
-            raise ElfError(f"{name}: not a readable ELF file: {why}") from None
+            return _ElfFile(error=f"not a readable ELF file: {exc or type(exc).__name__}")
+        return _ElfFile(machine=machine, elfclass=elf.elfclass, loads=loads, sections=sections)
+
+    def _place(self, name: str, parsed: _ElfFile, bias: int) -> None:
+        """The module of a file read (``_read``) added at ``bias``, named ``name``."""
+        arch = self._arch
+        if parsed.error is not None:
+            raise ElfError(f"{name}: {parsed.error}")
+        if parsed.sections is None:
+            raise ArchError(
+                f"{name}: ELF machine {parsed.machine} (ELFCLASS{parsed.elfclass}) does not "
+                f"match the unwinder's architecture {arch.name}"
+            )
+        loads = parsed.loads
         if not loads:
             raise ElfError(f"{name}: no PT_LOAD segment")
+        sections = [section.rebased(name, bias) for section in parsed.sections]
         start = min(lo for lo, _ in loads) + bias
         end = max(hi for _, hi in loads) + bias
         i = bisect_right(self._starts, start)

@@ -9,7 +9,16 @@ one transaction with its buckets' counts, so a run killed at any point leaves wh
 only, and a rerun picks up where it stopped: a file already stored (same path, size and
 modification time, or the same contents under another name) is not read again.
 
-Schema (``PRAGMA user_version`` 2; a store of schema 1 is brought to 2 when opened):
+A store has its own ``PRAGMA application_id`` (APPLICATION_ID; one made before it had, told by
+its tables, is given it). A file that is not a store (no SQLite database, another program's,
+a store of a newer schema) is refused before anything is written to it, and a store damaged
+since (overwritten, cut short) when SQLite meets a page that is not what it must be: one
+StackwalkError naming the file and why.
+
+Schema (``PRAGMA user_version`` 2; a store of schema 1 is brought to 2 when opened). A text
+that is not UTF-8 (a file's name as ``os.fsdecode`` gives it, its bytes that are not UTF-8
+lone surrogates; a module's path from a core) is stored as its bytes, a BLOB, and read back as
+the same str:
 
 - ``crashes``: one row per file read, a crash or not: ``path``, ``content_hash`` (BLAKE2b of
   the file), ``size``, ``mtime``, ``executable``, ``pid``, ``uid``, ``boot_id``, ``signal``
@@ -34,6 +43,7 @@ Schema (``PRAGMA user_version`` 2; a store of schema 1 is brought to 2 when open
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sqlite3
@@ -44,12 +54,18 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Sequence
     from contextlib import AbstractContextManager
-    from typing import Any
+    from typing import Any, Concatenate, ParamSpec, TypeVar
 
     from stackwalk._workers import TurnLock
     from stackwalk.signature import Rules
 
+    P = ParamSpec("P")
+    R = TypeVar("R")
+
 SCHEMA_VERSION = 2
+# A crash store's application id (``PRAGMA application_id``, at offset 68 of an SQLite file's
+# header): "SWtr". A store made before it was set has 0 there, and is told by its tables.
+APPLICATION_ID = 0x53577472
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS crashes (
@@ -139,56 +155,214 @@ _COREDUMP_NAME = re.compile(
 )
 
 
+def _guarded(
+    method: Callable[Concatenate[CrashStore, P], R],
+) -> Callable[Concatenate[CrashStore, P], R]:
+    """A CrashStore method whose SQLite errors (the store damaged since it was opened, the
+    disk full, the database locked too long) are the store's StackwalkError."""
+    import functools
+
+    @functools.wraps(method)
+    def guarded(self: CrashStore, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return method(self, *args, **kwargs)
+        except sqlite3.ProgrammingError:
+            raise  # (a mistake of this module's)
+        except sqlite3.DatabaseError as e:
+            raise self._failure(e) from None
+
+    return guarded
+
+
+def _sql(value: Any) -> Any:
+    """``value`` as SQLite takes it: a str that is not UTF-8 (a file's name as ``os.fsdecode``
+    gives it, each byte that was not UTF-8 a lone surrogate) as its bytes, a BLOB."""
+    if type(value) is str and not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            try:
+                return value.encode("utf-8", "surrogateescape")
+            except UnicodeEncodeError:  # a surrogate no decoding made: kept as CESU-8 bytes
+                return value.encode("utf-8", "surrogatepass")
+    return value
+
+
+def _values(row: Iterable[Any]) -> tuple[Any, ...]:
+    return tuple(map(_sql, row))
+
+
+def _text(value: Any) -> Any:
+    """A value read back: a BLOB (a name ``_sql`` stored as its bytes) as the str it was."""
+    if type(value) is bytes:
+        return value.decode("utf-8", "surrogateescape")
+    return value
+
+
 class CrashStore:
-    """The triage database at ``path`` (made if missing)."""
+    """The triage database at ``path`` (made if missing). A file there that is not a crash
+    store (another program's SQLite database, or no SQLite database at all) is never written
+    to; it, or a store damaged since, is one StackwalkError naming the file and why, from
+    opening and from every method."""
 
     def __init__(self, path: str | os.PathLike[str], *, checkpoints: bool = True) -> None:
         """``checkpoints``: this connection copies the write-ahead log into the database
         (SQLite's automatic checkpoints, with their fsyncs) as it grows; without, another
         connection does (``checkpoint``)."""
-        from stackwalk.errors import StackwalkError
-
         self.path = os.fspath(path)
+        db = None
         try:
+            found = self._inspect()
             # Several processes may write at once (triage's workers): a writer waits its turn.
-            self._db = sqlite3.connect(self.path, isolation_level=None, timeout=600)
-            self._db.execute("PRAGMA journal_mode = WAL")
-            self._db.execute("PRAGMA synchronous = NORMAL")
-            self._db.execute("PRAGMA foreign_keys = ON")
-            version = self._db.execute("PRAGMA user_version").fetchone()[0]
-            if version == 1:
-                self._upgrade()
-                version = SCHEMA_VERSION
-            if version not in (0, SCHEMA_VERSION):
-                raise StackwalkError(
-                    f"{self.path}: a crash store of schema {version}, this stackwalk's is "
-                    f"{SCHEMA_VERSION}"
-                )
-            if version == 0:
-                self._db.executescript(_SCHEMA)
-                self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            db = sqlite3.connect(os.fsencode(self.path), isolation_level=None, timeout=600)
+            db.execute("PRAGMA journal_mode = WAL")
+            db.execute("PRAGMA synchronous = NORMAL")
+            db.execute("PRAGMA foreign_keys = ON")
+            if found is None and not _create(db):
+                found = self._inspect()  # made by another process meanwhile
+            if found is not None:
+                version, application_id = found
+                if version == 1 or application_id == 0:
+                    _upgrade(db)
             if not checkpoints:
-                self._db.execute("PRAGMA wal_autocheckpoint = 0")
-        except sqlite3.DatabaseError as e:
-            raise StackwalkError(f"{self.path}: not a crash store ({e})") from None
-
-    def _upgrade(self) -> None:
-        """A store of schema 1 brought to 2 (its frames native frames), in one transaction; by
-        another process already, if it got there first."""
-        db = self._db
-        db.execute("BEGIN IMMEDIATE")
-        try:
-            if db.execute("PRAGMA user_version").fetchone()[0] == 1:
-                for statement in _FRAMES_V1_TO_V2:
-                    db.execute(statement)
-            db.execute("COMMIT")
-        except BaseException:
-            db.execute("ROLLBACK")
+                db.execute("PRAGMA wal_autocheckpoint = 0")
+        except BaseException as e:
+            if db is not None:
+                with contextlib.suppress(sqlite3.Error):
+                    db.close()
+            if isinstance(e, sqlite3.DatabaseError) and not isinstance(e, sqlite3.ProgrammingError):
+                raise self._failure(e) from None
             raise
+        self._db = db
 
+    def _fail(self, reason: str) -> Exception:
+        """The error of this store: its path (escaped, as messages show names) and why."""
+        from stackwalk.errors import StackwalkError
+        from stackwalk.render import escape
+
+        return StackwalkError(f"{escape(self.path)}: {reason}")
+
+    def _failure(self, e: sqlite3.Error) -> Exception:
+        """The error of this store for SQLite's ``e``: a file that is not a database, a store
+        damaged (a page that is not what it must be: the file cut short, overwritten), or
+        what SQLite says (locked, a disk full, unreadable)."""
+        name = getattr(e, "sqlite_errorname", "") or ""
+        if name.startswith("SQLITE_NOTADB"):
+            return self._fail(f"not a crash store: {e}")
+        if name.startswith("SQLITE_CORRUPT"):
+            return self._fail(f"a damaged crash store: {e}")
+        return self._fail(f"the crash store failed: {e}")
+
+    def _inspect(self) -> tuple[int, int] | None:
+        """(schema version, application id) of the store at ``path``, read without writing
+        to it (nor to its write-ahead log); None where there is nothing yet (no file, an empty
+        one, an SQLite database without a table): a store to make. A StackwalkError for a file
+        that is not a crash store: no SQLite database, another program's (its application id,
+        or tables that are not a store's), or a store of another schema."""
+        import stat
+
+        raw = os.fsencode(self.path)
+        try:
+            # Not a blocking open(): a FIFO would wait for a writer for ever.
+            fd = os.open(raw, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            raise self._fail(e.strerror or str(e)) from None
+        try:
+            st = os.fstat(fd)
+            if stat.S_ISDIR(st.st_mode):
+                raise self._fail("is a directory, not a crash store")
+            if not stat.S_ISREG(st.st_mode):
+                raise self._fail("is not a regular file, not a crash store")
+            header = os.pread(fd, 100, 0)
+        finally:
+            os.close(fd)
+        if header:
+            if len(header) < 100 or not header.startswith(b"SQLite format 3\0"):
+                raise self._fail("not a crash store: not an SQLite database")
+            application_id = int.from_bytes(header[68:72], "big")
+            if application_id not in (0, APPLICATION_ID):
+                raise self._fail(
+                    f"not a crash store: another program's SQLite database (application id "
+                    f"{application_id:#010x})"
+                )
+        elif not os.path.exists(raw + b"-wal"):
+            return None  # an empty file (what is written yet may be in the log alone)
+        # SQLite's own reading, of the write-ahead log too, without writing: a connection
+        # that may write checkpoints the log into the file as it closes. A database in WAL
+        # mode without its log is all in the file, and read as it is (``immutable``): a
+        # connection would make the log (and its index) next to it.
+        import urllib.parse
+
+        uri = f"file:{urllib.parse.quote(raw)}?mode=ro"
+        if header[18:20] == b"\2\2" and not os.path.exists(raw + b"-wal"):
+            uri += "&immutable=1"
+        ro = sqlite3.connect(uri, uri=True, isolation_level=None)
+        try:
+            application_id = ro.execute("PRAGMA application_id").fetchone()[0]
+            version = ro.execute("PRAGMA user_version").fetchone()[0]
+            tables = {
+                _text(name): tuple(_text(c) for (c,) in ro.execute(
+                    "SELECT name FROM pragma_table_info(?) ORDER BY cid", (name,)
+                ))
+                for (name,) in ro.execute(
+                    "SELECT name FROM sqlite_master WHERE type = 'table'"
+                    " AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'"
+                ).fetchall()
+            }  # fmt: skip
+        finally:
+            ro.close()
+        return self._judge(application_id, version, tables)
+
+    def _judge(
+        self, application_id: int, version: int, tables: dict[str, tuple[str, ...]]
+    ) -> tuple[int, int] | None:
+        """``_inspect``'s verdict on what the file holds: its application id, its schema
+        version (``PRAGMA user_version``), and its tables with their columns."""
+        from stackwalk.render import escape
+
+        if application_id not in (0, APPLICATION_ID):
+            raise self._fail(
+                f"not a crash store: another program's SQLite database (application id "
+                f"{application_id:#010x})"
+            )
+        if not tables and application_id == 0 and version == 0:
+            return None  # an empty database: made a store
+        ours = _store_tables(SCHEMA_VERSION)
+        assert ours is not None
+        if application_id == 0:
+            # A store made before its application id was set: told by its tables alone.
+            other = sorted(set(tables) - set(ours))
+            if other:
+                raise self._fail(
+                    "not a crash store: an SQLite database with tables a crash store has not ("
+                    + escape(", ".join(other[:5]) + (", ..." if len(other) > 5 else ""))
+                    + ")"
+                )
+        expected = _store_tables(version)
+        if expected is None:
+            if application_id == APPLICATION_ID or set(tables) >= set(ours):
+                raise self._fail(
+                    f"a crash store of schema {version}, this stackwalk's is {SCHEMA_VERSION}"
+                )
+            raise self._fail(f"not a crash store: an SQLite database of user_version {version}")
+        for table, columns in expected.items():
+            if table not in tables:
+                raise self._fail(f"not a crash store: it has no {table} table")
+            if tables[table] != columns:
+                raise self._fail(
+                    f"not a crash store: its {table} table is not a crash store's (columns "
+                    + escape(", ".join(tables[table]))
+                    + ")"
+                )
+        return version or SCHEMA_VERSION, application_id
+
+    @_guarded
     def close(self) -> None:
         self._db.close()
 
+    @_guarded
     def checkpoint(self) -> None:
         """Copy what the write-ahead log holds into the database, as far as no reader keeps
         it from it, waiting for no writer (a passive checkpoint)."""
@@ -202,21 +376,27 @@ class CrashStore:
 
     # -- what is there already ------------------------------------------------------------
 
+    @_guarded
     def stored_files(self) -> set[tuple[str, int, float]]:
         """(path, size, mtime) of every file stored."""
-        return set(self._db.execute("SELECT path, size, mtime FROM crashes"))
+        rows = self._db.execute("SELECT path, size, mtime FROM crashes")
+        return {(_text(path), size, mtime) for path, size, mtime in rows}
 
+    @_guarded
     def content_hashes(self) -> set[str]:
-        return {h for (h,) in self._db.execute("SELECT content_hash FROM crashes")}
+        return {_text(h) for (h,) in self._db.execute("SELECT content_hash FROM crashes")}
 
     # -- writing ---------------------------------------------------------------------------
 
+    @_guarded
     def add(self, records: Iterable[dict[str, Any]]) -> int:
         """Store crashes (``process_file``'s records) in one transaction, with their buckets;
         a record whose contents are stored already is left out. Each record gets ``stored``
         (whether it was). How many were stored. (A frame's row without its ``kind`` and
         ``qualname``, as records were made before Python frames were stored, is a native
-        frame's.)"""
+        frame's.) A name that is not UTF-8 (a file's, as ``os.fsdecode`` gives it, with lone
+        surrogates for its bytes that were not) is stored as its bytes, a BLOB, and read back
+        as the same str. Nothing is stored if anything fails."""
         db = self._db
         stored = 0
         now = time.time()
@@ -228,13 +408,13 @@ class CrashStore:
                     " pid, uid, boot_id, signal, signal_number, crash_time, crashing_tid,"
                     " signature, bucket, fingerprint, error, warnings, host, processed_at)"
                     " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (
+                    _values((
                         r["path"], r["content_hash"], r["size"], r["mtime"], r.get("executable"),
                         r.get("pid"), r.get("uid"), r.get("boot_id"), r.get("signal"),
                         r.get("signal_number"), r["crash_time"], r.get("crashing_tid"),
                         r.get("signature"), r.get("bucket"), r.get("fingerprint"),
                         r.get("error"), _warnings(r), r.get("host"), now,
-                    ),
+                    )),
                 )  # fmt: skip
                 r["stored"] = cur.rowcount == 1
                 if cur.rowcount == 0:
@@ -243,33 +423,38 @@ class CrashStore:
                 stored += 1
                 db.executemany(
                     "INSERT INTO frames VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    ((crash_id, *f, *_NATIVE[len(f) - _V1_ROW :]) for f in r.get("frames", ())),
+                    (
+                        (crash_id, *_values(f), *_NATIVE[len(f) - _V1_ROW :])
+                        for f in r.get("frames", ())
+                    ),
                 )
                 db.executemany(
                     "INSERT INTO modules VALUES (?, ?, ?, ?)",
-                    ((crash_id, *m) for m in r.get("modules", ())),
+                    ((crash_id, *_values(m)) for m in r.get("modules", ())),
                 )
                 if r.get("bucket") is None:
                     continue
+                bucket, signature = _sql(r["bucket"]), _sql(r["signature"])
                 db.execute(
                     "INSERT INTO buckets VALUES (?, ?, 1, ?, ?, ?) ON CONFLICT (bucket) DO UPDATE"
                     " SET count = count + 1, first_seen = min(first_seen, excluded.first_seen),"
                     " last_seen = max(last_seen, excluded.last_seen)",
-                    (r["bucket"], r["signature"], r["crash_time"], r["crash_time"], crash_id),
+                    (bucket, signature, r["crash_time"], r["crash_time"], crash_id),
                 )
                 db.execute(
                     "INSERT INTO bucket_builds VALUES (?, ?, ?, 1) ON CONFLICT DO UPDATE"
                     " SET count = count + 1",
-                    (r["bucket"], r.get("executable") or "", r.get("build_id") or ""),
+                    (bucket, _sql(r.get("executable") or ""), _sql(r.get("build_id") or "")),
                 )
             db.execute("COMMIT")
         except BaseException:
-            db.execute("ROLLBACK")
+            _rollback(db)
             raise
         return stored
 
     # -- queries ---------------------------------------------------------------------------
 
+    @_guarded
     def buckets(self, top: int | None = None, since: float | None = None) -> list[dict[str, Any]]:
         """Buckets by count, most first: ``bucket``, ``signature``, ``count``, ``first_seen``,
         ``last_seen``, ``builds`` [(executable, build id, count)], ``example_crash``. With
@@ -296,17 +481,18 @@ class CrashStore:
             ).fetchall()
             out.append(
                 {
-                    "bucket": bucket,
-                    "signature": signature,
+                    "bucket": _text(bucket),
+                    "signature": _text(signature),
                     "count": count,
                     "first_seen": first,
                     "last_seen": last,
-                    "builds": [list(b) for b in builds],
+                    "builds": [[_text(exe), _text(build_id), n] for exe, build_id, n in builds],
                     "example_crash": example,
                 }
             )
         return out
 
+    @_guarded
     def per_day(
         self, buckets: Sequence[str], since: float | None = None
     ) -> dict[str, dict[str, int]]:
@@ -316,12 +502,13 @@ class CrashStore:
         rows = self._db.execute(
             "SELECT date(crash_time, 'unixepoch'), bucket, count(*) FROM crashes"
             f" WHERE bucket IN ({marks}) AND crash_time >= ? GROUP BY 1, 2",
-            (*buckets, since if since is not None else float("-inf")),
+            (*map(_sql, buckets), since if since is not None else float("-inf")),
         )
         for day, bucket, count in rows:
-            out.setdefault(day, {})[bucket] = count
+            out.setdefault(day, {})[_text(bucket)] = count
         return out
 
+    @_guarded
     def crash(self, crash_id: int) -> dict[str, Any] | None:
         """One crash's row, with its crashing thread's frames (each with its ``kind``: a
         Python process's Python frames among the native ones), then the other threads'."""
@@ -330,22 +517,27 @@ class CrashStore:
             row = self._db.execute("SELECT * FROM crashes WHERE id = ?", (crash_id,)).fetchone()
             if row is None:
                 return None
-            crash = dict(row)
+            crash = {k: _text(v) for k, v in zip(row.keys(), row, strict=True)}
             frames = self._db.execute(
                 "SELECT tid, idx, pc, module, module_offset, function, function_offset, file,"
                 " line, inline, trust, kind, qualname FROM frames WHERE crash_id = ?"
                 " ORDER BY tid = ? DESC, tid, idx",
                 (crash_id, crash["crashing_tid"]),
             ).fetchall()
-            crash["frames"] = [dict(f) for f in frames]
+            crash["frames"] = [
+                {k: _text(v) for k, v in zip(f.keys(), f, strict=True)} for f in frames
+            ]
             return crash
         finally:
             self._db.row_factory = None
 
+    @_guarded
     def crash_buckets(self) -> dict[str, str | None]:
         """Every crash's bucket, by path."""
-        return dict(self._db.execute("SELECT path, bucket FROM crashes"))
+        rows = self._db.execute("SELECT path, bucket FROM crashes")
+        return {_text(path): _text(bucket) for path, bucket in rows}
 
+    @_guarded
     def errors(self, since: float | None = None) -> list[tuple[str, str]]:
         """(path, why) of every file stored that is not a crash (``why`` without the path the
         messages of the readers start with), in path order; with ``since`` (Unix seconds),
@@ -355,8 +547,11 @@ class CrashStore:
             " ORDER BY path",
             (since if since is not None else float("-inf"),),
         ).fetchall()
-        return [(path, not_a_crash_reason(path, error)) for path, error in rows]
+        return [
+            (_text(path), not_a_crash_reason(_text(path), _text(error))) for path, error in rows
+        ]
 
+    @_guarded
     def missing_modules(self) -> int:
         """How many crashes were read without some of their modules' files."""
         (n,) = self._db.execute(
@@ -364,6 +559,7 @@ class CrashStore:
         ).fetchone()
         return int(n)
 
+    @_guarded
     def counts(self, since: float | None = None) -> Counts:
         """The store's totals: its crashes, their buckets, and the files stored that are not
         crashes (``errors``); with ``since`` (Unix seconds), of the files whose time is since
@@ -381,6 +577,76 @@ class CrashStore:
         return Counts(files - not_crashes, buckets, not_crashes)
 
 
+def _create(db: sqlite3.Connection) -> bool:
+    """A store's tables made in the empty database, with its application id and schema
+    version, in one transaction (a run killed meanwhile leaves the file empty). False if
+    another process made something there first."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        (objects,) = db.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        if objects == 0:
+            for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    db.execute(statement)
+            db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        db.execute("COMMIT")
+    except BaseException:
+        _rollback(db)
+        raise
+    return bool(objects == 0)
+
+
+def _upgrade(db: sqlite3.Connection) -> None:
+    """A store of schema 1 brought to 2 (its frames native frames), and a store made before
+    stores had their application id given it, in one transaction; by another process already,
+    if it got there first."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        if db.execute("PRAGMA user_version").fetchone()[0] == 1:
+            for statement in _FRAMES_V1_TO_V2:
+                db.execute(statement)
+        db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+        db.execute("COMMIT")
+    except BaseException:
+        _rollback(db)
+        raise
+
+
+def _rollback(db: sqlite3.Connection) -> None:
+    """The transaction under way given up, if SQLite has not ended it itself (as it does on
+    some errors: a full disk, a damaged page), and without hiding the error that got here."""
+    if db.in_transaction:
+        with contextlib.suppress(sqlite3.Error):
+            db.execute("ROLLBACK")
+
+
+_TABLES: dict[int, dict[str, tuple[str, ...]]] = {}
+
+
+def _store_tables(version: int) -> dict[str, tuple[str, ...]] | None:
+    """{table: its columns} of a store of schema ``version`` (0: one made before its version
+    was set, as 2), None for a schema this stackwalk does not know."""
+    if not _TABLES:
+        db = sqlite3.connect(":memory:")
+        try:
+            db.executescript(_SCHEMA)
+            tables = {
+                name: tuple(c for (c,) in db.execute(
+                    "SELECT name FROM pragma_table_info(?) ORDER BY cid", (name,)
+                ))
+                for (name,) in db.execute(
+                    "SELECT name FROM sqlite_master WHERE type = 'table'"
+                ).fetchall()
+            }  # fmt: skip
+        finally:
+            db.close()
+        _TABLES[0] = _TABLES[2] = tables
+        frames = tuple(c for c in tables["frames"] if c not in ("kind", "qualname"))
+        _TABLES[1] = {**tables, "frames": frames}
+    return _TABLES.get(version)
+
+
 class Counts(NamedTuple):
     """A crash store's totals (``CrashStore.counts``)."""
 
@@ -391,8 +657,12 @@ class Counts(NamedTuple):
 
 def not_a_crash_reason(path: str, error: str) -> str:
     """Why the file at ``path`` is not a crash, from its ``error``, without the path that the
-    readers' messages start with."""
-    return error.removeprefix(f"{path}: ")
+    readers' messages start with (a name that is not UTF-8 as the native core writes it: each
+    byte that is not, U+FFFD)."""
+    for name in (path, os.fsencode(path).decode("utf-8", "replace")):
+        if error.startswith(f"{name}: "):
+            return error[len(name) + 2 :]
+    return error
 
 
 def _warnings(record: dict[str, Any]) -> str | None:
@@ -573,16 +843,48 @@ def _error(message: str) -> Exception:
 
 
 def crash_files(paths: Sequence[str]) -> list[str]:
-    """Every regular file under ``paths`` (files, and directories walked), in name order."""
+    """Every regular file under ``paths`` (files, and directories walked), in name order: a
+    directory's files, then its subdirectories' one after the other. A link to a directory is
+    not followed (a loop of them would never end), nor a directory seen already (a bind mount
+    of one of its parents); one that cannot be read is passed over. Names are kept as
+    ``os.fsdecode`` gives them (a byte that is not UTF-8 a lone surrogate): the same bytes
+    open the file again. The walk keeps its own stack of directories, not Python's: a spool
+    thousands of directories deep is walked as any other."""
     out: list[str] = []
     for path in paths:
         if os.path.isdir(path):
-            for root, dirs, files in os.walk(path):
-                dirs.sort()
-                out.extend(os.path.join(root, f) for f in sorted(files))
+            _walk(path, out)
         else:
             out.append(path)
     return out
+
+
+def _walk(top: str, out: list[str]) -> None:
+    seen: set[tuple[int, int]] = set()
+    stack = [top]
+    while stack:
+        directory = stack.pop()
+        try:
+            st = os.stat(directory)
+            if (st.st_dev, st.st_ino) in seen:
+                continue
+            seen.add((st.st_dev, st.st_ino))
+            with os.scandir(directory) as entries:
+                files, subdirectories = [], []
+                for entry in entries:
+                    try:
+                        is_directory = entry.is_dir() and not entry.is_symlink()
+                        linked = not is_directory and entry.is_symlink() and entry.is_dir()
+                    except OSError:
+                        is_directory = linked = False
+                    if is_directory:
+                        subdirectories.append(entry.name)
+                    elif not linked:
+                        files.append(entry.name)
+        except OSError:
+            continue  # (as os.walk: a directory that cannot be read is passed over)
+        out.extend(os.path.join(directory, name) for name in sorted(files))
+        stack.extend(os.path.join(directory, name) for name in sorted(subdirectories, reverse=True))
 
 
 def triage(
@@ -695,13 +997,16 @@ class Run:
 def summary_lines(run: Run, store: CrashStore) -> list[str]:
     """What ``stackwalk triage`` says at its end: what the run stored, the store's totals
     (as ``report --html``'s page gives them), and each file of the run that is not a crash,
-    with why."""
+    with why; names escaped (``stackwalk.render.escape``: a byte that is not UTF-8 as
+    ``\\xNN``, a control character as its escape), one line each."""
+    from stackwalk.render import escape
+
     counts = store.counts()
     line = f"{run.crashes} crashes stored, {run.already} already there"
     if run.not_crashes:
         line += f", {len(run.not_crashes)} files that are not crashes (below)"
     line += (
-        f"; {store.path}: {counts.crashes} crashes in {counts.buckets} buckets, "
+        f"; {escape(store.path)}: {counts.crashes} crashes in {counts.buckets} buckets, "
         f"{counts.not_crashes} files that are not crashes"
     )
     missing = store.missing_modules()
@@ -712,7 +1017,7 @@ def summary_lines(run: Run, store: CrashStore) -> list[str]:
     if run.unread:
         unread = len(run.unread)
         line += f"; {unread} files not read (a worker process died): run again to read them"
-    return [line, *(f"not a crash: {path}: {why}" for path, why in run.not_crashes)]
+    return [line, *(escape(f"not a crash: {path}: {why}") for path, why in run.not_crashes)]
 
 
 class Stored(NamedTuple):
@@ -776,6 +1081,10 @@ def _stored_by_workers(
     try:
         for chunk, result in zip(chunks, forked_map(_store_forked, chunks, jobs), strict=False):
             done += 1
+            if isinstance(result, StoreFailed):
+                # The store went bad under the worker (damaged, the disk full): what the
+                # workers stored before stays, as their transactions were whole.
+                raise _error(result.message)
             if isinstance(result, Died):
                 error = (
                     f"not read: the worker process reading it or another of its {len(chunk)} "
@@ -800,10 +1109,22 @@ _FORKED_WITH: tuple[str, Options, AbstractContextManager[Any]] | None = None
 _WORKER_STORES: dict[str, CrashStore] = {}
 
 
-def _store_forked(paths: Sequence[str]) -> Stored:
+class StoreFailed(NamedTuple):
+    """What a worker gives for a task whose store it could not write (its StackwalkError's
+    message), for the parent to raise: one error line, not a worker's traceback."""
+
+    message: str
+
+
+def _store_forked(paths: Sequence[str]) -> Stored | StoreFailed:
+    from stackwalk.errors import StackwalkError
+
     assert _FORKED_WITH is not None, "a worker forked by _stored_by_workers"
     db, options, lock = _FORKED_WITH
-    return store_files(paths, db, options, lock)
+    try:
+        return store_files(paths, db, options, lock)
+    except StackwalkError as e:
+        return StoreFailed(str(e))
 
 
 def store_files(
@@ -879,20 +1200,16 @@ def _boot_id() -> str:
 
 def _turn_of(store: StoreHere) -> TurnLock | None:
     """The writers' turn at the store for the Dask workers on its machine, as --jobs' workers
-    take theirs: a record lock on a file of the temporary directory named by the store's
-    device and inode. SQLite's own wait for a busy store sleeps (1, 2, 5, 10... ms), and a
-    task's transaction of a few hundred crashes keeps the other writer waiting: 4,000 small
-    cores on two workers took 2.49 s without the turn, 2.26 s with it (medians of four runs).
-    None where that file cannot be opened (another user's): SQLite's wait then."""
-    import tempfile
-
+    take theirs: a record lock on a file named by the store's device and inode, in a
+    directory of this user's alone (``stackwalk._workers.private_directory``), where no other
+    user can put a link to a file of theirs for it to follow, nor hold the lock to stall the
+    run. SQLite's own wait for a busy store sleeps (1, 2, 5, 10... ms), and a task's
+    transaction of a few hundred crashes keeps the other writer waiting: 4,000 small cores on
+    two workers took 2.49 s without the turn, 2.26 s with it (medians of four runs). None
+    where there is no such directory: SQLite's wait then."""
     from stackwalk._workers import TurnLock
 
-    name = f"stackwalk-store-{store.device:x}-{store.inode:x}.lock"
-    try:
-        return TurnLock(os.path.join(tempfile.gettempdir(), name))
-    except OSError:
-        return None
+    return TurnLock.private(f"stackwalk-store-{store.device:x}-{store.inode:x}.lock")
 
 
 def cluster_task(paths: Sequence[str], options: Options, store: StoreHere) -> bytes:
