@@ -8,6 +8,8 @@
   pipe, with small stack copies so the seeds stay small;
 - core: gdb's ``gcore`` core of the same stop, its notes whole and each segment cut to its
   first page (the ELF headers of each module, the bottom of the stack);
+- decompress: that core compressed by zstd, xz, lz4 (both formats) and gzip, and bombs
+  (zeros, a core's headers then zeros) compressed the same ways, each with a selector byte;
 - minidump: ``minidump-writer``'s minidump (the tests' ``tests/dumper``, built by cargo) of
   tests/programs/snapshot.c, two threads blocked in libc, stopped with SIGSTOP;
 - lines: tests/programs/crash_inline.c (inlined helpers) and cxx.cpp built with ``-g -O2``,
@@ -157,6 +159,25 @@ def seed_core(work: Path, out: Path) -> None:
     (out / "deep").write_bytes(compact_core(core))
 
 
+def seed_decompress(work: Path, out: Path) -> None:
+    """The decompress target's layout (see fuzz/harness/decompress.rs): a byte picking the
+    decoder (its index modulo 5: zstd, xz, lz4, lz4 legacy, gzip) and the limit, then the file.
+    A real core compressed by each format's own tool, and two bombs: zeros, and a core's
+    headers followed by zeros."""
+    seed_core(work, work)
+    core = (work / "deep").read_bytes()
+    bombs = {"core": core, "zeros": bytes(4 << 20), "headers-zeros": core[:4096] + bytes(4 << 20)}
+    tools = (["zstd", "-q", "-c"], ["xz", "-c"], ["lz4", "-q", "-c"], ["lz4", "-l", "-q", "-c"],
+             ["gzip", "-c"])  # fmt: skip
+    for name, plain in bombs.items():
+        for index, tool in enumerate(tools):
+            packed = subprocess.run(tool, input=plain, capture_output=True, check=True).stdout
+            # Limits of 1 MiB (the selector's (s // 5) % 11 == 10) and of 1 KiB.
+            for selector in (index + 50, index):
+                seed = out / f"{name}-{tool[0]}{tool[1]}-{selector}"
+                seed.write_bytes(bytes([selector]) + packed)
+
+
 def seed_minidump(work: Path, out: Path) -> None:
     dumper = ROOT / "tests" / "dumper"
     target = ROOT / "target" / "dumper"
@@ -241,7 +262,8 @@ def main() -> int:
     corpus = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "fuzz" / "corpus"
     with tempfile.TemporaryDirectory() as tmp:
         seeds = (("cfi", seed_cfi), ("unwind", seed_unwind), ("perf", seed_perf),
-                 ("core", seed_core), ("minidump", seed_minidump), ("lines", seed_lines),
+                 ("core", seed_core), ("decompress", seed_decompress),
+                 ("minidump", seed_minidump), ("lines", seed_lines),
                  ("breakpad", seed_breakpad), ("perfmap", seed_perfmap))  # fmt: skip
         for name, seed in seeds:
             out = corpus / name

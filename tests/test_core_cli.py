@@ -964,27 +964,69 @@ def test_compressed_core_over_the_limit(tool: str, cores: Cores, tmp_path: Path)
     assert fits.returncode == 0, fits.stderr
 
 
-def test_zero_bomb(tmp_path: Path) -> None:
-    """4 GiB of zeros in 130 KiB of zstd: stopped at the limit, never holding it all."""
-    bomb = tmp_path / "bomb.zst"
-    with open(bomb, "wb") as out:
-        zeros = subprocess.Popen(["head", "-c", "4G", "/dev/zero"], stdout=subprocess.PIPE)
-        subprocess.run(["zstd", "-q", "-c"], stdin=zeros.stdout, stdout=out, check=True,
-                       timeout=300)  # fmt: skip
-        zeros.wait(timeout=300)
-    command = [sys.executable, "-c", "import resource, sys; from stackwalk.cli import main; "
-               "status = main(sys.argv[1:]); "
-               "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr); "
-               "sys.exit(status)", "core", str(bomb), "--max-core-size", "64M"]  # fmt: skip
-    proc = subprocess.run(command, capture_output=True, text=True, timeout=300)
-    error, peak_kib = proc.stderr.splitlines()
-    assert proc.returncode == 2 and error == (
-        f"stackwalk: error: {bomb}: zstd-compressed file decompresses to more than "
-        f"{64 << 20} bytes (the limit on a core's size)"
-    )
-    # Far less than the 4 GiB an unbounded decompression holds (64 MiB is held, plus the
-    # interpreter and the decoder; the peak varies, some 90-330 MiB seen here).
-    assert int(peak_kib) < 1 << 20
+def bomb(tool: str, directory: Path, head: bytes = b"", gib: int = 3) -> Path:
+    """A decompression bomb made by the real tool: ``gib`` GiB of zeros after ``head``, as one
+    compressed member (stream, frame) of ``head`` then one of a MiB of zeros over and over
+    (each tool reads concatenated members as one file)."""
+    zeros = subprocess.run(COMPRESSORS[tool], input=bytes(1 << 20), capture_output=True,
+                           check=True).stdout  # fmt: skip
+    path = directory / f"bomb.{tool}"
+    with open(path, "wb") as out:
+        if head:
+            out.write(subprocess.run(COMPRESSORS[tool], input=head, capture_output=True,
+                                     check=True).stdout)  # fmt: skip
+        out.write(zeros * (gib << 10))
+    return path
+
+
+# An address-space limit no decompressed bomb fits in (the old decoders' buffers grew to the
+# 8 GiB default limit and aborted: "memory allocation of 4294967296 bytes failed").
+ADDRESS_SPACE = 1536 << 20
+
+
+def limited(*args: str) -> subprocess.CompletedProcess[str]:
+    """``stackwalk ARGS`` under ``prlimit --as`` (ADDRESS_SPACE)."""
+    command = ["prlimit", f"--as={ADDRESS_SPACE}", sys.executable, "-m", "stackwalk", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("tool", sorted(COMPRESSORS))
+def test_a_bomb_is_one_error_in_bounded_memory(tool: str, tmp_path: Path) -> None:
+    """3 GiB of zeros, with the default --max-core-size (8 GiB), under a 1.5 GiB address-space
+    limit: the decompressed bytes go to a temporary file (holes, for zeros), not to memory, and
+    the first megabyte, not an ELF core's, stops it -- one error line, exit 2."""
+    path = bomb(tool, tmp_path)
+    proc = limited("core", str(path))
+    one_error_line(proc, f"{path}: {tool}-compressed file does not hold an ELF core")
+
+
+@pytest.mark.parametrize("tool", sorted(COMPRESSORS))
+def test_a_bomb_behind_a_cores_headers_stops_at_the_cores_size(
+    tool: str, cores: Cores, tmp_path: Path
+) -> None:
+    """A real core's bytes, then 1 GiB of zeros, under the address-space limit: decompressed
+    no further than the size the core's own headers give (its segments' and notes' end)."""
+    made = cores("deep")
+    core = made.path.read_bytes()
+    path = bomb(tool, tmp_path, head=core, gib=1)
+    proc = limited("core", str(path))
+    one_error_line(proc, f"{path}: {tool}-compressed file decompresses to more than the "
+                         f"{len(core)} bytes its core's own headers describe")  # fmt: skip
+
+
+def test_a_bomb_in_a_spool_is_one_failed_entry(cores: Cores, tmp_path: Path) -> None:
+    """triage of a spool holding a bomb and a real core, under the address-space limit: the
+    core is stored, the bomb is one file that is not a crash, named with why."""
+    made = cores("deep")
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    bomb("zstd", spool)
+    os.link(made.path, spool / "core.deep")
+    proc = limited("triage", str(spool), "--db", str(tmp_path / "store.sqlite"), "--jobs", "1")
+    no_traceback(proc)
+    assert proc.returncode == 0, proc.stderr
+    assert "1 crashes stored" in proc.stdout, proc.stdout
+    assert "does not hold an ELF core" in proc.stdout, proc.stdout
 
 
 def test_damaged_compressed_core(cores: Cores, tmp_path: Path) -> None:

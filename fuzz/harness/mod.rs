@@ -8,6 +8,7 @@
 pub mod breakpad;
 pub mod cfi;
 pub mod corefile;
+pub mod decompress;
 pub mod lines;
 pub mod minidump;
 pub mod perf;

@@ -28,7 +28,7 @@ use std::sync::Arc;
 use crate::arch::Arch;
 use crate::memory::{Buffer, Data, Memory, Segment, SegmentMemory};
 
-pub use compressed::{Compression, DecompressError};
+pub use compressed::{decompress, Compression, DecompressError};
 pub use linkmap::{LinkMapEntry, MAX_ENTRIES};
 pub use notes::{FileMapping, Notes, SigInfo, ThreadNotes};
 
@@ -244,7 +244,7 @@ impl CoreFile {
                 if data.is_empty() {
                     return Err(CoreError::NotElf);
                 }
-                CoreFile::from_data(Data::Owned(data))
+                CoreFile::from_data(data)
             }
         }
     }
@@ -356,6 +356,35 @@ pub fn initial_stack(arch: Arch, auxv: &BTreeMap<u64, u64>, memory: &SegmentMemo
         }
         count += 1;
         at = at.checked_sub(w)?;
+    }
+}
+
+/// What the first decompressed bytes of a compressed core say of it: an
+/// error where they are not an ELF core's, its size where its program
+/// headers are among them (the end of its last segment or note), None
+/// where they are too few to tell (or the headers lie past them).
+pub(crate) fn core_extent(head: &[u8]) -> Option<Result<u64, CoreError>> {
+    match read_headers(head, &mut Vec::new()) {
+        Ok((_, segments, notes)) => {
+            let loads = segments.iter().map(|s| s.offset.saturating_add(s.filesz));
+            let notes = notes.iter().map(|&(offset, size)| offset.saturating_add(size));
+            // The section headers, where a writer adds them (gdb's gcore, after
+            // the segments): e_shoff + e_shnum * e_shentsize.
+            let (shoff, shentsize, shnum) = match head[4] {
+                ELFCLASS64 => (le(head, 40, 8), le(head, 58, 2), le(head, 60, 2)),
+                _ => (le(head, 32, 4), le(head, 46, 2), le(head, 48, 2)),
+            };
+            let sections = shoff
+                .zip(shentsize)
+                .zip(shnum)
+                .map(|((off, size), n)| off.saturating_add(size.saturating_mul(n.max(1))));
+            let ends = loads.chain(notes).chain(sections.filter(|_| shoff != Some(0)));
+            Some(Ok(ends.max().unwrap_or(head.len() as u64)))
+        }
+        Err(CoreError::TruncatedHeader)
+        | Err(CoreError::TruncatedProgramHeaders(_))
+        | Err(CoreError::TruncatedSectionHeader(_)) => None,
+        Err(e) => Some(Err(e)),
     }
 }
 

@@ -86,6 +86,11 @@ fn core() {
 }
 
 #[test]
+fn decompress() {
+    run_all("decompress", harness::decompress::run);
+}
+
+#[test]
 fn minidump() {
     run_all("minidump", harness::minidump::run);
 }

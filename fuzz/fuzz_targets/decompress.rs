@@ -1,0 +1,8 @@
+//! The `decompress` fuzz target: see `harness/decompress.rs`, which
+//! `rust/tests/regressions.rs` also runs on every reproducer kept.
+#![no_main]
+
+#[path = "../harness/mod.rs"]
+mod harness;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| harness::decompress::run(data));
