@@ -477,6 +477,8 @@ class Disassembly:
     starts: frozenset[int]  # every instruction's address
     calls: Mapping[int, int | None]  # address after a call -> its target (None: indirect)
     indirect_jumps: frozenset[int]  # x86's jmp *..., aarch64's br: where tail calls may be
+    # objdump's labels: the symbols, and the PLT entries it names itself (printf@plt)
+    labels: Mapping[str, frozenset[int]]
 
 
 @functools.cache
@@ -488,8 +490,11 @@ def disassembly(path: str, objdump: str = "objdump") -> Disassembly:
     starts: set[int] = set()
     indirect_jumps: set[int] = set()
     calls: dict[int, int | None] = {}
+    labels: dict[str, set[int]] = {}
     call: tuple[int | None] | None = None  # the previous instruction's target, if a call
     for line in proc.stdout.splitlines():
+        if label := re.fullmatch(r"([0-9a-f]+) <(.+)>:", line):
+            labels.setdefault(label[2], set()).add(int(label[1], 16))
         match = re.match(r"\s+([0-9a-f]+):\t(\S+)\s*(\S*)", line)
         if not match:
             call = None  # a new section or function: not contiguous
@@ -504,7 +509,8 @@ def disassembly(path: str, objdump: str = "objdump") -> Disassembly:
         jump = match[2] in ("jmp", "jmpq") and match[3].startswith("*")
         if jump or match[2] == "br" or (match[2] == "notrack" and match[3] == "jmp"):
             indirect_jumps.add(address)
-    return Disassembly(frozenset(starts), calls, frozenset(indirect_jumps))
+    named = {name: frozenset(values) for name, values in labels.items()}
+    return Disassembly(frozenset(starts), calls, frozenset(indirect_jumps), named)
 
 
 def call_chain_problems(
@@ -533,7 +539,10 @@ def call_chain_problems(
         if targets_in is not None and os.path.realpath(callee["module"] or "") != targets_in:
             continue
         if target is not None and callee["module"] == caller["module"]:
-            if target not in symbol_values(caller["module"], callee["function"] or ""):
+            name = callee["function"] or ""
+            # A PLT entry (printf@plt) is no ELF symbol: objdump names it.
+            plt = disassembly(caller["module"], objdump).labels.get(name, frozenset())
+            if target not in symbol_values(caller["module"], name) | plt:
                 problems.append(f"{where}: calls {target:#x}, not {callee['function']}")
     return problems
 
