@@ -10,12 +10,16 @@
 //! offline). A file a server does not have (404, or any answer but 200 and
 //! a server error) is remembered for the rest of the process and not asked
 //! for again; a server that does not answer (refused, timed out, 5xx) is
-//! skipped for the rest of the process, and said so once.
+//! skipped for the rest of the process, and said so once. The files of one
+//! input are fetched [`debuginfod::PARALLEL`] at once, all within one
+//! deadline (`DEBUGINFOD_MAXTIME`), and the cache trimmed as debuginfod's
+//! ([`debuginfod::trim_cache`]).
 
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+use std::time::Instant;
 
 use crate::debuginfod::{self, Config, GetError};
 
@@ -115,20 +119,43 @@ pub fn fetch(
     debug_id: &str,
     offline: bool,
 ) -> Fetched {
+    fetch_by(config, urls, name, debug_id, offline, Instant::now() + config.max_time)
+}
+
+/// [`fetch`] of each (name, debug id) of `modules`, several at once, all
+/// within one deadline; the answers in order.
+pub fn fetch_all(
+    config: &Config,
+    urls: &[String],
+    modules: &[(String, String)],
+    offline: bool,
+) -> Vec<Fetched> {
+    let deadline = Instant::now() + config.max_time;
+    debuginfod::at_once(modules, |(name, id)| fetch_by(config, urls, name, id, offline, deadline))
+}
+
+fn fetch_by(
+    config: &Config,
+    urls: &[String],
+    name: &str,
+    debug_id: &str,
+    offline: bool,
+    deadline: Instant,
+) -> Fetched {
     let mut out = Fetched::default();
     let (Some(name), Some(id)) = (checked_name(name), checked_debug_id(debug_id)) else {
         return out;
     };
     let sym = sym_file_name(name);
     let entry = config.cache.as_deref().map(|c| cache_store(c).join(name).join(id).join(&sym));
-    if let Some(entry) = entry.as_ref().filter(|e| e.is_file()) {
-        out.path = Some(entry.clone());
+    let is_entry = |e: &PathBuf| std::fs::symlink_metadata(e).is_ok_and(|m| m.is_file());
+    if let Some(entry) = entry.as_ref().filter(|e| is_entry(e)) {
+        out.path = Some(debuginfod::used(entry.clone()));
         return out;
     }
     if offline || debuginfod::offline_from_env() {
         return out;
     }
-    let agent = debuginfod::agent(config);
     for server in urls {
         let base = server.trim_end_matches('/');
         if remembered(&DEAD, base) {
@@ -139,16 +166,20 @@ pub fn fetch(
             continue;
         }
         let dir = entry.as_deref().and_then(Path::parent);
-        match debuginfod::get(&agent, config, &url, dir, None) {
+        match debuginfod::get(config, &url, dir, None, deadline) {
             Ok(file) => {
                 if !is_sym_of(file.path(), id) {
                     remember(&NOT_THERE, &url);
                     out.warnings.push(format!("{url}: not the symbol file of {name} {id}"));
                     continue;
                 }
-                let kept = match &entry {
-                    Some(entry) => file.persist(entry).map(|()| entry.clone()),
-                    None => file.keep(),
+                let kept = match (&entry, &config.cache) {
+                    (Some(entry), Some(cache)) => file.persist(entry).map(|()| {
+                        let entry = debuginfod::used(entry.clone());
+                        debuginfod::trim_cache(cache, config.cache_max);
+                        entry
+                    }),
+                    _ => file.keep(),
                 };
                 match kept {
                     Ok(path) => out.path = Some(path),
@@ -175,7 +206,6 @@ pub fn fetch(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
 
     #[test]
     fn names_and_ids_are_checked_and_encoded() {
@@ -197,13 +227,8 @@ mod tests {
     fn a_dead_server_is_one_warning() {
         // A port nothing listens on: bound, then closed.
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let config = Config {
-            urls: Vec::new(),
-            cache: None,
-            timeout: Duration::from_secs(30),
-            max_time: None,
-            max_size: None,
-        };
+        let config =
+            Config { urls: Vec::new(), cache: None, ..Config::from_vars(crate::files::vars(&[])) };
         let urls = vec![format!("http://127.0.0.1:{port}/")];
         let first = fetch(&config, &urls, "libc.so.6", "ABCD0", false);
         assert_eq!(first.path, None);

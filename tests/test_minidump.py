@@ -30,6 +30,7 @@ from corefiles import (
     stackwalk_core,
     stackwalk_minidump,
 )
+from hostile_http import files_from, held, hostile_server
 from minidumps import (
     DUMP_SPECS,
     DUMP_SYMS,
@@ -43,6 +44,7 @@ from minidumps import (
     thread_list_tids,
 )
 from perfdata import disassembly
+from stackwalk._core import MinidumpFile
 from stackwalk.minidump import Minidump, MinidumpError, Signal
 
 CASES = [*DUMP_SPECS, "snapshot"]
@@ -641,6 +643,31 @@ def test_symbols_url_fetches_into_a_cache(dumps: Dumps, tmp_path: Path) -> None:
         assert cached.read_bytes() == sym.read_bytes()
     # Offline, with nothing cached yet: no symbols, a stack without the .sym's CFI.
     assert offline.stdout and "crash_here" not in offline.stdout, offline.stderr
+
+
+def test_a_dumps_symbol_files_are_asked_for_at_once(dumps: Dumps, tmp_path: Path) -> None:
+    """The .sym files of a dump's modules are asked of a symbol server together (8 at most), not
+    one after another: a server that answers only once it holds them all at once gives the
+    frames the store on disk gives, each file asked for once."""
+    made, files = dumps.with_own_libraries(SPECS["deep"])
+    store = tmp_path / "store"
+    for file in files:
+        symbol_store(file, store)
+    # Every module's but the vdso's (its image is in the dump).
+    listed = MinidumpFile(str(made.path)).modules
+    keys = {(m["debug_file"], m["debug_id"]) for m in listed if "vdso" not in m["name"]}
+    wanted = min(len(keys), 8)
+    assert wanted >= 3, keys
+
+    env = {**os.environ, "DEBUGINFOD_CACHE_PATH": str(tmp_path / "cache")}
+    with hidden(files), hostile_server(held(wanted, files_from(store))) as (url, state):
+        proc = run([sys.executable, "-m", "stackwalk", "minidump", "--json", made.path,
+                    "--symbols-url", url], env=env)  # fmt: skip
+        local = ours(made, "--symbols-path", str(store))
+    assert proc.returncode == 0, proc.stderr
+    assert state.most_open == wanted, (state.most_open, wanted)
+    assert len(state.paths) == len(set(state.paths)) == len(keys), state.paths
+    assert json.loads(proc.stdout)["threads"] == local["threads"]
 
 
 def test_a_dead_symbol_server_is_one_warning(dumps: Dumps, tmp_path: Path) -> None:

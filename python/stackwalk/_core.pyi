@@ -49,6 +49,7 @@ __all__ = [
     "debuginfod_fetch",
     "has_dwarf",
     "symbols_fetch",
+    "symbols_fetch_all",
     "TRUST_LEVELS",
     "END_REASONS",
     "MAX_JOBS",
@@ -393,6 +394,9 @@ def debuginfod_fetch(
 def symbols_fetch(
     urls: Sequence[str], name: str, debug_id: str, *, offline: bool = False
 ) -> tuple[str | None, list[str]]: ...
+def symbols_fetch_all(
+    urls: Sequence[str], modules: Sequence[tuple[str, str]], *, offline: bool = False
+) -> list[tuple[str | None, list[str]]]: ...
 def has_dwarf(path: str | PathLike[str], debug_root: str | PathLike[str] | None = None) -> bool: ...
 
 @final

@@ -23,9 +23,9 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from stackwalk._core import MinidumpFile, read_sym_file, symbols_fetch
+from stackwalk._core import MinidumpFile, read_sym_file, symbols_fetch, symbols_fetch_all
 from stackwalk._records import _ThreadNotes
-from stackwalk.core import Core, CoreModule, Identity, Signal, Thread
+from stackwalk.core import _AT_SYSINFO_EHDR, Core, CoreModule, Identity, Signal, Thread
 from stackwalk.errors import MinidumpError, StackwalkError
 
 TYPE_CHECKING = False
@@ -82,6 +82,8 @@ class Minidump(Core):
         self.symbols_url = tuple(symbols_url)
         self._offline = bool(options.get("offline", False))
         self._sym_files: dict[tuple[str, str], str | None] = {}
+        # Whether the servers were asked for every listed module's file (at the first asked).
+        self._servers_asked = False
         super().__init__(path, executable, **options)
 
     def _sym_file(self, module: CoreModule) -> str | None:
@@ -95,6 +97,11 @@ class Minidump(Core):
         if debug_id is None:
             return None
         key = (debug_file, debug_id)
+        if not self._servers_asked and self.symbols_url:
+            self._servers_asked = True
+            # Not the vdso's: its image is in the dump.
+            vdso = self._auxv.get(_AT_SYSINFO_EHDR)
+            self._fetch_sym_files([m for m in self._listed.values() if m["base"] != vdso])
         # Asked for when the module is placed (its STACK CFI) and when it is symbolized: once.
         if key not in self._sym_files:
             self._sym_files[key] = self._find_sym_file(*key)
@@ -105,14 +112,20 @@ class Minidump(Core):
         (``DEBUG_FILE/DEBUG_ID/NAME.sym``, NAME the debug file's name without a ``.pdb``): in
         the local stores, else from the symbol servers (through their cache). One that cannot
         be read is a warning, and none."""
-        name = sym_file_name(debug_file)
-        paths = (os.path.join(store, debug_file, debug_id, name) for store in self.symbols_path)
-        path = next((p for p in paths if os.path.isfile(p)), None)
+        path = self._stored_sym_file(debug_file, debug_id)
         if path is None and self.symbols_url:
             path, warnings = symbols_fetch(
                 self.symbols_url, debug_file, debug_id, offline=self._offline
             )
             self.warnings.extend(warnings)
+        return self._readable_sym_file(path, debug_id)
+
+    def _stored_sym_file(self, debug_file: str, debug_id: str) -> str | None:
+        name = sym_file_name(debug_file)
+        paths = (os.path.join(store, debug_file, debug_id, name) for store in self.symbols_path)
+        return next((p for p in paths if os.path.isfile(p)), None)
+
+    def _readable_sym_file(self, path: str | None, debug_id: str) -> str | None:
         if path is not None:
             try:
                 read_sym_file(path, debug_id)
@@ -120,6 +133,27 @@ class Minidump(Core):
                 self.warnings.append(f"symbol file not used: {e}")
                 return None
         return path
+
+    def _fetch_sym_files(self, modules: Sequence[_DumpModule]) -> None:
+        """The symbol files of the module list's modules that the local stores lack, asked of
+        the symbol servers all together: several at once, within one deadline for the dump
+        (``DEBUGINFOD_MAXTIME``), not one module after another."""
+        wanted: list[tuple[str, str]] = []
+        for m in modules:
+            debug_file, debug_id = m["debug_file"], m["debug_id"]
+            if not debug_file or not debug_id:
+                continue
+            key = (debug_file, debug_id)
+            if key not in self._sym_files and key not in wanted:
+                if self._stored_sym_file(*key) is None:
+                    wanted.append(key)
+        if not wanted:
+            return
+        for key, (path, warnings) in zip(
+            wanted, symbols_fetch_all(self.symbols_url, wanted, offline=self._offline), strict=True
+        ):
+            self.warnings.extend(warnings)
+            self._sym_files[key] = self._readable_sym_file(path, key[1])
 
     def _open_source(self, max_size: int | None) -> MinidumpFile:
         dump = MinidumpFile(self.path)

@@ -1,7 +1,7 @@
 //! The debuginfod client (`crate::debuginfod`) for the Python layer:
 //! `debuginfod_urls`, `debuginfod_fetch`, and `has_dwarf`, which tells
 //! whether a module's DWARF is at hand without it; and the Breakpad symbol
-//! server client (`crate::symserver`), `symbols_fetch`.
+//! server client (`crate::symserver`), `symbols_fetch` and `symbols_fetch_all`.
 
 use std::path::PathBuf;
 
@@ -84,4 +84,23 @@ pub(super) fn symbols_fetch(
     let config = Config::from_env();
     let found = py.detach(|| crate::symserver::fetch(&config, &urls, &name, &debug_id, offline));
     (found.path.map(|p| p.to_string_lossy().into_owned()), found.warnings)
+}
+
+/// [`symbols_fetch`] of each (name, debug id) of `modules`, several at once
+/// and all within one deadline (`DEBUGINFOD_MAXTIME`), without the GIL: a
+/// (path or None, warnings) for each, in order.
+#[pyfunction]
+#[pyo3(signature = (urls, modules, *, offline = false))]
+pub(super) fn symbols_fetch_all(
+    py: Python<'_>,
+    urls: Vec<String>,
+    modules: Vec<(String, String)>,
+    offline: bool,
+) -> Vec<(Option<String>, Vec<String>)> {
+    let config = Config::from_env();
+    let found = py.detach(|| crate::symserver::fetch_all(&config, &urls, &modules, offline));
+    found
+        .into_iter()
+        .map(|f| (f.path.map(|p| p.to_string_lossy().into_owned()), f.warnings))
+        .collect()
 }

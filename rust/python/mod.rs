@@ -114,5 +114,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(debuginfod::debuginfod_fetch, m)?)?;
     m.add_function(wrap_pyfunction!(debuginfod::has_dwarf, m)?)?;
     m.add_function(wrap_pyfunction!(debuginfod::symbols_fetch, m)?)?;
+    m.add_function(wrap_pyfunction!(debuginfod::symbols_fetch_all, m)?)?;
     Ok(())
 }
