@@ -184,7 +184,9 @@ pub(crate) fn is_real_dir(path: &Path) -> bool {
 /// its modification time made now, so that other processes' trimming
 /// removes it last (as the section cache's entries).
 pub(crate) fn used(path: PathBuf) -> PathBuf {
-    if let Ok(file) = std::fs::OpenOptions::new().append(true).open(&path) {
+    use std::os::unix::fs::OpenOptionsExt;
+    let open = std::fs::OpenOptions::new().append(true).custom_flags(libc::O_NOFOLLOW).open(&path);
+    if let Ok(file) = open {
         let _ = file.set_modified(SystemTime::now());
     }
     let mut kept = KEPT.lock().unwrap_or_else(|e| e.into_inner());

@@ -75,9 +75,26 @@ pub fn open_regular(path: &Path) -> io::Result<File> {
     if !file_type.is_file() {
         return Err(not_regular(file_type));
     }
+    open_checked(path, 0)
+}
+
+/// A cache's own entry at `path`, mapped as [`map`] maps a file, but
+/// neither the entry nor its directory may be a symbolic link: in a cache
+/// another user can write to, a link would make the entry any file.
+pub fn map_entry(path: &Path) -> io::Result<Data> {
+    let real_dir =
+        path.parent().is_some_and(|d| std::fs::symlink_metadata(d).is_ok_and(|m| m.is_dir()));
+    if !real_dir {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "a symbolic link for a directory"));
+    }
+    map_file(&open_checked(path, libc::O_NOFOLLOW)?).map(Data::Mapped)
+}
+
+/// `path` opened to read (with `flags` besides), refused unless a regular file.
+fn open_checked(path: &Path, flags: i32) -> io::Result<File> {
     // O_NONBLOCK: if a FIFO took the file's place since the stat, the open
     // returns at once and the fstat below refuses it.
-    let file = OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path)?;
+    let file = OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | flags).open(path)?;
     let file_type = file.metadata()?.file_type();
     if !file_type.is_file() {
         return Err(not_regular(file_type));

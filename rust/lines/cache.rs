@@ -232,6 +232,9 @@ impl SectionCache {
         use std::io::Write;
         let dir = entry.parent().unwrap_or(&self.dir);
         std::fs::create_dir_all(dir)?;
+        if !std::fs::symlink_metadata(dir)?.is_dir() {
+            return Err(std::io::Error::other("the entry's directory is a symbolic link"));
+        }
         let mut file = TempFile::new(dir)?;
         for part in parts {
             file.writer().write_all(part)?;
@@ -331,7 +334,7 @@ impl Blocks {
     /// holds `full` bytes after them (its blocks not checked yet); an entry
     /// that is not is removed.
     fn read(path: &Path, full: u64) -> Option<(SectionBytes, Blocks)> {
-        let data = crate::files::map(path).ok()?;
+        let data = crate::files::map_entry(path).ok()?;
         let Some((start, len, count)) = Self::header(&data, full) else {
             let _ = std::fs::remove_file(path);
             return None;
@@ -413,7 +416,7 @@ fn read_checked(
     start: usize,
     expected: impl FnOnce(&[u8]) -> Option<(u64, u32)>,
 ) -> Option<SectionBytes> {
-    let data = crate::files::map(path).ok()?;
+    let data = crate::files::map_entry(path).ok()?;
     let whole = data.get(start..).zip(expected(&data)).is_some_and(|(bytes, (len, adler))| {
         bytes.len() as u64 == len && zlib_rs::adler32::adler32(1, bytes) == adler
     });
@@ -428,7 +431,9 @@ fn read_checked(
 
 /// An entry marked used now: the last to go when the cache is trimmed.
 fn touch(path: &Path) {
-    if let Ok(file) = std::fs::File::options().write(true).open(path) {
+    use std::os::unix::fs::OpenOptionsExt;
+    let open = std::fs::File::options().write(true).custom_flags(libc::O_NOFOLLOW).open(path);
+    if let Ok(file) = open {
         let _ = file.set_modified(SystemTime::now());
     }
 }
@@ -522,6 +527,33 @@ mod tests {
     /// An entry's blocks are each checked once, when first read: a damaged
     /// one is found where it is read, not before; the whole entry checked
     /// finds it, and the section is decompressed (and stored) again.
+    #[test]
+    fn an_entry_behind_a_symbolic_link_is_neither_read_nor_written_through() {
+        let dir = std::env::temp_dir().join(format!("section-links-{}", std::process::id()));
+        let cache = SectionCache::at(&dir, DEFAULT_MAX);
+        let (plain, stream) = (section(7), zlib(&section(7)));
+        let full = plain.len() as u64;
+        let read = |id: &[u8]| cache.zlib(id, ".debug_info", &stream, full).expect("bytes");
+        read(b"\x07");
+        let stored = entries(&dir).pop().expect("stored");
+        // Another id's entry, a link to the good one: not mapped (decompressed, and stored
+        // in place of the link).
+        let other = dir.join("sections/08");
+        std::fs::create_dir_all(&other).unwrap();
+        let link = other.join(stored.file_name().unwrap());
+        std::os::unix::fs::symlink(&stored, &link).unwrap();
+        assert!(matches!(*read(b"\x08").data, Data::Owned(_)), "not read through the link");
+        assert!(!std::fs::symlink_metadata(&link).unwrap().is_symlink(), "replaced by an entry");
+        // An id's directory that is a link elsewhere: nothing read or written there.
+        let elsewhere = dir.join("elsewhere");
+        std::fs::create_dir_all(&elsewhere).unwrap();
+        std::fs::copy(&stored, elsewhere.join(stored.file_name().unwrap())).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, dir.join("sections/09")).unwrap();
+        assert!(matches!(*read(b"\x09").data, Data::Owned(_)));
+        assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 1, "nothing written there");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     #[test]
     fn blocks_checked_as_read() {
         let dir = std::env::temp_dir().join(format!("section-blocks-{}", std::process::id()));
