@@ -41,8 +41,8 @@ bench-rust: setup ## stackwalk's Rust unwind loop vs framehop, ns/frame on the s
 lint:            ## rustfmt, clippy -D warnings, ruff (lint and format), mypy --strict, stubtest
 	cargo fmt --check
 	cargo clippy --all-targets --features python -- -D warnings
-	$(PYTHON) -m ruff check python tests benches
-	$(PYTHON) -m ruff format --check python tests benches
+	$(PYTHON) -m ruff check python tests benches build_backend
+	$(PYTHON) -m ruff format --check python tests benches build_backend
 	$(PYTHON) -m mypy --strict python
 	$(PYTHON) -m mypy.stubtest stackwalk._core
 

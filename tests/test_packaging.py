@@ -1,0 +1,99 @@
+"""The package as users get it: the source distribution holds what git tracks and nothing else
+(an untracked dist/ with a wheel was packed once), building it without Rust stops at once with
+what is needed (maturin would fetch rustup instead), the `stackwalk` command is installed and
+runs, and the version is one: Cargo.toml's, the metadata's, the changelog's."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tarfile
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+HANG = 600
+
+
+@pytest.fixture(scope="module")
+def sdist(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``python -m build --sdist`` of the checkout, offline (maturin from the test extras)."""
+    out = tmp_path_factory.mktemp("sdist")
+    proc = subprocess.run(
+        [sys.executable, "-m", "build", "--sdist", "--no-isolation", "-o", str(out), str(ROOT)],
+        capture_output=True, text=True, timeout=HANG,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (path,) = out.glob("stackwalk-*.tar.gz")
+    return path
+
+
+def tracked() -> set[str]:
+    proc = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    return set(proc.stdout.splitlines())
+
+
+def test_the_sdist_holds_tracked_files_only(sdist: Path, tmp_path: Path) -> None:
+    """Every file of the sdist is one git tracks (or maturin's PKG-INFO), whatever lies untracked
+    in the checkout: a dist/ with a wheel in it is left out."""
+    with tarfile.open(sdist) as tar:
+        files = {m.name.split("/", 1)[1] for m in tar.getmembers() if m.isfile()}
+    assert files - tracked() <= {"PKG-INFO"}, sorted(files - tracked() - {"PKG-INFO"})
+    for needed in ("Cargo.toml", "Cargo.lock", "pyproject.toml", "rust/lib.rs", "LICENSE",
+                   "python/stackwalk/cli.py", "build_backend/stackwalk_build.py"):  # fmt: skip
+        assert needed in files, needed
+    assert not {n for n in files if n.startswith(("dist/", "target/", ".venv/"))}
+
+
+def without_cargo() -> dict[str, str]:
+    """The environment with no directory on PATH that holds cargo, and no rustup home."""
+    path = [d for d in os.environ["PATH"].split(os.pathsep) if not (Path(d) / "cargo").exists()]
+    env = {k: v for k, v in os.environ.items() if k not in ("CARGO_HOME", "RUSTUP_HOME")}
+    return {**env, "PATH": os.pathsep.join(path)}
+
+
+def test_without_rust_the_sdist_says_what_it_needs(sdist: Path, tmp_path: Path) -> None:
+    """pip building the sdist where there is no cargo: one message naming Rust and its minimum
+    version (Cargo.toml's rust-version), and no rustup fetched (maturin alone would)."""
+    rust = tomllib.loads((ROOT / "Cargo.toml").read_text())["package"]["rust-version"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+         "--disable-pip-version-check", "-w", str(tmp_path), str(sdist)],
+        capture_output=True, text=True, timeout=HANG, env=without_cargo(),
+    )  # fmt: skip
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out
+    assert f"building it from source needs Rust {rust} or newer (no cargo on PATH)" in out, out
+    assert "Rust not found, installing" not in out and not list(tmp_path.glob("*.whl"))
+
+
+def test_the_backend_knows_the_minimum_rust() -> None:
+    """The build backend's minimum is Cargo.toml's rust-version."""
+    rust = tomllib.loads((ROOT / "Cargo.toml").read_text())["package"]["rust-version"]
+    text = (ROOT / "build_backend" / "stackwalk_build.py").read_text()
+    (minimum,) = re.findall(r"MINIMUM_RUST = \((\d+), (\d+)\)", text)
+    assert ".".join(minimum) == rust
+
+
+def test_the_command_is_installed_and_runs() -> None:
+    """The environment's ``stackwalk`` command (an entry point pip writes, executable whatever
+    the sdist's file modes) runs and says the package's version."""
+    from importlib.metadata import version
+
+    command = Path(sys.executable).parent / "stackwalk"
+    assert os.access(command, os.X_OK), command
+    proc = subprocess.run([str(command), "--version"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["stackwalk", version("stackwalk")], proc.stdout
+
+
+def test_the_changelog_names_the_version() -> None:
+    """CHANGELOG.md's newest heading is Cargo.toml's version."""
+    cargo = tomllib.loads((ROOT / "Cargo.toml").read_text())["package"]["version"]
+    headings = re.findall(r"^## (\S+)", (ROOT / "CHANGELOG.md").read_text(), re.MULTILINE)
+    assert headings and headings[0] == cargo, headings
