@@ -494,7 +494,7 @@ def test_peak_memory_is_flat(benchmark: Any, recordings: dict[str, Path]) -> Non
     # Whatever the length, up to about 10 MiB of the file is mapped ahead of the reading, two
     # batches of samples (about 4.5 MiB each) and the records of the last two rounds are held,
     # and up to 8 MiB of pages wait to be dropped: on a quiet machine the peaks differ by a few
-    # MiB (the figures above; the README's table). How much is mapped at the peak varies with
+    # MiB (the figures above; docs/speed.md's table). How much is mapped at the peak varies with
     # the machine's load (a descheduled reader, page cache under pressure), so the test asks
     # only what no load changes: the longer recordings hold no share of their extra length --
     # less than a quarter of it (a reader that kept what it read would hold all of it).

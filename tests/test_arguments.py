@@ -110,7 +110,7 @@ def test_plain_reading_is_argparses(argv: list[str]) -> None:
         assert plain == argparse_reading(argv), argv
 
 
-# The command lines of the README and the usual ones: all of them read plainly.
+# The command lines of docs/ and the usual ones: all of them read plainly.
 USUAL = [
     "perf perf.data",
     "perf perf.data --no-inline",

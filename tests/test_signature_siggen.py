@@ -9,7 +9,7 @@ Each name is given to both as a frame, in the form stackwalk's frames carry it (
 stackwalk's own demangler: Rust's alternate form, without its hash), alone and in stacks that
 exercise siggen's walk (prefixes joined, error machinery and bare addresses skipped, a libc
 frame without a symbol joined to its caller). The signatures must be siggen's for at least 99%
-of the names of each kind, and every difference must be one of those README.md lists ("Where
+of the names of each kind, and every difference must be one of those docs/triage.md lists ("Where
 stackwalk's signatures differ from siggen's"), each checked here for what it claims. glibc's
 per-CPU variants, which stackwalk names by their function on purpose (siggen keeps them), are
 checked against libc's own IFUNC symbols instead."""
@@ -259,7 +259,7 @@ def single(kind: str, name: str) -> tuple[str, str]:
     return one_frame(name, RUST_FILE if kind == "Rust" else None, kind == "MSVC")
 
 
-# -- the differences README.md lists, each checked for what it says --------------------------
+# -- the differences docs/triage.md lists, each checked for what it says ---------------------
 
 QUALIFIER_BEFORE_CLONE = re.compile(
     r"(?<=[)\s])(?:const|const ?&|&&?)(?=(?:\s*\[clone [^]]*\])+\s*\Z)"
@@ -271,7 +271,7 @@ SHORT_RUST_HASH = re.compile(r"::h[0-9a-fA-F]{1,15}\Z")
 
 def reason(kind: str, name: str, ours: str, theirs: str) -> str:
     """Why stackwalk's signature of ``name`` differs from siggen's, checked: one of the reasons
-    of README.md, or "unexplained"."""
+    of docs/triage.md, or "unexplained"."""
     if match := QUALIFIER_BEFORE_CLONE.search(name):
         # siggen names "f(int) const [clone .cold]" "const"; stackwalk drops the qualifier, and
         # then names it as siggen names "f(int) [clone .cold]".

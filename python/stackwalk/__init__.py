@@ -4,11 +4,12 @@
     uw.add_module("/usr/lib/x86_64-linux-gnu/libc.so.6", bias=0x7f0000000000)
     trace = uw.unwind(regs, [(rsp, stack_bytes)])
 
-``stackwalk.baseline`` has the same API in pure Python; ``stackwalk.Core``
+``stackwalk.Symbolizer(uw.modules).frame_dicts(trace)`` names the frames (function, module,
+file, line). ``stackwalk.baseline`` has the same API in pure Python; ``stackwalk.Core``
 reads ELF core files, ``stackwalk.Minidump`` minidumps.
 """
 
-from stackwalk._core import __version__
+from stackwalk._core import Symbolizer, __version__
 from stackwalk.errors import ArchError, CfiError, ElfError, MemoryReadError, StackwalkError
 from stackwalk.unwinder import (
     CRASH_STRATEGIES,
@@ -53,6 +54,7 @@ __all__ = [
     "Minidump",
     "MinidumpError",
     "Unwinder",
+    "Symbolizer",
     "Registers",
     "Trace",
     "Frame",

@@ -1,7 +1,7 @@
 """Crash signatures, the way crash-processing services group crashes (Socorro's rules, which
 its ``siggen`` library publishes, are the model, and its answers ours: the same signature of
-the same frames, on real names, but where README.md says why not): the crashing thread is walked
-from frame 0; the frames of the error machinery (``abort``, ``raise``, ``__assert_fail``,
+the same frames, on real names, but where docs/triage.md says why not): the crashing thread is
+walked from frame 0; the frames of the error machinery (``abort``, ``raise``, ``__assert_fail``,
 ``std::terminate``, ...) are skipped, as is a frame that is an address alone; "prefix" frames
 (allocators, ``memcpy``, ``strlen``, locks, ...) are joined, with `` | ``, to the first frame
 that is not one; names are normalized as siggen normalizes them (no parameters, template
@@ -170,9 +170,9 @@ def _read_rules(path: str | os.PathLike[str]) -> dict[str, Any]:
 #    space are one space, and a Rust legacy hash (``::h`` and 16 hex digits) goes.
 #
 # siggen's rules are followed letter for letter (its reading of ``operator<<`` as a template's
-# ``<``, which gives ``ns::operator<T>``, too), but for a few of its outcomes (README.md, "Where
-# stackwalk's signatures differ from siggen's"): a qualifier is dropped only as a word of its
-# own (siggen reads ``is_const`` as ``is_`` and a qualifier ``const``), and also before a clone
+# ``<``, which gives ``ns::operator<T>``, too), but for a few of its outcomes (docs/triage.md,
+# "Where stackwalk's signatures differ from siggen's"): a qualifier is dropped only as a word of
+# its own (siggen reads ``is_const`` as ``is_`` and a qualifier ``const``), and also before a clone
 # note, and ``volatile`` too (siggen names ``f() const [clone .cold]`` ``const`` and
 # ``f() volatile`` ``volatile``); a Rust trait impl is kept whether or not the frame has a
 # ``.rs`` source file (siggen keeps it only when it has one); and a Rust hash is ``::h`` and
