@@ -4,7 +4,7 @@
 PYTHON ?= .venv/bin/python
 export PYTHON
 
-.PHONY: setup setup-demo setup-bench build demo test test-rust test-python bench bench-rust lint fuzz
+.PHONY: setup setup-demo setup-bench build demo test test-rust test-python bench bench-rust lint fuzz wheels
 
 setup:            ## everything the tests need: system packages, reference tools, .venv with the package
 	.ci/setup test
@@ -29,6 +29,12 @@ test-rust:  # with no cache (STACKWALK_CACHE_DIR set and empty): the tests' file
 
 test-python:
 	$(PYTHON) -m pytest
+
+# maturin cross-links with zig (the ziglang package) for glibc 2.17 and for aarch64, no container;
+# tests/wheels.py builds, checks (auditwheel) and smoke-tests them in other CPythons' venvs.
+wheels: setup-demo ## manylinux2014 wheels (x86_64, aarch64) and a musllinux one in dist/, checked
+	$(PYTHON) -m pip install -q --disable-pip-version-check "maturin>=1.9,<2" "ziglang>=0.13,<0.18" "auditwheel>=6,<7"
+	$(PYTHON) tests/wheels.py dist
 
 bench: setup-bench ## run the benchmarks for real and print the ratios
 	$(PYTHON) -m pytest benches --benchmark-enable --benchmark-group-by=group -q
