@@ -16,7 +16,7 @@ setup-bench:      ## what the tests need, and samply (the perf benchmarks' refer
 	.ci/setup bench
 
 build:            ## rebuild the Rust core after changes
-	$(PYTHON) -m pip install -q --disable-pip-version-check -e .
+	$(PYTHON) -m pip install -q --disable-pip-version-check --no-build-isolation -e .
 	$(PYTHON) -m compileall -q python/stackwalk
 
 demo: setup-demo  ## build a sample program, stop it under gdb, unwind it, compare with gdb

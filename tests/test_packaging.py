@@ -97,3 +97,46 @@ def test_the_changelog_names_the_version() -> None:
     cargo = tomllib.loads((ROOT / "Cargo.toml").read_text())["package"]["version"]
     headings = re.findall(r"^## (\S+)", (ROOT / "CHANGELOG.md").read_text(), re.MULTILINE)
     assert headings and headings[0] == cargo, headings
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The checkout's wheel as pip builds it with this environment's maturin, no isolation: the
+    release build the editable install left in target/ is reused (seconds, not a build)."""
+    out = tmp_path_factory.mktemp("wheel")
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+         "--disable-pip-version-check", "-w", str(out), str(ROOT)],
+        capture_output=True, text=True, timeout=HANG * 2,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (path,) = out.glob("stackwalk-*.whl")
+    return path
+
+
+def test_the_wheel_runs_on_another_cpython_without_rust(wheel: Path, tmp_path: Path) -> None:
+    """The wheel installed into a fresh venv of every other CPython 3.11+ here (the one the
+    tests' setup builds, tests/build_cpython.sh, at least), with no Rust on PATH: `stackwalk
+    --version` names the package's version, and `stackwalk demo` builds a program, stops it
+    under gdb, unwinds it and agrees with gdb."""
+    from importlib.metadata import version
+
+    from wheels import other_pythons, without_rust
+
+    pythons = other_pythons()
+    assert pythons, "no CPython 3.11+ here but this one (make setup builds 3.13)"
+    for python in pythons:
+        venv = tmp_path / python.name
+        subprocess.run([str(python), "-m", "venv", str(venv)], check=True, timeout=HANG)
+        env = without_rust()
+        pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps",
+               "--disable-pip-version-check", str(wheel)]  # fmt: skip
+        installed = subprocess.run(pip, capture_output=True, text=True, env=env, timeout=HANG)
+        assert installed.returncode == 0, (python, installed.stderr)
+        command = str(venv / "bin" / "stackwalk")
+        said = subprocess.run([command, "--version"], capture_output=True, text=True, env=env)
+        assert said.stdout.split() == ["stackwalk", version("stackwalk")], (python, said)
+        demo = subprocess.run([command, "demo"], capture_output=True, text=True, env=env,
+                              cwd=tmp_path, timeout=HANG)  # fmt: skip
+        assert demo.returncode == 0, (python, demo.stdout, demo.stderr)
+        assert "end_of_stack" in demo.stdout, (python, demo.stdout)
