@@ -4,8 +4,12 @@ without a container; the shared object stripped. Each is checked by `auditwheel 
 x86_64 manylinux wheel is installed into a fresh venv of each other CPython 3.11+ this machine
 has (none of them the one that built it), with no Rust on PATH, and runs `stackwalk --version` and
 `stackwalk demo` (a program built, stopped under gdb, unwound and compared with gdb).
-auditwheel cannot read a musl wheel on a glibc machine (it looks for musl's libc and fails): that
-wheel's shared object is checked to need musl's libc.so alone, and is not run here.
+The aarch64 wheel runs under qemu-aarch64 in Debian's own aarch64 CPython (bookworm's 3.11,
+unpacked from Debian's archive into the cache with the libraries it needs, each package checked
+against the sha256 the archive's index gives): `--version`, and a public minidump read to the
+same JSON as the x86_64 wheel gives. auditwheel cannot read a musl wheel on a glibc machine (it
+looks for musl's libc and fails): that wheel's shared object is checked to need musl's libc.so
+alone, and is not run here (no musl CPython).
 
     python tests/wheels.py [OUT_DIR]      (default: dist/)
 
@@ -14,12 +18,15 @@ Prints one line per wheel and per check; exits 1 if any check failed.
 
 from __future__ import annotations
 
+import hashlib
+import lzma
 import os
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -64,6 +71,83 @@ def other_pythons() -> list[Path]:
         if probe.returncode == 0:
             found[version] = path
     return [found[v] for v in sorted(found, key=lambda v: int(v.split(".")[1]))]
+
+
+# Debian's aarch64 CPython and what it (and the wheel's shared object) load.
+ARM64_PACKAGES = ("python3.11-minimal", "libpython3.11-minimal", "libpython3.11-stdlib", "libc6",
+                  "libgcc-s1", "libexpat1", "zlib1g", "libffi8", "libbz2-1.0", "liblzma5",
+                  "libsqlite3-0", "libuuid1", "libssl3")  # fmt: skip
+CACHE = Path(os.environ.get("STACKWALK_CACHE", Path.home() / ".cache" / "stackwalk"))
+PUBLIC_DUMP = ROOT / "tests" / "data" / "rust-minidump" / "linux-mini.dmp"
+
+
+def debian_archive(suite: str) -> str:
+    """Debian's archive as this machine's apt reaches it: the first of its sources' repositories
+    that serves ``suite``."""
+    listed = ["apt-get", "indextargets", "--no-release-info", "--format", "$(REPO_URI)"]
+    uris = subprocess.run(listed, capture_output=True, text=True).stdout.split()
+    for uri in sorted(set(uris)):
+        try:
+            with urllib.request.urlopen(f"{uri.rstrip('/')}/dists/{suite}/Release", timeout=60):
+                return uri.rstrip("/")
+        except OSError:
+            continue
+    raise RuntimeError(f"no repository of apt's sources serves Debian's {suite}")
+
+
+def arm64_python() -> Path:
+    """bookworm's aarch64 python3.11, unpacked once into the cache (its root for qemu's -L)."""
+    root = CACHE / "arm64-python3.11"
+    python = root / "usr" / "bin" / "python3.11"
+    if python.exists():
+        return python
+    archive = debian_archive("bookworm")
+    with urllib.request.urlopen(f"{archive}/dists/bookworm/main/binary-arm64/Packages.xz",
+                                timeout=300) as response:  # fmt: skip
+        index = lzma.decompress(response.read()).decode()
+    entries = {}
+    for stanza in index.split("\n\n"):
+        fields = dict(re.findall(r"^(Package|Filename|SHA256): (\S+)$", stanza, re.MULTILINE))
+        if fields.get("Package") in ARM64_PACKAGES:
+            entries[fields["Package"]] = (fields["Filename"], fields["SHA256"])
+    work = Path(tempfile.mkdtemp(prefix="arm64-python-", dir=CACHE))
+    try:
+        for package in ARM64_PACKAGES:
+            filename, sha256 = entries[package]
+            with urllib.request.urlopen(f"{archive}/{filename}", timeout=300) as response:
+                deb = response.read()
+            if hashlib.sha256(deb).hexdigest() != sha256:
+                raise RuntimeError(f"{filename}: not the sha256 the index gives")
+            (work / "p.deb").write_bytes(deb)
+            subprocess.run(["dpkg-deb", "-x", str(work / "p.deb"), str(work / "root")], check=True)
+        (work / "root").rename(root)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return python
+
+
+def arm64_smoke(wheel: Path, x86_json: str) -> bool:
+    """The aarch64 wheel in Debian's aarch64 CPython under qemu-aarch64: --version, and the
+    public minidump read to the JSON the x86_64 wheel gives (``x86_json``)."""
+    qemu = shutil.which("qemu-aarch64")
+    if qemu is None:
+        step("  no qemu-aarch64 (Debian's qemu-user): the aarch64 wheel is not run")
+        return False
+    python = arm64_python()
+    root = python.parent.parent.parent
+    with tempfile.TemporaryDirectory() as site:
+        shutil.unpack_archive(wheel, site, format="zip")
+        env = {**without_rust(), "PYTHONPATH": site, "QEMU_LD_PREFIX": str(root)}
+        run = [qemu, "-L", str(root), str(python), "-m", "stackwalk"]
+        version = subprocess.run([*run, "--version"], capture_output=True, text=True, env=env)
+        dump = subprocess.run([*run, "minidump", "--json", str(PUBLIC_DUMP)], capture_output=True,
+                              text=True, env=env, timeout=600)  # fmt: skip
+    same = dump.stdout == x86_json and bool(x86_json)
+    step(f"  aarch64 python3.11 under qemu: {version.stdout.strip() or version.stderr[-300:]}; "
+         f"the public minidump's JSON {'the same as x86_64' if same else 'DIFFERS'}")  # fmt: skip
+    if not same:
+        step(f"  {dump.stderr.strip()[-600:]}")
+    return version.returncode == 0 and same
 
 
 def needs_musl_alone(wheel: Path) -> bool:
@@ -127,6 +211,14 @@ def main() -> int:
         step(f"  {wheel.name}: {size} KiB; {check}: {'ok' if called else 'NO'}")
         ok &= bool(called)
         wheels[target] = wheel
+    if "x86_64-unknown-linux-gnu" in wheels and "aarch64-unknown-linux-gnu" in wheels:
+        with tempfile.TemporaryDirectory() as site:
+            shutil.unpack_archive(wheels["x86_64-unknown-linux-gnu"], site, format="zip")
+            x86 = subprocess.run([sys.executable, "-m", "stackwalk", "minidump", "--json",
+                                  str(PUBLIC_DUMP)], capture_output=True, text=True,
+                                 env={**without_rust(), "PYTHONPATH": site})  # fmt: skip
+        step("smoke test of the aarch64 wheel")
+        ok &= arm64_smoke(wheels["aarch64-unknown-linux-gnu"], x86.stdout)
     if "x86_64-unknown-linux-gnu" in wheels:
         pythons = other_pythons()
         step(f"smoke test of the x86_64 wheel on {', '.join(p.name for p in pythons) or 'none'}")
