@@ -41,3 +41,22 @@ def test_first_example_runs_as_printed(tmp_path: Path) -> None:
         assert function in names, run.stdout
     assert names.index("sort_numbers") < names.index("recurse") < names.index("main"), run.stdout
     assert lines[-1].startswith("end_of_stack "), run.stdout
+
+
+def test_every_relative_link_of_the_docs_leads_to_a_file() -> None:
+    """README.md, CHANGELOG.md and docs/*.md link to each other and to the code by relative
+    paths: each must name a file or directory of the checkout (a page moved or renamed breaks
+    them), and none may be a bare #anchor (the pages were split from one: an anchor of the old
+    README leads nowhere now)."""
+    root = README.parent
+    pages = [README, root / "CHANGELOG.md", *sorted((root / "docs").glob("*.md"))]
+    broken = []
+    for page in pages:
+        text = page.read_text()
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if target.startswith(("http://", "https://")):
+                continue
+            path = target.split("#", 1)[0]
+            if not path or not (page.parent / path).exists():
+                broken.append(f"{page.relative_to(root)}: {target}")
+    assert not broken, broken
