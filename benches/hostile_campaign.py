@@ -26,26 +26,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "python"))
+sys.path[:0] = [str(ROOT / "python"), str(ROOT / "tests")]
+from corefiles import bomb  # noqa: E402
 from stackwalk.capture import capture  # noqa: E402
 
 LIMIT_SECONDS, LIMIT_RSS_KB = 20, 2 << 20
 ESCAPE = "\x1b]0;pwned\x07\x1b[2J"
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
-COMPRESSORS = {"zstd": ["zstd", "-q", "-c"], "xz": ["xz", "-c"], "lz4": ["lz4", "-q", "-c"],
-               "gzip": ["gzip", "-c"]}  # fmt: skip
-
-
-def bomb(tool: str, path: Path, head: bytes = b"", gib: int = 8) -> Path:
-    """``gib`` GiB of zeros after ``head``, as concatenated members made by the real tool."""
-    zeros = subprocess.run(COMPRESSORS[tool], input=bytes(1 << 20), capture_output=True,
-                           check=True).stdout  # fmt: skip
-    with open(path, "wb") as out:
-        if head:
-            out.write(subprocess.run(COMPRESSORS[tool], input=head, capture_output=True,
-                                     check=True).stdout)  # fmt: skip
-        out.write(zeros * (gib << 10))
-    return path
 
 
 class Trickle(BaseHTTPRequestHandler):
@@ -115,14 +102,14 @@ def main() -> int:
     core = work / "deep.core"
     capture([str(program)], "stop_here", env=env, core_path=core, timeout=60)
     results = []
-    for tool in COMPRESSORS:
-        results.append(run(f"{tool} bomb, 8 GiB", ["core", str(bomb(tool, work / f"b.{tool}"))]))
-        path = bomb(tool, work / f"h.{tool}", head=core.read_bytes(), gib=2)
+    for tool in ("zstd", "xz", "lz4", "gzip"):
+        results.append(run(f"{tool} bomb, 8 GiB", ["core", str(bomb(tool, work, gib=8))]))
+        path = bomb(tool, work, head=core.read_bytes(), gib=2)
         results.append(run(f"{tool} bomb behind a core's headers", ["core", str(path)]))
     spool = work / "spool"
     spool.mkdir()
     shutil.copy(core, spool / "core.1")
-    shutil.copy(work / "b.zstd", spool / "core.2.zst")
+    shutil.copy(bomb("zstd", work, gib=8), spool / "core.2.zst")
     store = str(work / "crashes.sqlite")
     results.append(run("triage: a bomb in a spool", ["triage", str(spool), "--db", store]))
     # Names: escapes in a core's name, bytes that are not UTF-8, a spool 1,100 deep.

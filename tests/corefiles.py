@@ -1138,3 +1138,23 @@ def stackwalk_core(*args: str | os.PathLike[str]) -> subprocess.CompletedProcess
 def stackwalk_minidump(*args: str | os.PathLike[str]) -> subprocess.CompletedProcess[str]:
     """``python -m stackwalk minidump ARGS`` in a process of its own."""
     return run([sys.executable, "-m", "stackwalk", "minidump", *args])
+
+
+# The compressors of the formats a compressed core may be in (systemd-coredump's and by hand).
+COMPRESSORS = {"zstd": ["zstd", "-q", "-c"], "gzip": ["gzip", "-c"], "xz": ["xz", "-c"],
+               "lz4": ["lz4", "-q", "-c"], "lz4-legacy": ["lz4", "-l", "-q", "-c"]}  # fmt: skip
+
+
+def bomb(tool: str, directory: Path, head: bytes = b"", gib: int = 3) -> Path:
+    """A decompression bomb made by the real tool: ``gib`` GiB of zeros after ``head``, as one
+    compressed member (stream, frame) of ``head`` then one of a MiB of zeros over and over
+    (each tool reads concatenated members as one file)."""
+    zeros = subprocess.run(COMPRESSORS[tool], input=bytes(1 << 20), capture_output=True,
+                           check=True).stdout  # fmt: skip
+    path = directory / f"bomb.{tool}"
+    with open(path, "wb") as out:
+        if head:
+            out.write(subprocess.run(COMPRESSORS[tool], input=head, capture_output=True,
+                                     check=True).stdout)  # fmt: skip
+        out.write(zeros * (gib << 10))
+    return path

@@ -26,6 +26,7 @@ import pytest
 from corefiles import (
     A64_CASES,
     AARCH64_SYSROOT,
+    COMPRESSORS,
     EU_STACK_CASES,
     EU_VDSO,
     I386_CASES,
@@ -34,6 +35,7 @@ from corefiles import (
     Cores,
     MadeCore,
     addr2line_function,
+    bomb,
     build_id_of,
     demangle,
     elf_symbols,
@@ -902,10 +904,6 @@ def test_snapshot_is_no_crash(case: str, cores: Cores) -> None:
     assert Core.open(made.path, made.executable).crashing_tid is None
 
 
-COMPRESSORS = {"zstd": ["zstd", "-q", "-c"], "gzip": ["gzip", "-c"], "xz": ["xz", "-c"],
-               "lz4": ["lz4", "-q", "-c"], "lz4-legacy": ["lz4", "-l", "-q", "-c"]}  # fmt: skip
-
-
 def compressed_copy(made: MadeCore, tool: str, directory: Path, name: str) -> Path:
     """The core compressed by the real tool, under ``name`` (whatever its suffix)."""
     path = directory / name
@@ -962,21 +960,6 @@ def test_compressed_core_over_the_limit(tool: str, cores: Cores, tmp_path: Path)
     one_error_line(over, f"{path}: {tool}-compressed file decompresses to more than {size - 1}")
     fits = _stackwalk(str(path), str(made.executable), "--max-core-size", str(size))
     assert fits.returncode == 0, fits.stderr
-
-
-def bomb(tool: str, directory: Path, head: bytes = b"", gib: int = 3) -> Path:
-    """A decompression bomb made by the real tool: ``gib`` GiB of zeros after ``head``, as one
-    compressed member (stream, frame) of ``head`` then one of a MiB of zeros over and over
-    (each tool reads concatenated members as one file)."""
-    zeros = subprocess.run(COMPRESSORS[tool], input=bytes(1 << 20), capture_output=True,
-                           check=True).stdout  # fmt: skip
-    path = directory / f"bomb.{tool}"
-    with open(path, "wb") as out:
-        if head:
-            out.write(subprocess.run(COMPRESSORS[tool], input=head, capture_output=True,
-                                     check=True).stdout)  # fmt: skip
-        out.write(zeros * (gib << 10))
-    return path
 
 
 # An address-space limit no decompressed bomb fits in (the old decoders' buffers grew to the
