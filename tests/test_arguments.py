@@ -160,20 +160,21 @@ def test_others_are_left_to_argparse(line: str) -> None:
 
 
 def _imports(*args: str) -> tuple[int, set[str]]:
-    """The installed ``stackwalk`` command run with ARGS: its exit status and every module it
-    imported (Python's -X importtime, by its environment variable)."""
-    script = Path(sys.executable).with_name("stackwalk")
+    """``python -m stackwalk`` run with ARGS: its exit status and every module it imported
+    (Python's -X importtime, by its environment variable). The command's own imports: the
+    wrapper pip writes for the installed ``stackwalk`` imports ``re`` itself, which is its
+    business."""
     env = {"PYTHONPROFILEIMPORTTIME": "1", "PATH": "/usr/bin:/bin"}
-    proc = subprocess.run([str(script), *args], capture_output=True, text=True, env=env,
-                          timeout=60)  # fmt: skip
+    proc = subprocess.run([sys.executable, "-m", "stackwalk", *args], capture_output=True,
+                          text=True, env=env, timeout=60)  # fmt: skip
     lines = [line for line in proc.stderr.splitlines() if line.startswith("import time:")]
     return proc.returncode, {line.rsplit("|", 1)[1].strip() for line in lines[1:]}
 
 
 def test_a_plain_command_line_imports_no_argparse(tmp_path: Path) -> None:
-    """The installed command (the wheel's own script: pip's generated ones import ``re``), on
-    a plain command line, imports neither argparse nor ``re`` (``enum``, with ``re``, is a few ms
-    of its own); an abbreviation is left to argparse, which reads it the same."""
+    """The command, on a plain command line, imports neither argparse nor ``re`` (``enum``,
+    with ``re``, is a few ms of its own): the plain reader reads it; an abbreviation is left to
+    argparse, which reads it the same."""
     missing = str(tmp_path / "missing.data")
     status, imported = _imports("perf", "--no-inline", missing)
     assert status == 2 and "stackwalk.cli" in imported
