@@ -5,9 +5,12 @@ wheel needs none of it."""
 
 from __future__ import annotations
 
+import inspect
+import os
 import re
 import shutil
 import subprocess
+import sys
 from typing import Any
 
 import maturin
@@ -36,10 +39,35 @@ def _check_rust() -> None:
         )
 
 
+# Cargo's features for an interpreter older than the stable ABI's 3.11 (Cargo.toml's `abi3`
+# feature, on by default): an extension for that interpreter alone.
+FOR_ONE_PYTHON = "--no-default-features --features python"
+
+
+def _for_this_python(settings: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The hook's config settings, with the build arguments an interpreter before 3.11 needs."""
+    if sys.version_info >= (3, 11):
+        return settings
+    settings = dict(settings or {})
+    given = settings.get("maturin.build-args", settings.get("build-args"))
+    if given is None:
+        given = os.environ.get("MATURIN_PEP517_ARGS", "")
+    if not isinstance(given, str):
+        given = " ".join(given)
+    settings["maturin.build-args"] = f"{given} {FOR_ONE_PYTHON}".strip()
+    return settings
+
+
 def _checked(hook: Any) -> Any:
+    signature = inspect.signature(hook)
+
     def run(*args: Any, **kwargs: Any) -> Any:
         _check_rust()
-        return hook(*args, **kwargs)
+        bound = signature.bind(*args, **kwargs)
+        if "config_settings" in signature.parameters:
+            settings = bound.arguments.get("config_settings")
+            bound.arguments["config_settings"] = _for_this_python(settings)
+        return hook(*bound.args, **bound.kwargs)
 
     run.__name__ = hook.__name__
     run.__doc__ = hook.__doc__

@@ -1,15 +1,17 @@
 """Build the wheels users install (`make wheels`): manylinux2014 (glibc 2.17) for x86_64 and
-aarch64, and musllinux_1_2 for x86_64, cross-linked by maturin with zig (the `ziglang` package),
-without a container; the shared object stripped. Each is checked by `auditwheel show`, and the
-x86_64 manylinux wheel is installed into a fresh venv of each other CPython 3.11+ this machine
-has (none of them the one that built it), with no Rust on PATH, and runs `stackwalk --version` and
-`stackwalk demo` (a program built, stopped under gdb, unwound and compared with gdb).
-The aarch64 wheel runs under qemu-aarch64 in Debian's own aarch64 CPython (bookworm's 3.11,
-unpacked from Debian's archive into the cache with the libraries it needs, each package checked
-against the sha256 the archive's index gives): `--version`, and a public minidump read to the
-same JSON as the x86_64 wheel gives. auditwheel cannot read a musl wheel on a glibc machine (it
-looks for musl's libc and fails): that wheel's shared object is checked to need musl's libc.so
-alone, and is not run here (no musl CPython).
+aarch64 and musllinux_1_2 for x86_64, each for CPython 3.11 and later (the stable ABI), and a
+manylinux2014 x86_64 wheel for CPython 3.10 (built by a 3.10 found here); cross-linked by
+maturin with zig (the `ziglang` package), without a container; the shared object stripped.
+Each is checked by `auditwheel show`. The x86_64 wheels are installed into a fresh venv of each
+other CPython here that they serve (3.10's into 3.10, the other into 3.11 and later, never the
+one that built them), with no Rust on PATH, and run `stackwalk --version` and `stackwalk demo`
+(a program built, stopped under gdb, unwound and compared with gdb). The aarch64 wheel runs
+under qemu-aarch64 in Debian's own aarch64 CPython (bookworm's 3.11, unpacked from Debian's
+archive into the cache with the libraries it needs, each package checked against the sha256
+the archive's index gives): `--version`, and a public minidump read to the same JSON as the
+x86_64 wheel gives. auditwheel cannot read a musl wheel on a glibc machine (it looks for musl's
+libc and fails): that wheel's shared object is checked to need musl's libc.so alone, and is not
+run here (no musl CPython).
 
     python tests/wheels.py [OUT_DIR]      (default: dist/)
 
@@ -30,12 +32,19 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-# (Rust target, maturin --compatibility, what auditwheel must call the wheel)
+# (name, Rust target, maturin --compatibility, what auditwheel must call it, cargo's features):
+# the abi3 wheels serve CPython 3.11 and later; 3.10's (the stable ABI has no buffer protocol
+# before 3.11) is an extension for 3.10 alone, built by a CPython 3.10 found here.
+ABI3_ONLY = ()
+FOR_ONE_PYTHON = ("--no-default-features", "--features", "python")
 BUILDS = [
-    ("x86_64-unknown-linux-gnu", "manylinux2014", r"manylinux_2_17_x86_64|manylinux2014_x86_64"),
-    ("aarch64-unknown-linux-gnu", "manylinux2014", r"manylinux_2_17_aarch64|manylinux2014_aarch64"),
-    ("x86_64-unknown-linux-musl", "musllinux_1_2", r"musllinux_1_2_x86_64"),
-]
+    ("x86_64", "x86_64-unknown-linux-gnu", "manylinux2014", r"manylinux_2_17_x86_64", ABI3_ONLY),
+    ("aarch64", "aarch64-unknown-linux-gnu", "manylinux2014", r"manylinux_2_17_aarch64",
+     ABI3_ONLY),
+    ("musl", "x86_64-unknown-linux-musl", "musllinux_1_2", r"musllinux_1_2_x86_64", ABI3_ONLY),
+    ("cp310", "x86_64-unknown-linux-gnu", "manylinux2014", r"manylinux_2_17_x86_64",
+     FOR_ONE_PYTHON),
+]  # fmt: skip
 
 
 def step(text: str) -> None:
@@ -48,15 +57,16 @@ def without_rust() -> dict[str, str]:
     return {**env, "PATH": os.pathsep.join(path)}
 
 
-def other_pythons() -> list[Path]:
-    """CPython interpreters of other versions than this one: on PATH (python3.N), pyenv's, and
-    the ones tests/build_cpython.sh builds into the cache."""
+def other_pythons(minors: range = range(11, 20)) -> list[Path]:
+    """CPython interpreters of ``minors`` (3.11 and later: the abi3 wheel's) but this one's
+    version: on PATH (python3.N), pyenv's, and the ones tests/build_cpython.sh builds into the
+    cache; each with venv and ensurepip."""
     mine = f"{sys.version_info.major}.{sys.version_info.minor}"
     found: dict[str, Path] = {}
     cache = Path(os.environ.get("STACKWALK_CACHE", Path.home() / ".cache" / "stackwalk"))
     candidates = [Path(p) for p in sorted(cache.glob("cpython-3.*/bin/python3.*"))]
     candidates += [Path(p) for p in sorted(Path.home().glob(".pyenv/versions/3.*/bin/python3.*"))]
-    for minor in range(11, 20):
+    for minor in minors:
         if which := shutil.which(f"python3.{minor}"):
             candidates.append(Path(which))
     for path in candidates:
@@ -64,8 +74,7 @@ def other_pythons() -> list[Path]:
         if match is None:
             continue
         version = match[1]
-        # The package's requires-python: 3.11 and later.
-        if int(match[2]) < 11 or version == mine or version in found:
+        if int(match[2]) not in minors or version == mine or version in found:
             continue
         probe = subprocess.run([str(path), "-c", "import venv, ensurepip"], capture_output=True)
         if probe.returncode == 0:
@@ -164,7 +173,7 @@ def smoke(wheel: Path, python: Path, work: Path) -> bool:
     venv = work / f"venv-{python.name}"
     env = without_rust()
     subprocess.run([str(python), "-m", "venv", str(venv)], check=True)
-    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps",
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q",
            "--disable-pip-version-check", str(wheel)]  # fmt: skip
     installed = subprocess.run(pip, capture_output=True, text=True, env=env)
     if installed.returncode != 0:
@@ -185,13 +194,20 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     ok = True
     wheels: dict[str, Path] = {}
-    for target, compatibility, expected in BUILDS:
+    for name, target, compatibility, expected, features in BUILDS:
         if shutil.which("rustup"):
             subprocess.run(["rustup", "target", "add", target], capture_output=True)
+        interpreter: list[str] = []
+        if features == FOR_ONE_PYTHON:
+            python310 = other_pythons(range(10, 11))
+            if not python310:
+                step("no CPython 3.10 here: its wheel is not built")
+                continue
+            interpreter = ["-i", str(python310[0])]
         cmd = [sys.executable, "-m", "maturin", "build", "--release", "--strip", "--zig",
                "--target", target, "--compatibility", compatibility, "-o", str(out),
-               "-m", str(ROOT / "Cargo.toml")]  # fmt: skip
-        step(f"building for {target} ({compatibility})")
+               "-m", str(ROOT / "Cargo.toml"), *interpreter, *features]  # fmt: skip
+        step(f"building {name} for {target} ({compatibility})")
         built = subprocess.run(cmd, capture_output=True, text=True)
         # maturin's last words: "Built wheel for abi3 Python ≥ 3.11 to PATH"
         said = re.findall(r"Built wheel .* to (\S+\.whl)", built.stdout + built.stderr)
@@ -210,24 +226,22 @@ def main() -> int:
         check = "needs musl's libc.so alone" if "musl" in target else f"auditwheel: {expected}"
         step(f"  {wheel.name}: {size} KiB; {check}: {'ok' if called else 'NO'}")
         ok &= bool(called)
-        wheels[target] = wheel
-    if "x86_64-unknown-linux-gnu" in wheels and "aarch64-unknown-linux-gnu" in wheels:
+        wheels[name] = wheel
+    if "x86_64" in wheels and "aarch64" in wheels:
         with tempfile.TemporaryDirectory() as site:
-            shutil.unpack_archive(wheels["x86_64-unknown-linux-gnu"], site, format="zip")
+            shutil.unpack_archive(wheels["x86_64"], site, format="zip")
             x86 = subprocess.run([sys.executable, "-m", "stackwalk", "minidump", "--json",
                                   str(PUBLIC_DUMP)], capture_output=True, text=True,
                                  env={**without_rust(), "PYTHONPATH": site})  # fmt: skip
         step("smoke test of the aarch64 wheel")
-        ok &= arm64_smoke(wheels["aarch64-unknown-linux-gnu"], x86.stdout)
-    if "x86_64-unknown-linux-gnu" in wheels:
-        pythons = other_pythons()
-        step(f"smoke test of the x86_64 wheel on {', '.join(p.name for p in pythons) or 'none'}")
-        if not pythons:
-            step("  no other CPython here")
-            ok = False
-        with tempfile.TemporaryDirectory() as work:
-            for python in pythons:
-                ok &= smoke(wheels["x86_64-unknown-linux-gnu"], python, Path(work))
+        ok &= arm64_smoke(wheels["aarch64"], x86.stdout)
+    checks = [(w, p) for w in ("x86_64",) if w in wheels for p in other_pythons()]
+    checks += [("cp310", p) for p in other_pythons(range(10, 11)) if "cp310" in wheels]
+    step(f"smoke tests: {', '.join(f'{w} on {p.name}' for w, p in checks) or 'none'}")
+    ok &= bool(checks)
+    with tempfile.TemporaryDirectory() as work:
+        for name, python in checks:
+            ok &= smoke(wheels[name], python, Path(work))
     return 0 if ok else 1
 
 

@@ -31,14 +31,14 @@ def _type_error(message: str) -> Exception:
 def _date(text: str) -> float:
     """An argparse type: a date (2026-11-24) or time (2026-11-24T10:00) as Unix seconds, UTC
     unless the text names a zone."""
-    from datetime import UTC, datetime
+    from datetime import datetime, timezone
 
     try:
         when = datetime.fromisoformat(text)
     except ValueError:
         raise _type_error(f"not a date: {text!r} (2026-11-24, ...)") from None
     if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
+        when = when.replace(tzinfo=timezone.utc)
     return when.timestamp()
 
 

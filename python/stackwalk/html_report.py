@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import html
 import json
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -70,11 +70,11 @@ def _text(text: str) -> str:
 
 
 def _day(t: float) -> str:
-    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d")
+    return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%d")
 
 
 def _time(t: float) -> str:
-    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M")
+    return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%d %H:%M")
 
 
 def _chart(per_day: dict[str, dict[str, int]], buckets: list[dict[str, Any]]) -> str:

@@ -147,10 +147,10 @@ def core_lines(doc: dict[str, Any], kind: str = "Core") -> list[str]:
 def report_lines(buckets: list[dict[str, Any]]) -> list[str]:
     """The text of ``stackwalk report``: each bucket's count, signature, sightings and builds,
     and its example crash's stack, names and paths escaped (``escape``)."""
-    from datetime import UTC, datetime
+    from datetime import datetime, timezone
 
     def day(t: float) -> str:
-        return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M")
+        return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%d %H:%M")
 
     lines = []
     for rank, b in enumerate(buckets, 1):

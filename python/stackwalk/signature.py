@@ -108,7 +108,12 @@ MAX_RULES_SIZE = 1 << 20
 def _read_rules(path: str | os.PathLike[str]) -> dict[str, Any]:
     """A rules file's lists, checked. It must be a regular file (a FIFO is refused, never
     waited on; a device is refused, never read) of at most MAX_RULES_SIZE bytes."""
-    import tomllib
+    import sys
+
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # the same parser, before it joined the standard library
+        import tomli as tomllib
 
     from stackwalk._files import read_input
     from stackwalk.errors import StackwalkError
