@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -115,16 +116,28 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_the_wheel_runs_on_another_cpython_without_rust(wheel: Path, tmp_path: Path) -> None:
-    """The wheel installed into a fresh venv of every other CPython 3.11+ here (the one the
-    tests' setup builds, tests/build_cpython.sh, at least), with no Rust on PATH: `stackwalk
-    --version` names the package's version, and `stackwalk demo` builds a program, stops it
-    under gdb, unwinds it and agrees with gdb."""
+    """The wheel installed into a fresh venv of every other CPython 3.11+ here (the 3.13 the
+    tests' setup builds, tests/build_cpython.sh, at least), or unpacked on the PYTHONPATH of one
+    that cannot make a venv (the setup's 3.14), with no Rust on PATH: `stackwalk --version`
+    names the package's version, and `stackwalk demo` builds a program, stops it under gdb,
+    unwinds it and agrees with gdb."""
     from importlib.metadata import version
 
-    from wheels import other_pythons, without_rust
+    from wheels import bare_pythons, other_pythons, without_rust
 
     pythons = other_pythons()
     assert pythons, "no CPython 3.11+ here but this one (make setup builds 3.13)"
+    # Debian sid's 3.14, which make setup unpacks without venv: the wheel on its PYTHONPATH.
+    for python in bare_pythons():
+        site = tmp_path / f"site-{python.name}"
+        shutil.unpack_archive(wheel, site, format="zip")
+        env = {**without_rust(), "PYTHONPATH": str(site)}
+        command = [str(python), "-m", "stackwalk"]
+        said = subprocess.run([*command, "--version"], capture_output=True, text=True, env=env)
+        assert said.stdout.split() == ["stackwalk", version("stackwalk")], (python, said)
+        demo = subprocess.run([*command, "demo"], capture_output=True, text=True, env=env,
+                              cwd=tmp_path, timeout=HANG)  # fmt: skip
+        assert demo.returncode == 0 and "end_of_stack" in demo.stdout, (python, demo)
     for python in pythons:
         venv = tmp_path / python.name
         subprocess.run([str(python), "-m", "venv", str(venv)], check=True, timeout=HANG)

@@ -168,6 +168,33 @@ def needs_musl_alone(wheel: Path) -> bool:
     return re.findall(r"\(NEEDED\)\s+Shared library: \[(.*?)\]", dynamic.stdout) == ["libc.so"]
 
 
+def bare_pythons() -> list[Path]:
+    """CPython 3.11+ interpreters here that cannot make a venv: Debian sid's 3.14, which
+    tests/build_cpython.sh unpacks without its venv module. A wheel is unpacked on their
+    PYTHONPATH instead."""
+    found = []
+    for path in sorted(CACHE.glob("cpython-3.*/usr/bin/python3.*")):
+        match = re.fullmatch(r"python3\.(\d+)", path.name)
+        if match and int(match[1]) >= 11 and os.access(path, os.X_OK):
+            found.append(path)
+    return found
+
+
+def smoke_unpacked(wheel: Path, python: Path, work: Path) -> bool:
+    """The wheel unpacked on ``python``'s PYTHONPATH, no Rust on PATH: --version and the demo."""
+    site = work / f"site-{python.name}"
+    shutil.unpack_archive(wheel, site, format="zip")
+    env = {**without_rust(), "PYTHONPATH": str(site)}
+    command = [str(python), "-m", "stackwalk"]
+    version = subprocess.run([*command, "--version"], capture_output=True, text=True, env=env)
+    demo = subprocess.run([*command, "demo"], capture_output=True, text=True, env=env, cwd=work,
+                          timeout=600)  # fmt: skip
+    last = (demo.stdout.strip().splitlines() or [demo.stderr.strip()])[-1]
+    step(f"  {python.name} (unpacked): {version.stdout.strip()}; demo exit {demo.returncode}: "
+         f"{last}")  # fmt: skip
+    return version.returncode == 0 and demo.returncode == 0
+
+
 def smoke(wheel: Path, python: Path, work: Path) -> bool:
     """The wheel in a fresh venv of ``python``, no Rust on PATH: --version and the demo."""
     venv = work / f"venv-{python.name}"
@@ -237,11 +264,16 @@ def main() -> int:
         ok &= arm64_smoke(wheels["aarch64"], x86.stdout)
     checks = [(w, p) for w in ("x86_64",) if w in wheels for p in other_pythons()]
     checks += [("cp310", p) for p in other_pythons(range(10, 11)) if "cp310" in wheels]
-    step(f"smoke tests: {', '.join(f'{w} on {p.name}' for w, p in checks) or 'none'}")
+    bare = bare_pythons() if "x86_64" in wheels else []
+    names = [f"{w} on {p.name}" for w, p in checks]
+    names += [f"x86_64 on {p.name} (unpacked)" for p in bare]
+    step(f"smoke tests: {', '.join(names) or 'none'}")
     ok &= bool(checks)
     with tempfile.TemporaryDirectory() as work:
         for name, python in checks:
             ok &= smoke(wheels[name], python, Path(work))
+        for python in bare:
+            ok &= smoke_unpacked(wheels["x86_64"], python, Path(work))
     return 0 if ok else 1
 
 
