@@ -51,6 +51,14 @@ def step(text: str) -> None:
     print(f"wheels: {text}", flush=True)
 
 
+def maturin_env() -> dict[str, str]:
+    """The environment for maturin: this interpreter's environment (the .venv, where ziglang is)
+    first on PATH, as if activated, for maturin finds zig as `python3 -m ziglang` by PATH."""
+    bin_dir = Path(sys.executable).parent
+    path = f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
+    return {**os.environ, "PATH": path, "VIRTUAL_ENV": str(bin_dir.parent)}
+
+
 def without_rust() -> dict[str, str]:
     path = [d for d in os.environ["PATH"].split(os.pathsep) if not (Path(d) / "cargo").exists()]
     env = {k: v for k, v in os.environ.items() if k not in ("CARGO_HOME", "RUSTUP_HOME")}
@@ -235,7 +243,7 @@ def main() -> int:
                "--target", target, "--compatibility", compatibility, "-o", str(out),
                "-m", str(ROOT / "Cargo.toml"), *interpreter, *features]  # fmt: skip
         step(f"building {name} for {target} ({compatibility})")
-        built = subprocess.run(cmd, capture_output=True, text=True)
+        built = subprocess.run(cmd, capture_output=True, text=True, env=maturin_env())
         # maturin's last words: "Built wheel for abi3 Python ≥ 3.11 to PATH"
         said = re.findall(r"Built wheel .* to (\S+\.whl)", built.stdout + built.stderr)
         if built.returncode != 0 or not said:
