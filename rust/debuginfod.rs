@@ -170,14 +170,9 @@ pub fn cached(build_id: &[u8], kind: Kind) -> Option<PathBuf> {
 
 fn cached_in(cache: &Path, build_id: &str, kind: Kind) -> Option<PathBuf> {
     let path = cache_entry(cache, build_id, kind);
-    is_real_dir(&cache.join(build_id)).then_some(())?;
+    crate::files::is_real_dir(&cache.join(build_id)).then_some(())?;
     let meta = std::fs::symlink_metadata(&path).ok()?;
     (meta.is_file() && meta.len() > 0).then(|| used(path))
-}
-
-/// Whether `path` is a directory itself, not a symbolic link to one.
-pub(crate) fn is_real_dir(path: &Path) -> bool {
-    std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir())
 }
 
 /// A cache entry `path`, used: kept from the trimming of this process, and
@@ -551,7 +546,7 @@ pub(crate) fn get(
         Some(dir) => {
             std::fs::create_dir_all(dir)
                 .map_err(|e| GetError::Other(format!("cannot make {}: {e}", dir.display())))?;
-            if !is_real_dir(dir) {
+            if !crate::files::is_real_dir(dir) {
                 return Err(GetError::Other(format!("{} is not a directory", dir.display())));
             }
             dir.to_owned()

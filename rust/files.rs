@@ -82,12 +82,15 @@ pub fn open_regular(path: &Path) -> io::Result<File> {
 /// neither the entry nor its directory may be a symbolic link: in a cache
 /// another user can write to, a link would make the entry any file.
 pub fn map_entry(path: &Path) -> io::Result<Data> {
-    let real_dir =
-        path.parent().is_some_and(|d| std::fs::symlink_metadata(d).is_ok_and(|m| m.is_dir()));
-    if !real_dir {
+    if !path.parent().is_some_and(is_real_dir) {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, "a symbolic link for a directory"));
     }
     map_file(&open_checked(path, libc::O_NOFOLLOW)?).map(Data::Mapped)
+}
+
+/// Whether `path` is a directory itself, not a symbolic link to one.
+pub fn is_real_dir(path: &Path) -> bool {
+    std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir())
 }
 
 /// `path` opened to read (with `flags` besides), refused unless a regular file.

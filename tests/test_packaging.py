@@ -15,6 +15,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from wheels import bare_pythons, other_pythons, without_rust
 
 ROOT = Path(__file__).resolve().parent.parent
 HANG = 600
@@ -51,13 +52,6 @@ def test_the_sdist_holds_tracked_files_only(sdist: Path, tmp_path: Path) -> None
     assert not {n for n in files if n.startswith(("dist/", "target/", ".venv/"))}
 
 
-def without_cargo() -> dict[str, str]:
-    """The environment with no directory on PATH that holds cargo, and no rustup home."""
-    path = [d for d in os.environ["PATH"].split(os.pathsep) if not (Path(d) / "cargo").exists()]
-    env = {k: v for k, v in os.environ.items() if k not in ("CARGO_HOME", "RUSTUP_HOME")}
-    return {**env, "PATH": os.pathsep.join(path)}
-
-
 def test_without_rust_the_sdist_says_what_it_needs(sdist: Path, tmp_path: Path) -> None:
     """pip building the sdist where there is no cargo: one message naming Rust and its minimum
     version (Cargo.toml's rust-version), and no rustup fetched (maturin alone would)."""
@@ -65,7 +59,7 @@ def test_without_rust_the_sdist_says_what_it_needs(sdist: Path, tmp_path: Path) 
     proc = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
          "--disable-pip-version-check", "-w", str(tmp_path), str(sdist)],
-        capture_output=True, text=True, timeout=HANG, env=without_cargo(),
+        capture_output=True, text=True, timeout=HANG, env=without_rust(),
     )  # fmt: skip
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out
@@ -122,8 +116,6 @@ def test_the_wheel_runs_on_another_cpython_without_rust(wheel: Path, tmp_path: P
     names the package's version, and `stackwalk demo` builds a program, stops it under gdb,
     unwinds it and agrees with gdb."""
     from importlib.metadata import version
-
-    from wheels import bare_pythons, other_pythons, without_rust
 
     pythons = other_pythons()
     assert pythons, "no CPython 3.11+ here but this one (make setup builds 3.13)"

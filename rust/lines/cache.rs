@@ -232,7 +232,7 @@ impl SectionCache {
         use std::io::Write;
         let dir = entry.parent().unwrap_or(&self.dir);
         std::fs::create_dir_all(dir)?;
-        if !std::fs::symlink_metadata(dir)?.is_dir() {
+        if !crate::files::is_real_dir(dir) {
             return Err(std::io::Error::other("the entry's directory is a symbolic link"));
         }
         let mut file = TempFile::new(dir)?;
