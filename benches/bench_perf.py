@@ -264,7 +264,7 @@ CACHE_ROUNDS = 5
 @pytest.mark.benchmark(group="perf-cache")
 def test_section_cache(benchmark: Any, recordings: dict[str, Path]) -> None:
     """`stackwalk perf --inline` on the 3k recording with libc6-dbg's decompressed debug
-    sections mapped from the cache (rust/lines/cache.rs, as every timed command here finds
+    sections mapped from the cache (rust/symbolize/lines/cache.rs, as every timed command here finds
     them) against the same command with no cache (`STACKWALK_CACHE_DIR=`: each decompressed
     as far as the units looked up need), in interleaved rounds: each round's ratio, the
     uncached time over the cached."""

@@ -15,7 +15,7 @@
 - lines: tests/programs/crash_inline.c (inlined helpers) and cxx.cpp built with ``-g -O2``,
   DWARF 5 and 4, their debug sections plain and compressed (``-gz``), and the compressed one
   with ``.debug_info`` claiming more bytes than its stream holds, which the partial reader
-  (``rust/lines/partial.rs``) takes a unit at a time;
+  (``rust/symbolize/lines/partial.rs``) takes a unit at a time;
 - breakpad: ``dump_syms``' ``.sym`` files of those programs (``FILE``, ``FUNC``, lines,
   ``INLINE``, ``PUBLIC``, ``STACK CFI``);
 - perfmap: perf maps as JITs write them (V8's names, CPython's ``-X perf`` trampolines, code

@@ -349,11 +349,11 @@ def test_damaged_nt_file(how: str, originals: dict[str, Path], tmp_path: Path) -
 def test_damaged_compressed_debug_file(damage: str, originals: dict[str, Path],
                                        tmp_path: Path) -> None:  # fmt: skip
     """libc's debug file (libc6-dbg: zlib-compressed sections; stackwalk decompresses
-    .debug_info only as far as the units looked up, found by .debug_aranges, and gives
-    addr2line a view of those units: rust/lines/partial.rs) damaged where that reading trusts
-    it: 4 KiB of .debug_info's stream zeroed halfway, .debug_aranges' stream garbled, and
-    .debug_info's compression header claiming 1 TiB. The four threads' stacks are the ones the
-    undamaged file gives (their CFI is libc's own .eh_frame): the damage costs lines at most,
+    .debug_info only as far as the units looked up, found by .debug_aranges, and gives addr2line a
+    view of those units: rust/symbolize/lines/partial.rs) damaged where that reading trusts it: 4
+    KiB of .debug_info's stream zeroed halfway, .debug_aranges' stream garbled, and .debug_info's
+    compression header claiming 1 TiB. The four threads' stacks are the ones the undamaged file
+    gives (their CFI is libc's own .eh_frame): the damage costs lines at most,
     never the command (exit 0, no panic)."""
     libc = str(Path("/lib/x86_64-linux-gnu/libc.so.6").resolve())
     debug, build_id = Path(symbol_file(libc)), build_id_of(libc)

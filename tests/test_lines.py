@@ -236,18 +236,18 @@ def libc_in_pieces_is_eu_addr2line(debug_root: str = "/usr/lib/debug") -> None:
 @pytest.mark.parametrize("cache", ["off", "cold", "warm", "damaged"])
 def test_a_compressed_debug_file_read_in_pieces_is_eu_addr2line(cache: str, tmp_path: Path) -> None:
     """libc6-dbg's sections are zlib-compressed, and stackwalk reads its .debug_info only at
-    the units looked up (rust/lines/partial.rs): addr2line is given a view of the section with
-    those units in place and the others left out, units needed later in views and contexts of
-    their own, and the whole section past 48 units. Functions from all over libc, looked up
-    out of order in batches in one symbolizer (a view, views of more units, then the whole), have
-    eu-addr2line's chains: functions, files and lines. So they do with the decompressed
-    sections cached by build id (rust/lines/cache.rs): a first process ("cold") decompresses
-    the large ones whole and stores them, the next ("warm") maps them (the entries it used are
-    touched, not written again); with no cache ("off"), the sections are decompressed as far
-    as the units need and nothing is stored. A cached `.debug_info` is checked block by block as
-    its units are read: one damaged in the middle ("damaged") is found when the lookups reach it
-    (here, where the whole section is given out): the lookups are still eu-addr2line's, read
-    from the stream instead, and the entry is removed, for the next process to make again. Each
+    the units looked up (rust/symbolize/lines/partial.rs): addr2line is given a view of the section
+    with those units in place and the others left out, units needed later in views and contexts of
+    their own, and the whole section past 48 units. Functions from all over libc, looked up out of
+    order in batches in one symbolizer (a view, views of more units, then the whole), have
+    eu-addr2line's chains: functions, files and lines. So they do with the decompressed sections
+    cached by build id (rust/symbolize/lines/cache.rs): a first process ("cold") decompresses the
+    large ones whole and stores them, the next ("warm") maps them (the entries it used are touched,
+    not written again); with no cache ("off"), the sections are decompressed as far as the units
+    need and nothing is stored. A cached `.debug_info` is checked block by block as its units are
+    read: one damaged in the middle ("damaged") is found when the lookups reach it (here, where the
+    whole section is given out): the lookups are still eu-addr2line's, read from the stream instead,
+    and the entry is removed, for the next process to make again. Each
     in a process of its own (the cache is set up once per process)."""
     env = {**os.environ, "STACKWALK_CACHE_DIR": "" if cache == "off" else str(tmp_path)}
     check = [sys.executable, "-c", "import test_lines; test_lines.libc_in_pieces_is_eu_addr2line()"]

@@ -1057,7 +1057,7 @@ def test_inline_frames_with_and_without_the_section_cache(
     """The inline frames (functions, files, lines: the --json --inline of the test above) are
     the same with the debug files' sections mapped from the cache (this session's, filled by
     the tests before) and with no cache, each looked up in a unit of `.debug_info`
-    decompressed only as far as it (rust/lines/partial.rs); --collapsed --inline too."""
+    decompressed only as far as it (rust/symbolize/lines/partial.rs); --collapsed --inline too."""
     recording = recordings(workload)
     for options, inlined in ((("--json", "--inline"), '"inline": true'),
                              (("--collapsed", "--inline"), "_[i]")):  # fmt: skip

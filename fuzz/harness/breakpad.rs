@@ -7,8 +7,8 @@
 //! unbounded allocation are not.
 
 use _core::arch::Arch;
-use _core::breakpad::BreakpadSymbols;
-use _core::memory::Data;
+use _core::source::memory::Data;
+use _core::symbolize::breakpad::BreakpadSymbols;
 
 /// The most addresses looked up per input.
 pub const MAX_LOOKUPS: usize = 256;

@@ -14,10 +14,10 @@
 
 use std::sync::Arc;
 
+use _core::arch::registers::Registers;
 use _core::arch::Arch;
-use _core::cfi::{CfaRule, Data, ModuleSections, RegRule, SectionInfo, UnwindInfo};
-use _core::expr;
-use _core::registers::Registers;
+use _core::unwind::cfi::{CfaRule, Data, ModuleSections, RegRule, SectionInfo, UnwindInfo};
+use _core::unwind::expr;
 use gimli::{
     CieOrFde, DebugFrame, EhFrame, EndianSlice, LittleEndian, UnwindContext, UnwindSection,
 };
@@ -124,11 +124,11 @@ pub fn run(data: &[u8]) -> usize {
         // input slice, one byte in, is not).
         let data = Arc::new(Data::Owned(rest.to_vec()));
         let rest: &[u8] = &data;
-        let _ = _core::elf::summarize(rest);
-        if let Ok(t) = _core::symbols::SymbolTable::from_elf(rest) {
+        let _ = _core::space::elf::summarize(rest);
+        if let Ok(t) = _core::symbolize::symbols::SymbolTable::from_elf(rest) {
             let _ = t.lookup(0x1000);
         }
-        let Ok(elf) = _core::elf::read_elf(rest) else { return 0 };
+        let Ok(elf) = _core::space::elf::read_elf(rest) else { return 0 };
         if let Some(df) = elf.sections.debug_frame {
             let start = df.file_offset as usize;
             if let Some(bytes) = rest.get(start..start.saturating_add(df.size as usize)) {

@@ -4,8 +4,8 @@
 //! notes give. Errors are fine; panics, hangs and unbounded allocation are
 //! not.
 
-use _core::corefile::CoreFile;
-use _core::memory::Data;
+use _core::source::corefile::CoreFile;
+use _core::source::memory::Data;
 
 pub fn run(data: &[u8]) {
     let Ok(core) = CoreFile::from_data(Data::Owned(data.to_vec())) else { return };
@@ -20,7 +20,7 @@ pub fn run(data: &[u8]) {
     for &address in addresses.iter().take(64) {
         let _ = core.string(address, 4096);
         let (entries, _) = core.link_map(address);
-        assert!(entries.len() <= 2 * _core::corefile::MAX_ENTRIES);
+        assert!(entries.len() <= 2 * _core::source::corefile::MAX_ENTRIES);
     }
     let _ = core.segments.iter().map(|s| s.end()).max();
 }

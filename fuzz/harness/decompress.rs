@@ -6,7 +6,7 @@
 //! a result is at most the limit, and the decoders' memory stays bounded
 //! (libFuzzer's -rss_limit_mb); errors are fine, panics and hangs are not.
 
-use _core::corefile::{decompress, Compression};
+use _core::source::corefile::{decompress, Compression};
 
 const KINDS: [Compression; 5] = [
     Compression::Zstd,

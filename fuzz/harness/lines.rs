@@ -1,7 +1,7 @@
 //! Arbitrary bytes as an ELF file with DWARF (seeded by `fuzz/seed.py` with
 //! small programs built with `-g`: their debug sections plain, compressed
 //! with zlib, and compressed with `.debug_info` claiming more than its stream
-//! holds, which sends it through the partial reader of `rust/lines/partial.rs`
+//! holds, which sends it through the partial reader of `rust/symbolize/lines/partial.rs`
 //! a unit at a time): the file's DWARF read as `stackwalk core` reads it, and
 //! the lines and inline chains looked up at its symbols' addresses and a
 //! spread of others, first prepared together (as a core's frames are), then
@@ -10,9 +10,9 @@
 
 use std::sync::Arc;
 
-use _core::lines::DebugInfo;
-use _core::memory::Data;
-use _core::symbols::SymbolTable;
+use _core::source::memory::Data;
+use _core::symbolize::lines::DebugInfo;
+use _core::symbolize::symbols::SymbolTable;
 
 /// The most addresses looked up per input.
 pub const MAX_LOOKUPS: usize = 96;

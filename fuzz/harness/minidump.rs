@@ -4,8 +4,8 @@
 //! address the streams give. Errors are fine; panics, hangs and unbounded
 //! allocation are not.
 
-use _core::memory::Data;
-use _core::minidump::MinidumpFile;
+use _core::source::memory::Data;
+use _core::source::minidump::MinidumpFile;
 
 pub fn run(data: &[u8]) {
     let Ok(dump) = MinidumpFile::from_data(Data::Owned(data.to_vec())) else { return };
@@ -20,6 +20,6 @@ pub fn run(data: &[u8]) {
     for &address in addresses.iter().take(64) {
         let _ = dump.string(address, 4096);
         let (entries, _) = dump.link_map(address);
-        assert!(entries.len() <= 2 * _core::corefile::MAX_ENTRIES);
+        assert!(entries.len() <= 2 * _core::source::corefile::MAX_ENTRIES);
     }
 }

@@ -5,7 +5,7 @@
 //! allocation are not.
 
 use _core::arch::Arch;
-use _core::perf::{sample_registers, Event, PerfFile};
+use _core::source::perf::{sample_registers, Event, PerfFile};
 
 pub fn run(data: &[u8]) {
     let Ok(mut file) = PerfFile::new(std::io::Cursor::new(data)) else { return };

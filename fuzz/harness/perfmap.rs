@@ -5,7 +5,7 @@
 //! Errors are fine; panics, hangs (a map of ranges under one another read
 //! in quadratic time) and unbounded allocation are not.
 
-use _core::perfmap::PerfMap;
+use _core::space::perfmap::PerfMap;
 
 /// The most addresses looked up per input.
 pub const MAX_LOOKUPS: usize = 256;
@@ -23,6 +23,6 @@ pub fn run(data: &[u8]) -> usize {
             }
         }
     }
-    assert!(map.len() <= 2 * _core::perfmap::MAX_ENTRIES + 1);
+    assert!(map.len() <= 2 * _core::space::perfmap::MAX_ENTRIES + 1);
     found
 }

@@ -15,11 +15,11 @@
 
 use std::sync::Arc;
 
+use _core::arch::registers::Registers;
 use _core::arch::NUM_REGS;
-use _core::cfi::{Data, Module, ModuleSections, SectionInfo};
-use _core::fallback::Strategy;
-use _core::memory::Regions;
-use _core::registers::Registers;
+use _core::source::memory::Regions;
+use _core::unwind::cfi::{Data, Module, ModuleSections, SectionInfo};
+use _core::unwind::fallback::Strategy;
 use _core::unwind::{stack_frame_bound, EndReason, ProcessFacts, ThreadStack, Unwinder};
 
 struct Reader<'a>(&'a [u8]);
@@ -62,7 +62,7 @@ pub fn run(data: &[u8]) {
     // An owned copy: the `object` crate reads ELF headers in place and wants
     // them aligned, as a mapped file or a Vec is (the input slice is not).
     let image = image.to_vec();
-    let (sections, range) = match _core::elf::read_elf(&image) {
+    let (sections, range) = match _core::space::elf::read_elf(&image) {
         Ok(elf) => (elf.sections, elf.range),
         Err(_) => {
             let eh = SectionInfo { file_offset: 0, size: image.len() as u64, address: 0x40_0000 };

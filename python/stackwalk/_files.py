@@ -5,7 +5,7 @@ writer, forever; a device may never end); an output (``report --html``, ``perf
 --flamegraph``, ``capture -o``) is written whole into a new file beside it, which then takes
 its name (a rename: a reader never sees half a file, a FIFO or a device at the name is never
 opened, and a failed run leaves what was there). The native core opens its inputs the same
-way (``rust/files.rs``, ``open_regular``)."""
+way (``rust/source/files.rs``, ``open_regular``)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Python frames among the native ones: the threads of a CPython interpreter read from a core's
-or a live process's memory (``stackwalk._core.python_threads``, ``rust/pyframes/``), and put
+or a live process's memory (``_core.python_threads``, ``rust/symbolize/pyframes/``), and put
 in each thread's native stack after the ``_PyEval_EvalFrameDefault`` call that runs them, as
 ``pystack`` shows them. CPython 3.10, 3.11 and 3.12 (their structure offsets built in), 3.13
 and 3.14 (their offsets read from the ``_Py_DebugOffsets`` table at the start of the target's

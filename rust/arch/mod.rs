@@ -1,6 +1,8 @@
 //! Architectures: DWARF register numbering, register names, and the ABI's
 //! default rule for registers the CFI says nothing about.
 
+pub mod registers;
+
 mod aarch64;
 mod i386;
 mod x86_64;

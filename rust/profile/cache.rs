@@ -1,7 +1,7 @@
 //! A worker's direct-mapped caches of formatted frame lines and of inline
 //! chains (its symbol lookups' is `crate::symbolize::SymbolCache`).
 
-use crate::lines::SourceFrame;
+use crate::symbolize::lines::SourceFrame;
 use crate::symbolize::{cache_slot, CACHE_SLOTS};
 
 use super::process::Process;

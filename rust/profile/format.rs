@@ -3,8 +3,8 @@
 
 use std::fmt::Write as _;
 
-use crate::lines::SourceFrame;
-use crate::perf::Sample;
+use crate::source::perf::Sample;
+use crate::symbolize::lines::SourceFrame;
 use crate::unwind::Frame;
 
 use crate::symbolize::{Location, SymbolCache};

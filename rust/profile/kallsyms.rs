@@ -5,8 +5,8 @@ use std::sync::{Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::UNIX_EPOCH;
 
-use crate::cfi::Data;
-use crate::lines::{SectionBytes, SectionCache};
+use crate::symbolize::lines::{SectionBytes, SectionCache};
+use crate::unwind::cfi::Data;
 
 /// One function symbol: its address, and the start and length of its name
 /// in the kallsyms text.
@@ -61,7 +61,7 @@ impl KernelSymbols {
     /// machine's `/proc/kallsyms`.
     pub(super) fn read(cached: Option<(PathBuf, Vec<u8>)>) -> Option<KernelSymbols> {
         let from_cache = cached.and_then(|(path, build_id)| {
-            let text = crate::debugfile::map(&path)?;
+            let text = crate::space::debugfile::map(&path)?;
             KernelSymbols::stored(SectionCache::from_env(), &path, &build_id, text)
         });
         from_cache.or_else(|| {
@@ -321,7 +321,7 @@ mod tests {
         std::fs::write(&path, &text).expect("written");
         let cache = SectionCache::at(&dir, 1 << 30);
         let read = || {
-            let data = crate::debugfile::map(&path).expect("mapped");
+            let data = crate::space::debugfile::map(&path).expect("mapped");
             KernelSymbols::stored(Some(&cache), &path, b"\x12\x34", data).expect("symbols")
         };
         let (made, stored) = (read(), read());

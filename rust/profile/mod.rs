@@ -29,12 +29,12 @@ use std::time::{Duration, Instant};
 use rayon::prelude::*;
 
 use crate::arch::Arch;
-use crate::cfi::Data;
-use crate::fallback::{Strategies, Strategy};
-use crate::perf::{
+use crate::source::perf::{
     Decoder, Event, PerfFile, PERF_RECORD_SAMPLE, PERF_SAMPLE_CALLCHAIN, PERF_SAMPLE_REGS_USER,
     PERF_SAMPLE_STACK_USER,
 };
+use crate::unwind::cfi::Data;
+use crate::unwind::fallback::{Strategies, Strategy};
 
 use kallsyms::KernelSymbolsLoader;
 use process::{own_vdso, FileInfo, JitMap, Process};
@@ -82,16 +82,16 @@ pub struct Options {
     /// Where the files of the recording that are not here (nor in perf's
     /// build-id cache) are fetched from by build id, before the samples
     /// are read, with their DWARF when `inline` (see
-    /// [`crate::debuginfod`]); None: nothing is fetched (debuginfod's
+    /// [`crate::space::debuginfod`]); None: nothing is fetched (debuginfod's
     /// cache is still read).
-    pub debuginfod: Option<crate::debuginfod::Config>,
+    pub debuginfod: Option<crate::space::debuginfod::Config>,
     /// Told how far those downloads are; dropped once they are over (a
     /// progress bar ends its line then).
     pub downloads: Option<DownloadsFn>,
 }
 
 /// A caller's report of debuginfod's downloads.
-pub type DownloadsFn = Box<dyn Fn(crate::debuginfod::Downloads) + Send + Sync>;
+pub type DownloadsFn = Box<dyn Fn(crate::space::debuginfod::Downloads) + Send + Sync>;
 
 impl std::fmt::Debug for Options {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -2,11 +2,11 @@
 
 use std::sync::Arc;
 
-use crate::cfi::{CodeSegment, Data, Module, UnwindInfo};
-use crate::modules::ModuleSet;
-use crate::perfmap::PerfMap;
+use crate::space::perfmap::PerfMap;
 use crate::space::Segment;
 use crate::symbolize::{Placed, Source, SymbolFile, Symbolizer};
+use crate::unwind::cfi::{CodeSegment, Data, Module, UnwindInfo};
+use crate::unwind::modules::ModuleSet;
 
 use super::{next_id, Profiler};
 
@@ -169,13 +169,13 @@ impl Profiler {
         let mut unwind = None;
         let mut loads = Vec::new();
         if let Some(data) = &data {
-            if let Ok(elf) = crate::elf::read_elf(data) {
+            if let Ok(elf) = crate::space::elf::read_elf(data) {
                 if elf.machine == self.arch.elf_machine() {
                     // No .debug_frame of its own: its separate debug file's,
                     // if there is one (.eh_frame may lack functions).
                     let debug = match elf.sections.debug_frame {
                         None if filename.starts_with(b"/") => {
-                            crate::debugfile::separate_debug_frame(
+                            crate::space::debugfile::separate_debug_frame(
                                 data,
                                 Some(&file_path),
                                 &self.options.debug_root,
@@ -190,7 +190,7 @@ impl Profiler {
                             .map(Arc::new);
                 }
             }
-            if let Ok(summary) = crate::elf::summarize(data) {
+            if let Ok(summary) = crate::space::elf::summarize(data) {
                 loads = summary.segments().collect();
             }
         }
@@ -218,8 +218,8 @@ impl Profiler {
     /// id; and, with inline frames and lines wanted, the DWARF of those
     /// without it here. Several downloads at once; each file no server
     /// gave is a warning, and its frames go without it.
-    pub(super) fn fetch_missing(&mut self, config: &crate::debuginfod::Config) {
-        use crate::debuginfod::Kind;
+    pub(super) fn fetch_missing(&mut self, config: &crate::space::debuginfod::Config) {
+        use crate::space::debuginfod::Kind;
         // The bar of the downloads is over with them: dropped on the way out.
         let downloads = self.options.downloads.take();
         let report = |d| {
@@ -246,7 +246,7 @@ impl Profiler {
         let wanted: Vec<usize> = (0..files.len()).filter(|&i| files[i].2.is_none()).collect();
         let requests: Vec<_> =
             wanted.iter().map(|&i| (files[i].1.clone(), Kind::Executable)).collect();
-        let answers = crate::debuginfod::fetch_all_reporting(config, &requests, &report);
+        let answers = crate::space::debuginfod::fetch_all_reporting(config, &requests, &report);
         for (&i, answer) in wanted.iter().zip(answers) {
             match answer {
                 Ok(path) => files[i].2 = Some(path),
@@ -265,14 +265,15 @@ impl Profiler {
         let without: Vec<usize> = (0..files.len())
             .filter(|&i| {
                 files[i].2.as_ref().is_some_and(|p| {
-                    crate::files::map(p)
-                        .is_ok_and(|d| !crate::lines::has_dwarf(&d, Some(p), Some(&root)))
+                    crate::source::files::map(p).is_ok_and(|d| {
+                        !crate::symbolize::lines::has_dwarf(&d, Some(p), Some(&root))
+                    })
                 })
             })
             .collect();
         let requests: Vec<_> =
             without.iter().map(|&i| (files[i].1.clone(), Kind::Debuginfo)).collect();
-        let answers = crate::debuginfod::fetch_all_reporting(config, &requests, &report);
+        let answers = crate::space::debuginfod::fetch_all_reporting(config, &requests, &report);
         for (&i, answer) in without.iter().zip(answers) {
             if let Err(e) = answer {
                 let name = &files[i].0;
@@ -286,9 +287,9 @@ impl Profiler {
 /// build than `want`, the build id the recording gives: then the build id it
 /// has. A file without a build id cannot be told apart, and is taken.
 fn recorded_file(path: &std::path::Path, want: Option<&[u8]>) -> Result<Option<Data>, Vec<u8>> {
-    let Ok(data) = crate::files::map(path) else { return Ok(None) };
+    let Ok(data) = crate::source::files::map(path) else { return Ok(None) };
     if let Some(want) = want {
-        let theirs = crate::elf::summarize(&data).ok().and_then(|s| s.build_id);
+        let theirs = crate::space::elf::summarize(&data).ok().and_then(|s| s.build_id);
         if let Some(theirs) = theirs.filter(|t| !same_build_id(want, t)) {
             return Err(theirs);
         }
@@ -299,8 +300,8 @@ fn recorded_file(path: &std::path::Path, want: Option<&[u8]>) -> Result<Option<D
 /// A file of build id `id` fetched before from debuginfod: its path in
 /// debuginfod's cache, and its bytes.
 fn debuginfod_cached(id: &[u8]) -> Option<(std::path::PathBuf, Data)> {
-    let path = crate::debuginfod::cached(id, crate::debuginfod::Kind::Executable)?;
-    let data = crate::files::map(&path).ok()?;
+    let path = crate::space::debuginfod::cached(id, crate::space::debuginfod::Kind::Executable)?;
+    let data = crate::source::files::map(&path).ok()?;
     Some((path, data))
 }
 
@@ -318,8 +319,8 @@ fn perf_cached(id: &[u8]) -> Option<(std::path::PathBuf, Data)> {
     let hex = hex(id);
     let dir = perf_buildid_dir()?.join(".build-id").join(hex.get(..2)?).join(hex.get(2..)?);
     let path = dir.join("elf");
-    let data = crate::files::map(&path).ok()?;
-    let theirs = crate::elf::summarize(&data).ok()?.build_id?;
+    let data = crate::source::files::map(&path).ok()?;
+    let theirs = crate::space::elf::summarize(&data).ok()?.build_id?;
     same_build_id(id, &theirs).then_some((path, data))
 }
 
@@ -343,6 +344,6 @@ pub(super) fn own_vdso(build_id: &[u8]) -> Option<Data> {
         (usize::from_str_radix(start, 16).ok()?, usize::from_str_radix(end, 16).ok()?);
     // SAFETY: the kernel maps the vdso readable for the life of the process.
     let image = unsafe { std::slice::from_raw_parts(start as *const u8, end.checked_sub(start)?) };
-    let ours = crate::elf::summarize(image).ok()?.build_id?;
+    let ours = crate::space::elf::summarize(image).ok()?.build_id?;
     same_build_id(build_id, &ours).then(|| Data::Owned(image.to_vec()))
 }

@@ -5,13 +5,13 @@ use std::cell::RefCell;
 use std::sync::{Arc, Mutex};
 
 use crate::arch::Arch;
-use crate::fallback::Strategies;
-use crate::memory::Buffer;
-use crate::perf::{
+use crate::source::memory::Buffer;
+use crate::source::perf::{
     sample_registers, Decoder, Event, Sample, Words, PERF_CONTEXT_HV, PERF_CONTEXT_KERNEL,
     PERF_CONTEXT_USER, PERF_RECORD_MISC_KERNEL, PERF_RECORD_MISC_USER, PERF_SAMPLE_REGS_ABI_NONE,
 };
 use crate::symbolize::SymbolCache;
+use crate::unwind::fallback::Strategies;
 use crate::unwind::{Frame, Trust, Unwinder};
 
 use super::cache::{LineCache, SourceCache};
@@ -221,7 +221,7 @@ pub(super) fn prefetch_sample(rec: &[u8]) {
 pub(super) fn user_registers(
     arch: Arch,
     s: &Sample<'_>,
-) -> Option<(u64, (crate::registers::Registers, u64))> {
+) -> Option<(u64, (crate::arch::registers::Registers, u64))> {
     if s.regs_abi == PERF_SAMPLE_REGS_ABI_NONE {
         return None;
     }

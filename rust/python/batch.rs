@@ -15,10 +15,10 @@ use pyo3::types::{PyBytes, PyMemoryView};
 
 use super::errors::guard;
 use super::unwinder::{extract_buffers_into, mapped_memory, shared_registers, HeldBytes, PyTrace};
+use crate::arch::registers::Registers;
 use crate::arch::Arch;
-use crate::memory::{Regions, SegmentMemory};
-use crate::modules::ModuleSet;
-use crate::registers::Registers;
+use crate::source::memory::{Regions, SegmentMemory};
+use crate::unwind::modules::ModuleSet;
 use crate::unwind::{End, Frame, Unwinder};
 
 /// What a thread found walking a chunk.

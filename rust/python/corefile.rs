@@ -1,4 +1,4 @@
-//! `CoreFile`: an ELF core file read by `crate::corefile`, as the Python
+//! `CoreFile`: an ELF core file read by `crate::source::corefile`, as the Python
 //! layer (`stackwalk.core`) takes it: plain values, the memory as a
 //! `MappedMemory` sharing the core's mapping.
 
@@ -11,8 +11,8 @@ use pyo3::types::{PyBytes, PyDict};
 
 use super::errors::CoreError;
 use super::memory::PyMappedMemory;
-use crate::corefile::{CoreFile, LinkMapEntry, DEFAULT_MAX_SIZE};
-use crate::memory::SegmentMemory;
+use crate::source::corefile::{CoreFile, LinkMapEntry, DEFAULT_MAX_SIZE};
+use crate::source::memory::SegmentMemory;
 
 /// A path or name read from the core, as Python names files: UTF-8, bytes
 /// that are not kept as surrogates (`os.fsdecode`).
@@ -243,7 +243,7 @@ impl PyCoreFile {
 }
 
 /// Stop every thread of the live process `pid` for as short a time as can
-/// be, copy its registers and memory, let it go (see `crate::process`):
+/// be, copy its registers and memory, let it go (see `crate::source::process`):
 /// (the copy, as a CoreFile held in memory; how long the process was
 /// stopped, in ns; [(a mapped path as /proc/PID/maps gives it, where that
 /// file can be read now)] for files deleted since they were mapped).
@@ -254,7 +254,7 @@ pub(super) fn snapshot_process(
     pid: i32,
 ) -> PyResult<(PyCoreFile, u64, Vec<(PathBuf, String)>)> {
     let snap = py
-        .detach(|| crate::process::snapshot(pid))
+        .detach(|| crate::source::process::snapshot(pid))
         .map_err(|e| super::errors::StackwalkError::new_err(e.to_string()))?;
     let paths = snap
         .file_paths

@@ -1,14 +1,14 @@
-//! The debuginfod client (`crate::debuginfod`) for the Python layer:
+//! The debuginfod client (`crate::space::debuginfod`) for the Python layer:
 //! `debuginfod_urls`, `debuginfod_fetch`, and `has_dwarf`, which tells
 //! whether a module's DWARF is at hand without it; and the Breakpad symbol
-//! server client (`crate::symserver`), `symbols_fetch` and `symbols_fetch_all`.
+//! server client (`crate::space::symserver`), `symbols_fetch` and `symbols_fetch_all`.
 
 use std::path::PathBuf;
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
-use crate::debuginfod::{Config, Kind};
+use crate::space::debuginfod::{Config, Kind};
 
 /// The servers `DEBUGINFOD_URLS` names, in order (none when it is unset or
 /// empty, or when `STACKWALK_OFFLINE` is set).
@@ -45,9 +45,9 @@ pub(super) fn debuginfod_fetch(
     let answers = py.detach(|| match after {
         Some(after) => {
             let bar = super::progress::DownloadBar::new(after);
-            crate::debuginfod::fetch_all_reporting(&config, &requests, &|d| bar.report(d))
+            crate::space::debuginfod::fetch_all_reporting(&config, &requests, &|d| bar.report(d))
         }
-        None => crate::debuginfod::fetch_all(&config, &requests),
+        None => crate::space::debuginfod::fetch_all(&config, &requests),
     });
     Ok(answers
         .into_iter()
@@ -64,13 +64,14 @@ pub(super) fn debuginfod_fetch(
 #[pyfunction]
 #[pyo3(signature = (path, debug_root = None))]
 pub(super) fn has_dwarf(path: PathBuf, debug_root: Option<PathBuf>) -> bool {
-    crate::files::map(&path)
-        .is_ok_and(|data| crate::lines::has_dwarf(&data, Some(&path), debug_root.as_deref()))
+    crate::source::files::map(&path).is_ok_and(|data| {
+        crate::symbolize::lines::has_dwarf(&data, Some(&path), debug_root.as_deref())
+    })
 }
 
 /// The Breakpad symbol file of module `name` (its file name) with debug id
 /// `debug_id` from the symbol servers `urls` (`URL/NAME/DEBUGID/NAME.sym`),
-/// through the cache (`crate::symserver`), without the GIL: (its path or
+/// through the cache (`crate::space::symserver`), without the GIL: (its path or
 /// None, what to warn about).
 #[pyfunction]
 #[pyo3(signature = (urls, name, debug_id, *, offline = false))]
@@ -82,7 +83,8 @@ pub(super) fn symbols_fetch(
     offline: bool,
 ) -> (Option<String>, Vec<String>) {
     let config = Config::from_env();
-    let found = py.detach(|| crate::symserver::fetch(&config, &urls, &name, &debug_id, offline));
+    let found =
+        py.detach(|| crate::space::symserver::fetch(&config, &urls, &name, &debug_id, offline));
     (found.path.map(|p| p.to_string_lossy().into_owned()), found.warnings)
 }
 
@@ -98,7 +100,7 @@ pub(super) fn symbols_fetch_all(
     offline: bool,
 ) -> Vec<(Option<String>, Vec<String>)> {
     let config = Config::from_env();
-    let found = py.detach(|| crate::symserver::fetch_all(&config, &urls, &modules, offline));
+    let found = py.detach(|| crate::space::symserver::fetch_all(&config, &urls, &modules, offline));
     found
         .into_iter()
         .map(|f| (f.path.map(|p| p.to_string_lossy().into_owned()), f.warnings))

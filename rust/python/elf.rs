@@ -1,5 +1,5 @@
 //! ELF facts for the Python layer: `elf_summary`, `elf_section_address`
-//! (`crate::elf`), and `place_mappings` (`crate::space`).
+//! (`crate::space::elf`), and `place_mappings` (`crate::space`).
 
 use std::path::PathBuf;
 
@@ -10,8 +10,8 @@ use pyo3::types::PyDict;
 use super::elf_bytes;
 use super::errors::ElfError;
 use crate::arch::Arch;
-use crate::elf::ElfSummary;
-use crate::files::FileCache;
+use crate::source::files::FileCache;
+use crate::space::elf::ElfSummary;
 
 fn machine_name(machine: u16) -> String {
     Arch::from_elf_machine(machine).map_or_else(|| machine.to_string(), |a| a.name().to_owned())
@@ -28,7 +28,8 @@ pub(super) fn elf_summary<'py>(
     let summary = match PyBuffer::<u8>::get(source) {
         Ok(buf) => {
             let data = buf.to_vec(py)?;
-            crate::elf::summarize(&data).map_err(|e| ElfError::new_err(format!("<image>: {e}")))?
+            crate::space::elf::summarize(&data)
+                .map_err(|e| ElfError::new_err(format!("<image>: {e}")))?
         }
         Err(_) => {
             // A file is summarized once per process while it is unchanged: a
@@ -37,8 +38,8 @@ pub(super) fn elf_summary<'py>(
             let path: PathBuf = source.extract()?;
             let name = path.to_string_lossy();
             let summary = SUMMARIES.get(&path, None, |file| {
-                let data = crate::files::map_file(file).map_err(|e| e.to_string())?;
-                crate::elf::summarize(&data).map_err(|e| e.to_string())
+                let data = crate::source::files::map_file(file).map_err(|e| e.to_string())?;
+                crate::space::elf::summarize(&data).map_err(|e| e.to_string())
             });
             summary
                 .map_err(|e| e.to_string())
@@ -76,7 +77,8 @@ pub(super) fn elf_summary<'py>(
 #[pyfunction]
 pub(super) fn elf_section_address(source: &Bound<'_, PyAny>, name: &str) -> PyResult<Option<u64>> {
     let (file, data) = elf_bytes(source)?;
-    crate::elf::section_address(&data, name).map_err(|e| ElfError::new_err(format!("{file}: {e}")))
+    crate::space::elf::section_address(&data, name)
+        .map_err(|e| ElfError::new_err(format!("{file}: {e}")))
 }
 
 /// Where the mappings of one ELF file place it (see `crate::space::place`):

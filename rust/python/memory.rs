@@ -1,4 +1,4 @@
-//! `MappedMemory`: `crate::memory`'s segment memory over a mapped file.
+//! `MappedMemory`: `crate::source::memory`'s segment memory over a mapped file.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -7,8 +7,8 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
 use super::errors::MemoryReadError;
-use crate::cfi::Data;
-use crate::memory::{Segment, SegmentMemory};
+use crate::source::memory::{Segment, SegmentMemory};
+use crate::unwind::cfi::Data;
 
 /// Memory made of a file's segments, mapped once and read in place: a core
 /// file's PT_LOADs. Pass it as the `memory` of `Unwinder.unwind`.
@@ -24,9 +24,9 @@ impl PyMappedMemory {
     #[new]
     fn new(path: PathBuf, segments: Vec<(u64, u64, u64)>) -> PyResult<Self> {
         let name = path.to_string_lossy().into_owned();
-        let file = crate::files::open_regular(&path)
+        let file = crate::source::files::open_regular(&path)
             .map_err(|e| MemoryReadError::new_err(format!("{name}: {e}")))?;
-        let map = crate::files::map_file(&file)
+        let map = crate::source::files::map_file(&file)
             .map_err(|e| MemoryReadError::new_err(format!("{name}: cannot map: {e}")))?;
         let segments: Vec<Segment> = segments
             .into_iter()

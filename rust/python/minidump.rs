@@ -1,4 +1,4 @@
-//! `MinidumpFile`: a minidump read by `crate::minidump`, with the interface
+//! `MinidumpFile`: a minidump read by `crate::source::minidump`, with the interface
 //! of `CoreFile` (`stackwalk.core` takes either as its source): threads and
 //! their registers, file mappings, process facts, the memory as a
 //! `MappedMemory` sharing the dump's mapping. A minidump has no `PT_LOAD`s:
@@ -14,7 +14,7 @@ use pyo3::types::{PyBytes, PyDict};
 use super::corefile::{image, link_map_objects, string_object, LinkMap, SigInfo};
 use super::errors::MinidumpError;
 use super::memory::PyMappedMemory;
-use crate::minidump::{MinidumpFile, DUMP_REQUESTED};
+use crate::source::minidump::{MinidumpFile, DUMP_REQUESTED};
 
 /// `p_flags` of a module of the module list, without a maps stream: code.
 const READ_EXECUTE: u32 = 5;
@@ -214,7 +214,7 @@ impl PyMinidumpFile {
     #[getter]
     fn initial_stack(&self) -> Option<u64> {
         let dump = &self.inner;
-        crate::corefile::initial_stack(dump.arch, &dump.auxv, &dump.memory)
+        crate::source::corefile::initial_stack(dump.arch, &dump.auxv, &dump.memory)
     }
 
     /// File mappings as NT_FILE's: (start, end, file offset, path), from the

@@ -26,7 +26,7 @@ mod symbols;
 mod trace;
 mod unwinder;
 
-use crate::cfi::Data;
+use crate::unwind::cfi::Data;
 use errors::{
     ArchError, CfiError, CoreError, ElfError, MemoryReadError, MinidumpError, StackwalkError,
 };
@@ -38,7 +38,8 @@ fn elf_bytes(source: &Bound<'_, PyAny>) -> PyResult<(String, Data)> {
     }
     let path: PathBuf = source.extract()?;
     let name = path.to_string_lossy().into_owned();
-    let data = crate::files::map(&path).map_err(|e| ElfError::new_err(format!("{name}: {e}")))?;
+    let data =
+        crate::source::files::map(&path).map_err(|e| ElfError::new_err(format!("{name}: {e}")))?;
     Ok((name, data))
 }
 
@@ -48,8 +49,8 @@ fn elf_bytes(source: &Bound<'_, PyAny>) -> PyResult<(String, Data)> {
 #[pyfunction]
 fn content_hash(py: Python<'_>, path: PathBuf) -> PyResult<String> {
     let hashed = py.detach(|| -> std::io::Result<blake3::Hash> {
-        let file = crate::files::open_regular(&path)?;
-        let data = crate::files::map_file(&file)?;
+        let file = crate::source::files::open_regular(&path)?;
+        let data = crate::source::files::map_file(&file)?;
         Ok(blake3::hash(&data))
     });
     hashed

@@ -1,5 +1,5 @@
 //! perf.data files: `perf_report` (`crate::profile`), `perf_samples`
-//! (`crate::perf`), and `flamegraph` (inferno) for the folded stacks.
+//! (`crate::source::perf`), and `flamegraph` (inferno) for the folded stacks.
 
 use std::fs::File;
 use std::path::PathBuf;
@@ -9,8 +9,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
 use super::errors::{ArchError, StackwalkError};
-use crate::cfi::Data;
-use crate::fallback::Strategies;
+use crate::unwind::cfi::Data;
+use crate::unwind::fallback::Strategies;
 
 /// Unwind and symbolize every sample of a perf.data file recorded with
 /// `--call-graph dwarf`, writing them to `output` (a path) or stdout as
@@ -67,7 +67,7 @@ pub(super) fn perf_report<'py>(
     };
     let name = path.to_string_lossy().into_owned();
     let file = File::open(&path).map_err(|e| StackwalkError::new_err(format!("{name}: {e}")))?;
-    let debuginfod = (!offline).then(crate::debuginfod::Config::from_env);
+    let debuginfod = (!offline).then(crate::space::debuginfod::Config::from_env);
     let defaults = Options::default();
     let strategies = match strategies {
         Some(names) => Strategies::new(&super::unwinder::parse_strategies(&names)?),
@@ -86,20 +86,21 @@ pub(super) fn perf_report<'py>(
         ..defaults
     };
     let run = Run { name: &name, output, jobs, options };
-    let open_error = |e: crate::perf::PerfError| StackwalkError::new_err(format!("{name}: {e}"));
+    let open_error =
+        |e: crate::source::perf::PerfError| StackwalkError::new_err(format!("{name}: {e}"));
     // A regular file is mapped and its records read in place; anything else
     // (a FIFO) is streamed.
     let is_file = file.metadata().is_ok_and(|m| m.is_file());
     // A file cut short while read (or still being written) reads as zeros
-    // past its new end, and the reader reports it cut (see crate::files).
-    match is_file.then(|| crate::files::map_file(&file).ok()).flatten() {
+    // past its new end, and the reader reports it cut (see crate::source::files).
+    match is_file.then(|| crate::source::files::map_file(&file).ok()).flatten() {
         Some(map) => {
             let data = Arc::new(Data::Mapped(map));
-            run.profile(py, crate::perf::PerfFile::from_data(data).map_err(open_error)?)
+            run.profile(py, crate::source::perf::PerfFile::from_data(data).map_err(open_error)?)
         }
         None => {
             let reader = std::io::BufReader::with_capacity(1 << 20, file);
-            run.profile(py, crate::perf::PerfFile::new(reader).map_err(open_error)?)
+            run.profile(py, crate::source::perf::PerfFile::new(reader).map_err(open_error)?)
         }
     }
 }
@@ -117,7 +118,7 @@ pub(super) fn perf_samples<'py>(
     path: PathBuf,
     max_samples: usize,
 ) -> PyResult<Bound<'py, PyDict>> {
-    use crate::perf::{sample_registers, Event, PerfFile, PERF_SAMPLE_REGS_ABI_NONE};
+    use crate::source::perf::{sample_registers, Event, PerfFile, PERF_SAMPLE_REGS_ABI_NONE};
     let name = path.to_string_lossy().into_owned();
     let file = File::open(&path).map_err(|e| StackwalkError::new_err(format!("{name}: {e}")))?;
     let mut perf = PerfFile::new(std::io::BufReader::new(file))
@@ -177,7 +178,7 @@ impl Run<'_> {
     fn profile<'py, R: std::io::Read + std::io::Seek + Send>(
         self,
         py: Python<'py>,
-        mut perf: crate::perf::PerfFile<R>,
+        mut perf: crate::source::perf::PerfFile<R>,
     ) -> PyResult<Bound<'py, PyDict>> {
         let name = self.name;
         let arch = perf.header().arch().ok_or_else(|| {

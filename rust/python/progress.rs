@@ -57,7 +57,7 @@ impl DownloadBar {
         DownloadBar { shown_from: Instant::now() + after, last: std::sync::Mutex::new(None) }
     }
 
-    pub(super) fn report(&self, d: crate::debuginfod::Downloads) {
+    pub(super) fn report(&self, d: crate::space::debuginfod::Downloads) {
         let now = Instant::now();
         let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
         let due = last.is_none_or(|t| now >= t + Duration::from_millis(100));

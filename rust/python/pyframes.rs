@@ -1,11 +1,11 @@
-//! `python_threads`: `crate::pyframes` over a core's or snapshot's memory.
+//! `python_threads`: `crate::symbolize::pyframes` over a core's or snapshot's memory.
 
 use std::path::PathBuf;
 
 use pyo3::prelude::*;
 
 use super::memory::PyMappedMemory;
-use crate::pyframes::{locate, read_state, PyFrame};
+use crate::symbolize::pyframes::{locate, read_state, PyFrame};
 
 /// A frame: (function, qualname, file, line, is_entry, incomplete).
 type Frame = (String, String, String, Option<i64>, bool, bool);
@@ -35,7 +35,7 @@ pub(super) fn python_threads(
 ) -> Option<State> {
     let mem = memory.inner.clone();
     py.detach(|| {
-        let data = crate::files::map(&path).ok()?;
+        let data = crate::source::files::map(&path).ok()?;
         let symbols = locate::find(&data, name)?.placed(bias);
         let version = format!("{}.{}", symbols.version.0, symbols.version.1);
         Some(match read_state(&*mem, &symbols, &tids) {

@@ -10,8 +10,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyMapping};
 
 use super::errors::ArchError;
+use crate::arch::registers::Registers;
 use crate::arch::{Arch, NUM_REGS};
-use crate::registers::Registers;
 
 /// A thread's registers for one architecture: set by name, or all at once
 /// from a sequence or buffer of values in [`PyRegisters::names`]' order.

@@ -13,9 +13,9 @@ use pyo3::{intern, IntoPyObjectExt};
 
 use super::errors::{guard, StackwalkError};
 use super::unwinder::{PyFrame, PyTrace};
-use crate::cfi::Data;
-use crate::lines::SourceFrame;
+use crate::symbolize::lines::SourceFrame;
 use crate::symbolize::{Placed, Source, SymbolFile, Symbolizer};
+use crate::unwind::cfi::Data;
 
 /// Names the frames of traces: the module each pc is in, its ELF address,
 /// and its function (from the module's symbol table, read on first use and
@@ -266,7 +266,7 @@ fn read_frames<'py>(
 /// already parsed, and unchanged, is not parsed again).
 #[pyfunction]
 pub(super) fn sym_file_parses() -> u64 {
-    crate::breakpad::parse_count()
+    crate::symbolize::breakpad::parse_count()
 }
 
 /// Reads the Breakpad symbol file at `path` into the process's cache (as
@@ -278,7 +278,7 @@ pub(super) fn sym_file_parses() -> u64 {
 #[pyo3(signature = (path, debug_id = None))]
 pub(super) fn read_sym_file(py: Python<'_>, path: PathBuf, debug_id: Option<&str>) -> PyResult<()> {
     py.detach(|| {
-        let symbols = crate::breakpad::sym_file(&path)?;
+        let symbols = crate::symbolize::breakpad::sym_file(&path)?;
         match debug_id {
             Some(id) if !symbols.debug_id().eq_ignore_ascii_case(id) => Err(format!(
                 "{}: its MODULE record names debug id {}, not {id}",
@@ -296,7 +296,7 @@ pub(super) fn read_sym_file(py: Python<'_>, path: PathBuf, debug_id: Option<&str
 /// lines, and a map of megabytes is parsed once).
 #[pyclass(module = "stackwalk._core", name = "PerfMap", frozen)]
 pub struct PyPerfMap {
-    inner: Arc<crate::perfmap::PerfMap>,
+    inner: Arc<crate::space::perfmap::PerfMap>,
 }
 
 #[pymethods]
@@ -313,7 +313,9 @@ impl PyPerfMap {
 }
 
 /// A perf map given as a `PerfMap` (shared) or a path (read now).
-pub(super) fn perf_map_of(given: &Bound<'_, PyAny>) -> PyResult<Arc<crate::perfmap::PerfMap>> {
+pub(super) fn perf_map_of(
+    given: &Bound<'_, PyAny>,
+) -> PyResult<Arc<crate::space::perfmap::PerfMap>> {
     match given.cast::<PyPerfMap>() {
         Ok(map) => Ok(map.get().inner.clone()),
         Err(_) => read_perf_map(&given.extract::<PathBuf>()?),
@@ -322,8 +324,10 @@ pub(super) fn perf_map_of(given: &Bound<'_, PyAny>) -> PyResult<Arc<crate::perfm
 
 /// A JIT's perf map (`/tmp/perf-PID.map`): the names and extents of code
 /// outside every module.
-pub(super) fn read_perf_map(path: &std::path::Path) -> PyResult<Arc<crate::perfmap::PerfMap>> {
-    crate::perfmap::PerfMap::read(path)
+pub(super) fn read_perf_map(
+    path: &std::path::Path,
+) -> PyResult<Arc<crate::space::perfmap::PerfMap>> {
+    crate::space::perfmap::PerfMap::read(path)
         .map(Arc::new)
         .map_err(|e| StackwalkError::new_err(format!("{}: {e}", path.display())))
 }

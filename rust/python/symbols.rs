@@ -1,4 +1,4 @@
-//! `SymbolTable` and `demangle`: `crate::symbols`.
+//! `SymbolTable` and `demangle`: `crate::symbolize::symbols`.
 
 use std::path::PathBuf;
 
@@ -10,16 +10,16 @@ use super::errors::ElfError;
 /// Demangle a C++ or Rust symbol name; other names are returned unchanged.
 #[pyfunction]
 pub(super) fn demangle(name: &str) -> String {
-    crate::symbols::demangle(name).into_owned()
+    crate::symbolize::symbols::demangle(name).into_owned()
 }
 
 /// The function symbols of one ELF file (`.symtab`, else `.dynsym`), read
 /// once into sorted arrays.
 #[pyclass(module = "stackwalk._core", name = "SymbolTable", frozen)]
 pub struct PySymbolTable {
-    inner: crate::symbols::SymbolTable,
+    inner: crate::symbolize::symbols::SymbolTable,
     /// Where `inner` names nothing, as the symbolizer looks them up.
-    plt: crate::symbols::PltEntries,
+    plt: crate::symbolize::symbols::PltEntries,
 }
 
 #[pymethods]
@@ -29,9 +29,9 @@ impl PySymbolTable {
     #[new]
     fn new(source: &Bound<'_, PyAny>) -> PyResult<Self> {
         let (name, data) = elf_bytes(source)?;
-        let inner = crate::symbols::SymbolTable::from_elf(&data)
+        let inner = crate::symbolize::symbols::SymbolTable::from_elf(&data)
             .map_err(|e| ElfError::new_err(format!("{name}: {e}")))?;
-        Ok(PySymbolTable { inner, plt: crate::symbols::PltEntries::of(&data) })
+        Ok(PySymbolTable { inner, plt: crate::symbolize::symbols::PltEntries::of(&data) })
     }
 
     /// The symbols of the ELF file at `path`, completed from its separate
@@ -41,9 +41,9 @@ impl PySymbolTable {
     #[pyo3(signature = (path, debug_root = PathBuf::from("/usr/lib/debug")))]
     fn for_file(path: &Bound<'_, PyAny>, debug_root: PathBuf) -> PyResult<Self> {
         let (name, data) = elf_bytes(path)?;
-        let inner = crate::symbols::SymbolTable::for_file(&data, &debug_root)
+        let inner = crate::symbolize::symbols::SymbolTable::for_file(&data, &debug_root)
             .map_err(|e| ElfError::new_err(format!("{name}: {e}")))?;
-        Ok(PySymbolTable { inner, plt: crate::symbols::PltEntries::of(&data) })
+        Ok(PySymbolTable { inner, plt: crate::symbolize::symbols::PltEntries::of(&data) })
     }
 
     /// (demangled name, offset) of the function holding ELF address
@@ -53,7 +53,7 @@ impl PySymbolTable {
             let (name, start) = self.plt.lookup(address)?;
             Some((name, address - start))
         });
-        found.map(|(name, off)| (crate::symbols::demangle(name).into_owned(), off))
+        found.map(|(name, off)| (crate::symbolize::symbols::demangle(name).into_owned(), off))
     }
 
     fn __len__(&self) -> usize {

@@ -7,9 +7,9 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyString};
 
 use super::errors::StackwalkError;
+use crate::arch::registers::Registers;
 use crate::arch::Arch;
-use crate::cfi::Module;
-use crate::registers::Registers;
+use crate::unwind::cfi::Module;
 use crate::unwind::{self, Frame as RsFrame};
 
 /// One frame of a trace.

@@ -14,11 +14,11 @@ use super::memory::PyMappedMemory;
 use super::registers::PyRegisters;
 use super::trace::frame_vector;
 pub use super::trace::{PyFrame, PyTrace};
+use crate::arch::registers::Registers;
 use crate::arch::Arch;
-use crate::cfi::{CfaRule, Data, Module, RegRule, UnwindInfo};
-use crate::elf::read_elf;
-use crate::memory::{Regions, SegmentMemory};
-use crate::registers::Registers;
+use crate::source::memory::{Regions, SegmentMemory};
+use crate::space::elf::read_elf;
+use crate::unwind::cfi::{CfaRule, Data, Module, RegRule, UnwindInfo};
 use crate::unwind::{self, Frame as RsFrame, Strategy, Unwinder as RsUnwinder};
 
 /// Unwinds native stacks for one architecture.
@@ -33,7 +33,7 @@ pub struct PyUnwinder {
     /// (module name, separate debug file its `.debug_frame` comes from).
     debug_files: Vec<(String, String)>,
     /// The JIT's perf map (`set_perf_map`): where its functions start.
-    perf_map: Option<Arc<crate::perfmap::PerfMap>>,
+    perf_map: Option<Arc<crate::space::perfmap::PerfMap>>,
 }
 
 #[pymethods]
@@ -112,7 +112,7 @@ impl PyUnwinder {
         let root = debug_root.as_deref();
         let file = MODULE_FILES
             .get(&path, root, |file| {
-                Arc::new(match crate::files::map_file(file) {
+                Arc::new(match crate::source::files::map_file(file) {
                     Ok(data) => {
                         ModuleFile::read(Data::Mapped(data), root.map(|r| (path.as_path(), r)))
                     }
@@ -167,7 +167,7 @@ impl PyUnwinder {
         let code = code
             .iter()
             .filter(|(a, b)| a < b)
-            .map(|&(address, end)| crate::cfi::CodeSegment {
+            .map(|&(address, end)| crate::unwind::cfi::CodeSegment {
                 address,
                 size: end - address,
                 file_offset: 0,
@@ -179,8 +179,9 @@ impl PyUnwinder {
             info = info.with_functions(map.clone());
         }
         if let Some(path) = sym_file {
-            let symbols =
-                py.detach(|| crate::breakpad::sym_file(&path)).map_err(StackwalkError::new_err)?;
+            let symbols = py
+                .detach(|| crate::symbolize::breakpad::sym_file(&path))
+                .map_err(StackwalkError::new_err)?;
             if symbols.has_cfi() {
                 info = info.with_breakpad_cfi(symbols, base);
             }
@@ -344,7 +345,7 @@ impl PyUnwinder {
         let inner = &mut self.inner;
         let (index, row, range) = match guard("looking up CFI", || inner.row_at(pc))? {
             Ok(found) => found,
-            Err(crate::cfi::LookupError::NoFde) => return Ok(None),
+            Err(crate::unwind::cfi::LookupError::NoFde) => return Ok(None),
             Err(e) => return Err(CfiError::new_err(format!("at {pc:#x}: {e}"))),
         };
         let module = &self.inner.modules()[index];
@@ -408,7 +409,8 @@ enum ModuleFile {
     Internal(String),
 }
 
-static MODULE_FILES: crate::files::FileCache<Arc<ModuleFile>> = crate::files::FileCache::new(256);
+static MODULE_FILES: crate::source::files::FileCache<Arc<ModuleFile>> =
+    crate::source::files::FileCache::new(256);
 
 impl ModuleFile {
     /// `debug`: the file's path and the root to look for its separate debug
@@ -424,7 +426,7 @@ impl ModuleFile {
         let indexed = guard("finding the debug file", || {
             match (debug, info.sections.debug_frame) {
                 (Some((path, root)), None) => {
-                    crate::debugfile::separate_debug_frame(&data, Some(path), root)
+                    crate::space::debugfile::separate_debug_frame(&data, Some(path), root)
                 }
                 _ => None,
             }

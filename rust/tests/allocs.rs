@@ -7,10 +7,10 @@
 use std::arch::asm;
 use std::sync::Arc;
 
+use _core::arch::registers::Registers;
 use _core::arch::Arch;
-use _core::cfi::{Data, Module, ModuleSections, SectionInfo};
-use _core::memory::Regions;
-use _core::registers::Registers;
+use _core::source::memory::Regions;
+use _core::unwind::cfi::{Data, Module, ModuleSections, SectionInfo};
 use _core::unwind::{EndReason, Frame, Unwinder};
 
 mod alloc_counter;

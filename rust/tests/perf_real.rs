@@ -12,7 +12,7 @@ use std::io::BufReader;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use _core::perf::{Event, PerfFile, PERF_RECORD_MISC_MMAP_DATA};
+use _core::source::perf::{Event, PerfFile, PERF_RECORD_MISC_MMAP_DATA};
 
 mod alloc_counter;
 use alloc_counter::{allocations, CountingAllocator};

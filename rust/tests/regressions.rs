@@ -127,7 +127,7 @@ fn perfmap() {
 #[test]
 fn lines_harness_on_this_executable() {
     let exe = std::fs::read("/proc/self/exe").unwrap();
-    let symbols = _core::symbols::SymbolTable::from_elf(&exe).unwrap();
+    let symbols = _core::symbolize::symbols::SymbolTable::from_elf(&exe).unwrap();
     let lookups = (symbols.len() * 3).min(harness::lines::MAX_LOOKUPS);
     let found = harness::lines::run(&exe);
     assert!(found >= lookups / 2, "{found} of {lookups} lookups found a function");
@@ -174,7 +174,7 @@ fn cfi_harness_on_this_executable() {
     let mut input = vec![0u8];
     input.extend(&exe);
     let found = harness::cfi::run(&input);
-    let elf = _core::elf::read_elf(&exe).unwrap();
+    let elf = _core::space::elf::read_elf(&exe).unwrap();
     let eh = elf.sections.eh_frame.unwrap();
     // Lookups go to MAX_LOOKUPS at most; an FDE holds at least 16 bytes.
     let fdes = (eh.size as usize / 16).min(harness::cfi::MAX_LOOKUPS / 3);

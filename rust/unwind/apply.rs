@@ -2,13 +2,13 @@
 //! its caller's, and the checks that make the caller a frame.
 
 use super::{arch_of, Caller, EndDetail, EndReason, Frame, FrameState, Step};
+use crate::arch::registers::Registers;
 use crate::arch::{Arch, DefaultRule};
-use crate::cfi::{CfaRule, ExprRef, RegRule, Rules};
-use crate::expr::{self, ExprError};
-use crate::memory::Memory;
-use crate::modules::ModuleSet;
-use crate::registers::Registers;
-use crate::rule_cache::{Context, RuleCache, Saved};
+use crate::source::memory::Memory;
+use crate::unwind::cfi::{CfaRule, ExprRef, RegRule, Rules};
+use crate::unwind::expr::{self, ExprError};
+use crate::unwind::modules::ModuleSet;
+use crate::unwind::rule_cache::{Context, RuleCache, Saved};
 
 /// Apply a row's rules to the callee's state; the frame's CFA goes into
 /// the last of `frames`. `FALLBACK`: the walk may have guessed the callee's

@@ -7,10 +7,10 @@ use super::{
     stack_frame_bound, with_arch, Caller, End, EndDetail, EndReason, Frame, FrameState, Start,
     Step, Trust, Unwinder, WalkState, AARCH64,
 };
-use crate::cfi::LookupError;
-use crate::fallback::{self, RaProblem, Strategy};
-use crate::memory::Memory;
-use crate::registers::Registers;
+use crate::arch::registers::Registers;
+use crate::source::memory::Memory;
+use crate::unwind::cfi::LookupError;
+use crate::unwind::fallback::{self, RaProblem, Strategy};
 
 impl Unwinder {
     /// Frame 0 has no FDE: take it for a leaf (see
@@ -251,7 +251,7 @@ impl Unwinder {
             _ => fallback::sigreturn_at(arch, &self.modules, callee.pc),
         };
         if trampoline {
-            let restored = crate::sigframe::restore(arch, callee.sp, caller_regs, mem);
+            let restored = crate::unwind::sigframe::restore(arch, callee.sp, caller_regs, mem);
             // Above the frame, or on another stack below the whole walk.
             if let Some((pc, sp)) =
                 restored.filter(|&(_, sp)| sp > callee.sp || stack_switch(true, sp, frames))

@@ -1,9 +1,9 @@
 //! What a walk gives: its frames, how each was found, and how the walk ended.
 
 use crate::arch::Arch;
-use crate::cfi::LookupError;
-use crate::expr::ExprError;
-use crate::fallback::{FpProblem, RaProblem};
+use crate::unwind::cfi::LookupError;
+use crate::unwind::expr::ExprError;
+use crate::unwind::fallback::{FpProblem, RaProblem};
 
 /// How a frame was found, best first (rust-minidump's trust levels).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -1,6 +1,13 @@
 //! The unwind loop: from a frame's registers, find the rules for its pc,
 //! compute the CFA, recover the caller's registers, repeat.
 
+pub mod cfi;
+pub mod expr;
+pub mod fallback;
+pub mod modules;
+pub mod rule_cache;
+pub(crate) mod sigframe;
+
 mod apply;
 mod fallback_walk;
 mod frame;
@@ -11,16 +18,16 @@ use std::sync::Arc;
 
 use gimli::UnwindContext;
 
+use crate::arch::registers::Registers;
 use crate::arch::Arch;
-use crate::cfi::{FullRow, LookupError, Module};
-use crate::fallback::Strategies;
-pub use crate::fallback::{FpProblem, RaProblem, Strategy, UnknownStrategy};
-use crate::memory::Memory;
-use crate::modules::ModuleSet;
-pub use crate::modules::OverlapError;
-use crate::registers::Registers;
-pub use crate::rule_cache::Stats;
-use crate::rule_cache::{PackedRow, RuleCache, NO_FDE};
+use crate::source::memory::Memory;
+use crate::unwind::cfi::{FullRow, LookupError, Module};
+use crate::unwind::fallback::Strategies;
+pub use crate::unwind::fallback::{FpProblem, RaProblem, Strategy, UnknownStrategy};
+use crate::unwind::modules::ModuleSet;
+pub use crate::unwind::modules::OverlapError;
+pub use crate::unwind::rule_cache::Stats;
+use crate::unwind::rule_cache::{PackedRow, RuleCache, NO_FDE};
 use apply::{apply, apply_context, apply_in_place, apply_saved, fast_step, finish, Fast};
 pub use frame::{End, EndDetail, EndReason, Frame, Trust};
 

@@ -13,9 +13,9 @@
 
 use super::apply::{stack_window, window_word};
 use super::{arch_of, Caller, Frame, FrameState, Trust};
-use crate::memory::Memory;
-use crate::registers::Registers;
-use crate::rule_cache::{RuleCache, Saved};
+use crate::arch::registers::Registers;
+use crate::source::memory::Memory;
+use crate::unwind::rule_cache::{RuleCache, Saved};
 
 /// The walk's steps from `callee` (the last of `frames`, whose row at
 /// `lookup` is a frame record's), on while each frame's row is one too,

@@ -59,7 +59,7 @@ struct Walks {
 fn walks(stack: &mut Stack) -> Walks {
     let mut frames = Vec::new();
     let memory = stack.memory.clone();
-    let mut regions = _core::memory::Regions::from_sorted(memory.iter().map(|(s, b)| (*s, &b[..])));
+    let mut regions = _core::source::memory::Regions::from_sorted(memory.iter().map(|(s, b)| (*s, &b[..])));
     let end = stack.walk_stackwalk(&mut regions, &mut frames);
     let mut addresses = Vec::new();
     let mut cache = CacheX86_64::new();
@@ -125,7 +125,7 @@ fn criterion_runs(stacks: &mut [Stack], counts: &[Walks]) {
         group.throughput(Throughput::Elements(walks.stackwalk.len() as u64));
         let memory = stack.memory.clone();
         let mut regions =
-            _core::memory::Regions::from_sorted(memory.iter().map(|(s, b)| (*s, &b[..])));
+            _core::source::memory::Regions::from_sorted(memory.iter().map(|(s, b)| (*s, &b[..])));
         let mut frames = Vec::with_capacity(256);
         group.bench_function("stackwalk", |b| {
             b.iter(|| black_box(stack.walk_stackwalk(&mut regions, &mut frames)))
@@ -163,7 +163,7 @@ fn interleaved(stacks: &mut [Stack], counts: &[Walks], rounds: usize) {
         let mut out = Vec::with_capacity(256);
         let memory = stack.memory.clone();
         let mut regions =
-            _core::memory::Regions::from_sorted(memory.iter().map(|(s, b)| (*s, &b[..])));
+            _core::source::memory::Regions::from_sorted(memory.iter().map(|(s, b)| (*s, &b[..])));
         let mut frames = Vec::with_capacity(256);
         // ~2 ms per batch at the earlier figures' ~30 ns/frame.
         let iterations = (2_000_000 / (30 * n_sw.max(1))).max(10) as u32;

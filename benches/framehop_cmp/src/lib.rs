@@ -7,9 +7,9 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use _core::arch::Arch;
-use _core::cfi::{Data, Module, UnwindInfo};
-use _core::memory::Regions;
-use _core::registers::Registers;
+use _core::unwind::cfi::{Data, Module, UnwindInfo};
+use _core::source::memory::Regions;
+use _core::arch::registers::Registers;
 use _core::space::{self, Mapping};
 use _core::unwind::{End, Frame, Unwinder};
 use base64::Engine;
@@ -115,13 +115,13 @@ impl Stack {
                     code.push(start..end);
                 }
             }
-            let segments: Vec<_> = _core::elf::summarize(&bytes)?.segments().collect();
+            let segments: Vec<_> = _core::space::elf::summarize(&bytes)?.segments().collect();
             let is_code = |r: &Range<u64>| code.iter().any(|c| c.start < r.end && r.start < c.end);
             let placements = space::place(&segments, &mappings, PAGE_SIZE, is_code);
             let placements = if placements.is_empty() {
                 // No mappings (a capture of format 1): the loadable segments at the bias.
                 let bias = word(field(module, "bias")?, "bias")?;
-                let range = _core::elf::read_elf(&bytes)?.range;
+                let range = _core::space::elf::read_elf(&bytes)?.range;
                 let runtime = range.start.wrapping_add(bias)..range.end.wrapping_add(bias);
                 vec![(bias, Vec::from([runtime]))]
             } else {
@@ -132,10 +132,10 @@ impl Stack {
         if let Some(vdso) = field(&doc, "vdso")?.as_array() {
             let address = word(&vdso[0], "vdso address")?;
             let image = base64(&vdso[1], "vdso image")?;
-            let summary = _core::elf::summarize(&image)?;
+            let summary = _core::space::elf::summarize(&image)?;
             let low = summary.loads.iter().map(|l| l.0).min().ok_or("vdso: no PT_LOAD")?;
             let bias = address.wrapping_sub(low);
-            let range = _core::elf::read_elf(&image)?.range;
+            let range = _core::space::elf::read_elf(&image)?.range;
             let runtime = range.start.wrapping_add(bias)..range.end.wrapping_add(bias);
             stack.add_module("[vdso]", image, &[(bias, Vec::from([runtime]))])?;
         }
@@ -150,7 +150,7 @@ impl Stack {
         placements: &[(u64, Vec<Range<u64>>)],
     ) -> Result<(), Error> {
         let sections = framehop_sections(&bytes)?;
-        let elf = _core::elf::read_elf(&bytes)?;
+        let elf = _core::space::elf::read_elf(&bytes)?;
         let info =
             Arc::new(UnwindInfo::new(Arch::X86_64, Arc::new(Data::Owned(bytes)), elf.sections)?);
         for (bias, ranges) in placements {

@@ -418,9 +418,9 @@ fn without_symbols_the_entry_function_ends_at_the_next_fde_or_after_0x80_bytes()
 /// `__libc_start_main` (`call *rel32(%rip)`, then `hlt`).
 #[cfg(target_arch = "x86_64")]
 pub(crate) fn own_start(exe: &[u8]) -> (Range<u64>, u64) {
-    let elf = _core::elf::read_elf(exe).unwrap();
+    let elf = _core::space::elf::read_elf(exe).unwrap();
     let entry = elf.sections.entry.expect("an executable has an entry point");
-    let start = _core::symbols::function_bounds(exe, entry).unwrap().covering.unwrap();
+    let start = _core::symbolize::symbols::function_bounds(exe, entry).unwrap().covering.unwrap();
     let segment = elf.sections.code.iter().find(|s| start.start >= s.address).unwrap();
     let at = (start.start - segment.address + segment.file_offset) as usize;
     let code = &exe[at..at + (start.end - start.start) as usize];
@@ -440,7 +440,7 @@ fn with_symbols_the_function_at_the_entry_point_is_the_outermost_whatever_its_fp
     // asked, so the symbol's extent is what ends the walk.
     let exe = std::fs::read("/proc/self/exe").unwrap();
     let (start, ra) = own_start(&exe);
-    let elf = _core::elf::read_elf(&exe).unwrap();
+    let elf = _core::space::elf::read_elf(&exe).unwrap();
     let module =
         Module::new("self".into(), Arch::X86_64, Data::Owned(exe), elf.sections, elf.range, BIAS);
     let mut s = Stack::new();

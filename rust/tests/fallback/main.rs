@@ -18,11 +18,11 @@ use gimli::write::{
 };
 use gimli::{Encoding, Format, LittleEndian, Register};
 
+use _core::arch::registers::Registers;
 use _core::arch::Arch;
-use _core::cfi::{CodeSegment, Data, Module, ModuleSections, SectionInfo, UnwindInfo};
-use _core::memory::Regions;
-use _core::perfmap::PerfMap;
-use _core::registers::Registers;
+use _core::source::memory::Regions;
+use _core::space::perfmap::PerfMap;
+use _core::unwind::cfi::{CodeSegment, Data, Module, ModuleSections, SectionInfo, UnwindInfo};
 use _core::unwind::{
     End, EndDetail, EndReason, FpProblem, Frame, RaProblem, Strategy, Trust, Unwinder,
 };

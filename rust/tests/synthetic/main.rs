@@ -21,11 +21,13 @@ use gimli::write::{
 };
 use gimli::{Encoding, EndianSlice, Format, LittleEndian, Register, UnwindSection};
 
+use _core::arch::registers::Registers;
 use _core::arch::Arch;
-use _core::cfi::{CfaRule, Data, Module, ModuleError, ModuleSections, RegRule, Rules, SectionInfo};
-use _core::expr::ExprError;
-use _core::memory::{Memory, Regions};
-use _core::registers::Registers;
+use _core::source::memory::{Memory, Regions};
+use _core::unwind::cfi::{
+    CfaRule, Data, Module, ModuleError, ModuleSections, RegRule, Rules, SectionInfo,
+};
+use _core::unwind::expr::ExprError;
 use _core::unwind::{
     stack_frame_bound, End, EndDetail, EndReason, Frame, Strategy, Trust, Unwinder,
     UNKNOWN_STACK_FRAMES,

@@ -1,0 +1,245 @@
+//! Breakpad symbol servers: `.sym` files over HTTP, laid out as a symbol
+//! store is (`URL/NAME/DEBUGID/NAME.sym`, Mozilla's and Sentry's layout),
+//! fetched with the debuginfod client's HTTP code and settings
+//! ([`crate::space::debuginfod::Config`]: `DEBUGINFOD_TIMEOUT`, `DEBUGINFOD_MAXTIME`,
+//! `DEBUGINFOD_MAXSIZE`; `STACKWALK_OFFLINE` asks no server).
+//!
+//! Downloaded files are kept in a store of their own inside debuginfod's
+//! cache directory, `CACHE/breakpad/NAME/DEBUGID/NAME.sym`, written under a
+//! temporary name and renamed into place, and read from there first (also
+//! offline). A file a server does not have (404, or any answer but 200 and
+//! a server error) is remembered for the rest of the process and not asked
+//! for again; a server that does not answer (refused, timed out, 5xx) is
+//! skipped for the rest of the process, and said so once. The files of one
+//! input are fetched [`debuginfod::PARALLEL`] at once, all within one
+//! deadline (`DEBUGINFOD_MAXTIME`), and the cache trimmed as debuginfod's
+//! ([`debuginfod::trim_cache`]).
+
+use std::collections::HashSet;
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Instant;
+
+use crate::space::debuginfod::{self, Config, GetError};
+
+/// URLs of files servers did not have, in this process.
+static NOT_THERE: Mutex<Option<HashSet<String>>> = Mutex::new(None);
+/// Servers that did not answer, in this process.
+static DEAD: Mutex<Option<HashSet<String>>> = Mutex::new(None);
+
+fn remembered(set: &Mutex<Option<HashSet<String>>>, key: &str) -> bool {
+    let set = set.lock().unwrap_or_else(|e| e.into_inner());
+    set.as_ref().is_some_and(|s| s.contains(key))
+}
+
+/// Remember `key`; whether it is new.
+fn remember(set: &Mutex<Option<HashSet<String>>>, key: &str) -> bool {
+    let mut set = set.lock().unwrap_or_else(|e| e.into_inner());
+    set.get_or_insert_with(HashSet::new).insert(key.to_owned())
+}
+
+/// The store of downloaded `.sym` files in the cache directory `cache`.
+pub fn cache_store(cache: &Path) -> PathBuf {
+    cache.join("breakpad")
+}
+
+/// A module's file name as a path segment: not empty, no `/`, not `.` or `..`.
+fn checked_name(name: &str) -> Option<&str> {
+    let ok = !name.is_empty() && !name.contains(['/', '\0']) && name != "." && name != "..";
+    ok.then_some(name)
+}
+
+/// A debug id (hex digits and an age, 33 characters for an ELF file's).
+fn checked_debug_id(id: &str) -> Option<&str> {
+    let ok = !id.is_empty() && id.len() <= 64 && id.bytes().all(|b| b.is_ascii_alphanumeric());
+    ok.then_some(id)
+}
+
+/// `segment` with every byte but the unreserved ones (and `+`) percent-encoded.
+fn encoded(segment: &str) -> String {
+    let mut out = String::with_capacity(segment.len());
+    for b in segment.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~+".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// Whether the file at `path` starts with the `MODULE` record of debug id `id`.
+fn is_sym_of(path: &Path, id: &str) -> bool {
+    let Ok(file) = std::fs::File::open(path) else { return false };
+    // The MODULE line is short: no more is read of a file that is something else.
+    let mut first = Vec::new();
+    if BufReader::new(file.take(4096)).read_until(b'\n', &mut first).is_err() {
+        return false;
+    }
+    let text = String::from_utf8_lossy(&first);
+    let mut words = text.split_ascii_whitespace();
+    words.next() == Some("MODULE") && words.nth(2).is_some_and(|d| d.eq_ignore_ascii_case(id))
+}
+
+/// What [`fetch`] found: the file (or None), and what to warn about (each
+/// server that did not answer, the first time; a file that was not the one
+/// asked for).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Fetched {
+    pub path: Option<PathBuf>,
+    pub warnings: Vec<String>,
+}
+
+/// The name of the `.sym` file of a module whose debug file is `debug_file`
+/// in a store: a PDB's `.pdb` replaced by `.sym` (`crash.pdb/ID/crash.sym`,
+/// as `dump_syms` and Breakpad's `symupload` file Windows modules), else
+/// `.sym` added (`libc.so.6/ID/libc.so.6.sym`).
+pub fn sym_file_name(debug_file: &str) -> String {
+    let stem = match debug_file.len().checked_sub(4) {
+        Some(cut)
+            if debug_file.is_char_boundary(cut)
+                && debug_file[cut..].eq_ignore_ascii_case(".pdb") =>
+        {
+            &debug_file[..cut]
+        }
+        _ => debug_file,
+    };
+    format!("{stem}.sym")
+}
+
+/// The `.sym` file of module `name` with debug id `debug_id`: from the
+/// cache, else from the first of `urls` that has it, kept in the cache.
+/// `config`'s own URLs (debuginfod's) are not used; offline
+/// (`STACKWALK_OFFLINE`, or `offline`), the cache alone.
+pub fn fetch(
+    config: &Config,
+    urls: &[String],
+    name: &str,
+    debug_id: &str,
+    offline: bool,
+) -> Fetched {
+    fetch_by(config, urls, name, debug_id, offline, Instant::now() + config.max_time)
+}
+
+/// [`fetch`] of each (name, debug id) of `modules`, several at once, all
+/// within one deadline; the answers in order.
+pub fn fetch_all(
+    config: &Config,
+    urls: &[String],
+    modules: &[(String, String)],
+    offline: bool,
+) -> Vec<Fetched> {
+    let deadline = Instant::now() + config.max_time;
+    debuginfod::at_once(modules, |(name, id)| fetch_by(config, urls, name, id, offline, deadline))
+}
+
+fn fetch_by(
+    config: &Config,
+    urls: &[String],
+    name: &str,
+    debug_id: &str,
+    offline: bool,
+    deadline: Instant,
+) -> Fetched {
+    let mut out = Fetched::default();
+    let (Some(name), Some(id)) = (checked_name(name), checked_debug_id(debug_id)) else {
+        return out;
+    };
+    let sym = sym_file_name(name);
+    let entry = config.cache.as_deref().map(|c| cache_store(c).join(name).join(id).join(&sym));
+    let is_entry = |e: &PathBuf| std::fs::symlink_metadata(e).is_ok_and(|m| m.is_file());
+    if let Some(entry) = entry.as_ref().filter(|e| is_entry(e)) {
+        out.path = Some(debuginfod::used(entry.clone()));
+        return out;
+    }
+    if offline || debuginfod::offline_from_env() {
+        return out;
+    }
+    for server in urls {
+        let base = server.trim_end_matches('/');
+        if remembered(&DEAD, base) {
+            continue;
+        }
+        let url = format!("{base}/{}/{}/{}", encoded(name), encoded(id), encoded(&sym));
+        if remembered(&NOT_THERE, &url) {
+            continue;
+        }
+        let dir = entry.as_deref().and_then(Path::parent);
+        match debuginfod::get(config, &url, dir, None, deadline) {
+            Ok(file) => {
+                if !is_sym_of(file.path(), id) {
+                    remember(&NOT_THERE, &url);
+                    out.warnings.push(format!("{url}: not the symbol file of {name} {id}"));
+                    continue;
+                }
+                let kept = match (&entry, &config.cache) {
+                    (Some(entry), Some(cache)) => file.persist(entry).map(|()| {
+                        let entry = debuginfod::used(entry.clone());
+                        debuginfod::trim_cache(cache, config.cache_max);
+                        entry
+                    }),
+                    _ => file.keep(),
+                };
+                match kept {
+                    Ok(path) => out.path = Some(path),
+                    Err(e) => out.warnings.push(format!("{url}: cannot keep the file: {e}")),
+                }
+                return out;
+            }
+            Err(GetError::Status(code, _)) if code < 500 => {
+                remember(&NOT_THERE, &url);
+            }
+            Err(e @ (GetError::Status(..) | GetError::Transport(_))) => {
+                if remember(&DEAD, base) {
+                    out.warnings.push(format!(
+                        "symbol server {base} did not answer ({e}): not asked again"
+                    ));
+                }
+            }
+            Err(e) => out.warnings.push(format!("{url}: {e}")),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_and_ids_are_checked_and_encoded() {
+        assert_eq!(checked_name("libstdc++.so.6"), Some("libstdc++.so.6"));
+        for bad in ["", ".", "..", "a/b", "a\0"] {
+            assert_eq!(checked_name(bad), None, "{bad:?}");
+        }
+        assert!(checked_debug_id("0123ABCD0").is_some());
+        assert!(checked_debug_id("../x").is_none() && checked_debug_id("").is_none());
+        assert_eq!(encoded("[vdso] x+y.sym"), "%5Bvdso%5D%20x+y.sym");
+        assert_eq!(sym_file_name("crash.pdb"), "crash.sym");
+        assert_eq!(sym_file_name("wntdll.PDB"), "wntdll.sym");
+        assert_eq!(sym_file_name("libc.so.6"), "libc.so.6.sym");
+        assert_eq!(sym_file_name(".pdb"), ".sym");
+        assert_eq!(sym_file_name("é.pd"), "é.pd.sym");
+    }
+
+    #[test]
+    fn a_dead_server_is_one_warning() {
+        // A port nothing listens on: bound, then closed.
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let config = Config {
+            urls: Vec::new(),
+            cache: None,
+            ..Config::from_vars(crate::source::files::vars(&[]))
+        };
+        let urls = vec![format!("http://127.0.0.1:{port}/")];
+        let first = fetch(&config, &urls, "libc.so.6", "ABCD0", false);
+        assert_eq!(first.path, None);
+        assert_eq!(first.warnings.len(), 1, "{first:?}");
+        assert!(first.warnings[0].starts_with(&format!("symbol server http://127.0.0.1:{port} ")));
+        let again = fetch(&config, &urls, "libm.so.6", "ABCD0", false);
+        assert_eq!(again, Fetched::default(), "not asked again, not said again");
+        let offline = fetch(&config, &[format!("http://127.0.0.1:{}", port + 1)], "a", "B", true);
+        assert_eq!(offline, Fetched::default());
+    }
+}
