@@ -16,7 +16,9 @@ use std::sync::Arc;
 
 use _core::arch::registers::Registers;
 use _core::arch::Arch;
-use _core::unwind::cfi::{CfaRule, Data, ModuleSections, RegRule, SectionInfo, UnwindInfo};
+use _core::source::memory::Data;
+use _core::space::sections::{ModuleSections, SectionInfo};
+use _core::unwind::cfi::{CfaRule, RegRule, UnwindInfo};
 use _core::unwind::expr;
 use gimli::{
     CieOrFde, DebugFrame, EhFrame, EndianSlice, LittleEndian, UnwindContext, UnwindSection,

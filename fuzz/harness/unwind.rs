@@ -17,10 +17,13 @@ use std::sync::Arc;
 
 use _core::arch::registers::Registers;
 use _core::arch::NUM_REGS;
+use _core::source::memory::Data;
 use _core::source::memory::Regions;
-use _core::unwind::cfi::{Data, Module, ModuleSections, SectionInfo};
+use _core::source::memory::ThreadStack;
+use _core::space::sections::{ModuleSections, SectionInfo};
+use _core::unwind::cfi::Module;
 use _core::unwind::fallback::Strategy;
-use _core::unwind::{stack_frame_bound, EndReason, ProcessFacts, ThreadStack, Unwinder};
+use _core::unwind::{stack_frame_bound, EndReason, ProcessFacts, Unwinder};
 
 struct Reader<'a>(&'a [u8]);
 

@@ -5,8 +5,8 @@ use std::sync::{Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::UNIX_EPOCH;
 
+use crate::source::memory::Data;
 use crate::symbolize::lines::{SectionBytes, SectionCache};
-use crate::unwind::cfi::Data;
 
 /// One function symbol: its address, and the start and length of its name
 /// in the kallsyms text.

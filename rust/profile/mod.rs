@@ -29,11 +29,11 @@ use std::time::{Duration, Instant};
 use rayon::prelude::*;
 
 use crate::arch::Arch;
+use crate::source::memory::Data;
 use crate::source::perf::{
     Decoder, Event, PerfFile, PERF_RECORD_SAMPLE, PERF_SAMPLE_CALLCHAIN, PERF_SAMPLE_REGS_USER,
     PERF_SAMPLE_STACK_USER,
 };
-use crate::unwind::cfi::Data;
 use crate::unwind::fallback::{Strategies, Strategy};
 
 use kallsyms::KernelSymbolsLoader;

@@ -2,10 +2,12 @@
 
 use std::sync::Arc;
 
+use crate::source::memory::Data;
 use crate::space::perfmap::PerfMap;
+use crate::space::sections::CodeSegment;
 use crate::space::Segment;
 use crate::symbolize::{Placed, Source, SymbolFile, Symbolizer};
-use crate::unwind::cfi::{CodeSegment, Data, Module, UnwindInfo};
+use crate::unwind::cfi::{Module, UnwindInfo};
 use crate::unwind::modules::ModuleSet;
 
 use super::{next_id, Profiler};

@@ -7,8 +7,8 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
 use super::errors::MemoryReadError;
+use crate::source::memory::Data;
 use crate::source::memory::{Segment, SegmentMemory};
-use crate::unwind::cfi::Data;
 
 /// Memory made of a file's segments, mapped once and read in place: a core
 /// file's PT_LOADs. Pass it as the `memory` of `Unwinder.unwind`.

@@ -26,7 +26,7 @@ mod symbols;
 mod trace;
 mod unwinder;
 
-use crate::unwind::cfi::Data;
+use crate::source::memory::Data;
 use errors::{
     ArchError, CfiError, CoreError, ElfError, MemoryReadError, MinidumpError, StackwalkError,
 };

@@ -9,7 +9,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
 use super::errors::{ArchError, StackwalkError};
-use crate::unwind::cfi::Data;
+use crate::source::memory::Data;
 use crate::unwind::fallback::Strategies;
 
 /// Unwind and symbolize every sample of a perf.data file recorded with

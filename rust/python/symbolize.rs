@@ -13,9 +13,9 @@ use pyo3::{intern, IntoPyObjectExt};
 
 use super::errors::{guard, StackwalkError};
 use super::unwinder::{PyFrame, PyTrace};
+use crate::source::memory::Data;
 use crate::symbolize::lines::SourceFrame;
 use crate::symbolize::{Placed, Source, SymbolFile, Symbolizer};
-use crate::unwind::cfi::Data;
 
 /// Names the frames of traces: the module each pc is in, its ELF address,
 /// and its function (from the module's symbol table, read on first use and

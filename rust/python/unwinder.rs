@@ -16,9 +16,10 @@ use super::trace::frame_vector;
 pub use super::trace::{PyFrame, PyTrace};
 use crate::arch::registers::Registers;
 use crate::arch::Arch;
+use crate::source::memory::Data;
 use crate::source::memory::{Regions, SegmentMemory};
 use crate::space::elf::read_elf;
-use crate::unwind::cfi::{CfaRule, Data, Module, RegRule, UnwindInfo};
+use crate::unwind::cfi::{CfaRule, Module, RegRule, UnwindInfo};
 use crate::unwind::{self, Frame as RsFrame, Strategy, Unwinder as RsUnwinder};
 
 /// Unwinds native stacks for one architecture.
@@ -167,7 +168,7 @@ impl PyUnwinder {
         let code = code
             .iter()
             .filter(|(a, b)| a < b)
-            .map(|&(address, end)| crate::unwind::cfi::CodeSegment {
+            .map(|&(address, end)| crate::space::sections::CodeSegment {
                 address,
                 size: end - address,
                 file_offset: 0,
@@ -183,7 +184,7 @@ impl PyUnwinder {
                 .detach(|| crate::symbolize::breakpad::sym_file(&path))
                 .map_err(StackwalkError::new_err)?;
             if symbols.has_cfi() {
-                info = info.with_breakpad_cfi(symbols, base);
+                info = info.with_foreign_cfi(symbols, base);
             }
         }
         let info = Arc::new(info);
@@ -224,7 +225,7 @@ impl PyUnwinder {
     fn set_process(&mut self, entry: Option<u64>, stacks: Vec<(u32, u64, u64, u64, Option<u64>)>) {
         let stacks = stacks
             .into_iter()
-            .map(|(tid, start, end, sp, live_end)| crate::unwind::ThreadStack {
+            .map(|(tid, start, end, sp, live_end)| crate::source::memory::ThreadStack {
                 tid,
                 start,
                 end,

@@ -368,18 +368,15 @@ impl SegmentMemory {
     }
 
     /// The segment holding `address`: its start and bytes.
-    /// Each thread's stack (see `crate::unwind::ThreadStack`): the captured
+    /// Each thread's stack (see `ThreadStack`): the captured
     /// segment holding each (tid, sp) of `threads`; a thread whose sp is in
     /// none is left out.
-    pub fn thread_stacks(
-        &self,
-        threads: impl Iterator<Item = (u32, u64)>,
-    ) -> Vec<crate::unwind::ThreadStack> {
+    pub fn thread_stacks(&self, threads: impl Iterator<Item = (u32, u64)>) -> Vec<ThreadStack> {
         threads
             .filter_map(|(tid, sp)| {
                 let (start, bytes) = self.segment_of(sp)?;
                 let end = start.saturating_add(bytes.len() as u64);
-                Some(crate::unwind::ThreadStack { tid, start, end, sp, live_end: None })
+                Some(ThreadStack { tid, start, end, sp, live_end: None })
             })
             .collect()
     }
@@ -477,4 +474,18 @@ mod tests {
         assert_eq!(m.read_u64(0x1010), Some(u64::from_le_bytes([1; 8])));
         assert_eq!(m.read_u64(0x1008), Some(u64::from_le_bytes([2; 8])));
     }
+}
+
+/// A thread's stack: the captured region holding its sp, `start..end`, its
+/// sp, and, where its own walk has been made, the top of its live part: its
+/// frames on that region reach `sp..live_end` (the region's end would take
+/// in other stacks where one region holds several, as a Go heap arena
+/// holds goroutines').
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ThreadStack {
+    pub tid: u32,
+    pub start: u64,
+    pub end: u64,
+    pub sp: u64,
+    pub live_end: Option<u64>,
 }

@@ -101,7 +101,7 @@ impl CodeMap {
 
 fn functions_of(data: &[u8]) -> Vec<(Range<u64>, u64)> {
     let mut functions = Vec::new();
-    crate::symbolize::symbols::function_symbols(data, &mut |start, size, name| {
+    crate::space::symtab::function_symbols(data, &mut |start, size, name| {
         // A versioned name (`memcpy@GLIBC_2.2.5`) is the PLT's plain one.
         let plain = name.split('@').next().unwrap_or(name);
         functions.push((start..start.saturating_add(size), name_hash(plain)));

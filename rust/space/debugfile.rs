@@ -15,7 +15,7 @@ use std::sync::Arc;
 use object::{Object, ObjectSection};
 
 use crate::source::memory::Data;
-use crate::unwind::cfi::{Compression, SectionInfo};
+use crate::space::sections::{Compression, SectionInfo};
 
 /// `DEBUG_ROOT/.build-id/xx/yyyy.debug` for a build id (None if it is too
 /// short to split).

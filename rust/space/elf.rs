@@ -10,7 +10,7 @@ use object::elf::{FileHeader32, FileHeader64, PT_GNU_EH_FRAME, PT_LOAD};
 use object::read::elf::{ElfFile, FileHeader, ProgramHeader};
 use object::{LittleEndian, Object, ObjectSection};
 
-use crate::unwind::cfi::{CodeSegment, Compression, ModuleSections, SectionInfo};
+use crate::space::sections::{CodeSegment, Compression, ModuleSections, SectionInfo};
 
 /// What an ELF file offers the unwinder.
 #[derive(Clone, Debug)]

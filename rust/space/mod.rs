@@ -16,7 +16,9 @@ pub mod elf;
 pub mod gopclntab;
 pub mod perfmap;
 pub mod plt;
+pub mod sections;
 pub mod symserver;
+pub mod symtab;
 
 use std::ops::Range;
 

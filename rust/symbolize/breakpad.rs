@@ -454,6 +454,16 @@ impl BreakpadSymbols {
     }
 }
 
+impl crate::unwind::cfi::ForeignCfi for BreakpadSymbols {
+    fn row(&self, arch: Arch, offset: u64) -> Result<(Row, Range<u64>), LookupError> {
+        self.cfi_row(arch, offset)
+    }
+
+    fn function_start(&self, offset: u64) -> bool {
+        self.lookup(offset).is_some_and(|(_, start)| start == offset)
+    }
+}
+
 fn unsupported(why: &'static str) -> LookupError {
     LookupError::Breakpad(why)
 }

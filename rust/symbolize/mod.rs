@@ -17,10 +17,10 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
 use crate::source::files::FileCache;
+use crate::source::memory::Data;
 use crate::symbolize::breakpad::{sym_file, BreakpadSymbols};
 use crate::symbolize::lines::{DebugInfo, SourceFrame};
 use crate::symbolize::symbols::{PltEntries, SymbolTable};
-use crate::unwind::cfi::Data;
 
 /// Where a file's symbols come from.
 pub enum Source {

@@ -9,8 +9,10 @@ use std::sync::Arc;
 
 use _core::arch::registers::Registers;
 use _core::arch::Arch;
+use _core::source::memory::Data;
 use _core::source::memory::Regions;
-use _core::unwind::cfi::{Data, Module, ModuleSections, SectionInfo};
+use _core::space::sections::{ModuleSections, SectionInfo};
+use _core::unwind::cfi::Module;
 use _core::unwind::{EndReason, Frame, Unwinder};
 
 mod alloc_counter;

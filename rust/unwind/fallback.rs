@@ -453,7 +453,7 @@ impl Context<'_> {
             // only where the code before it can be seen to be a call (after
             // a call that does not return); a pointer to a function is more
             // likely.
-            None if module.breakpad_function_start(elf) => Err(RaProblem::FunctionStart),
+            None if module.foreign_function_start(elf) => Err(RaProblem::FunctionStart),
             None => Ok(()),
         }
     }

@@ -20,7 +20,7 @@ use gimli::UnwindContext;
 
 use crate::arch::registers::Registers;
 use crate::arch::Arch;
-use crate::source::memory::Memory;
+use crate::source::memory::{Memory, ThreadStack};
 use crate::unwind::cfi::{FullRow, LookupError, Module};
 use crate::unwind::fallback::Strategies;
 pub use crate::unwind::fallback::{FpProblem, RaProblem, Strategy, UnknownStrategy};
@@ -196,20 +196,6 @@ pub struct ProcessFacts {
     merged: Vec<(u64, u64)>,
     /// The stacks whose live part is known.
     live: Vec<ThreadStack>,
-}
-
-/// A thread's stack: the captured region holding its sp, `start..end`, its
-/// sp, and, where its own walk has been made, the top of its live part: its
-/// frames on that region reach `sp..live_end` (the region's end would take
-/// in other stacks where one region holds several, as a Go heap arena
-/// holds goroutines').
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ThreadStack {
-    pub tid: u32,
-    pub start: u64,
-    pub end: u64,
-    pub sp: u64,
-    pub live_end: Option<u64>,
 }
 
 impl ProcessFacts {
@@ -915,7 +901,7 @@ impl Unwinder {
         }
         // A module whose file is missing has rules only from its Breakpad
         // symbol file's STACK CFI records, if it has one.
-        let usable = |m: &Module| !m.is_missing() || m.has_breakpad_cfi();
+        let usable = |m: &Module| !m.is_missing() || m.has_foreign_cfi();
         let Some(m) = self.module_index(lookup).filter(|&m| usable(&self.modules.modules()[m]))
         else {
             return Err((EndReason::NoModule, EndDetail::Address(lookup)));
@@ -968,7 +954,8 @@ impl Unwinder {
 
 #[cfg(test)]
 mod process_tests {
-    use super::{ProcessFacts, ThreadStack};
+    use super::ProcessFacts;
+    use crate::source::memory::ThreadStack;
 
     fn stack(tid: u32, start: u64, end: u64, sp: u64, live_end: Option<u64>) -> ThreadStack {
         ThreadStack { tid, start, end, sp, live_end }

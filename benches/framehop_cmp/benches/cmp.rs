@@ -59,7 +59,8 @@ struct Walks {
 fn walks(stack: &mut Stack) -> Walks {
     let mut frames = Vec::new();
     let memory = stack.memory.clone();
-    let mut regions = _core::source::memory::Regions::from_sorted(memory.iter().map(|(s, b)| (*s, &b[..])));
+    let mut regions =
+        _core::source::memory::Regions::from_sorted(memory.iter().map(|(s, b)| (*s, &b[..])));
     let end = stack.walk_stackwalk(&mut regions, &mut frames);
     let mut addresses = Vec::new();
     let mut cache = CacheX86_64::new();

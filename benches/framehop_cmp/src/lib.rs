@@ -6,11 +6,12 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use _core::arch::Arch;
-use _core::unwind::cfi::{Data, Module, UnwindInfo};
-use _core::source::memory::Regions;
 use _core::arch::registers::Registers;
+use _core::arch::Arch;
+use _core::source::memory::Data;
+use _core::source::memory::Regions;
 use _core::space::{self, Mapping};
+use _core::unwind::cfi::{Module, UnwindInfo};
 use _core::unwind::{End, Frame, Unwinder};
 use base64::Engine;
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};

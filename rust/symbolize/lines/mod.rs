@@ -17,12 +17,12 @@ use std::sync::{Arc, Mutex, OnceLock};
 use object::{Object, ObjectSection};
 
 use crate::source::memory::Data;
+use crate::space::sections::plausible;
 
 mod cache;
 mod partial;
 
 pub use cache::SectionCache;
-pub(crate) use partial::plausible;
 
 /// Bytes of one section: a range of a mapped file, or a decompressed copy.
 #[derive(Clone)]
@@ -316,7 +316,7 @@ impl Sections {
         let cache = SectionCache::from_env();
         let cached = |name: &str, c: &object::CompressedData<'_>| -> Option<SectionBytes> {
             let (cache, full) = (cache?, c.uncompressed_size);
-            if !partial::plausible(c.format, c.data.len(), full) {
+            if !plausible(c.format, c.data.len(), full) {
                 return None;
             }
             match c.format {
@@ -355,7 +355,7 @@ impl Sections {
             // or a core needs a few of libc's 1,900.
             let name = info.name().unwrap_or_default();
             let entry = cache
-                .filter(|_| partial::plausible(c.format, c.data.len(), c.uncompressed_size))
+                .filter(|_| plausible(c.format, c.data.len(), c.uncompressed_size))
                 .and_then(|cache| cache.zlib_blocks(build_id, name, c.data, c.uncompressed_size));
             let info = match entry {
                 Some((bytes, Some(blocks))) => {
@@ -382,7 +382,7 @@ impl Sections {
             // A header that claims more than its stream can hold is not believed: object
             // would allocate the whole claim first.
             let decompressed = compressed
-                .filter(|c| partial::plausible(c.format, c.data.len(), c.uncompressed_size))
+                .filter(|c| plausible(c.format, c.data.len(), c.uncompressed_size))
                 .map(|c| c.decompress());
             match decompressed {
                 Some(Ok(Cow::Borrowed(slice))) => borrowed(slice),
@@ -539,7 +539,10 @@ mod tests {
         let frames = info.frames(start + 1);
         let own = frames.last().expect("a frame");
         assert_eq!(own.function.as_deref(), Some(name.as_str()));
-        assert!(own.file.as_deref().is_some_and(|f| f.ends_with("rust/symbolize/lines/mod.rs")), "{own:?}");
+        assert!(
+            own.file.as_deref().is_some_and(|f| f.ends_with("rust/symbolize/lines/mod.rs")),
+            "{own:?}"
+        );
         assert!(own.line.is_some_and(|l| l > 100), "{own:?}");
         // Nothing where no code is, up to the last address (found by the fuzz target
         // `lines`: addr2line's lookup of it overflowed).

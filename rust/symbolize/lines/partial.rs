@@ -30,34 +30,13 @@ use gimli::{Endianity, Reader as _};
 
 use super::SectionBytes;
 use crate::source::memory::Data;
+use crate::space::sections::plausible;
 
 /// Below this size a section is decompressed whole.
 pub(super) const MIN_PARTIAL: u64 = 256 << 10;
 
 /// Past this many units, the whole section.
 const MAX_UNITS: usize = 48;
-
-/// The most zlib can expand its input (deflate's limit is 1032:1): a
-/// section that says it decompresses to more is damaged (see [`plausible`]).
-const MAX_RATIO: usize = 1032;
-
-/// The most zstd can expand its input: a block of 128 KiB repeating one
-/// byte (RLE) takes 4 bytes.
-const MAX_RATIO_ZSTD: usize = 32 << 10;
-
-/// Whether a compressed section of `stream` bytes (`format`) can hold the
-/// `full` bytes its header says it does: not where that is more than its
-/// format can expand it to (a damaged header, which would have the whole
-/// claim allocated before the first byte is read).
-pub(crate) fn plausible(format: object::CompressionFormat, stream: usize, full: u64) -> bool {
-    let ratio = match format {
-        object::CompressionFormat::None => return true,
-        object::CompressionFormat::Zstandard => MAX_RATIO_ZSTD,
-        _ => MAX_RATIO,
-    };
-    usize::try_from(full)
-        .is_ok_and(|full| full <= stream.saturating_mul(ratio).saturating_add(1 << 12))
-}
 
 /// The run of units a view leaves out is one DWARF 5 type unit (32-bit):
 /// length, version, unit type, address size, abbreviations' offset, type

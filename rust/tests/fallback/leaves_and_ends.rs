@@ -420,7 +420,7 @@ fn without_symbols_the_entry_function_ends_at_the_next_fde_or_after_0x80_bytes()
 pub(crate) fn own_start(exe: &[u8]) -> (Range<u64>, u64) {
     let elf = _core::space::elf::read_elf(exe).unwrap();
     let entry = elf.sections.entry.expect("an executable has an entry point");
-    let start = _core::symbolize::symbols::function_bounds(exe, entry).unwrap().covering.unwrap();
+    let start = _core::space::symtab::function_bounds(exe, entry).unwrap().covering.unwrap();
     let segment = elf.sections.code.iter().find(|s| start.start >= s.address).unwrap();
     let at = (start.start - segment.address + segment.file_offset) as usize;
     let code = &exe[at..at + (start.end - start.start) as usize];

@@ -20,9 +20,11 @@ use gimli::{Encoding, Format, LittleEndian, Register};
 
 use _core::arch::registers::Registers;
 use _core::arch::Arch;
+use _core::source::memory::Data;
 use _core::source::memory::Regions;
 use _core::space::perfmap::PerfMap;
-use _core::unwind::cfi::{CodeSegment, Data, Module, ModuleSections, SectionInfo, UnwindInfo};
+use _core::space::sections::{CodeSegment, ModuleSections, SectionInfo};
+use _core::unwind::cfi::{Module, UnwindInfo};
 use _core::unwind::{
     End, EndDetail, EndReason, FpProblem, Frame, RaProblem, Strategy, Trust, Unwinder,
 };

@@ -23,10 +23,10 @@ use gimli::{Encoding, EndianSlice, Format, LittleEndian, Register, UnwindSection
 
 use _core::arch::registers::Registers;
 use _core::arch::Arch;
+use _core::source::memory::Data;
 use _core::source::memory::{Memory, Regions};
-use _core::unwind::cfi::{
-    CfaRule, Data, Module, ModuleError, ModuleSections, RegRule, Rules, SectionInfo,
-};
+use _core::space::sections::{ModuleSections, SectionInfo};
+use _core::unwind::cfi::{CfaRule, Module, ModuleError, RegRule, Rules};
 use _core::unwind::expr::ExprError;
 use _core::unwind::{
     stack_frame_bound, End, EndDetail, EndReason, Frame, Strategy, Trust, Unwinder,

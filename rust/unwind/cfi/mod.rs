@@ -11,8 +11,10 @@ use gimli::{
 };
 
 use crate::arch::{Arch, NUM_REGS};
-pub use crate::source::memory::Data;
-use crate::symbolize::breakpad::BreakpadSymbols;
+use crate::source::memory::Data;
+use crate::space::sections::{
+    decompress_section, CodeSegment, Compression, ModuleSections, SectionInfo,
+};
 
 type Slice<'a> = EndianSlice<'a, LittleEndian>;
 type Cie<'a> = gimli::CommonInformationEntry<Slice<'a>>;
@@ -23,70 +25,6 @@ mod rules;
 pub use errors::{LookupError, ModuleError};
 use rules::{convert_cfa, convert_rules, register_offset, return_column};
 pub use rules::{CfaRule, CompactRow, ExprRef, FullRow, RegRule, Row, RuleSet, Rules, SectionKind};
-
-/// A section as found by the ELF reader: where its bytes are in the file
-/// and the address it is loaded at (ELF virtual address, before bias).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SectionInfo {
-    pub file_offset: u64,
-    pub size: u64,
-    pub address: u64,
-}
-
-/// An executable PT_LOAD segment: ELF addresses `address..address + size`,
-/// the first `file_size` bytes of which are at `file_offset` in the file.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CodeSegment {
-    pub address: u64,
-    pub size: u64,
-    pub file_offset: u64,
-    pub file_size: u64,
-}
-
-/// How a section is compressed: its format and its size decompressed; None
-/// where it is not.
-pub type Compression = Option<(object::CompressionFormat, u64)>;
-
-/// The `full` bytes a compressed section's `stream` (`format`) holds; None
-/// where the stream is damaged or cut, gives other than `full` bytes, or
-/// claims more than its format can expand it to (a damaged header: nothing
-/// is allocated for it).
-pub fn decompress_section(
-    format: object::CompressionFormat,
-    stream: &[u8],
-    full: u64,
-) -> Option<Vec<u8>> {
-    if !crate::symbolize::lines::plausible(format, stream.len(), full) {
-        return None;
-    }
-    let compressed = object::CompressedData { format, data: stream, uncompressed_size: full };
-    let bytes = compressed.decompress().ok()?.into_owned();
-    (bytes.len() as u64 == full).then_some(bytes)
-}
-
-/// The pieces of an ELF file the unwinder needs.
-#[derive(Clone, Debug, Default)]
-pub struct ModuleSections {
-    pub eh_frame: Option<SectionInfo>,
-    pub eh_frame_hdr: Option<SectionInfo>,
-    pub debug_frame: Option<SectionInfo>,
-    /// `.debug_frame` is compressed (`SHF_COMPRESSED`, as `-gz` and Go's
-    /// linker leave it, or a GNU `.zdebug_frame`): `debug_frame` is then its
-    /// stream, in this format, of this many bytes decompressed.
-    pub debug_frame_compression: Compression,
-    pub text: Option<u64>,
-    pub got: Option<u64>,
-    /// The executable segments, for the checks of the frame-pointer walk
-    /// and stack scanning. Empty: unknown, the whole module counts as code
-    /// and no code bytes are checked.
-    pub code: Vec<CodeSegment>,
-    /// The entry point (`e_entry`), where there is one (not 0): the
-    /// function holding it is the outermost frame of the stack it starts.
-    pub entry: Option<u64>,
-    /// A Go program (`.gopclntab` or `.go.buildinfo`): see
-    /// [`UnwindInfo::in_go_sigpanic`].
-    pub go: bool,
-}
 
 /// `DW_EH_PE_datarel | DW_EH_PE_sdata4`: the search table's encoding.
 const DW_EH_PE_DATAREL_SDATA4: u8 = 0x3b;
@@ -152,9 +90,10 @@ pub struct UnwindInfo {
     /// The function symbols' extents and the PLT's, read at the first need
     /// (see [`UnwindInfo::code_map`]).
     code_map: OnceLock<crate::space::codemap::CodeMap>,
-    /// A missing file's Breakpad symbols, whose `STACK CFI` records stand
-    /// in for its CFI, and the runtime address their offsets are from.
-    breakpad: Option<(std::sync::Arc<BreakpadSymbols>, u64)>,
+    /// A missing file's rules from elsewhere (its Breakpad symbol file's
+    /// `STACK CFI` records), standing in for its CFI, and the runtime
+    /// address their offsets are from.
+    foreign: Option<(std::sync::Arc<dyn ForeignCfi>, u64)>,
     /// Where the functions of code without a file start: JIT code's, as its
     /// perf map names them (see [`UnwindInfo::with_functions`]).
     functions: Option<std::sync::Arc<crate::space::perfmap::PerfMap>>,
@@ -311,7 +250,7 @@ impl UnwindInfo {
             missing: false,
             entry_function: OnceLock::new(),
             code_map: OnceLock::new(),
-            breakpad: None,
+            foreign: None,
             functions: None,
         };
         info.hdr_table = info.parse_hdr_table();
@@ -353,20 +292,17 @@ impl UnwindInfo {
             missing: true,
             entry_function: OnceLock::new(),
             code_map: OnceLock::new(),
-            breakpad: None,
+            foreign: None,
             functions: None,
         }
     }
 
     /// A missing file's info (see [`UnwindInfo::without_file`]) unwound with
-    /// the `STACK CFI` records of its Breakpad symbol file, whose offsets are
-    /// from runtime address `base` (the module's start).
-    pub fn with_breakpad_cfi(
-        mut self,
-        symbols: std::sync::Arc<BreakpadSymbols>,
-        base: u64,
-    ) -> Self {
-        self.breakpad = Some((symbols, base));
+    /// rules from elsewhere (the `STACK CFI` records of its Breakpad symbol
+    /// file), whose offsets are from runtime address `base` (the module's
+    /// start).
+    pub fn with_foreign_cfi(mut self, rules: std::sync::Arc<dyn ForeignCfi>, base: u64) -> Self {
+        self.foreign = Some((rules, base));
         self
     }
 
@@ -386,18 +322,17 @@ impl UnwindInfo {
         self.functions.as_ref()?.lookup(address).map(|(_, offset)| offset)
     }
 
-    /// Whether ELF address `address` is the first byte of a function its
-    /// Breakpad symbol file names (a `FUNC` or `PUBLIC` record's), for a
-    /// module whose file is missing.
-    pub fn breakpad_function_start(&self, address: u64) -> bool {
-        let Some((symbols, base)) = &self.breakpad else { return false };
-        let offset = address.wrapping_sub(*base);
-        symbols.lookup(offset).is_some_and(|(_, start)| start == offset)
+    /// Whether ELF address `address` is the first byte of a function that
+    /// the foreign rules' file names (a Breakpad `FUNC` or `PUBLIC` record's),
+    /// for a module whose file is missing.
+    pub fn foreign_function_start(&self, address: u64) -> bool {
+        let Some((rules, base)) = &self.foreign else { return false };
+        rules.function_start(address.wrapping_sub(*base))
     }
 
-    /// Whether the module is unwound with Breakpad `STACK CFI` records.
-    pub fn has_breakpad_cfi(&self) -> bool {
-        self.breakpad.is_some()
+    /// Whether the module is unwound with foreign rules (Breakpad `STACK CFI`).
+    pub fn has_foreign_cfi(&self) -> bool {
+        self.foreign.is_some()
     }
 
     /// Whether the module's file is missing (see [`UnwindInfo::without_file`]).
@@ -542,7 +477,7 @@ impl UnwindInfo {
         let bounds: Vec<_> = files
             .into_iter()
             .flatten()
-            .filter_map(|data| crate::symbolize::symbols::function_bounds(data, entry).ok())
+            .filter_map(|data| crate::space::symtab::function_bounds(data, entry).ok())
             .collect();
         if let Some(range) = bounds.iter().find_map(|b| b.covering.clone()) {
             return Some(EntryFunction { range, by_symbol: true });
@@ -664,8 +599,8 @@ impl UnwindInfo {
         address: u64,
         ctx: &mut UnwindContext<usize>,
     ) -> Result<(Row, Range<u64>), LookupError> {
-        if let Some((symbols, base)) = &self.breakpad {
-            return breakpad_row(symbols, self.arch, *base, address);
+        if let Some((rules, base)) = &self.foreign {
+            return foreign_row(&**rules, self.arch, *base, address);
         }
         self.with_row(address, ctx, |row, cie, kind| {
             let cfa = self.decoded_cfa(convert_cfa(row, kind)?);
@@ -713,8 +648,8 @@ impl UnwindInfo {
         address: u64,
         ctx: &mut UnwindContext<usize>,
     ) -> Result<(FullRow, Range<u64>), LookupError> {
-        if let Some((symbols, base)) = &self.breakpad {
-            let (row, range) = breakpad_row(symbols, self.arch, *base, address)?;
+        if let Some((rules, base)) = &self.foreign {
+            let (row, range) = foreign_row(&**rules, self.arch, *base, address)?;
             let (cfa, ra, signal_frame) = (row.cfa, row.ra, row.signal_frame);
             return Ok((FullRow { cfa, ra, signal_frame, rules: row.rules().to_vec() }, range));
         }
@@ -792,14 +727,27 @@ impl UnwindInfo {
     }
 }
 
-/// The `STACK CFI` rules at runtime address `address` of a module at `base`.
-fn breakpad_row(
-    symbols: &BreakpadSymbols,
+/// Unwind rules kept outside a module's file, for a module whose file is
+/// missing: the `STACK CFI` records of its Breakpad symbol file, which
+/// `crate::symbolize::breakpad` reads and answers this for. The unwinder asks
+/// through this trait and never reads a symbol file itself.
+pub trait ForeignCfi: Send + Sync {
+    /// The rules at module offset `offset` and the offsets they hold over;
+    /// `LookupError::NoFde` where no record covers it.
+    fn row(&self, arch: Arch, offset: u64) -> Result<(Row, Range<u64>), LookupError>;
+    /// Whether a function the rules' file names starts at module offset
+    /// `offset`.
+    fn function_start(&self, offset: u64) -> bool;
+}
+
+/// The foreign rules at runtime address `address` of a module at `base`.
+fn foreign_row(
+    rules: &dyn ForeignCfi,
     arch: Arch,
     base: u64,
     address: u64,
 ) -> Result<(Row, Range<u64>), LookupError> {
-    let (row, range) = symbols.cfi_row(arch, address.wrapping_sub(base))?;
+    let (row, range) = rules.row(arch, address.wrapping_sub(base))?;
     Ok((row, range.start.wrapping_add(base)..range.end.wrapping_add(base)))
 }
 
@@ -837,34 +785,4 @@ fn build_index<'d, S: UnwindSection<Slice<'d>>>(
     }
     index.sort_unstable_by_key(|e| (e.start, e.end));
     (index, error)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::io::Write;
-
-    #[test]
-    fn a_compressed_section_is_read_only_whole_and_as_claimed() {
-        let bytes: Vec<u8> = (0..5000u32).flat_map(|i| (i % 251).to_le_bytes()).collect();
-        let mut enc = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::fast());
-        enc.write_all(&bytes).unwrap();
-        let stream = enc.finish().unwrap();
-        let zlib = object::CompressionFormat::Zlib;
-        let full = bytes.len() as u64;
-        assert!(decompress_section(zlib, &stream, full) == Some(bytes.clone()));
-        // A larger size than the stream's, the stream cut short or damaged: nothing.
-        assert!(decompress_section(zlib, &stream, full + 1).is_none());
-        assert!(decompress_section(zlib, &stream[..stream.len() / 2], full).is_none());
-        let mut damaged = stream.clone();
-        damaged[stream.len() / 2] ^= 0xff;
-        assert!(decompress_section(zlib, &damaged, full).is_none());
-        // A smaller one: no more than it claims, the section's first bytes.
-        let short = decompress_section(zlib, &stream, full - 100);
-        assert!(short.is_none_or(|b| b[..] == bytes[..bytes.len() - 100]));
-        // A size the stream could never hold is not even allocated for.
-        assert!(decompress_section(zlib, &stream, 1 << 60).is_none());
-        let zstd = object::CompressionFormat::Zstandard;
-        assert!(decompress_section(zstd, &stream, full).is_none());
-    }
 }
