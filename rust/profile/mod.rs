@@ -60,6 +60,9 @@ pub struct Options {
     /// Samples unwound together; bounds memory (a stream's samples are
     /// copies; a mapped file's are read in place).
     pub batch: usize,
+    /// Where the recording's files are looked for (`--sysroot`,
+    /// `--lib-search-path`; by default at their paths).
+    pub files: crate::space::finder::FileFinder,
     /// Where separate debug files are (`/usr/lib/debug`).
     pub debug_root: std::path::PathBuf,
     /// The functions inlined at each frame's pc come before it as frames of
@@ -99,6 +102,7 @@ impl std::fmt::Debug for Options {
             .field("format", &self.format)
             .field("max_frames", &self.max_frames)
             .field("batch", &self.batch)
+            .field("files", &self.files)
             .field("debug_root", &self.debug_root)
             .field("inline", &self.inline)
             .field("progress", &self.progress.is_some())
@@ -135,6 +139,7 @@ impl Default for Options {
             // 512 samples of 8 KiB stacks: about 4.5 MiB a batch, two held at the peak (one
             // unwound while the next is read); 1024 cost 8.5 MiB more for no speed.
             batch: 512,
+            files: Default::default(),
             debug_root: "/usr/lib/debug".into(),
             inline: true,
             progress: None,

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use crate::source::memory::Data;
+use crate::space::finder::{same_build_id, Found};
 use crate::space::perfmap::PerfMap;
 use crate::space::sections::CodeSegment;
 use crate::space::Segment;
@@ -142,17 +143,22 @@ impl Profiler {
             self.vdso.clone()
         } else {
             let recorded = self.recorded.get(filename).filter(|id| !id.is_empty()).cloned();
-            let mut data = match recorded_file(&file_path, recorded.as_deref()) {
-                Ok(data) => data.map(Arc::new),
-                Err(theirs) => {
+            let mut data = match self.options.files.find(&path, recorded.as_deref()) {
+                Found::File(found, data) => {
+                    file_path = found;
+                    Some(Arc::new(data))
+                }
+                Found::OtherBuild(found, theirs) => {
                     let want = recorded.as_deref().unwrap_or_default();
                     self.summary.warnings.push(format!(
-                        "{path} has build id {}, the recording's is {}: not used",
+                        "{} has build id {}, the recording's is {}: not used",
+                        found.display(),
                         hex(&theirs),
                         hex(want)
                     ));
                     None
                 }
+                Found::Missing => None,
             };
             if let (None, Some(want)) = (&data, &recorded) {
                 let from_perf = perf_cached(want).map(|c| (c, "perf's build-id cache"));
@@ -238,9 +244,8 @@ impl Profiler {
             if !path.starts_with('/') || id.is_empty() || is_anonymous(name) {
                 continue;
             }
-            let here = recorded_file(std::path::Path::new(&path), Some(id));
-            let found = match here {
-                Ok(Some(_)) => Some(std::path::PathBuf::from(&path)),
+            let found = match self.options.files.find(&path, Some(id)) {
+                Found::File(here, _) => Some(here),
                 _ => perf_cached(id).or_else(|| debuginfod_cached(id)).map(|(p, _)| p),
             };
             files.push((path, hex(id), found));
@@ -285,20 +290,6 @@ impl Profiler {
     }
 }
 
-/// The file at `path` (None: missing or unreadable), unless it is another
-/// build than `want`, the build id the recording gives: then the build id it
-/// has. A file without a build id cannot be told apart, and is taken.
-fn recorded_file(path: &std::path::Path, want: Option<&[u8]>) -> Result<Option<Data>, Vec<u8>> {
-    let Ok(data) = crate::source::files::map(path) else { return Ok(None) };
-    if let Some(want) = want {
-        let theirs = crate::space::elf::summarize(&data).ok().and_then(|s| s.build_id);
-        if let Some(theirs) = theirs.filter(|t| !same_build_id(want, t)) {
-            return Err(theirs);
-        }
-    }
-    Ok(Some(data))
-}
-
 /// A file of build id `id` fetched before from debuginfod: its path in
 /// debuginfod's cache, and its bytes.
 fn debuginfod_cached(id: &[u8]) -> Option<(std::path::PathBuf, Data)> {
@@ -328,12 +319,6 @@ fn perf_cached(id: &[u8]) -> Option<(std::path::PathBuf, Data)> {
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// Whether a build id perf recorded is `actual`: perf pads ids to 20 bytes
-/// where it did not record their size.
-fn same_build_id(recorded: &[u8], actual: &[u8]) -> bool {
-    recorded.starts_with(actual) && recorded[actual.len()..].iter().all(|&b| b == 0)
 }
 
 /// This process's vdso image, if its build id is `build_id`.

@@ -23,7 +23,9 @@ use crate::unwind::fallback::Strategies;
 /// their own (perf script's default), and JSON frames carry `file`, `line`,
 /// `column` and `inline`, from the modules' DWARF. `perf_map_dir`: where
 /// the perf maps of JIT code are (`perf-PID.map`; None: JIT code is not
-/// named nor walked through). `offline`: nothing fetched from the
+/// named nor walked through). `sysroot`: prefixed to the recorded paths,
+/// whose files are looked for there first; `lib_search_path`: directories
+/// where they are looked for by name after their paths. `offline`: nothing fetched from the
 /// debuginfod servers of `DEBUGINFOD_URLS` (else the recording's files not
 /// here, and with `inline` their DWARF, are). `strategies`: how a sample's
 /// frames are walked where CFI fails (None: cfi, frame_pointer). Returns a summary dict; a damaged file stops
@@ -33,7 +35,7 @@ use crate::unwind::fallback::Strategies;
 #[pyo3(signature = (path, format = "text", *, output = None, jobs = 0, max_frames = None,
                     debug_root = PathBuf::from("/usr/lib/debug"), progress = None, inline = true,
                     perf_map_dir = Some(PathBuf::from("/tmp")), offline = false,
-                    strategies = None))]
+                    strategies = None, sysroot = None, lib_search_path = Vec::new()))]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn perf_report<'py>(
     py: Python<'py>,
@@ -48,6 +50,8 @@ pub(super) fn perf_report<'py>(
     perf_map_dir: Option<PathBuf>,
     offline: bool,
     strategies: Option<Vec<String>>,
+    sysroot: Option<PathBuf>,
+    lib_search_path: Vec<PathBuf>,
 ) -> PyResult<Bound<'py, PyDict>> {
     use crate::profile::{Format, Options};
     if jobs > MAX_JOBS {
@@ -73,9 +77,11 @@ pub(super) fn perf_report<'py>(
         Some(names) => Strategies::new(&super::unwinder::parse_strategies(&names)?),
         None => defaults.strategies,
     };
+    let files = crate::space::finder::FileFinder { sysroot, search: lib_search_path };
     let options = Options {
         format,
         max_frames,
+        files,
         debug_root,
         progress,
         inline,

@@ -13,6 +13,7 @@ pub mod codemap;
 pub mod debugfile;
 pub mod debuginfod;
 pub mod elf;
+pub mod finder;
 pub mod gopclntab;
 pub mod perfmap;
 pub mod plt;
