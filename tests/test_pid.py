@@ -13,11 +13,13 @@ import signal
 import subprocess
 import sys
 import time
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 import stackwalk
-from corefiles import EuStack, eu_stack, gdb_on_process
+from corefiles import EuStack, build_id_of, eu_stack, gdb_on_process
+from hostile_http import Hostile, hostile_server
 from processes import (
     check_stopped,
     running,
@@ -154,6 +156,77 @@ def test_a_running_process_is_stopped_briefly_and_let_go(build: Builder) -> None
         )
         assert sum(line.startswith("Thread ") for line in lines) == 1
         assert any(" in main+0x" in line for line in lines)
+
+
+def test_offline_asks_no_debuginfod_server(build: Builder, tmp_path: Path) -> None:
+    """A program without its DWARF (strip -g): ``pid`` asks the server of DEBUGINFOD_URLS (an
+    HTTP server of the test's, which answers 404) for its debug file, by its build id; with
+    ``--offline``, or STACKWALK_OFFLINE=1, it asks nothing, and says nothing of debuginfod. The
+    frames are the same in every run (named from the program's symbol table)."""
+    program = tmp_path / "pid_threads"
+    shutil.copy(build("pid_threads.c", "-O2", "-pthread"), program)
+    subprocess.run(["strip", "-g", str(program)], check=True)
+    build_id = build_id_of(str(program))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DEBUGINFOD_", "STACKWALK_"))}
+    env["DEBUGINFOD_CACHE_PATH"] = str(tmp_path / "cache")
+
+    def answer(handler: BaseHTTPRequestHandler, state: Hostile) -> None:
+        handler.send_error(404)
+
+    runs = [([], {}), (["--offline"], {}), ([], {"STACKWALK_OFFLINE": "1"})]
+    docs = []
+    with hostile_server(answer) as (url, server), running([str(program)]) as proc:
+        env["DEBUGINFOD_URLS"] = url
+        wait_all_blocked(proc.pid)
+        with stopped(proc.pid):  # one moment for the three runs
+            for options, more in runs:
+                asked = len(server.paths)
+                out = subprocess.run(
+                    [sys.executable, "-m", "stackwalk", "pid", str(proc.pid), "--json", *options],
+                    capture_output=True, text=True, timeout=120, env={**env, **more},
+                )  # fmt: skip
+                assert out.returncode == 0, out.stderr
+                docs.append(json.loads(out.stdout))
+                if options or more:
+                    assert server.paths[asked:] == [], server.paths
+                    assert "debuginfod" not in out.stderr, out.stderr
+                else:
+                    assert f"/buildid/{build_id}/debuginfo" in server.paths[asked:], server.paths
+                    assert f"debuginfod: no debuginfo for {program}" in out.stderr, out.stderr
+                check_stopped(proc.pid)
+    frames = [[f["function"] for t in d["threads"] for f in t["frames"]] for d in docs]
+    assert frames[0] == frames[1] == frames[2] and "main" in frames[0]
+
+
+def test_sysroot_files_are_used(build: Builder, tmp_path: Path) -> None:
+    """``pid --sysroot DIR``: a module's file is looked for under DIR first. The program runs
+    without its DWARF (strip -g, the same build id); under the sysroot, at the program's path,
+    is the file with it: its frames then have source lines, which they have not without."""
+    built = build("pid_threads.c", "-O2", "-pthread")
+    program = tmp_path / "run" / "pid_threads"
+    program.parent.mkdir()
+    shutil.copy(built, program)
+    subprocess.run(["strip", "-g", str(program)], check=True)
+    sysroot = tmp_path / "sysroot"
+    (sysroot / program.parent.relative_to("/")).mkdir(parents=True)
+    shutil.copy(built, sysroot / program.relative_to("/"))
+    with running([str(program)]) as proc:
+        wait_all_blocked(proc.pid)
+        with stopped(proc.pid):
+            docs = []
+            for options in ([], ["--sysroot", str(sysroot)]):
+                out = stackwalk_pid(str(proc.pid), "--json", "--offline", *options)
+                assert out.returncode == 0, out.stderr
+                docs.append(json.loads(out.stdout))
+                check_stopped(proc.pid)
+    lines = []
+    # The program's frames (but _start's, from crt1.o), named by the file used: the one under
+    # the sysroot, with --sysroot.
+    for doc, file in zip(docs, [program, sysroot / program.relative_to("/")], strict=True):
+        ours = [f for t in doc["threads"] for f in t["frames"] if f["module"] == str(file)]
+        assert any(f["function"] == "main" for f in ours), doc["modules"]
+        lines.append([f["line"] for f in ours if f["function"] != "_start"])
+    assert not any(lines[0]) and all(lines[1]), lines
 
 
 def test_a_deleted_library_is_read_through_map_files(build: Builder, tmp_path: Path) -> None:

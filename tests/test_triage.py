@@ -15,10 +15,13 @@ import sys
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
 import stackwalk
+from corefiles import build_id_of
+from hostile_http import Hostile, hostile_server
 from minidumps import Dumps
 from realstacks import Builder
 from stackwalk.signature import SEPARATOR, Rules, normalize_function, signature
@@ -389,6 +392,54 @@ def test_modules_missing_are_said(spool: Spool, tmp_path: Path) -> None:
     assert f"module not found: {program}" in json.loads(warnings)
     assert host == os.uname().nodename
     assert sig.startswith("gone@0x")
+
+
+def test_a_missing_module_by_the_module_options(spool: Spool, tmp_path: Path) -> None:
+    """The program deleted after its crash: triage asks the debuginfod server of
+    DEBUGINFOD_URLS (the test's, which answers 404) for it by its build id, and not with
+    ``--offline``; with ``--lib-search-path`` a directory that holds it, it is found there by
+    its name, and the signature names the crashing function."""
+    program = tmp_path / "gone"
+    shutil.copy(spool.programs["c"], program)
+    core = tmp_path / "core.gone"
+    gdb = _gdb_cores(program, [("null-a", core)], tmp_path)
+    assert gdb.wait(timeout=300) == 0 and core.exists()
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    program.rename(kept / program.name)
+    build_id = build_id_of(str(kept / program.name))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DEBUGINFOD_", "STACKWALK_"))}
+    env["DEBUGINFOD_CACHE_PATH"] = str(tmp_path / "cache")
+
+    def answer(handler: BaseHTTPRequestHandler, state: Hostile) -> None:
+        handler.send_error(404)
+
+    runs = {"online": [], "offline": ["--offline"],
+            "found": ["--offline", "--lib-search-path", f"/nowhere:{kept}"]}  # fmt: skip
+    stored = {}
+    with hostile_server(answer) as (url, server):
+        env["DEBUGINFOD_URLS"] = url
+        for name, options in runs.items():
+            db = tmp_path / f"{name}.sqlite"
+            asked = len(server.paths)
+            proc = subprocess.run(
+                [sys.executable, "-m", "stackwalk", "triage", str(core), "--db", str(db),
+                 *options], capture_output=True, text=True, timeout=600, env=env,
+            )  # fmt: skip
+            assert proc.returncode == 0, proc.stderr
+            with sqlite3.connect(db) as conn:
+                [(warnings, sig)] = conn.execute("SELECT warnings, signature FROM crashes")
+            stored[name] = (json.loads(warnings or "[]"), sig, server.paths[asked:])
+    warnings, sig, asked = stored["online"]
+    assert f"module not found: {program}" in warnings and sig.startswith("gone@0x")
+    assert f"/buildid/{build_id}/executable" in asked, asked
+    warnings, sig, asked = stored["offline"]
+    assert f"module not found: {program}" in warnings and sig.startswith("gone@0x")
+    assert asked == []
+    warnings, sig, asked = stored["found"]
+    assert not any(str(program) in w for w in warnings), warnings
+    assert sig.startswith(spool.where["null dereference in parse_header"]), sig
+    assert asked == []
 
 
 def test_minidumps_among_cores(spool: Spool, dumps: Dumps, tmp_path: Path) -> None:

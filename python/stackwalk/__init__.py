@@ -10,7 +10,11 @@ reads ELF core files, ``stackwalk.Minidump`` minidumps.
 """
 
 from stackwalk._core import Symbolizer, __version__
+from stackwalk.core import Core, CoreError
 from stackwalk.errors import ArchError, CfiError, ElfError, MemoryReadError, StackwalkError
+from stackwalk.minidump import Minidump, MinidumpError
+from stackwalk.process import Process
+from stackwalk.triage import CrashStore
 from stackwalk.unwinder import (
     CRASH_STRATEGIES,
     Frame,
@@ -20,29 +24,6 @@ from stackwalk.unwinder import (
     Trace,
     Unwinder,
 )
-
-
-def __getattr__(name: str) -> object:
-    # The core-file reader is imported on first use, so that commands and
-    # programs that only unwind start fast.
-    if name in ("Core", "CoreError"):
-        from stackwalk import core
-
-        return getattr(core, name)
-    if name == "Process":
-        from stackwalk.process import Process
-
-        return Process
-    if name == "CrashStore":
-        from stackwalk.triage import CrashStore
-
-        return CrashStore
-    if name in ("Minidump", "MinidumpError"):
-        from stackwalk import minidump
-
-        return getattr(minidump, name)
-    raise AttributeError(f"module 'stackwalk' has no attribute {name!r}")
-
 
 __all__ = [
     "__version__",

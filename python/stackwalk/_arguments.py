@@ -1,42 +1,35 @@
-"""The ``stackwalk`` command line's arguments: each command's options, declared once (the
-``_add_*`` functions below), read by argparse (``stackwalk._parser``) or, for the plain command
-lines most runs are, by ``parse_args`` here without importing argparse (see ``_Spec``). The
-commands themselves are in ``stackwalk.cli``."""
+"""The ``stackwalk`` command line's arguments: one argparse parser (``build_parser``), each
+command's options declared by its ``_add_*`` function, and each option that several commands
+take declared once, by the function that every one of them calls (``_add_module_options``,
+``_add_walk_options``...). The commands themselves are in ``stackwalk.cli``."""
 
 from __future__ import annotations
 
+import argparse
 import os
+import stat
+import sys
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from typing import Any, TypeAlias
 
-from stackwalk._core import MAX_JOBS
+from stackwalk._core import MAX_JOBS, __version__
+from stackwalk.core import DEBUG_ROOT
+from stackwalk.render import escape
 
-# Annotations only (see cli.py).
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
-    from typing import Any
-
-DESCRIPTION = "The ``stackwalk`` command line."
-# argparse's BooleanOptionalAction (--inline / --no-inline), by the name stackwalk._parser
-# registers it under: the declarations below do not import argparse.
-BOOLEAN_OPTIONAL = "boolean_optional"
-
-
-def _type_error(message: str) -> Exception:
-    """An argparse type's error (its message is the one shown), argparse imported only then."""
-    import argparse
-
-    return argparse.ArgumentTypeError(message)
+# Where a command's options go: its parser, or one of its groups.
+_Options: TypeAlias = argparse._ActionsContainer
+# Where the commands go: the subparsers of the command line's parser (generic in typeshed only).
+_Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 
 def _date(text: str) -> float:
     """An argparse type: a date (2026-11-24) or time (2026-11-24T10:00) as Unix seconds, UTC
     unless the text names a zone."""
-    from datetime import datetime, timezone
-
     try:
         when = datetime.fromisoformat(text)
     except ValueError:
-        raise _type_error(f"not a date: {text!r} (2026-11-24, ...)") from None
+        raise argparse.ArgumentTypeError(f"not a date: {text!r} (2026-11-24, ...)") from None
     if when.tzinfo is None:
         when = when.replace(tzinfo=timezone.utc)
     return when.timestamp()
@@ -45,8 +38,6 @@ def _date(text: str) -> float:
 def not_a_file(path: str) -> str:
     """Why ``path`` cannot be read as a module, where stat tells (it never opens it: a FIFO
     would block): " (is a FIFO)", " (no such file)"...; "" for a regular file."""
-    import stat
-
     try:
         mode = os.stat(path).st_mode
     except OSError as e:
@@ -86,13 +77,15 @@ class Bounded:
         digits, shift = text, 0
         if self.units and text[-1:].isascii() and text[-1:].isalpha():
             if text[-1:].upper() not in self.units:
-                raise _type_error(f"not {self.what}: {_shown(text)} ({self.span}, or with "
-                                  f"{', '.join(self.units)}: 512M, 8G, ...)")  # fmt: skip
+                raise argparse.ArgumentTypeError(
+                    f"not {self.what}: {_shown(text)} ({self.span}, or with "
+                    f"{', '.join(self.units)}: 512M, 8G, ...)"
+                )
             digits, shift = text[:-1], self.units[text[-1:].upper()]
         negative = digits[:1] == "-"
         magnitude = digits[1:] if negative else digits
         if not (magnitude.isascii() and magnitude.isdigit()):
-            raise _type_error(f"not {self.what}: {_shown(text)} ({self.span})")
+            raise argparse.ArgumentTypeError(f"not {self.what}: {_shown(text)} ({self.span})")
         # A number longer than either bound is past it, unconverted (int() refuses more than
         # 4300 digits, and takes a while over fewer).
         longest = len(str(max(abs(self.low), abs(self.high))))
@@ -102,9 +95,13 @@ class Bounded:
             value = int(digits) << shift
         unit = f" {self.unit}" if self.unit else ""
         if value is None and negative or value is not None and value < self.low:
-            raise _type_error(f"must be at least {self.low}{unit}, not {_shown(text)}")
+            raise argparse.ArgumentTypeError(
+                f"must be at least {self.low}{unit}, not {_shown(text)}"
+            )
         if value is None or value > self.high:
-            raise _type_error(f"must be at most {self.high}{unit}, not {_shown(text)}")
+            raise argparse.ArgumentTypeError(
+                f"must be at most {self.high}{unit}, not {_shown(text)}"
+            )
         return value
 
 
@@ -132,26 +129,53 @@ _tid = Bounded("a thread id", 1, 2**22 - 1)
 # Rows of a crash store: SQLite's integers (a LIMIT) are signed 64 bits.
 _row_count = Bounded("a number", 1, 2**63 - 1)
 # Workers: 0, one per CPU, up to the native core's MAX_JOBS, past which workers only exhaust
-# the machine (100,000 of them never start). (stackwalk's __init__ has imported _core already.)
+# the machine (100,000 of them never start).
 _jobs = Bounded("a number of workers", 0, MAX_JOBS)
-_MAX_CORE_SIZE_HELP = (
-    "the most a compressed core (zstd, xz, lz4, gzip) may decompress to, more being an "
-    f"error: SIZE from {_size.span} (8E less one), a binary K, M, G, T, P or E after the "
-    "number (512M, 8G; default 8G)"
-)
+
+# --- the options several commands take, each declared here once ----------------------------
 
 
-def _add_max_frames(parser: Any, stack: str = "the captured stack", what: str = "") -> None:
+def _add_json(parser: _Options, what: str = "one JSON document") -> None:
+    """--json; ``what``: the JSON the command then prints."""
+    parser.add_argument("--json", action="store_true", help=what)
+
+
+def _add_module_options(parser: _Options, *, roots: bool = True, perf_map: bool = True) -> None:
+    """Where the files of the modules are found: with ``roots``, --sysroot, --lib-search-path
+    and --debug-root; --offline (debuginfod); with ``perf_map``, --perf-map (a JIT's names)."""
+    if roots:
+        parser.add_argument(
+            "--sysroot",
+            metavar="DIR",
+            help="prefix every module path with DIR (the root of another machine's files, or a "
+            "container's)",
+        )
+        parser.add_argument(
+            "--lib-search-path", metavar="PATHS", help="DIR[:DIR...] to find modules by name"
+        )
+        parser.add_argument(
+            "--debug-root",
+            metavar="DIR",
+            default=DEBUG_ROOT,
+            help="where separate debug files are (.build-id/xx/yyyy.debug, .gnu_debuglink); "
+            f"default {DEBUG_ROOT}",
+        )
     parser.add_argument(
-        "--max-frames",
-        type=_frame_count,
-        metavar="N",
-        help=f"stop each stack after N frames{what}, N from {_frame_count.span} (default: no "
-        f"limit but what {stack} can hold, a frame taking at least one word)",
+        "--offline",
+        action="store_true",
+        help="fetch nothing from the debuginfod servers of DEBUGINFOD_URLS (what their cache "
+        "holds is still used); also STACKWALK_OFFLINE=1",
     )
+    if perf_map:
+        parser.add_argument(
+            "--perf-map",
+            metavar="FILE",
+            help="a JIT's perf map (/tmp/perf-PID.map): names for its code, outside every "
+            "module (pid: by default the process's own, if there is one)",
+        )
 
 
-def _add_strategies(parser: Any, default: str = "cfi,frame_pointer,scan") -> None:
+def _add_strategies(parser: _Options, default: str = "cfi,frame_pointer,scan") -> None:
     parser.add_argument(
         "--strategies",
         default=default,
@@ -162,7 +186,73 @@ def _add_strategies(parser: Any, default: str = "cfi,frame_pointer,scan") -> Non
     parser.add_argument("--no-scan", action="store_true", help="never scan the stack")
 
 
-def _add_python_mode(parser: Any) -> None:
+def _add_max_frames(parser: _Options, stack: str = "the captured stack", what: str = "") -> None:
+    parser.add_argument(
+        "--max-frames",
+        type=_frame_count,
+        metavar="N",
+        help=f"stop each stack after N frames{what}, N from {_frame_count.span} (default: no "
+        f"limit but what {stack} can hold, a frame taking at least one word)",
+    )
+
+
+def _add_inline(parser: _Options) -> None:
+    parser.add_argument(
+        "--inline",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="frames for the functions inlined at each pc, from DWARF, as gdb and perf script "
+        "show them (default: on; perf's --json has source lines only with them)",
+    )
+
+
+def _add_registers(parser: _Options) -> None:
+    parser.add_argument(
+        "--registers",
+        action="store_true",
+        help="each frame's registers as the walk recovered them, as a debugger shows them in "
+        "that frame (pc, sp, the callee-saved registers; every one past a signal frame)",
+    )
+
+
+def _add_walk_options(parser: _Options) -> None:
+    """How each thread's stack is walked and shown: --strategies and --no-scan, --max-frames,
+    --inline / --no-inline, --registers."""
+    _add_strategies(parser)
+    _add_max_frames(parser)
+    _add_inline(parser)
+    _add_registers(parser)
+
+
+def _add_thread(parser: _Options, tids: Bounded, what: str = "") -> None:
+    parser.add_argument(
+        "--thread", type=tids, metavar="TID", help=f"only this thread (TID: {tids.span}{what})"
+    )
+
+
+def _add_jobs(parser: _Options, what: str) -> None:
+    """--jobs N; ``what``: what the N workers are."""
+    parser.add_argument(
+        "--jobs",
+        type=_jobs,
+        default=0,
+        metavar="N",
+        help=f"{what}, N from {_jobs.span} (default, 0: one per CPU)",
+    )
+
+
+def _add_max_core_size(parser: _Options) -> None:
+    parser.add_argument(
+        "--max-core-size",
+        type=_size,
+        metavar="SIZE",
+        help="the most a compressed core (zstd, xz, lz4, gzip) may decompress to, more being "
+        f"an error: SIZE from {_size.span} (8E less one), a binary K, M, G, T, P or E after "
+        "the number (512M, 8G; default 8G)",
+    )
+
+
+def _add_python_mode(parser: _Options) -> None:
     """--native-only / --python: a python process's Python frames hidden, or shown alone."""
     group = parser.add_mutually_exclusive_group()
     group.set_defaults(python="mixed")
@@ -183,22 +273,48 @@ def _add_python_mode(parser: Any) -> None:
     )
 
 
-def _add_demo(sub: Any) -> None:
+def _add_dump_options(k: _Options, what: str) -> None:
+    """The options `core` and `minidump` share; ``what``: the kind of file, for their help."""
+    _add_json(k)
+    _add_module_options(k)
+    k.add_argument(
+        "--dir",
+        metavar="DIR",
+        help="every file in DIR, in name order; a file that cannot be read gets a one-line "
+        "error and the others go on",
+    )
+    _add_thread(k, _file_tid, f", a thread id as the {what} has it")
+    _add_walk_options(k)
+    _add_jobs(k, f"with --dir: {what}s read on N processes at once")
+    k.add_argument(
+        "--allow-mismatch",
+        action="store_true",
+        help=f"use a module file whose build id differs from the {what}'s (its frames are "
+        "marked doubtful); by default such a file is treated as missing",
+    )
+    _add_python_mode(k)
+
+
+# --- the commands ---------------------------------------------------------------------------
+
+
+def _add_demo(sub: _Commands) -> None:
     d = sub.add_parser("demo", help="build a sample program, stop it under gdb, unwind its stack")
-    d.add_argument("--json", action="store_true", help="print the trace as JSON")
+    _add_json(d, "print the trace as JSON")
     _add_max_frames(d)
 
 
-def _add_capture(sub: Any) -> None:
+def _add_capture(sub: _Commands) -> None:
     c = sub.add_parser("capture", help="run a program under gdb to a breakpoint, save its stack")
     c.add_argument("-b", "--breakpoint", required=True, help="function or file:line")
     c.add_argument("-o", "--output", required=True, help="capture file to write (JSON)")
     c.add_argument("--arch", choices=["x86_64", "aarch64", "i386"], help="default: the program's")
+    # Not a reader's --sysroot: where qemu-user (-L) and gdb find a foreign program's libraries.
     c.add_argument("--sysroot", help="for aarch64 programs run under qemu")
     c.add_argument("program", nargs="+", help="the program and its arguments")
 
 
-def _add_core(sub: Any) -> None:
+def _add_core(sub: _Commands) -> None:
     k = sub.add_parser("core", help="backtraces of every thread of an ELF core file")
     k.add_argument(
         "core",
@@ -208,16 +324,10 @@ def _add_core(sub: Any) -> None:
     )
     k.add_argument("executable", nargs="?", help="the program (default: found from the core)")
     _add_dump_options(k, "core")
-    _add_python_mode(k)
-    k.add_argument(
-        "--max-core-size",
-        type=_size,
-        metavar="SIZE",
-        help=_MAX_CORE_SIZE_HELP,
-    )
+    _add_max_core_size(k)
 
 
-def _add_minidump(sub: Any) -> None:
+def _add_minidump(sub: _Commands) -> None:
     m = sub.add_parser("minidump", help="backtraces of every thread of a minidump")
     m.add_argument(
         "minidumps",
@@ -248,66 +358,9 @@ def _add_minidump(sub: Any) -> None:
         default="stackwalk",
         help="the JSON's shape: stackwalk's (as core's), or what minidump-stackwalk --json prints",
     )
-    _add_python_mode(m)
 
 
-def _add_dump_options(k: Any, what: str) -> None:
-    """The options `core` and `minidump` share; ``what``: the kind of file, for their help."""
-    k.add_argument("--json", action="store_true", help="one JSON document")
-    k.add_argument("--sysroot", help="prefix every module path with DIR")
-    k.add_argument(
-        "--lib-search-path", metavar="PATHS", help="DIR[:DIR...] to find modules by name"
-    )
-    k.add_argument(
-        "--dir",
-        metavar="DIR",
-        help="every file in DIR, in name order; a file that cannot be read gets a one-line "
-        "error and the others go on",
-    )
-    k.add_argument(
-        "--debug-root",
-        metavar="DIR",
-        default="/usr/lib/debug",
-        help="where separate debug files are (.build-id/xx/yyyy.debug, .gnu_debuglink); "
-        "default /usr/lib/debug",
-    )
-    _add_offline(k)
-    k.add_argument(
-        "--thread",
-        type=_file_tid,
-        metavar="TID",
-        help=f"only this thread (TID: {_file_tid.span}, a thread id as the {what} has it)",
-    )
-    _add_max_frames(k)
-    _add_strategies(k)
-    k.add_argument(
-        "--no-inline",
-        action="store_true",
-        help="no frames for the functions inlined at a pc (from DWARF, shown by default)",
-    )
-    _add_registers(k)
-    k.add_argument(
-        "--jobs",
-        type=_jobs,
-        default=0,
-        metavar="N",
-        help=f"with --dir: {what}s read on N processes at once, N from {_jobs.span} "
-        "(default, 0: one per CPU)",
-    )
-    k.add_argument(
-        "--allow-mismatch",
-        action="store_true",
-        help=f"use a module file whose build id differs from the {what}'s (its frames are "
-        "marked doubtful); by default such a file is treated as missing",
-    )
-    k.add_argument(
-        "--perf-map",
-        metavar="FILE",
-        help="a JIT's perf map (/tmp/perf-PID.map): names for its code, outside every module",
-    )
-
-
-def _add_perf(sub: Any) -> None:
+def _add_perf(sub: _Commands) -> None:
     pf = sub.add_parser("perf", help="unwind every sample of a perf record --call-graph dwarf file")
     pf.add_argument(
         "perf_data",
@@ -316,23 +369,11 @@ def _add_perf(sub: Any) -> None:
         help="one or more files, one after another; - reads standard input",
     )
     out = pf.add_mutually_exclusive_group()
-    out.add_argument("--json", action="store_true", help="JSON Lines, one object per sample")
+    _add_json(out, "JSON Lines, one object per sample")
     out.add_argument("--collapsed", action="store_true", help="folded stacks with counts")
     out.add_argument("--flamegraph", metavar="OUT.svg", help="write an interactive SVG flame graph")
-    pf.add_argument(
-        "--jobs",
-        type=_jobs,
-        default=0,
-        metavar="N",
-        help=f"N worker threads, {_jobs.span} (default, 0: one per CPU)",
-    )
-    pf.add_argument(
-        "--inline",
-        action=BOOLEAN_OPTIONAL,
-        default=True,
-        help="frames for the functions inlined at each pc, and (--json) source file and line, "
-        "from DWARF, as perf script shows them (default: on)",
-    )
+    _add_jobs(pf, "N worker threads")
+    _add_inline(pf)
     pf.add_argument(
         "--perf-map-dir",
         metavar="DIR",
@@ -342,71 +383,39 @@ def _add_perf(sub: Any) -> None:
         "pointers (default: /tmp, as perf; empty: none)",
     )
     _add_strategies(pf, "cfi,frame_pointer")
-    _add_offline(pf)
+    _add_module_options(pf, roots=False, perf_map=False)
     _add_max_frames(
         pf, "each sample's stack copy", ": N kernel and N user frames, as perf script --max-stack"
     )
 
 
-def _add_registers(parser: Any) -> None:
-    parser.add_argument(
-        "--registers",
-        action="store_true",
-        help="each frame's registers as the walk recovered them, as a debugger shows them in "
-        "that frame (pc, sp, the callee-saved registers; every one past a signal frame)",
-    )
-
-
-def _add_offline(parser: Any) -> None:
-    parser.add_argument(
-        "--offline",
-        action="store_true",
-        help="fetch nothing from the debuginfod servers of DEBUGINFOD_URLS (what their cache "
-        "holds is still used); also STACKWALK_OFFLINE=1",
-    )
-
-
-def _add_unwind(sub: Any) -> None:
+def _add_unwind(sub: _Commands) -> None:
     u = sub.add_parser("unwind", help="unwind a saved capture")
     u.add_argument("capture", help="a file written by 'stackwalk capture'; - reads standard input")
-    u.add_argument("--json", action="store_true", help="print the trace as JSON")
+    _add_json(u, "print the trace as JSON")
     u.add_argument("--baseline", action="store_true", help="use the pure-Python unwinder")
     _add_max_frames(u)
 
 
-def _add_pid(sub: Any) -> None:
+def _add_pid(sub: _Commands) -> None:
     p = sub.add_parser("pid", help="backtraces of every thread of a running process")
     p.add_argument(
         "pid", type=_pid, metavar="PID", help=f"the process ({_pid.span}; stopped for milliseconds)"
     )
-    p.add_argument("--json", action="store_true", help="one JSON document")
-    p.add_argument(
-        "--thread", type=_tid, metavar="TID", help=f"only this thread (TID: {_tid.span})"
-    )
-    _add_max_frames(p)
-    p.add_argument("--debug-root", metavar="DIR", default="/usr/lib/debug")
-    _add_strategies(p)
-    p.add_argument("--no-inline", action="store_true", help="no frames for inlined functions")
-    _add_registers(p)
-    p.add_argument(
-        "--perf-map", metavar="FILE", help="a JIT's perf map (default: /tmp/perf-PID.map if any)"
-    )
+    _add_json(p)
+    _add_module_options(p)
+    _add_thread(p, _tid)
+    _add_walk_options(p)
     _add_python_mode(p)
 
 
-def _add_triage(sub: Any) -> None:
+def _add_triage(sub: _Commands) -> None:
     t = sub.add_parser(
         "triage", help="read a spool of crashes into a database: signatures, buckets, counts"
     )
     t.add_argument("paths", nargs="+", metavar="PATH", help="crash files and directories of them")
     t.add_argument("--db", required=True, help="the SQLite crash store (made if missing)")
-    t.add_argument(
-        "--jobs",
-        type=_jobs,
-        default=0,
-        metavar="N",
-        help=f"N processes, {_jobs.span} (default, 0: one per CPU)",
-    )
+    _add_jobs(t, "N processes")
     t.add_argument(
         "--dask",
         metavar="ADDRESS",
@@ -418,13 +427,12 @@ def _add_triage(sub: Any) -> None:
         help="signature rules (TOML: a regular file of at most 1 MiB) added to the defaults",
     )
     t.add_argument("--all-threads", action="store_true", help="store every thread's frames")
-    t.add_argument("--json", action="store_true", help="one JSON line per file read, crash or not")
-    t.add_argument("--sysroot", help="prefix every module path with DIR")
-    t.add_argument("--debug-root", metavar="DIR", default="/usr/lib/debug")
-    t.add_argument("--max-core-size", type=_size, metavar="SIZE", help=_MAX_CORE_SIZE_HELP)
+    _add_json(t, "one JSON line per file read, crash or not")
+    _add_module_options(t, perf_map=False)
+    _add_max_core_size(t)
 
 
-def _add_report(sub: Any) -> None:
+def _add_report(sub: _Commands) -> None:
     r = sub.add_parser("report", help="the buckets of a crash store, most crashes first")
     r.add_argument("--db", required=True, help="the SQLite crash store")
     r.add_argument(
@@ -438,7 +446,7 @@ def _add_report(sub: Any) -> None:
         "given; years 1 to 9999)",
     )
     out = r.add_mutually_exclusive_group()
-    out.add_argument("--json", action="store_true", help="one JSON document")
+    _add_json(out)
     out.add_argument(
         "--html",
         metavar="OUT.html",
@@ -446,265 +454,32 @@ def _add_report(sub: Any) -> None:
     )
 
 
-COMMANDS: dict[str, Callable[[Any], None]] = {
-    "demo": _add_demo,
-    "capture": _add_capture,
-    "core": _add_core,
-    "minidump": _add_minidump,
-    "perf": _add_perf,
-    "unwind": _add_unwind,
-    "pid": _add_pid,
-    "triage": _add_triage,
-    "report": _add_report,
-}
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of the ``stackwalk`` command line, every command's."""
+    p = argparse.ArgumentParser(prog="stackwalk", description="The ``stackwalk`` command line.")
+    p.add_argument(
+        "--version",
+        action="version",
+        version=f"stackwalk {__version__}",  # Cargo.toml's, as the package's metadata
+        help="print the version and exit",
+    )
+    sub = p.add_subparsers(dest="command", required=True)
+    for add in (_add_demo, _add_capture, _add_core, _add_minidump, _add_perf, _add_unwind,
+                _add_pid, _add_triage, _add_report):  # fmt: skip
+        add(sub)
+    return p
 
 
-class Namespace:
-    """A command line's values, as attributes (argparse's Namespace, which both readers fill:
-    ``parse_args`` below, and argparse given one to fill)."""
-
-    def __init__(self, **values: Any) -> None:
-        self.__dict__.update(values)
-
-    def __getattr__(self, name: str) -> Any:
-        raise AttributeError(name)  # for the type checker: any attribute, of any type
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Namespace) and vars(self) == vars(other)
-
-    def __repr__(self) -> str:
-        values = ", ".join(f"{name}={value!r}" for name, value in vars(self).items())
-        return f"Namespace({values})"
-
-
-class _Declined(Exception):
-    """A command line ``_Spec.parse`` leaves to argparse (see there)."""
-
-
-class _Option:
-    """One add_argument's declaration, as ``_Spec.parse`` reads it."""
-
-    def __init__(self, flags: tuple[str, ...], group: int | None, declared: dict[str, Any]):
-        known = {"action", "type", "metavar", "help", "default", "dest", "const", "choices",
-                 "required", "nargs"}  # fmt: skip
-        if not flags or not known.issuperset(declared):
-            raise _Declined
-        self.flags, self.group = flags, group
-        self.positional = not flags[0].startswith("-")
-        self.action = declared.get("action", "store")
-        self.nargs = declared.get("nargs")
-        self.type: Callable[[str], Any] | None = declared.get("type")
-        self.choices = declared.get("choices")
-        self.required = bool(declared.get("required"))
-        self.const = declared.get("const")
-        supported = ("store",) if self.positional else (
-            "store", "store_true", "store_const", "append", BOOLEAN_OPTIONAL)  # fmt: skip
-        if self.action not in supported or (self.nargs is not None and not self.positional):
-            raise _Declined
-        if self.positional:
-            if self.nargs not in (None, "?", "*", "+") or len(flags) != 1:
-                raise _Declined
-            self.dest = declared.get("dest", flags[0])
-        else:
-            long = next((f for f in flags if f.startswith("--")), flags[0])
-            self.dest = declared.get("dest", long.lstrip("-").replace("-", "_"))
-        default = False if self.action == "store_true" else None
-        self.default = declared.get("default", default)
-        negative = self.action == BOOLEAN_OPTIONAL
-        self.names = [f"--no-{f[2:]}" for f in flags if negative and f.startswith("--")]
-
-    def value(self, text: str) -> Any:
-        """``text`` converted by the declared type and checked against the choices, as argparse
-        does (any failure: argparse's message)."""
-        try:
-            value = text if self.type is None else self.type(text)
-        except Exception:
-            raise _Declined from None
-        if self.choices is not None and value not in self.choices:
-            raise _Declined
-        return value
-
-
-class _Spec:
-    """A command's declarations, recorded by the same ``_add_*`` functions that give argparse
-    its parser (as its ``add_parser``, ``add_argument``, ``add_mutually_exclusive_group`` and
-    ``set_defaults``), and ``parse``, which reads the plain command lines that are most runs
-    (options spelled out in full, one run of positional arguments) as argparse reads them, and
-    declines the rest (help, errors, abbreviations, ``--``, a positional after an option after a
-    positional, a value that starts with a dash...), which argparse then reads, with its own
-    messages. ``tests/test_arguments.py`` checks the two against each other."""
-
-    def __init__(self) -> None:
-        self.options: list[_Option] = []
-        self.defaults: dict[str, Any] = {}
-        self.groups: list[bool] = []  # each exclusive group's `required`
-        self.unread = False  # something declared that parse does not read
-
-    # The declarations.
-    def add_parser(self, name: str, **_: Any) -> _Spec:
-        return self
-
-    def add_argument(self, *flags: str, **declared: Any) -> None:
-        self.add_to(None, flags, declared)
-
-    def add_to(self, group: int | None, flags: tuple[str, ...], declared: dict[str, Any]) -> None:
-        try:
-            option = _Option(flags, group, declared)
-        except _Declined:
-            self.unread = True
-            return
-        if "default" not in declared and option.dest in self.defaults:
-            option.default = self.defaults[option.dest]  # as argparse's add_argument
-        self.options.append(option)
-
-    def add_mutually_exclusive_group(self, required: bool = False) -> _Group:
-        self.groups.append(required)
-        return _Group(self, len(self.groups) - 1)
-
-    def set_defaults(self, **defaults: Any) -> None:
-        self.defaults.update(defaults)
-        for option in self.options:
-            if option.dest in defaults:
-                option.default = defaults[option.dest]
-
-    def parse(self, args: Sequence[str]) -> dict[str, Any]:
-        """``args`` (after the command's name) read as argparse reads them (each value by its
-        name), or _Declined."""
-        if self.unread:
-            raise _Declined
-        by_flag = {name: o for o in self.options for name in (*o.flags, *o.names)}
-        given: dict[str, Any] = {}
-        seen: list[_Option] = []
-        words: list[str] = []  # the positional arguments, one run of them
-        after_words = False
-        i = 0
-        while i < len(args):
-            arg = args[i]
-            i += 1
-            if not arg.startswith("-") or arg == "-":
-                if after_words:
-                    raise _Declined  # argparse would take the first run only
-                words.append(arg)
-                continue
-            after_words = bool(words)
-            flag, equals, text = arg.partition("=")
-            option = by_flag.get(flag)
-            if option is None:
-                raise _Declined  # help, an abbreviation, --, a mistake...
-            if option.group is not None and any(
-                o.group == option.group and o is not option for o in seen
-            ):
-                raise _Declined  # two of an exclusive group
-            seen.append(option)
-            if option.action in ("store", "append"):
-                if not equals:
-                    if i == len(args) or (args[i].startswith("-") and args[i] != "-"):
-                        raise _Declined
-                    text, i = args[i], i + 1
-                value = option.value(text)
-                if option.action == "append":
-                    value = [*given.get(option.dest, option.default or []), value]
-                given[option.dest] = value
-            elif equals:
-                raise _Declined  # a flag given a value
-            elif option.action == "store_true":
-                given[option.dest] = True
-            elif option.action == "store_const":
-                given[option.dest] = option.const
-            else:  # --x / --no-x
-                given[option.dest] = flag in option.flags
-        for option in self.options:
-            if option.required and option not in seen:
-                raise _Declined
-        for group, required in enumerate(self.groups):
-            if required and not any(o.group == group for o in seen):
-                raise _Declined
-        given.update(self._positionals(words))
-        values: dict[str, Any] = {}
-        for option in self.options:
-            if isinstance(option.default, str) and (
-                option.type is not None or (option.positional and option.choices is not None)
-            ):
-                raise _Declined  # argparse converts (and checks) such a default: none is now
-            values.setdefault(option.dest, option.default)
-        for dest, default in self.defaults.items():
-            values.setdefault(dest, default)
-        values.update(given)
-        return values
-
-    def _positionals(self, words: list[str]) -> dict[str, Any]:
-        """The run of positional arguments, given to the positionals in order, each taking as
-        many as it can while leaving the later ones theirs (argparse's regular expression);
-        any left over, or too few: _Declined."""
-        positionals = [o for o in self.options if o.positional]
-        least = [1 if o.nargs in (None, "+") else 0 for o in positionals]
-        values: dict[str, Any] = {}
-        start = 0
-        for k, option in enumerate(positionals):
-            room = len(words) - start - sum(least[k + 1 :])
-            most = 1 if option.nargs in (None, "?") else room
-            count = min(most, room)
-            if count < least[k]:
-                raise _Declined
-            taken = [option.value(w) for w in words[start : start + count]]
-            start += count
-            if option.nargs in (None, "?") and taken:
-                values[option.dest] = taken[0]
-            elif option.nargs == "?":
-                values[option.dest] = option.default
-            elif option.nargs == "*" and not taken and option.default is not None:
-                values[option.dest] = option.default
-            else:
-                values[option.dest] = taken
-        if start != len(words):
-            raise _Declined
-        return values
-
-
-class _Group:
-    """An exclusive group of a ``_Spec``: its add_argument and set_defaults are the spec's."""
-
-    def __init__(self, spec: _Spec, index: int) -> None:
-        self.spec, self.index = spec, index
-
-    def add_argument(self, *flags: str, **declared: Any) -> None:
-        self.spec.add_to(self.index, flags, declared)
-
-    def set_defaults(self, **defaults: Any) -> None:
-        self.spec.set_defaults(**defaults)
-
-
-def read_plainly(argv: Sequence[str]) -> Namespace | None:
-    """``argv`` read without argparse, if it is a plain command line (see ``_Spec``)."""
-    if not argv or argv[0] not in COMMANDS:
-        return None
-    spec = _Spec()
-    COMMANDS[argv[0]](spec)
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    """The command line's values; argparse prints help and errors (and exits)."""
+    # argparse's messages quote the command line, whose words may be any file's name
+    # (`stackwalk core /var/crash/*`): written with their control characters escaped.
+    streams = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = _Escaped(sys.stdout), _Escaped(sys.stderr)
     try:
-        return Namespace(command=argv[0], **spec.parse(argv[1:]))
-    except _Declined:
-        return None
-
-
-def parse_args(argv: Sequence[str]) -> Namespace:
-    """The command line's values: read plainly where it can be, else by argparse, which
-    prints help and errors (and exits)."""
-    args = read_plainly(argv)
-    if args is None:
-        import sys
-
-        from stackwalk._parser import build_parser
-
-        command = argv[0] if argv and argv[0] in COMMANDS else None
-        # argparse's messages quote the command line, whose words may be any file's name
-        # (`stackwalk core /var/crash/*`): written with their control characters escaped.
-        streams = sys.stdout, sys.stderr
-        sys.stdout, sys.stderr = _Escaped(sys.stdout), _Escaped(sys.stderr)
-        try:
-            args = build_parser(command).parse_args(argv, namespace=Namespace())
-        finally:
-            sys.stdout, sys.stderr = streams
-    return args
+        return build_parser().parse_args(argv)
+    finally:
+        sys.stdout, sys.stderr = streams
 
 
 class _Escaped:
@@ -717,8 +492,6 @@ class _Escaped:
         self.stream = stream
 
     def write(self, text: str) -> int:
-        from stackwalk.render import escape
-
         if text.startswith("usage:"):
             shown = "\n".join(map(escape, text.split("\n")))
         else:

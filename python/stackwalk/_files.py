@@ -11,13 +11,10 @@ from __future__ import annotations
 
 import os
 import stat
+import tempfile
+from contextlib import AbstractContextManager
 
 from stackwalk.errors import StackwalkError
-
-# Annotations only (see cli.py).
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from contextlib import AbstractContextManager
 
 _KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISDIR, "a directory"),
           (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
@@ -144,8 +141,6 @@ class _Replacement:
         self.temporary = ""
 
     def __enter__(self) -> str:
-        import tempfile
-
         check_output(self.path, self.what)
         target = os.path.realpath(self.path)
         directory, name = os.path.split(target)

@@ -16,6 +16,7 @@ import socket
 import stat
 import struct
 import tempfile
+import traceback
 from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
 from typing import Any, Generic, NamedTuple, TypeVar
@@ -242,8 +243,6 @@ class WorkerError(Exception):
 
 
 def _description(e: BaseException) -> str:
-    import traceback
-
     return "".join(traceback.format_exception(e)).rstrip()
 
 

@@ -32,6 +32,7 @@ from typing import Any, BinaryIO, Protocol
 
 from stackwalk import _capturedoc
 from stackwalk._core import Unwinder, elf_section_address, elf_summary, place_mappings
+from stackwalk._files import write_output
 from stackwalk.errors import ArchError, ElfError, StackwalkError
 
 __all__ = [
@@ -198,8 +199,6 @@ class Capture:
         """Write the capture as one JSON file (byte strings base64-encoded), whole: into a new
         file beside ``path`` that then takes its name (``stackwalk._files.replacing``; a FIFO
         or a device at ``path`` is a StackwalkError, never opened)."""
-        from stackwalk._files import write_output
-
         fields = {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
         fields["modules"] = [(m.path, m.bias, m.mappings) for m in self.modules]
         write_output(os.fspath(path), "the capture", _capturedoc.dump(fields))

@@ -2,18 +2,33 @@
 
 from __future__ import annotations
 
+import io
+import json
 import os
+import shutil
+import stat
+import subprocess
 import sys
+import tempfile
+from argparse import Namespace
+from collections.abc import Callable, Sequence
+from importlib import resources
+from typing import Any, NoReturn
 
-from stackwalk._arguments import Namespace, not_a_file, parse_args
+from stackwalk import html_report
+from stackwalk._arguments import not_a_file, parse_args
+from stackwalk._core import Symbolizer, flamegraph, perf_report
+from stackwalk._files import check_output, held_pipe, kind, open_input, replacing, write_output
+from stackwalk._workers import Died, WorkersDied, first_read_here, forked_map
+from stackwalk.capture import Capture, capture
+from stackwalk.core import Core
 from stackwalk.errors import StackwalkError
-
-# Annotations only (`typing` costs a short command's start some 4 ms of imports; mypy takes
-# this name as typing's).
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
-    from typing import Any, NoReturn
+from stackwalk.minidump import Minidump, minidump_stackwalk_doc
+from stackwalk.process import Process
+from stackwalk.render import core_lines, escape, escape_lines, frame_lines, report_lines
+from stackwalk.signature import Rules
+from stackwalk.triage import SUMMARY_KEYS, CrashStore, Options, summary_lines, triage
+from stackwalk.unwinder import Unwinder
 
 EXIT_OK, EXIT_PARTIAL, EXIT_FAILED = 0, 1, 2
 STDIN = "-"  # a file argument that means standard input
@@ -24,26 +39,22 @@ def _error(message: str, lines: bool = False) -> None:
     """``message`` on stderr, its control characters escaped (``render.escape``: it names
     files and functions of the input); ``lines``, a message of several lines (see
     ``render.escape_lines``)."""
-    from stackwalk.render import escape, escape_lines
-
     red = sys.stderr.isatty() and "NO_COLOR" not in os.environ
     prefix = "\033[31mstackwalk: error:\033[0m" if red else "stackwalk: error:"
     print(f"{prefix} {escape_lines(message) if lines else escape(message)}", file=sys.stderr)
 
 
-def _say(kind: str, message: str) -> None:
-    """A warning or a note (``kind``) on stderr, one line, escaped as an error is."""
-    from stackwalk.render import escape
-
-    print(f"stackwalk: {kind}: {escape(message)}", file=sys.stderr)
+def _say(what: str, message: str) -> None:
+    """A warning or a note (``what``) on stderr, one line, escaped as an error is."""
+    print(f"stackwalk: {what}: {escape(message)}", file=sys.stderr)
 
 
 def _unwind_capture(cap: Any, use_baseline: bool, max_frames: int | None) -> tuple[Any, Any]:
     """(the unwinder, the trace) of a capture, with the Rust core or the pure-Python baseline
     (the same API; the two share no type)."""
-    unwinder: Any
+    unwinder: Any = Unwinder
     if use_baseline:
-        try:
+        try:  # (pyelftools is an optional dependency: the baseline's alone)
             from stackwalk.baseline import Unwinder as unwinder
         except ModuleNotFoundError as e:
             if e.name is None or e.name.partition(".")[0] != "elftools":
@@ -51,8 +62,6 @@ def _unwind_capture(cap: Any, use_baseline: bool, max_frames: int | None) -> tup
             raise StackwalkError(
                 "--baseline needs pyelftools: pip install 'stackwalk[baseline]'"
             ) from None
-    else:
-        from stackwalk import Unwinder as unwinder
     uw = unwinder(cap.arch)
     for warning in cap.add_modules_to(uw):
         _say("warning", warning)
@@ -60,8 +69,6 @@ def _unwind_capture(cap: Any, use_baseline: bool, max_frames: int | None) -> tup
 
 
 def _print_trace(cap: Any, uw: Any, trace: Any, as_json: bool) -> None:
-    from stackwalk._core import Symbolizer
-
     images = {"[vdso]": cap.vdso[1]} if cap.vdso else None
     frames = Symbolizer(uw.modules, images).frame_dicts(trace.frames)
     if as_json:
@@ -72,12 +79,8 @@ def _print_trace(cap: Any, uw: Any, trace: Any, as_json: bool) -> None:
             "end_detail": trace.end_detail,
             "frames": frames,
         }
-        import json
-
         print(json.dumps(doc, indent=2))
         return
-    from stackwalk.render import escape, frame_lines
-
     print(escape(f"Thread {cap.tid} ({cap.arch}):"))
     for line in frame_lines(frames):
         print(line)
@@ -85,10 +88,6 @@ def _print_trace(cap: Any, uw: Any, trace: Any, as_json: bool) -> None:
 
 
 def cmd_capture(args: Namespace) -> int:
-    from stackwalk._files import check_output
-    from stackwalk.capture import capture
-    from stackwalk.render import escape
-
     check_output(args.output, "the capture")  # before the program is run
     cap = capture(args.program, args.breakpoint, arch=args.arch, sysroot=args.sysroot)
     cap.save(args.output)
@@ -104,8 +103,6 @@ def cmd_capture(args: Namespace) -> int:
 
 
 def cmd_unwind(args: Namespace) -> int:
-    from stackwalk.capture import Capture
-
     if args.capture == STDIN:
         cap = Capture.read(sys.stdin.buffer, STDIN_NAME)
     else:
@@ -118,14 +115,6 @@ def cmd_unwind(args: Namespace) -> int:
 
 
 def cmd_demo(args: Namespace) -> int:
-    import shutil
-    import subprocess
-    import tempfile
-    from importlib import resources
-
-    from stackwalk.capture import capture
-    from stackwalk.render import escape
-
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None or shutil.which("gdb") is None:
         raise StackwalkError("the demo needs a C compiler (cc) and gdb on PATH")
@@ -182,8 +171,6 @@ _DIR_ARGS: Namespace | None = None
 
 def _core_in_worker(path: str) -> tuple[str, str, int]:
     """One core of `core --dir`, in a worker process: (its output, its messages, status)."""
-    import io
-
     assert _DIR_ARGS is not None
     out, err = io.StringIO(), io.StringIO()
     stdout, stderr = sys.stdout, sys.stderr
@@ -202,8 +189,6 @@ def _core_dir(args: Namespace, paths: Sequence[str]) -> int:
     jobs = min(args.jobs or len(os.sched_getaffinity(0)), len(paths))
     if jobs <= 1:
         return _each_file(paths, lambda path: _one_core(args, path, None))
-    from stackwalk._workers import Died, WorkersDied, first_read_here, forked_map
-
     _DIR_ARGS = args
     statuses, rest = first_read_here(
         paths, lambda p: _status_of(lambda q: _one_core(args, q, None), p)
@@ -269,13 +254,8 @@ def cmd_minidump(args: Namespace) -> int:
 def _core_from_stdin(args: Namespace) -> int:
     """`stackwalk core -`: the core read from standard input. A file redirected there is read
     in place; a pipe's bytes go to a temporary file first (the core is mapped, not read)."""
-    import stat
-
     if stat.S_ISREG(os.fstat(sys.stdin.fileno()).st_mode):
         return _one_core(args, f"/proc/self/fd/{sys.stdin.fileno()}", args.executable, STDIN_NAME)
-    import shutil
-    import tempfile
-
     with tempfile.NamedTemporaryFile(prefix="stackwalk-stdin-", suffix=".core") as copy:
         shutil.copyfileobj(sys.stdin.buffer, copy, 1 << 20)
         copy.flush()
@@ -285,14 +265,9 @@ def _core_from_stdin(args: Namespace) -> int:
 def _one_core(args: Namespace, path: str, executable: str | None, name: str | None = None) -> int:
     """One core's (or, for `stackwalk minidump`, one minidump's) report; ``name``: what the
     output calls the file at ``path``."""
-    from stackwalk.core import Core
-    from stackwalk.render import core_lines
-
     opener: type[Core] = Core
     options: dict[str, Any] = {}
     if args.command == "minidump":
-        from stackwalk.minidump import Minidump
-
         opener = Minidump
         options["symbols_path"] = args.symbols_path
         options["symbols_url"] = args.symbols_url
@@ -303,19 +278,13 @@ def _one_core(args: Namespace, path: str, executable: str | None, name: str | No
         watched = sys.stderr.isatty() and args.dir is None
         options["progress"] = 0.5 if watched else None
 
-    search = [d for d in (args.lib_search_path or "").split(":") if d]
-    strategies = _strategies(args)
     try:
         core = opener.open(
             path,
             executable,
-            sysroot=args.sysroot,
-            lib_search_path=search or None,
-            debug_root=args.debug_root,
-            strategies=strategies,
+            strategies=_strategies(args),
             allow_mismatch=args.allow_mismatch,
-            perf_map=args.perf_map,
-            offline=args.offline,
+            **_module_options(args),
             **options,
         )
     except StackwalkError as e:
@@ -325,8 +294,6 @@ def _one_core(args: Namespace, path: str, executable: str | None, name: str | No
     if name is not None:
         core.path = path = name
     if getattr(args, "format", "stackwalk") == "minidump-stackwalk":
-        from stackwalk.minidump import Minidump, minidump_stackwalk_doc
-
         assert isinstance(core, Minidump)
         _write_json(minidump_stackwalk_doc(core))
         return EXIT_OK
@@ -337,7 +304,7 @@ def _one_core(args: Namespace, path: str, executable: str | None, name: str | No
     doc = core.to_dict(
         max_frames=args.max_frames,
         end_details=not args.json,
-        inline=not args.no_inline,
+        inline=args.inline,
         python=getattr(args, "python", "native"),
         registers=args.registers,
     )
@@ -350,8 +317,6 @@ def _one_core(args: Namespace, path: str, executable: str | None, name: str | No
         _say("warning", warning)
     if args.json:
         # With --dir or several files, one document per line (JSON Lines).
-        import json
-
         if args.dir is not None or len(getattr(args, "minidumps", ())) > 1:
             print(json.dumps(doc))
         else:
@@ -361,6 +326,21 @@ def _one_core(args: Namespace, path: str, executable: str | None, name: str | No
             print()  # a blank line between the reports of successive files
         print("\n".join(core_lines(doc, "Minidump" if opener is not Core else "Core")))
     return _threads_status(doc["threads"])
+
+
+def _module_options(args: Namespace) -> dict[str, Any]:
+    """Where the modules' files are found (``_arguments._add_module_options``), as ``Core.open``
+    and ``Process.attach`` take it."""
+    search = [d for d in (args.lib_search_path or "").split(":") if d]
+    options = {
+        "sysroot": args.sysroot,
+        "lib_search_path": search or None,
+        "debug_root": args.debug_root,
+        "offline": args.offline,
+    }
+    if "perf_map" in args:  # not triage's: one JIT's map for a spool of crashes
+        options["perf_map"] = args.perf_map
+    return options
 
 
 def _strategies(args: Namespace) -> list[str]:
@@ -381,8 +361,6 @@ def _threads_status(threads: Sequence[dict[str, Any]]) -> int:
 def _write_json(doc: dict[str, Any]) -> None:
     """``doc`` indented on stdout, written as it is encoded, some thousand pieces at a time: the
     document of a core of 100,000 threads is never held whole as text (json.dumps held 900 MB)."""
-    import json
-
     pieces: list[str] = []
     for piece in json.JSONEncoder(indent=2).iterencode(doc):
         pieces.append(piece)
@@ -398,15 +376,11 @@ def cmd_perf(args: Namespace) -> int:
     if args.perf_data.count(STDIN) > 1:
         raise StackwalkError("standard input (-) can be read once")
     if args.flamegraph:
-        from stackwalk._files import check_output
-
         check_output(args.flamegraph, "the flame graph")  # before the recording is read
     return _each_file(args.perf_data, lambda path: _one_perf(args, path))
 
 
 def _one_perf(args: Namespace, path: str) -> int:
-    from stackwalk._files import held_pipe, open_input
-
     if path != STDIN and held_pipe(path):
         # A pipe given by a name of its descriptor (/dev/stdin, a shell's /dev/fd/63): streamed.
         return _report_perf(args, path, path)
@@ -430,13 +404,9 @@ def _one_perf(args: Namespace, path: str) -> int:
 
 def _report_perf(args: Namespace, path: str, name: str) -> int:
     """One recording's report; ``name``: what the messages call the file at ``path``."""
-    from stackwalk._core import perf_report
-
     fmt = "json" if args.json else "collapsed" if args.collapsed or args.flamegraph else "text"
     output = None
     if args.flamegraph:
-        import tempfile
-
         folded = tempfile.NamedTemporaryFile(prefix="stackwalk-", suffix=".folded", delete=False)
         folded.close()
         output = folded.name
@@ -476,10 +446,6 @@ def _report_perf(args: Namespace, path: str, name: str) -> int:
 def _write_flamegraph(folded: str | None, svg: str, name: str) -> None:
     """The flame graph of the folded stacks in ``folded``, drawn into a new file that then
     takes the name ``svg`` (``_files.replacing``), titled with the recording's ``name``."""
-    from stackwalk._core import flamegraph
-    from stackwalk._files import replacing
-    from stackwalk.render import escape
-
     assert folded is not None
     with replacing(svg, "the flame graph") as temporary:
         try:
@@ -489,18 +455,12 @@ def _write_flamegraph(folded: str | None, svg: str, name: str) -> None:
 
 
 def cmd_pid(args: Namespace) -> int:
-    from stackwalk.process import Process
-    from stackwalk.render import core_lines
-
-    strategies = _strategies(args)
-    proc = Process.attach(
-        args.pid, debug_root=args.debug_root, strategies=strategies, perf_map=args.perf_map
-    )
+    proc = Process.attach(args.pid, strategies=_strategies(args), **_module_options(args))
     tids = {args.thread} if args.thread is not None else None
     doc = proc.to_dict(
         max_frames=args.max_frames,
         end_details=not args.json,
-        inline=not args.no_inline,
+        inline=args.inline,
         tids=tids,
         python=args.python,
         registers=args.registers,
@@ -518,20 +478,14 @@ def cmd_pid(args: Namespace) -> int:
 
 
 def cmd_triage(args: Namespace) -> int:
-    from stackwalk.render import escape
-    from stackwalk.triage import SUMMARY_KEYS, CrashStore, Options, summary_lines, triage
-
     _check_store(args.db, made_if_missing=True)
     options = Options(
-        sysroot=args.sysroot,
-        debug_root=args.debug_root,
         rules=args.rules,
         all_threads=args.all_threads,
         max_core_size=args.max_core_size,
+        **_module_options(args),
     )
     if args.rules is not None:
-        from stackwalk.signature import Rules
-
         Rules.load(args.rules)  # a bad rules file is one error, before any work
     progress = sys.stderr.isatty() and not args.json
     seen = 0
@@ -540,8 +494,6 @@ def cmd_triage(args: Namespace) -> int:
         nonlocal seen
         seen += 1
         if args.json:
-            import json
-
             print(json.dumps({k: record.get(k) for k in SUMMARY_KEYS}), flush=True)
         elif progress:
             print(f"\r{seen} files read", end="", file=sys.stderr, flush=True)
@@ -558,8 +510,6 @@ def cmd_triage(args: Namespace) -> int:
 def _check_store(db: str, made_if_missing: bool = False) -> None:
     """A StackwalkError unless ``db`` is a regular file (SQLite would open a FIFO or a device
     and fail on it with "disk I/O error"), or, ``made_if_missing``, nothing yet."""
-    import stat
-
     try:
         mode = os.stat(db).st_mode
     except FileNotFoundError:
@@ -569,44 +519,31 @@ def _check_store(db: str, made_if_missing: bool = False) -> None:
     except OSError as e:
         raise StackwalkError(f"{db}: {e.strerror or e}") from None
     if not stat.S_ISREG(mode):
-        from stackwalk._files import kind
-
         raise StackwalkError(f"{db}: is {kind(mode)}, not a crash store")
 
 
 def cmd_report(args: Namespace) -> int:
-    from stackwalk.triage import CrashStore
-
     _check_store(args.db)
     if args.html is not None:
-        from stackwalk._files import check_output
-
         check_output(args.html, "the page")  # before the store is read
     with CrashStore(args.db) as store:
         buckets = store.buckets(top=args.top, since=args.since)
         for b in buckets:
             b["example"] = store.crash(b["example_crash"])
         if args.html is not None:
-            from stackwalk.html_report import CHART_BUCKETS, render
-
-            top = [b["bucket"] for b in buckets[:CHART_BUCKETS]]
-            page = render(buckets, store.per_day(top, args.since), f"Crashes in {args.db}",
-                          store.counts(args.since), store.errors(args.since))  # fmt: skip
+            top = [b["bucket"] for b in buckets[: html_report.CHART_BUCKETS]]
+            page = html_report.render(buckets, store.per_day(top, args.since),
+                                      f"Crashes in {args.db}", store.counts(args.since),
+                                      store.errors(args.since))  # fmt: skip
     if args.html is not None:
-        from stackwalk._files import write_output
-
         write_output(args.html, "the page", page)
         return EXIT_OK
     if args.json:
-        import json
-
         # One line, by json's C encoder: the report's size is bounded (a store of 100,000
         # crashes in 2,000 buckets makes 9 MB), and indenting takes the pure-Python encoder,
         # five times slower.
         print(json.dumps({"db": args.db, "buckets": buckets}))
         return EXIT_OK
-    from stackwalk.render import report_lines
-
     print("\n".join(report_lines(buckets)))
     return EXIT_OK
 
@@ -664,16 +601,8 @@ def _drop_stdout() -> None:
 
 
 def run() -> NoReturn:
-    """The command's entry point: main() (which flushes the output), then out of the process
-    without the interpreter's teardown (a last garbage collection and the clearing of every
-    module: some 4-8 ms, a tenth of a short `stackwalk perf`). Nothing of the command's needs
-    it: files are closed and temporary ones removed by the command itself."""
-    status = main()
-    try:
-        sys.stderr.flush()
-    except OSError:
-        pass  # nowhere left to say so
-    os._exit(status)
+    """The command's entry point (``[project.scripts]``, ``python -m stackwalk``)."""
+    sys.exit(main())
 
 
 if __name__ == "__main__":

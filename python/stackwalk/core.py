@@ -24,12 +24,15 @@ decompressed, and a large file's symbol table, once read, are kept by build id i
 from __future__ import annotations
 
 import os
+from collections.abc import Collection, Sequence
+from typing import TYPE_CHECKING, Any
 
 from stackwalk._core import (
     CoreFile,
     MinidumpFile,
     PerfMap,
     Symbolizer,
+    Trace,
     debuginfod_fetch,
     debuginfod_urls,
     elf_summary,
@@ -39,31 +42,16 @@ from stackwalk._core import (
 )
 from stackwalk._records import CoreModule, Signal, Thread, _is_crash, _signal_of, _ThreadNotes
 from stackwalk.errors import CoreError, ElfError, StackwalkError
+from stackwalk.pyframes import Mode, python_file_name, read_python, with_python_frames
 from stackwalk.unwinder import CRASH_STRATEGIES, MappedMemory, Unwinder
 
-# Annotations only: `typing` and `dataclasses` (through `inspect`) cost `stackwalk core` on a
-# small core a fifth of its time in imports. mypy takes this name as typing's.
-TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Collection, Sequence
-    from typing import Any
-
-    from stackwalk._core import Trace
-    from stackwalk._core import _ElfSummary as ElfSummary
-    from stackwalk.pyframes import Mode
+    from stackwalk._core import _ElfSummary as ElfSummary  # the stub's alone
 
 __all__ = ["Core", "CoreError", "CoreModule", "Signal", "Thread"]
 
 
 _PF_X = 1
-
-
-def python_file_name(path: str) -> str | None:
-    """A module's file name if it is named like a CPython interpreter's (``python3.11``,
-    ``libpython3.13.so.1.0``), else None: where ``stackwalk.pyframes`` looks for Python
-    frames."""
-    name = os.path.basename(path).removesuffix(" (deleted)")
-    return name if name.startswith("python") or name.startswith("libpython") else None
 
 
 _AT_PHDR, _AT_ENTRY, _AT_EXECFN, _AT_SYSINFO_EHDR = 3, 9, 31, 33
@@ -786,10 +774,6 @@ class Core:
         them (``Trace.registers``: name -> hex value)."""
         pystate = None
         if python != "native" and any(m.found and python_file_name(m.path) for m in self.modules):
-            # (Imported only for a python process: dataclasses and inspect are a tenth of a
-            # small core's time.)
-            from stackwalk.pyframes import read_python, with_python_frames
-
             pystate = read_python(self)
         by_tid = {t.tid: t for t in pystate.threads} if pystate is not None else {}
         symbolizer = Symbolizer(

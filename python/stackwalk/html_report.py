@@ -7,14 +7,12 @@ from __future__ import annotations
 
 import html
 import json
+from collections.abc import Sequence
 from datetime import datetime, timezone
+from typing import Any
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from collections.abc import Sequence
-    from typing import Any
-
-    from stackwalk.triage import Counts
+from stackwalk.render import escape, stored_stack_lines
+from stackwalk.triage import Counts
 
 # Buckets shown in the chart, each in its colour.
 CHART_BUCKETS = 5
@@ -64,8 +62,6 @@ def _text(text: str) -> str:
     """``text`` for the page: its control characters escaped as the text reports escape them
     (``stackwalk.render.escape``: a name's escape sequence is shown, not written raw into the
     file), then HTML's special characters. The JSON of the page's data keeps the names exact."""
-    from stackwalk.render import escape
-
     return html.escape(escape(text))
 
 
@@ -120,8 +116,6 @@ def _chart(per_day: dict[str, dict[str, int]], buckets: list[dict[str, Any]]) ->
 def _stack(example: dict[str, Any] | None) -> str:
     if not example:
         return ""
-    from stackwalk.render import stored_stack_lines
-
     lines = stored_stack_lines(example)  # escaped already, one line each
     where = _text(example["path"])
     return f"<div>e.g. <code>{where}</code></div><pre>{html.escape(chr(10).join(lines))}</pre>"
@@ -159,8 +153,6 @@ def render(
             f'<tr class="stack"><td></td><td colspan="5">{_stack(b.get("example"))}</td></tr>'
         )
     if counts is None:
-        from stackwalk.triage import Counts
-
         counts = Counts(sum(b["count"] for b in buckets), len(buckets), len(not_crashes))
     head = "".join(
         f'<th data-key="{key}">{label}</th>'

@@ -21,16 +21,15 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stackwalk._core import MinidumpFile, read_sym_file, symbols_fetch, symbols_fetch_all
 from stackwalk._records import _ThreadNotes
 from stackwalk.core import _AT_SYSINFO_EHDR, Core, CoreModule, Identity, Signal, Thread
 from stackwalk.errors import MinidumpError, StackwalkError
 
-TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from stackwalk._core import _DumpModule
+    from stackwalk._core import _DumpModule  # the stub's alone
 
 __all__ = [
     "Minidump", "MinidumpError", "CoreModule", "Signal", "Thread", "minidump_stackwalk_doc",

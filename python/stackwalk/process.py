@@ -10,17 +10,13 @@ through ``/proc/PID/map_files/``."""
 from __future__ import annotations
 
 import os
+from collections.abc import Collection, Sequence
+from typing import Any
 
 from stackwalk._core import CoreFile, snapshot_process
 from stackwalk.core import DEBUG_ROOT, Core
+from stackwalk.pyframes import Mode
 from stackwalk.unwinder import CRASH_STRATEGIES
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from collections.abc import Collection, Sequence
-    from typing import Any
-
-    from stackwalk.pyframes import Mode
 
 __all__ = ["Process"]
 
@@ -44,10 +40,14 @@ class Process(Core):
         debug_root: str | os.PathLike[str] | None = DEBUG_ROOT,
         strategies: Sequence[str] = CRASH_STRATEGIES,
         perf_map: str | os.PathLike[str] | None = None,
+        offline: bool = False,
     ) -> Process:
         """Stop ``pid``, copy what unwinding its threads needs, let it go. StackwalkError with
         one line saying why if it cannot be read (no such process, a zombie, not permitted).
-        ``perf_map``: a JIT's names for its code (default: /tmp/perf-PID.map if there is one)."""
+        ``perf_map``: a JIT's names for its code (default: /tmp/perf-PID.map if there is one).
+        The other options are ``Core.open``'s: a module whose file or DWARF is not here is
+        fetched from the debuginfod servers of ``DEBUGINFOD_URLS`` unless ``offline`` (or
+        ``STACKWALK_OFFLINE`` is set)."""
         options: dict[str, Any] = {}
         if perf_map is not None:
             options["perf_map"] = perf_map
@@ -57,6 +57,7 @@ class Process(Core):
             lib_search_path=lib_search_path,
             debug_root=debug_root,
             strategies=strategies,
+            offline=offline,
             **options,
         )
 

@@ -9,20 +9,28 @@ free-threaded build) is a reason given in place of the Python frames, never a gu
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
 
 from stackwalk._core import python_threads
 
-TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterable
-    from typing import Any, Literal
+    from stackwalk.core import Core  # which imports this module
 
-    from stackwalk.core import Core
+# Where a report puts a python process's Python frames (``Core.to_dict(python=...)``).
+Mode = Literal["mixed", "python", "native"]
 
-    Mode = Literal["mixed", "python", "native"]
-
-__all__ = ["PythonFrame", "PythonState", "PythonThread", "read_python", "with_python_frames"]
+__all__ = [
+    "Mode",
+    "PythonFrame",
+    "PythonState",
+    "PythonThread",
+    "python_file_name",
+    "read_python",
+    "with_python_frames",
+]
 
 # The native function that runs Python frames (and its cold part, GCC's
 # ``_PyEval_EvalFrameDefault.cold``).
@@ -84,11 +92,16 @@ class PythonState:
     error: str | None
 
 
+def python_file_name(path: str) -> str | None:
+    """A module's file name if it is named like a CPython interpreter's (``python3.11``,
+    ``libpython3.13.so.1.0``), else None: where Python frames are looked for."""
+    name = os.path.basename(path).removesuffix(" (deleted)")
+    return name if name.startswith("python") or name.startswith("libpython") else None
+
+
 def read_python(core: Core) -> PythonState | None:
     """The Python threads of ``core`` (a ``Core``, ``Process`` or ``Minidump``), None when no
     module of it is a CPython interpreter whose file is here."""
-    from stackwalk.core import python_file_name
-
     for m in core.modules:
         name = python_file_name(m.path)
         if name is None or not m.found:

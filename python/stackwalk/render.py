@@ -3,18 +3,26 @@
 
 from __future__ import annotations
 
-# Annotations only: `typing` would cost a short command's start some 4 ms of imports.
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from collections.abc import Iterable
-    from typing import Any
+from collections.abc import Iterable
+from datetime import datetime, timezone
+from typing import Any
+
 
 # Every text report and message shows its names and paths through ``escape``: a crashing
 # program's function names, a core's file names and a minidump's strings are the input's, and
 # a control character among them, written raw, would be the terminal's to act on (setting its
 # title, clearing the screen, moving the cursor to forge lines of the report). --json prints
 # them exactly (JSON escapes control characters itself).
-_escapes: dict[int, str] | None = None  # the table of `escape`, made at its first use
+def _escape_table() -> dict[int, str]:
+    """The table of ``escape``: each character it escapes, and its escape."""
+    named = {0x09: "\\t", 0x0A: "\\n", 0x0D: "\\r"}
+    table = {c: named.get(c, f"\\x{c:02x}") for c in (*range(0x20), 0x7F, *range(0x80, 0xA0))}
+    for c in range(0xD800, 0xE000):
+        table[c] = f"\\x{c - 0xDC00:02x}" if 0xDC80 <= c < 0xDD00 else f"\\u{c:04x}"
+    return table
+
+
+_ESCAPES = _escape_table()
 
 
 def escape(text: str) -> str:
@@ -25,17 +33,7 @@ def escape(text: str) -> str:
     readable)."""
     if text.isprintable():  # most names: one pass in C
         return text
-    return text.translate(_escapes or _escape_table())
-
-
-def _escape_table() -> dict[int, str]:
-    global _escapes
-    named = {0x09: "\\t", 0x0A: "\\n", 0x0D: "\\r"}
-    table = {c: named.get(c, f"\\x{c:02x}") for c in (*range(0x20), 0x7F, *range(0x80, 0xA0))}
-    for c in range(0xD800, 0xE000):
-        table[c] = f"\\x{c - 0xDC00:02x}" if 0xDC80 <= c < 0xDD00 else f"\\u{c:04x}"
-    _escapes = table
-    return table
+    return text.translate(_ESCAPES)
 
 
 def escape_lines(text: str) -> str:
@@ -147,7 +145,6 @@ def core_lines(doc: dict[str, Any], kind: str = "Core") -> list[str]:
 def report_lines(buckets: list[dict[str, Any]]) -> list[str]:
     """The text of ``stackwalk report``: each bucket's count, signature, sightings and builds,
     and its example crash's stack, names and paths escaped (``escape``)."""
-    from datetime import datetime, timezone
 
     def day(t: float) -> str:
         return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%d %H:%M")

@@ -32,11 +32,17 @@ import functools
 import hashlib
 import os
 import re
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping, Sequence
-    from typing import Any
+from stackwalk._files import read_input
+from stackwalk.errors import StackwalkError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # the same parser, before it joined the standard library
+    import tomli as tomllib
 
 DEFAULT_RULES = os.path.join(os.path.dirname(__file__), "signature_rules.toml")
 
@@ -108,16 +114,6 @@ MAX_RULES_SIZE = 1 << 20
 def _read_rules(path: str | os.PathLike[str]) -> dict[str, Any]:
     """A rules file's lists, checked. It must be a regular file (a FIFO is refused, never
     waited on; a device is refused, never read) of at most MAX_RULES_SIZE bytes."""
-    import sys
-
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # the same parser, before it joined the standard library
-        import tomli as tomllib
-
-    from stackwalk._files import read_input
-    from stackwalk.errors import StackwalkError
-
     data = read_input(os.fspath(path), MAX_RULES_SIZE, "rules ")
     try:
         doc = tomllib.loads(data.decode())

@@ -44,23 +44,31 @@ the same str:
 from __future__ import annotations
 
 import contextlib
+import functools
+import json
 import os
+import pickle
 import re
+import socket
 import sqlite3
+import stat
 import time
-from typing import NamedTuple
+import urllib.parse
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, Concatenate, NamedTuple, ParamSpec, TypeVar
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Iterator, Sequence
-    from contextlib import AbstractContextManager
-    from typing import Any, Concatenate, ParamSpec, TypeVar
+from stackwalk import _core
+from stackwalk._workers import Died, TurnLock, WorkersDied, first_read_here, forked_map
+from stackwalk.core import Core
+from stackwalk.errors import StackwalkError
+from stackwalk.minidump import Minidump
+from stackwalk.render import escape
+from stackwalk.signature import Rules
+from stackwalk.signature import signature as crash_signature
 
-    from stackwalk._workers import TurnLock
-    from stackwalk.signature import Rules
-
-    P = ParamSpec("P")
-    R = TypeVar("R")
+P = ParamSpec("P")
+R = TypeVar("R")
 
 SCHEMA_VERSION = 2
 # A crash store's application id (``PRAGMA application_id``, at offset 68 of an SQLite file's
@@ -160,7 +168,6 @@ def _guarded(
 ) -> Callable[Concatenate[CrashStore, P], R]:
     """A CrashStore method whose SQLite errors (the store damaged since it was opened, the
     disk full, the database locked too long) are the store's StackwalkError."""
-    import functools
 
     @functools.wraps(method)
     def guarded(self: CrashStore, /, *args: P.args, **kwargs: P.kwargs) -> R:
@@ -237,9 +244,6 @@ class CrashStore:
 
     def _fail(self, reason: str) -> Exception:
         """The error of this store: its path (escaped, as messages show names) and why."""
-        from stackwalk.errors import StackwalkError
-        from stackwalk.render import escape
-
         return StackwalkError(f"{escape(self.path)}: {reason}")
 
     def _failure(self, e: sqlite3.Error) -> Exception:
@@ -259,8 +263,6 @@ class CrashStore:
         one, an SQLite database without a table): a store to make. A StackwalkError for a file
         that is not a crash store: no SQLite database, another program's (its application id,
         or tables that are not a store's), or a store of another schema."""
-        import stat
-
         raw = os.fsencode(self.path)
         try:
             # Not a blocking open(): a FIFO would wait for a writer for ever.
@@ -293,8 +295,6 @@ class CrashStore:
         # that may write checkpoints the log into the file as it closes. A database in WAL
         # mode without its log is all in the file, and read as it is (``immutable``): a
         # connection would make the log (and its index) next to it.
-        import urllib.parse
-
         uri = f"file:{urllib.parse.quote(raw)}?mode=ro"
         if header[18:20] == b"\2\2" and not os.path.exists(raw + b"-wal"):
             uri += "&immutable=1"
@@ -320,8 +320,6 @@ class CrashStore:
     ) -> tuple[int, int] | None:
         """``_inspect``'s verdict on what the file holds: its application id, its schema
         version (``PRAGMA user_version``), and its tables with their columns."""
-        from stackwalk.render import escape
-
         if application_id not in (0, APPLICATION_ID):
             raise self._fail(
                 f"not a crash store: another program's SQLite database (application id "
@@ -666,8 +664,6 @@ def not_a_crash_reason(path: str, error: str) -> str:
 
 
 def _warnings(record: dict[str, Any]) -> str | None:
-    import json
-
     warnings = record.get("warnings")
     return json.dumps(warnings) if warnings else None
 
@@ -682,14 +678,18 @@ class Options:
         self,
         *,
         sysroot: str | None = None,
+        lib_search_path: Sequence[str] | None = None,
         debug_root: str | None = None,
+        offline: bool = False,
         rules: str | None = None,
         all_threads: bool = False,
         max_core_size: int | None = None,
         known_hashes: frozenset[str] = frozenset(),
     ) -> None:
         self.sysroot = sysroot
+        self.lib_search_path = lib_search_path
         self.debug_root = debug_root
+        self.offline = offline
         self.rules = rules
         self.all_threads = all_threads
         self.max_core_size = max_core_size
@@ -700,8 +700,6 @@ _RULES: dict[str | None, Rules] = {}
 
 
 def _rules(path: str | None) -> Rules:
-    from stackwalk.signature import Rules
-
     if path not in _RULES:
         _RULES[path] = Rules.load(path)
     return _RULES[path]
@@ -709,9 +707,7 @@ def _rules(path: str | None) -> Rules:
 
 def content_hash(path: str) -> str:
     """The file's BLAKE3 hash (hex), by the native core (mapped, several GB/s)."""
-    from stackwalk._core import content_hash as native
-
-    return native(path)
+    return _core.content_hash(path)
 
 
 def _hex(text: str | None) -> int | None:
@@ -722,11 +718,6 @@ def process_file(path: str, options: Options) -> dict[str, Any] | None:
     """One crash file read, unwound and given its signature: the record ``CrashStore.add``
     stores, with ``error`` set (and no signature) when it cannot be read. None when its
     contents are among ``options.known_hashes``."""
-    import socket
-    import stat
-
-    from stackwalk.errors import StackwalkError
-
     record: dict[str, Any] = {"path": path, "content_hash": None, "error": None}
     record["host"] = socket.gethostname()
     try:
@@ -759,19 +750,16 @@ def process_file(path: str, options: Options) -> dict[str, Any] | None:
 
 
 def _unwind_into(record: dict[str, Any], path: str, options: Options) -> None:
-    from stackwalk.core import Core
-    from stackwalk.signature import signature
-
     opener: type[Core] = Core
     with open(path, "rb") as f:
         if f.read(4) == b"MDMP":  # a minidump (Breakpad's, Crashpad's, minidump-writer's)
-            from stackwalk.minidump import Minidump
-
             opener = Minidump
     core = opener.open(
         path,
         sysroot=options.sysroot,
+        lib_search_path=options.lib_search_path,
         debug_root=options.debug_root,
+        offline=options.offline,
         max_size=options.max_core_size,
     )
     if not core.threads:
@@ -798,7 +786,7 @@ def _unwind_into(record: dict[str, Any], path: str, options: Options) -> None:
     if core.signal is not None:
         record.update(signal=core.signal.name, signal_number=core.signal.number)
     crashed = next((t for t in doc["threads"] if t["tid"] == crashing), None)
-    sig = signature(crashed["frames"] if crashed else None, _rules(options.rules))
+    sig = crash_signature(crashed["frames"] if crashed else None, _rules(options.rules))
     record.update(signature=sig.text, bucket=sig.bucket, fingerprint=sig.fingerprint)
     record["frames"] = [
         _frame_row(t["tid"], idx, f) for t in doc["threads"] for idx, f in enumerate(t["frames"])
@@ -834,8 +822,6 @@ def _frame_row(tid: int, idx: int, f: dict[str, Any]) -> tuple[Any, ...]:
 
 
 def _error(message: str) -> Exception:
-    from stackwalk.errors import StackwalkError
-
     return StackwalkError(message)
 
 
@@ -924,8 +910,6 @@ def triage(
     if dask is None and min(jobs or len(os.sched_getaffinity(0)), len(todo)) > 1:
         # Worker processes store what they read themselves: nothing crosses back but a line
         # per crash, and the writing is spread over the workers with the reading.
-        from stackwalk._workers import first_read_here
-
         read, rest = first_read_here(todo, lambda path: process_file(path, options))
         first = [record for record in read if record is not None]
         store.add(first)
@@ -999,8 +983,6 @@ def summary_lines(run: Run, store: CrashStore) -> list[str]:
     (as ``report --html``'s page gives them), and each file of the run that is not a crash,
     with why; names escaped (``stackwalk.render.escape``: a byte that is not UTF-8 as
     ``\\xNN``, a control character as its escape), one line each."""
-    from stackwalk.render import escape
-
     counts = store.counts()
     line = f"{run.crashes} crashes stored, {run.already} already there"
     if run.not_crashes:
@@ -1064,8 +1046,6 @@ def _stored_by_workers(
     """``store_files`` over ``jobs`` processes (one per CPU for 0), in tasks (task_size). A
     worker that dies (killed, out of memory) is replaced; the files of the task it was on are
     given with an error and ``"unread": True``, and not stored: a rerun reads them again."""
-    from stackwalk._workers import Died, TurnLock, WorkersDied, forked_map
-
     global _FORKED_WITH
     jobs = min(jobs or len(os.sched_getaffinity(0)), len(files))
     if jobs == 0:
@@ -1117,8 +1097,6 @@ class StoreFailed(NamedTuple):
 
 
 def _store_forked(paths: Sequence[str]) -> Stored | StoreFailed:
-    from stackwalk.errors import StackwalkError
-
     assert _FORKED_WITH is not None, "a worker forked by _stored_by_workers"
     db, options, lock = _FORKED_WITH
     try:
@@ -1149,8 +1127,6 @@ def _store_into(
     options: Options,
     lock: AbstractContextManager[Any] | None = None,
 ) -> Stored:
-    import contextlib
-
     records = [r for r in (process_file(p, options) for p in paths) if r is not None]
     with lock if lock is not None else contextlib.nullcontext():
         stored = store.add(records)
@@ -1207,8 +1183,6 @@ def _turn_of(store: StoreHere) -> TurnLock | None:
     transaction of a few hundred crashes keeps the other writer waiting: 4,000 small cores on
     two workers took 2.49 s without the turn, 2.26 s with it (medians of four runs). None
     where there is no such directory: SQLite's wait then."""
-    from stackwalk._workers import TurnLock
-
     return TurnLock.private(f"stackwalk-store-{store.device:x}-{store.inode:x}.lock")
 
 
@@ -1217,8 +1191,6 @@ def cluster_task(paths: Sequence[str], options: Options, store: StoreHere) -> by
     ``process_files``; pickled by the worker, for a cluster moves one bytes object per task as
     it is, where a list of records would be walked (sized, pickled) object by object by the
     worker's and the client's event loops, more than the records' own pickling costs."""
-    import pickle
-
     result: Stored | list[dict[str, Any] | None]
     if store.here():
         # A connection of its own for the task, closed after it: a worker outlives the run,
@@ -1239,10 +1211,6 @@ def cluster_task(paths: Sequence[str], options: Options, store: StoreHere) -> by
 def _dask_results(
     files: Sequence[str], store: CrashStore, options: Options, address: str
 ) -> Iterator[Stored | dict[str, Any] | None]:
-    import pickle
-
-    from stackwalk.errors import StackwalkError
-
     try:
         from dask.distributed import Client, LocalCluster, as_completed
     except ModuleNotFoundError:
