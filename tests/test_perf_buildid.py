@@ -154,9 +154,11 @@ def with_debuginfod(home: Path, url: str, cache: Path) -> dict[str, str]:
     return {**perf_env(home), "DEBUGINFOD_URLS": url, "DEBUGINFOD_CACHE_PATH": str(cache)}
 
 
-def ours_json(recorded: Recorded, env: dict[str, str]) -> tuple[list[dict[str, Any]], str]:
-    """``stackwalk perf --json`` (inline frames and lines on, as by default)."""
-    cmd = [sys.executable, "-m", "stackwalk", "perf", "--json", str(recorded.path)]
+def ours_json(
+    recorded: Recorded, env: dict[str, str], *options: str
+) -> tuple[list[dict[str, Any]], str]:
+    """``stackwalk perf --json OPTIONS`` (inline frames and lines on, as by default)."""
+    cmd = [sys.executable, "-m", "stackwalk", "perf", "--json", *options, str(recorded.path)]
     proc = run(cmd, env=env)
     assert proc.returncode in (0, 1), proc.stderr
     return [json.loads(line) for line in proc.stdout.splitlines()], proc.stderr
@@ -194,3 +196,66 @@ def test_a_missing_program_is_fetched_from_debuginfod(recorded: Recorded, tmp_pa
     samples, stderr = ours_json(recorded, dead)
     assert f"debuginfod: no executable for {program}" in stderr
     assert not any(f["function"] for s in samples for f in s["frames"] if f["module"] == program)
+
+
+def test_the_program_under_a_sysroot_or_on_a_search_path(
+    recorded: Recorded, tmp_path: Path
+) -> None:
+    """The recording read on another machine: the program is not at its recorded path (nor in
+    perf's build-id cache, another home) but under ``--sysroot DIR`` (at DIR + its path) or in
+    a ``--lib-search-path`` directory (by its name). Either way its frames are the ones it gave
+    in place, every field, shown under its recorded path; without them it is missing."""
+    home = tmp_path / "other-home"
+    home.mkdir()
+    before, _ = ours_json(recorded, perf_env(recorded.home))
+    program = str(recorded.program)
+    assert any(
+        f["module"] == program and f["function"] == "main" for s in before for f in s["frames"]
+    )
+    sysroot = tmp_path / "sysroot"
+    moved = sysroot / program.lstrip("/")
+    moved.parent.mkdir(parents=True)
+    shutil.move(program, moved)
+    search = tmp_path / "search"
+    search.mkdir()
+    shutil.copy(moved, search / recorded.program.name)
+    env = perf_env(home)
+    for option in ([], ["--sysroot", str(sysroot)], ["--lib-search-path", str(search)]):
+        samples, stderr = ours_json(recorded, env, *option)
+        if option:
+            assert samples == before, option
+            assert f"cannot read {program}" not in stderr
+        else:
+            assert f"cannot read {program}" in stderr
+            assert not any(
+                f["function"] for s in samples for f in s["frames"] if f["module"] == program
+            )
+
+
+def test_the_programs_debug_file_under_a_debug_root(recorded: Recorded, tmp_path: Path) -> None:
+    """The program stripped of its DWARF, its debug file in a debug root of our own
+    (``.build-id/xx/rest.debug``, as distributions install them): lines and inline frames only
+    with ``--debug-root`` naming it, and then the ones the whole program gave."""
+    home = tmp_path / "other-home"  # perf's build-id cache holds the whole program
+    home.mkdir()
+    env = perf_env(home)
+    before, _ = ours_json(recorded, env)
+    program = str(recorded.program)
+    assert any(f["module"] == program and f["line"] for s in before for f in s["frames"])
+    split(recorded.program, tmp_path / "split")
+    shutil.move(tmp_path / "split" / recorded.program.name, recorded.program)
+    build_id = build_id_of(program)
+    root = tmp_path / "debug"
+    placed = root / ".build-id" / build_id[:2] / f"{build_id[2:]}.debug"
+    placed.parent.mkdir(parents=True)
+    shutil.move(tmp_path / "split" / f"{recorded.program.name}.debug", placed)
+    stripped, _ = ours_json(recorded, env)
+    assert not any(f["line"] for s in stripped for f in s["frames"] if f["module"] == program)
+    found, _ = ours_json(recorded, env, "--debug-root", str(root))
+    # (Other modules' debug files are under /usr/lib/debug, which this root replaces.)
+    assert own_frames(found, program) == own_frames(before, program)
+
+
+def own_frames(samples: list[dict[str, Any]], module: str) -> list[list[dict[str, Any]]]:
+    """Each sample's frames in ``module``, every field."""
+    return [[f for f in s["frames"] if f["module"] == module] for s in samples]

@@ -140,26 +140,25 @@ def _add_json(parser: _Options, what: str = "one JSON document") -> None:
     parser.add_argument("--json", action="store_true", help=what)
 
 
-def _add_module_options(parser: _Options, *, roots: bool = True, perf_map: bool = True) -> None:
-    """Where the files of the modules are found: with ``roots``, --sysroot, --lib-search-path
-    and --debug-root; --offline (debuginfod); with ``perf_map``, --perf-map (a JIT's names)."""
-    if roots:
-        parser.add_argument(
-            "--sysroot",
-            metavar="DIR",
-            help="prefix every module path with DIR (the root of another machine's files, or a "
-            "container's)",
-        )
-        parser.add_argument(
-            "--lib-search-path", metavar="PATHS", help="DIR[:DIR...] to find modules by name"
-        )
-        parser.add_argument(
-            "--debug-root",
-            metavar="DIR",
-            default=DEBUG_ROOT,
-            help="where separate debug files are (.build-id/xx/yyyy.debug, .gnu_debuglink); "
-            f"default {DEBUG_ROOT}",
-        )
+def _add_module_options(parser: _Options, *, perf_map: bool = True) -> None:
+    """Where the files of the modules are found: --sysroot, --lib-search-path, --debug-root,
+    --offline (debuginfod); with ``perf_map``, --perf-map (a JIT's names)."""
+    parser.add_argument(
+        "--sysroot",
+        metavar="DIR",
+        help="prefix every module path with DIR (the root of another machine's files, or a "
+        "container's)",
+    )
+    parser.add_argument(
+        "--lib-search-path", metavar="PATHS", help="DIR[:DIR...] to find modules by name"
+    )
+    parser.add_argument(
+        "--debug-root",
+        metavar="DIR",
+        default=DEBUG_ROOT,
+        help="where separate debug files are (.build-id/xx/yyyy.debug, .gnu_debuglink); "
+        f"default {DEBUG_ROOT}",
+    )
     parser.add_argument(
         "--offline",
         action="store_true",
@@ -383,7 +382,7 @@ def _add_perf(sub: _Commands) -> None:
         "pointers (default: /tmp, as perf; empty: none)",
     )
     _add_strategies(pf, "cfi,frame_pointer")
-    _add_module_options(pf, roots=False, perf_map=False)
+    _add_module_options(pf, perf_map=False)
     _add_max_frames(
         pf, "each sample's stack copy", ": N kernel and N user frames, as perf script --max-stack"
     )

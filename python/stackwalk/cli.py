@@ -331,16 +331,20 @@ def _one_core(args: Namespace, path: str, executable: str | None, name: str | No
 def _module_options(args: Namespace) -> dict[str, Any]:
     """Where the modules' files are found (``_arguments._add_module_options``), as ``Core.open``
     and ``Process.attach`` take it."""
-    search = [d for d in (args.lib_search_path or "").split(":") if d]
     options = {
         "sysroot": args.sysroot,
-        "lib_search_path": search or None,
+        "lib_search_path": _search_path(args) or None,
         "debug_root": args.debug_root,
         "offline": args.offline,
     }
     if "perf_map" in args:  # not triage's: one JIT's map for a spool of crashes
         options["perf_map"] = args.perf_map
     return options
+
+
+def _search_path(args: Namespace) -> list[str]:
+    """``--lib-search-path``'s directories."""
+    return [d for d in (args.lib_search_path or "").split(":") if d]
 
 
 def _strategies(args: Namespace) -> list[str]:
@@ -415,10 +419,21 @@ def _report_perf(args: Namespace, path: str, name: str) -> int:
     watched = sys.stderr.isatty() and (output is not None or not sys.stdout.isatty())
     progress = 0.5 if watched else None
     try:
-        summary = perf_report(path, fmt, output=output, jobs=args.jobs,
-                              max_frames=args.max_frames, progress=progress, inline=args.inline,
-                              perf_map_dir=args.perf_map_dir or None, offline=args.offline,
-                              strategies=_strategies(args))  # fmt: skip
+        summary = perf_report(
+            path,
+            fmt,
+            output=output,
+            jobs=args.jobs,
+            max_frames=args.max_frames,
+            progress=progress,
+            inline=args.inline,
+            perf_map_dir=args.perf_map_dir or None,
+            offline=args.offline,
+            strategies=_strategies(args),
+            sysroot=args.sysroot,
+            lib_search_path=_search_path(args),
+            debug_root=args.debug_root,
+        )
         if args.flamegraph and summary["samples"]:
             _write_flamegraph(output, args.flamegraph, name)
     except StackwalkError as e:
