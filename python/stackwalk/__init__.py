@@ -6,13 +6,15 @@
 
 ``stackwalk.Symbolizer(uw.modules).frame_dicts(trace)`` names the frames (function, module,
 file, line). ``stackwalk.baseline`` has the same API in pure Python; ``stackwalk.Core``
-reads ELF core files, ``stackwalk.Minidump`` minidumps.
+reads ELF core files, ``stackwalk.Minidump`` minidumps, ``stackwalk.Process`` live processes,
+``stackwalk.Recording`` perf.data recordings.
 """
 
 from stackwalk._core import Symbolizer, __version__
 from stackwalk.core import Core, CoreError
 from stackwalk.errors import ArchError, CfiError, ElfError, MemoryReadError, StackwalkError
 from stackwalk.minidump import Minidump, MinidumpError
+from stackwalk.perf import Recording
 from stackwalk.process import Process
 from stackwalk.triage import CrashStore
 from stackwalk.unwinder import (
@@ -34,6 +36,7 @@ __all__ = [
     "Process",
     "Minidump",
     "MinidumpError",
+    "Recording",
     "Unwinder",
     "Symbolizer",
     "Registers",
