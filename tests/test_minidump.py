@@ -45,6 +45,7 @@ from minidumps import (
 )
 from perfdata import disassembly
 from stackwalk._core import MinidumpFile
+from stackwalk.core import Core
 from stackwalk.minidump import Minidump, MinidumpError, Signal
 
 CASES = [*DUMP_SPECS, "snapshot"]
@@ -146,8 +147,9 @@ def test_frames_match_minidump_stackwalk(case: str, dumps: Dumps) -> None:
 @pytest.mark.parametrize("case", CASES)
 def test_frames_match_gdb_on_a_core_of_the_same_stop(case: str, dumps: Dumps) -> None:
     """The third opinion: gdb's backtrace of the core gcore wrote while the process was stopped
-    as it was dumped. Every thread's pcs equal gdb's; and ``stackwalk core`` on that core gives
-    the same frames, symbolized the same, as the minidump."""
+    as it was dumped. Every thread's pcs equal gdb's; and ``stackwalk core`` on that core, and
+    ``Core.open`` from Python, give the same frames, symbolized the same, as the minidump: one
+    pipeline whatever the input and the way in."""
     made = dumps(case)
     doc = ours(made)
     for thread in doc["threads"]:
@@ -161,6 +163,10 @@ def test_frames_match_gdb_on_a_core_of_the_same_stop(case: str, dumps: Dumps) ->
     frames = {t["tid"]: [{k: f[k] for k in keep} for f in t["frames"]] for t in doc["threads"]}
     assert frames == {
         t["tid"]: [{k: f[k] for k in keep} for f in t["frames"]] for t in core["threads"]
+    }
+    api = Core.open(made.core).to_dict()
+    assert frames == {
+        t["tid"]: [{k: f[k] for k in keep} for f in t["frames"]] for t in api["threads"]
     }
 
 
