@@ -226,7 +226,7 @@ def big_store(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureR
     """A store of STORE_CRASHES crashes in 2,000 buckets (sizes drawn from a long tail, as
     crash reports are), each with 12 frames, written through CrashStore.add."""
     from stackwalk.signature import bucket_id
-    from stackwalk.triage import CrashStore
+    from stackwalk.store import CrashStore
 
     path = tmp_path_factory.mktemp("store") / "big.sqlite"
     crashes = STORE_CRASHES if benchmarks_enabled(request.config) else STORE_CRASHES_SMOKE

@@ -29,7 +29,8 @@ from corefiles import Cores
 from realstacks import Builder, Captures
 from stackwalk.capture import Capture
 from stackwalk.errors import StackwalkError
-from stackwalk.triage import APPLICATION_ID, CrashStore, StoreHere, _turn_of
+from stackwalk.store import APPLICATION_ID, CrashStore
+from stackwalk.triage import StoreHere, _turn_of
 
 # Nothing here takes more than some seconds; the bound only turns a hang into a failure.
 HANG = 300

@@ -25,7 +25,8 @@ from hostile_http import Hostile, hostile_server
 from minidumps import Dumps
 from realstacks import Builder
 from stackwalk.signature import SEPARATOR, Rules, normalize_function, signature
-from stackwalk.triage import CrashStore, StoreHere, task_size
+from stackwalk.store import CrashStore
+from stackwalk.triage import StoreHere, task_size
 
 STACK_PROTECTOR = ("-O2", "-fstack-protector-all")
 RUNS = 15  # cores per kind of crash: 14 kinds, 210 cores

@@ -16,7 +16,7 @@ from stackwalk.errors import ArchError, CfiError, ElfError, MemoryReadError, Sta
 from stackwalk.minidump import Minidump, MinidumpError
 from stackwalk.perf import Recording
 from stackwalk.process import Process
-from stackwalk.triage import CrashStore
+from stackwalk.store import CrashStore
 from stackwalk.unwinder import (
     CRASH_STRATEGIES,
     Frame,

@@ -27,7 +27,8 @@ from stackwalk.minidump import Minidump, minidump_stackwalk_doc
 from stackwalk.process import Process
 from stackwalk.render import core_lines, escape, escape_lines, frame_lines, report_lines
 from stackwalk.signature import Rules
-from stackwalk.triage import SUMMARY_KEYS, CrashStore, Options, summary_lines, triage
+from stackwalk.store import CrashStore
+from stackwalk.triage import SUMMARY_KEYS, Options, summary_lines, triage
 from stackwalk.unwinder import Unwinder
 
 EXIT_OK, EXIT_PARTIAL, EXIT_FAILED = 0, 1, 2

@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from stackwalk.render import escape, stored_stack_lines
-from stackwalk.triage import Counts
+from stackwalk.store import Counts
 
 # Buckets shown in the chart, each in its colour.
 CHART_BUCKETS = 5
