@@ -1,7 +1,7 @@
 """The native core's layout: a folder per stage of the pipeline (source -> space -> unwind ->
 symbolize), under the architectures, with imports going down only. A stage that reaches up (the
 unwinder asking the symbolizer, say) is a failure here, naming the file and what it imports;
-the one known exception is listed with its reason. docs/architecture.md draws the same."""
+an exception would be listed with its reason. docs/architecture.md draws the same."""
 
 from __future__ import annotations
 
@@ -16,12 +16,9 @@ RUST = Path(__file__).resolve().parent.parent / "rust"
 ORDER = ["arch", "source", "space", "unwind", "symbolize", "profile", "python"]
 LEAVES = {"threads", "stackdb"}
 
-# Arrows up that are known, and why: a live process is stopped for milliseconds, in which its
-# Python threads' state and the stack above a signal frame must be read.
-KNOWN_UP = {
-    ("source/process.rs", "symbolize"): "the Python threads' state read while it is stopped",
-    ("source/process.rs", "unwind"): "the registers a signal frame saved, to copy its stack",
-}
+# Arrows up that are known, and why (none now: a live process's snapshot reads its Python
+# threads' state through a reader its caller gives, `source::process::WhileStopped`).
+KNOWN_UP: dict[tuple[str, str], str] = {}
 
 _CRATE_PATH = re.compile(r"\bcrate::([a-z_]+)")
 

@@ -254,7 +254,10 @@ pub(super) fn snapshot_process(
     pid: i32,
 ) -> PyResult<(PyCoreFile, u64, Vec<(PathBuf, String)>)> {
     let snap = py
-        .detach(|| crate::source::process::snapshot(pid))
+        .detach(|| {
+            let mut python = crate::symbolize::pyframes::LiveState::default();
+            crate::source::process::snapshot(pid, &mut python)
+        })
         .map_err(|e| super::errors::StackwalkError::new_err(e.to_string()))?;
     let paths = snap
         .file_paths

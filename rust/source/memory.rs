@@ -489,3 +489,27 @@ pub struct ThreadStack {
     pub sp: u64,
     pub live_end: Option<u64>,
 }
+
+/// Byte reads of a target's memory, for readers that follow pointers
+/// through it (the Python frames'): false where not all of `buf` is there.
+pub trait ReadMemory {
+    fn read(&mut self, address: u64, buf: &mut [u8]) -> bool;
+}
+
+impl ReadMemory for &SegmentMemory {
+    fn read(&mut self, address: u64, buf: &mut [u8]) -> bool {
+        match self.bytes(address, buf.len()) {
+            Some(b) => {
+                buf.copy_from_slice(b);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+impl<M: ReadMemory + ?Sized> ReadMemory for &mut M {
+    fn read(&mut self, address: u64, buf: &mut [u8]) -> bool {
+        (**self).read(address, buf)
+    }
+}

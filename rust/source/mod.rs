@@ -1,7 +1,8 @@
 //! The first stage: what a crash or a profile gives — threads with their
 //! registers, readable memory, the files mapped and the process's facts —
 //! read from ELF cores, minidumps, live processes and perf.data recordings;
-//! and the memory and file primitives every later stage reads through.
+//! the kernel's signal frame layout; and the memory and file primitives
+//! every later stage reads through.
 
 pub mod corefile;
 pub mod files;
@@ -9,3 +10,4 @@ pub mod memory;
 pub mod minidump;
 pub mod perf;
 pub mod process;
+pub(crate) mod sigframe;

@@ -317,8 +317,22 @@ fn process_arch(pid: i32) -> Result<Arch, ProcessError> {
     Ok(arch)
 }
 
-/// The interpreter's symbols, if the process runs CPython.
-fn find_python(pid: i32, maps: &[Mapping]) -> Option<crate::symbolize::pyframes::Symbols> {
+/// What else a snapshot reads while the process is stopped, beyond its
+/// threads' registers and stacks (the Python interpreter's state:
+/// `crate::symbolize::pyframes::LiveState`), given by the caller, so that
+/// this source knows no reader above it. Every page it reads is copied into
+/// the snapshot.
+pub trait WhileStopped {
+    /// Before the stop: the process's file mappings (path, the file to read
+    /// it from, start, file offset) and the page size; false: nothing to read.
+    fn prepare(&mut self, files: &[(&[u8], &str, u64, u64)], page: u64) -> bool;
+    /// While stopped: read through `memory`; `tids` are its threads.
+    fn read(&mut self, memory: &mut dyn crate::source::memory::ReadMemory, tids: &[u64]);
+}
+
+/// Tell `reader` the process's file mappings (a deleted file's through
+/// `/proc/PID/map_files/`); whether it has anything to read.
+fn prepare(reader: &mut dyn WhileStopped, pid: i32, maps: &[Mapping]) -> bool {
     let readable: Vec<(&Mapping, String)> = maps
         .iter()
         .filter(|m| m.inode != 0 && m.path.starts_with(b"/"))
@@ -327,10 +341,9 @@ fn find_python(pid: i32, maps: &[Mapping]) -> Option<crate::symbolize::pyframes:
             false => (m, String::from_utf8_lossy(&m.path).into_owned()),
         })
         .collect();
-    crate::symbolize::pyframes::locate::in_mappings(
-        readable.iter().map(|(m, via)| (&m.path[..], via.as_str(), m.start, m.offset)),
-        PAGE,
-    )
+    let files: Vec<_> =
+        readable.iter().map(|(m, via)| (&m.path[..], via.as_str(), m.start, m.offset)).collect();
+    reader.prepare(&files, PAGE)
 }
 
 /// The most unreadable pages in a row skipped in a range to copy.
@@ -361,7 +374,7 @@ impl LiveMemory {
     }
 }
 
-impl crate::symbolize::pyframes::ReadMemory for &mut LiveMemory {
+impl crate::source::memory::ReadMemory for LiveMemory {
     fn read(&mut self, address: u64, buf: &mut [u8]) -> bool {
         let mut done = 0;
         while done < buf.len() {
@@ -412,7 +425,7 @@ const SIGNAL_FRAME_REACH: u64 = 64 << 10;
 /// (`sigaltstack`: crash reporters', Rust's stack-overflow handler) were
 /// interrupted on, which copying each thread's stack from its sp up leaves
 /// out (x86_64): for each thread, the first kernel signal frame found in the
-/// copied words above its sp ([`crate::unwind::sigframe::restore`], each field
+/// copied words above its sp ([`crate::source::sigframe::restore`], each field
 /// checked) whose interrupted sp lies outside everything copied, that sp's
 /// mapping from the sp up, as a thread's stack is copied.
 fn interrupted_stacks(
@@ -439,11 +452,11 @@ fn interrupted_stacks(
                 let i = usize::try_from(at.checked_add(offset)?).ok()?;
                 Some(u64::from_le_bytes(words.get(i..i.checked_add(8)?)?.try_into().ok()?))
             };
-            if !crate::unwind::sigframe::frame_begins(word) {
+            if !crate::source::sigframe::frame_begins(word) {
                 return None;
             }
             let (_, interrupted) =
-                crate::unwind::sigframe::restore(Arch::X86_64, a, &mut scratch, &mut copied)?;
+                crate::source::sigframe::restore(Arch::X86_64, a, &mut scratch, &mut copied)?;
             copied_at(interrupted).is_none().then_some(interrupted)
         });
         if let Some(isp) = found {
@@ -459,8 +472,9 @@ fn interrupted_stacks(
     out
 }
 
-/// Stop every thread of `pid`, copy its registers and memory, let it go.
-pub fn snapshot(pid: i32) -> Result<Snapshot, ProcessError> {
+/// Stop every thread of `pid`, copy its registers and memory (and what
+/// `also` reads while it is stopped), let it go.
+pub fn snapshot(pid: i32, also: &mut dyn WhileStopped) -> Result<Snapshot, ProcessError> {
     if pid <= 0 {
         return Err(ProcessError::NoSuchProcess(pid));
     }
@@ -474,7 +488,7 @@ pub fn snapshot(pid: i32) -> Result<Snapshot, ProcessError> {
     // Found before the process is stopped: files and where they are mapped
     // do not move while it runs.
     let maps = read_maps(mem_pid)?;
-    let python = find_python(mem_pid, &maps);
+    let reads = prepare(also, mem_pid, &maps);
     let began = Instant::now();
     let mut stopped = Stopped { tids: Vec::new() };
     // Threads may start while others are being stopped: list them again
@@ -510,10 +524,10 @@ pub fn snapshot(pid: i32) -> Result<Snapshot, ProcessError> {
     }
     let maps = read_maps(mem_pid).map_err(gone)?;
     let mut wanted: Vec<(u64, u64, u32)> = Vec::new();
-    if let Some(symbols) = python {
+    if reads {
         let mut live = LiveMemory { pid: mem_pid, pages: BTreeMap::new() };
         let tids: Vec<u64> = threads.iter().map(|t| t.tid as u64).collect();
-        let _ = crate::symbolize::pyframes::read_state(&mut live, &symbols, &tids);
+        also.read(&mut live, &tids);
         for (page, bytes) in &live.pages {
             if bytes.is_some() {
                 let flags = maps.iter().find(|m| m.start <= *page && *page < m.end);

@@ -299,7 +299,7 @@ pub(crate) fn sigreturn_at(arch: Arch, modules: &ModuleSet, pc: u64) -> bool {
 const SIGNAL_FRAME_REACH: u64 = 4096;
 
 /// The first address from `from` up (16-byte aligned, as the kernel places
-/// its signal frames) where [`crate::unwind::sigframe::restore`] finds the kernel's
+/// its signal frames) where [`crate::source::sigframe::restore`] finds the kernel's
 /// signal frame, within [`SIGNAL_FRAME_REACH`]. aarch64 only: the one
 /// architecture whose handlers return to a page in no module (qemu-user's
 /// trampoline, where a real kernel's is the vdso's).
@@ -314,7 +314,7 @@ pub(crate) fn signal_frame_above<M: Memory + ?Sized>(
     let first = from.checked_add(15)? & !15;
     let mut scratch = Registers::new();
     (first..from.saturating_add(SIGNAL_FRAME_REACH)).step_by(16).find(|&at| {
-        crate::unwind::sigframe::restore(arch, at, &mut scratch, mem).is_some_and(|(_, sp)| sp > at)
+        crate::source::sigframe::restore(arch, at, &mut scratch, mem).is_some_and(|(_, sp)| sp > at)
     })
 }
 

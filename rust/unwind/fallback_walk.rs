@@ -251,7 +251,7 @@ impl Unwinder {
             _ => fallback::sigreturn_at(arch, &self.modules, callee.pc),
         };
         if trampoline {
-            let restored = crate::unwind::sigframe::restore(arch, callee.sp, caller_regs, mem);
+            let restored = crate::source::sigframe::restore(arch, callee.sp, caller_regs, mem);
             // Above the frame, or on another stack below the whole walk.
             if let Some((pc, sp)) =
                 restored.filter(|&(_, sp)| sp > callee.sp || stack_switch(true, sp, frames))

@@ -6,7 +6,6 @@ pub mod expr;
 pub mod fallback;
 pub mod modules;
 pub mod rule_cache;
-pub(crate) mod sigframe;
 
 mod apply;
 mod fallback_walk;

@@ -41,7 +41,6 @@ use std::fmt;
 pub use layout::Layout;
 pub use locate::Symbols;
 
-use crate::source::memory::SegmentMemory;
 
 /// The most interpreters, threads per interpreter and frames per thread read.
 pub const MAX_INTERPRETERS: usize = 256;
@@ -51,22 +50,7 @@ pub const MAX_FRAMES: usize = 100_000;
 const MAX_STR: u64 = 1 << 16;
 const MAX_LINETABLE: u64 = 1 << 20;
 
-/// Byte reads of the target's memory: false where not all of `buf` is there.
-pub trait ReadMemory {
-    fn read(&mut self, address: u64, buf: &mut [u8]) -> bool;
-}
-
-impl ReadMemory for &SegmentMemory {
-    fn read(&mut self, address: u64, buf: &mut [u8]) -> bool {
-        match self.bytes(address, buf.len()) {
-            Some(b) => {
-                buf.copy_from_slice(b);
-                true
-            }
-            None => false,
-        }
-    }
-}
+pub use crate::source::memory::ReadMemory;
 
 /// One Python frame.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -181,6 +165,29 @@ struct Walker<M> {
     layout: Layout,
     symbols: Symbols,
     codes: HashMap<u64, Code>,
+}
+
+/// The Python threads' state read from a live process while it is stopped
+/// ([`crate::source::process::WhileStopped`]): the interpreter found among
+/// its mappings before the stop, its state read through the stopped
+/// process's memory (the pages read are copied into the snapshot, where the
+/// frames are read again from the copy).
+#[derive(Default)]
+pub struct LiveState {
+    symbols: Option<Symbols>,
+}
+
+impl crate::source::process::WhileStopped for LiveState {
+    fn prepare(&mut self, files: &[(&[u8], &str, u64, u64)], page: u64) -> bool {
+        self.symbols = locate::in_mappings(files.iter().copied(), page);
+        self.symbols.is_some()
+    }
+
+    fn read(&mut self, memory: &mut dyn ReadMemory, tids: &[u64]) {
+        if let Some(symbols) = &self.symbols {
+            let _ = read_state(memory, symbols, tids);
+        }
+    }
 }
 
 /// Read every thread of the interpreter whose symbols (at run-time

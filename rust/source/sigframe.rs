@@ -1,4 +1,7 @@
-//! Kernel signal frames recognised by their layout on the stack.
+//! Kernel signal frames recognised by their layout on the stack: the
+//! `ucontext` the kernel writes, a context layout as a core's notes and a
+//! minidump's context are, read by the unwinder and by the live-process
+//! snapshot.
 //!
 //! A signal handler returns into a trampoline (glibc's `__restore_rt` on
 //! x86_64) that calls `rt_sigreturn`; the registers of the interrupted code
