@@ -158,14 +158,21 @@ def test_a_missing_module_is_a_warning_and_the_frames_before_it_are_shown(
     assert f"warning: module {gone} not used" in proc.stderr
     assert "Traceback" not in proc.stderr
     out = json.loads(proc.stdout)
-    pcs = [int(frame["pc"], 16) for frame in out["frames"]]
+    [thread] = out["threads"]
+    pcs = [int(frame["pc"], 16) for frame in thread["frames"]]
     first_in_libc = next(
         i
         for i, f in enumerate(qsort.gdb_frames)
         if any(a <= f["pc"] < b for a, b, *_ in libc["mappings"])
     )
     assert pcs == qsort.gdb_pcs[: first_in_libc + 1]
-    assert out["frames"][first_in_libc]["module"] == gone
+    assert thread["frames"][first_in_libc]["module"] == gone
+    # The module is in the document where its mappings were, its file not found.
+    (module,) = [m for m in out["modules"] if m["path"] == gone]
+    assert module["found"] is False
+    assert [[int(a, 16), int(b, 16)] for a, b in module["ranges"]] == sorted(
+        [start, end] for start, end, *_ in libc["mappings"]
+    )
 
 
 # -- documents that are not captures --------------------------------------------------------

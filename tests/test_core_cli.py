@@ -57,10 +57,11 @@ from stackwalk.core import Core
 
 ALL_CASES = X86_CASES + A64_CASES + I386_CASES
 HEX = re.compile(r"0x(0|[1-9a-f][0-9a-f]*)")
-TOP_KEYS = {"core", "executable", "pid", "signal", "crashing_thread", "modules", "threads"}
+TOP_KEYS = {"schema", "kind", "path", "arch", "executable", "pid", "signal", "crashing_thread",
+            "modules", "threads"}  # fmt: skip
 SIGNAL_KEYS = {"number", "name", "address"}
 MODULE_KEYS = {"path", "start", "end", "ranges", "bias", "build_id", "found", "build_id_matches"}
-THREAD_KEYS = {"tid", "end", "frames"}
+THREAD_KEYS = {"tid", "end", "end_detail", "frames"}
 FRAME_KEYS = {"index", "pc", "sp", "cfa", "trust", "module", "module_offset", "function",
               "function_offset", "file", "line", "column", "inline", "doubtful"}  # fmt: skip
 # A frame line of the text output:
@@ -120,7 +121,8 @@ def one_error_line(proc: subprocess.CompletedProcess[str], *mentions: str) -> No
 
 def check_schema(doc: dict[str, Any]) -> None:
     assert set(doc) == TOP_KEYS
-    assert isinstance(doc["core"], str) and isinstance(doc["executable"], str)
+    assert (doc["schema"], doc["kind"]) == ("stackwalk.snapshot/1", "core")
+    assert isinstance(doc["path"], str) and isinstance(doc["executable"], str)
     assert isinstance(doc["pid"], int) and isinstance(doc["crashing_thread"], int)
     assert set(doc["signal"]) == SIGNAL_KEYS
     assert isinstance(doc["signal"]["number"], int) and isinstance(doc["signal"]["name"], str)
@@ -223,7 +225,7 @@ def test_json_matches_the_references(case: str, cores: Cores) -> None:
     doc = cli_json(made)
     check_schema(doc)
     notes = made.notes()
-    assert doc["core"] == str(made.path)
+    assert doc["path"] == str(made.path)
     assert os.path.samefile(doc["executable"], made.executable)
     assert doc["pid"] == notes.pid
     assert doc["crashing_thread"] == notes.tids[0]
@@ -925,7 +927,7 @@ def test_compressed_core(tool: str, cores: Cores, tmp_path: Path) -> None:
             str(path), str(made.executable), "--json", "--no-inline", *made.cli_options
         )
         assert (proc.returncode, proc.stderr) == (0, ""), proc.stderr
-        assert {**json.loads(proc.stdout), "core": str(made.path)} == plain
+        assert {**json.loads(proc.stdout), "path": str(made.path)} == plain
     text = _stackwalk(str(path), str(made.executable), "--no-inline", *made.cli_options)
     assert text.stdout.splitlines()[1:] == cli(made).stdout.splitlines()[1:]
 
@@ -941,7 +943,7 @@ def test_compressed_cores_in_a_directory(cores: Cores, tmp_path: Path) -> None:
     proc = _stackwalk("--dir", str(spool), "--json", "--jobs", "1", *made.cli_options)
     assert (proc.returncode, proc.stderr) == (0, ""), proc.stderr
     docs = [json.loads(line) for line in proc.stdout.splitlines()]
-    assert [Path(d["core"]).name for d in docs] == sorted(os.listdir(spool))
+    assert [Path(d["path"]).name for d in docs] == sorted(os.listdir(spool))
     reference = made.reference_pcs()
     for doc in docs:
         for thread in doc["threads"]:

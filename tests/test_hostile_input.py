@@ -481,14 +481,14 @@ def test_core_dir(damaged_dir: dict[str, Path], cores: Cores) -> None:
     proc = stackwalk_core("--dir", directory, "--json")
     errors = [line for line in proc.stderr.splitlines() if "error:" in line]
     docs = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
-    shown = {doc["core"] for doc in docs}
+    shown = {doc["path"] for doc in docs}
     failed = {name for name, path in damaged_dir.items() if any(str(path) in e for e in errors)}
     # Every file either fails with one error line naming it, or is shown.
     assert len(errors) == len(failed), proc.stderr
     assert failed | {Path(c).name for c in shown} == set(damaged_dir), (proc.stderr, shown)
     assert {"a-empty", "b-text", "c-headers-cut", "g-executable"} <= failed, proc.stderr
     # The good core in the middle gets its whole backtrace: eu-stack's.
-    (good,) = [doc for doc in docs if doc["core"] == str(damaged_dir["e-good"])]
+    (good,) = [doc for doc in docs if doc["path"] == str(damaged_dir["e-good"])]
     made = cores("deep")
     reference = made.reference_pcs()
     crashing = good["crashing_thread"]

@@ -188,7 +188,7 @@ def test_json_keeps_names_exact(hostile: Hostile, command: str) -> None:
     assert proc.returncode in (0, 1), proc.stderr.decode(errors="replace")
     no_raw_controls(proc.stdout)
     doc = json.loads(proc.stdout)
-    assert doc["core"] == str(path)
+    assert doc["path"] == str(path)
     frames = frames_of(doc)
     assert FUNCTION in [f["function"] for f in frames]
     assert any(str(f.get("file") or "").endswith(SOURCE) for f in frames)
@@ -259,7 +259,8 @@ def test_capture_and_unwind_escape_names(hostile: Hostile, tmp_path: Path) -> No
     no_raw_controls(proc.stdout, proc.stderr)
     assert escape(FUNCTION) in proc.stdout.decode()
     proc = stackwalk("unwind", output, "--json")
-    assert FUNCTION in [f["function"] for f in json.loads(proc.stdout)["frames"]]
+    [thread] = json.loads(proc.stdout)["threads"]
+    assert FUNCTION in [f["function"] for f in thread["frames"]]
 
 
 @pytest.fixture(scope="module")

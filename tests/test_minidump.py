@@ -227,7 +227,7 @@ def test_several_files_and_a_directory(dumps: Dumps, tmp_path: Path) -> None:
     assert proc.returncode == 1
     errors = [line for line in proc.stderr.splitlines() if "error:" in line]
     assert errors == [f"stackwalk: error: {bad}: not a minidump (no MDMP header)"], proc.stderr
-    assert [Path(json.loads(line)["core"]) for line in proc.stdout.splitlines()] == good
+    assert [Path(json.loads(line)["path"]) for line in proc.stdout.splitlines()] == good
     directory = tmp_path / "dir"
     directory.mkdir()
     for path in good:
@@ -235,7 +235,7 @@ def test_several_files_and_a_directory(dumps: Dumps, tmp_path: Path) -> None:
     listing = stackwalk_minidump("--dir", directory, "--json")
     assert listing.returncode == 0, listing.stderr
     docs = [json.loads(line) for line in listing.stdout.splitlines()]
-    assert [Path(d["core"]).name for d in docs] == sorted(p.name for p in good)
+    assert [Path(d["path"]).name for d in docs] == sorted(p.name for p in good)
 
 
 def test_a_module_of_another_build_is_not_used(dumps: Dumps, tmp_path: Path) -> None:

@@ -80,7 +80,8 @@ def test_every_thread_equals_eu_stack_and_gdb(build: Builder, tmp_path: Path) ->
         assert state(proc.pid)[1] == 0
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
-    assert doc["process"] == proc.pid and doc["crashing_thread"] is None
+    assert (doc["kind"], doc["path"], doc["pid"]) == ("process", None, proc.pid)
+    assert doc["crashing_thread"] is None
     ours = {t["tid"]: [int(f["pc"], 16) for f in t["frames"]] for t in doc["threads"]}
     assert len(ours) == 9  # main and eight threads
     assert ours == {tid: eu.pcs(tid) for tid in ours}
@@ -325,7 +326,7 @@ def test_a_process_whose_main_thread_has_exited(build: Builder) -> None:
             os.kill(pid, signal.SIGCONT)
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
-    assert doc["process"] == pid
+    assert doc["pid"] == pid
     ours = {t["tid"]: [int(f["pc"], 16) for f in t["frames"]] for t in doc["threads"]}
     assert sorted(ours) == workers
     assert ours == {tid: eu.pcs(tid) for tid in workers}
@@ -389,7 +390,7 @@ def test_a_process_that_exits_while_read(build: Builder) -> None:
             proc.kill()
             out, err = reader.communicate(timeout=120)
         if reader.returncode == 0:
-            assert json.loads(out)["process"] == proc.pid
+            assert json.loads(out)["pid"] == proc.pid
         else:
             assert reader.returncode == 2 and out == "", err
             assert re.fullmatch(

@@ -342,7 +342,8 @@ def test_capture_and_unwind_without_pyelftools(tmp_path: Path, build: Builder) -
     assert captured.returncode == 0, captured.stderr
     unwound = run("unwind", stop, "--json")
     assert unwound.returncode == 0, unwound.stderr
-    frames = json.loads(unwound.stdout)["frames"]
+    [thread] = json.loads(unwound.stdout)["threads"]
+    frames = thread["frames"]
     assert [int(f["pc"], 16) for f in frames] == Capture.load(stop).gdb_pcs
     baseline = run("unwind", stop, "--baseline")
     assert baseline.returncode == 2 and baseline.stdout == ""
@@ -361,7 +362,7 @@ def test_unwind_baseline_names_the_frames_as_the_core_does(tmp_path: Path, build
         cmd = [sys.executable, "-m", "stackwalk", "unwind", *map(str, args), "--json"]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
         assert proc.returncode == 0, proc.stderr
-        frames: list[dict[str, Any]] = json.loads(proc.stdout)["frames"]
+        frames: list[dict[str, Any]] = json.loads(proc.stdout)["threads"][0]["frames"]
         return frames
 
     case = case_named("vdso")

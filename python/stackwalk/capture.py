@@ -33,6 +33,8 @@ from typing import Any, BinaryIO, Protocol
 from stackwalk import _capturedoc
 from stackwalk._core import Unwinder, elf_section_address, elf_summary, place_mappings
 from stackwalk._files import write_output
+from stackwalk._records import CoreModule
+from stackwalk._snapshot import document, module_dict
 from stackwalk.errors import ArchError, ElfError, StackwalkError
 
 __all__ = [
@@ -91,6 +93,16 @@ class _ModuleSink(Protocol):
     def add_module(self, path: str, bias: int = 0) -> None: ...
 
     def add_module_image(self, name: str, image: bytes, bias: int) -> None: ...
+
+
+class _Walk(Protocol):
+    """A trace of either unwinder (the Rust core's, the pure-Python baseline's)."""
+
+    @property
+    def end(self) -> str: ...
+
+    @property
+    def end_detail(self) -> str: ...
 
 
 # A mapping of a module's file: (start, end, file offset, permissions such as "r-xp").
@@ -194,6 +206,73 @@ class Capture:
             except StackwalkError as exc:
                 warnings.append(f"vdso not used: {exc}")
         return warnings
+
+    def to_dict(
+        self, trace: _Walk, frames: list[dict[str, Any]], path: str | None = None
+    ) -> dict[str, Any]:
+        """The snapshot document (docs/json.md, ``"kind": "capture"``) of ``stackwalk unwind
+        --json``: its one thread, walked as ``trace`` and symbolized as ``frames``
+        (``Symbolizer.frame_dicts``), and its modules (``module_dicts``); ``path``, the
+        capture file read. A capture records no pid, signal or crashing thread, nor which
+        module is the program: those are null."""
+        thread = {"tid": self.tid, "end": trace.end, "end_detail": trace.end_detail}
+        return document("capture", path, arch=self.arch, executable=None, pid=None, signal=None,
+                        crashing_thread=None, modules=self.module_dicts(),
+                        threads=[{**thread, "frames": frames}])  # fmt: skip
+
+    def module_dicts(self) -> list[dict[str, Any]]:
+        """Its modules as a snapshot document gives them, by address: each placement of each
+        file (``CaptureModule.placements``), from its first mapping to its last, else (no
+        mappings) its file's segments at its bias, page by page. A file that cannot be read
+        here, or is not an ELF file of the capture's architecture, is ``found`` false, where
+        its mappings were (left out where the capture has none: nothing says where it was).
+        The vdso is there when its image is an ELF image, with the image's build id; no
+        other module's build id is recorded: theirs are null, and so is whether they
+        match."""
+        out: list[CoreModule] = []
+
+        def add(path: str, spans: list[tuple[int, int]], bias: int, found: bool) -> None:
+            spans = sorted(spans)
+            start, end = spans[0][0], max(b for _, b in spans)
+            file = path if found and path != "[vdso]" else None
+            out.append(CoreModule(path, file, start, end, bias, None, None, found, tuple(spans)))
+
+        for module in self.modules:
+            try:
+                summary = elf_summary(module.path)
+                ours = summary["machine"] == self.arch
+                placements = module.placements() if ours else []
+                loads = [(v, v + size) for v, size, *_ in summary["loads"] if size]
+            except StackwalkError:
+                placements, loads = [], []
+            if not placements or not loads:  # not used: where its mappings were, if known
+                mapped = [(start, end) for start, end, _, _ in module.mappings]
+                if mapped:
+                    add(module.path, mapped, module.bias, False)
+                continue
+            for bias, ranges in placements:
+                if ranges is None:
+                    low = min(a for a, _ in loads) + bias
+                    high = max(b for _, b in loads) + bias
+                    ranges = [(low - low % PAGE_SIZE, -(-high // PAGE_SIZE) * PAGE_SIZE)]
+                add(module.path, ranges, bias, True)
+        vdso = self.vdso_module()
+        if vdso is not None:
+            out.append(vdso)
+        return [module_dict(m) for m in sorted(out, key=lambda m: m.start)]
+
+    def vdso_module(self) -> CoreModule | None:
+        """The vdso as a module (its image's build id), where its image is an ELF image;
+        None without one, as a core has none then."""
+        if self.vdso is None:
+            return None
+        address, image = self.vdso
+        try:
+            bias, build_id = self.vdso_bias(), elf_summary(image)["build_id"]
+        except StackwalkError:
+            return None
+        assert bias is not None
+        return CoreModule("[vdso]", None, address, address + len(image), bias, build_id, None, True)
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the capture as one JSON file (byte strings base64-encoded), whole: into a new

@@ -69,17 +69,13 @@ def _unwind_capture(cap: Any, use_baseline: bool, max_frames: int | None) -> tup
     return uw, uw.unwind(cap.regs, cap.memory, max_frames=max_frames)
 
 
-def _print_trace(cap: Any, uw: Any, trace: Any, as_json: bool) -> None:
+def _print_trace(cap: Any, uw: Any, trace: Any, as_json: bool, path: str | None) -> None:
+    """The capture's stack as text, or its snapshot document (``path``: the capture file's
+    name, None for the demo's, which is not saved)."""
     images = {"[vdso]": cap.vdso[1]} if cap.vdso else None
     frames = Symbolizer(uw.modules, images).frame_dicts(trace.frames)
     if as_json:
-        doc = {
-            "arch": cap.arch,
-            "tid": cap.tid,
-            "end": trace.end,
-            "end_detail": trace.end_detail,
-            "frames": frames,
-        }
+        doc = cap.to_dict(trace, frames, path)
         print(json.dumps(doc, indent=2))
         return
     print(escape(f"Thread {cap.tid} ({cap.arch}):"))
@@ -109,7 +105,7 @@ def cmd_unwind(args: Namespace) -> int:
     else:
         cap = Capture.load(args.capture)
     uw, trace = _unwind_capture(cap, args.baseline, args.max_frames)
-    _print_trace(cap, uw, trace, args.json)
+    _print_trace(cap, uw, trace, args.json, STDIN_NAME if args.capture == STDIN else args.capture)
     if not trace.frames:
         return EXIT_FAILED
     return EXIT_OK if trace.end in ("end_of_stack", "pc_zero") else EXIT_PARTIAL
@@ -126,11 +122,12 @@ def cmd_demo(args: Namespace) -> int:
             built = subprocess.run([cc, "-O2", "-fomit-frame-pointer", "-o", exe, str(src_path)])
         if built.returncode != 0:
             raise StackwalkError(f"{cc} could not build the demo program")
+        # (On stderr with --json: stdout is the document alone.)
         print(f"Built {escape(exe)} at -O2 -fomit-frame-pointer; stopping it in demo_stop() "
-              "under gdb...\n")  # fmt: skip
+              "under gdb...\n", file=sys.stderr if args.json else sys.stdout)  # fmt: skip
         cap = capture([exe], "demo_stop")
         uw, trace = _unwind_capture(cap, False, args.max_frames)
-        _print_trace(cap, uw, trace, args.json)
+        _print_trace(cap, uw, trace, args.json, None)
     same = trace.pcs == cap.gdb_pcs
     verdict = "the same" if same else "DIFFERENT"
     print(
@@ -304,7 +301,6 @@ def _one_core(args: Namespace, path: str, executable: str | None, name: str | No
         raise StackwalkError(f"{path}: no thread could be read ({reasons})")
     doc = core.to_dict(
         max_frames=args.max_frames,
-        end_details=not args.json,
         inline=args.inline,
         python=getattr(args, "python", "native"),
         registers=args.registers,
@@ -325,7 +321,7 @@ def _one_core(args: Namespace, path: str, executable: str | None, name: str | No
     else:
         if args.dir is not None or len(getattr(args, "minidumps", ())) > 1:
             print()  # a blank line between the reports of successive files
-        print("\n".join(core_lines(doc, "Minidump" if opener is not Core else "Core")))
+        print("\n".join(core_lines(doc)))
     return _threads_status(doc["threads"])
 
 
@@ -475,7 +471,6 @@ def cmd_pid(args: Namespace) -> int:
     tids = {args.thread} if args.thread is not None else None
     doc = proc.to_dict(
         max_frames=args.max_frames,
-        end_details=not args.json,
         inline=args.inline,
         tids=tids,
         python=args.python,

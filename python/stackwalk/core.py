@@ -41,6 +41,7 @@ from stackwalk._core import (
     shared_sps,
 )
 from stackwalk._records import CoreModule, Signal, Thread, _is_crash, _signal_of, _ThreadNotes
+from stackwalk._snapshot import document, module_dict, signal_dict
 from stackwalk.errors import CoreError, ElfError, StackwalkError
 from stackwalk.pyframes import Mode, python_file_name, read_python, with_python_frames
 from stackwalk.unwinder import CRASH_STRATEGIES, MappedMemory, Unwinder
@@ -754,15 +755,16 @@ class Core:
         self,
         max_frames: int | None = None,
         *,
-        end_details: bool = False,
+        end_details: bool = True,
         inline: bool = True,
         tids: Collection[int] | None = None,
         python: Mode = "native",
         registers: bool = False,
     ) -> dict[str, Any]:
-        """The JSON document of ``stackwalk core --json``: every thread unwound and
-        symbolized, with source lines from DWARF. ``end_details`` adds each thread's
-        ``end_detail`` (where and why its walk stopped), which the text report prints.
+        """The JSON document of ``stackwalk core --json``, the snapshot document of
+        docs/json.md (``stackwalk._snapshot``): every thread unwound and symbolized, with
+        source lines from DWARF. Each thread has its ``end_detail`` (where and why its walk
+        stopped) unless ``end_details`` is False.
         ``inline``: the functions inlined at a frame's pc are frames of their own, before it
         (``max_frames`` counts the others). ``tids``: only these threads. ``python``: for a
         python process, "mixed" puts its Python frames after the native eval call that runs
@@ -798,7 +800,6 @@ class Core:
             debug_root=self.debug_root,
             perf_map=self._jit_map(),
         )
-        sig = self.signal
         threads = []
         chosen = [t for t in self.threads if tids is None or t.tid in tids]
         for thread, trace in zip(chosen, self.walks(chosen, max_frames, registers), strict=True):
@@ -826,40 +827,30 @@ class Core:
                 "warnings": list(pystate.warnings),
                 "error": pystate.error,
             }
-        return {
-            "core": self.path,
-            "executable": self.executable,
-            "pid": self.pid,
-            "signal": None
-            if sig is None
-            else {"number": sig.number, "name": sig.name, "address": _hex(sig.address)},
-            "crashing_thread": self.crashing_tid,
-            "modules": [
-                {
-                    "path": m.path,
-                    "start": _hex(m.start),
-                    "end": _hex(m.end),
-                    "ranges": [[_hex(a), _hex(b)] for a, b in m.spans],
-                    "bias": _hex(m.bias),
-                    "build_id": m.build_id,
-                    "found": m.found,
-                    "build_id_matches": m.build_id_matches,
-                }
-                for m in self.modules
-            ],
-            "threads": threads,
+        return document(
+            self._SNAPSHOT_KIND,
+            self._snapshot_path(),
+            arch=self.arch,
+            executable=self.executable,
+            pid=self.pid,
+            signal=signal_dict(self.signal),
+            crashing_thread=self.crashing_tid,
+            modules=[module_dict(m) for m in self.modules],
+            threads=threads,
             **extra,
-        }
+        )
+
+    _SNAPSHOT_KIND = "core"  # the document's "kind" (docs/json.md)
+
+    def _snapshot_path(self) -> str | None:
+        """The document's "path": the file read."""
+        return self.path
 
     def __repr__(self) -> str:
         return (
             f"{type(self).__name__}({self.path!r}, arch={self.arch!r}, pid={self.pid}, "
             f"threads={len(self.threads)}, modules={len(self.modules)})"
         )
-
-
-def _hex(value: int | None) -> str | None:
-    return None if value is None else f"{value:#x}"
 
 
 def _add_registers(frames: list[dict[str, Any]], trace: Trace) -> None:

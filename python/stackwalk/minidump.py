@@ -162,8 +162,11 @@ class Minidump(Core):
         self.crash = dump.crash
         return dump
 
+    _SNAPSHOT_KIND = "minidump"
+
     def to_dict(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        """``Core.to_dict``'s document, and what a minidump says besides: ``system`` (os,
+        """``Core.to_dict``'s document (``"kind": "minidump"``, ``path`` the dump's), and
+        what a minidump says besides: ``system`` (os,
         os_version, cpu, as minidump-stackwalk names them), ``crash`` (reason, address, and the
         thread the exception stream names, as minidump-stackwalk words them for the dump's
         system: a Windows exception, a Mach exception, a signal), and each module's Breakpad

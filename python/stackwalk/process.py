@@ -81,19 +81,25 @@ class Process(Core):
         self._readable_at = {os.fsdecode(path): via for path, via in deleted}
         return source
 
+    _SNAPSHOT_KIND = "process"
+
+    def _snapshot_path(self) -> str | None:
+        return None  # no file: the process is in "pid"
+
     def to_dict(
         self,
         max_frames: int | None = None,
         *,
-        end_details: bool = False,
+        end_details: bool = True,
         inline: bool = True,
         tids: Collection[int] | None = None,
         python: Mode = "native",
         registers: bool = False,
     ) -> dict[str, Any]:
-        """``Core.to_dict``'s document, ``"process": PID`` and ``"stopped_ms"`` (how long the
-        process was stopped) in place of ``"core"``. A python process's interpreter state was
-        copied while it was stopped, so its Python frames are those of that moment."""
+        """``Core.to_dict``'s document (``"kind": "process"``, ``"path": null``), and
+        ``"stopped_ms"``: how long the process was stopped. A python process's interpreter
+        state was copied while it was stopped, so its Python frames are those of that
+        moment."""
         doc = super().to_dict(
             max_frames,
             end_details=end_details,
@@ -102,5 +108,5 @@ class Process(Core):
             python=python,
             registers=registers,
         )
-        del doc["core"]
-        return {"process": self._pid, "stopped_ms": round(self.stopped_for * 1e3, 3), **doc}
+        doc["stopped_ms"] = round(self.stopped_for * 1e3, 3)
+        return doc

@@ -91,14 +91,15 @@ def frame_text(d: dict[str, Any]) -> str:
     return escape(f"#{d['index']:<2} {int(d['pc'], 16):#018x} in {where}{module}")
 
 
-def core_lines(doc: dict[str, Any], kind: str = "Core") -> list[str]:
-    """The text report of ``stackwalk core`` (``kind`` "Minidump": of ``stackwalk minidump``),
-    from the same document ``--json`` prints. Names and paths escaped (``escape``)."""
+def core_lines(doc: dict[str, Any]) -> list[str]:
+    """The text report of ``stackwalk core``, ``minidump`` and ``pid``, from the same snapshot
+    document ``--json`` prints (docs/json.md). Names and paths escaped (``escape``)."""
     sig = doc.get("signal")
-    if "process" in doc:  # a live process (stackwalk pid)
-        what = f"Process {doc['process']}"
+    process = doc["kind"] == "process"  # a live process (stackwalk pid)
+    if process:
+        what = f"Process {doc['pid']}"
     else:
-        what = f"{kind} {doc['core']}"
+        what = f"{doc['kind'].capitalize()} {doc['path']}"
         if doc.get("pid") is not None:
             what += f", pid {doc['pid']}"
     if doc.get("executable"):
@@ -108,7 +109,7 @@ def core_lines(doc: dict[str, Any], kind: str = "Core") -> list[str]:
         version = f" {system['os_version']}" if system.get("os_version") else ""
         what += f" ({system['os']}{version}, {system['cpu']})"
     lines = [what]
-    if "process" in doc:
+    if process:
         lines.append(f"Stopped for {doc['stopped_ms']:.1f} ms while its threads were copied")
     elif doc.get("crashing_thread") is None:
         # A snapshot (gcore's) of a process that did not crash.
