@@ -297,7 +297,7 @@ class Core:
             return
         if self.perf_map is not None:
             # Where the JIT's functions start: a frame 0 in its code is taken for one that has
-            # made no frame record only at a function's start (see rust/unwind/fallback.rs).
+            # made no frame record only at a function's start (see rust/unwind/fallback/).
             map_or_path = self._jit_map()
             if isinstance(map_or_path, PerfMap):
                 self.unwinder.set_perf_map(map_or_path)

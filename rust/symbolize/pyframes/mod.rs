@@ -41,7 +41,6 @@ use std::fmt;
 pub use layout::Layout;
 pub use locate::Symbols;
 
-
 /// The most interpreters, threads per interpreter and frames per thread read.
 pub const MAX_INTERPRETERS: usize = 256;
 pub const MAX_THREADS: usize = 4096;
