@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Build a CPython of a pinned version for the Python frames' tests (tests/test_pyframes.py), once
-# per machine: the source tarball from Debian's archive (checked against its sha256), configured
+# per machine: the source tarball from Debian's archive (apt-get source, and checked against its
+# pinned sha256), configured
 # with --prefix in the cache directory (outside the clone) and built with -g, no PGO/LTO (so
 # that the build takes minutes and the binary keeps its symbols), then a venv of it with pystack.
 #
@@ -14,8 +15,8 @@
 # instead, unpacked from its packages, with sid's glibc next to it (its binaries need glibc 2.38+,
 # newer than this machine's): the executable's interpreter and run path set to those
 # (patchelf). libpython3.14-dev gives the headers (Include/internal too). sid moves on and its
-# pool files go, so the packages are the ones sid's Packages index names now, each checked
-# against the sha256 the index gives. Its pystack is the tests' own (a venv of it would need
+# pool files go, so the packages are the ones sid's index names now (apt-get download, which
+# checks each against the signed index). Its pystack is the tests' own (a venv of it would need
 # Debian's python3.14-venv and more of sid).
 set -euo pipefail
 
@@ -23,17 +24,29 @@ minor=${1:?usage: build_cpython.sh 3.13|3.14}
 cache=${STACKWALK_CACHE:-$HOME/.cache/stackwalk}
 mkdir -p "$cache"
 
-# Debian's archive as this machine's apt is configured to reach it (a mirror, a proxy): the first
-# repository of its sources that serves the suite asked for.
-debian_archive() {  # SUITE
-  local uri
+# apt's own client on a private state of its own (lists, cache, no installed packages: nothing
+# of the machine's apt is touched), reading Debian's SUITE from the first of this machine's apt
+# repositories that serves it (a mirror, a proxy: as the machine is configured), its index
+# checked against Debian's archive keyring. Sets APT to the options every apt-get call takes.
+# TYPES: "deb" (binary packages) or "deb-src" (sources).
+private_apt() {  # SUITE TYPES
+  local dir uri
+  dir=$(mktemp -d "$cache/apt-$1.XXXXXX")
+  mkdir -p "$dir/lists/partial" "$dir/cache/archives/partial" "$dir/sources"
+  APT=(-q -o Dir::Etc::SourceList=/dev/null -o Dir::Etc::SourceParts="$dir/sources"
+       -o Dir::State::Lists="$dir/lists" -o Dir::Cache="$dir/cache"
+       -o Dir::State::status=/dev/null -o Debug::NoLocking=1 -o APT::Sandbox::User=root
+       -o Acquire::IndexTargets::deb::DEP-11::DefaultEnabled=false)
   for uri in $(apt-get indextargets --no-release-info --format '$(REPO_URI)' | sort -u); do
-    if curl -fsSI --retry 2 "${uri%/}/dists/$1/Release" >/dev/null 2>&1; then
-      echo "${uri%/}"
+    printf 'Types: %s\nURIs: %s\nSuites: %s\nComponents: main\nSigned-By: %s\n' \
+      "$2" "$uri" "$1" /usr/share/keyrings/debian-archive-keyring.gpg >"$dir/sources/$1.sources"
+    if apt-get "${APT[@]}" update >"$dir/update.log" 2>&1 && ! grep -q '^[EW]:' "$dir/update.log"
+    then
       return 0
     fi
   done
   echo "build_cpython.sh: no repository of apt's sources serves Debian's $1 suite" >&2
+  cat "$dir/update.log" >&2
   return 1
 }
 
@@ -41,28 +54,18 @@ if [ "$minor" = 3.14 ]; then
   for python in "$cache"/cpython-3.14.*/usr/bin/python3.14; do
     [ -x "$python" ] && { echo "$python"; exit 0; }
   done
-  archive=$(debian_archive sid)
   work=$(mktemp -d "$cache/unpack-3.14.XXXXXX")
-  trap 'rm -rf "$work"' EXIT
-  curl -fsSL --retry 3 "$archive/dists/sid/main/binary-amd64/Packages.xz" | xz -d >"$work/Packages"
-  # "FILENAME SHA256 VERSION" of a package in the index
-  entry() {
-    awk -v want="$1" '$1 == "Package:" { on = ($2 == want) }
-      on && $1 == "Version:" { v = $2 } on && $1 == "Filename:" { f = $2 }
-      on && $1 == "SHA256:" { s = $2 } /^$/ { if (on && f) { print f, s, v; exit } on = 0 }' \
-      "$work/Packages"
-  }
-  release=$(entry python3.14-minimal | awk '{ sub(/-.*/, "", $3); print $3 }')
+  trap 'rm -rf "$work" "$cache"/apt-sid.*' EXIT
+  private_apt sid deb
+  release=$(apt-cache "${APT[@]}" show --no-all-versions python3.14-minimal 2>/dev/null \
+    | sed -n 's/^Version: //p' | sed 's/-.*//')
   [ -n "$release" ] || { echo "build_cpython.sh: sid has no python3.14-minimal" >&2; exit 1; }
   echo "build_cpython.sh: unpacking Debian sid's CPython $release" >&2
-  for package in python3.14-minimal libpython3.14-minimal libpython3.14-stdlib \
-      libpython3.14-dev libc6 libexpat1 zlib1g; do
-    read -r path sha256 _ < <(entry "$package")
-    deb=$work/$package.deb
-    curl -fsSL --retry 3 -o "$deb" "$archive/$path" \
-      || { echo "build_cpython.sh: $archive/$path cannot be downloaded" >&2; exit 1; }
-    echo "$sha256  $deb" | sha256sum -c --quiet - \
-      || { echo "build_cpython.sh: $archive/$path: wrong sha256 (expected $sha256)" >&2; exit 1; }
+  # (apt-get download checks each package against the index's hashes.)
+  (cd "$work" && apt-get "${APT[@]}" download python3.14-minimal libpython3.14-minimal \
+    libpython3.14-stdlib libpython3.14-dev libc6 libexpat1 zlib1g >"$work/download.log" 2>&1) \
+    || { cat "$work/download.log" >&2; exit 1; }
+  for deb in "$work"/*.deb; do
     dpkg-deb -x "$deb" "$work/root"
   done
   root=$cache/cpython-$release
@@ -81,7 +84,7 @@ case "$minor" in
     # Debian trixie's python3.13 (a stable suite: its pool file stays)
     version=3.13.5
     suite=trixie
-    pool_path=pool/main/p/python3.13/python3.13_3.13.5.orig.tar.xz
+    orig=python3.13_3.13.5.orig.tar.xz
     sha256=93e583f243454e6e9e4588ca2c2662206ad961659863277afcdb96801647d640
     ;;
   *)
@@ -96,12 +99,15 @@ python=$prefix/bin/python$minor
 if [ ! -x "$python" ]; then
   work=$(mktemp -d "$cache/build-$version.XXXXXX")
   trap 'rm -rf "$work"' EXIT
-  url=$(debian_archive "$suite")/$pool_path
-  tarball=$work/$(basename "$url")
-  echo "build_cpython.sh: downloading $url" >&2
-  curl -fsSL --retry 3 -o "$tarball" "$url"
+  trap 'rm -rf "$work" "$cache"/apt-"$suite".*' EXIT
+  private_apt "$suite" deb-src
+  echo "build_cpython.sh: downloading the source of Debian $suite's python$minor" >&2
+  (cd "$work" && apt-get "${APT[@]}" source --download-only "python$minor" >"$work/source.log" 2>&1) \
+    || { cat "$work/source.log" >&2; exit 1; }
+  tarball=$work/$orig
+  [ -f "$tarball" ] || { echo "build_cpython.sh: $suite's python$minor is not $version" >&2; exit 1; }
   echo "$sha256  $tarball" | sha256sum -c --quiet - \
-    || { echo "build_cpython.sh: $url: wrong sha256 (expected $sha256)" >&2; exit 1; }
+    || { echo "build_cpython.sh: $orig: wrong sha256 (expected $sha256)" >&2; exit 1; }
   tar -xJf "$tarball" -C "$work"
   src=$(find "$work" -mindepth 1 -maxdepth 1 -type d | head -n 1)
   start=$SECONDS

@@ -20,15 +20,13 @@ Prints one line per wheel and per check; exits 1 if any check failed.
 
 from __future__ import annotations
 
-import hashlib
-import lzma
 import os
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
-import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -98,18 +96,44 @@ CACHE = Path(os.environ.get("STACKWALK_CACHE", Path.home() / ".cache" / "stackwa
 PUBLIC_DUMP = ROOT / "tests" / "data" / "rust-minidump" / "linux-mini.dmp"
 
 
-def debian_archive(suite: str) -> str:
-    """Debian's archive as this machine's apt reaches it: the first of its sources' repositories
-    that serves ``suite``."""
-    listed = ["apt-get", "indextargets", "--no-release-info", "--format", "$(REPO_URI)"]
-    uris = subprocess.run(listed, capture_output=True, text=True).stdout.split()
-    for uri in sorted(set(uris)):
-        try:
-            with urllib.request.urlopen(f"{uri.rstrip('/')}/dists/{suite}/Release", timeout=60):
-                return uri.rstrip("/")
-        except OSError:
-            continue
-    raise RuntimeError(f"no repository of apt's sources serves Debian's {suite}")
+def apt_download(suite: str, arch: str, packages: Sequence[str], into: Path) -> None:
+    """``packages`` of Debian's ``suite`` for ``arch``, downloaded into ``into`` by apt's own
+    client on a private state (lists, cache, no installed packages: nothing of the machine's apt
+    is touched), from the first of this machine's apt repositories that serves the suite (a
+    mirror, a proxy: as the machine is configured); the index is checked against Debian's
+    archive keyring and each package against the index."""
+    state = Path(tempfile.mkdtemp(prefix=f"apt-{suite}-", dir=CACHE))
+    try:
+        for sub in ("lists/partial", "cache/archives/partial", "sources"):
+            (state / sub).mkdir(parents=True)
+        options = ["-q", "-o", "Dir::Etc::SourceList=/dev/null",
+                   "-o", f"Dir::Etc::SourceParts={state / 'sources'}",
+                   "-o", f"Dir::State::Lists={state / 'lists'}",
+                   "-o", f"Dir::Cache={state / 'cache'}", "-o", "Dir::State::status=/dev/null",
+                   "-o", "Debug::NoLocking=1", "-o", "APT::Sandbox::User=root",
+                   "-o", f"APT::Architecture={arch}", "-o", f"APT::Architectures={arch}",
+                   "-o", "Acquire::IndexTargets::deb::DEP-11::DefaultEnabled=false"]  # fmt: skip
+        listed = ["apt-get", "indextargets", "--no-release-info", "--format", "$(REPO_URI)"]
+        uris = subprocess.run(listed, capture_output=True, text=True).stdout.split()
+        for uri in sorted(set(uris)):
+            (state / "sources" / f"{suite}.sources").write_text(
+                f"Types: deb\nURIs: {uri}\nSuites: {suite}\nComponents: main\n"
+                "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n"
+            )
+            update = subprocess.run(["apt-get", *options, "update"], capture_output=True,
+                                    text=True)  # fmt: skip
+            said = update.stdout + update.stderr
+            if update.returncode == 0 and not re.search(r"^[EW]:", said, re.MULTILINE):
+                break
+        else:
+            raise RuntimeError(f"no repository of apt's sources serves Debian's {suite}")
+        into.mkdir(parents=True, exist_ok=True)
+        download = subprocess.run(["apt-get", *options, "download", *packages], cwd=into,
+                                  capture_output=True, text=True)  # fmt: skip
+        if download.returncode != 0:
+            raise RuntimeError(f"apt-get download: {download.stderr.strip()}")
+    finally:
+        shutil.rmtree(state, ignore_errors=True)
 
 
 def arm64_python() -> Path:
@@ -118,25 +142,11 @@ def arm64_python() -> Path:
     python = root / "usr" / "bin" / "python3.11"
     if python.exists():
         return python
-    archive = debian_archive("bookworm")
-    with urllib.request.urlopen(f"{archive}/dists/bookworm/main/binary-arm64/Packages.xz",
-                                timeout=300) as response:  # fmt: skip
-        index = lzma.decompress(response.read()).decode()
-    entries = {}
-    for stanza in index.split("\n\n"):
-        fields = dict(re.findall(r"^(Package|Filename|SHA256): (\S+)$", stanza, re.MULTILINE))
-        if fields.get("Package") in ARM64_PACKAGES:
-            entries[fields["Package"]] = (fields["Filename"], fields["SHA256"])
     work = Path(tempfile.mkdtemp(prefix="arm64-python-", dir=CACHE))
     try:
-        for package in ARM64_PACKAGES:
-            filename, sha256 = entries[package]
-            with urllib.request.urlopen(f"{archive}/{filename}", timeout=300) as response:
-                deb = response.read()
-            if hashlib.sha256(deb).hexdigest() != sha256:
-                raise RuntimeError(f"{filename}: not the sha256 the index gives")
-            (work / "p.deb").write_bytes(deb)
-            subprocess.run(["dpkg-deb", "-x", str(work / "p.deb"), str(work / "root")], check=True)
+        apt_download("bookworm", "arm64", ARM64_PACKAGES, work / "debs")
+        for deb in sorted((work / "debs").glob("*.deb")):
+            subprocess.run(["dpkg-deb", "-x", str(deb), str(work / "root")], check=True)
         (work / "root").rename(root)
     finally:
         shutil.rmtree(work, ignore_errors=True)
