@@ -177,27 +177,14 @@ impl Profiler {
         let mut unwind = None;
         let mut loads = Vec::new();
         if let Some(data) = &data {
-            if let Ok(elf) = crate::space::elf::read_elf(data) {
-                if elf.machine == self.arch.elf_machine() {
-                    // No .debug_frame of its own: its separate debug file's,
-                    // if there is one (.eh_frame may lack functions).
-                    let debug = match elf.sections.debug_frame {
-                        None if filename.starts_with(b"/") => {
-                            crate::space::debugfile::separate_debug_frame(
-                                data,
-                                Some(&file_path),
-                                &self.options.debug_root,
-                            )
-                            .map(|(bytes, section, compression, _)| (bytes, section, compression))
-                        }
-                        _ => None,
-                    };
-                    unwind =
-                        UnwindInfo::with_debug_file(self.arch, data.clone(), elf.sections, debug)
-                            .ok()
-                            .map(Arc::new);
-                }
-            }
+            // No .debug_frame of its own: its separate debug file's, if
+            // there is one (.eh_frame may lack functions).
+            let debug_root = self.options.debug_root.as_path();
+            let debug = filename.starts_with(b"/").then_some((file_path.as_path(), debug_root));
+            unwind = match crate::unwind::file::index_file(data.clone(), debug) {
+                Ok(file) if file.arch == self.arch => Some(file.info),
+                _ => None,
+            };
             if let Ok(summary) = crate::space::elf::summarize(data) {
                 loads = summary.segments().collect();
             }

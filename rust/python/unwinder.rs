@@ -18,8 +18,8 @@ use crate::arch::registers::Registers;
 use crate::arch::Arch;
 use crate::source::memory::Data;
 use crate::source::memory::{Regions, SegmentMemory};
-use crate::space::elf::read_elf;
 use crate::unwind::cfi::{CfaRule, Module, RegRule, UnwindInfo};
+use crate::unwind::file::{index_file, FileError};
 use crate::unwind::{self, Frame as RsFrame, Strategy, Unwinder as RsUnwinder};
 
 /// Unwinds native stacks for one architecture.
@@ -417,34 +417,14 @@ impl ModuleFile {
     /// `debug`: the file's path and the root to look for its separate debug
     /// file under.
     fn read(data: Data, debug: Option<(&std::path::Path, &std::path::Path)>) -> ModuleFile {
-        let info = match read_elf(&data) {
-            Ok(info) => info,
-            Err(e) => return ModuleFile::Unreadable(e.to_string()),
-        };
-        let Some(arch) = Arch::from_elf_machine(info.machine) else {
-            return ModuleFile::OtherMachine(info.machine);
-        };
-        let indexed = guard("finding the debug file", || {
-            match (debug, info.sections.debug_frame) {
-                (Some((path, root)), None) => {
-                    crate::space::debugfile::separate_debug_frame(&data, Some(path), root)
-                }
-                _ => None,
-            }
-        })
-        .and_then(|separate| {
-            let debug_path = separate.as_ref().map(|(_, _, _, p)| p.to_string_lossy().into_owned());
-            guard("indexing CFI", || {
-                let debug =
-                    separate.map(|(bytes, section, compression, _)| (bytes, section, compression));
-                UnwindInfo::with_debug_file(arch, Arc::new(data), info.sections, debug)
-                    .map(|unwind_info| (Arc::new(unwind_info), debug_path))
-            })
-        });
-        match indexed {
-            Ok(Ok((info_arc, debug_path))) => {
-                ModuleFile::Indexed { arch, info: info_arc, range: info.range, debug_path }
-            }
+        match guard("indexing CFI", || index_file(Arc::new(data), debug)) {
+            Ok(Ok(f)) => ModuleFile::Indexed {
+                arch: f.arch,
+                info: f.info,
+                range: f.range,
+                debug_path: f.debug_path,
+            },
+            Ok(Err(FileError::OtherMachine(machine))) => ModuleFile::OtherMachine(machine),
             Ok(Err(e)) => ModuleFile::Unreadable(e.to_string()),
             Err(e) => ModuleFile::Internal(e.to_string()),
         }

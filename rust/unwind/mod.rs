@@ -4,6 +4,7 @@
 pub mod cfi;
 pub mod expr;
 pub mod fallback;
+pub mod file;
 pub mod modules;
 pub mod rule_cache;
 
