@@ -24,8 +24,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from stackwalk._core import MinidumpFile, read_sym_file, symbols_fetch, symbols_fetch_all
+from stackwalk._finder import Identity
 from stackwalk._records import _ThreadNotes
-from stackwalk.core import _AT_SYSINFO_EHDR, Core, CoreModule, Identity, Signal, Thread
+from stackwalk.core import _AT_SYSINFO_EHDR, Core, CoreModule, Signal, Thread
 from stackwalk.errors import MinidumpError, StackwalkError
 
 if TYPE_CHECKING:
