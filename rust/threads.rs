@@ -27,8 +27,12 @@ pub fn held() -> bool {
 }
 
 /// Whether a loop may spread over the global pool (which it may then start).
+/// Never from a thread of a pool: waiting for its loop, that thread would
+/// take other jobs meanwhile, and the loops that spread run inside a file's
+/// cell or lock (its DWARF read once), which a job taken so may want too:
+/// on the thread that holds it, it would wait for itself forever.
 pub fn may_spread() -> bool {
-    if HELD.load(Relaxed) {
+    if HELD.load(Relaxed) || rayon::current_thread_index().is_some() {
         return false;
     }
     STARTED.store(true, Relaxed);

@@ -454,6 +454,29 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
+    /// Jobs on a pool that all want one file's DWARF first read by one of them: the reading
+    /// must not take the others' jobs while it holds the file's cell (a job that then wants
+    /// the same cell on the same thread waits for itself forever). Each round is a new
+    /// file, read by 256 jobs on 64 threads; a watchdog turns a hang into a failure.
+    #[test]
+    fn jobs_reading_one_file_at_once_do_not_wait_for_themselves() {
+        let exe = Arc::new(Data::Owned(std::fs::read("/proc/self/exe").unwrap()));
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(64).build().unwrap();
+        let (done, finished) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for _ in 0..20 {
+                let file = SymbolFile::new("exe".into(), Source::Image(exe.clone()), None);
+                pool.install(|| {
+                    use rayon::prelude::*;
+                    (0..256).into_par_iter().for_each(|_| assert!(file.lines().is_some()));
+                });
+            }
+            let _ = done.send(());
+        });
+        let waited = finished.recv_timeout(std::time::Duration::from_secs(120));
+        assert!(waited.is_ok(), "the jobs waited for themselves (or took over two minutes)");
+    }
+
     fn placed(range: Range<u64>, bias: u64, file: &Arc<SymbolFile>) -> Placed {
         Placed { range, bias, pgoff: 0, file: file.clone(), doubtful: false }
     }
