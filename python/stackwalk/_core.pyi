@@ -2,7 +2,7 @@
 
 Checked with `python -m mypy.stubtest stackwalk._core`."""
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from os import PathLike
 from typing import Any, Literal, Protocol, TypedDict, final
 
@@ -47,7 +47,6 @@ __all__ = [
     "flamegraph",
     "debuginfod_urls",
     "debuginfod_fetch",
-    "has_dwarf",
     "symbols_fetch",
     "symbols_fetch_all",
     "TRUST_LEVELS",
@@ -126,6 +125,25 @@ class _DumpModule(TypedDict):
     debug_id: str | None  # as minidump-stackwalk prints it
     code_id: str | None
     debug_file: str | None
+
+class _SpaceOptions(TypedDict):
+    executable: str | None
+    sysroot: str | None
+    search: list[str]
+    stand_ins: dict[str, str]
+    debug_root: str | None
+    allow_mismatch: bool
+    fetch: bool
+    progress: float | None
+    code_mappings_known: bool
+    kind: str
+
+# (path, file, start, end, bias, build id, the file's build id, found, ranges, doubtful,
+# stand-in)
+_SpaceModule = tuple[
+    str, str | None, int, int, int, str | None, str | None, bool, list[tuple[int, int]], bool, bool
+]
+_AddressSpace = tuple[list[_SpaceModule], int | None, bytes | None, list[str]]
 
 class _PerfSummary(TypedDict):
     """``perf_report``'s answer: what was read and written."""
@@ -308,6 +326,12 @@ class CoreFile:
     def string(self, address: int, limit: int = 4096) -> str | None: ...
     def image(self, address: int, limit: int) -> bytes | None: ...
     def link_map(self, dynamic: int) -> tuple[list[tuple[str | None, int, int]], list[str]]: ...
+    def address_space(
+        self,
+        unwinder: Unwinder,
+        options: _SpaceOptions,
+        sym_file: Callable[[str, int, str | None], str | None] | None = None,
+    ) -> _AddressSpace: ...
 
 def content_hash(path: str | PathLike[str]) -> str: ...
 def hold_thread_pool(held: bool) -> bool: ...
@@ -356,6 +380,12 @@ class MinidumpFile:
     def string(self, address: int, limit: int = 4096) -> str | None: ...
     def image(self, address: int, limit: int) -> bytes | None: ...
     def link_map(self, dynamic: int) -> tuple[list[tuple[str | None, int, int]], list[str]]: ...
+    def address_space(
+        self,
+        unwinder: Unwinder,
+        options: _SpaceOptions,
+        sym_file: Callable[[str, int, str | None], str | None] | None = None,
+    ) -> _AddressSpace: ...
 
 def shared_sps(traces: Sequence[Trace]) -> list[tuple[int, list[int]]]: ...
 def elf_summary(source: str | PathLike[str] | Buffer) -> _ElfSummary: ...
@@ -399,7 +429,6 @@ def symbols_fetch(
 def symbols_fetch_all(
     urls: Sequence[str], modules: Sequence[tuple[str, str]], *, offline: bool = False
 ) -> list[tuple[str | None, list[str]]]: ...
-def has_dwarf(path: str | PathLike[str], debug_root: str | PathLike[str] | None = None) -> bool: ...
 
 @final
 class Registers:

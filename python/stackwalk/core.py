@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Collection, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from stackwalk._core import (
     CoreFile,
@@ -33,42 +33,20 @@ from stackwalk._core import (
     PerfMap,
     Symbolizer,
     Trace,
-    debuginfod_fetch,
     debuginfod_urls,
-    elf_summary,
-    has_dwarf,
-    place_mappings,
     shared_sps,
 )
-from stackwalk._finder import Identity, _file_id_text, _FileFinder, _named_as
 from stackwalk._records import CoreModule, Signal, Thread, _is_crash, _signal_of, _ThreadNotes
 from stackwalk._snapshot import document, module_dict, signal_dict
-from stackwalk.errors import CoreError, ElfError, StackwalkError
+from stackwalk.errors import CoreError, StackwalkError
 from stackwalk.pyframes import Mode, python_file_name, read_python, with_python_frames
 from stackwalk.unwinder import CRASH_STRATEGIES, MappedMemory, Unwinder
-
-if TYPE_CHECKING:
-    from stackwalk._core import _ElfSummary as ElfSummary  # the stub's alone
 
 __all__ = ["Core", "CoreError", "CoreModule", "Signal", "Thread"]
 
 
-_PF_X = 1
-
-
-_AT_PHDR, _AT_ENTRY, _AT_EXECFN, _AT_SYSINFO_EHDR = 3, 9, 31, 33
-_HEADER_IMAGE_LIMIT = 1 << 16  # bytes of a module's first mapping read for its headers
-_ADDRESS_LIMIT = 1 << 64
-_ELF_MAGIC = b"\x7fELF"
-# Addresses from here up are the kernel's (x86_64's [vsyscall] page is dumped in cores).
-_KERNEL_HALF = 1 << 56
+_AT_ENTRY = 9
 DEBUG_ROOT = "/usr/lib/debug"  # where gdb and eu-stack look for separate debug files
-
-
-# A PT_LOAD of the core: (start, end, p_flags).
-_Segment = tuple[int, int, int]
-# An NT_FILE entry: (start, end, file offset in bytes, path).
-_Mapping = tuple[int, int, int, str]
 
 
 class Core:
@@ -161,42 +139,50 @@ class Core:
         self.perf_map = os.fspath(perf_map) if perf_map is not None else None
         # The map read once, for the unwinder and the symbolizer (see _jit_map).
         self._perf_map_read: PerfMap | str | None = None
-        self._allow_mismatch = allow_mismatch
-        # Module path -> build id of the file found for it that differs from the core's.
-        self._mismatched: dict[str, str | None] = {}
-        # Module paths whose file is used although the core records nothing to check it by:
-        # their frames, and those found through them, are doubtful.
-        self._unverified: set[str] = set()
         self.debug_root = os.fspath(debug_root) if debug_root is not None else None
-        # Files fetched from debuginfod: the servers asked (none: offline), and the executables
-        # fetched, named in the output by the core's path, not by their cache entry.
-        self._debuginfod = not offline and bool(debuginfod_urls())
-        self._progress = progress
-        self._fetched: set[str] = set()
         # CoreError if it is not a readable core
         core = self._core = self._open_source(max_size)
         self.warnings = core.warnings
         self.arch = core.arch
-        self._segments: list[_Segment] = core.segments
         self.memory = core.memory
         self.pid = core.pid
         self.command_line = core.psargs
-        self._fname = core.fname
         self._auxv: dict[int, int] = core.auxv
         self.unwinder = Unwinder(self.arch, strategies=tuple(strategies))
         # The main thread's walk looks no further than its argc (its scans would take the
         # entry point's address, in the auxiliary vector above, for a return address).
         self.unwinder.set_initial_stack(core.initial_stack)
-        self._finder = _FileFinder(self.arch, sysroot, lib_search_path, self._readable_at)
-        self._page = core.page_size
-        self._vdso_image: bytes | None = None
+        map_or_path = self._jit_map()
+        if isinstance(map_or_path, PerfMap) and core.files:
+            # Where the JIT's functions start: a frame 0 in its code is taken for one that has
+            # made no frame record only at a function's start (see rust/unwind/fallback/).
+            self.unwinder.set_perf_map(map_or_path)
         explicit = os.fspath(executable) if executable is not None else None
-        modules, exe_module = self._find_modules(core.files, explicit)
-        self.modules = sorted(modules, key=lambda m: m.start)
-        self._add_jit_code()
-        self.executable = exe_module.file if exe_module is not None else None
-        if explicit is not None and exe_module is None:
-            self.warnings.append(f"executable {explicit} not used: the core does not show where")
+        # The modules found, checked and placed into the unwinder (rust/space/snapshot.rs).
+        modules, exe, self._vdso_image, warnings = core.address_space(
+            self.unwinder,
+            {
+                "executable": explicit,
+                "sysroot": os.fspath(sysroot) if sysroot is not None else None,
+                "search": [os.fspath(d) for d in lib_search_path or ()],
+                "stand_ins": self._readable_at,
+                "debug_root": self.debug_root,
+                "allow_mismatch": allow_mismatch,
+                "fetch": not offline and bool(debuginfod_urls()),
+                "progress": progress,
+                "code_mappings_known": self._code_mappings_known,
+                "kind": self._FILE_KIND,
+            },
+            self._sym_file,
+        )
+        self.warnings.extend(warnings)
+        self.modules = [CoreModule(*m[:8], tuple(m[8])) for m in modules]
+        # Paths of the modules whose frames are doubtful (another build's file, or nothing
+        # recorded to check it by), and of those whose file stands in for their path (read
+        # through /proc/PID/map_files/, fetched from debuginfod): named by the path.
+        self._doubtful = {m[0] for m in modules if m[9]}
+        self._named_by_path = {m[0] for m in modules if m[10]}
+        self.executable = self.modules[exe].file if exe is not None else None
         self._set_threads(core.threads)
         # Each thread's stack (tid, start, end, sp): no scanned word in one is a return address,
         # nor is the program's entry point (see _walks for their live parts).
@@ -213,16 +199,6 @@ class Core:
         """The file read: the source of the threads, memory and mappings."""
         return CoreFile(self.path, max_size)
 
-    def _recorded_at(self, start: int | None) -> Identity | None:
-        """What the source records of the module mapped at ``start`` where its ELF headers are
-        not in its memory (a core's are, a minidump's module list has them)."""
-        return None
-
-    def _stand_ins(self) -> set[str]:
-        """The files read in place of a module's path: /proc/PID/map_files/ links to libraries
-        deleted since they were mapped, files fetched from debuginfod."""
-        return set(self._readable_at.values()) | self._fetched
-
     def _jit_map(self) -> PerfMap | str | None:
         """The JIT's perf map, read once (a live JIT appends to it: the unwinder and the
         symbolizer see the same lines); its path where it cannot be read, for the symbolizer
@@ -233,31 +209,6 @@ class Core:
             except StackwalkError:
                 self._perf_map_read = self.perf_map
         return self._perf_map_read
-
-    def _add_jit_code(self) -> None:
-        """Executable memory in no module (a JIT's code: node's, the JVM's) told to the
-        unwinder as code without a file, so that a frame-pointer chain through it is followed,
-        its return addresses taken for what they are, instead of scanned past. Only where the
-        source lists the files mapped (NT_FILE, /proc/PID/maps): without that list, a file's
-        code would pass for a JIT's."""
-        if not self._core.files:
-            return
-        if self.perf_map is not None:
-            # Where the JIT's functions start: a frame 0 in its code is taken for one that has
-            # made no frame record only at a function's start (see rust/unwind/fallback/).
-            map_or_path = self._jit_map()
-            if isinstance(map_or_path, PerfMap):
-                self.unwinder.set_perf_map(map_or_path)
-        taken = [span for m in self.modules for span in m.spans]
-        for start, end, flags in self._segments:
-            if not flags & _PF_X or any(a < end and start < b for a, b in taken):
-                continue
-            if start >= _KERNEL_HALF:
-                continue  # x86_64's [vsyscall] page: the kernel's, no JIT's
-            try:
-                self.unwinder.add_missing_module("[jit]", [(start, end)], [(start, end)], jit=True)
-            except StackwalkError:
-                pass  # over another piece of code: known already
 
     # -- threads and signal ----------------------------------------------------------------
 
@@ -309,391 +260,9 @@ class Core:
         self.crashing_tid = crashing[0] if crashing else None
         self.signal = _signal_of(ordered[0]) if ordered else None
 
-    # -- modules ---------------------------------------------------------------------------
-
-    def _find_modules(
-        self, files: list[_Mapping] | None, explicit: str | None
-    ) -> tuple[list[CoreModule], CoreModule | None]:
-        if files is not None:
-            modules, exe = self._file_modules(files, explicit)
-        else:
-            modules, exe = self._link_map_modules(explicit)
-        vdso = self._vdso(self._auxv.get(_AT_SYSINFO_EHDR))
-        if vdso is not None:
-            modules.append(vdso)
-        return modules, exe
-
-    def _header_summary(self, address: int) -> ElfSummary | None:
-        """elf_summary of the ELF headers the core holds at ``address``, or None."""
-        if not 0 <= address < _ADDRESS_LIMIT:
-            return None
-        image = self._core.image(address, _HEADER_IMAGE_LIMIT)
-        if image is None or not image.startswith(_ELF_MAGIC):
-            return None
-        try:
-            return elf_summary(image)
-        except ElfError:
-            return None
-
-    def _segment_end(self, address: int) -> int | None:
-        """The end of the PT_LOAD that holds ``address``."""
-        return next((end for start, end, _ in self._segments if start <= address < end), None)
-
-    def _read(self, address: int, size: int) -> bytes | None:
-        """The ``size`` bytes at ``address``, or None where the core does not hold them all."""
-        if size <= 0 or not 0 <= address <= _ADDRESS_LIMIT - size:
-            return None
-        return self.memory.read(address, size)
-
-    def _file_modules(
-        self, files: list[_Mapping], explicit: str | None
-    ) -> tuple[list[CoreModule], CoreModule | None]:
-        groups: dict[str, list[tuple[int, int, int]]] = {}
-        for start, end, offset, path in files:
-            groups.setdefault(path, []).append((start, end, offset))
-        entry = self._auxv.get(_AT_ENTRY)
-        code = [(start, end) for start, end, flags in self._segments if flags & _PF_X]
-
-        def holds_code(maps: list[tuple[int, int, int]]) -> bool:
-            return any(start < b and a < end for start, end, _ in maps for a, b in code)
-
-        if self._code_mappings_known:
-            # Where the source lists every mapping that holds code, a file none of whose
-            # mappings does is mapped as data (a symbolizer or debugger reading a library or a
-            # program through mmap, a locale archive): no module, whose symbols (an
-            # interpreter's _PyRuntime) would be taken for the loaded ones'.
-            groups = {path: maps for path, maps in groups.items() if holds_code(maps)}
-        modules: list[CoreModule] = []
-        exe: CoreModule | None = None
-        # Every module's file is looked for here first, then those missing fetched at once.
-        located = []
-        named_seen = False
-        for path, maps in groups.items():
-            first = min((start for start, _, offset in maps if offset == 0), default=None)
-            in_core = self._header_summary(first) if first is not None else None
-            named_exe = entry is None and not named_seen and _named_as(path, explicit, self._fname)
-            named_seen |= named_exe
-            holds_entry = entry is not None and any(a <= entry < b for a, b, _ in maps)
-            recorded = self._recorded_at(first)
-            file, on_disk, rejected = self._locate(
-                path, in_core, explicit if holds_entry or named_exe else None, recorded
-            )
-            located.append((path, maps, in_core, named_exe, file, on_disk, rejected, recorded))
-        fetched = self._fetch(
-            [(path, in_core, file) for path, _, in_core, _, file, _, _, _ in located]
-        )
-        for (path, maps, in_core, named_exe, file, on_disk, rejected, recorded), got in zip(
-            located, fetched, strict=True
-        ):
-            if got is not None:
-                file, on_disk, rejected = got, self._finder.summary(got), []
-            if on_disk is None:
-                # Without ELF headers in the core, nor an ELF file, it is a module only if it
-                # held code (else a data file: locale archive, font, database...).
-                if in_core is None and not rejected and not holds_code(maps):
-                    continue
-                self._not_found(path, rejected)
-            summary = in_core or on_disk
-            placements = place_mappings(
-                summary["loads"] if summary else [],
-                maps,
-                self._page,
-                code,
-            )
-            for bias, ranges in placements:
-                start, end = ranges[0][0], ranges[-1][1]
-                if entry is not None:
-                    is_exe = any(a <= entry < b for a, b in ranges)
-                else:  # the first file named as the executable given, or as the process
-                    is_exe = named_exe and exe is None
-                module = self._module(
-                    path, file, start, end, bias, in_core, on_disk, tuple(ranges), recorded
-                )
-                modules.append(module)
-                if is_exe:
-                    exe = module
-        return modules, exe
-
-    def _link_map_modules(self, explicit: str | None) -> tuple[list[CoreModule], CoreModule | None]:
-        found = self._link_map_executable(explicit)
-        if found is None:
-            return [], None
-        exe, summary = found
-        modules = [exe]
-        if summary is None:
-            self.warnings.append(
-                "no NT_FILE note and the executable is not found: its libraries cannot be found "
-                "through the link map"
-            )
-            return modules, exe
-        if summary["dynamic"] is None:
-            return modules, exe  # statically linked
-        dynamic = summary["dynamic"] + exe.bias
-        entries: list[tuple[str | None, int, int]] = []
-        if 0 <= dynamic < _ADDRESS_LIMIT:
-            entries, warnings = self._core.link_map(dynamic)
-            self.warnings.extend(warnings)
-        else:
-            self.warnings.append(
-                f"link map: cannot read the executable's dynamic section at {dynamic:#x}"
-            )
-        vdso = self._auxv.get(_AT_SYSINFO_EHDR)
-        vdso_end = self._segment_end(vdso) if vdso else None
-        # The dynamic linker's own name is the executable's PT_INTERP.
-        interpreter = summary["interpreter"] if exe.file else None
-        for name, bias, dynamic in entries:
-            if vdso and vdso_end and vdso <= dynamic < vdso_end:
-                continue  # the vdso's own entry: its image is read from the core below
-            if name is None:  # the dynamic linker's, pointing into the executable's .interp
-                name, interpreter = interpreter, None
-            if name is None:
-                self.warnings.append(f"link map: cannot read the name of the module at {bias:#x}")
-                continue
-            in_core = self._header_summary(bias)
-            file, on_disk, rejected = self._locate(name, in_core, None)
-            (got,) = self._fetch([(name, in_core, file)])
-            if got is not None:
-                file, on_disk, rejected = got, self._finder.summary(got), []
-            if on_disk is not None:
-                start, end = self._load_range(on_disk, bias)
-                if in_core is None:
-                    in_core = self._header_summary(start)
-            elif in_core is not None:
-                start, end = self._load_range(in_core, bias)
-            else:
-                start, end = bias, self._segment_end(dynamic) or bias
-            if on_disk is None:
-                self._not_found(name, rejected)
-            modules.append(self._module(name, file, start, end, bias, in_core, on_disk))
-        return modules, exe
-
-    def _link_map_executable(
-        self, explicit: str | None
-    ) -> tuple[CoreModule, ElfSummary | None] | None:
-        """The executable's module and ELF summary (None: neither its file nor its headers)."""
-        execfn = self._auxv.get(_AT_EXECFN)
-        name = (self._core.string(execfn) if execfn else None) or self._fname or explicit
-        if name is None:
-            self.warnings.append("cannot tell the executable: no AT_EXECFN and no NT_PRPSINFO")
-            return None
-        entry = self._auxv.get(_AT_ENTRY)
-        phdr = self._auxv.get(_AT_PHDR)
-        in_core = self._header_summary(phdr - phdr % self._page) if phdr else None
-        file, on_disk, rejected = self._locate(name, in_core, explicit)
-        (got,) = self._fetch([(name, in_core, file)])
-        if got is not None:
-            file, on_disk, rejected = got, self._finder.summary(got), []
-        if on_disk is None:
-            self._not_found(name, rejected)
-        summary = on_disk or in_core
-        if summary is None:
-            # Only its place is known: the mapping that holds the entry point.
-            segment = None
-            if entry is not None:
-                segment = next((s for s in self._segments if s[0] <= entry < s[1]), None)
-            if segment is None:
-                return None
-            start, end, _ = segment
-            return self._module(name, None, start, end, start), None
-        if entry is not None:
-            bias = entry - summary["entry"]
-        elif summary["type"] == "EXEC":
-            bias = 0
-        else:
-            self.warnings.append(f"cannot place {name} in memory: the core has no AT_ENTRY")
-            return None
-        start, end = self._load_range(summary, bias)
-        if in_core is None:
-            in_core = self._header_summary(start)
-        return self._module(name, file, start, end, bias, in_core, on_disk), summary
-
-    def _load_range(self, summary: ElfSummary, bias: int) -> tuple[int, int]:
-        loads = [(vaddr, vaddr + memsz) for vaddr, memsz, *_ in summary["loads"] if memsz]
-        if not loads:
-            return bias, bias
-        page = self._page
-        start = min(a for a, _ in loads)
-        end = max(b for _, b in loads)
-        return bias + start - start % page, bias + (end + page - 1) // page * page
-
-    def _vdso(self, address: int | None) -> CoreModule | None:
-        if not address:
-            return None
-        end = self._segment_end(address) or address
-        image = self._read(address, end - address)
-        if image is None:
-            self.warnings.append(f"vdso at {address:#x} is not in the {self._FILE_KIND}")
-            return None
-        try:
-            summary = elf_summary(image)
-            low = min((vaddr for vaddr, *_ in summary["loads"]), default=0)
-            bias = address - (low - low % self._page)
-            self.unwinder.add_module_image("[vdso]", image, bias)
-        except StackwalkError as e:  # not ELF, another arch, or over another module
-            self.warnings.append(f"vdso at {address:#x} unusable: {e}")
-            return None
-        self._vdso_image = image
-        return CoreModule("[vdso]", None, address, end, bias, summary["build_id"], None, True)
-
-    def _locate(
-        self,
-        path: str,
-        in_core: ElfSummary | None,
-        explicit: str | None,
-        recorded: Identity | None = None,
-    ) -> tuple[str | None, ElfSummary | None, list[str]]:
-        """(the file for module ``path``, its summary, why ELF candidates were rejected). A
-        file whose identity differs from the one the core records is not used (eu-stack does
-        the same; a file given by name, ``explicit``, too), unless the core was opened with
-        ``allow_mismatch``; either way it is a warning. A file found (not given) where the core
-        records no identity to check it by is a warning too, and the frames through it are
-        doubtful."""
-        want = recorded
-        if in_core is not None:
-            want = Identity(in_core["build_id"], "build_id") if in_core["build_id"] else None
-        file, summary, rejected = self._finder.find(path, want, explicit)
-        if file is None or summary is None:
-            return file, summary, rejected
-        if want is None:
-            if explicit is None:  # (a file given by name is the user's word)
-                self._unverified.add(path)
-                self.warnings.append(
-                    f"{path}: the {self._FILE_KIND} records no identity (build id) to check "
-                    f"{file} by; used, its frames doubtful"
-                )
-        elif not want.matches(summary):
-            # A file without a build id cannot be the module whose build id the core recorded.
-            self._mismatched[path] = summary["build_id"]
-            use = self._allow_mismatch
-            kind = "build-id" if want.kind != "guid" else "debug-id"
-            self.warnings.append(
-                f"{kind} mismatch for {path}: {self._FILE_KIND} has {want}, {file} has "
-                f"{_file_id_text(summary, want)}; "
-                f"{'using it anyway' if use else 'not used (--allow-mismatch uses it)'}"
-            )
-            if not use:
-                return None, None, [f"{file} has another build id"]
-        return file, summary, rejected
-
-    def _fetch(
-        self, modules: Sequence[tuple[str, ElfSummary | None, str | None]]
-    ) -> list[str | None]:
-        """For each (module path, its headers in the core, the file found for it here): the
-        executable fetched from debuginfod by its build id where no file was found (else None);
-        and the DWARF of every module without it here, into debuginfod's cache, where the
-        lookups of lines and debug files find it. Several downloads at once; each file that no
-        server gave is a warning."""
-        out: list[str | None] = [None] * len(modules)
-        if not self._debuginfod:
-            return out
-        ids = [in_core["build_id"] if in_core else None for _, in_core, _ in modules]
-        wanted = [i for i, (_, _, file) in enumerate(modules) if ids[i] and file is None]
-        for i, (path, error) in zip(
-            wanted, self._ask([ids[i] for i in wanted], "executable"), strict=True
-        ):
-            if path is not None and self._finder.summary(path) is not None:
-                out[i] = path
-                self._fetched.add(path)
-            else:
-                why = error or f"{path} is not an ELF file of this architecture"
-                self.warnings.append(f"debuginfod: no executable for {modules[i][0]}: {why}")
-        if self.debug_root is not None:  # None: no debug files looked for
-            files = [out[i] or modules[i][2] for i in range(len(modules))]
-            wanted = [
-                i
-                for i, file in enumerate(files)
-                if ids[i] and file is not None and not has_dwarf(file, self.debug_root)
-            ]
-            for i, (path, error) in zip(
-                wanted, self._ask([ids[i] for i in wanted], "debuginfo"), strict=True
-            ):
-                if path is None:
-                    self.warnings.append(f"debuginfod: no debuginfo for {modules[i][0]}: {error}")
-        return out
-
-    def _ask(self, build_ids: list[str | None], kind: str) -> list[tuple[str | None, str | None]]:
-        requests = [(b, kind) for b in build_ids if b]
-        return debuginfod_fetch(requests, progress=self._progress) if requests else []
-
-    def _not_found(self, path: str, rejected: list[str]) -> None:
-        reason = f" ({'; '.join(rejected)})" if rejected else ""
-        self.warnings.append(f"module not found: {path}{reason}")
-
-    def _module(
-        self,
-        path: str,
-        file: str | None,
-        start: int,
-        end: int,
-        bias: int,
-        in_core: ElfSummary | None = None,
-        on_disk: ElfSummary | None = None,
-        ranges: tuple[tuple[int, int], ...] = (),
-        recorded: Identity | None = None,
-    ) -> CoreModule:
-        if file is not None:
-            try:
-                self.unwinder.add_module(
-                    file, bias, ranges=ranges or None, debug_root=self.debug_root
-                )
-            except StackwalkError as e:  # not ELF, another arch, or over another module
-                self.warnings.append(f"module {path}: {e}")
-                file, on_disk = None, None
-        module = CoreModule(
-            path=path,
-            file=file,
-            start=start,
-            end=end,
-            bias=bias,
-            build_id=in_core["build_id"] if in_core else recorded.build_id if recorded else None,
-            file_build_id=on_disk["build_id"] if on_disk else self._mismatched.get(path),
-            found=file is not None,
-            ranges=ranges,
-        )
-        if file is None:
-            sym_file = self._sym_file(module)
-            sym = (sym_file, start) if sym_file is not None else None
-            self._add_missing(path, module.spans, bias, in_core, sym)
-        return module
-
-    def _add_missing(
-        self,
-        path: str,
-        spans: tuple[tuple[int, int], ...],
-        bias: int,
-        in_core: ElfSummary | None,
-        sym: tuple[str, int] | None = None,
-    ) -> None:
-        """Tell the unwinder where a module without a file has code -- its executable segments
-        as the headers in the core place them, else the core's executable segments within it
-        (gdb's gcore leaves unmodified file pages out) -- so that a return address into it is
-        accepted, and the walk goes on past it by frame pointers or scanning, instead of
-        dropping a right frame for lying in no module. A Breakpad symbol file's ``STACK CFI``
-        records (``sym``: the file, and the address its offsets are from, the module's start)
-        unwind it where they cover a pc."""
-        page = self._page
-        segments = [
-            (vaddr + bias, vaddr + bias + memsz)
-            for vaddr, memsz, _, _, flags in (in_core["loads"] if in_core else ())
-            if flags & _PF_X and memsz
-        ] or [(start, end) for start, end, flags in self._segments if flags & _PF_X]
-        code = [
-            (max(a, start - start % page), min(b, -(-end // page) * page))
-            for a, b in spans
-            for start, end in segments
-            if start < b and a < end
-        ]
-        # A damaged core can place a module past the end of the address space.
-        spans = tuple((a, b) for a, b in spans if 0 <= a < b < _ADDRESS_LIMIT)
-        code = [(a, b) for a, b in code if 0 <= a < b < _ADDRESS_LIMIT]
-        if code and spans:
-            try:
-                self.unwinder.add_missing_module(path, spans, code, *(sym or ()))
-            except StackwalkError:
-                pass  # over a module that has a file: that one is kept
-
-    def _sym_file(self, module: CoreModule) -> str | None:
-        """A Breakpad symbol file for the names and lines the module's file lacks (cores: none)."""
+    def _sym_file(self, path: str, start: int, build_id: str | None) -> str | None:
+        """A Breakpad symbol file for the names and lines the module at ``start`` lacks, and
+        (its file missing) its STACK CFI (cores: none)."""
         return None
 
     # -- output ----------------------------------------------------------------------------
@@ -732,13 +301,13 @@ class Core:
                 (
                     # A file read through /proc/PID/map_files/, or fetched from debuginfod,
                     # is named by its mapped path.
-                    m.path if m.file in self._stand_ins() else (m.file or m.path),
+                    m.path if m.path in self._named_by_path else (m.file or m.path),
                     start,
                     end,
                     m.bias,
-                    m.found and (m.path in self._mismatched or m.path in self._unverified),
+                    m.found and m.path in self._doubtful,
                     m.file,
-                    self._sym_file(m),
+                    self._sym_file(m.path, m.start, m.build_id),
                 )
                 for m in self.modules
                 for start, end in m.spans

@@ -23,14 +23,20 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from stackwalk._core import MinidumpFile, read_sym_file, symbols_fetch, symbols_fetch_all
-from stackwalk._finder import Identity
+from stackwalk._core import (
+    MinidumpFile,
+    read_sym_file,
+    symbols_fetch,
+    symbols_fetch_all,
+)
 from stackwalk._records import _ThreadNotes
-from stackwalk.core import _AT_SYSINFO_EHDR, Core, CoreModule, Signal, Thread
+from stackwalk.core import Core, CoreModule, Signal, Thread
 from stackwalk.errors import MinidumpError, StackwalkError
 
 if TYPE_CHECKING:
     from stackwalk._core import _DumpModule  # the stub's alone
+
+_AT_SYSINFO_EHDR = 33  # the vdso's address, in the auxiliary vector
 
 __all__ = [
     "Minidump", "MinidumpError", "CoreModule", "Signal", "Thread", "minidump_stackwalk_doc",
@@ -86,14 +92,14 @@ class Minidump(Core):
         self._servers_asked = False
         super().__init__(path, executable, **options)
 
-    def _sym_file(self, module: CoreModule) -> str | None:
-        listed = self._listed.get(module.start)
-        debug_file = self.module_name(module.path)
+    def _sym_file(self, path: str, start: int, build_id: str | None) -> str | None:
+        listed = self._listed.get(start)
+        debug_file = self.module_name(path)
         debug_id: str | None
         if listed is not None and listed["debug_id"]:
             debug_file, debug_id = listed["debug_file"] or debug_file, listed["debug_id"]
         else:  # a module the maps stream places where the module list has none
-            debug_id = breakpad_debug_id(module.build_id)
+            debug_id = breakpad_debug_id(build_id)
         if debug_id is None:
             return None
         key = (debug_file, debug_id)
@@ -190,35 +196,6 @@ class Minidump(Core):
             module["code_id"] = listed["code_id"] if listed else None
         return doc
 
-    def _foreign(self) -> bool:
-        """Whether the dump comes from a system whose modules are not ELF files (Windows,
-        macOS, iOS): none is looked for on this machine; their symbol files name them."""
-        return self.system["os"] not in ("Linux", "Android")
-
-    def _locate(
-        self,
-        path: str,
-        in_core: Any,
-        explicit: str | None,
-        recorded: Identity | None = None,
-    ) -> tuple[str | None, Any, list[str]]:
-        if self._foreign():
-            return None, None, []
-        return super()._locate(path, in_core, explicit, recorded)
-
-    def _not_found(self, path: str, rejected: list[str]) -> None:
-        if not self._foreign():
-            super()._not_found(path, rejected)
-        elif not self._foreign_said:
-            self._foreign_said = True
-            self.warnings.append(
-                f"the modules of a {self.system['os']} dump are not looked for on this machine "
-                "(only ELF files are read): they are named from symbol files "
-                "(--symbols-path, --symbols-url) where those are given"
-            )
-
-    _foreign_said = False
-
     def module_name(self, path: str) -> str:
         """A module's file name, by the path rules of the system the dump comes from (a Windows
         dump names ``C:\\Windows\\System32\\ntdll.dll``), as minidump-stackwalk names it."""
@@ -247,21 +224,6 @@ class Minidump(Core):
         ]
         self.crashing_tid = crash["tid"] if ordered and ordered[0][0] == crash["tid"] else None
         self.signal = None
-
-    def _recorded_at(self, start: int | None) -> Identity | None:
-        """The identity the module list records of the module at ``start``: its ``BpEL`` record
-        (Breakpad's FileID: the build id, or the hash of ``.text``), or its ``RSDS`` GUID where
-        the age is 0 (an ELF module of Breakpad's older Linux client: the FileID's first 16
-        bytes). A GUID with an age is a PDB's or a Mach-O UUID: no ELF file has it."""
-        listed = self._listed.get(start) if start is not None else None
-        if listed is None:
-            return None
-        if listed["build_id"] is not None:
-            return Identity(listed["build_id"], "file_id")
-        if listed["guid"] is not None:
-            guid, age = listed["guid"]
-            return Identity(guid, "guid") if age == 0 else Identity(guid + f"-{age}", "guid")
-        return None
 
 
 def module_basename(path: str) -> str:

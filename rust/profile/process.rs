@@ -260,7 +260,7 @@ impl Profiler {
             .filter(|&i| {
                 files[i].2.as_ref().is_some_and(|p| {
                     crate::source::files::map(p).is_ok_and(|d| {
-                        !crate::symbolize::lines::has_dwarf(&d, Some(p), Some(&root))
+                        !crate::space::debugfile::has_dwarf(&d, Some(p), Some(&root))
                     })
                 })
             })

@@ -11,8 +11,11 @@ use pyo3::types::{PyBytes, PyDict};
 
 use super::errors::CoreError;
 use super::memory::PyMappedMemory;
+use super::snapshot::{address_space, path_of, SpaceOptions, SpaceTuple};
+use super::unwinder::PyUnwinder;
 use crate::source::corefile::{CoreFile, LinkMapEntry, DEFAULT_MAX_SIZE};
 use crate::source::memory::SegmentMemory;
+use crate::space::snapshot::{Facts, FileMapping};
 
 /// A path or name read from the core, as Python names files: UTF-8, bytes
 /// that are not kept as surrogates (`os.fsdecode`).
@@ -230,6 +233,50 @@ impl PyCoreFile {
     /// at runtime address `dynamic`: ([(l_name or None, l_addr, l_ld)], warnings).
     fn link_map<'py>(&self, py: Python<'py>, dynamic: u64) -> PyResult<LinkMap<'py>> {
         link_map_objects(py, self.inner.link_map(dynamic))
+    }
+
+    /// Its modules found on this machine, checked and placed into
+    /// `unwinder` (`crate::space::snapshot`; `options`: see
+    /// `snapshot::SpaceOptions`): (modules, the executable's index, the vdso
+    /// image, warnings). CoreError: the executable given cannot be the
+    /// program's file.
+    #[pyo3(signature = (unwinder, options, sym_file = None))]
+    fn address_space<'py>(
+        &self,
+        py: Python<'py>,
+        unwinder: &Bound<'py, PyUnwinder>,
+        options: SpaceOptions,
+        sym_file: Option<Bound<'py, PyAny>>,
+    ) -> PyResult<SpaceTuple<'py>> {
+        let core = &self.inner;
+        let segments = self.segments();
+        let files: Option<Vec<FileMapping>> = core.notes.files.as_ref().map(|files| {
+            files
+                .iter()
+                .map(|f| FileMapping {
+                    start: f.start,
+                    end: f.end,
+                    offset: f.offset,
+                    path: path_of(&f.path),
+                })
+                .collect()
+        });
+        let link_map = |dynamic| core.link_map(dynamic);
+        let facts = Facts {
+            arch: core.arch,
+            page: core.notes.page_size,
+            segments: &segments,
+            files: files.as_deref(),
+            auxv: &core.notes.auxv,
+            fname: core.notes.fname.as_deref(),
+            memory: &core.memory,
+            link_map: &link_map,
+            recorded: &|_| None,
+            code_mappings_known: false,
+            kind: "core",
+            foreign: None,
+        };
+        address_space(py, &facts, unwinder, options, sym_file)
     }
 
     fn __repr__(&self) -> String {

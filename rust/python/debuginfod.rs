@@ -1,9 +1,7 @@
 //! The debuginfod client (`crate::space::debuginfod`) for the Python layer:
-//! `debuginfod_urls`, `debuginfod_fetch`, and `has_dwarf`, which tells
-//! whether a module's DWARF is at hand without it; and the Breakpad symbol
+//! `debuginfod_urls` and `debuginfod_fetch` (a snapshot's address space
+//! fetches its files itself: `crate::space::snapshot`); and the Breakpad symbol
 //! server client (`crate::space::symserver`), `symbols_fetch` and `symbols_fetch_all`.
-
-use std::path::PathBuf;
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -56,17 +54,6 @@ pub(super) fn debuginfod_fetch(
             Err(e) => (None, Some(e.to_string())),
         })
         .collect())
-}
-
-/// Whether the ELF file at `path` has DWARF (source lines) here: its own, or
-/// its separate debug file's under `debug_root` (None: not looked for), by
-/// `.gnu_debuglink` or in debuginfod's cache. False when it cannot be read.
-#[pyfunction]
-#[pyo3(signature = (path, debug_root = None))]
-pub(super) fn has_dwarf(path: PathBuf, debug_root: Option<PathBuf>) -> bool {
-    crate::source::files::map(&path).is_ok_and(|data| {
-        crate::symbolize::lines::has_dwarf(&data, Some(&path), debug_root.as_deref())
-    })
 }
 
 /// The Breakpad symbol file of module `name` (its file name) with debug id

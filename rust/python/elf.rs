@@ -2,6 +2,7 @@
 //! (`crate::space::elf`), and `place_mappings` (`crate::space`).
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use pyo3::buffer::PyBuffer;
 use pyo3::prelude::*;
@@ -10,10 +11,9 @@ use pyo3::types::PyDict;
 use super::elf_bytes;
 use super::errors::ElfError;
 use crate::arch::Arch;
-use crate::source::files::FileCache;
 use crate::space::elf::ElfSummary;
 
-fn machine_name(machine: u16) -> String {
+pub(super) fn machine_name(machine: u16) -> String {
     Arch::from_elf_machine(machine).map_or_else(|| machine.to_string(), |a| a.name().to_owned())
 }
 
@@ -29,24 +29,26 @@ pub(super) fn elf_summary<'py>(
         Ok(buf) => {
             let data = buf.to_vec(py)?;
             crate::space::elf::summarize(&data)
+                .map(Arc::new)
                 .map_err(|e| ElfError::new_err(format!("<image>: {e}")))?
         }
         Err(_) => {
-            // A file is summarized once per process while it is unchanged: a
-            // directory of cores checks the same libraries again and again.
-            static SUMMARIES: FileCache<Result<ElfSummary, String>> = FileCache::new(1024);
             let path: PathBuf = source.extract()?;
             let name = path.to_string_lossy();
-            let summary = SUMMARIES.get(&path, None, |file| {
-                let data = crate::source::files::map_file(file).map_err(|e| e.to_string())?;
-                crate::space::elf::summarize(&data).map_err(|e| e.to_string())
-            });
-            summary
+            crate::space::finder::file_summary(&path)
                 .map_err(|e| e.to_string())
                 .and_then(|s| s)
                 .map_err(|e| ElfError::new_err(format!("{name}: {e}")))?
         }
     };
+    summary_dict(py, &summary)
+}
+
+/// An ELF summary as the Python layer reads it (see `_ElfSummary` in the stub).
+pub(super) fn summary_dict<'py>(
+    py: Python<'py>,
+    summary: &ElfSummary,
+) -> PyResult<Bound<'py, PyDict>> {
     let out = PyDict::new(py);
     out.set_item("machine", machine_name(summary.machine))?;
     let e_type = match summary.e_type {
@@ -58,16 +60,14 @@ pub(super) fn elf_summary<'py>(
     };
     out.set_item("type", e_type)?;
     out.set_item("entry", summary.entry)?;
-    let build_id: Option<String> =
-        summary.build_id.map(|id| id.iter().map(|b| format!("{b:02x}")).collect());
-    out.set_item("build_id", build_id)?;
-    let hex = |id: Vec<u8>| id.iter().map(|b| format!("{b:02x}")).collect::<String>();
-    out.set_item("file_id", summary.file_id.map(hex))?;
-    out.set_item("other_file_id", summary.other_file_id.map(hex))?;
-    out.set_item("loads", summary.loads)?;
+    let hex = |id: &Vec<u8>| id.iter().map(|b| format!("{b:02x}")).collect::<String>();
+    out.set_item("build_id", summary.build_id.as_ref().map(hex))?;
+    out.set_item("file_id", summary.file_id.as_ref().map(hex))?;
+    out.set_item("other_file_id", summary.other_file_id.as_ref().map(hex))?;
+    out.set_item("loads", &summary.loads)?;
     out.set_item("dynamic", summary.dynamic)?;
     out.set_item("phdr", summary.phdr)?;
-    let interpreter = summary.interpreter.map(|p| String::from_utf8_lossy(&p).into_owned());
+    let interpreter = summary.interpreter.as_ref().map(|p| String::from_utf8_lossy(p).into_owned());
     out.set_item("interpreter", interpreter)?;
     Ok(out)
 }

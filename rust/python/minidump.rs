@@ -14,7 +14,11 @@ use pyo3::types::{PyBytes, PyDict};
 use super::corefile::{image, link_map_objects, string_object, LinkMap, SigInfo};
 use super::errors::MinidumpError;
 use super::memory::PyMappedMemory;
+use super::snapshot::{address_space, SpaceOptions, SpaceTuple};
+use super::unwinder::PyUnwinder;
 use crate::source::minidump::{MinidumpFile, DUMP_REQUESTED};
+use crate::space::finder::Identity;
+use crate::space::snapshot::{Facts, FileMapping};
 
 /// `p_flags` of a module of the module list, without a maps stream: code.
 const READ_EXECUTE: u32 = 5;
@@ -276,6 +280,56 @@ impl PyMinidumpFile {
     /// `CoreFile.link_map`.
     fn link_map<'py>(&self, py: Python<'py>, dynamic: u64) -> PyResult<LinkMap<'py>> {
         link_map_objects(py, self.inner.link_map(dynamic))
+    }
+
+    /// As `CoreFile.address_space`: the modules of the dump's maps stream
+    /// (else its module list), each checked against the module list's
+    /// record; a Windows or Apple dump's are not looked for here.
+    #[pyo3(signature = (unwinder, options, sym_file = None))]
+    fn address_space<'py>(
+        &self,
+        py: Python<'py>,
+        unwinder: &Bound<'py, PyUnwinder>,
+        options: SpaceOptions,
+        sym_file: Option<Bound<'py, PyAny>>,
+    ) -> PyResult<SpaceTuple<'py>> {
+        let dump = &self.inner;
+        let segments = self.segments();
+        let files: Vec<FileMapping> = self
+            .files()
+            .into_iter()
+            .map(|(start, end, offset, path)| FileMapping {
+                start,
+                end,
+                offset,
+                path: PathBuf::from(path),
+            })
+            .collect();
+        let link_map = |dynamic| dump.link_map(dynamic);
+        let recorded = |start: u64| {
+            let listed = dump.modules.iter().find(|m| m.base == start)?;
+            match (&listed.build_id, &listed.guid) {
+                (Some(id), _) => Some(Identity::FileId(id.clone())),
+                (None, Some((guid, age))) => Some(Identity::Guid(guid.to_vec(), *age)),
+                (None, None) => None,
+            }
+        };
+        let os = dump.system.os.as_str();
+        let facts = Facts {
+            arch: dump.arch,
+            page: self.page_size(),
+            segments: &segments,
+            files: Some(&files),
+            auxv: &dump.auxv,
+            fname: dump.name.as_deref(),
+            memory: &dump.memory,
+            link_map: &link_map,
+            recorded: &recorded,
+            code_mappings_known: false,
+            kind: "minidump",
+            foreign: (!matches!(os, "Linux" | "Android")).then_some(os),
+        };
+        address_space(py, &facts, unwinder, options, sym_file)
     }
 
     fn __repr__(&self) -> String {

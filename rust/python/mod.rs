@@ -1,7 +1,7 @@
 //! The PyO3 bindings: the only module that knows about Python. Each is a
 //! thin wrapper over a plain-Rust type, split by area, one file each:
 //! `errors` (the exceptions), `unwinder`, `registers`, `memory`, `symbols`,
-//! `symbolize`, `elf`, `stackdb`, `perf`, `corefile`, `minidump`, `debuginfod`, `pyframes`. This file registers
+//! `symbolize`, `elf`, `snapshot`, `stackdb`, `perf`, `corefile`, `minidump`, `debuginfod`, `pyframes`. This file registers
 //! them all. Files are mapped, never copied.
 
 use std::path::PathBuf;
@@ -20,6 +20,7 @@ mod perf;
 mod progress;
 mod pyframes;
 mod registers;
+mod snapshot;
 mod stackdb;
 mod symbolize;
 mod symbols;
@@ -113,7 +114,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(perf::flamegraph, m)?)?;
     m.add_function(wrap_pyfunction!(debuginfod::debuginfod_urls, m)?)?;
     m.add_function(wrap_pyfunction!(debuginfod::debuginfod_fetch, m)?)?;
-    m.add_function(wrap_pyfunction!(debuginfod::has_dwarf, m)?)?;
     m.add_function(wrap_pyfunction!(debuginfod::symbols_fetch, m)?)?;
     m.add_function(wrap_pyfunction!(debuginfod::symbols_fetch_all, m)?)?;
     Ok(())

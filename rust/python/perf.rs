@@ -77,7 +77,8 @@ pub(super) fn perf_report<'py>(
         Some(names) => Strategies::new(&super::unwinder::parse_strategies(&names)?),
         None => defaults.strategies,
     };
-    let files = crate::space::finder::FileFinder { sysroot, search: lib_search_path };
+    let files =
+        crate::space::finder::FileFinder { sysroot, search: lib_search_path, ..Default::default() };
     let options = Options {
         format,
         max_frames,

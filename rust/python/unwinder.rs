@@ -102,7 +102,7 @@ impl PyUnwinder {
     /// `ranges` (runtime start, end) are where the file is mapped, when
     /// known (see `place_mappings`); by default its loadable segments' span.
     #[pyo3(signature = (path, bias = 0, *, ranges = None, debug_root = Some(PathBuf::from("/usr/lib/debug"))))]
-    fn add_module(
+    pub(super) fn add_module(
         &mut self,
         path: PathBuf,
         bias: i128,
@@ -133,7 +133,7 @@ impl PyUnwinder {
 
     /// Add an ELF image held in memory (e.g. the vdso read from a process),
     /// loaded at `bias`. The bytes are copied.
-    fn add_module_image(
+    pub(super) fn add_module_image(
         &mut self,
         name: &Bound<'_, PyString>,
         image: &Bound<'_, PyAny>,
@@ -154,7 +154,7 @@ impl PyUnwinder {
     /// to `set_perf_map` says.
     #[pyo3(signature = (name, ranges, code, sym_file = None, base = 0, jit = false))]
     #[allow(clippy::too_many_arguments)]
-    fn add_missing_module(
+    pub(super) fn add_missing_module(
         &mut self,
         py: Python<'_>,
         name: &Bound<'_, PyString>,

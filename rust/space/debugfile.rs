@@ -139,6 +139,22 @@ pub fn separate_debug_frame(
     Some((Arc::new(debug), section, compression, found))
 }
 
+/// Whether the ELF file has a `.debug_info` with bytes (a stripped file's
+/// section headers may remain, with none: NOBITS).
+pub fn has_debug_info(file: &object::File<'_>) -> bool {
+    let info = file.section_by_name(".debug_info");
+    info.and_then(|s| s.file_range()).is_some_and(|(_, size)| size > 0)
+}
+
+/// Whether the ELF file `data` (at `path`) has DWARF here: its own, or its
+/// separate debug file's where `crate::symbolize::lines::DebugInfo::load` finds it, without
+/// reading it.
+pub fn has_dwarf(data: &[u8], path: Option<&Path>, debug_root: Option<&Path>) -> bool {
+    let own = |data: &[u8]| object::File::parse(data).is_ok_and(|f| has_debug_info(&f));
+    own(data)
+        || debug_root.and_then(|root| find(data, path, root)).is_some_and(|(_, debug)| own(&debug))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -18,6 +18,7 @@ pub mod gopclntab;
 pub mod perfmap;
 pub mod plt;
 pub mod sections;
+pub mod snapshot;
 pub mod symserver;
 pub mod symtab;
 

@@ -1,0 +1,224 @@
+//! A snapshot's address space (`crate::space::snapshot`) for the Python
+//! layer: `CoreFile.address_space` and `MinidumpFile.address_space` build it
+//! into an `Unwinder`, and give the modules as plain values.
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::ops::Range;
+use std::os::unix::ffi::OsStringExt;
+use std::path::{Path, PathBuf};
+
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyString};
+
+use super::errors::CoreError;
+use super::unwinder::PyUnwinder;
+use crate::space::debuginfod::{Config, Kind};
+use crate::space::finder::FileFinder;
+use crate::space::snapshot::{build, Facts, Host, Module, Options};
+
+/// How the files are found, from `stackwalk.core`: the keys of this dict.
+#[derive(FromPyObject)]
+#[pyo3(from_item_all)]
+pub(super) struct SpaceOptions {
+    executable: Option<PathBuf>,
+    sysroot: Option<PathBuf>,
+    search: Vec<PathBuf>,
+    stand_ins: HashMap<PathBuf, PathBuf>,
+    debug_root: Option<PathBuf>,
+    allow_mismatch: bool,
+    /// Missing files fetched from debuginfod.
+    fetch: bool,
+    /// Seconds after which a bar of the downloads is drawn (None: never).
+    progress: Option<f64>,
+    code_mappings_known: bool,
+    /// What messages call the file: "core", "minidump", "process".
+    kind: String,
+}
+
+/// A module as `stackwalk.core` takes it: (path, file, start, end, bias,
+/// build id, the file's build id, found, ranges, doubtful, stand-in).
+type ModuleTuple = (
+    OsString,
+    Option<OsString>,
+    u64,
+    u64,
+    u64,
+    Option<String>,
+    Option<String>,
+    bool,
+    Vec<(u64, u64)>,
+    bool,
+    bool,
+);
+
+/// The address space as `address_space` gives it: the modules sorted by
+/// address, the executable's index, the vdso image, the warnings.
+pub(super) type SpaceTuple<'py> =
+    (Vec<ModuleTuple>, Option<usize>, Option<Bound<'py, PyBytes>>, Vec<String>);
+
+/// The unwinder the modules go into, the Breakpad symbol files asked of
+/// Python (a minidump's symbol stores), the downloads.
+struct UnwinderHost<'a, 'py> {
+    py: Python<'py>,
+    unwinder: &'a mut PyUnwinder,
+    debug_root: Option<PathBuf>,
+    /// `sym_file(path, start, build_id) -> path or None`.
+    sym_file: Option<Bound<'py, PyAny>>,
+    progress: Option<std::time::Duration>,
+    /// The first error a Python callback raised: raised once done.
+    failed: Option<PyErr>,
+}
+
+impl UnwinderHost<'_, '_> {
+    fn refused(&self, e: PyErr) -> String {
+        e.value(self.py).to_string()
+    }
+}
+
+fn pairs(ranges: &[Range<u64>]) -> Vec<(u64, u64)> {
+    ranges.iter().map(|r| (r.start, r.end)).collect()
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+impl Host for UnwinderHost<'_, '_> {
+    fn add_file(
+        &mut self,
+        file: &Path,
+        bias: u64,
+        ranges: Option<&[Range<u64>]>,
+    ) -> Result<(), String> {
+        let added = self.unwinder.add_module(
+            file.to_path_buf(),
+            i128::from(bias),
+            ranges.map(pairs),
+            self.debug_root.clone(),
+        );
+        added.map_err(|e| self.refused(e))
+    }
+
+    fn add_image(&mut self, name: &str, image: &[u8], bias: u64) -> Result<(), String> {
+        let name = PyString::new(self.py, name);
+        let image = PyBytes::new(self.py, image).into_any();
+        let added = self.unwinder.add_module_image(&name, &image, i128::from(bias));
+        added.map_err(|e| self.refused(e))
+    }
+
+    fn add_missing(
+        &mut self,
+        name: &Path,
+        spans: &[Range<u64>],
+        code: &[Range<u64>],
+        sym: Option<(&Path, u64)>,
+        jit: bool,
+    ) -> Result<(), String> {
+        let Ok(name) = name.as_os_str().into_pyobject(self.py);
+        let name = name.cast_into::<PyString>().map_err(|e| e.to_string())?;
+        let (sym_file, base) = sym.map_or((None, 0), |(p, b)| (Some(p.to_path_buf()), b));
+        let added = self.unwinder.add_missing_module(
+            self.py,
+            &name,
+            pairs(spans),
+            pairs(code),
+            sym_file,
+            base,
+            jit,
+        );
+        added.map_err(|e| self.refused(e))
+    }
+
+    fn sym_file(&mut self, module: &Module) -> Option<PathBuf> {
+        let ask = self.sym_file.as_ref()?;
+        let build_id = module.build_id.as_deref().map(hex);
+        let answer = ask
+            .call1((module.path.as_os_str(), module.start, build_id))
+            .and_then(|a| a.extract::<Option<PathBuf>>());
+        match answer {
+            Ok(path) => path,
+            Err(e) => {
+                self.failed.get_or_insert(e);
+                None
+            }
+        }
+    }
+
+    fn fetch(&mut self, requests: &[(String, Kind)]) -> Vec<Result<PathBuf, String>> {
+        let config = Config::from_env();
+        let answers = self.py.detach(|| match self.progress {
+            Some(after) => {
+                let bar = super::progress::DownloadBar::new(after);
+                crate::space::debuginfod::fetch_all_reporting(&config, requests, &|d| bar.report(d))
+            }
+            None => crate::space::debuginfod::fetch_all(&config, requests),
+        });
+        answers.into_iter().map(|a| a.map_err(|e| e.to_string())).collect()
+    }
+}
+
+/// Build the address space of the snapshot `facts` describe into
+/// `unwinder` (see `crate::space::snapshot`). `sym_file`: a callable giving
+/// the Breakpad symbol file of a module without a file, or None.
+pub(super) fn address_space<'py>(
+    py: Python<'py>,
+    facts: &Facts<'_>,
+    unwinder: &Bound<'py, PyUnwinder>,
+    options: SpaceOptions,
+    sym_file: Option<Bound<'py, PyAny>>,
+) -> PyResult<SpaceTuple<'py>> {
+    let progress = options.progress.map(super::progress::seconds).transpose()?;
+    let space_options = Options {
+        finder: FileFinder {
+            sysroot: options.sysroot,
+            search: options.search,
+            stand_ins: options.stand_ins,
+        },
+        executable: options.executable,
+        allow_mismatch: options.allow_mismatch,
+        debug_root: options.debug_root.clone(),
+        fetch: options.fetch,
+    };
+    let mut unwinder = unwinder.borrow_mut();
+    let mut host = UnwinderHost {
+        py,
+        unwinder: &mut unwinder,
+        debug_root: options.debug_root,
+        sym_file,
+        progress,
+        failed: None,
+    };
+    let facts =
+        Facts { code_mappings_known: options.code_mappings_known, kind: &options.kind, ..*facts };
+    let space = build(&facts, &space_options, &mut host).map_err(CoreError::new_err)?;
+    if let Some(e) = host.failed {
+        return Err(e);
+    }
+    let modules = space
+        .modules
+        .into_iter()
+        .map(|m| {
+            (
+                m.path.into_os_string(),
+                m.file.map(PathBuf::into_os_string),
+                m.start,
+                m.end,
+                m.bias,
+                m.build_id.as_deref().map(hex),
+                m.file_build_id.as_deref().map(hex),
+                m.found,
+                pairs(&m.ranges),
+                m.doubtful,
+                m.stand_in,
+            )
+        })
+        .collect();
+    let vdso = space.vdso_image.map(|image| PyBytes::new(py, &image));
+    Ok((modules, space.executable, vdso, space.warnings))
+}
+
+/// Bytes of a path read from a snapshot, as a path.
+pub(super) fn path_of(bytes: &[u8]) -> PathBuf {
+    PathBuf::from(OsString::from_vec(bytes.to_vec()))
+}

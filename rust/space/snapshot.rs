@@ -1,0 +1,1021 @@
+//! The address space of a snapshot — a core, a minidump, a live process —
+//! its modules found on this machine, checked against what the snapshot
+//! recorded, and placed.
+//!
+//! Modules come from the file mappings the source lists (`NT_FILE`, a
+//! minidump's maps stream, `/proc/PID/maps`); a source without them (a core
+//! qemu-user wrote) has them read through the dynamic linker's link map in
+//! its memory. Each module's file is looked for by [`FileFinder`]; a file
+//! whose identity differs from the one recorded is not used (as if missing,
+//! with a warning) unless mismatches are allowed; a file found where
+//! nothing was recorded to check it by is used, its frames doubtful. Files
+//! missing here, and the DWARF of those without it, are fetched by build id
+//! through the host (debuginfod), several at once. Where a module has no
+//! file, the unwinder is told where its code is, so that return addresses
+//! into it are taken and the walk goes on past it; executable memory in no
+//! module (a JIT's code) likewise. The unwinder itself is the caller's, behind
+//! [`Host`]: this stage only decides.
+
+use std::collections::{BTreeMap, HashSet};
+use std::ffi::OsStr;
+use std::ops::Range;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::arch::Arch;
+use crate::source::corefile::LinkMapEntry;
+use crate::source::memory::SegmentMemory;
+use crate::space::debuginfod::Kind;
+use crate::space::elf::ElfSummary;
+use crate::space::finder::{FileFinder, Identity, Located};
+use crate::space::{place, Mapping, Segment, PF_X};
+
+const AT_PHDR: u64 = 3;
+const AT_ENTRY: u64 = 9;
+const AT_EXECFN: u64 = 31;
+const AT_SYSINFO_EHDR: u64 = 33;
+/// Bytes of a module's first mapping read for its ELF headers.
+const HEADER_IMAGE_LIMIT: usize = 1 << 16;
+/// Addresses from here up are the kernel's (x86_64's `[vsyscall]` page is
+/// dumped in cores).
+const KERNEL_HALF: u64 = 1 << 56;
+/// `pr_fname`'s length without its NUL.
+const FNAME_MAX: usize = 15;
+
+/// A file mapping the source lists: runtime `start..end` showing the file
+/// at `path` from byte `offset` on.
+#[derive(Clone, Debug)]
+pub struct FileMapping {
+    pub start: u64,
+    pub end: u64,
+    pub offset: u64,
+    pub path: PathBuf,
+}
+
+/// What the address space is built from: the source's facts.
+pub struct Facts<'a> {
+    pub arch: Arch,
+    pub page: u64,
+    /// The memory the source holds: (start, end, `p_flags`).
+    pub segments: &'a [(u64, u64, u32)],
+    /// The file mappings, where the source lists them.
+    pub files: Option<&'a [FileMapping]>,
+    pub auxv: &'a BTreeMap<u64, u64>,
+    /// The process's name (`NT_PRPSINFO`'s `pr_fname`, 15 bytes at most).
+    pub fname: Option<&'a str>,
+    pub memory: &'a SegmentMemory,
+    /// The dynamic linker's link map, for an executable whose `PT_DYNAMIC`
+    /// is at this runtime address: its entries, and what could not be read.
+    pub link_map: &'a dyn Fn(u64) -> (Vec<LinkMapEntry>, Vec<String>),
+    /// What the source records of the module that starts at an address
+    /// where its ELF headers are not in its memory (a minidump's module
+    /// list).
+    pub recorded: &'a dyn Fn(u64) -> Option<Identity>,
+    /// Whether the source lists every mapping that holds code (a live
+    /// process's maps do; a core's segments may leave file-backed ones out).
+    pub code_mappings_known: bool,
+    /// What messages call the source: "core", "minidump".
+    pub kind: &'a str,
+    /// The system of a dump whose modules are not ELF files (Windows,
+    /// macOS): none is looked for here.
+    pub foreign: Option<&'a str>,
+}
+
+/// How files are found and checked.
+#[derive(Default)]
+pub struct Options {
+    pub finder: FileFinder,
+    /// The program's file as the user gave it.
+    pub executable: Option<PathBuf>,
+    /// Use a file of another build than the one recorded (with a warning).
+    pub allow_mismatch: bool,
+    /// Where separate debug files are looked for (None: they are not).
+    pub debug_root: Option<PathBuf>,
+    /// Whether missing files are fetched (debuginfod servers to ask).
+    pub fetch: bool,
+}
+
+/// What the address space is built into: the unwinder, the symbol files,
+/// the downloads. Each `add` is refused with the reason (not ELF, another
+/// architecture, over another module).
+pub trait Host {
+    fn add_file(
+        &mut self,
+        file: &Path,
+        bias: u64,
+        ranges: Option<&[Range<u64>]>,
+    ) -> Result<(), String>;
+    fn add_image(&mut self, name: &str, image: &[u8], bias: u64) -> Result<(), String>;
+    /// A module without a file: where it is, which of it is code, and the
+    /// Breakpad symbol file (and the address its offsets are from) whose
+    /// `STACK CFI` unwinds it; `jit`: a JIT's code.
+    fn add_missing(
+        &mut self,
+        name: &Path,
+        spans: &[Range<u64>],
+        code: &[Range<u64>],
+        sym: Option<(&Path, u64)>,
+        jit: bool,
+    ) -> Result<(), String>;
+    /// A Breakpad symbol file for the module (minidumps: from the symbol
+    /// stores); None by default.
+    fn sym_file(&mut self, _module: &Module) -> Option<PathBuf> {
+        None
+    }
+    /// Files fetched by build id (hex), in the order asked: each the file in
+    /// the cache or why none came.
+    fn fetch(&mut self, requests: &[(String, Kind)]) -> Vec<Result<PathBuf, String>>;
+}
+
+/// A file the process mapped, and where.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Module {
+    /// As the source names it, or `[vdso]`.
+    pub path: PathBuf,
+    /// The file used for it here.
+    pub file: Option<PathBuf>,
+    pub start: u64,
+    pub end: u64,
+    /// Runtime address − ELF address (mod 2^64).
+    pub bias: u64,
+    /// As the source records it.
+    pub build_id: Option<Vec<u8>>,
+    /// Of the file used, or of the file found and not used.
+    pub file_build_id: Option<Vec<u8>>,
+    /// A file (or, for the vdso, the image in the snapshot) gives its CFI
+    /// and symbols.
+    pub found: bool,
+    /// Its own mappings (empty: the whole of start..end).
+    pub ranges: Vec<Range<u64>>,
+    /// Its frames are doubtful: its file is of another build, or nothing was
+    /// recorded to check it by.
+    pub doubtful: bool,
+    /// Its file is read in place of its path (a deleted library read
+    /// through `/proc/PID/map_files/`, a file fetched): named by its path.
+    pub stand_in: bool,
+}
+
+impl Module {
+    /// `ranges`, or start..end where there are none.
+    pub fn spans(&self) -> Vec<Range<u64>> {
+        if self.ranges.is_empty() {
+            std::iter::once(self.start..self.end).collect()
+        } else {
+            self.ranges.clone()
+        }
+    }
+}
+
+/// The snapshot's modules, sorted by address.
+#[derive(Debug, Default)]
+pub struct AddressSpace {
+    pub modules: Vec<Module>,
+    /// The program's module (its index in `modules`).
+    pub executable: Option<usize>,
+    /// The vdso's image, read from the snapshot.
+    pub vdso_image: Option<Vec<u8>>,
+    pub warnings: Vec<String>,
+}
+
+/// What was found for one module's path.
+#[derive(Default)]
+struct Lookup {
+    file: Option<PathBuf>,
+    summary: Option<Arc<ElfSummary>>,
+    rejected: Vec<String>,
+}
+
+/// Build the address space of the snapshot `facts` describe; the error: the
+/// executable given cannot be the program's file (not an ELF file of the
+/// architecture, or not there).
+pub fn build(
+    facts: &Facts<'_>,
+    options: &Options,
+    host: &mut dyn Host,
+) -> Result<AddressSpace, String> {
+    if let Some(exe) = &options.executable {
+        let given = options.finder.given(exe, facts.arch);
+        given.map_err(|why| format!("executable {}: {why}", exe.display()))?;
+    }
+    let builder = Builder {
+        facts,
+        options,
+        host,
+        warnings: Vec::new(),
+        mismatched: BTreeMap::new(),
+        unverified: HashSet::new(),
+        fetched: HashSet::new(),
+        foreign_said: false,
+    };
+    Ok(builder.build())
+}
+
+struct Builder<'f, 'o, 'h> {
+    facts: &'f Facts<'f>,
+    options: &'o Options,
+    host: &'h mut dyn Host,
+    warnings: Vec<String>,
+    /// Module path -> build id of the file found for it that is of
+    /// another build.
+    mismatched: BTreeMap<PathBuf, Option<Vec<u8>>>,
+    /// Module paths whose file is used with nothing recorded to check it by.
+    unverified: HashSet<PathBuf>,
+    /// Files fetched: named in the output by the module's path.
+    fetched: HashSet<PathBuf>,
+    foreign_said: bool,
+}
+
+impl Builder<'_, '_, '_> {
+    fn build(mut self) -> AddressSpace {
+        let explicit = self.options.executable.clone();
+        let (mut modules, exe) = match self.facts.files {
+            Some(files) => self.file_modules(files, explicit.as_deref()),
+            None => self.link_map_modules(explicit.as_deref()),
+        };
+        let exe_start = exe.map(|i| modules[i].start);
+        let exe_path = exe.map(|i| modules[i].path.clone());
+        let mut vdso_image = None;
+        if let Some((module, image)) = self.vdso() {
+            modules.push(module);
+            vdso_image = Some(image);
+        }
+        modules.sort_by_key(|m| m.start);
+        for m in &mut modules {
+            m.doubtful = m.found
+                && (self.mismatched.contains_key(&m.path) || self.unverified.contains(&m.path));
+            m.stand_in = m.file.as_ref().is_some_and(|f| {
+                self.fetched.contains(f) || self.options.finder.stand_ins.values().any(|s| s == f)
+            });
+        }
+        let executable = modules
+            .iter()
+            .position(|m| Some(m.start) == exe_start && Some(&m.path) == exe_path.as_ref());
+        if self.facts.files.is_some_and(|f| !f.is_empty()) {
+            self.add_jit_code(&modules);
+        }
+        if explicit.is_some() && executable.is_none() {
+            let given = explicit.as_deref().unwrap_or(Path::new("")).display();
+            self.warnings
+                .push(format!("executable {given} not used: the core does not show where"));
+        }
+        AddressSpace { modules, executable, vdso_image, warnings: self.warnings }
+    }
+
+    fn auxv(&self, key: u64) -> Option<u64> {
+        self.facts.auxv.get(&key).copied()
+    }
+
+    /// The summary of the ELF headers the snapshot holds at `address`.
+    fn header_summary(&self, address: u64) -> Option<Arc<ElfSummary>> {
+        let image = self.facts.memory.tail(address, HEADER_IMAGE_LIMIT);
+        if !image.starts_with(b"\x7fELF") {
+            return None;
+        }
+        crate::space::elf::summarize(image).ok().map(Arc::new)
+    }
+
+    /// The end of the segment that holds `address`.
+    fn segment_end(&self, address: u64) -> Option<u64> {
+        self.facts.segments.iter().find(|s| s.0 <= address && address < s.1).map(|s| s.1)
+    }
+
+    fn code_segments(&self) -> impl Iterator<Item = Range<u64>> + '_ {
+        self.facts.segments.iter().filter(|s| s.2 & PF_X != 0).map(|s| s.0..s.1)
+    }
+
+    fn file_modules(
+        &mut self,
+        files: &[FileMapping],
+        explicit: Option<&Path>,
+    ) -> (Vec<Module>, Option<usize>) {
+        // The files in the order first mapped, each with its mappings.
+        let mut groups: Vec<(PathBuf, Vec<Mapping>)> = Vec::new();
+        for f in files {
+            let mapping = Mapping { start: f.start, end: f.end, offset: f.offset };
+            match groups.iter_mut().find(|(path, _)| *path == f.path) {
+                Some((_, maps)) => maps.push(mapping),
+                None => groups.push((f.path.clone(), vec![mapping])),
+            }
+        }
+        let entry = self.auxv(AT_ENTRY);
+        let code: Vec<Range<u64>> = self.code_segments().collect();
+        let holds_code = |maps: &[Mapping]| {
+            maps.iter().any(|m| code.iter().any(|c| m.start < c.end && c.start < m.end))
+        };
+        if self.facts.code_mappings_known {
+            // Where the source lists every mapping that holds code, a file none of whose
+            // mappings does is mapped as data (a symbolizer or debugger reading a library
+            // through mmap, a locale archive): no module, whose symbols (an interpreter's
+            // _PyRuntime) would be taken for the loaded ones'.
+            groups.retain(|(_, maps)| holds_code(maps));
+        }
+        // Every module's file is looked for here first, then those missing fetched at once.
+        struct Found {
+            path: PathBuf,
+            maps: Vec<Mapping>,
+            in_core: Option<Arc<ElfSummary>>,
+            named_exe: bool,
+            lookup: Lookup,
+            recorded: Option<Identity>,
+        }
+        let mut located = Vec::new();
+        let mut named_seen = false;
+        for (path, maps) in groups {
+            let first = maps.iter().filter(|m| m.offset == 0).map(|m| m.start).min();
+            let in_core = first.and_then(|a| self.header_summary(a));
+            let named_exe =
+                entry.is_none() && !named_seen && named_as(&path, explicit, self.facts.fname);
+            named_seen |= named_exe;
+            let holds_entry = entry.is_some_and(|e| maps.iter().any(|m| m.start <= e && e < m.end));
+            let recorded = first.and_then(|a| (self.facts.recorded)(a));
+            let given = explicit.filter(|_| holds_entry || named_exe);
+            let lookup = self.locate(&path, in_core.as_deref(), given, recorded.as_ref());
+            located.push(Found { path, maps, in_core, named_exe, lookup, recorded });
+        }
+        let asked: Vec<_> =
+            located.iter().map(|f| (f.in_core.clone(), f.lookup.file.clone())).collect();
+        let fetched =
+            self.fetch(&located.iter().map(|f| f.path.clone()).collect::<Vec<_>>(), &asked);
+        let mut modules = Vec::new();
+        let mut exe = None;
+        for (mut found, got) in located.into_iter().zip(fetched) {
+            if let Some(got) = got {
+                let summary = self.options.finder.given(&got, self.facts.arch).ok();
+                found.lookup = Lookup { file: Some(got), summary, rejected: Vec::new() };
+            }
+            if found.lookup.summary.is_none() {
+                // Without ELF headers in the core, nor an ELF file, it is a module only if it
+                // held code (else a data file: locale archive, font, database...).
+                if found.in_core.is_none()
+                    && found.lookup.rejected.is_empty()
+                    && !holds_code(&found.maps)
+                {
+                    continue;
+                }
+                self.not_found(&found.path, &found.lookup.rejected);
+            }
+            let summary = found.in_core.clone().or_else(|| found.lookup.summary.clone());
+            let segments: Vec<Segment> =
+                summary.iter().flat_map(|s| s.loads.iter().map(Segment::from_load)).collect();
+            let is_code = |r: &Range<u64>| code.iter().any(|c| r.start < c.end && c.start < r.end);
+            for placement in place(&segments, &found.maps, self.facts.page, is_code) {
+                let (start, end) = (placement.start(), placement.end());
+                let is_exe = match entry {
+                    Some(e) => placement.contains(e),
+                    // The first file named as the executable given, or as the process.
+                    None => found.named_exe && exe.is_none(),
+                };
+                let module = self.module(
+                    &found.path,
+                    &found.lookup,
+                    (start, end, placement.bias),
+                    found.in_core.as_deref(),
+                    placement.ranges,
+                    found.recorded.as_ref(),
+                );
+                modules.push(module);
+                if is_exe {
+                    exe = Some(modules.len() - 1);
+                }
+            }
+        }
+        (modules, exe)
+    }
+
+    fn link_map_modules(&mut self, explicit: Option<&Path>) -> (Vec<Module>, Option<usize>) {
+        let Some((exe, summary)) = self.link_map_executable(explicit) else {
+            return (Vec::new(), None);
+        };
+        let bias = exe.bias;
+        let found_exe = exe.file.is_some();
+        let mut modules = vec![exe];
+        let Some(summary) = summary else {
+            self.warnings.push(
+                "no NT_FILE note and the executable is not found: its libraries cannot be found \
+                 through the link map"
+                    .to_owned(),
+            );
+            return (modules, Some(0));
+        };
+        let Some(dynamic) = summary.dynamic else {
+            return (modules, Some(0)); // statically linked
+        };
+        let dynamic = dynamic.wrapping_add(bias);
+        let (entries, warnings) = (self.facts.link_map)(dynamic);
+        self.warnings.extend(warnings);
+        let vdso = self.auxv(AT_SYSINFO_EHDR).filter(|&a| a != 0);
+        let vdso_end = vdso.and_then(|a| self.segment_end(a));
+        // The dynamic linker's own name is the executable's PT_INTERP.
+        let mut interpreter = summary.interpreter.clone().filter(|_| found_exe);
+        for LinkMapEntry { name, bias, dynamic } in entries {
+            if let (Some(v), Some(e)) = (vdso, vdso_end) {
+                if v <= dynamic && dynamic < e {
+                    continue; // the vdso's own entry: its image is read from the core below
+                }
+            }
+            // (None: the dynamic linker's, pointing into the executable's .interp.)
+            let Some(name) = name.or_else(|| interpreter.take()) else {
+                self.warnings
+                    .push(format!("link map: cannot read the name of the module at {bias:#x}"));
+                continue;
+            };
+            let name = PathBuf::from(OsStr::from_bytes(&name));
+            let mut in_core = self.header_summary(bias);
+            let mut lookup = self.locate(&name, in_core.as_deref(), None, None);
+            let got =
+                self.fetch(std::slice::from_ref(&name), &[(in_core.clone(), lookup.file.clone())]);
+            if let Some(Some(got)) = got.into_iter().next() {
+                let summary = self.options.finder.given(&got, self.facts.arch).ok();
+                lookup = Lookup { file: Some(got), summary, rejected: Vec::new() };
+            }
+            let (start, end) = if let Some(on_disk) = &lookup.summary {
+                let range = self.load_range(on_disk, bias);
+                if in_core.is_none() {
+                    in_core = self.header_summary(range.0);
+                }
+                range
+            } else if let Some(in_core) = &in_core {
+                self.load_range(in_core, bias)
+            } else {
+                (bias, self.segment_end(dynamic).unwrap_or(bias))
+            };
+            if lookup.summary.is_none() {
+                self.not_found(&name, &lookup.rejected);
+            }
+            let module = self.module(
+                &name,
+                &lookup,
+                (start, end, bias),
+                in_core.as_deref(),
+                Vec::new(),
+                None,
+            );
+            modules.push(module);
+        }
+        (modules, Some(0))
+    }
+
+    /// The executable's module and ELF summary (None: neither its file nor
+    /// its headers).
+    fn link_map_executable(
+        &mut self,
+        explicit: Option<&Path>,
+    ) -> Option<(Module, Option<Arc<ElfSummary>>)> {
+        let execfn = self.auxv(AT_EXECFN).filter(|&a| a != 0);
+        let name = execfn
+            .and_then(|a| self.facts.memory_string(a))
+            .filter(|n| !n.is_empty())
+            .map(|n| PathBuf::from(OsStr::from_bytes(&n)))
+            .or_else(|| self.facts.fname.filter(|f| !f.is_empty()).map(PathBuf::from))
+            .or_else(|| explicit.map(Path::to_path_buf));
+        let Some(name) = name else {
+            self.warnings
+                .push("cannot tell the executable: no AT_EXECFN and no NT_PRPSINFO".into());
+            return None;
+        };
+        let entry = self.auxv(AT_ENTRY);
+        let page = self.facts.page.max(1);
+        let phdr = self.auxv(AT_PHDR).filter(|&a| a != 0);
+        let mut in_core = phdr.and_then(|p| self.header_summary(p - p % page));
+        let mut lookup = self.locate(&name, in_core.as_deref(), explicit, None);
+        let got =
+            self.fetch(std::slice::from_ref(&name), &[(in_core.clone(), lookup.file.clone())]);
+        if let Some(Some(got)) = got.into_iter().next() {
+            let summary = self.options.finder.given(&got, self.facts.arch).ok();
+            lookup = Lookup { file: Some(got), summary, rejected: Vec::new() };
+        }
+        if lookup.summary.is_none() {
+            self.not_found(&name, &lookup.rejected);
+        }
+        let Some(summary) = lookup.summary.clone().or_else(|| in_core.clone()) else {
+            // Only its place is known: the mapping that holds the entry point.
+            let entry = entry?;
+            let &(start, end, _) =
+                self.facts.segments.iter().find(|s| s.0 <= entry && entry < s.1)?;
+            let module =
+                self.module(&name, &Lookup::default(), (start, end, start), None, Vec::new(), None);
+            return Some((module, None));
+        };
+        let bias = match entry {
+            Some(entry) => entry.wrapping_sub(summary.entry),
+            None if summary.e_type == object::elf::ET_EXEC => 0,
+            None => {
+                let shown = name.display();
+                self.warnings
+                    .push(format!("cannot place {shown} in memory: the core has no AT_ENTRY"));
+                return None;
+            }
+        };
+        let (start, end) = self.load_range(&summary, bias);
+        if in_core.is_none() {
+            in_core = self.header_summary(start);
+        }
+        let module =
+            self.module(&name, &lookup, (start, end, bias), in_core.as_deref(), Vec::new(), None);
+        Some((module, Some(summary)))
+    }
+
+    /// The runtime range the PT_LOAD segments of `summary` take at `bias`,
+    /// page-aligned.
+    fn load_range(&self, summary: &ElfSummary, bias: u64) -> (u64, u64) {
+        let loads = summary.loads.iter().filter(|l| l.1 != 0).map(|l| (l.0, l.0.wrapping_add(l.1)));
+        let (Some(start), Some(end)) = (loads.clone().map(|l| l.0).min(), loads.map(|l| l.1).max())
+        else {
+            return (bias, bias);
+        };
+        let page = self.facts.page.max(1);
+        let up = end.div_ceil(page).wrapping_mul(page);
+        (bias.wrapping_add(start - start % page), bias.wrapping_add(up))
+    }
+
+    fn vdso(&mut self) -> Option<(Module, Vec<u8>)> {
+        let address = self.auxv(AT_SYSINFO_EHDR).filter(|&a| a != 0)?;
+        let end = self.segment_end(address).unwrap_or(address);
+        let kind = self.facts.kind;
+        let image = self.facts.memory.tail(address, usize::try_from(end - address).unwrap_or(0));
+        if image.is_empty() || (image.len() as u64) < end - address {
+            self.warnings.push(format!("vdso at {address:#x} is not in the {kind}"));
+            return None;
+        }
+        let image = image.to_vec();
+        let summary = match crate::space::elf::summarize(&image) {
+            Ok(summary) => summary,
+            Err(e) => {
+                self.warnings.push(format!("vdso at {address:#x} unusable: <image>: {e}"));
+                return None;
+            }
+        };
+        let low = summary.loads.iter().map(|l| l.0).min().unwrap_or(0);
+        let bias = address.wrapping_sub(low - low % self.facts.page.max(1));
+        if let Err(e) = self.host.add_image("[vdso]", &image, bias) {
+            self.warnings.push(format!("vdso at {address:#x} unusable: {e}"));
+            return None;
+        }
+        let module = Module {
+            path: PathBuf::from("[vdso]"),
+            file: None,
+            start: address,
+            end,
+            bias,
+            build_id: summary.build_id,
+            file_build_id: None,
+            found: true,
+            ranges: Vec::new(),
+            doubtful: false,
+            stand_in: false,
+        };
+        Some((module, image))
+    }
+
+    /// The file for module `path` (see the module's documentation):
+    /// `in_core` its headers in the snapshot, `given` the file the user
+    /// named for it, `recorded` what the source records where its headers
+    /// are not in its memory.
+    fn locate(
+        &mut self,
+        path: &Path,
+        in_core: Option<&ElfSummary>,
+        given: Option<&Path>,
+        recorded: Option<&Identity>,
+    ) -> Lookup {
+        if self.facts.foreign.is_some() {
+            return Lookup::default();
+        }
+        let want = match in_core {
+            Some(h) => h.build_id.clone().filter(|b| !b.is_empty()).map(Identity::BuildId),
+            None => recorded.cloned(),
+        };
+        let arch = self.facts.arch;
+        let (file, summary, rejected) = match given {
+            Some(file) => match self.options.finder.given(file, arch) {
+                Ok(summary) => (file.to_path_buf(), summary, Vec::new()),
+                // (Checked before the modules were looked for: see `build`.)
+                Err(why) => return Lookup { rejected: vec![why.to_string()], ..Lookup::default() },
+            },
+            None => match self.options.finder.locate(path, want.as_ref(), arch) {
+                Located { file: Some((file, summary)), rejected } => (file, summary, rejected),
+                Located { file: None, rejected } => {
+                    return Lookup { rejected, ..Lookup::default() }
+                }
+            },
+        };
+        let (kind, shown, file_shown) = (self.facts.kind, path.display(), file.display());
+        match want {
+            None => {
+                if given.is_none() {
+                    // (A file given by name is the user's word.)
+                    self.unverified.insert(path.to_path_buf());
+                    self.warnings.push(format!(
+                        "{shown}: the {kind} records no identity (build id) to check \
+                         {file_shown} by; used, its frames doubtful"
+                    ));
+                }
+            }
+            Some(want) if !want.matches(&summary) => {
+                // A file without a build id cannot be the module whose build id was recorded.
+                self.mismatched.insert(path.to_path_buf(), summary.build_id.clone());
+                let using = if self.options.allow_mismatch {
+                    "using it anyway"
+                } else {
+                    "not used (--allow-mismatch uses it)"
+                };
+                self.warnings.push(format!(
+                    "{} mismatch for {shown}: {kind} has {want}, {file_shown} has {}; {using}",
+                    want.kind_name(),
+                    want.of_file(&summary)
+                ));
+                if !self.options.allow_mismatch {
+                    let why = format!("{file_shown} has another build id");
+                    return Lookup { rejected: vec![why], ..Lookup::default() };
+                }
+            }
+            Some(_) => {}
+        }
+        Lookup { file: Some(file), summary: Some(summary), rejected }
+    }
+
+    /// For each module (its path; its headers in the snapshot and the file
+    /// found for it here): the executable fetched by its build id where no
+    /// file was found; and the DWARF of every module without it here, into
+    /// debuginfod's cache, where the lookups of lines and debug files find
+    /// it. Each file that no server gave is a warning.
+    fn fetch(
+        &mut self,
+        paths: &[PathBuf],
+        modules: &[(Option<Arc<ElfSummary>>, Option<PathBuf>)],
+    ) -> Vec<Option<PathBuf>> {
+        let mut out = vec![None; modules.len()];
+        if !self.options.fetch {
+            return out;
+        }
+        let hex = |id: &Vec<u8>| id.iter().map(|b| format!("{b:02x}")).collect::<String>();
+        let ids: Vec<Option<String>> = modules
+            .iter()
+            .map(|(h, _)| {
+                h.as_ref().and_then(|h| h.build_id.as_ref()).filter(|b| !b.is_empty()).map(hex)
+            })
+            .collect();
+        let wanted: Vec<usize> =
+            (0..modules.len()).filter(|&i| ids[i].is_some() && modules[i].1.is_none()).collect();
+        let asked: Vec<(String, Kind)> = wanted
+            .iter()
+            .filter_map(|&i| ids[i].clone())
+            .map(|id| (id, Kind::Executable))
+            .collect();
+        let answers = if asked.is_empty() { Vec::new() } else { self.host.fetch(&asked) };
+        for (&i, answer) in wanted.iter().zip(answers) {
+            let shown = paths[i].display();
+            match answer {
+                Ok(path) if self.options.finder.given(&path, self.facts.arch).is_ok() => {
+                    self.fetched.insert(path.clone());
+                    out[i] = Some(path);
+                }
+                Ok(path) => self.warnings.push(format!(
+                    "debuginfod: no executable for {shown}: {} is not an ELF file of this \
+                     architecture",
+                    path.display()
+                )),
+                Err(why) => {
+                    self.warnings.push(format!("debuginfod: no executable for {shown}: {why}"))
+                }
+            }
+        }
+        let Some(root) = self.options.debug_root.as_deref() else { return out };
+        let wanted: Vec<usize> = (0..modules.len())
+            .filter(|&i| {
+                let file = out[i].as_ref().or(modules[i].1.as_ref());
+                ids[i].is_some()
+                    && file.is_some_and(|f| {
+                        !crate::source::files::map(f).is_ok_and(|d| {
+                            crate::space::debugfile::has_dwarf(&d, Some(f), Some(root))
+                        })
+                    })
+            })
+            .collect();
+        let asked: Vec<(String, Kind)> =
+            wanted.iter().filter_map(|&i| ids[i].clone()).map(|id| (id, Kind::Debuginfo)).collect();
+        let answers = if asked.is_empty() { Vec::new() } else { self.host.fetch(&asked) };
+        for (&i, answer) in wanted.iter().zip(answers) {
+            if let Err(why) = answer {
+                let shown = paths[i].display();
+                self.warnings.push(format!("debuginfod: no debuginfo for {shown}: {why}"));
+            }
+        }
+        out
+    }
+
+    fn not_found(&mut self, path: &Path, rejected: &[String]) {
+        match self.facts.foreign {
+            None => {
+                let reason = if rejected.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", rejected.join("; "))
+                };
+                self.warnings.push(format!("module not found: {}{reason}", path.display()));
+            }
+            Some(_) if self.foreign_said => {}
+            Some(os) => {
+                self.foreign_said = true;
+                self.warnings.push(format!(
+                    "the modules of a {os} dump are not looked for on this machine (only ELF \
+                     files are read): they are named from symbol files (--symbols-path, \
+                     --symbols-url) where those are given"
+                ));
+            }
+        }
+    }
+
+    /// A module at `place` (start, end, bias), its file added to the host,
+    /// else its code told to the host as a module without a file.
+    fn module(
+        &mut self,
+        path: &Path,
+        lookup: &Lookup,
+        (start, end, bias): (u64, u64, u64),
+        in_core: Option<&ElfSummary>,
+        ranges: Vec<Range<u64>>,
+        recorded: Option<&Identity>,
+    ) -> Module {
+        let mut file = lookup.file.clone();
+        let mut on_disk = lookup.summary.clone();
+        if let Some(f) = &file {
+            let added = self.host.add_file(f, bias, (!ranges.is_empty()).then_some(&ranges[..]));
+            if let Err(e) = added {
+                self.warnings.push(format!("module {}: {e}", path.display()));
+                (file, on_disk) = (None, None);
+            }
+        }
+        let build_id = in_core
+            .and_then(|h| h.build_id.clone())
+            .or_else(|| recorded.and_then(|r| r.build_id().map(<[u8]>::to_vec)));
+        let file_build_id = match &on_disk {
+            Some(s) => s.build_id.clone(),
+            None => self.mismatched.get(path).cloned().flatten(),
+        };
+        let module = Module {
+            path: path.to_path_buf(),
+            found: file.is_some(),
+            file,
+            start,
+            end,
+            bias,
+            build_id,
+            file_build_id,
+            ranges,
+            doubtful: false,
+            stand_in: false,
+        };
+        if module.file.is_none() {
+            let sym = self.host.sym_file(&module);
+            self.add_missing(&module, in_core, sym.as_deref());
+        }
+        module
+    }
+
+    /// Tell the host where a module without a file has code — its
+    /// executable segments as the headers in the snapshot place them, else
+    /// the snapshot's executable segments within it (gdb's gcore leaves
+    /// unmodified file pages out) — so that a return address into it is
+    /// accepted, and the walk goes on past it by frame pointers or scanning,
+    /// instead of dropping a right frame for lying in no module. A Breakpad
+    /// symbol file's `STACK CFI` records (offsets from the module's start)
+    /// unwind it where they cover a pc.
+    fn add_missing(&mut self, module: &Module, in_core: Option<&ElfSummary>, sym: Option<&Path>) {
+        let page = self.facts.page.max(1);
+        let mut segments: Vec<Range<u64>> = in_core
+            .iter()
+            .flat_map(|h| h.loads.iter())
+            .filter(|l| l.4 & PF_X != 0 && l.1 != 0)
+            .filter_map(|l| {
+                let start = l.0.wrapping_add(module.bias);
+                Some(start..start.checked_add(l.1)?)
+            })
+            .collect();
+        if segments.is_empty() {
+            segments = self.code_segments().collect();
+        }
+        let spans = module.spans();
+        let code: Vec<Range<u64>> = spans
+            .iter()
+            .flat_map(|span| {
+                segments.iter().filter(move |s| s.start < span.end && span.start < s.end).map(
+                    move |s| {
+                        let up = s.end.div_ceil(page).saturating_mul(page);
+                        span.start.max(s.start - s.start % page)..span.end.min(up)
+                    },
+                )
+            })
+            .filter(|r| r.start < r.end)
+            .collect();
+        // A damaged snapshot can place a module past the end of the address space.
+        let spans: Vec<Range<u64>> = spans.into_iter().filter(|r| r.start < r.end).collect();
+        if !code.is_empty() && !spans.is_empty() {
+            let sym = sym.map(|s| (s, module.start));
+            // Refused: over a module that has a file, which is kept.
+            let _ = self.host.add_missing(&module.path, &spans, &code, sym, false);
+        }
+    }
+
+    /// Executable memory in no module (a JIT's code: node's, the JVM's) told
+    /// to the host as code without a file, so that a frame-pointer chain
+    /// through it is followed, its return addresses taken for what they
+    /// are, instead of scanned past. Only where the source lists the files
+    /// mapped: without that list, a file's code would pass for a JIT's.
+    fn add_jit_code(&mut self, modules: &[Module]) {
+        let taken: Vec<Range<u64>> = modules.iter().flat_map(Module::spans).collect();
+        let jit: Vec<Range<u64>> = self
+            .code_segments()
+            .filter(|s| !taken.iter().any(|t| t.start < s.end && s.start < t.end))
+            // (x86_64's [vsyscall] page: the kernel's, no JIT's.)
+            .filter(|s| s.start < KERNEL_HALF)
+            .collect();
+        for range in jit {
+            // Refused: over another piece of code, known already.
+            let one = std::slice::from_ref(&range);
+            let _ = self.host.add_missing(Path::new("[jit]"), one, one, None, true);
+        }
+    }
+}
+
+impl Facts<'_> {
+    /// The NUL-terminated string at `address` in the snapshot's memory.
+    fn memory_string(&self, address: u64) -> Option<Vec<u8>> {
+        let bytes = self.memory.tail(address, 4096);
+        let end = bytes.iter().position(|&b| b == 0)?;
+        Some(bytes[..end].to_vec())
+    }
+}
+
+/// Whether `path` has the file name of `executable` or the process name
+/// `fname` (`NT_PRPSINFO`'s `pr_fname`, cut to 15 bytes).
+fn named_as(path: &Path, executable: Option<&Path>, fname: Option<&str>) -> bool {
+    let base = path.file_name().unwrap_or(path.as_os_str());
+    if executable.is_some_and(|e| e.file_name().unwrap_or(e.as_os_str()) == base) {
+        return true;
+    }
+    let Some(fname) = fname else { return false };
+    let base = base.as_bytes();
+    base == fname.as_bytes() || (fname.len() == FNAME_MAX && base.starts_with(fname.as_bytes()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::source::memory::{Data, Segment as MemorySegment};
+
+    /// Records what it is given.
+    #[derive(Default)]
+    struct Recorder {
+        files: Vec<(PathBuf, u64)>,
+        missing: Vec<PathBuf>,
+    }
+
+    impl Host for Recorder {
+        fn add_file(
+            &mut self,
+            file: &Path,
+            bias: u64,
+            _: Option<&[Range<u64>]>,
+        ) -> Result<(), String> {
+            self.files.push((file.to_path_buf(), bias));
+            Ok(())
+        }
+        fn add_image(&mut self, _: &str, _: &[u8], _: u64) -> Result<(), String> {
+            Ok(())
+        }
+        fn add_missing(
+            &mut self,
+            name: &Path,
+            _: &[Range<u64>],
+            _: &[Range<u64>],
+            _: Option<(&Path, u64)>,
+            _: bool,
+        ) -> Result<(), String> {
+            self.missing.push(name.to_path_buf());
+            Ok(())
+        }
+        fn fetch(&mut self, requests: &[(String, Kind)]) -> Vec<Result<PathBuf, String>> {
+            requests.iter().map(|_| Err("no server".to_owned())).collect()
+        }
+    }
+
+    const BASE: u64 = 0x5555_0000_0000;
+
+    /// This test program mapped at BASE as a snapshot shows it: its first
+    /// 64 KiB (ELF headers) in memory if `headers`, and what the source
+    /// records of it.
+    fn snapshot_of(
+        headers: bool,
+        recorded: Option<Identity>,
+        options: &Options,
+    ) -> (AddressSpace, Recorder) {
+        let exe = std::env::current_exe().unwrap();
+        let data = std::fs::read(&exe).unwrap();
+        let len = data.len() as u64;
+        let size = if headers { len.min(1 << 16) } else { 0 };
+        let memory = SegmentMemory::new(
+            Data::Owned(data),
+            &[MemorySegment { address: BASE, offset: 0, size }],
+        );
+        let files = [FileMapping { start: BASE, end: BASE + len, offset: 0, path: exe }];
+        let segments = [(BASE, BASE + len, PF_X)];
+        let link_map = |_| (Vec::new(), Vec::new());
+        let recorded = move |start| recorded.clone().filter(|_| start == BASE);
+        let auxv = BTreeMap::new();
+        let facts = Facts {
+            arch: Arch::X86_64,
+            page: 4096,
+            segments: &segments,
+            files: Some(&files),
+            auxv: &auxv,
+            fname: None,
+            memory: &memory,
+            link_map: &link_map,
+            recorded: &recorded,
+            code_mappings_known: false,
+            kind: "core",
+            foreign: None,
+        };
+        let mut host = Recorder::default();
+        let space = build(&facts, options, &mut host).unwrap();
+        (space, host)
+    }
+
+    #[test]
+    fn a_module_is_found_checked_and_placed() {
+        if !cfg!(target_arch = "x86_64") {
+            return;
+        }
+        let options = Options::default();
+        let (space, host) = snapshot_of(true, None, &options);
+        let [module] = &space.modules[..] else { panic!("{:?}", space.modules) };
+        assert!(module.found && !module.doubtful, "{module:?}");
+        assert_eq!(module.build_id, module.file_build_id);
+        assert_eq!(host.files, vec![(module.file.clone().unwrap(), module.bias)]);
+        assert!(space.warnings.is_empty(), "{:?}", space.warnings);
+        // Nothing recorded to check the file by: used, doubtful, said.
+        let (space, _) = snapshot_of(false, None, &options);
+        assert!(space.modules[0].found && space.modules[0].doubtful);
+        assert!(space.warnings[0].contains("records no identity"), "{:?}", space.warnings);
+        // Another build recorded: not used, unless allowed.
+        let other = Some(Identity::FileId(vec![0xab; 20]));
+        let (space, host) = snapshot_of(false, other.clone(), &options);
+        assert!(!space.modules[0].found && host.files.is_empty());
+        assert!(space.warnings[0].starts_with("build-id mismatch for "), "{:?}", space.warnings);
+        assert_eq!(host.missing, vec![space.modules[0].path.clone()]);
+        let allowing = Options { allow_mismatch: true, ..Options::default() };
+        let (space, _) = snapshot_of(false, other, &allowing);
+        assert!(space.modules[0].found && space.modules[0].doubtful);
+    }
+
+    #[test]
+    fn an_executable_given_must_be_one_of_the_architecture() {
+        let facts_of = |options: &Options| {
+            let memory = SegmentMemory::new(Data::Owned(Vec::new()), &[]);
+            let auxv = BTreeMap::new();
+            let facts = Facts {
+                arch: Arch::X86_64,
+                page: 4096,
+                segments: &[],
+                files: Some(&[]),
+                auxv: &auxv,
+                fname: None,
+                memory: &memory,
+                link_map: &|_| (Vec::new(), Vec::new()),
+                recorded: &|_| None,
+                code_mappings_known: false,
+                kind: "core",
+                foreign: None,
+            };
+            build(&facts, options, &mut Recorder::default()).map(|s| s.warnings)
+        };
+        let missing = Options { executable: Some("/no/such/program".into()), ..Options::default() };
+        assert_eq!(facts_of(&missing).unwrap_err(), "executable /no/such/program: no such file");
+        let dir = tempfile::tempdir().unwrap();
+        let text = dir.path().join("notes.txt");
+        std::fs::write(&text, "not an ELF file\n").unwrap();
+        let given = Options { executable: Some(text.clone()), ..Options::default() };
+        let why = facts_of(&given).unwrap_err();
+        assert_eq!(why, format!("executable {}: not an ELF file", text.display()));
+        let fine = Options { executable: std::env::current_exe().ok(), ..Options::default() };
+        if cfg!(target_arch = "x86_64") {
+            let warnings = facts_of(&fine).unwrap();
+            assert!(
+                warnings[0].ends_with("not used: the core does not show where"),
+                "{warnings:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn named_as_the_program_or_the_process() {
+        let path = Path::new("/usr/bin/a-very-long-program-name");
+        assert!(named_as(path, Some(Path::new("/elsewhere/a-very-long-program-name")), None));
+        assert!(named_as(path, None, Some("a-very-long-pro")));
+        assert!(!named_as(path, None, Some("a-very-long")));
+        assert!(named_as(Path::new("/bin/ls"), None, Some("ls")));
+        assert!(!named_as(Path::new("/bin/ls"), Some(Path::new("/bin/cat")), None));
+    }
+}
