@@ -15,56 +15,37 @@
 # instead, unpacked from its packages, with sid's glibc next to it (its binaries need glibc 2.38+,
 # newer than this machine's): the executable's interpreter and run path set to those
 # (patchelf). libpython3.14-dev gives the headers (Include/internal too). sid moves on and its
-# pool files go, so the packages are the ones sid's index names now (apt-get download, which
-# checks each against the signed index). Its pystack is the tests' own (a venv of it would need
-# Debian's python3.14-venv and more of sid).
+# pool files go, so the packages are the ones sid's index names now (apt-get download through
+# tests/debian_packages.py, which checks each against the signed index). Its pystack is the
+# tests' own (a venv of it would need Debian's python3.14-venv and more of sid).
 set -euo pipefail
 
 minor=${1:?usage: build_cpython.sh 3.13|3.14}
 cache=${STACKWALK_CACHE:-$HOME/.cache/stackwalk}
 mkdir -p "$cache"
 
-# apt's own client on a private state of its own (lists, cache, no installed packages: nothing
-# of the machine's apt is touched), reading Debian's SUITE from the first of this machine's apt
-# repositories that serves it (a mirror, a proxy: as the machine is configured), its index
-# checked against Debian's archive keyring. Sets APT to the options every apt-get call takes.
-# TYPES: "deb" (binary packages) or "deb-src" (sources).
-private_apt() {  # SUITE TYPES
-  local dir uri
-  dir=$(mktemp -d "$cache/apt-$1.XXXXXX")
-  mkdir -p "$dir/lists/partial" "$dir/cache/archives/partial" "$dir/sources"
-  APT=(-q -o Dir::Etc::SourceList=/dev/null -o Dir::Etc::SourceParts="$dir/sources"
-       -o Dir::State::Lists="$dir/lists" -o Dir::Cache="$dir/cache"
-       -o Dir::State::status=/dev/null -o Debug::NoLocking=1 -o APT::Sandbox::User=root
-       -o Acquire::IndexTargets::deb::DEP-11::DefaultEnabled=false)
-  for uri in $(apt-get indextargets --no-release-info --format '$(REPO_URI)' | sort -u); do
-    printf 'Types: %s\nURIs: %s\nSuites: %s\nComponents: main\nSigned-By: %s\n' \
-      "$2" "$uri" "$1" /usr/share/keyrings/debian-archive-keyring.gpg >"$dir/sources/$1.sources"
-    if apt-get "${APT[@]}" update >"$dir/update.log" 2>&1 && ! grep -q '^[EW]:' "$dir/update.log"
-    then
-      return 0
-    fi
-  done
-  echo "build_cpython.sh: no repository of apt's sources serves Debian's $1 suite" >&2
-  cat "$dir/update.log" >&2
-  return 1
-}
+# Debian's packages and sources are downloaded by tests/debian_packages.py (apt's own client on
+# a private state: nothing of the machine's apt is touched; the first of the machine's apt
+# repositories that serves the suite; the index checked against Debian's archive keyring), with
+# the system's python3 (this runs before the project's venv is made), its state in the cache.
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+arch=$(dpkg --print-architecture)
 
 if [ "$minor" = 3.14 ]; then
   for python in "$cache"/cpython-3.14.*/usr/bin/python3.14; do
     [ -x "$python" ] && { echo "$python"; exit 0; }
   done
   work=$(mktemp -d "$cache/unpack-3.14.XXXXXX")
-  trap 'rm -rf "$work" "$cache"/apt-sid.*' EXIT
-  private_apt sid deb
-  release=$(apt-cache "${APT[@]}" show --no-all-versions python3.14-minimal 2>/dev/null \
-    | sed -n 's/^Version: //p' | sed 's/-.*//')
+  trap 'rm -rf "$work" "$cache"/apt-sid-*' EXIT
+  # (apt-get download checks each package against the index's hashes.)
+  python3 "$here/debian_packages.py" sid "$arch" "$work" python3.14-minimal libpython3.14-minimal \
+    libpython3.14-stdlib libpython3.14-dev libc6 libexpat1 zlib1g || exit 1
+  release=""
+  for deb in "$work"/python3.14-minimal_*.deb; do
+    if [ -f "$deb" ]; then release=$(dpkg-deb -f "$deb" Version | sed 's/-.*//'); fi
+  done
   [ -n "$release" ] || { echo "build_cpython.sh: sid has no python3.14-minimal" >&2; exit 1; }
   echo "build_cpython.sh: unpacking Debian sid's CPython $release" >&2
-  # (apt-get download checks each package against the index's hashes.)
-  (cd "$work" && apt-get "${APT[@]}" download python3.14-minimal libpython3.14-minimal \
-    libpython3.14-stdlib libpython3.14-dev libc6 libexpat1 zlib1g >"$work/download.log" 2>&1) \
-    || { cat "$work/download.log" >&2; exit 1; }
   for deb in "$work"/*.deb; do
     dpkg-deb -x "$deb" "$work/root"
   done
@@ -98,12 +79,10 @@ python=$prefix/bin/python$minor
 
 if [ ! -x "$python" ]; then
   work=$(mktemp -d "$cache/build-$version.XXXXXX")
-  trap 'rm -rf "$work"' EXIT
-  trap 'rm -rf "$work" "$cache"/apt-"$suite".*' EXIT
-  private_apt "$suite" deb-src
+  trap 'rm -rf "$work" "$cache"/apt-"$suite"-*' EXIT
   echo "build_cpython.sh: downloading the source of Debian $suite's python$minor" >&2
-  (cd "$work" && apt-get "${APT[@]}" source --download-only "python$minor" >"$work/source.log" 2>&1) \
-    || { cat "$work/source.log" >&2; exit 1; }
+  python3 "$here/debian_packages.py" --source "$suite" "$arch" "$work" "python$minor" \
+    || exit 1
   tarball=$work/$orig
   [ -f "$tarball" ] || { echo "build_cpython.sh: $suite's python$minor is not $version" >&2; exit 1; }
   echo "$sha256  $tarball" | sha256sum -c --quiet - \

@@ -6,12 +6,12 @@ Each is checked by `auditwheel show`. The x86_64 wheels are installed into a fre
 other CPython here that they serve (3.10's into 3.10, the other into 3.11 and later, never the
 one that built them), with no Rust on PATH, and run `stackwalk --version` and `stackwalk demo`
 (a program built, stopped under gdb, unwound and compared with gdb). The aarch64 wheel runs
-under qemu-aarch64 in Debian's own aarch64 CPython (bookworm's 3.11, unpacked from Debian's
-archive into the cache with the libraries it needs, each package checked against the sha256
-the archive's index gives): `--version`, and a public minidump read to the same JSON as the
-x86_64 wheel gives. auditwheel cannot read a musl wheel on a glibc machine (it looks for musl's
-libc and fails): that wheel's shared object is checked to need musl's libc.so alone, and is not
-run here (no musl CPython).
+under qemu-aarch64 in Debian's own aarch64 CPython (bookworm's 3.11, downloaded from Debian's
+archive by tests/debian_packages.py, each package checked against the sha256 the archive's
+index gives, and unpacked into the cache with the libraries it needs): `--version`, and a
+public minidump read to the same JSON as the x86_64 wheel gives. auditwheel cannot read a musl wheel on a glibc
+machine (it looks for musl's libc and fails): that wheel's shared object is checked to need
+musl's libc.so alone, and is not run here (no musl CPython).
 
     python tests/wheels.py [OUT_DIR]      (default: dist/)
 
@@ -26,8 +26,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
 from pathlib import Path
+
+from debian_packages import apt_download
 
 ROOT = Path(__file__).resolve().parent.parent
 # (name, Rust target, maturin --compatibility, what auditwheel must call it, cargo's features):
@@ -94,46 +95,6 @@ ARM64_PACKAGES = ("python3.11-minimal", "libpython3.11-minimal", "libpython3.11-
                   "libsqlite3-0", "libuuid1", "libssl3")  # fmt: skip
 CACHE = Path(os.environ.get("STACKWALK_CACHE", Path.home() / ".cache" / "stackwalk"))
 PUBLIC_DUMP = ROOT / "tests" / "data" / "rust-minidump" / "linux-mini.dmp"
-
-
-def apt_download(suite: str, arch: str, packages: Sequence[str], into: Path) -> None:
-    """``packages`` of Debian's ``suite`` for ``arch``, downloaded into ``into`` by apt's own
-    client on a private state (lists, cache, no installed packages: nothing of the machine's apt
-    is touched), from the first of this machine's apt repositories that serves the suite (a
-    mirror, a proxy: as the machine is configured); the index is checked against Debian's
-    archive keyring and each package against the index."""
-    state = Path(tempfile.mkdtemp(prefix=f"apt-{suite}-", dir=CACHE))
-    try:
-        for sub in ("lists/partial", "cache/archives/partial", "sources"):
-            (state / sub).mkdir(parents=True)
-        options = ["-q", "-o", "Dir::Etc::SourceList=/dev/null",
-                   "-o", f"Dir::Etc::SourceParts={state / 'sources'}",
-                   "-o", f"Dir::State::Lists={state / 'lists'}",
-                   "-o", f"Dir::Cache={state / 'cache'}", "-o", "Dir::State::status=/dev/null",
-                   "-o", "Debug::NoLocking=1", "-o", "APT::Sandbox::User=root",
-                   "-o", f"APT::Architecture={arch}", "-o", f"APT::Architectures={arch}",
-                   "-o", "Acquire::IndexTargets::deb::DEP-11::DefaultEnabled=false"]  # fmt: skip
-        listed = ["apt-get", "indextargets", "--no-release-info", "--format", "$(REPO_URI)"]
-        uris = subprocess.run(listed, capture_output=True, text=True).stdout.split()
-        for uri in sorted(set(uris)):
-            (state / "sources" / f"{suite}.sources").write_text(
-                f"Types: deb\nURIs: {uri}\nSuites: {suite}\nComponents: main\n"
-                "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n"
-            )
-            update = subprocess.run(["apt-get", *options, "update"], capture_output=True,
-                                    text=True)  # fmt: skip
-            said = update.stdout + update.stderr
-            if update.returncode == 0 and not re.search(r"^[EW]:", said, re.MULTILINE):
-                break
-        else:
-            raise RuntimeError(f"no repository of apt's sources serves Debian's {suite}")
-        into.mkdir(parents=True, exist_ok=True)
-        download = subprocess.run(["apt-get", *options, "download", *packages], cwd=into,
-                                  capture_output=True, text=True)  # fmt: skip
-        if download.returncode != 0:
-            raise RuntimeError(f"apt-get download: {download.stderr.strip()}")
-    finally:
-        shutil.rmtree(state, ignore_errors=True)
 
 
 def arm64_python() -> Path:
