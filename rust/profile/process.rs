@@ -1,9 +1,10 @@
 //! Each profiled process's address space: the files it maps and where.
 
+use std::path::Path;
 use std::sync::Arc;
 
 use crate::source::memory::Data;
-use crate::space::finder::{same_build_id, Found};
+use crate::space::finder::{same_build_id, Identity, Located};
 use crate::space::perfmap::PerfMap;
 use crate::space::sections::CodeSegment;
 use crate::space::Segment;
@@ -143,22 +144,25 @@ impl Profiler {
             self.vdso.clone()
         } else {
             let recorded = self.recorded.get(filename).filter(|id| !id.is_empty()).cloned();
-            let mut data = match self.options.files.find(&path, recorded.as_deref()) {
-                Found::File(found, data) => {
-                    file_path = found;
-                    Some(Arc::new(data))
-                }
-                Found::OtherBuild(found, theirs) => {
-                    let want = recorded.as_deref().unwrap_or_default();
+            let want = recorded.clone().map(Identity::BuildId);
+            let located = self.options.files.locate(Path::new(&*path), want.as_ref(), self.arch);
+            let mut data = match (located, &want) {
+                (Located { file: Some((found, summary)), .. }, Some(want))
+                    if !want.matches(&summary) =>
+                {
                     self.summary.warnings.push(format!(
-                        "{} has build id {}, the recording's is {}: not used",
+                        "{} has build id {}, the recording's is {want}: not used",
                         found.display(),
-                        hex(&theirs),
-                        hex(want)
+                        want.of_file(&summary),
                     ));
                     None
                 }
-                Found::Missing => None,
+                (Located { file: Some((found, _)), .. }, _) => {
+                    let data = crate::source::files::map(&found).ok().map(Arc::new);
+                    file_path = found;
+                    data
+                }
+                (Located { file: None, .. }, _) => None,
             };
             if let (None, Some(want)) = (&data, &recorded) {
                 let from_perf = perf_cached(want).map(|c| (c, "perf's build-id cache"));
@@ -231,10 +235,13 @@ impl Profiler {
             if !path.starts_with('/') || id.is_empty() || is_anonymous(name) {
                 continue;
             }
-            let found = match self.options.files.find(&path, Some(id)) {
-                Found::File(here, _) => Some(here),
-                _ => perf_cached(id).or_else(|| debuginfod_cached(id)).map(|(p, _)| p),
+            let want = Identity::BuildId(id.clone());
+            let here = match self.options.files.locate(Path::new(&path), Some(&want), self.arch) {
+                Located { file: Some((here, summary)), .. } if want.matches(&summary) => Some(here),
+                _ => None,
             };
+            let found =
+                here.or_else(|| perf_cached(id).or_else(|| debuginfod_cached(id)).map(|(p, _)| p));
             files.push((path, hex(id), found));
         }
         let wanted: Vec<usize> = (0..files.len()).filter(|&i| files[i].2.is_none()).collect();

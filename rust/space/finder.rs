@@ -13,7 +13,6 @@ use std::sync::Arc;
 
 use crate::arch::Arch;
 use crate::source::files::FileCache;
-use crate::source::memory::Data;
 use crate::space::elf::ElfSummary;
 
 /// The places to look for files, as the options give them.
@@ -136,16 +135,6 @@ pub fn file_summary(path: &Path) -> std::io::Result<Result<Arc<ElfSummary>, Stri
     })
 }
 
-/// What [`FileFinder::find`] found.
-pub enum Found {
-    /// The file, its bytes.
-    File(PathBuf, Data),
-    /// Only files of other builds: the first, and its build id.
-    OtherBuild(PathBuf, Vec<u8>),
-    /// Nothing readable at any of the places.
-    Missing,
-}
-
 impl FileFinder {
     /// Where the file mapped at `path` may be, in the order they are tried,
     /// each once. A path that is not absolute (`[vdso]`, a JIT's name) is
@@ -175,29 +164,6 @@ impl FileFinder {
         let mut seen = std::collections::HashSet::new();
         out.retain(|p| seen.insert(p.clone()));
         out
-    }
-
-    /// The file mapped at `path` whose build id is `want` (None: any file),
-    /// from the first of [`FileFinder::candidates`] that is one.
-    pub fn find(&self, path: &str, want: Option<&[u8]>) -> Found {
-        let mut other = None;
-        for candidate in self.candidates(path) {
-            let Ok(data) = crate::source::files::map(&candidate) else { continue };
-            let Some(want) = want.filter(|w| !w.is_empty()) else {
-                return Found::File(candidate, data);
-            };
-            let theirs = crate::space::elf::summarize(&data).ok().and_then(|s| s.build_id);
-            match theirs {
-                Some(theirs) if !same_build_id(want, &theirs) => {
-                    other.get_or_insert((candidate, theirs));
-                }
-                _ => return Found::File(candidate, data),
-            }
-        }
-        match other {
-            Some((path, id)) => Found::OtherBuild(path, id),
-            None => Found::Missing,
-        }
     }
 }
 
@@ -306,7 +272,9 @@ mod tests {
     fn the_recorded_build_is_preferred_then_reported() {
         let exe = std::env::current_exe().unwrap();
         let data = crate::source::files::map(&exe).unwrap();
-        let Some(id) = crate::space::elf::summarize(&data).unwrap().build_id else {
+        let summary = crate::space::elf::summarize(&data).unwrap();
+        let (Some(id), Some(arch)) = (summary.build_id, Arch::from_elf_machine(summary.machine))
+        else {
             return; // a test binary linked without a build id: nothing to tell apart
         };
         let dir = tempfile::tempdir().unwrap();
@@ -314,16 +282,55 @@ mod tests {
         let copy = dir.path().join("usr").join(name);
         std::fs::create_dir_all(copy.parent().unwrap()).unwrap();
         std::fs::copy(&exe, &copy).unwrap();
-        let path = format!("/usr/{}", name.to_string_lossy());
+        let path = PathBuf::from(format!("/usr/{}", name.to_string_lossy()));
         let finder = FileFinder { sysroot: Some(dir.path().into()), ..Default::default() };
-        assert!(matches!(finder.find(&path, Some(&id)), Found::File(p, _) if p == copy));
+        let found = |want: &Identity| {
+            let Located { file, .. } = finder.locate(&path, Some(want), arch);
+            file.map(|(p, s)| (p, want.matches(&s)))
+        };
+        assert_eq!(found(&Identity::BuildId(id.clone())), Some((copy.clone(), true)));
+        // perf pads the ids it records to 20 bytes.
         let mut padded = id.clone();
         padded.resize(20.max(id.len()), 0);
-        assert!(matches!(finder.find(&path, Some(&padded)), Found::File(p, _) if p == copy));
-        let other = vec![0xab; id.len()];
-        assert!(
-            matches!(finder.find(&path, Some(&other)), Found::OtherBuild(p, t) if p == copy && t == id)
+        assert_eq!(found(&Identity::BuildId(padded)), Some((copy.clone(), true)));
+        // Another build: the file found, for the caller to say so.
+        let other = Identity::BuildId(vec![0xab; id.len()]);
+        assert_eq!(found(&other), Some((copy.clone(), false)));
+        let theirs = crate::space::elf::summarize(&data).unwrap();
+        assert_eq!(other.of_file(&theirs), hex(&id));
+        // Another architecture's file is a reason, not a file.
+        let other_arch = Arch::ALL.into_iter().find(|&a| a != arch).unwrap();
+        let located = finder.locate(&path, None, other_arch);
+        assert!(located.file.is_none());
+        assert_eq!(located.rejected.len(), 1, "{:?}", located.rejected);
+        assert!(finder.locate(Path::new("/no/such/file"), None, arch).file.is_none());
+    }
+
+    #[test]
+    fn identities_match_as_they_were_recorded() {
+        let summary = |build_id: Option<Vec<u8>>, file_id: Option<Vec<u8>>| ElfSummary {
+            build_id,
+            file_id,
+            ..crate::space::elf::summarize(
+                &std::fs::read(std::env::current_exe().unwrap()).unwrap(),
+            )
+            .unwrap()
+        };
+        let id: Vec<u8> = (1..=20).collect();
+        let with_id = summary(Some(id.clone()), Some(id.clone()));
+        assert!(Identity::BuildId(id.clone()).matches(&with_id));
+        assert!(Identity::FileId(id.clone()).matches(&with_id));
+        assert!(Identity::Guid(id[..16].to_vec(), 0).matches(&with_id));
+        // A GUID with an age is a PDB's or a Mach-O UUID: no ELF file's.
+        assert!(!Identity::Guid(id[..16].to_vec(), 1).matches(&with_id));
+        // A file without a build id cannot be the one whose build id was recorded.
+        let without = summary(None, Some(vec![7; 16]));
+        assert!(!Identity::BuildId(id.clone()).matches(&without));
+        assert_eq!(Identity::BuildId(id).of_file(&without), "no build id");
+        assert!(Identity::FileId(vec![7; 16]).matches(&without));
+        assert_eq!(
+            Identity::Guid(vec![7; 16], 3).to_string(),
+            format!("GUID {} (age 3)", "07".repeat(16))
         );
-        assert!(matches!(finder.find("/no/such/file", Some(&id)), Found::Missing));
     }
 }
