@@ -9,9 +9,9 @@ one that built them), with no Rust on PATH, and run `stackwalk --version` and `s
 under qemu-aarch64 in Debian's own aarch64 CPython (bookworm's 3.11, downloaded from Debian's
 archive by tests/debian_packages.py, each package checked against the sha256 the archive's
 index gives, and unpacked into the cache with the libraries it needs): `--version`, and a
-public minidump read to the same JSON as the x86_64 wheel gives. auditwheel cannot read a musl wheel on a glibc
-machine (it looks for musl's libc and fails): that wheel's shared object is checked to need
-musl's libc.so alone, and is not run here (no musl CPython).
+public minidump read to the same JSON as the x86_64 wheel gives. auditwheel cannot read a musl
+wheel on a glibc machine (it looks for musl's libc and fails): that wheel's shared object is
+checked to need musl's libc.so alone, and is not run here (no musl CPython).
 
     python tests/wheels.py [OUT_DIR]      (default: dist/)
 

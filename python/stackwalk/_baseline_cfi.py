@@ -101,7 +101,7 @@ class Memory:
             start, view = max(items, key=lambda item: len(item[1]))
             self._hot_start, self._hot_last, self._hot_view = start, len(view) - 8, view
 
-    def _locate(self, addr: int, size: int) -> tuple[memoryview, int]:
+    def _window(self, addr: int, size: int) -> tuple[memoryview, int]:
         i = bisect_right(self._starts, addr) - 1
         if i >= 0:
             offset = addr - self._starts[i]
@@ -130,11 +130,11 @@ class Memory:
         offset = addr - self._hot_start
         if 0 <= offset <= self._hot_last:
             return int(_unpack_u64(self._hot_view, offset)[0])
-        view, offset = self._locate(addr, 8)
+        view, offset = self._window(addr, 8)
         return int(_unpack_u64(view, offset)[0])
 
     def read(self, addr: int, size: int) -> int:
-        view, offset = self._locate(addr, size)
+        view, offset = self._window(addr, size)
         return int.from_bytes(view[offset : offset + size], "little")
 
 

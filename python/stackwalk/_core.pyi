@@ -38,7 +38,7 @@ __all__ = [
     "elf_summary",
     "shared_sps",
     "elf_section_address",
-    "place_mappings",
+    "capture_address_space",
     "demangle",
     "read_sym_file",
     "sym_file_parses",
@@ -388,17 +388,19 @@ class MinidumpFile:
     ) -> _AddressSpace: ...
 
 def shared_sps(traces: Sequence[Trace]) -> list[tuple[int, list[int]]]: ...
+def capture_address_space(
+    arch: str,
+    unwinder: Unwinder | None,
+    mappings: Sequence[tuple[int, int, int, str, bool]],
+    at_bias: Sequence[tuple[str, int]],
+    vdso: tuple[int, bytes] | None,
+    options: _SpaceOptions,
+) -> _AddressSpace: ...
 def elf_summary(source: str | PathLike[str] | Buffer) -> _ElfSummary: ...
 def elf_section_address(source: str | PathLike[str] | Buffer, name: str) -> int | None: ...
 def demangle(name: str) -> str: ...
 def read_sym_file(path: str | PathLike[str], debug_id: str | None = None) -> None: ...
 def sym_file_parses() -> int: ...
-def place_mappings(
-    loads: Sequence[tuple[int, int, int, int, int]],
-    mappings: Sequence[tuple[int, int, int]],
-    page: int,
-    code: Sequence[tuple[int, int]],
-) -> list[tuple[int, list[tuple[int, int]]]]: ...
 def flamegraph(
     folded: str | PathLike[str], svg: str | PathLike[str], title: str = "Flame Graph"
 ) -> None: ...

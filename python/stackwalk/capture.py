@@ -28,14 +28,17 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, Protocol
+from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 
 from stackwalk import _capturedoc
-from stackwalk._core import Unwinder, elf_section_address, elf_summary, place_mappings
+from stackwalk._core import Unwinder, capture_address_space, elf_section_address, elf_summary
 from stackwalk._files import write_output
 from stackwalk._records import CoreModule
 from stackwalk._snapshot import document, module_dict
 from stackwalk.errors import ArchError, ElfError, StackwalkError
+
+if TYPE_CHECKING:
+    from stackwalk._core import _AddressSpace, _SpaceOptions  # the stub's alone
 
 __all__ = [
     "Capture",
@@ -47,6 +50,20 @@ __all__ = [
 ]
 
 PAGE_SIZE = 4096
+
+# The options of a capture's address space: its files are where gdb read them.
+_SPACE_OPTIONS: _SpaceOptions = {
+    "executable": None,
+    "sysroot": None,
+    "search": [],
+    "stand_ins": {},
+    "debug_root": None,
+    "allow_mismatch": False,
+    "fetch": False,
+    "progress": None,
+    "code_mappings_known": False,
+    "kind": "capture",
+}
 
 # The registers read at the stop, named as the unwinders take them. Anything else gdb knows
 # (flags, segment and vector registers) is of no use to an unwinder and is left out.
@@ -120,22 +137,6 @@ class CaptureModule:
     """Every mapping of its file in the process (empty where gdb could not read the process's
     mappings: qemu's gdb stub, and captures of format 1)."""
 
-    def placements(self) -> list[tuple[int, list[tuple[int, int]] | None]]:
-        """(bias, runtime ranges) of each placement of the file, by the rule that places a
-        core's files (``place_mappings``: each mapping by the PT_LOAD holding its offset, a
-        placement kept if it holds code); [(bias, None)] without mappings. ElfError if the
-        file cannot be read."""
-        if not self.mappings:
-            return [(self.bias, None)]
-        loads = elf_summary(self.path)["loads"]
-        maps = [(start, end, offset) for start, end, offset, _ in self.mappings]
-        placed = place_mappings(loads, maps, PAGE_SIZE, self.code())
-        return [(bias, ranges) for bias, ranges in placed] or [(self.bias, None)]
-
-    def code(self) -> list[tuple[int, int]]:
-        """The runtime ranges of its executable mappings."""
-        return [(start, end) for start, end, _, perms in self.mappings if "x" in perms]
-
 
 @dataclass(frozen=True)
 class Capture:
@@ -168,43 +169,36 @@ class Capture:
     def gdb_pcs(self) -> list[int]:
         return [frame["pc"] for frame in self.gdb_frames]
 
-    def vdso_bias(self) -> int | None:
-        """Load address minus the vdso image's lowest PT_LOAD vaddr (None without a vdso)."""
-        if self.vdso is None:
-            return None
-        address, image = self.vdso
-        try:
-            vaddrs: list[int] = [vaddr for vaddr, *_ in elf_summary(image)["loads"]]
-        except ElfError as exc:
-            raise ElfError(f"vdso image at {address:#x}: not a valid ELF image: {exc}") from exc
-        if not vaddrs:
-            raise ElfError(f"vdso image at {address:#x}: no PT_LOAD segment")
-        return address - min(vaddrs)
+    def address_space(self, unwinder: Unwinder | None = None) -> _AddressSpace:
+        """Its modules found and placed by the rule that places a core's
+        (``rust/space/snapshot.rs``: each mapping by the PT_LOAD that holds its offset, a
+        placement kept if it holds code; a module without mappings where its file's segments
+        go at its bias; the vdso from its image), into ``unwinder`` if given: (modules, the
+        executable's index (none: a capture does not say), the vdso image, warnings). Its
+        files are this machine's, read by gdb at the stop: used as they are, not doubtful."""
+        mappings = [(start, end, offset, m.path, "x" in perms)
+                    for m in self.modules for start, end, offset, perms in m.mappings]  # fmt: skip
+        at_bias = [(m.path, m.bias) for m in self.modules if not m.mappings]
+        return capture_address_space(
+            self.arch, unwinder, mappings, at_bias, self.vdso, _SPACE_OPTIONS
+        )
 
     def add_modules_to(self, unwinder: _ModuleSink | Unwinder) -> list[str]:
         """Register every module (and the vdso image) of this capture with an unwinder, each
-        placed where its mappings put it. A module that cannot be added (its file missing or
-        unreadable) is a warning, as in ``Core``: the Rust unwinder still learns where it was
-        and which of it was code (``add_missing_module``). Returns the warnings."""
-        warnings = []
-        for module in self.modules:
+        placed where its mappings put it (``address_space``). A module that cannot be added
+        (its file missing or unreadable) is a warning, as in ``Core``: the Rust unwinder still
+        learns where it was and which of it was code. Returns the warnings."""
+        if isinstance(unwinder, Unwinder):
+            return self.address_space(unwinder)[3]
+        modules, _, image, warnings = self.address_space()
+        for path, file, _, _, bias, *_ in modules:
             try:
-                for bias, ranges in module.placements():
-                    if isinstance(unwinder, Unwinder) and ranges is not None:
-                        unwinder.add_module(module.path, bias, ranges=ranges)
-                    else:
-                        unwinder.add_module(module.path, bias)
+                if path == "[vdso]" and image is not None:
+                    unwinder.add_module_image("[vdso]", image, bias)
+                elif file is not None:
+                    unwinder.add_module(file, bias)
             except StackwalkError as exc:
-                warnings.append(f"module {module.path} not used: {exc}")
-                if isinstance(unwinder, Unwinder):
-                    _add_missing(unwinder, module)
-        if self.vdso is not None:
-            try:
-                vdso_bias = self.vdso_bias()
-                if vdso_bias is not None:
-                    unwinder.add_module_image("[vdso]", self.vdso[1], vdso_bias)
-            except StackwalkError as exc:
-                warnings.append(f"vdso not used: {exc}")
+                warnings.append(f"module {path} not used: {exc}")
         return warnings
 
     def to_dict(
@@ -221,58 +215,13 @@ class Capture:
                         threads=[{**thread, "frames": frames}])  # fmt: skip
 
     def module_dicts(self) -> list[dict[str, Any]]:
-        """Its modules as a snapshot document gives them, by address: each placement of each
-        file (``CaptureModule.placements``), from its first mapping to its last, else (no
-        mappings) its file's segments at its bias, page by page. A file that cannot be read
-        here, or is not an ELF file of the capture's architecture, is ``found`` false, where
-        its mappings were (left out where the capture has none: nothing says where it was).
-        The vdso is there when its image is an ELF image, with the image's build id; no
-        other module's build id is recorded: theirs are null, and so is whether they
-        match."""
-        out: list[CoreModule] = []
-
-        def add(path: str, spans: list[tuple[int, int]], bias: int, found: bool) -> None:
-            spans = sorted(spans)
-            start, end = spans[0][0], max(b for _, b in spans)
-            file = path if found and path != "[vdso]" else None
-            out.append(CoreModule(path, file, start, end, bias, None, None, found, tuple(spans)))
-
-        for module in self.modules:
-            try:
-                summary = elf_summary(module.path)
-                ours = summary["machine"] == self.arch
-                placements = module.placements() if ours else []
-                loads = [(v, v + size) for v, size, *_ in summary["loads"] if size]
-            except StackwalkError:
-                placements, loads = [], []
-            if not placements or not loads:  # not used: where its mappings were, if known
-                mapped = [(start, end) for start, end, _, _ in module.mappings]
-                if mapped:
-                    add(module.path, mapped, module.bias, False)
-                continue
-            for bias, ranges in placements:
-                if ranges is None:
-                    low = min(a for a, _ in loads) + bias
-                    high = max(b for _, b in loads) + bias
-                    ranges = [(low - low % PAGE_SIZE, -(-high // PAGE_SIZE) * PAGE_SIZE)]
-                add(module.path, ranges, bias, True)
-        vdso = self.vdso_module()
-        if vdso is not None:
-            out.append(vdso)
-        return [module_dict(m) for m in sorted(out, key=lambda m: m.start)]
-
-    def vdso_module(self) -> CoreModule | None:
-        """The vdso as a module (its image's build id), where its image is an ELF image;
-        None without one, as a core has none then."""
-        if self.vdso is None:
-            return None
-        address, image = self.vdso
-        try:
-            bias, build_id = self.vdso_bias(), elf_summary(image)["build_id"]
-        except StackwalkError:
-            return None
-        assert bias is not None
-        return CoreModule("[vdso]", None, address, address + len(image), bias, build_id, None, True)
+        """Its modules as a snapshot document gives them, by address (``address_space``): a
+        file that cannot be read here, or is not an ELF file of the capture's architecture, is
+        ``found`` false, where its mappings were (left out where the capture has none: nothing
+        says where it was); the vdso is there when its image is an ELF image. No module's build
+        id is recorded: theirs are null, and so is whether they match."""
+        modules = self.address_space()[0]
+        return [module_dict(CoreModule(*m[:8], tuple(m[8]))) for m in modules]
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the capture as one JSON file (byte strings base64-encoded), whole: into a new
@@ -306,18 +255,6 @@ class Capture:
     def _from_fields(cls, fields: dict[str, Any]) -> Capture:
         fields["modules"] = [CaptureModule(*module) for module in fields["modules"]]
         return cls(**fields)
-
-
-def _add_missing(unwinder: Unwinder, module: CaptureModule) -> None:
-    """Tell the unwinder where a module without a usable file was and which of it was code
-    (see ``Unwinder.add_missing_module``), when the capture knows its mappings."""
-    ranges = [(start, end) for start, end, _, _ in module.mappings]
-    code = module.code()
-    if ranges and code:
-        try:
-            unwinder.add_missing_module(module.path, ranges, code)
-        except StackwalkError:
-            pass  # over a module that has a file: that one is kept
 
 
 def capture(

@@ -275,8 +275,10 @@ impl PyCoreFile {
             code_mappings_known: false,
             kind: "core",
             foreign: None,
+            at_bias: &[],
+            files_here: false,
         };
-        address_space(py, &facts, unwinder, options, sym_file)
+        address_space(py, &facts, Some(unwinder), options, sym_file)
     }
 
     fn __repr__(&self) -> String {

@@ -1,5 +1,5 @@
-//! ELF facts for the Python layer: `elf_summary`, `elf_section_address`
-//! (`crate::space::elf`), and `place_mappings` (`crate::space`).
+//! ELF facts for the Python layer: `elf_summary` and `elf_section_address`
+//! (`crate::space::elf`).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -79,28 +79,4 @@ pub(super) fn elf_section_address(source: &Bound<'_, PyAny>, name: &str) -> PyRe
     let (file, data) = elf_bytes(source)?;
     crate::space::elf::section_address(&data, name)
         .map_err(|e| ElfError::new_err(format!("{file}: {e}")))
-}
-
-/// Where the mappings of one ELF file place it (see `crate::space::place`):
-/// `loads` are its PT_LOADs as `elf_summary` gives them, `mappings` (start,
-/// end, file offset in bytes), `code` the runtime ranges known to be
-/// executable. Returns (bias, [(start, end), ...]) per placement.
-#[pyfunction]
-#[allow(clippy::type_complexity)]
-pub(super) fn place_mappings(
-    loads: Vec<(u64, u64, u64, u64, u32)>,
-    mappings: Vec<(u64, u64, u64)>,
-    page: u64,
-    code: Vec<(u64, u64)>,
-) -> Vec<(u64, Vec<(u64, u64)>)> {
-    let segments: Vec<_> = loads.iter().map(crate::space::Segment::from_load).collect();
-    let mappings: Vec<crate::space::Mapping> = mappings
-        .iter()
-        .map(|&(start, end, offset)| crate::space::Mapping { start, end, offset })
-        .collect();
-    let is_code = |r: &std::ops::Range<u64>| code.iter().any(|&(a, b)| a < r.end && r.start < b);
-    crate::space::place(&segments, &mappings, page, is_code)
-        .into_iter()
-        .map(|p| (p.bias, p.ranges.iter().map(|r| (r.start, r.end)).collect()))
-        .collect()
 }

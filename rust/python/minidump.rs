@@ -328,8 +328,10 @@ impl PyMinidumpFile {
             code_mappings_known: false,
             kind: "minidump",
             foreign: (!matches!(os, "Linux" | "Android")).then_some(os),
+            at_bias: &[],
+            files_here: false,
         };
-        address_space(py, &facts, unwinder, options, sym_file)
+        address_space(py, &facts, Some(unwinder), options, sym_file)
     }
 
     fn __repr__(&self) -> String {

@@ -108,7 +108,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(symbols::demangle, m)?)?;
     m.add_function(wrap_pyfunction!(symbolize::read_sym_file, m)?)?;
     m.add_function(wrap_pyfunction!(symbolize::sym_file_parses, m)?)?;
-    m.add_function(wrap_pyfunction!(elf::place_mappings, m)?)?;
+    m.add_function(wrap_pyfunction!(snapshot::capture_address_space, m)?)?;
     m.add_function(wrap_pyfunction!(perf::perf_report, m)?)?;
     m.add_function(wrap_pyfunction!(perf::perf_samples, m)?)?;
     m.add_function(wrap_pyfunction!(perf::flamegraph, m)?)?;

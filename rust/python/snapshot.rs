@@ -61,7 +61,8 @@ pub(super) type SpaceTuple<'py> =
 /// Python (a minidump's symbol stores), the downloads.
 struct UnwinderHost<'a, 'py> {
     py: Python<'py>,
-    unwinder: &'a mut PyUnwinder,
+    /// None: the modules are only decided (a Python unwinder takes them).
+    unwinder: Option<&'a mut PyUnwinder>,
     debug_root: Option<PathBuf>,
     /// `sym_file(path, start, build_id) -> path or None`.
     sym_file: Option<Bound<'py, PyAny>>,
@@ -91,7 +92,8 @@ impl Host for UnwinderHost<'_, '_> {
         bias: u64,
         ranges: Option<&[Range<u64>]>,
     ) -> Result<(), String> {
-        let added = self.unwinder.add_module(
+        let Some(unwinder) = self.unwinder.as_deref_mut() else { return Ok(()) };
+        let added = unwinder.add_module(
             file.to_path_buf(),
             i128::from(bias),
             ranges.map(pairs),
@@ -101,9 +103,10 @@ impl Host for UnwinderHost<'_, '_> {
     }
 
     fn add_image(&mut self, name: &str, image: &[u8], bias: u64) -> Result<(), String> {
+        let Some(unwinder) = self.unwinder.as_deref_mut() else { return Ok(()) };
         let name = PyString::new(self.py, name);
         let image = PyBytes::new(self.py, image).into_any();
-        let added = self.unwinder.add_module_image(&name, &image, i128::from(bias));
+        let added = unwinder.add_module_image(&name, &image, i128::from(bias));
         added.map_err(|e| self.refused(e))
     }
 
@@ -118,15 +121,10 @@ impl Host for UnwinderHost<'_, '_> {
         let Ok(name) = name.as_os_str().into_pyobject(self.py);
         let name = name.cast_into::<PyString>().map_err(|e| e.to_string())?;
         let (sym_file, base) = sym.map_or((None, 0), |(p, b)| (Some(p.to_path_buf()), b));
-        let added = self.unwinder.add_missing_module(
-            self.py,
-            &name,
-            pairs(spans),
-            pairs(code),
-            sym_file,
-            base,
-            jit,
-        );
+        let py = self.py;
+        let Some(unwinder) = self.unwinder.as_deref_mut() else { return Ok(()) };
+        let added =
+            unwinder.add_missing_module(py, &name, pairs(spans), pairs(code), sym_file, base, jit);
         added.map_err(|e| self.refused(e))
     }
 
@@ -164,7 +162,7 @@ impl Host for UnwinderHost<'_, '_> {
 pub(super) fn address_space<'py>(
     py: Python<'py>,
     facts: &Facts<'_>,
-    unwinder: &Bound<'py, PyUnwinder>,
+    unwinder: Option<&Bound<'py, PyUnwinder>>,
     options: SpaceOptions,
     sym_file: Option<Bound<'py, PyAny>>,
 ) -> PyResult<SpaceTuple<'py>> {
@@ -180,10 +178,10 @@ pub(super) fn address_space<'py>(
         debug_root: options.debug_root.clone(),
         fetch: options.fetch,
     };
-    let mut unwinder = unwinder.borrow_mut();
+    let mut unwinder = unwinder.map(|u| u.borrow_mut());
     let mut host = UnwinderHost {
         py,
-        unwinder: &mut unwinder,
+        unwinder: unwinder.as_deref_mut(),
         debug_root: options.debug_root,
         sym_file,
         progress,
@@ -221,4 +219,66 @@ pub(super) fn address_space<'py>(
 /// Bytes of a path read from a snapshot, as a path.
 pub(super) fn path_of(bytes: &[u8]) -> PathBuf {
     PathBuf::from(OsString::from_vec(bytes.to_vec()))
+}
+
+/// A capture's mappings: (start, end, file offset, path, executable).
+type CaptureMapping = (u64, u64, u64, PathBuf, bool);
+
+/// The address space of a capture (`stackwalk.capture`: what gdb listed
+/// of a stopped process on this machine), built into `unwinder` (None: only
+/// decided, for a Python unwinder to take): `mappings` of the modules' files,
+/// `at_bias` the modules known by path and bias alone, `vdso` its address and
+/// image. As `CoreFile.address_space` answers.
+#[pyfunction]
+#[pyo3(signature = (arch, unwinder, mappings, at_bias, vdso, options))]
+pub(super) fn capture_address_space<'py>(
+    py: Python<'py>,
+    arch: &str,
+    unwinder: Option<&Bound<'py, PyUnwinder>>,
+    mappings: Vec<CaptureMapping>,
+    at_bias: Vec<(PathBuf, u64)>,
+    vdso: Option<(u64, Vec<u8>)>,
+    options: SpaceOptions,
+) -> PyResult<SpaceTuple<'py>> {
+    use crate::source::memory::{Data, Segment, SegmentMemory};
+    use crate::space::snapshot::FileMapping;
+    let arch: crate::arch::Arch = arch
+        .parse()
+        .map_err(|e: crate::arch::UnknownArch| super::errors::ArchError::new_err(e.to_string()))?;
+    let mut segments: Vec<(u64, u64, u32)> = mappings
+        .iter()
+        .map(|&(start, end, _, _, exec)| (start, end, if exec { crate::space::PF_X } else { 0 }))
+        .collect();
+    let files: Vec<FileMapping> = mappings
+        .into_iter()
+        .map(|(start, end, offset, path, _)| FileMapping { start, end, offset, path })
+        .collect();
+    let mut auxv = std::collections::BTreeMap::new();
+    let memory = match vdso {
+        Some((address, image)) => {
+            const AT_SYSINFO_EHDR: u64 = 33;
+            auxv.insert(AT_SYSINFO_EHDR, address);
+            let size = image.len() as u64;
+            segments.push((address, address.saturating_add(size), crate::space::PF_X));
+            SegmentMemory::new(Data::Owned(image), &[Segment { address, offset: 0, size }])
+        }
+        None => SegmentMemory::new(Data::Owned(Vec::new()), &[]),
+    };
+    let facts = Facts {
+        arch,
+        page: 4096,
+        segments: &segments,
+        files: Some(&files),
+        auxv: &auxv,
+        fname: None,
+        memory: &memory,
+        link_map: &|_| (Vec::new(), Vec::new()),
+        recorded: &|_| None,
+        code_mappings_known: false,
+        kind: "capture",
+        foreign: None,
+        at_bias: &at_bias,
+        files_here: true,
+    };
+    address_space(py, &facts, unwinder, options, None)
 }

@@ -100,7 +100,7 @@ impl PyUnwinder {
     /// `.debug_frame` gets its separate debug file's, found under
     /// `debug_root` by build id or `.gnu_debuglink` (None: not looked for).
     /// `ranges` (runtime start, end) are where the file is mapped, when
-    /// known (see `place_mappings`); by default its loadable segments' span.
+    /// known (see `crate::space::place`); by default its loadable segments' span.
     #[pyo3(signature = (path, bias = 0, *, ranges = None, debug_root = Some(PathBuf::from("/usr/lib/debug"))))]
     pub(super) fn add_module(
         &mut self,

@@ -80,6 +80,14 @@ pub struct Facts<'a> {
     /// The system of a dump whose modules are not ELF files (Windows,
     /// macOS): none is looked for here.
     pub foreign: Option<&'a str>,
+    /// Modules known by their path and bias alone (a capture of the format
+    /// before mappings were recorded, or through qemu's gdb stub): each
+    /// placed where its file's segments go at that bias.
+    pub at_bias: &'a [(PathBuf, u64)],
+    /// The snapshot was taken on this machine and its paths are the files
+    /// the process mapped, read then (a capture, whose gdb read them): a
+    /// file is used without an identity to check it by, and is not doubtful.
+    pub files_here: bool,
 }
 
 /// How files are found and checked.
@@ -233,6 +241,11 @@ impl Builder<'_, '_, '_> {
             Some(files) => self.file_modules(files, explicit.as_deref()),
             None => self.link_map_modules(explicit.as_deref()),
         };
+        for (path, bias) in self.facts.at_bias {
+            if let Some(module) = self.module_at_bias(path, *bias) {
+                modules.push(module);
+            }
+        }
         let exe_start = exe.map(|i| modules[i].start);
         let exe_path = exe.map(|i| modules[i].path.clone());
         let mut vdso_image = None;
@@ -381,6 +394,19 @@ impl Builder<'_, '_, '_> {
             }
         }
         (modules, exe)
+    }
+
+    /// A module known by its path and bias alone, placed where its file's
+    /// segments go; None (a warning) without its file: nothing says where it
+    /// was but the bias.
+    fn module_at_bias(&mut self, path: &Path, bias: u64) -> Option<Module> {
+        let lookup = self.locate(path, None, None, None);
+        let Some(summary) = lookup.summary.clone() else {
+            self.not_found(path, &lookup.rejected);
+            return None;
+        };
+        let (start, end) = self.load_range(&summary, bias);
+        Some(self.module(path, &lookup, (start, end, bias), None, Vec::new(), None))
     }
 
     fn link_map_modules(&mut self, explicit: Option<&Path>) -> (Vec<Module>, Option<usize>) {
@@ -603,7 +629,7 @@ impl Builder<'_, '_, '_> {
         let (kind, shown, file_shown) = (self.facts.kind, path.display(), file.display());
         match want {
             None => {
-                if given.is_none() {
+                if given.is_none() && !self.facts.files_here {
                     // (A file given by name is the user's word.)
                     self.unverified.insert(path.to_path_buf());
                     self.warnings.push(format!(
@@ -937,6 +963,8 @@ mod tests {
             code_mappings_known: false,
             kind: "core",
             foreign: None,
+            at_bias: &[],
+            files_here: false,
         };
         let mut host = Recorder::default();
         let space = build(&facts, options, &mut host).unwrap();
@@ -988,6 +1016,8 @@ mod tests {
                 code_mappings_known: false,
                 kind: "core",
                 foreign: None,
+                at_bias: &[],
+                files_here: false,
             };
             build(&facts, options, &mut Recorder::default()).map(|s| s.warnings)
         };
