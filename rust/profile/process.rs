@@ -218,7 +218,7 @@ impl Profiler {
     /// without it here. Several downloads at once; each file no server
     /// gave is a warning, and its frames go without it.
     pub(super) fn fetch_missing(&mut self, config: &crate::space::debuginfod::Config) {
-        use crate::space::debuginfod::Kind;
+        use crate::space::debuginfod::{fetch_all_reporting, fetch_missing, Wanted};
         // The bar of the downloads is over with them: dropped on the way out.
         let downloads = self.options.downloads.take();
         let report = |d| {
@@ -244,43 +244,23 @@ impl Profiler {
                 here.or_else(|| perf_cached(id).or_else(|| debuginfod_cached(id)).map(|(p, _)| p));
             files.push((path, hex(id), found));
         }
-        let wanted: Vec<usize> = (0..files.len()).filter(|&i| files[i].2.is_none()).collect();
-        let requests: Vec<_> =
-            wanted.iter().map(|&i| (files[i].1.clone(), Kind::Executable)).collect();
-        let answers = crate::space::debuginfod::fetch_all_reporting(config, &requests, &report);
-        for (&i, answer) in wanted.iter().zip(answers) {
-            match answer {
-                Ok(path) => files[i].2 = Some(path),
-                Err(e) => {
-                    let name = &files[i].0;
-                    self.summary
-                        .warnings
-                        .push(format!("debuginfod: no executable for {name}: {e}"));
-                }
-            }
-        }
-        if !self.options.inline {
-            return;
-        }
-        let root = self.options.debug_root.clone();
-        let without: Vec<usize> = (0..files.len())
-            .filter(|&i| {
-                files[i].2.as_ref().is_some_and(|p| {
-                    crate::source::files::map(p).is_ok_and(|d| {
-                        !crate::space::debugfile::has_dwarf(&d, Some(p), Some(&root))
-                    })
-                })
-            })
+        let wanted: Vec<Wanted<'_>> = files
+            .iter()
+            .map(|(name, id, file)| Wanted { name, build_id: id, file: file.as_deref() })
             .collect();
-        let requests: Vec<_> =
-            without.iter().map(|&i| (files[i].1.clone(), Kind::Debuginfo)).collect();
-        let answers = crate::space::debuginfod::fetch_all_reporting(config, &requests, &report);
-        for (&i, answer) in without.iter().zip(answers) {
-            if let Err(e) = answer {
-                let name = &files[i].0;
-                self.summary.warnings.push(format!("debuginfod: no debuginfo for {name}: {e}"));
-            }
-        }
+        // Debug files only for inline frames and lines.
+        let root = self.options.debug_root.clone();
+        let debug_root = self.options.inline.then_some(root.as_path());
+        fetch_missing(
+            &wanted,
+            debug_root,
+            &mut |requests| {
+                let answers = fetch_all_reporting(config, requests, &report);
+                answers.into_iter().map(|a| a.map_err(|e| e.to_string())).collect()
+            },
+            &|_| true,
+            &mut self.summary.warnings,
+        );
     }
 }
 

@@ -263,20 +263,10 @@ impl PyCoreFile {
         });
         let link_map = |dynamic| core.link_map(dynamic);
         let facts = Facts {
-            arch: core.arch,
-            page: core.notes.page_size,
-            segments: &segments,
             files: files.as_deref(),
-            auxv: &core.notes.auxv,
             fname: core.notes.fname.as_deref(),
-            memory: &core.memory,
             link_map: &link_map,
-            recorded: &|_| None,
-            code_mappings_known: false,
-            kind: "core",
-            foreign: None,
-            at_bias: &[],
-            files_here: false,
+            ..Facts::of(core.arch, core.notes.page_size, &segments, &core.notes.auxv, &core.memory)
         };
         address_space(py, &facts, Some(unwinder), options, sym_file)
     }

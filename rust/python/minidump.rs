@@ -316,20 +316,13 @@ impl PyMinidumpFile {
         };
         let os = dump.system.os.as_str();
         let facts = Facts {
-            arch: dump.arch,
-            page: self.page_size(),
-            segments: &segments,
             files: Some(&files),
-            auxv: &dump.auxv,
             fname: dump.name.as_deref(),
-            memory: &dump.memory,
             link_map: &link_map,
             recorded: &recorded,
-            code_mappings_known: false,
             kind: "minidump",
             foreign: (!matches!(os, "Linux" | "Android")).then_some(os),
-            at_bias: &[],
-            files_here: false,
+            ..Facts::of(dump.arch, self.page_size(), &segments, &dump.auxv, &dump.memory)
         };
         address_space(py, &facts, Some(unwinder), options, sym_file)
     }

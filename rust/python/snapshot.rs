@@ -265,20 +265,11 @@ pub(super) fn capture_address_space<'py>(
         None => SegmentMemory::new(Data::Owned(Vec::new()), &[]),
     };
     let facts = Facts {
-        arch,
-        page: 4096,
-        segments: &segments,
         files: Some(&files),
-        auxv: &auxv,
-        fname: None,
-        memory: &memory,
-        link_map: &|_| (Vec::new(), Vec::new()),
-        recorded: &|_| None,
-        code_mappings_known: false,
         kind: "capture",
-        foreign: None,
         at_bias: &at_bias,
         files_here: true,
+        ..Facts::of(arch, 4096, &segments, &auxv, &memory)
     };
     address_space(py, &facts, unwinder, options, None)
 }

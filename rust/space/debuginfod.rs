@@ -339,6 +339,69 @@ pub fn fetch_all(config: &Config, requests: &[(String, Kind)]) -> Vec<Result<Pat
     fetch_all_reporting(config, requests, &|_| {})
 }
 
+/// Asks the servers for these files (build id, kind), several at once: each
+/// the file in the cache, or why none came.
+pub type Fetch<'a> = dyn FnMut(&[(String, Kind)]) -> Vec<Result<PathBuf, String>> + 'a;
+
+/// A module a source may fetch files for: its name (for messages), its
+/// build id (hex), and the file found for it here.
+pub struct Wanted<'a> {
+    pub name: &'a str,
+    pub build_id: &'a str,
+    pub file: Option<&'a Path>,
+}
+
+/// What every source asks debuginfod for its modules: the executable of
+/// each module without a file here, by its build id (`usable` says whether
+/// a file that came is one: an ELF file of the source's architecture), and,
+/// where `debug_root` is given, the DWARF of each module whose file has
+/// none here (into the cache, where the lookups of lines and debug files
+/// find it). `fetch` asks the servers, several files at once. Each file no
+/// server gave is a warning; the answer: each module's executable fetched.
+pub fn fetch_missing(
+    modules: &[Wanted<'_>],
+    debug_root: Option<&Path>,
+    fetch: &mut Fetch<'_>,
+    usable: &dyn Fn(&Path) -> bool,
+    warnings: &mut Vec<String>,
+) -> Vec<Option<PathBuf>> {
+    let mut out = vec![None; modules.len()];
+    let wanted: Vec<usize> = (0..modules.len()).filter(|&i| modules[i].file.is_none()).collect();
+    let asked: Vec<(String, Kind)> =
+        wanted.iter().map(|&i| (modules[i].build_id.to_owned(), Kind::Executable)).collect();
+    let answers = if asked.is_empty() { Vec::new() } else { fetch(&asked) };
+    for (&i, answer) in wanted.iter().zip(answers) {
+        let name = modules[i].name;
+        match answer {
+            Ok(path) if usable(&path) => out[i] = Some(path),
+            Ok(path) => warnings.push(format!(
+                "debuginfod: no executable for {name}: {} is not an ELF file of this architecture",
+                path.display()
+            )),
+            Err(why) => warnings.push(format!("debuginfod: no executable for {name}: {why}")),
+        }
+    }
+    let Some(root) = debug_root else { return out };
+    let without: Vec<usize> = (0..modules.len())
+        .filter(|&i| {
+            let file = out[i].as_deref().or(modules[i].file);
+            file.is_some_and(|f| {
+                !crate::source::files::map(f)
+                    .is_ok_and(|d| crate::space::debugfile::has_dwarf(&d, Some(f), Some(root)))
+            })
+        })
+        .collect();
+    let asked: Vec<(String, Kind)> =
+        without.iter().map(|&i| (modules[i].build_id.to_owned(), Kind::Debuginfo)).collect();
+    let answers = if asked.is_empty() { Vec::new() } else { fetch(&asked) };
+    for (&i, answer) in without.iter().zip(answers) {
+        if let Err(why) = answer {
+            warnings.push(format!("debuginfod: no debuginfo for {}: {why}", modules[i].name));
+        }
+    }
+    out
+}
+
 /// [`fetch_all`], telling `progress` how far the downloads are at each
 /// change (from the downloading threads: a progress bar, say, is the
 /// caller's to draw, and to draw no more often than it likes).

@@ -26,7 +26,7 @@ use std::sync::Arc;
 use crate::arch::Arch;
 use crate::source::corefile::LinkMapEntry;
 use crate::source::memory::SegmentMemory;
-use crate::space::debuginfod::Kind;
+use crate::space::debuginfod::{fetch_missing, Kind, Wanted};
 use crate::space::elf::ElfSummary;
 use crate::space::finder::{FileFinder, Identity, Located};
 use crate::space::{place, Mapping, Segment, PF_X};
@@ -88,6 +88,43 @@ pub struct Facts<'a> {
     /// the process mapped, read then (a capture, whose gdb read them): a
     /// file is used without an identity to check it by, and is not doubtful.
     pub files_here: bool,
+}
+
+impl<'a> Facts<'a> {
+    /// The facts of a snapshot that has only these: no file mappings, no
+    /// link map, nothing recorded of its modules, a core's words.
+    pub fn of(
+        arch: Arch,
+        page: u64,
+        segments: &'a [(u64, u64, u32)],
+        auxv: &'a BTreeMap<u64, u64>,
+        memory: &'a SegmentMemory,
+    ) -> Facts<'a> {
+        Facts {
+            arch,
+            page,
+            segments,
+            files: None,
+            auxv,
+            fname: None,
+            memory,
+            link_map: &no_link_map,
+            recorded: &nothing_recorded,
+            code_mappings_known: false,
+            kind: "core",
+            foreign: None,
+            at_bias: &[],
+            files_here: false,
+        }
+    }
+}
+
+fn no_link_map(_: u64) -> (Vec<LinkMapEntry>, Vec<String>) {
+    (Vec::new(), Vec::new())
+}
+
+fn nothing_recorded(_: u64) -> Option<Identity> {
+    None
 }
 
 /// How files are found and checked.
@@ -671,61 +708,37 @@ impl Builder<'_, '_, '_> {
         paths: &[PathBuf],
         modules: &[(Option<Arc<ElfSummary>>, Option<PathBuf>)],
     ) -> Vec<Option<PathBuf>> {
-        let mut out = vec![None; modules.len()];
         if !self.options.fetch {
-            return out;
+            return vec![None; modules.len()];
         }
         let hex = |id: &Vec<u8>| id.iter().map(|b| format!("{b:02x}")).collect::<String>();
-        let ids: Vec<Option<String>> = modules
+        // Only modules whose build id the snapshot holds.
+        let with_ids: Vec<(usize, String, String)> = modules
             .iter()
-            .map(|(h, _)| {
-                h.as_ref().and_then(|h| h.build_id.as_ref()).filter(|b| !b.is_empty()).map(hex)
+            .enumerate()
+            .filter_map(|(i, (h, _))| {
+                let id = h.as_ref()?.build_id.as_ref().filter(|b| !b.is_empty())?;
+                Some((i, paths[i].display().to_string(), hex(id)))
             })
             .collect();
-        let wanted: Vec<usize> =
-            (0..modules.len()).filter(|&i| ids[i].is_some() && modules[i].1.is_none()).collect();
-        let asked: Vec<(String, Kind)> = wanted
+        let wanted: Vec<Wanted<'_>> = with_ids
             .iter()
-            .filter_map(|&i| ids[i].clone())
-            .map(|id| (id, Kind::Executable))
+            .map(|(i, name, id)| Wanted { name, build_id: id, file: modules[*i].1.as_deref() })
             .collect();
-        let answers = if asked.is_empty() { Vec::new() } else { self.host.fetch(&asked) };
-        for (&i, answer) in wanted.iter().zip(answers) {
-            let shown = paths[i].display();
-            match answer {
-                Ok(path) if self.options.finder.given(&path, self.facts.arch).is_ok() => {
-                    self.fetched.insert(path.clone());
-                    out[i] = Some(path);
-                }
-                Ok(path) => self.warnings.push(format!(
-                    "debuginfod: no executable for {shown}: {} is not an ELF file of this \
-                     architecture",
-                    path.display()
-                )),
-                Err(why) => {
-                    self.warnings.push(format!("debuginfod: no executable for {shown}: {why}"))
-                }
-            }
-        }
-        let Some(root) = self.options.debug_root.as_deref() else { return out };
-        let wanted: Vec<usize> = (0..modules.len())
-            .filter(|&i| {
-                let file = out[i].as_ref().or(modules[i].1.as_ref());
-                ids[i].is_some()
-                    && file.is_some_and(|f| {
-                        !crate::source::files::map(f).is_ok_and(|d| {
-                            crate::space::debugfile::has_dwarf(&d, Some(f), Some(root))
-                        })
-                    })
-            })
-            .collect();
-        let asked: Vec<(String, Kind)> =
-            wanted.iter().filter_map(|&i| ids[i].clone()).map(|id| (id, Kind::Debuginfo)).collect();
-        let answers = if asked.is_empty() { Vec::new() } else { self.host.fetch(&asked) };
-        for (&i, answer) in wanted.iter().zip(answers) {
-            if let Err(why) = answer {
-                let shown = paths[i].display();
-                self.warnings.push(format!("debuginfod: no debuginfo for {shown}: {why}"));
+        let (finder, arch) = (&self.options.finder, self.facts.arch);
+        let host = &mut *self.host;
+        let fetched = fetch_missing(
+            &wanted,
+            self.options.debug_root.as_deref(),
+            &mut |requests| host.fetch(requests),
+            &|path| finder.given(path, arch).is_ok(),
+            &mut self.warnings,
+        );
+        let mut out = vec![None; modules.len()];
+        for ((i, _, _), got) in with_ids.iter().zip(fetched) {
+            if let Some(path) = got {
+                self.fetched.insert(path.clone());
+                out[*i] = Some(path);
             }
         }
         out
@@ -947,24 +960,12 @@ mod tests {
         );
         let files = [FileMapping { start: BASE, end: BASE + len, offset: 0, path: exe }];
         let segments = [(BASE, BASE + len, PF_X)];
-        let link_map = |_| (Vec::new(), Vec::new());
         let recorded = move |start| recorded.clone().filter(|_| start == BASE);
         let auxv = BTreeMap::new();
         let facts = Facts {
-            arch: Arch::X86_64,
-            page: 4096,
-            segments: &segments,
             files: Some(&files),
-            auxv: &auxv,
-            fname: None,
-            memory: &memory,
-            link_map: &link_map,
             recorded: &recorded,
-            code_mappings_known: false,
-            kind: "core",
-            foreign: None,
-            at_bias: &[],
-            files_here: false,
+            ..Facts::of(Arch::X86_64, 4096, &segments, &auxv, &memory)
         };
         let mut host = Recorder::default();
         let space = build(&facts, options, &mut host).unwrap();
@@ -1003,22 +1004,8 @@ mod tests {
         let facts_of = |options: &Options| {
             let memory = SegmentMemory::new(Data::Owned(Vec::new()), &[]);
             let auxv = BTreeMap::new();
-            let facts = Facts {
-                arch: Arch::X86_64,
-                page: 4096,
-                segments: &[],
-                files: Some(&[]),
-                auxv: &auxv,
-                fname: None,
-                memory: &memory,
-                link_map: &|_| (Vec::new(), Vec::new()),
-                recorded: &|_| None,
-                code_mappings_known: false,
-                kind: "core",
-                foreign: None,
-                at_bias: &[],
-                files_here: false,
-            };
+            let facts =
+                Facts { files: Some(&[]), ..Facts::of(Arch::X86_64, 4096, &[], &auxv, &memory) };
             build(&facts, options, &mut Recorder::default()).map(|s| s.warnings)
         };
         let missing = Options { executable: Some("/no/such/program".into()), ..Options::default() };
