@@ -825,6 +825,25 @@ def test_executable_of_another_architecture(cores: Cores) -> None:
     assert proc.stderr.strip()
 
 
+def test_an_executable_that_cannot_be_the_program_is_an_error(cores: Cores, tmp_path: Path) -> None:
+    """An executable given that is not there, not an ELF file, or another architecture's is
+    one error line at once, whatever the core shows of the program (the aarch64 core here,
+    of a static program, is read through its link map)."""
+    made = cores("deep")
+    text = tmp_path / "notes.txt"
+    text.write_text("not an ELF file\n")
+    other = cores("a64-deep-static")
+    for core, given, why in (
+        (made.path, tmp_path / "missing", "no such file"),
+        (made.path, text, "not an ELF file"),
+        (other.path, made.executable, f"{made.executable} is x86_64, not aarch64"),
+    ):
+        proc = stackwalk_core(core, given)
+        no_traceback(proc)
+        error = f"stackwalk: error: executable {given}: {why}\n"
+        assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", error)
+
+
 def test_closed_output_pipe(cores: Cores) -> None:
     """`stackwalk core --json CORE | head -1`: a reader that goes away early (here before the
     document, more than a pipe holds, is written) is no traceback."""

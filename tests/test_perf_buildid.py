@@ -150,6 +150,25 @@ def test_a_rebuilt_program_is_not_used(recorded: Recorded, build: Builder, tmp_p
     assert in_program > len(pairs) // 2
 
 
+def test_a_program_rebuilt_without_a_build_id_is_not_used(
+    recorded: Recorded, build: Builder, tmp_path: Path
+) -> None:
+    """The recording has the program's build id, the file at its path none: another build (a
+    file without a build id cannot be told from the one recorded), not used, as a core does
+    with such a file; its frames are never named from it."""
+    recorded.program.unlink()
+    shutil.copy(build("perf_qsort.c", "-O1", "-Wl,--build-id=none"), recorded.program)
+    assert "Build ID" not in run(["readelf", "-n", str(recorded.program)]).stdout
+    recorded_id = build_id_of(str(recorded.original))
+    empty = tmp_path / "empty-home"
+    empty.mkdir()
+    mine, stderr = ours(recorded, empty)
+    assert (f"{recorded.program} has no build id, the recording's is {recorded_id}: not used"
+            in stderr), stderr  # fmt: skip
+    in_program = [f for s in mine for f in s.user_frames if f.dso == str(recorded.program)]
+    assert in_program and all(f.symbol is None for f in in_program)
+
+
 def with_debuginfod(home: Path, url: str, cache: Path) -> dict[str, str]:
     return {**perf_env(home), "DEBUGINFOD_URLS": url, "DEBUGINFOD_CACHE_PATH": str(cache)}
 

@@ -150,11 +150,14 @@ impl Profiler {
                 (Located { file: Some((found, summary)), .. }, Some(want))
                     if !want.matches(&summary) =>
                 {
-                    self.summary.warnings.push(format!(
-                        "{} has build id {}, the recording's is {want}: not used",
-                        found.display(),
-                        want.of_file(&summary),
-                    ));
+                    let has = match summary.build_id {
+                        Some(_) => format!("build id {}", want.of_file(&summary)),
+                        None => "no build id".to_owned(),
+                    };
+                    let shown = found.display();
+                    self.summary
+                        .warnings
+                        .push(format!("{shown} has {has}, the recording's is {want}: not used"));
                     None
                 }
                 (Located { file: Some((found, _)), .. }, _) => {
