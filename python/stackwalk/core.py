@@ -182,7 +182,12 @@ class Core:
         # through /proc/PID/map_files/, fetched from debuginfod): named by the path.
         self._doubtful = {m[0] for m in modules if m[9]}
         self._named_by_path = {m[0] for m in modules if m[10]}
-        self.executable = self.modules[exe].file if exe is not None else None
+        # The program's file, named by its path where another file stands in for it.
+        self.executable = None
+        if exe is not None:
+            program = self.modules[exe]
+            named = program.path in self._named_by_path
+            self.executable = program.path if named else program.file
         self._set_threads(core.threads)
         # Each thread's stack (tid, start, end, sp): no scanned word in one is a return address,
         # nor is the program's entry point (see _walks for their live parts).

@@ -69,11 +69,6 @@ class Process(Core):
         if "perf_map" not in options and os.path.isfile(perf_map):
             options["perf_map"] = perf_map
         super().__init__(f"pid {pid}", **options)
-        # An executable deleted since it started is read through /proc/PID/map_files, and
-        # named by its path, as /proc/PID/maps gives it ("/path/prog (deleted)").
-        named = {via: path for path, via in self._readable_at.items()}
-        if self.executable in named:
-            self.executable = named[self.executable]
 
     def _open_source(self, max_size: int | None) -> CoreFile:
         source, stopped_ns, deleted = snapshot_process(self._pid)
