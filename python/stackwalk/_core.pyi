@@ -45,7 +45,6 @@ __all__ = [
     "perf_report",
     "perf_samples",
     "flamegraph",
-    "debuginfod_urls",
     "debuginfod_fetch",
     "symbols_fetch",
     "symbols_fetch_all",
@@ -421,7 +420,6 @@ def perf_report(
     lib_search_path: Sequence[str | PathLike[str]] = ...,
 ) -> _PerfSummary: ...
 def perf_samples(path: str | PathLike[str], max_samples: int = 1000) -> dict[str, Any]: ...
-def debuginfod_urls() -> list[str]: ...
 def debuginfod_fetch(
     requests: Sequence[tuple[str, str]], *, offline: bool = False, progress: float | None = None
 ) -> list[tuple[str | None, str | None]]: ...

@@ -13,7 +13,7 @@ the core's memory::
 Modules come from ``NT_FILE``; a core without it (qemu-user writes those) is read through the
 dynamic linker's link map in its memory. A module whose file is not here, or whose DWARF is not,
 is fetched by build id from the debuginfod servers of ``DEBUGINFOD_URLS``, several at once, into
-debuginfod's cache (``stackwalk._core.debuginfod_fetch``), unless ``offline``. Cores of 64-bit
+debuginfod's cache (``rust/space/snapshot.rs``), unless ``offline``. Cores of 64-bit
 (x86_64, aarch64) and 32-bit (i386) processes are read. Build ids are read
 from the module headers the core holds and compared with the files found; every doubt is a line
 in ``core.warnings``. A debug file's compressed sections (zlib or zstd, 32 KiB and more), once
@@ -33,7 +33,6 @@ from stackwalk._core import (
     PerfMap,
     Symbolizer,
     Trace,
-    debuginfod_urls,
     shared_sps,
 )
 from stackwalk._records import CoreModule, Signal, Thread, _is_crash, _signal_of, _ThreadNotes
@@ -168,7 +167,7 @@ class Core:
                 "stand_ins": self._readable_at,
                 "debug_root": self.debug_root,
                 "allow_mismatch": allow_mismatch,
-                "fetch": not offline and bool(debuginfod_urls()),
+                "fetch": not offline,
                 "progress": progress,
                 "code_mappings_known": self._code_mappings_known,
                 "kind": self._FILE_KIND,

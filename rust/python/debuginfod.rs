@@ -1,19 +1,12 @@
 //! The debuginfod client (`crate::space::debuginfod`) for the Python layer:
-//! `debuginfod_urls` and `debuginfod_fetch` (a snapshot's address space
-//! fetches its files itself: `crate::space::snapshot`); and the Breakpad symbol
-//! server client (`crate::space::symserver`), `symbols_fetch` and `symbols_fetch_all`.
+//! `debuginfod_fetch` (a snapshot's address space fetches its files itself:
+//! `crate::space::snapshot`); and the Breakpad symbol server client
+//! (`crate::space::symserver`), `symbols_fetch` and `symbols_fetch_all`.
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 use crate::space::debuginfod::{Config, Kind};
-
-/// The servers `DEBUGINFOD_URLS` names, in order (none when it is unset or
-/// empty, or when `STACKWALK_OFFLINE` is set).
-#[pyfunction]
-pub(super) fn debuginfod_urls() -> Vec<String> {
-    Config::from_env().urls
-}
 
 /// Each (build id in hex, "debuginfo" or "executable") of `requests`, from
 /// debuginfod's cache or its servers (the environment's settings; `offline`:

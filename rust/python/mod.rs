@@ -112,7 +112,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(perf::perf_report, m)?)?;
     m.add_function(wrap_pyfunction!(perf::perf_samples, m)?)?;
     m.add_function(wrap_pyfunction!(perf::flamegraph, m)?)?;
-    m.add_function(wrap_pyfunction!(debuginfod::debuginfod_urls, m)?)?;
     m.add_function(wrap_pyfunction!(debuginfod::debuginfod_fetch, m)?)?;
     m.add_function(wrap_pyfunction!(debuginfod::symbols_fetch, m)?)?;
     m.add_function(wrap_pyfunction!(debuginfod::symbols_fetch_all, m)?)?;

@@ -27,7 +27,8 @@ pub(super) struct SpaceOptions {
     stand_ins: HashMap<PathBuf, PathBuf>,
     debug_root: Option<PathBuf>,
     allow_mismatch: bool,
-    /// Missing files fetched from debuginfod.
+    /// Missing files fetched from debuginfod (where `DEBUGINFOD_URLS` names
+    /// servers: else none are).
     fetch: bool,
     /// Seconds after which a bar of the downloads is drawn (None: never).
     progress: Option<f64>,
@@ -176,7 +177,7 @@ pub(super) fn address_space<'py>(
         executable: options.executable,
         allow_mismatch: options.allow_mismatch,
         debug_root: options.debug_root.clone(),
-        fetch: options.fetch,
+        fetch: options.fetch && !Config::from_env().urls.is_empty(),
     };
     let mut unwinder = unwinder.map(|u| u.borrow_mut());
     let mut host = UnwinderHost {
