@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from corefiles import Cores, stackwalk_core, stackwalk_minidump
-from perfdata import Recordings
+from perfdata import Recordings, perf_script
 from processes import running
 from realstacks import SYSTEM_PYTHON, Builder, Captures
 from stackwalk._core import END_REASONS, TRUST_LEVELS
@@ -285,9 +285,11 @@ def test_snapshot_documents(documents: str, request: pytest.FixtureRequest) -> N
         checker.snapshot(doc, name)
 
 
-def test_perf_samples(samples: dict[str, list[dict[str, Any]]]) -> None:
+def test_perf_samples(samples: dict[str, list[dict[str, Any]]], recordings: Recordings) -> None:
     """Every sample of a recording (kernel frames and user frames), with inline frames and
-    without: those without have no source keys."""
+    without: those without have no source keys. Kernel frames are there where perf script
+    shows some: a recording of this CPU-bound program may have none (one in about ten here
+    does; the others 5 to 40)."""
     checker = Checker()
     for options, lines in samples.items():
         for i, sample in enumerate(lines):
@@ -295,7 +297,10 @@ def test_perf_samples(samples: dict[str, list[dict[str, Any]]]) -> None:
     no_source = {"file", "line", "column", "inline"}
     assert all(not no_source & set(f) for s in samples["--no-inline"] for f in s["frames"])
     frames = [f for s in samples[""] for f in s["frames"]]
-    assert any(f["kernel"] for f in frames) and any(f["inline"] for f in frames)
+    assert any(f["inline"] for f in frames)
+    recording = recordings("qsort")
+    theirs = any(s.kernel_frames for s in perf_script(recording.path, recording.home))
+    assert any(f["kernel"] for f in frames) == theirs
 
 
 def test_every_documented_key_is_seen(
