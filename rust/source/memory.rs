@@ -388,6 +388,26 @@ impl SegmentMemory {
         (address - start < bytes.len() as u64).then_some((*start, bytes))
     }
 
+    /// The NUL-terminated string at `address`, at most `limit` bytes before
+    /// the NUL; it may run on through adjacent segments. None where it is not
+    /// all captured.
+    pub fn string(&self, address: u64, limit: usize) -> Option<Vec<u8>> {
+        let mut out = Vec::new();
+        while out.len() < limit {
+            let at = address.checked_add(out.len() as u64)?;
+            let chunk = self.tail(at, limit - out.len());
+            if chunk.is_empty() {
+                return None;
+            }
+            if let Some(end) = memchr::memchr(0, chunk) {
+                out.extend_from_slice(&chunk[..end]);
+                return Some(out);
+            }
+            out.extend_from_slice(chunk);
+        }
+        None
+    }
+
     /// The bytes the segment holding `address` has from there on, at most
     /// `limit` (empty: none captured there).
     pub fn tail(&self, address: u64, limit: usize) -> &[u8] {

@@ -527,7 +527,7 @@ impl Builder<'_, '_, '_> {
     ) -> Option<(Module, Option<Arc<ElfSummary>>)> {
         let execfn = self.auxv(AT_EXECFN).filter(|&a| a != 0);
         let name = execfn
-            .and_then(|a| self.facts.memory_string(a))
+            .and_then(|a| self.facts.memory.string(a, 4096))
             .filter(|n| !n.is_empty())
             .map(|n| PathBuf::from(OsStr::from_bytes(&n)))
             .or_else(|| self.facts.fname.filter(|f| !f.is_empty()).map(PathBuf::from))
@@ -875,15 +875,6 @@ impl Builder<'_, '_, '_> {
             let one = std::slice::from_ref(&range);
             let _ = self.host.add_missing(Path::new("[jit]"), one, one, None, true);
         }
-    }
-}
-
-impl Facts<'_> {
-    /// The NUL-terminated string at `address` in the snapshot's memory.
-    fn memory_string(&self, address: u64) -> Option<Vec<u8>> {
-        let bytes = self.memory.tail(address, 4096);
-        let end = bytes.iter().position(|&b| b == 0)?;
-        Some(bytes[..end].to_vec())
     }
 }
 

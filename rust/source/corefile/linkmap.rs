@@ -48,26 +48,6 @@ impl Reader<'_> {
     }
 }
 
-/// The NUL-terminated string at `address`, at most `limit` bytes before
-/// the NUL; it may run on through adjacent segments. None where it is not
-/// all captured.
-pub(crate) fn string(memory: &SegmentMemory, address: u64, limit: usize) -> Option<Vec<u8>> {
-    let mut out = Vec::new();
-    while out.len() < limit {
-        let at = address.checked_add(out.len() as u64)?;
-        let chunk = memory.tail(at, limit - out.len());
-        if chunk.is_empty() {
-            return None;
-        }
-        if let Some(end) = memchr::memchr(0, chunk) {
-            out.extend_from_slice(&chunk[..end]);
-            return Some(out);
-        }
-        out.extend_from_slice(chunk);
-    }
-    None
-}
-
 /// The link map of a process of `word`-byte words whose executable has its
 /// `PT_DYNAMIC` at runtime address `dynamic`: (entries in load order,
 /// warnings). The executable's own entry is left out. No `DT_DEBUG` value
@@ -109,7 +89,7 @@ pub(crate) fn read_link_map(
                 break;
             };
             if l_ld != dynamic {
-                let name = string(memory, l_name, 4096);
+                let name = memory.string(l_name, 4096);
                 entries.push(LinkMapEntry { name, bias: l_addr, dynamic: l_ld });
             }
             link = l_next;

@@ -493,10 +493,10 @@ fn strings_run_through_adjacent_segments() {
             Segment { address: 0x1010, offset: 16, size: 16 },
         ],
     );
-    assert_eq!(linkmap::string(&memory, 0x1008, 4096).map(|s| s.len()), Some(12));
-    assert_eq!(linkmap::string(&memory, 0x1008, 10), None, "longer than the limit");
-    assert_eq!(linkmap::string(&memory, 0x1015, 4096), None, "unterminated");
-    assert_eq!(linkmap::string(&memory, u64::MAX, 4096), None);
+    assert_eq!(memory.string(0x1008, 4096).map(|s| s.len()), Some(12));
+    assert_eq!(memory.string(0x1008, 10), None, "longer than the limit");
+    assert_eq!(memory.string(0x1015, 4096), None, "unterminated");
+    assert_eq!(memory.string(u64::MAX, 4096), None);
 }
 
 /// A xorshift generator: the same sequence on every run.

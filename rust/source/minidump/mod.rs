@@ -213,7 +213,7 @@ impl MinidumpFile {
     /// The NUL-terminated string at `address` in the process's memory, at
     /// most `limit` bytes before the NUL; None where it is not all captured.
     pub fn string(&self, address: u64, limit: usize) -> Option<Vec<u8>> {
-        linkmap::string(&self.memory, address, limit)
+        self.memory.string(address, limit)
     }
 
     /// The dynamic linker's link map, for a process whose executable has its
