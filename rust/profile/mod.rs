@@ -294,7 +294,7 @@ impl Profiler {
         if header.attrs.iter().any(|a| a.sample_type & PERF_SAMPLE_CALLCHAIN != 0) {
             let kernel_id = header.build_ids.iter().find(|b| b.filename == "[kernel.kallsyms]");
             let cached = kernel_id.zip(process::perf_buildid_dir()).map(|(id, dir)| {
-                let hex: String = id.build_id.iter().map(|b| format!("{b:02x}")).collect();
+                let hex = crate::space::finder::hex(&id.build_id);
                 (dir.join("[kernel.kallsyms]").join(hex).join("kallsyms"), id.build_id.clone())
             });
             self.kernel.start(cached);

@@ -4,7 +4,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::source::memory::Data;
-use crate::space::finder::{same_build_id, Identity, Located};
+use crate::space::finder::{hex, same_build_id, Identity, Located};
 use crate::space::perfmap::PerfMap;
 use crate::space::sections::CodeSegment;
 use crate::space::Segment;
@@ -292,10 +292,6 @@ fn perf_cached(id: &[u8]) -> Option<(std::path::PathBuf, Data)> {
     let data = crate::source::files::map(&path).ok()?;
     let theirs = crate::space::elf::summarize(&data).ok()?.build_id?;
     same_build_id(id, &theirs).then_some((path, data))
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// This process's vdso image, if its build id is `build_id`.

@@ -12,6 +12,7 @@ use super::elf_bytes;
 use super::errors::ElfError;
 use crate::arch::Arch;
 use crate::space::elf::ElfSummary;
+use crate::space::finder::hex;
 
 pub(super) fn machine_name(machine: u16) -> String {
     Arch::from_elf_machine(machine).map_or_else(|| machine.to_string(), |a| a.name().to_owned())
@@ -60,10 +61,9 @@ pub(super) fn summary_dict<'py>(
     };
     out.set_item("type", e_type)?;
     out.set_item("entry", summary.entry)?;
-    let hex = |id: &Vec<u8>| id.iter().map(|b| format!("{b:02x}")).collect::<String>();
-    out.set_item("build_id", summary.build_id.as_ref().map(hex))?;
-    out.set_item("file_id", summary.file_id.as_ref().map(hex))?;
-    out.set_item("other_file_id", summary.other_file_id.as_ref().map(hex))?;
+    out.set_item("build_id", summary.build_id.as_deref().map(hex))?;
+    out.set_item("file_id", summary.file_id.as_deref().map(hex))?;
+    out.set_item("other_file_id", summary.other_file_id.as_deref().map(hex))?;
     out.set_item("loads", &summary.loads)?;
     out.set_item("dynamic", summary.dynamic)?;
     out.set_item("phdr", summary.phdr)?;

@@ -171,7 +171,7 @@ impl PyMinidumpFile {
     /// prints them).
     #[getter]
     fn modules<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
-        let hex = |id: &[u8]| id.iter().map(|b| format!("{b:02x}")).collect::<String>();
+        let hex = crate::space::finder::hex;
         let modules = self.inner.modules.iter();
         modules
             .map(|m| {

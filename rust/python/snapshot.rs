@@ -14,7 +14,7 @@ use pyo3::types::{PyBytes, PyString};
 use super::errors::CoreError;
 use super::unwinder::PyUnwinder;
 use crate::space::debuginfod::{Config, Kind};
-use crate::space::finder::FileFinder;
+use crate::space::finder::{hex, FileFinder};
 use crate::space::snapshot::{build, Facts, Host, Module, Options};
 
 /// How the files are found, from `stackwalk.core`: the keys of this dict.
@@ -80,10 +80,6 @@ impl UnwinderHost<'_, '_> {
 
 fn pairs(ranges: &[Range<u64>]) -> Vec<(u64, u64)> {
     ranges.iter().map(|r| (r.start, r.end)).collect()
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 impl Host for UnwinderHost<'_, '_> {

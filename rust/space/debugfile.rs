@@ -20,7 +20,7 @@ use crate::space::sections::{Compression, SectionInfo};
 /// `DEBUG_ROOT/.build-id/xx/yyyy.debug` for a build id (None if it is too
 /// short to split).
 pub fn build_id_path(build_id: &[u8], debug_root: &Path) -> Option<PathBuf> {
-    let hex: String = build_id.iter().map(|b| format!("{b:02x}")).collect();
+    let hex = crate::space::finder::hex(build_id);
     (hex.len() > 2)
         .then(|| debug_root.join(".build-id").join(&hex[..2]).join(format!("{}.debug", &hex[2..])))
 }

@@ -163,7 +163,7 @@ pub fn cache_entry(cache: &Path, build_id: &str, kind: Kind) -> PathBuf {
 /// regular file (libdebuginfod marks a file that servers lack with an empty
 /// one).
 pub fn cached(build_id: &[u8], kind: Kind) -> Option<PathBuf> {
-    let hex: String = build_id.iter().map(|b| format!("{b:02x}")).collect();
+    let hex = crate::space::finder::hex(build_id);
     let cache = Config::from_env().cache?;
     cached_in(&cache, &checked_build_id(&hex)?, kind)
 }
@@ -485,7 +485,7 @@ fn download(
     let data = crate::source::files::map(file.path()).map_err(|e| e.to_string())?;
     let theirs =
         crate::space::elf::summarize(&data).map_err(|_| "not an ELF file".to_string())?.build_id;
-    let theirs: Option<String> = theirs.map(|b| b.iter().map(|b| format!("{b:02x}")).collect());
+    let theirs: Option<String> = theirs.map(|b| crate::space::finder::hex(&b));
     if theirs.as_deref() != Some(id) {
         return Err(format!("the file has build id {}", theirs.as_deref().unwrap_or("none")));
     }

@@ -107,7 +107,8 @@ fn guid_of(id: &[u8]) -> Vec<u8> {
     guid
 }
 
-fn hex(bytes: &[u8]) -> String {
+/// Bytes as lowercase hex, as build ids and file ids are written.
+pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 

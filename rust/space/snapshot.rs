@@ -28,7 +28,7 @@ use crate::source::corefile::LinkMapEntry;
 use crate::source::memory::SegmentMemory;
 use crate::space::debuginfod::{fetch_missing, Kind, Wanted};
 use crate::space::elf::ElfSummary;
-use crate::space::finder::{FileFinder, Identity, Located};
+use crate::space::finder::{hex, FileFinder, Identity, Located};
 use crate::space::{place, Mapping, Segment, PF_X};
 
 const AT_PHDR: u64 = 3;
@@ -711,7 +711,6 @@ impl Builder<'_, '_, '_> {
         if !self.options.fetch {
             return vec![None; modules.len()];
         }
-        let hex = |id: &Vec<u8>| id.iter().map(|b| format!("{b:02x}")).collect::<String>();
         // Only modules whose build id the snapshot holds.
         let with_ids: Vec<(usize, String, String)> = modules
             .iter()

@@ -137,7 +137,7 @@ impl SectionCache {
             return None;
         }
         let adler = u32::from_be_bytes(stream[stream.len() - 4..].try_into().ok()?);
-        let id: String = build_id.iter().map(|b| format!("{b:02x}")).collect();
+        let id = crate::space::finder::hex(build_id);
         let file =
             format!("{}-{}-{full}-{adler:08x}-b", name.trim_start_matches('.'), stream.len());
         let entry = self.dir.join(id).join(file);
@@ -205,7 +205,7 @@ impl SectionCache {
         if build_id.is_empty() || name.contains('/') {
             return make().map(SectionBytes::whole);
         }
-        let id: String = build_id.iter().map(|b| format!("{b:02x}")).collect();
+        let id = crate::space::finder::hex(build_id);
         let entry = self.dir.join(id).join(name);
         if let Some(bytes) = read_derived(&entry) {
             return Some(bytes);
