@@ -2,7 +2,7 @@
 
 Format 2 (``"format": "stackwalk-capture-2"``) gives each module the mappings of its file as
 gdb read them from the process (``info proc mappings``), so that it is placed by the same rule
-as a core's (``rust/space/snapshot.rs``); format 1 gives a module its path and load
+as a core's (``rust/space/snapshot/``); format 1 gives a module its path and load
 bias only, and is still read. Every way a document can be wrong is an ``Invalid`` naming the
 key and what is wrong with it: ``Capture.load`` turns it into a ``CaptureError``.
 """

@@ -171,7 +171,7 @@ class Capture:
 
     def address_space(self, unwinder: Unwinder | None = None) -> _AddressSpace:
         """Its modules found and placed by the rule that places a core's
-        (``rust/space/snapshot.rs``: each mapping by the PT_LOAD that holds its offset, a
+        (``rust/space/snapshot/``: each mapping by the PT_LOAD that holds its offset, a
         placement kept if it holds code; a module without mappings where its file's segments
         go at its bias; the vdso from its image), into ``unwinder`` if given: (modules, the
         executable's index (none: a capture does not say), the vdso image, warnings). Its

@@ -13,7 +13,7 @@ the core's memory::
 Modules come from ``NT_FILE``; a core without it (qemu-user writes those) is read through the
 dynamic linker's link map in its memory. A module whose file is not here, or whose DWARF is not,
 is fetched by build id from the debuginfod servers of ``DEBUGINFOD_URLS``, several at once, into
-debuginfod's cache (``rust/space/snapshot.rs``), unless ``offline``. Cores of 64-bit
+debuginfod's cache (``rust/space/snapshot/``), unless ``offline``. Cores of 64-bit
 (x86_64, aarch64) and 32-bit (i386) processes are read. Build ids are read
 from the module headers the core holds and compared with the files found; every doubt is a line
 in ``core.warnings``. A debug file's compressed sections (zlib or zstd, 32 KiB and more), once
@@ -157,7 +157,7 @@ class Core:
             # made no frame record only at a function's start (see rust/unwind/fallback/).
             self.unwinder.set_perf_map(map_or_path)
         explicit = os.fspath(executable) if executable is not None else None
-        # The modules found, checked and placed into the unwinder (rust/space/snapshot.rs).
+        # The modules found, checked and placed into the unwinder (rust/space/snapshot/).
         modules, exe, self._vdso_image, warnings = core.address_space(
             self.unwinder,
             {

@@ -17,7 +17,6 @@
 //! [`Host`]: this stage only decides.
 
 use std::collections::{BTreeMap, HashSet};
-use std::ffi::OsStr;
 use std::ops::Range;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -30,6 +29,8 @@ use crate::space::debuginfod::{fetch_missing, Kind, Wanted};
 use crate::space::elf::ElfSummary;
 use crate::space::finder::{hex, FileFinder, Identity, Located};
 use crate::space::{place, Mapping, Segment, PF_X};
+
+mod linkmap;
 
 const AT_PHDR: u64 = 3;
 const AT_ENTRY: u64 = 9;
@@ -391,8 +392,7 @@ impl Builder<'_, '_, '_> {
         let mut exe = None;
         for (mut found, got) in located.into_iter().zip(fetched) {
             if let Some(got) = got {
-                let summary = self.options.finder.given(&got, self.facts.arch).ok();
-                found.lookup = Lookup { file: Some(got), summary, rejected: Vec::new() };
+                found.lookup = self.fetched_file(got);
             }
             if found.lookup.summary.is_none() {
                 // Without ELF headers in the core, nor an ELF file, it is a module only if it
@@ -431,165 +431,6 @@ impl Builder<'_, '_, '_> {
             }
         }
         (modules, exe)
-    }
-
-    /// A module known by its path and bias alone, placed where its file's
-    /// segments go; None (a warning) without its file: nothing says where it
-    /// was but the bias.
-    fn module_at_bias(&mut self, path: &Path, bias: u64) -> Option<Module> {
-        let lookup = self.locate(path, None, None, None);
-        let Some(summary) = lookup.summary.clone() else {
-            self.not_found(path, &lookup.rejected);
-            return None;
-        };
-        let (start, end) = self.load_range(&summary, bias);
-        Some(self.module(path, &lookup, (start, end, bias), None, Vec::new(), None))
-    }
-
-    fn link_map_modules(&mut self, explicit: Option<&Path>) -> (Vec<Module>, Option<usize>) {
-        let Some((exe, summary)) = self.link_map_executable(explicit) else {
-            return (Vec::new(), None);
-        };
-        let bias = exe.bias;
-        let found_exe = exe.file.is_some();
-        let mut modules = vec![exe];
-        let Some(summary) = summary else {
-            self.warnings.push(
-                "no NT_FILE note and the executable is not found: its libraries cannot be found \
-                 through the link map"
-                    .to_owned(),
-            );
-            return (modules, Some(0));
-        };
-        let Some(dynamic) = summary.dynamic else {
-            return (modules, Some(0)); // statically linked
-        };
-        let dynamic = dynamic.wrapping_add(bias);
-        let (entries, warnings) = (self.facts.link_map)(dynamic);
-        self.warnings.extend(warnings);
-        let vdso = self.auxv(AT_SYSINFO_EHDR).filter(|&a| a != 0);
-        let vdso_end = vdso.and_then(|a| self.segment_end(a));
-        // The dynamic linker's own name is the executable's PT_INTERP.
-        let mut interpreter = summary.interpreter.clone().filter(|_| found_exe);
-        for LinkMapEntry { name, bias, dynamic } in entries {
-            if let (Some(v), Some(e)) = (vdso, vdso_end) {
-                if v <= dynamic && dynamic < e {
-                    continue; // the vdso's own entry: its image is read from the core below
-                }
-            }
-            // (None: the dynamic linker's, pointing into the executable's .interp.)
-            let Some(name) = name.or_else(|| interpreter.take()) else {
-                self.warnings
-                    .push(format!("link map: cannot read the name of the module at {bias:#x}"));
-                continue;
-            };
-            let name = PathBuf::from(OsStr::from_bytes(&name));
-            let mut in_core = self.header_summary(bias);
-            let mut lookup = self.locate(&name, in_core.as_deref(), None, None);
-            let got =
-                self.fetch(std::slice::from_ref(&name), &[(in_core.clone(), lookup.file.clone())]);
-            if let Some(Some(got)) = got.into_iter().next() {
-                let summary = self.options.finder.given(&got, self.facts.arch).ok();
-                lookup = Lookup { file: Some(got), summary, rejected: Vec::new() };
-            }
-            let (start, end) = if let Some(on_disk) = &lookup.summary {
-                let range = self.load_range(on_disk, bias);
-                if in_core.is_none() {
-                    in_core = self.header_summary(range.0);
-                }
-                range
-            } else if let Some(in_core) = &in_core {
-                self.load_range(in_core, bias)
-            } else {
-                (bias, self.segment_end(dynamic).unwrap_or(bias))
-            };
-            if lookup.summary.is_none() {
-                self.not_found(&name, &lookup.rejected);
-            }
-            let module = self.module(
-                &name,
-                &lookup,
-                (start, end, bias),
-                in_core.as_deref(),
-                Vec::new(),
-                None,
-            );
-            modules.push(module);
-        }
-        (modules, Some(0))
-    }
-
-    /// The executable's module and ELF summary (None: neither its file nor
-    /// its headers).
-    fn link_map_executable(
-        &mut self,
-        explicit: Option<&Path>,
-    ) -> Option<(Module, Option<Arc<ElfSummary>>)> {
-        let execfn = self.auxv(AT_EXECFN).filter(|&a| a != 0);
-        let name = execfn
-            .and_then(|a| self.facts.memory.string(a, 4096))
-            .filter(|n| !n.is_empty())
-            .map(|n| PathBuf::from(OsStr::from_bytes(&n)))
-            .or_else(|| self.facts.fname.filter(|f| !f.is_empty()).map(PathBuf::from))
-            .or_else(|| explicit.map(Path::to_path_buf));
-        let Some(name) = name else {
-            self.warnings
-                .push("cannot tell the executable: no AT_EXECFN and no NT_PRPSINFO".into());
-            return None;
-        };
-        let entry = self.auxv(AT_ENTRY);
-        let page = self.facts.page.max(1);
-        let phdr = self.auxv(AT_PHDR).filter(|&a| a != 0);
-        let mut in_core = phdr.and_then(|p| self.header_summary(p - p % page));
-        let mut lookup = self.locate(&name, in_core.as_deref(), explicit, None);
-        let got =
-            self.fetch(std::slice::from_ref(&name), &[(in_core.clone(), lookup.file.clone())]);
-        if let Some(Some(got)) = got.into_iter().next() {
-            let summary = self.options.finder.given(&got, self.facts.arch).ok();
-            lookup = Lookup { file: Some(got), summary, rejected: Vec::new() };
-        }
-        if lookup.summary.is_none() {
-            self.not_found(&name, &lookup.rejected);
-        }
-        let Some(summary) = lookup.summary.clone().or_else(|| in_core.clone()) else {
-            // Only its place is known: the mapping that holds the entry point.
-            let entry = entry?;
-            let &(start, end, _) =
-                self.facts.segments.iter().find(|s| s.0 <= entry && entry < s.1)?;
-            let module =
-                self.module(&name, &Lookup::default(), (start, end, start), None, Vec::new(), None);
-            return Some((module, None));
-        };
-        let bias = match entry {
-            Some(entry) => entry.wrapping_sub(summary.entry),
-            None if summary.e_type == object::elf::ET_EXEC => 0,
-            None => {
-                let shown = name.display();
-                self.warnings
-                    .push(format!("cannot place {shown} in memory: the core has no AT_ENTRY"));
-                return None;
-            }
-        };
-        let (start, end) = self.load_range(&summary, bias);
-        if in_core.is_none() {
-            in_core = self.header_summary(start);
-        }
-        let module =
-            self.module(&name, &lookup, (start, end, bias), in_core.as_deref(), Vec::new(), None);
-        Some((module, Some(summary)))
-    }
-
-    /// The runtime range the PT_LOAD segments of `summary` take at `bias`,
-    /// page-aligned.
-    fn load_range(&self, summary: &ElfSummary, bias: u64) -> (u64, u64) {
-        let loads = summary.loads.iter().filter(|l| l.1 != 0).map(|l| (l.0, l.0.wrapping_add(l.1)));
-        let (Some(start), Some(end)) = (loads.clone().map(|l| l.0).min(), loads.map(|l| l.1).max())
-        else {
-            return (bias, bias);
-        };
-        let page = self.facts.page.max(1);
-        let up = end.div_ceil(page).wrapping_mul(page);
-        (bias.wrapping_add(start - start % page), bias.wrapping_add(up))
     }
 
     fn vdso(&mut self) -> Option<(Module, Vec<u8>)> {
@@ -743,6 +584,12 @@ impl Builder<'_, '_, '_> {
         out
     }
 
+    /// A file fetched for a module, in place of what was found here.
+    fn fetched_file(&self, got: PathBuf) -> Lookup {
+        let summary = self.options.finder.given(&got, self.facts.arch).ok();
+        Lookup { file: Some(got), summary, rejected: Vec::new() }
+    }
+
     fn not_found(&mut self, path: &Path, rejected: &[String]) {
         match self.facts.foreign {
             None => {
@@ -890,139 +737,4 @@ fn named_as(path: &Path, executable: Option<&Path>, fname: Option<&str>) -> bool
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::source::memory::{Data, Segment as MemorySegment};
-
-    /// Records what it is given.
-    #[derive(Default)]
-    struct Recorder {
-        files: Vec<(PathBuf, u64)>,
-        missing: Vec<PathBuf>,
-    }
-
-    impl Host for Recorder {
-        fn add_file(
-            &mut self,
-            file: &Path,
-            bias: u64,
-            _: Option<&[Range<u64>]>,
-        ) -> Result<(), String> {
-            self.files.push((file.to_path_buf(), bias));
-            Ok(())
-        }
-        fn add_image(&mut self, _: &str, _: &[u8], _: u64) -> Result<(), String> {
-            Ok(())
-        }
-        fn add_missing(
-            &mut self,
-            name: &Path,
-            _: &[Range<u64>],
-            _: &[Range<u64>],
-            _: Option<(&Path, u64)>,
-            _: bool,
-        ) -> Result<(), String> {
-            self.missing.push(name.to_path_buf());
-            Ok(())
-        }
-        fn fetch(&mut self, requests: &[(String, Kind)]) -> Vec<Result<PathBuf, String>> {
-            requests.iter().map(|_| Err("no server".to_owned())).collect()
-        }
-    }
-
-    const BASE: u64 = 0x5555_0000_0000;
-
-    /// This test program mapped at BASE as a snapshot shows it: its first
-    /// 64 KiB (ELF headers) in memory if `headers`, and what the source
-    /// records of it.
-    fn snapshot_of(
-        headers: bool,
-        recorded: Option<Identity>,
-        options: &Options,
-    ) -> (AddressSpace, Recorder) {
-        let exe = std::env::current_exe().unwrap();
-        let data = std::fs::read(&exe).unwrap();
-        let len = data.len() as u64;
-        let size = if headers { len.min(1 << 16) } else { 0 };
-        let memory = SegmentMemory::new(
-            Data::Owned(data),
-            &[MemorySegment { address: BASE, offset: 0, size }],
-        );
-        let files = [FileMapping { start: BASE, end: BASE + len, offset: 0, path: exe }];
-        let segments = [(BASE, BASE + len, PF_X)];
-        let recorded = move |start| recorded.clone().filter(|_| start == BASE);
-        let auxv = BTreeMap::new();
-        let facts = Facts {
-            files: Some(&files),
-            recorded: &recorded,
-            ..Facts::of(Arch::X86_64, 4096, &segments, &auxv, &memory)
-        };
-        let mut host = Recorder::default();
-        let space = build(&facts, options, &mut host).unwrap();
-        (space, host)
-    }
-
-    #[test]
-    fn a_module_is_found_checked_and_placed() {
-        if !cfg!(target_arch = "x86_64") {
-            return;
-        }
-        let options = Options::default();
-        let (space, host) = snapshot_of(true, None, &options);
-        let [module] = &space.modules[..] else { panic!("{:?}", space.modules) };
-        assert!(module.found && !module.doubtful, "{module:?}");
-        assert_eq!(module.build_id, module.file_build_id);
-        assert_eq!(host.files, vec![(module.file.clone().unwrap(), module.bias)]);
-        assert!(space.warnings.is_empty(), "{:?}", space.warnings);
-        // Nothing recorded to check the file by: used, doubtful, said.
-        let (space, _) = snapshot_of(false, None, &options);
-        assert!(space.modules[0].found && space.modules[0].doubtful);
-        assert!(space.warnings[0].contains("records no identity"), "{:?}", space.warnings);
-        // Another build recorded: not used, unless allowed.
-        let other = Some(Identity::FileId(vec![0xab; 20]));
-        let (space, host) = snapshot_of(false, other.clone(), &options);
-        assert!(!space.modules[0].found && host.files.is_empty());
-        assert!(space.warnings[0].starts_with("build-id mismatch for "), "{:?}", space.warnings);
-        assert_eq!(host.missing, vec![space.modules[0].path.clone()]);
-        let allowing = Options { allow_mismatch: true, ..Options::default() };
-        let (space, _) = snapshot_of(false, other, &allowing);
-        assert!(space.modules[0].found && space.modules[0].doubtful);
-    }
-
-    #[test]
-    fn an_executable_given_must_be_one_of_the_architecture() {
-        let facts_of = |options: &Options| {
-            let memory = SegmentMemory::new(Data::Owned(Vec::new()), &[]);
-            let auxv = BTreeMap::new();
-            let facts =
-                Facts { files: Some(&[]), ..Facts::of(Arch::X86_64, 4096, &[], &auxv, &memory) };
-            build(&facts, options, &mut Recorder::default()).map(|s| s.warnings)
-        };
-        let missing = Options { executable: Some("/no/such/program".into()), ..Options::default() };
-        assert_eq!(facts_of(&missing).unwrap_err(), "executable /no/such/program: no such file");
-        let dir = tempfile::tempdir().unwrap();
-        let text = dir.path().join("notes.txt");
-        std::fs::write(&text, "not an ELF file\n").unwrap();
-        let given = Options { executable: Some(text.clone()), ..Options::default() };
-        let why = facts_of(&given).unwrap_err();
-        assert_eq!(why, format!("executable {}: not an ELF file", text.display()));
-        let fine = Options { executable: std::env::current_exe().ok(), ..Options::default() };
-        if cfg!(target_arch = "x86_64") {
-            let warnings = facts_of(&fine).unwrap();
-            assert!(
-                warnings[0].ends_with("not used: the core does not show where"),
-                "{warnings:?}"
-            );
-        }
-    }
-
-    #[test]
-    fn named_as_the_program_or_the_process() {
-        let path = Path::new("/usr/bin/a-very-long-program-name");
-        assert!(named_as(path, Some(Path::new("/elsewhere/a-very-long-program-name")), None));
-        assert!(named_as(path, None, Some("a-very-long-pro")));
-        assert!(!named_as(path, None, Some("a-very-long")));
-        assert!(named_as(Path::new("/bin/ls"), None, Some("ls")));
-        assert!(!named_as(Path::new("/bin/ls"), Some(Path::new("/bin/cat")), None));
-    }
-}
+mod tests;
