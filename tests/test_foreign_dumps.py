@@ -35,7 +35,7 @@ from minidumps import (
     rewrite_codeview,
     symbol_store,
 )
-from stackwalk._core import elf_summary
+from stackwalk._core import ElfFile
 from stackwalk.minidump import Minidump, breakpad_debug_id
 
 DATA = Path(__file__).parent / "data"
@@ -192,7 +192,7 @@ def test_a_file_without_build_id_is_known_by_its_text_hash(no_build_id: Any) -> 
     ids are minidump-stackwalk's, the program's file is recognized as the one that ran (the
     same hash computed from the file), and its frames are not doubtful."""
     made = no_build_id
-    assert elf_summary(str(made.executable))["build_id"] is None
+    assert ElfFile(str(made.executable)).build_id is None
     assert_same_ids_and_header(made.path)
     dump = Minidump.open(made.path)
     exe = next(m for m in dump.modules if m.path == str(made.executable))
@@ -213,7 +213,7 @@ def test_file_ids_are_dump_syms_ids(no_build_id: Any) -> None:
         proc = subprocess.run([DUMP_SYMS, path], capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stderr[-3000:]
         debug_id = proc.stdout.split("\n", 1)[0].split(" ")[3]
-        assert breakpad_debug_id(elf_summary(str(path))["file_id"]) == debug_id, path
+        assert breakpad_debug_id(ElfFile(str(path)).file_id) == debug_id, path
 
 
 def test_sym_files_are_found_by_the_dumps_debug_id(tmp_path: Path) -> None:

@@ -231,7 +231,7 @@ def test_core_dir_with_a_worker_killed(cores: Cores, tmp_path: Path) -> None:
 
 
 def test_add_module_and_symbols_of_a_fifo(tmp_path: Path) -> None:
-    """Unwinder.add_module (the native core's and the baseline's), SymbolTable and elf_summary
+    """Unwinder.add_module (the native core's and the baseline's), SymbolTable and ElfFile
     refuse a FIFO (and a directory, a device) at once, saying what it is."""
     path = fifo(tmp_path / "lib.so")
     proc = python(
@@ -239,11 +239,11 @@ def test_add_module_and_symbols_of_a_fifo(tmp_path: Path) -> None:
         import sys
         import stackwalk
         from stackwalk import baseline
-        from stackwalk._core import SymbolTable, elf_summary
+        from stackwalk._core import ElfFile, SymbolTable
         for target in sys.argv[1:]:
             for call in (lambda: stackwalk.Unwinder("x86_64").add_module(target),
                          lambda: baseline.Unwinder("x86_64").add_module(target),
-                         lambda: SymbolTable(target), lambda: elf_summary(target)):
+                         lambda: SymbolTable(target), lambda: ElfFile(target)):
                 try:
                     call()
                 except stackwalk.ElfError as e:
@@ -263,8 +263,8 @@ def test_add_module_and_symbols_of_a_fifo(tmp_path: Path) -> None:
 def test_a_module_replaced_between_two_reads_is_read_again(tmp_path: Path) -> None:
     """A module file read once is kept for the next unwinder (a directory of cores adds the
     same libraries again and again), but only while it is the same file: replaced, as a package
-    upgrade replaces a library, it is read again, by add_module and elf_summary alike."""
-    from stackwalk._core import elf_summary
+    upgrade replaces a library, it is read again, by add_module and ElfFile alike."""
+    from stackwalk._core import ElfFile
 
     program = Path(os.path.realpath(sys.executable))
     lib, new = tmp_path / "libx.so", tmp_path / "new"
@@ -275,15 +275,15 @@ def test_a_module_replaced_between_two_reads_is_read_again(tmp_path: Path) -> No
 
     replace(program.read_bytes())
     stackwalk.Unwinder("x86_64").add_module(str(lib), 0x10000)
-    assert elf_summary(str(lib))["machine"] == "x86_64"
+    assert ElfFile(str(lib)).machine == "x86_64"
     replace(b"no ELF file now\n" * 8)
     with pytest.raises(stackwalk.ElfError, match="libx.so"):
         stackwalk.Unwinder("x86_64").add_module(str(lib), 0x10000)
     with pytest.raises(stackwalk.ElfError, match="libx.so"):
-        elf_summary(str(lib))
+        ElfFile(str(lib))
     replace(program.read_bytes())
     stackwalk.Unwinder("x86_64").add_module(str(lib), 0x10000)
-    assert elf_summary(str(lib))["build_id"] == elf_summary(str(program))["build_id"]
+    assert ElfFile(str(lib)).build_id == ElfFile(str(program)).build_id
 
 
 def test_a_debug_root_of_fifos(cores: Cores, tmp_path: Path) -> None:

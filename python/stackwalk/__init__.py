@@ -10,7 +10,7 @@ reads ELF core files, ``stackwalk.Minidump`` minidumps, ``stackwalk.Process`` li
 ``stackwalk.Recording`` perf.data recordings.
 """
 
-from stackwalk._core import Symbolizer, __version__
+from stackwalk._core import ElfFile, Symbolizer, __version__
 from stackwalk.core import Core, CoreError
 from stackwalk.errors import ArchError, CfiError, ElfError, MemoryReadError, StackwalkError
 from stackwalk.minidump import Minidump, MinidumpError
@@ -39,6 +39,7 @@ __all__ = [
     "Recording",
     "Unwinder",
     "Symbolizer",
+    "ElfFile",
     "Registers",
     "Trace",
     "Frame",

@@ -26,6 +26,7 @@ __all__ = [
     "Registers",
     "MappedMemory",
     "SymbolTable",
+    "ElfFile",
     "Symbolizer",
     "PerfMap",
     "StackDB",
@@ -35,9 +36,7 @@ __all__ = [
     "snapshot_process",
     "python_threads",
     "MinidumpFile",
-    "elf_summary",
     "shared_sps",
-    "elf_section_address",
     "capture_address_space",
     "demangle",
     "read_sym_file",
@@ -76,24 +75,6 @@ _EndReason = Literal[
 ]
 TRUST_LEVELS: tuple[_Trust, ...]
 END_REASONS: tuple[_EndReason, ...]
-
-class _ElfSummary(TypedDict):
-    """``elf_summary``'s answer: the program headers' facts."""
-
-    machine: str  # "x86_64", "aarch64", "i386", or e_machine's number
-    type: str  # "EXEC", "DYN", "CORE", "REL", or e_type's number
-    entry: int
-    build_id: str | None  # hex
-    loads: list[tuple[int, int, int, int, int]]  # (vaddr, memsz, offset, filesz, flags)
-    dynamic: int | None
-    phdr: tuple[int, int]  # (e_phoff, e_phnum)
-    interpreter: str | None
-    # hex: Breakpad's identity of the file (FileID, dump_syms): the build id, else the hash of
-    # the first page of .text (None: neither in the bytes given)
-    file_id: str | None
-    # hex: minidump-writer's identity of a file without a build id (its first executable
-    # section hashed, not .text), where it differs
-    other_file_id: str | None
 
 class _DumpCrash(TypedDict):
     """``MinidumpFile.crash``: the exception stream, as minidump-stackwalk words it."""
@@ -238,6 +219,27 @@ class SymbolTable:
     def __len__(self) -> int: ...
     @property
     def full(self) -> bool: ...
+
+@final
+class ElfFile:
+    """An ELF file (a path) or image (bytes-like): program headers and identities."""
+
+    def __new__(cls, source: str | PathLike[str] | Buffer) -> ElfFile: ...
+    @property
+    def machine(self) -> str: ...  # "x86_64", "aarch64", "i386", or e_machine's number
+    @property
+    def type(self) -> str: ...  # "EXEC", "DYN", "CORE", "REL", or e_type's number
+    @property
+    def entry(self) -> int: ...
+    @property
+    def build_id(self) -> str | None: ...  # hex
+    # hex: Breakpad's identity of the file (FileID, dump_syms): the build id, else the hash of
+    # the first page of .text (None: neither in the bytes given)
+    @property
+    def file_id(self) -> str | None: ...
+    @property
+    def interpreter(self) -> str | None: ...
+    def section_address(self, name: str) -> int | None: ...
 
 class _FrameLike(Protocol):
     @property
@@ -395,8 +397,6 @@ def capture_address_space(
     vdso: tuple[int, bytes] | None,
     options: _SpaceOptions,
 ) -> _AddressSpace: ...
-def elf_summary(source: str | PathLike[str] | Buffer) -> _ElfSummary: ...
-def elf_section_address(source: str | PathLike[str] | Buffer, name: str) -> int | None: ...
 def demangle(name: str) -> str: ...
 def read_sym_file(path: str | PathLike[str], debug_id: str | None = None) -> None: ...
 def sym_file_parses() -> int: ...

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 
 from stackwalk import _capturedoc
-from stackwalk._core import Unwinder, capture_address_space, elf_section_address, elf_summary
+from stackwalk._core import ElfFile, Unwinder, capture_address_space
 from stackwalk._files import write_output
 from stackwalk._records import CoreModule
 from stackwalk._snapshot import document, module_dict
@@ -340,7 +340,7 @@ def _find_tool(name: str) -> str:
 
 
 def _elf_arch(path: str) -> str:
-    machine: str = elf_summary(path)["machine"]  # ElfError naming the file if it is not ELF
+    machine = ElfFile(path).machine  # ElfError naming the file if it is not ELF
     if machine not in _REGISTERS:
         raise ArchError(f"{path}: unsupported ELF machine {machine}")
     return machine
@@ -348,7 +348,7 @@ def _elf_arch(path: str) -> str:
 
 def _text_address(path: str) -> int:
     """The ELF virtual address (sh_addr) of a module's .text section."""
-    address = elf_section_address(path, ".text")
+    address = ElfFile(path).section_address(".text")
     if address is None:
         raise ElfError(f"{path}: no .text section")
     return address

@@ -1,82 +1,117 @@
-//! ELF facts for the Python layer: `elf_summary` and `elf_section_address`
-//! (`crate::space::elf`).
+//! `ElfFile`: an ELF file's identity and layout as the address space reads
+//! it (`crate::space::elf`), for callers that must know a file before a
+//! snapshot exists — `capture` choosing gdb or qemu by the program's machine
+//! and placing a module by where gdb saw its `.text` — and for users filing
+//! symbols by a file's ids.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use pyo3::buffer::PyBuffer;
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
 
-use super::elf_bytes;
 use super::errors::ElfError;
 use crate::arch::Arch;
 use crate::space::elf::ElfSummary;
 use crate::space::finder::hex;
 
-pub(super) fn machine_name(machine: u16) -> String {
-    Arch::from_elf_machine(machine).map_or_else(|| machine.to_string(), |a| a.name().to_owned())
+/// An ELF file (a path) or image (bytes-like, which may be just its first
+/// page), read once: its program headers and its identities.
+#[pyclass(module = "stackwalk._core", name = "ElfFile", frozen)]
+pub(super) struct PyElfFile {
+    /// Where the sections are read: the path, or the bytes given.
+    source: Source,
+    name: String,
+    summary: Arc<ElfSummary>,
 }
 
-/// The program headers of an ELF file (a path) or image (bytes-like, which
-/// may be just its first page): machine, type, entry, GNU build id, PT_LOAD
-/// segments, PT_DYNAMIC. Reads no section headers.
-#[pyfunction]
-pub(super) fn elf_summary<'py>(
-    py: Python<'py>,
-    source: &Bound<'py, PyAny>,
-) -> PyResult<Bound<'py, PyDict>> {
-    let summary = match PyBuffer::<u8>::get(source) {
-        Ok(buf) => {
+enum Source {
+    Path(PathBuf),
+    Image(Vec<u8>),
+}
+
+#[pymethods]
+impl PyElfFile {
+    #[new]
+    fn new(py: Python<'_>, source: &Bound<'_, PyAny>) -> PyResult<Self> {
+        if let Ok(buf) = PyBuffer::<u8>::get(source) {
             let data = buf.to_vec(py)?;
-            crate::space::elf::summarize(&data)
-                .map(Arc::new)
-                .map_err(|e| ElfError::new_err(format!("<image>: {e}")))?
+            let summary = crate::space::elf::summarize(&data)
+                .map_err(|e| ElfError::new_err(format!("<image>: {e}")))?;
+            let name = "<image>".to_owned();
+            return Ok(Self { source: Source::Image(data), name, summary: Arc::new(summary) });
         }
-        Err(_) => {
-            let path: PathBuf = source.extract()?;
-            let name = path.to_string_lossy();
-            crate::space::finder::file_summary(&path)
-                .map_err(|e| e.to_string())
-                .and_then(|s| s)
-                .map_err(|e| ElfError::new_err(format!("{name}: {e}")))?
+        let path: PathBuf = source.extract()?;
+        let name = path.to_string_lossy().into_owned();
+        // Cached by the finder while the file is the same file.
+        let summary = py
+            .detach(|| crate::space::finder::file_summary(&path))
+            .map_err(|e| e.to_string())
+            .and_then(|s| s)
+            .map_err(|e| ElfError::new_err(format!("{name}: {e}")))?;
+        Ok(Self { source: Source::Path(path), name, summary })
+    }
+
+    /// The architecture's name ("x86_64", "aarch64", "i386"), or e_machine's
+    /// number for one stackwalk does not unwind.
+    #[getter]
+    fn machine(&self) -> String {
+        let machine = self.summary.machine;
+        Arch::from_elf_machine(machine).map_or_else(|| machine.to_string(), |a| a.name().to_owned())
+    }
+
+    /// "EXEC", "DYN", "CORE", "REL", or e_type's number.
+    #[getter]
+    fn r#type(&self) -> String {
+        match self.summary.e_type {
+            object::elf::ET_REL => "REL".to_owned(),
+            object::elf::ET_EXEC => "EXEC".to_owned(),
+            object::elf::ET_DYN => "DYN".to_owned(),
+            object::elf::ET_CORE => "CORE".to_owned(),
+            other => other.to_string(),
         }
-    };
-    summary_dict(py, &summary)
-}
+    }
 
-/// An ELF summary as the Python layer reads it (see `_ElfSummary` in the stub).
-pub(super) fn summary_dict<'py>(
-    py: Python<'py>,
-    summary: &ElfSummary,
-) -> PyResult<Bound<'py, PyDict>> {
-    let out = PyDict::new(py);
-    out.set_item("machine", machine_name(summary.machine))?;
-    let e_type = match summary.e_type {
-        object::elf::ET_REL => "REL".to_owned(),
-        object::elf::ET_EXEC => "EXEC".to_owned(),
-        object::elf::ET_DYN => "DYN".to_owned(),
-        object::elf::ET_CORE => "CORE".to_owned(),
-        other => other.to_string(),
-    };
-    out.set_item("type", e_type)?;
-    out.set_item("entry", summary.entry)?;
-    out.set_item("build_id", summary.build_id.as_deref().map(hex))?;
-    out.set_item("file_id", summary.file_id.as_deref().map(hex))?;
-    out.set_item("other_file_id", summary.other_file_id.as_deref().map(hex))?;
-    out.set_item("loads", &summary.loads)?;
-    out.set_item("dynamic", summary.dynamic)?;
-    out.set_item("phdr", summary.phdr)?;
-    let interpreter = summary.interpreter.as_ref().map(|p| String::from_utf8_lossy(p).into_owned());
-    out.set_item("interpreter", interpreter)?;
-    Ok(out)
-}
+    #[getter]
+    fn entry(&self) -> u64 {
+        self.summary.entry
+    }
 
-/// The ELF address (sh_addr) of the section `name` of an ELF file (a path)
-/// or image (bytes-like); None if it has no such section.
-#[pyfunction]
-pub(super) fn elf_section_address(source: &Bound<'_, PyAny>, name: &str) -> PyResult<Option<u64>> {
-    let (file, data) = elf_bytes(source)?;
-    crate::space::elf::section_address(&data, name)
-        .map_err(|e| ElfError::new_err(format!("{file}: {e}")))
+    /// The GNU build id (hex), if the file has one.
+    #[getter]
+    fn build_id(&self) -> Option<String> {
+        self.summary.build_id.as_deref().map(hex)
+    }
+
+    /// Breakpad's identity of the file (its `FileID`, as `dump_syms` and
+    /// minidump writers record it), hex: the build id, else the hash of the
+    /// first page of `.text`; None when the bytes given hold neither.
+    #[getter]
+    fn file_id(&self) -> Option<String> {
+        self.summary.file_id.as_deref().map(hex)
+    }
+
+    /// The program's dynamic linker (PT_INTERP), if it names one.
+    #[getter]
+    fn interpreter(&self) -> Option<String> {
+        self.summary.interpreter.as_ref().map(|p| String::from_utf8_lossy(p).into_owned())
+    }
+
+    /// The ELF address (sh_addr) of the section `name`, None if the file has
+    /// no such section.
+    fn section_address(&self, name: &str) -> PyResult<Option<u64>> {
+        let found = match &self.source {
+            Source::Path(path) => {
+                let data = crate::source::files::map(path)
+                    .map_err(|e| ElfError::new_err(format!("{}: {e}", self.name)))?;
+                crate::space::elf::section_address(&data, name)
+            }
+            Source::Image(data) => crate::space::elf::section_address(data, name),
+        };
+        found.map_err(|e| ElfError::new_err(format!("{}: {e}", self.name)))
+    }
+
+    fn __repr__(&self) -> String {
+        format!("ElfFile({:?}, machine={:?})", self.name, self.machine())
+    }
 }
