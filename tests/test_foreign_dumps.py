@@ -36,7 +36,7 @@ from minidumps import (
     symbol_store,
 )
 from stackwalk._core import ElfFile
-from stackwalk.minidump import Minidump, breakpad_debug_id
+from stackwalk.minidump import Minidump
 
 DATA = Path(__file__).parent / "data"
 # Every public dump the tests hold: Windows (x86, amd64), macOS (amd64), Linux.
@@ -213,7 +213,7 @@ def test_file_ids_are_dump_syms_ids(no_build_id: Any) -> None:
         proc = subprocess.run([DUMP_SYMS, path], capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stderr[-3000:]
         debug_id = proc.stdout.split("\n", 1)[0].split(" ")[3]
-        assert breakpad_debug_id(ElfFile(str(path)).file_id) == debug_id, path
+        assert ElfFile(str(path)).debug_id == debug_id, path
 
 
 def test_sym_files_are_found_by_the_dumps_debug_id(tmp_path: Path) -> None:

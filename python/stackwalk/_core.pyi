@@ -2,9 +2,9 @@
 
 Checked with `python -m mypy.stubtest stackwalk._core`."""
 
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from os import PathLike
-from typing import Any, Literal, Protocol, TypedDict, final
+from typing import Any, Literal, NotRequired, Protocol, TypedDict, final
 
 from typing_extensions import Buffer, disjoint_base
 
@@ -39,13 +39,11 @@ __all__ = [
     "shared_sps",
     "capture_address_space",
     "demangle",
-    "read_sym_file",
     "sym_file_parses",
     "perf_report",
     "perf_samples",
     "flamegraph",
     "debuginfod_fetch",
-    "symbols_fetch",
     "symbols_fetch_all",
     "TRUST_LEVELS",
     "END_REASONS",
@@ -117,11 +115,24 @@ class _SpaceOptions(TypedDict):
     progress: float | None
     code_mappings_known: bool
     kind: str
+    symbols_path: NotRequired[list[str]]
+    symbols_url: NotRequired[list[str]]
 
 # (path, file, start, end, bias, build id, the file's build id, found, ranges, doubtful,
-# stand-in)
+# stand-in, Breakpad symbol file)
 _SpaceModule = tuple[
-    str, str | None, int, int, int, str | None, str | None, bool, list[tuple[int, int]], bool, bool
+    str,
+    str | None,
+    int,
+    int,
+    int,
+    str | None,
+    str | None,
+    bool,
+    list[tuple[int, int]],
+    bool,
+    bool,
+    str | None,
 ]
 _AddressSpace = tuple[list[_SpaceModule], int | None, bytes | None, list[str]]
 
@@ -238,6 +249,8 @@ class ElfFile:
     @property
     def file_id(self) -> str | None: ...
     @property
+    def debug_id(self) -> str | None: ...  # Breakpad's (dump_syms'): file_id as a GUID, age 0
+    @property
     def interpreter(self) -> str | None: ...
     def section_address(self, name: str) -> int | None: ...
 
@@ -331,7 +344,6 @@ class CoreFile:
         self,
         unwinder: Unwinder,
         options: _SpaceOptions,
-        sym_file: Callable[[str, int, str | None], str | None] | None = None,
     ) -> _AddressSpace: ...
 
 def content_hash(path: str | PathLike[str]) -> str: ...
@@ -385,7 +397,6 @@ class MinidumpFile:
         self,
         unwinder: Unwinder,
         options: _SpaceOptions,
-        sym_file: Callable[[str, int, str | None], str | None] | None = None,
     ) -> _AddressSpace: ...
 
 def shared_sps(traces: Sequence[Trace]) -> list[tuple[int, list[int]]]: ...
@@ -398,7 +409,6 @@ def capture_address_space(
     options: _SpaceOptions,
 ) -> _AddressSpace: ...
 def demangle(name: str) -> str: ...
-def read_sym_file(path: str | PathLike[str], debug_id: str | None = None) -> None: ...
 def sym_file_parses() -> int: ...
 def flamegraph(
     folded: str | PathLike[str], svg: str | PathLike[str], title: str = "Flame Graph"
@@ -423,9 +433,6 @@ def perf_samples(path: str | PathLike[str], max_samples: int = 1000) -> dict[str
 def debuginfod_fetch(
     requests: Sequence[tuple[str, str]], *, offline: bool = False, progress: float | None = None
 ) -> list[tuple[str | None, str | None]]: ...
-def symbols_fetch(
-    urls: Sequence[str], name: str, debug_id: str, *, offline: bool = False
-) -> tuple[str | None, list[str]]: ...
 def symbols_fetch_all(
     urls: Sequence[str], modules: Sequence[tuple[str, str]], *, offline: bool = False
 ) -> list[tuple[str | None, list[str]]]: ...

@@ -50,6 +50,9 @@ class CoreModule:
     # The runtime ranges it occupies: its own mappings, which need not be contiguous (memory
     # between two of them is not the module's). Empty: the whole of start..end.
     ranges: tuple[tuple[int, int], ...] = ()
+    # The Breakpad symbol file found for it in the symbol stores (minidumps): the names and
+    # lines its file lacks, and, its file missing, its STACK CFI.
+    sym_file: str | None = None
 
     @property
     def spans(self) -> tuple[tuple[int, int], ...]:

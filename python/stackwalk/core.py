@@ -171,11 +171,12 @@ class Core:
                 "progress": progress,
                 "code_mappings_known": self._code_mappings_known,
                 "kind": self._FILE_KIND,
+                "symbols_path": list(self.symbols_path),
+                "symbols_url": list(self.symbols_url),
             },
-            self._sym_file,
         )
         self.warnings.extend(warnings)
-        self.modules = [CoreModule(*m[:8], tuple(m[8])) for m in modules]
+        self.modules = [CoreModule(*m[:8], tuple(m[8]), m[11]) for m in modules]
         # Paths of the modules whose frames are doubtful (another build's file, or nothing
         # recorded to check it by), and of those whose file stands in for their path (read
         # through /proc/PID/map_files/, fetched from debuginfod): named by the path.
@@ -198,6 +199,10 @@ class Core:
     # Where a module's file can be read now when its path cannot be used (a live process's
     # library deleted since it was mapped: /proc/PID/map_files/...): path -> file.
     _readable_at: dict[str, str] = {}
+    # Breakpad symbol stores (``NAME/DEBUGID/NAME.sym``), searched in order, then symbol
+    # servers (URLs of stores over HTTP): a minidump's (``Minidump.open``), none for a core.
+    symbols_path: tuple[str, ...] = ()
+    symbols_url: tuple[str, ...] = ()
 
     def _open_source(self, max_size: int | None) -> CoreFile | MinidumpFile:
         """The file read: the source of the threads, memory and mappings."""
@@ -264,11 +269,6 @@ class Core:
         self.crashing_tid = crashing[0] if crashing else None
         self.signal = _signal_of(ordered[0]) if ordered else None
 
-    def _sym_file(self, path: str, start: int, build_id: str | None) -> str | None:
-        """A Breakpad symbol file for the names and lines the module at ``start`` lacks, and
-        (its file missing) its STACK CFI (cores: none)."""
-        return None
-
     # -- output ----------------------------------------------------------------------------
 
     def to_dict(
@@ -311,7 +311,7 @@ class Core:
                     m.bias,
                     m.found and m.path in self._doubtful,
                     m.file,
-                    self._sym_file(m.path, m.start, m.build_id),
+                    m.sym_file,
                 )
                 for m in self.modules
                 for start, end in m.spans

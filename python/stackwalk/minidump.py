@@ -23,20 +23,13 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from stackwalk._core import (
-    MinidumpFile,
-    read_sym_file,
-    symbols_fetch,
-    symbols_fetch_all,
-)
+from stackwalk._core import MinidumpFile
 from stackwalk._records import _ThreadNotes
 from stackwalk.core import Core, CoreModule, Signal, Thread
-from stackwalk.errors import MinidumpError, StackwalkError
+from stackwalk.errors import MinidumpError
 
 if TYPE_CHECKING:
     from stackwalk._core import _DumpModule  # the stub's alone
-
-_AT_SYSINFO_EHDR = 33  # the vdso's address, in the auxiliary vector
 
 __all__ = [
     "Minidump", "MinidumpError", "CoreModule", "Signal", "Thread", "minidump_stackwalk_doc",
@@ -49,10 +42,6 @@ class Minidump(Core):
     options (``max_size`` does not apply: minidumps are read as they are)."""
 
     _FILE_KIND = "minidump"
-    # Symbol stores (``NAME/DEBUGID/NAME.sym``), searched in order; then symbol servers (URLs
-    # of stores over HTTP).
-    symbols_path: tuple[str, ...] = ()
-    symbols_url: tuple[str, ...] = ()
 
     @classmethod
     def open(
@@ -86,80 +75,7 @@ class Minidump(Core):
         # Before the modules are placed: their symbol files' STACK CFI unwinds them.
         self.symbols_path = tuple(os.fspath(d) for d in symbols_path)
         self.symbols_url = tuple(symbols_url)
-        self._offline = bool(options.get("offline", False))
-        self._sym_files: dict[tuple[str, str], str | None] = {}
-        # Whether the servers were asked for every listed module's file (at the first asked).
-        self._servers_asked = False
         super().__init__(path, executable, **options)
-
-    def _sym_file(self, path: str, start: int, build_id: str | None) -> str | None:
-        listed = self._listed.get(start)
-        debug_file = self.module_name(path)
-        debug_id: str | None
-        if listed is not None and listed["debug_id"]:
-            debug_file, debug_id = listed["debug_file"] or debug_file, listed["debug_id"]
-        else:  # a module the maps stream places where the module list has none
-            debug_id = breakpad_debug_id(build_id)
-        if debug_id is None:
-            return None
-        key = (debug_file, debug_id)
-        if not self._servers_asked and self.symbols_url:
-            self._servers_asked = True
-            # Not the vdso's: its image is in the dump.
-            vdso = self._auxv.get(_AT_SYSINFO_EHDR)
-            self._fetch_sym_files([m for m in self._listed.values() if m["base"] != vdso])
-        # Asked for when the module is placed (its STACK CFI) and when it is symbolized: once.
-        if key not in self._sym_files:
-            self._sym_files[key] = self._find_sym_file(*key)
-        return self._sym_files[key]
-
-    def _find_sym_file(self, debug_file: str, debug_id: str) -> str | None:
-        """The module's .sym file, filed as Breakpad's symbol stores file them
-        (``DEBUG_FILE/DEBUG_ID/NAME.sym``, NAME the debug file's name without a ``.pdb``): in
-        the local stores, else from the symbol servers (through their cache). One that cannot
-        be read is a warning, and none."""
-        path = self._stored_sym_file(debug_file, debug_id)
-        if path is None and self.symbols_url:
-            path, warnings = symbols_fetch(
-                self.symbols_url, debug_file, debug_id, offline=self._offline
-            )
-            self.warnings.extend(warnings)
-        return self._readable_sym_file(path, debug_id)
-
-    def _stored_sym_file(self, debug_file: str, debug_id: str) -> str | None:
-        name = sym_file_name(debug_file)
-        paths = (os.path.join(store, debug_file, debug_id, name) for store in self.symbols_path)
-        return next((p for p in paths if os.path.isfile(p)), None)
-
-    def _readable_sym_file(self, path: str | None, debug_id: str) -> str | None:
-        if path is not None:
-            try:
-                read_sym_file(path, debug_id)
-            except StackwalkError as e:
-                self.warnings.append(f"symbol file not used: {e}")
-                return None
-        return path
-
-    def _fetch_sym_files(self, modules: Sequence[_DumpModule]) -> None:
-        """The symbol files of the module list's modules that the local stores lack, asked of
-        the symbol servers all together: several at once, within one deadline for the dump
-        (``DEBUGINFOD_MAXTIME``), not one module after another."""
-        wanted: list[tuple[str, str]] = []
-        for m in modules:
-            debug_file, debug_id = m["debug_file"], m["debug_id"]
-            if not debug_file or not debug_id:
-                continue
-            key = (debug_file, debug_id)
-            if key not in self._sym_files and key not in wanted:
-                if self._stored_sym_file(*key) is None:
-                    wanted.append(key)
-        if not wanted:
-            return
-        for key, (path, warnings) in zip(
-            wanted, symbols_fetch_all(self.symbols_url, wanted, offline=self._offline), strict=True
-        ):
-            self.warnings.extend(warnings)
-            self._sym_files[key] = self._readable_sym_file(path, key[1])
 
     def _open_source(self, max_size: int | None) -> MinidumpFile:
         dump = MinidumpFile(self.path)
@@ -232,24 +148,7 @@ def module_basename(path: str) -> str:
     return path.rsplit("/", 1)[-1].rsplit("\\", 1)[-1]
 
 
-def sym_file_name(debug_file: str) -> str:
-    """The name of a module's Breakpad symbol file in a store: its debug file's, with a PDB's
-    ``.pdb`` replaced by ``.sym`` (``crash.pdb`` -> ``crash.sym``), else ``.sym`` added."""
-    stem = debug_file[:-4] if debug_file.lower().endswith(".pdb") else debug_file
-    return stem + ".sym"
-
-
 # -- minidump-stackwalk's JSON ---------------------------------------------------------------
-
-
-def breakpad_debug_id(build_id: str | None) -> str | None:
-    """The debug id Breakpad and dump_syms give an ELF file: the first 16 bytes of its build id
-    (zero-padded) as a GUID, its first three fields byte-swapped, and an age of 0."""
-    if not build_id:
-        return None
-    raw = bytes.fromhex(build_id)[:16].ljust(16, b"\0")
-    guid = raw[3::-1] + raw[5:3:-1] + raw[7:5:-1] + raw[8:]
-    return guid.hex().upper() + "0"
 
 
 def minidump_stackwalk_doc(dump: Minidump) -> dict[str, object]:

@@ -240,13 +240,11 @@ impl PyCoreFile {
     /// `snapshot::SpaceOptions`): (modules, the executable's index, the vdso
     /// image, warnings). CoreError: the executable given cannot be the
     /// program's file.
-    #[pyo3(signature = (unwinder, options, sym_file = None))]
     fn address_space<'py>(
         &self,
         py: Python<'py>,
         unwinder: &Bound<'py, PyUnwinder>,
         options: SpaceOptions,
-        sym_file: Option<Bound<'py, PyAny>>,
     ) -> PyResult<SpaceTuple<'py>> {
         let core = &self.inner;
         let segments = self.segments();
@@ -268,7 +266,7 @@ impl PyCoreFile {
             link_map: &link_map,
             ..Facts::of(core.arch, core.notes.page_size, &segments, &core.notes.auxv, &core.memory)
         };
-        address_space(py, &facts, Some(unwinder), options, sym_file)
+        address_space(py, &facts, Some(unwinder), options)
     }
 
     fn __repr__(&self) -> String {

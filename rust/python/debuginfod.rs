@@ -1,7 +1,7 @@
 //! The debuginfod client (`crate::space::debuginfod`) for the Python layer:
 //! `debuginfod_fetch` (a snapshot's address space fetches its files itself:
 //! `crate::space::snapshot`); and the Breakpad symbol server client
-//! (`crate::space::symserver`), `symbols_fetch` and `symbols_fetch_all`.
+//! (`crate::space::symserver`), `symbols_fetch_all`.
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -49,28 +49,12 @@ pub(super) fn debuginfod_fetch(
         .collect())
 }
 
-/// The Breakpad symbol file of module `name` (its file name) with debug id
-/// `debug_id` from the symbol servers `urls` (`URL/NAME/DEBUGID/NAME.sym`),
-/// through the cache (`crate::space::symserver`), without the GIL: (its path or
-/// None, what to warn about).
-#[pyfunction]
-#[pyo3(signature = (urls, name, debug_id, *, offline = false))]
-pub(super) fn symbols_fetch(
-    py: Python<'_>,
-    urls: Vec<String>,
-    name: String,
-    debug_id: String,
-    offline: bool,
-) -> (Option<String>, Vec<String>) {
-    let config = Config::from_env();
-    let found =
-        py.detach(|| crate::space::symserver::fetch(&config, &urls, &name, &debug_id, offline));
-    (found.path.map(|p| p.to_string_lossy().into_owned()), found.warnings)
-}
-
-/// [`symbols_fetch`] of each (name, debug id) of `modules`, several at once
-/// and all within one deadline (`DEBUGINFOD_MAXTIME`), without the GIL: a
-/// (path or None, warnings) for each, in order.
+/// The Breakpad symbol file of each (name, debug id) of `modules` from the
+/// symbol servers `urls` (`URL/NAME/DEBUGID/NAME.sym`), through the cache
+/// (`crate::space::symserver`), several at once and all within one deadline
+/// (`DEBUGINFOD_MAXTIME`), without the GIL: a (path or None, warnings) for
+/// each, in order. (A snapshot's symbol stores are asked by its address
+/// space: this is for the tests of hostile servers.)
 #[pyfunction]
 #[pyo3(signature = (urls, modules, *, offline = false))]
 pub(super) fn symbols_fetch_all(

@@ -91,6 +91,13 @@ impl PyElfFile {
         self.summary.file_id.as_deref().map(hex)
     }
 
+    /// The debug id Breakpad and `dump_syms` give the file (its `file_id`
+    /// as a GUID, with an age of 0), by which symbol stores file it.
+    #[getter]
+    fn debug_id(&self) -> Option<String> {
+        self.summary.file_id.as_deref().map(crate::space::symserver::elf_debug_id)
+    }
+
     /// The program's dynamic linker (PT_INTERP), if it names one.
     #[getter]
     fn interpreter(&self) -> Option<String> {

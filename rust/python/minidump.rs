@@ -16,7 +16,7 @@ use super::errors::MinidumpError;
 use super::memory::PyMappedMemory;
 use super::snapshot::{address_space, SpaceOptions, SpaceTuple};
 use super::unwinder::PyUnwinder;
-use crate::source::minidump::{MinidumpFile, DUMP_REQUESTED};
+use crate::source::minidump::{basename, MinidumpFile, DUMP_REQUESTED};
 use crate::space::finder::Identity;
 use crate::space::snapshot::{Facts, FileMapping};
 
@@ -285,13 +285,11 @@ impl PyMinidumpFile {
     /// As `CoreFile.address_space`: the modules of the dump's maps stream
     /// (else its module list), each checked against the module list's
     /// record; a Windows or Apple dump's are not looked for here.
-    #[pyo3(signature = (unwinder, options, sym_file = None))]
     fn address_space<'py>(
         &self,
         py: Python<'py>,
         unwinder: &Bound<'py, PyUnwinder>,
         options: SpaceOptions,
-        sym_file: Option<Bound<'py, PyAny>>,
     ) -> PyResult<SpaceTuple<'py>> {
         let dump = &self.inner;
         let segments = self.segments();
@@ -314,8 +312,18 @@ impl PyMinidumpFile {
                 (None, None) => None,
             }
         };
+        // The module list's Breakpad ids: the symbol stores' keys.
+        let symbol_ids: Vec<(u64, String, String)> = dump
+            .modules
+            .iter()
+            .filter_map(|m| {
+                let file = m.debug_file.clone().unwrap_or_else(|| basename(&m.name).to_owned());
+                Some((m.base, file, m.debug_id.clone()?))
+            })
+            .collect();
         let os = dump.system.os.as_str();
         let facts = Facts {
+            symbol_ids: &symbol_ids,
             files: Some(&files),
             fname: dump.name.as_deref(),
             link_map: &link_map,
@@ -324,7 +332,7 @@ impl PyMinidumpFile {
             foreign: (!matches!(os, "Linux" | "Android")).then_some(os),
             ..Facts::of(dump.arch, self.page_size(), &segments, &dump.auxv, &dump.memory)
         };
-        address_space(py, &facts, Some(unwinder), options, sym_file)
+        address_space(py, &facts, Some(unwinder), options)
     }
 
     fn __repr__(&self) -> String {

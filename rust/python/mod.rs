@@ -105,14 +105,12 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(corefile::snapshot_process, m)?)?;
     m.add_function(wrap_pyfunction!(pyframes::python_threads, m)?)?;
     m.add_function(wrap_pyfunction!(symbols::demangle, m)?)?;
-    m.add_function(wrap_pyfunction!(symbolize::read_sym_file, m)?)?;
     m.add_function(wrap_pyfunction!(symbolize::sym_file_parses, m)?)?;
     m.add_function(wrap_pyfunction!(snapshot::capture_address_space, m)?)?;
     m.add_function(wrap_pyfunction!(perf::perf_report, m)?)?;
     m.add_function(wrap_pyfunction!(perf::perf_samples, m)?)?;
     m.add_function(wrap_pyfunction!(perf::flamegraph, m)?)?;
     m.add_function(wrap_pyfunction!(debuginfod::debuginfod_fetch, m)?)?;
-    m.add_function(wrap_pyfunction!(debuginfod::symbols_fetch, m)?)?;
     m.add_function(wrap_pyfunction!(debuginfod::symbols_fetch_all, m)?)?;
     Ok(())
 }

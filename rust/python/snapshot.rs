@@ -15,7 +15,8 @@ use super::errors::CoreError;
 use super::unwinder::PyUnwinder;
 use crate::space::debuginfod::{Config, Kind};
 use crate::space::finder::{hex, FileFinder};
-use crate::space::snapshot::{build, Facts, Host, Module, Options};
+use crate::space::snapshot::{build, Facts, Host, Options};
+use crate::space::symserver::Stores;
 
 /// How the files are found, from `stackwalk.core`: the keys of this dict.
 #[derive(FromPyObject)]
@@ -35,10 +36,16 @@ pub(super) struct SpaceOptions {
     code_mappings_known: bool,
     /// What messages call the file: "core", "minidump", "process".
     kind: String,
+    /// Breakpad symbol stores (directories), then symbol servers (URLs).
+    #[pyo3(default)]
+    symbols_path: Vec<PathBuf>,
+    #[pyo3(default)]
+    symbols_url: Vec<String>,
 }
 
 /// A module as `stackwalk.core` takes it: (path, file, start, end, bias,
-/// build id, the file's build id, found, ranges, doubtful, stand-in).
+/// build id, the file's build id, found, ranges, doubtful, stand-in,
+/// Breakpad symbol file).
 type ModuleTuple = (
     OsString,
     Option<OsString>,
@@ -51,6 +58,7 @@ type ModuleTuple = (
     Vec<(u64, u64)>,
     bool,
     bool,
+    Option<OsString>,
 );
 
 /// The address space as `address_space` gives it: the modules sorted by
@@ -58,18 +66,14 @@ type ModuleTuple = (
 pub(super) type SpaceTuple<'py> =
     (Vec<ModuleTuple>, Option<usize>, Option<Bound<'py, PyBytes>>, Vec<String>);
 
-/// The unwinder the modules go into, the Breakpad symbol files asked of
-/// Python (a minidump's symbol stores), the downloads.
+/// The unwinder the modules go into, the symbolizer's check of Breakpad
+/// symbol files, the downloads.
 struct UnwinderHost<'a, 'py> {
     py: Python<'py>,
     /// None: the modules are only decided (a Python unwinder takes them).
     unwinder: Option<&'a mut PyUnwinder>,
     debug_root: Option<PathBuf>,
-    /// `sym_file(path, start, build_id) -> path or None`.
-    sym_file: Option<Bound<'py, PyAny>>,
     progress: Option<std::time::Duration>,
-    /// The first error a Python callback raised: raised once done.
-    failed: Option<PyErr>,
 }
 
 impl UnwinderHost<'_, '_> {
@@ -125,19 +129,18 @@ impl Host for UnwinderHost<'_, '_> {
         added.map_err(|e| self.refused(e))
     }
 
-    fn sym_file(&mut self, module: &Module) -> Option<PathBuf> {
-        let ask = self.sym_file.as_ref()?;
-        let build_id = module.build_id.as_deref().map(hex);
-        let answer = ask
-            .call1((module.path.as_os_str(), module.start, build_id))
-            .and_then(|a| a.extract::<Option<PathBuf>>());
-        match answer {
-            Ok(path) => path,
-            Err(e) => {
-                self.failed.get_or_insert(e);
-                None
+    fn sym_file_usable(&mut self, path: &Path, debug_id: &str) -> Result<(), String> {
+        self.py.detach(|| {
+            let symbols = crate::symbolize::breakpad::sym_file(path)?;
+            if symbols.debug_id().eq_ignore_ascii_case(debug_id) {
+                return Ok(());
             }
-        }
+            let named = symbols.debug_id();
+            Err(format!(
+                "{}: its MODULE record names debug id {named}, not {debug_id}",
+                path.display()
+            ))
+        })
     }
 
     fn fetch(&mut self, requests: &[(String, Kind)]) -> Vec<Result<PathBuf, String>> {
@@ -154,14 +157,12 @@ impl Host for UnwinderHost<'_, '_> {
 }
 
 /// Build the address space of the snapshot `facts` describe into
-/// `unwinder` (see `crate::space::snapshot`). `sym_file`: a callable giving
-/// the Breakpad symbol file of a module without a file, or None.
+/// `unwinder` (see `crate::space::snapshot`).
 pub(super) fn address_space<'py>(
     py: Python<'py>,
     facts: &Facts<'_>,
     unwinder: Option<&Bound<'py, PyUnwinder>>,
     options: SpaceOptions,
-    sym_file: Option<Bound<'py, PyAny>>,
 ) -> PyResult<SpaceTuple<'py>> {
     let progress = options.progress.map(super::progress::seconds).transpose()?;
     let space_options = Options {
@@ -174,22 +175,18 @@ pub(super) fn address_space<'py>(
         allow_mismatch: options.allow_mismatch,
         debug_root: options.debug_root.clone(),
         fetch: options.fetch && !Config::from_env().urls.is_empty(),
+        symbol_stores: Stores::new(options.symbols_path, options.symbols_url, !options.fetch),
     };
     let mut unwinder = unwinder.map(|u| u.borrow_mut());
     let mut host = UnwinderHost {
         py,
         unwinder: unwinder.as_deref_mut(),
         debug_root: options.debug_root,
-        sym_file,
         progress,
-        failed: None,
     };
     let facts =
         Facts { code_mappings_known: options.code_mappings_known, kind: &options.kind, ..*facts };
     let space = build(&facts, &space_options, &mut host).map_err(CoreError::new_err)?;
-    if let Some(e) = host.failed {
-        return Err(e);
-    }
     let modules = space
         .modules
         .into_iter()
@@ -206,6 +203,7 @@ pub(super) fn address_space<'py>(
                 pairs(&m.ranges),
                 m.doubtful,
                 m.stand_in,
+                m.sym_file.map(PathBuf::into_os_string),
             )
         })
         .collect();
@@ -268,5 +266,5 @@ pub(super) fn capture_address_space<'py>(
         files_here: true,
         ..Facts::of(arch, 4096, &segments, &auxv, &memory)
     };
-    address_space(py, &facts, unwinder, options, None)
+    address_space(py, &facts, unwinder, options)
 }

@@ -269,28 +269,6 @@ pub(super) fn sym_file_parses() -> u64 {
     crate::symbolize::breakpad::parse_count()
 }
 
-/// Reads the Breakpad symbol file at `path` into the process's cache (as
-/// the symbolizer will use it): a StackwalkError naming the file and the
-/// line when it cannot be used, or, given `debug_id`, when its `MODULE`
-/// record names another (a symbol file is the symbols of the module it
-/// names, wherever it was found: a store's or a server's).
-#[pyfunction]
-#[pyo3(signature = (path, debug_id = None))]
-pub(super) fn read_sym_file(py: Python<'_>, path: PathBuf, debug_id: Option<&str>) -> PyResult<()> {
-    py.detach(|| {
-        let symbols = crate::symbolize::breakpad::sym_file(&path)?;
-        match debug_id {
-            Some(id) if !symbols.debug_id().eq_ignore_ascii_case(id) => Err(format!(
-                "{}: its MODULE record names debug id {}, not {id}",
-                path.display(),
-                symbols.debug_id()
-            )),
-            _ => Ok(()),
-        }
-    })
-    .map_err(StackwalkError::new_err)
-}
-
 /// A JIT's perf map (`/tmp/perf-PID.map`) read once, for an unwinder and a
 /// symbolizer to share (a live JIT appends to its map: both see the same
 /// lines, and a map of megabytes is parsed once).

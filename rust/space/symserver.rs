@@ -1,4 +1,5 @@
-//! Breakpad symbol servers: `.sym` files over HTTP, laid out as a symbol
+//! Breakpad symbol stores ([`Stores`]: local directories, then servers)
+//! and symbol servers: `.sym` files over HTTP, laid out as a symbol
 //! store is (`URL/NAME/DEBUGID/NAME.sym`, Mozilla's and Sentry's layout),
 //! fetched with the debuginfod client's HTTP code and settings
 //! ([`crate::space::debuginfod::Config`]: `DEBUGINFOD_TIMEOUT`, `DEBUGINFOD_MAXTIME`,
@@ -15,7 +16,7 @@
 //! deadline (`DEBUGINFOD_MAXTIME`), and the cache trimmed as debuginfod's
 //! ([`debuginfod::trim_cache`]).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -203,6 +204,132 @@ fn fetch_by(
     out
 }
 
+/// The debug id Breakpad and `dump_syms` give an ELF file whose identity
+/// (build id, else `.text` hash) is `id`: its first 16 bytes (zero-padded) as
+/// a GUID, the first three fields byte-swapped, and an age of 0.
+pub fn elf_debug_id(id: &[u8]) -> String {
+    let mut raw = [0u8; 16];
+    let n = id.len().min(16);
+    raw[..n].copy_from_slice(&id[..n]);
+    raw[..4].reverse();
+    raw[4..6].reverse();
+    raw[6..8].reverse();
+    let mut out: String = raw.iter().map(|b| format!("{b:02X}")).collect();
+    out.push('0');
+    out
+}
+
+/// A snapshot's Breakpad symbol stores: local directories laid out as
+/// `DEBUG_FILE/DEBUG_ID/NAME.sym` (as `dump_syms` output is kept), asked in
+/// order, then symbol servers (the same layout over HTTP, through the
+/// cache; `offline`: the cache alone). Each module's file is looked for
+/// once; the servers are asked for every module the stores lack together,
+/// at the first lookup, within one deadline.
+#[derive(Clone, Debug, Default)]
+pub struct Stores {
+    pub paths: Vec<PathBuf>,
+    pub urls: Vec<String>,
+    pub offline: bool,
+    /// (debug file, debug id) -> the file found (None: none usable).
+    found: HashMap<(String, String), Option<PathBuf>>,
+    servers_asked: bool,
+}
+
+/// Whether a symbol file may be used as the one of the debug id given: the
+/// error says why not (it cannot be parsed, its `MODULE` names another).
+pub type Usable<'a> = dyn FnMut(&Path, &str) -> Result<(), String> + 'a;
+
+impl Stores {
+    pub fn new(paths: Vec<PathBuf>, urls: Vec<String>, offline: bool) -> Stores {
+        Stores { paths, urls, offline, ..Stores::default() }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.paths.is_empty() && self.urls.is_empty()
+    }
+
+    fn stored(&self, debug_file: &str, debug_id: &str) -> Option<PathBuf> {
+        let (name, id) = (checked_name(debug_file)?, checked_debug_id(debug_id)?);
+        let sym = sym_file_name(name);
+        let paths = self.paths.iter().map(|store| store.join(name).join(id).join(&sym));
+        paths.into_iter().find(|p| p.is_file())
+    }
+
+    /// The usable symbol file of the module whose debug file is
+    /// `debug_file` and debug id `debug_id`; `every`: all the modules the
+    /// snapshot lists (debug file, debug id), fetched together the first
+    /// time. What went wrong is added to `warnings`.
+    pub fn find(
+        &mut self,
+        debug_file: &str,
+        debug_id: &str,
+        every: &[(String, String)],
+        usable: &mut Usable<'_>,
+        warnings: &mut Vec<String>,
+    ) -> Option<PathBuf> {
+        if !self.servers_asked && !self.urls.is_empty() {
+            self.servers_asked = true;
+            self.fetch_all(every, usable, warnings);
+        }
+        let key = (debug_file.to_owned(), debug_id.to_owned());
+        if let Some(found) = self.found.get(&key) {
+            return found.clone();
+        }
+        let mut path = self.stored(debug_file, debug_id);
+        if path.is_none() && !self.urls.is_empty() {
+            let config = Config::from_env();
+            let fetched = fetch(&config, &self.urls, debug_file, debug_id, self.offline);
+            warnings.extend(fetched.warnings);
+            path = fetched.path;
+        }
+        let path = path.filter(|p| checked(p, debug_id, usable, warnings));
+        self.found.insert(key, path.clone());
+        path
+    }
+
+    /// The files of `modules` the local stores lack, from the servers,
+    /// several at once.
+    fn fetch_all(
+        &mut self,
+        modules: &[(String, String)],
+        usable: &mut Usable<'_>,
+        warnings: &mut Vec<String>,
+    ) {
+        let mut wanted: Vec<(String, String)> = Vec::new();
+        for key in modules {
+            let known = self.found.contains_key(key) || wanted.contains(key);
+            if !known && self.stored(&key.0, &key.1).is_none() {
+                wanted.push(key.clone());
+            }
+        }
+        if wanted.is_empty() {
+            return;
+        }
+        let config = Config::from_env();
+        let answers = fetch_all(&config, &self.urls, &wanted, self.offline);
+        for (key, fetched) in wanted.into_iter().zip(answers) {
+            warnings.extend(fetched.warnings);
+            let path = fetched.path.filter(|p| checked(p, &key.1, usable, warnings));
+            self.found.insert(key, path);
+        }
+    }
+}
+
+fn checked(
+    path: &Path,
+    debug_id: &str,
+    usable: &mut Usable<'_>,
+    warnings: &mut Vec<String>,
+) -> bool {
+    match usable(path, debug_id) {
+        Ok(()) => true,
+        Err(why) => {
+            warnings.push(format!("symbol file not used: {why}"));
+            false
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -241,5 +368,49 @@ mod tests {
         assert_eq!(again, Fetched::default(), "not asked again, not said again");
         let offline = fetch(&config, &[format!("http://127.0.0.1:{}", port + 1)], "a", "B", true);
         assert_eq!(offline, Fetched::default());
+    }
+
+    #[test]
+    fn elf_debug_ids_are_breakpads() {
+        // dump_syms: the GUID's first three fields byte-swapped, age 0; short ids zero-padded.
+        let id: Vec<u8> = (0x01..=0x14).collect();
+        assert_eq!(elf_debug_id(&id), "0403020106050807090A0B0C0D0E0F100");
+        assert_eq!(
+            elf_debug_id(&[0xab, 0xcd]),
+            "0000CDAB000000000000000000000000".to_owned() + "0"
+        );
+    }
+
+    #[test]
+    fn stores_are_asked_in_order_once_and_files_checked() {
+        let dir = std::env::temp_dir().join(format!("stackwalk-stores-{}", std::process::id()));
+        let (first, second) = (dir.join("one"), dir.join("two"));
+        let sym = |store: &Path, text: &str| {
+            let d = store.join("libx.so").join("ID0");
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(d.join("libx.so.sym"), text).unwrap();
+            d.join("libx.so.sym")
+        };
+        let bad = sym(&first, "garbage");
+        let good = sym(&second, "MODULE Linux x86_64 ID0 libx.so\n");
+        let mut asked = Vec::new();
+        let mut usable = |p: &Path, _: &str| {
+            asked.push(p.to_path_buf());
+            if p == bad {
+                Err("unreadable".to_owned())
+            } else {
+                Ok(())
+            }
+        };
+        let mut warnings = Vec::new();
+        let mut stores = Stores::new(vec![second.clone(), first.clone()], Vec::new(), true);
+        assert_eq!(stores.find("libx.so", "ID0", &[], &mut usable, &mut warnings), Some(good));
+        assert!(stores.find("libx.so", "ID0", &[], &mut usable, &mut warnings).is_some());
+        assert_eq!(stores.find("../x", "ID0", &[], &mut usable, &mut warnings), None);
+        let mut stores = Stores::new(vec![first, second], Vec::new(), true);
+        assert_eq!(stores.find("libx.so", "ID0", &[], &mut usable, &mut warnings), None);
+        assert_eq!(warnings, ["symbol file not used: unreadable"]);
+        assert_eq!(asked.len(), 2, "each file checked once: {asked:?}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -28,6 +28,7 @@ use crate::source::memory::SegmentMemory;
 use crate::space::debuginfod::{fetch_missing, Kind, Wanted};
 use crate::space::elf::ElfSummary;
 use crate::space::finder::{hex, FileFinder, Identity, Located};
+use crate::space::symserver::{elf_debug_id, Stores};
 use crate::space::{place, Mapping, Segment, PF_X};
 
 mod linkmap;
@@ -89,6 +90,10 @@ pub struct Facts<'a> {
     /// the process mapped, read then (a capture, whose gdb read them): a
     /// file is used without an identity to check it by, and is not doubtful.
     pub files_here: bool,
+    /// The Breakpad ids (debug file, debug id) the source lists for the
+    /// modules starting at each address (a minidump's module list), by
+    /// which symbol stores file their `.sym` files.
+    pub symbol_ids: &'a [(u64, String, String)],
 }
 
 impl<'a> Facts<'a> {
@@ -116,6 +121,7 @@ impl<'a> Facts<'a> {
             foreign: None,
             at_bias: &[],
             files_here: false,
+            symbol_ids: &[],
         }
     }
 }
@@ -140,6 +146,8 @@ pub struct Options {
     pub debug_root: Option<PathBuf>,
     /// Whether missing files are fetched (debuginfod servers to ask).
     pub fetch: bool,
+    /// Where Breakpad symbol files are looked for.
+    pub symbol_stores: Stores,
 }
 
 /// What the address space is built into: the unwinder, the symbol files,
@@ -164,10 +172,11 @@ pub trait Host {
         sym: Option<(&Path, u64)>,
         jit: bool,
     ) -> Result<(), String>;
-    /// A Breakpad symbol file for the module (minidumps: from the symbol
-    /// stores); None by default.
-    fn sym_file(&mut self, _module: &Module) -> Option<PathBuf> {
-        None
+    /// Whether the Breakpad symbol file at `path` can be used as the one of
+    /// debug id `debug_id` (it parses, its `MODULE` names that id); the
+    /// error says why not. Yes by default.
+    fn sym_file_usable(&mut self, _path: &Path, _debug_id: &str) -> Result<(), String> {
+        Ok(())
     }
     /// Files fetched by build id (hex), in the order asked: each the file in
     /// the cache or why none came.
@@ -200,6 +209,9 @@ pub struct Module {
     /// Its file is read in place of its path (a deleted library read
     /// through `/proc/PID/map_files/`, a file fetched): named by its path.
     pub stand_in: bool,
+    /// The Breakpad symbol file found for it in the symbol stores: the
+    /// names and lines its file lacks, and (its file missing) its STACK CFI.
+    pub sym_file: Option<PathBuf>,
 }
 
 impl Module {
@@ -253,6 +265,7 @@ pub fn build(
         unverified: HashSet::new(),
         fetched: HashSet::new(),
         foreign_said: false,
+        stores: options.symbol_stores.clone(),
     };
     Ok(builder.build())
 }
@@ -270,6 +283,7 @@ struct Builder<'f, 'o, 'h> {
     /// Files fetched: named in the output by the module's path.
     fetched: HashSet<PathBuf>,
     foreign_said: bool,
+    stores: Stores,
 }
 
 impl Builder<'_, '_, '_> {
@@ -293,6 +307,9 @@ impl Builder<'_, '_, '_> {
         }
         modules.sort_by_key(|m| m.start);
         for m in &mut modules {
+            if m.sym_file.is_none() {
+                m.sym_file = self.sym_file(m);
+            }
             m.doubtful = m.found
                 && (self.mismatched.contains_key(&m.path) || self.unverified.contains(&m.path));
             m.stand_in = m.file.as_ref().is_some_and(|f| {
@@ -468,6 +485,7 @@ impl Builder<'_, '_, '_> {
             ranges: Vec::new(),
             doubtful: false,
             stand_in: false,
+            sym_file: None,
         };
         Some((module, image))
     }
@@ -639,7 +657,7 @@ impl Builder<'_, '_, '_> {
             Some(s) => s.build_id.clone(),
             None => self.mismatched.get(path).cloned().flatten(),
         };
-        let module = Module {
+        let mut module = Module {
             path: path.to_path_buf(),
             found: file.is_some(),
             file,
@@ -651,12 +669,41 @@ impl Builder<'_, '_, '_> {
             ranges,
             doubtful: false,
             stand_in: false,
+            sym_file: None,
         };
+        module.sym_file = self.sym_file(&module);
         if module.file.is_none() {
-            let sym = self.host.sym_file(&module);
-            self.add_missing(&module, in_core, sym.as_deref());
+            self.add_missing(&module, in_core, module.sym_file.as_deref());
         }
         module
+    }
+
+    /// The module's Breakpad symbol file, by the ids the source lists for
+    /// it, else by its recorded build id (as `dump_syms` names an ELF
+    /// file); looked for once per file.
+    fn sym_file(&mut self, module: &Module) -> Option<PathBuf> {
+        if self.stores.is_empty() {
+            return None;
+        }
+        let ids = self.facts.symbol_ids;
+        let (debug_file, debug_id) = match ids.iter().find(|(base, ..)| *base == module.start) {
+            Some((_, file, id)) => (file.clone(), id.clone()),
+            None => {
+                let path = module.path.to_string_lossy();
+                let name = path.rsplit(['/', '\\']).next().unwrap_or(&path).to_owned();
+                (name, elf_debug_id(module.build_id.as_deref()?))
+            }
+        };
+        // The vdso's image is in the snapshot: its file is not fetched with the others'.
+        let vdso = self.auxv(AT_SYSINFO_EHDR);
+        let every: Vec<(String, String)> = ids
+            .iter()
+            .filter(|(base, ..)| Some(*base) != vdso)
+            .map(|(_, file, id)| (file.clone(), id.clone()))
+            .collect();
+        let host = &mut *self.host;
+        let mut usable = |path: &Path, id: &str| host.sym_file_usable(path, id);
+        self.stores.find(&debug_file, &debug_id, &every, &mut usable, &mut self.warnings)
     }
 
     /// Tell the host where a module without a file has code — its
