@@ -8,6 +8,7 @@ mod python;
 
 pub mod arch;
 pub mod profile;
+pub mod render;
 pub mod source;
 pub mod space;
 pub mod stackdb;

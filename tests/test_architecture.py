@@ -13,7 +13,7 @@ RUST = Path(__file__).resolve().parent.parent / "rust"
 # Each stage, bottom up. `threads` (the worker pool) and `stackdb` (a store of stacks) are
 # leaves that anything may use; `profile` drives a perf recording through every stage, and
 # `python` is the bindings, over everything.
-ORDER = ["arch", "source", "space", "unwind", "symbolize", "profile", "python"]
+ORDER = ["arch", "source", "space", "unwind", "symbolize", "render", "profile", "python"]
 LEAVES = {"threads", "stackdb"}
 
 # Arrows up that are known, and why (none now: a live process's snapshot reads its Python

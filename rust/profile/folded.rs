@@ -11,12 +11,12 @@ use std::io::Write;
 use std::ops::Range;
 use std::sync::Mutex;
 
+use crate::render::text::escaped;
 use crate::stackdb::StackDb;
 use crate::symbolize::SymbolCache;
 use crate::unwind::Frame;
 
 use super::cache::SourceCache;
-use super::format::escaped;
 use super::kallsyms::KernelSymbolsLoader;
 use super::process::Process;
 use super::work::{Context, Pool};

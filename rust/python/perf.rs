@@ -251,12 +251,6 @@ pub(super) fn flamegraph(
     svg: PathBuf,
     title: &str,
 ) -> PyResult<()> {
-    let drawn: std::io::Result<()> = py.detach(|| {
-        let mut options = inferno::flamegraph::Options::default();
-        options.title = title.to_owned();
-        options.count_name = "samples".to_owned();
-        let out = std::io::BufWriter::new(File::create(&svg)?);
-        inferno::flamegraph::from_files(&mut options, &[folded], out)
-    });
+    let drawn = py.detach(|| crate::render::flamegraph::flamegraph(&folded, &svg, title));
     drawn.map_err(|e| StackwalkError::new_err(format!("{}: {e}", svg.display())))
 }

@@ -13,6 +13,7 @@ use pyo3::{intern, IntoPyObjectExt};
 
 use super::errors::{guard, StackwalkError};
 use super::unwinder::{PyFrame, PyTrace};
+use crate::render::frame::named;
 use crate::source::memory::Data;
 use crate::symbolize::lines::SourceFrame;
 use crate::symbolize::{Placed, Source, SymbolFile, Symbolizer};
@@ -175,11 +176,9 @@ impl PySymbolizer {
             frames.iter().zip(trusts).zip(found)
         {
             doubtful |= module.is_some_and(|m| m.doubtful);
-            let dict = |function: Option<&str>,
-                        function_offset: Option<u64>,
-                        source: Option<&SourceFrame>,
-                        is_inline: bool| {
+            for shown in named(function, &sources, inline) {
                 let d = PyDict::new(py);
+                let source = shown.source;
                 d.set_item(intern!(py, "index"), out.len())?;
                 d.set_item(intern!(py, "pc"), hex(f.pc))?;
                 d.set_item(intern!(py, "sp"), hex(f.sp))?;
@@ -187,28 +186,15 @@ impl PySymbolizer {
                 d.set_item(intern!(py, "trust"), &trust)?;
                 d.set_item(intern!(py, "module"), module.map(|m| &*m.file.path))?;
                 d.set_item(intern!(py, "module_offset"), module.map(|_| hex(offset)))?;
-                d.set_item(intern!(py, "function"), function)?;
-                d.set_item(intern!(py, "function_offset"), function_offset.map(hex))?;
+                d.set_item(intern!(py, "function"), shown.function)?;
+                d.set_item(intern!(py, "function_offset"), shown.function_offset.map(hex))?;
                 d.set_item(intern!(py, "file"), source.and_then(|s| s.file.as_deref()))?;
                 d.set_item(intern!(py, "line"), source.and_then(|s| s.line))?;
                 d.set_item(intern!(py, "column"), source.and_then(|s| s.column))?;
-                d.set_item(intern!(py, "inline"), is_inline)?;
+                d.set_item(intern!(py, "inline"), shown.inline)?;
                 d.set_item(intern!(py, "doubtful"), doubtful)?;
-                out.append(d)
-            };
-            let (inlined, own) = match sources.split_last() {
-                Some((own, inlined)) if inline => (inlined, Some(own)),
-                _ => (&[][..], sources.first()),
-            };
-            for source in inlined {
-                dict(source.function.as_deref(), None, Some(source), true)?;
+                out.append(d)?;
             }
-            // The symbol table's name, else the one DWARF gives.
-            let (name, function_offset) = match function {
-                Some((name, offset)) => (Some(name), Some(offset)),
-                None => (sources.last().and_then(|s| s.function.as_deref()), None),
-            };
-            dict(name, function_offset, own, false)?;
         }
         Ok(out)
     }
