@@ -4,6 +4,7 @@ of programs compiled at -O2 -g at test time."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import random
@@ -363,3 +364,39 @@ def test_split_dwarf(form: str, tmp_path: Path) -> None:
     without = core_json(core, exe)["threads"][0]["frames"]
     assert not any(f["inline"] for f in without)
     assert without[0]["line"] == frames[0]["line"]
+
+
+def test_symbolized_frames_are_the_json_objects_in_numbers() -> None:
+    """``Symbolizer.frames`` gives the frames ``frame_dicts`` gives (``to_dict`` is each one's
+    JSON object), with numbers as numbers: pc, sp, cfa, module_offset and function_offset are
+    the hex strings' values; each frame's ``lookup_pc`` is its unwound frame's, and
+    ``trace_index`` says which unwound frame an inlined function's frame belongs to."""
+    libc = str(Path("/lib/x86_64-linux-gnu/libc.so.6").resolve())
+    debug = symbol_file(libc)
+    assert debug != libc, "libc6-dbg is installed by .ci/setup"
+    functions = sorted({s.value + s.size // 2 for s in elf_symbols(debug)
+                        if s.type == "STT_FUNC" and s.size >= 64 and s.code_section})  # fmt: skip
+    picked = functions[:: max(1, len(functions) // 40)]
+    bias = 0x7F00_0000_0000
+    symbolizer = Symbolizer([(libc, bias, bias + (1 << 32), bias)])
+    frames = [SimpleNamespace(pc=bias + a + (1 if n else 0), sp=0x1000 * n, cfa=0x1000 * n + 16,
+                              trust="cfi", lookup_pc=bias + a)
+              for n, a in enumerate(picked)]  # fmt: skip
+    shown = symbolizer.frames(frames, inline=True)
+    dicts = symbolizer.frame_dicts(frames, inline=True)
+    assert [f.to_dict() for f in shown] == dicts
+    assert any(f.inline for f in shown), "libc has functions inlined in others"
+    hex_or_none = lambda v: None if v is None else f"{v:#x}"  # noqa: E731
+    for f, d in zip(shown, dicts, strict=True):
+        assert (f.index, hex(f.pc), hex(f.sp), hex_or_none(f.cfa)) == (
+            d["index"], d["pc"], d["sp"], d["cfa"])  # fmt: skip
+        assert hex_or_none(f.module_offset) == d["module_offset"] == hex(f.pc - bias)
+        assert hex_or_none(f.function_offset) == d["function_offset"]
+        assert f.lookup_pc == frames[f.trace_index].lookup_pc
+        assert (f.pc, f.sp) == (frames[f.trace_index].pc, frames[f.trace_index].sp)
+    own = [f.trace_index for f in shown if not f.inline]
+    assert own == list(range(len(frames)))
+    # An inlined function's frame comes before the frame it is inlined in, at the same pc.
+    for f, after in itertools.pairwise(shown):
+        if f.inline:
+            assert after.trace_index == f.trace_index

@@ -4,10 +4,10 @@
     uw.add_module("/usr/lib/x86_64-linux-gnu/libc.so.6", bias=0x7f0000000000)
     trace = uw.unwind(regs, [(rsp, stack_bytes)])
 
-``stackwalk.Symbolizer(uw.modules).frame_dicts(trace)`` names the frames (function, module,
-file, line). ``stackwalk.baseline`` has the same API in pure Python; ``stackwalk.Core``
-reads ELF core files, ``stackwalk.Minidump`` minidumps, ``stackwalk.Process`` live processes,
-``stackwalk.Recording`` perf.data recordings.
+``stackwalk.Symbolizer(uw.modules).frames(trace)`` names the frames (function, module,
+file, line; ``frame_dicts`` gives their JSON objects). ``stackwalk.baseline`` has the same API
+in pure Python; ``stackwalk.Core`` reads ELF core files, ``stackwalk.Minidump`` minidumps,
+``stackwalk.Process`` live processes, ``stackwalk.Recording`` perf.data recordings.
 """
 
 from stackwalk._core import ElfFile, Symbolizer, __version__

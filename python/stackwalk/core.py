@@ -24,13 +24,15 @@ decompressed, and a large file's symbol table, once read, are kept by build id i
 from __future__ import annotations
 
 import os
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from stackwalk._core import (
     CoreFile,
     MinidumpFile,
     PerfMap,
+    SymbolizedFrame,
     Symbolizer,
     Trace,
     shared_sps,
@@ -38,7 +40,16 @@ from stackwalk._core import (
 from stackwalk._records import CoreModule, Signal, Thread, _is_crash, _signal_of, _ThreadNotes
 from stackwalk._snapshot import document, module_dict, signal_dict
 from stackwalk.errors import CoreError, StackwalkError
-from stackwalk.pyframes import Mode, python_file_name, read_python, with_python_frames
+from stackwalk.pyframes import (
+    Mode,
+    PythonFrame,
+    PythonState,
+    PythonThread,
+    frame_dict,
+    python_file_name,
+    read_python,
+    with_python_frames,
+)
 from stackwalk.unwinder import CRASH_STRATEGIES, MappedMemory, Unwinder
 
 __all__ = ["Core", "CoreError", "CoreModule", "Signal", "Thread"]
@@ -294,45 +305,20 @@ class Core:
         process that is not python's gets the document it gets with "native". ``registers``:
         each frame (not an inlined function's) gets its ``registers`` as the walk recovered
         them (``Trace.registers``: name -> hex value)."""
-        pystate = None
-        if python != "native" and any(m.found and python_file_name(m.path) for m in self.modules):
-            pystate = read_python(self)
-        by_tid = {t.tid: t for t in pystate.threads} if pystate is not None else {}
-        symbolizer = Symbolizer(
-            (
-                # Symbols from the file used, never from a file that was rejected (another
-                # build in the module's place: its names would be confident and wrong).
-                (
-                    # A file read through /proc/PID/map_files/, or fetched from debuginfod,
-                    # is named by its mapped path.
-                    m.path if m.path in self._named_by_path else (m.file or m.path),
-                    start,
-                    end,
-                    m.bias,
-                    m.found and m.path in self._doubtful,
-                    m.file,
-                    m.sym_file,
-                )
-                for m in self.modules
-                for start, end in m.spans
-            ),
-            {"[vdso]": self._vdso_image} if self._vdso_image is not None else None,
-            debug_root=self.debug_root,
-            perf_map=self._jit_map(),
-        )
+        stacks, pystate = self._stacks(max_frames, inline=inline, tids=tids, python=python,
+                                       registers=registers)  # fmt: skip
         threads = []
-        chosen = [t for t in self.threads if tids is None or t.tid in tids]
-        for thread, trace in zip(chosen, self.walks(chosen, max_frames, registers), strict=True):
+        for stack in stacks:
+            trace = stack.trace
             entry: dict[str, Any] = {
-                "tid": thread.tid,
+                "tid": stack.thread.tid,
                 "end": trace.end,
-                "frames": symbolizer.frame_dicts(trace, inline=inline),
+                "frames": [
+                    frame_json(f, trace, registers, pystate is not None) for f in stack.frames
+                ],  # fmt: skip
             }
-            if registers:
-                _add_registers(entry["frames"], trace)
             if pystate is not None:
-                pythread = by_tid.get(thread.tid)
-                entry["frames"] = with_python_frames(entry["frames"], pythread, python)
+                pythread = stack.python
                 entry["gil"] = pythread is not None and pythread.holds_gil
                 if pythread is not None and pythread.stop is not None:
                     entry["python_stop"] = pythread.stop
@@ -360,6 +346,63 @@ class Core:
             **extra,
         )
 
+    def _stacks(
+        self,
+        max_frames: int | None = None,
+        *,
+        inline: bool = True,
+        tids: Collection[int] | None = None,
+        python: Mode = "native",
+        registers: bool = False,
+    ) -> tuple[Iterator[Stack], PythonState | None]:
+        """Each thread's (of ``tids``, else all) walk and the frames a report shows of it
+        (``to_dict``'s options), named one thread at a time as they are taken (a core of
+        thousands of threads never holds them all named at once), and the interpreter's state
+        where Python frames were asked for and the process is python's."""
+        pystate = None
+        if python != "native" and any(m.found and python_file_name(m.path) for m in self.modules):
+            pystate = read_python(self)
+        by_tid = {t.tid: t for t in pystate.threads} if pystate is not None else {}
+        symbolizer = self._symbolizer()
+        chosen = [t for t in self.threads if tids is None or t.tid in tids]
+        walks = self.walks(chosen, max_frames, registers)
+
+        def stacks() -> Iterator[Stack]:
+            for thread, trace in zip(chosen, walks, strict=True):
+                native = symbolizer.frames(trace, inline=inline)
+                pythread = by_tid.get(thread.tid)
+                frames: list[SymbolizedFrame | PythonFrame] = list(native)
+                if pystate is not None:
+                    frames = with_python_frames(native, pythread, python)
+                yield Stack(thread, trace, frames, pythread)
+
+        return stacks(), pystate
+
+    def _symbolizer(self) -> Symbolizer:
+        """The modules placed, for naming frames."""
+        return Symbolizer(
+            (
+                # Symbols from the file used, never from a file that was rejected (another
+                # build in the module's place: its names would be confident and wrong).
+                (
+                    # A file read through /proc/PID/map_files/, or fetched from debuginfod,
+                    # is named by its mapped path.
+                    m.path if m.path in self._named_by_path else (m.file or m.path),
+                    start,
+                    end,
+                    m.bias,
+                    m.found and m.path in self._doubtful,
+                    m.file,
+                    m.sym_file,
+                )
+                for m in self.modules
+                for start, end in m.spans
+            ),
+            {"[vdso]": self._vdso_image} if self._vdso_image is not None else None,
+            debug_root=self.debug_root,
+            perf_map=self._jit_map(),
+        )
+
     _SNAPSHOT_KIND = "core"  # the document's "kind" (docs/json.md)
 
     def _snapshot_path(self) -> str | None:
@@ -373,9 +416,28 @@ class Core:
         )
 
 
-def _add_registers(frames: list[dict[str, Any]], trace: Trace) -> None:
-    """Each frame's registers into its JSON object: the k-th frame that is not an inlined
-    function's is the trace's frame k."""
-    own = (d for d in frames if not d["inline"])
-    for index, d in enumerate(own):
-        d["registers"] = {name: f"{value:#x}" for name, value in trace.registers(index).items()}
+@dataclass(frozen=True, slots=True)
+class Stack:
+    """A thread's walk and the frames a report shows of it: native ones (``SymbolizedFrame``:
+    numbers as numbers), with a python process's ``PythonFrame``s among them where asked for
+    (``python`` its interpreter thread, if it has one)."""
+
+    thread: Thread
+    trace: Trace
+    frames: list[SymbolizedFrame | PythonFrame]
+    python: PythonThread | None
+
+
+def frame_json(
+    f: SymbolizedFrame | PythonFrame, trace: Trace, registers: bool, kinds: bool
+) -> dict[str, Any]:
+    """A frame's JSON object: with ``registers``, a native frame (not an inlined function's)
+    gets its registers as the walk recovered them (the k-th such frame is the trace's frame
+    k); with ``kinds`` (a python process's document), every frame its ``kind``."""
+    if isinstance(f, PythonFrame):
+        return frame_dict(f)
+    d = f.to_dict()
+    if registers and not f.inline:
+        values = trace.registers(f.trace_index)
+        d["registers"] = {name: f"{value:#x}" for name, value in values.items()}
+    return {"kind": "native", **d} if kinds else d

@@ -23,9 +23,9 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from stackwalk._core import MinidumpFile
+from stackwalk._core import MinidumpFile, SymbolizedFrame
 from stackwalk._records import _ThreadNotes
-from stackwalk.core import Core, CoreModule, Signal, Thread
+from stackwalk.core import Core, CoreModule, Signal, Stack, Thread
 from stackwalk.errors import MinidumpError
 
 if TYPE_CHECKING:
@@ -105,8 +105,8 @@ class Minidump(Core):
                 "address": f"{crash['address']:#x}",
                 "thread": crash["tid"],
             }
-        for module in doc["modules"]:
-            listed = self._listed.get(int(module["start"], 16))
+        for module, placed in zip(doc["modules"], self.modules, strict=True):
+            listed = self._listed.get(placed.start)
             module["debug_file"] = listed["debug_file"] if listed else None
             module["debug_id"] = listed["debug_id"] if listed else None
             module["code_id"] = listed["code_id"] if listed else None
@@ -160,8 +160,7 @@ def minidump_stackwalk_doc(dump: Minidump) -> dict[str, object]:
     source = dump._core
     assert isinstance(source, MinidumpFile)
     listed = source.modules  # in the module list's order, as minidump-stackwalk gives them
-    doc = dump.to_dict()
-    threads_by_tid = {t["tid"]: t for t in doc["threads"]}
+    stacks = {stack.thread.tid: stack for stack in dump._stacks()[0]}
     width = 10 if source.word_size == 4 else 18  # 0x00000045, 0x0000000000000045
 
     def hex_(value: int | None) -> str | None:
@@ -170,40 +169,34 @@ def minidump_stackwalk_doc(dump: Minidump) -> dict[str, object]:
     def module_of(pc: int) -> _DumpModule | None:
         return next((m for m in listed if m["base"] <= pc < m["end"]), None)
 
-    # Where each frame was looked up: a caller at its return address less one (inside the
-    # call), as Breakpad gives callers; frame 0 and a frame a signal interrupted at their pc.
-    lookups = {
-        t.tid: [f.lookup_pc for f in trace.frames]
-        for t, trace in zip(dump.threads, dump.walks(dump.threads), strict=True)
-    }
-
-    def frames(thread: dict[str, Any]) -> list[dict[str, object]]:
+    def frames(stack: Stack) -> list[dict[str, object]]:
         out: list[dict[str, object]] = []
         inlines: list[dict[str, object]] = []
-        lookup = lookups[thread["tid"]]
-        for f in thread["frames"]:
-            if f["inline"]:
-                inlines.append({"function": f["function"], "file": f["file"], "line": f["line"]})
+        for f in stack.frames:
+            assert isinstance(f, SymbolizedFrame)  # (no Python frames asked for)
+            if f.inline:
+                inlines.append({"function": f.function, "file": f.file, "line": f.line})
                 continue
-            pc = int(f["pc"], 16)
-            offset = f["function_offset"]
-            at = lookup[len(out)]
-            if offset is not None and int(offset, 16) < pc - at:
+            # Where the frame was looked up: a caller at its return address less one (inside
+            # the call), as Breakpad gives callers; frame 0 and a frame a signal interrupted at
+            # their pc.
+            pc, offset, at = f.pc, f.function_offset, f.lookup_pc
+            if offset is not None and offset < pc - at:
                 # A signal trampoline's first instruction, where a handler returns: the
                 # function named is the one at the pc, not before it.
                 at = pc
             found = module_of(at)
             out.append({
                 "frame": len(out),
-                "trust": f["trust"],
+                "trust": f.trust,
                 "module": module_basename(found["name"]) if found else None,
                 "module_offset": hex_(at - found["base"]) if found else None,
                 "offset": hex_(at),
-                "function": f["function"],
-                "function_offset": hex_(int(offset, 16) - (pc - at)) if offset else None,
-                "file": f["file"],
-                "line": f["line"],
-                "missing_symbols": f["function"] is None and found is not None,
+                "function": f.function,
+                "function_offset": hex_(offset - (pc - at)) if offset is not None else None,
+                "file": f.file,
+                "line": f.line,
+                "missing_symbols": f.function is None and found is not None,
                 "inlines": inlines or None,
             })  # fmt: skip
             inlines = []
@@ -214,7 +207,7 @@ def minidump_stackwalk_doc(dump: Minidump) -> dict[str, object]:
     crashing_index = tids.index(crash["tid"]) if crash and crash["tid"] in tids else None
     threads = []
     for tid in tids:
-        walked = frames(threads_by_tid[tid]) if tid in threads_by_tid else []
+        walked = frames(stacks[tid]) if tid in stacks else []
         threads.append({"frame_count": len(walked), "frames": walked, "thread_id": tid,
                         "thread_name": None, "last_error_value": None})  # fmt: skip
     crash_info: dict[str, object] = {"type": None, "address": None, "crashing_thread": None}

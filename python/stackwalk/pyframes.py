@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from stackwalk._core import python_threads
+from stackwalk._core import SymbolizedFrame, python_threads
 
 if TYPE_CHECKING:
     from stackwalk.core import Core  # which imports this module
@@ -142,25 +142,24 @@ def frame_dict(f: PythonFrame) -> dict[str, Any]:
     }
 
 
-def _is_eval(d: dict[str, Any]) -> bool:
-    name = d.get("function") or ""
-    return not d.get("inline") and (name == EVAL_FUNCTION or name.startswith(EVAL_FUNCTION + "."))
+def _is_eval(f: SymbolizedFrame) -> bool:
+    name = f.function or ""
+    return not f.inline and (name == EVAL_FUNCTION or name.startswith(EVAL_FUNCTION + "."))
 
 
 def with_python_frames(
-    native: Iterable[dict[str, Any]], thread: PythonThread | None, mode: Mode
-) -> list[dict[str, Any]]:
-    """A thread's frames (their JSON objects) with its Python frames: after each native eval
-    call, the frames it runs (``mode`` "mixed"), or the Python frames alone ("python").
-    Every frame gets its ``kind`` ("native" or "python"). Python frames left when the native
-    eval calls run out (a native stack cut short) come last."""
+    native: Iterable[SymbolizedFrame], thread: PythonThread | None, mode: Mode
+) -> list[SymbolizedFrame | PythonFrame]:
+    """A thread's native frames with its Python frames: after each native eval call, the
+    frames it runs (``mode`` "mixed"), or the Python frames alone ("python"). Python frames
+    left when the native eval calls run out (a native stack cut short) come last."""
     groups = thread.groups() if thread is not None else []
-    out: list[dict[str, Any]] = []
     if mode == "python":
-        return [frame_dict(f) for group in groups for f in group]
-    for d in native:
-        out.append({"kind": "native", **d})
-        if groups and _is_eval(d):
-            out.extend(frame_dict(f) for f in groups.pop(0))
-    out.extend(frame_dict(f) for group in groups for f in group)
+        return [f for group in groups for f in group]
+    out: list[SymbolizedFrame | PythonFrame] = []
+    for f in native:
+        out.append(f)
+        if groups and _is_eval(f):
+            out.extend(groups.pop(0))
+    out.extend(f for group in groups for f in group)
     return out

@@ -20,10 +20,12 @@ from contextlib import AbstractContextManager
 from typing import Any, NamedTuple, ParamSpec, TypeVar
 
 from stackwalk import _core
+from stackwalk._core import SymbolizedFrame
 from stackwalk._workers import Died, TurnLock, WorkersDied, first_read_here, forked_map
-from stackwalk.core import Core
+from stackwalk.core import Core, frame_json
 from stackwalk.errors import StackwalkError
 from stackwalk.minidump import Minidump
+from stackwalk.pyframes import PythonFrame
 from stackwalk.render import escape
 from stackwalk.signature import Rules
 from stackwalk.signature import signature as crash_signature
@@ -77,10 +79,6 @@ def _rules(path: str | None) -> Rules:
 def content_hash(path: str) -> str:
     """The file's BLAKE3 hash (hex), by the native core (mapped, several GB/s)."""
     return _core.content_hash(path)
-
-
-def _hex(text: str | None) -> int | None:
-    return int(text, 16) if text is not None else None
 
 
 def process_file(path: str, options: Options) -> dict[str, Any] | None:
@@ -142,8 +140,9 @@ def _unwind_into(record: dict[str, Any], path: str, options: Options) -> None:
     # Without such a thread (a snapshot), every thread's frames are kept: they are all there is
     # to look at.
     tids = None if options.all_threads or crashing is None else {crashing}
-    # A python process's Python frames among its native ones (another's document is as without)
-    doc = core.to_dict(tids=tids, python="mixed")
+    # A python process's Python frames among its native ones (another's are as without)
+    taken, pystate = core._stacks(tids=tids, python="mixed")
+    stacks = list(taken)
     exe = next((m for m in core.modules if m.file and m.file == core.executable), None)
     record.update(
         executable=core.executable,
@@ -154,33 +153,35 @@ def _unwind_into(record: dict[str, Any], path: str, options: Options) -> None:
         record["pid"] = core.pid
     if core.signal is not None:
         record.update(signal=core.signal.name, signal_number=core.signal.number)
-    crashed = next((t for t in doc["threads"] if t["tid"] == crashing), None)
-    sig = crash_signature(crashed["frames"] if crashed else None, _rules(options.rules))
+    crashed = next((s for s in stacks if s.thread.tid == crashing), None)
+    # The crashing thread's frames as its JSON document gives them, to be signed.
+    signed = None
+    if crashed is not None:
+        signed = [frame_json(f, crashed.trace, False, pystate is not None) for f in crashed.frames]
+    sig = crash_signature(signed, _rules(options.rules))
     record.update(signature=sig.text, bucket=sig.bucket, fingerprint=sig.fingerprint)
     record["frames"] = [
-        _frame_row(t["tid"], idx, f) for t in doc["threads"] for idx, f in enumerate(t["frames"])
+        _frame_row(s.thread.tid, idx, f) for s in stacks for idx, f in enumerate(s.frames)
     ]
     record["modules"] = [(m.path, m.build_id, int(m.found)) for m in core.modules]
     record["warnings"] = list(core.warnings)
-    python = doc.get("python")
-    if python is not None:
+    if pystate is not None:
         # (as `stackwalk core` says them): a python process signed without its Python frames
-        if python["error"]:
+        if pystate.error:
             record["warnings"].append(
-                f"Python {python['version']}: no Python frames: {python['error']}"
+                f"Python {pystate.version}: no Python frames: {pystate.error}"
             )
-        record["warnings"].extend(f"Python: warning: {w}" for w in python["warnings"])
+        record["warnings"].extend(f"Python: warning: {w}" for w in pystate.warnings)
 
 
-def _frame_row(tid: int, idx: int, f: dict[str, Any]) -> tuple[Any, ...]:
+def _frame_row(tid: int, idx: int, f: SymbolizedFrame | PythonFrame) -> tuple[Any, ...]:
     """A frame's row of the frames table (but its crash's id), at ``idx`` in its thread."""
-    if f.get("kind") == "python":
-        return (tid, idx, None, None, None, f["function"], None, f["file"], f["line"], 0, None,
-                "python", f["qualname"])  # fmt: skip
+    if isinstance(f, PythonFrame):
+        return (tid, idx, None, None, None, f.function, None, f.file, f.line, 0, None,
+                "python", f.qualname)  # fmt: skip
     return (
-        tid, idx, int(f["pc"], 16), f["module"], _hex(f["module_offset"]), f["function"],
-        _hex(f["function_offset"]), f.get("file"), f.get("line"), int(bool(f.get("inline"))),
-        f["trust"], "native", None,
+        tid, idx, f.pc, f.module, f.module_offset, f.function, f.function_offset, f.file,
+        f.line, int(f.inline), f.trust, "native", None,
     )  # fmt: skip
 
 

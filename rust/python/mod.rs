@@ -95,6 +95,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<symbols::PySymbolTable>()?;
     m.add_class::<elf::PyElfFile>()?;
     m.add_class::<symbolize::PySymbolizer>()?;
+    m.add_class::<symbolize::PySymbolizedFrame>()?;
     m.add_class::<symbolize::PyPerfMap>()?;
     m.add_class::<stackdb::PyStackDb>()?;
     m.add_class::<corefile::PyCoreFile>()?;

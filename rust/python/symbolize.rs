@@ -27,6 +27,119 @@ pub struct PySymbolizer {
     inner: Symbolizer,
 }
 
+impl PySymbolizer {
+    /// The frames `frames` are shown as (`crate::render::frame::named`).
+    fn symbolized(
+        &self,
+        py: Python<'_>,
+        frames: &Bound<'_, PyAny>,
+        inline: bool,
+    ) -> PyResult<Vec<PySymbolizedFrame>> {
+        let (frames, trusts) = read_frames(frames)?;
+        let inner = &self.inner;
+        let found: Vec<Found<'_>> = py.detach(|| {
+            guard("symbolizing", || {
+                inner.load_lines(frames.iter().map(|f| f.lookup));
+                frames
+                    .iter()
+                    .map(|f| {
+                        let loc = inner.locate(f.pc, f.lookup);
+                        (loc.module, loc.offset, loc.function, inner.source_frames(f.lookup))
+                    })
+                    .collect()
+            })
+        })?;
+        let mut out = Vec::with_capacity(frames.len());
+        let mut doubtful = false;
+        for (trace_index, ((f, trust), (module, offset, function, sources))) in
+            frames.iter().zip(trusts).zip(found).enumerate()
+        {
+            doubtful |= module.is_some_and(|m| m.doubtful);
+            let trust = trust.unbind();
+            for shown in named(function, &sources, inline) {
+                let source = shown.source;
+                out.push(PySymbolizedFrame {
+                    index: out.len(),
+                    trace_index,
+                    pc: f.pc,
+                    sp: f.sp,
+                    cfa: f.cfa,
+                    lookup_pc: f.lookup,
+                    trust: trust.clone_ref(py),
+                    module: module.map(|m| m.file.path.to_string()),
+                    module_offset: module.map(|_| offset),
+                    function: shown.function.map(str::to_owned),
+                    function_offset: shown.function_offset,
+                    file: source.and_then(|s| s.file.clone()),
+                    line: source.and_then(|s| s.line),
+                    column: source.and_then(|s| s.column),
+                    inline: shown.inline,
+                    doubtful,
+                });
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// A frame as a report shows it (`crate::render::frame::named`): where it
+/// is and how it was found, its module and the offset into its file, its
+/// function and source line, numbers as numbers; `to_dict` gives its JSON
+/// object (docs/json.md), addresses in hex.
+#[pyclass(module = "stackwalk._core", name = "SymbolizedFrame", frozen, get_all)]
+pub struct PySymbolizedFrame {
+    /// Its place in the list, inline frames counted.
+    index: usize,
+    /// Its unwound frame's place in the walk (`Trace.frames`).
+    trace_index: usize,
+    pc: u64,
+    sp: u64,
+    cfa: Option<u64>,
+    /// Where it was named: a caller at its return address less one.
+    lookup_pc: u64,
+    trust: Py<PyAny>,
+    module: Option<String>,
+    /// Its ELF address: the pc less the module's bias.
+    module_offset: Option<u64>,
+    function: Option<String>,
+    function_offset: Option<u64>,
+    file: Option<String>,
+    line: Option<u32>,
+    column: Option<u32>,
+    /// A function inlined at the next frame's pc.
+    inline: bool,
+    /// It, or a frame before it, is in a module whose file is doubtful.
+    doubtful: bool,
+}
+
+#[pymethods]
+impl PySymbolizedFrame {
+    /// The frame's JSON object, as the snapshot document gives it.
+    fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        d.set_item(intern!(py, "index"), self.index)?;
+        d.set_item(intern!(py, "pc"), hex(self.pc))?;
+        d.set_item(intern!(py, "sp"), hex(self.sp))?;
+        d.set_item(intern!(py, "cfa"), self.cfa.map(hex))?;
+        d.set_item(intern!(py, "trust"), &self.trust)?;
+        d.set_item(intern!(py, "module"), &self.module)?;
+        d.set_item(intern!(py, "module_offset"), self.module_offset.map(hex))?;
+        d.set_item(intern!(py, "function"), &self.function)?;
+        d.set_item(intern!(py, "function_offset"), self.function_offset.map(hex))?;
+        d.set_item(intern!(py, "file"), &self.file)?;
+        d.set_item(intern!(py, "line"), self.line)?;
+        d.set_item(intern!(py, "column"), self.column)?;
+        d.set_item(intern!(py, "inline"), self.inline)?;
+        d.set_item(intern!(py, "doubtful"), self.doubtful)?;
+        Ok(d)
+    }
+
+    fn __repr__(&self) -> String {
+        let function = self.function.as_deref().unwrap_or("??");
+        format!("<SymbolizedFrame #{} {:#x} in {function}>", self.index, self.pc)
+    }
+}
+
 /// A frame as `frame_dicts` reads it.
 #[derive(Clone, Copy)]
 struct FrameIn {
@@ -156,47 +269,23 @@ impl PySymbolizer {
         frames: &Bound<'py, PyAny>,
         inline: bool,
     ) -> PyResult<Bound<'py, PyList>> {
-        let (frames, trusts) = read_frames(frames)?;
-        let inner = &self.inner;
-        let found: Vec<Found<'_>> = py.detach(|| {
-            guard("symbolizing", || {
-                inner.load_lines(frames.iter().map(|f| f.lookup));
-                frames
-                    .iter()
-                    .map(|f| {
-                        let loc = inner.locate(f.pc, f.lookup);
-                        (loc.module, loc.offset, loc.function, inner.source_frames(f.lookup))
-                    })
-                    .collect()
-            })
-        })?;
         let out = PyList::empty(py);
-        let mut doubtful = false;
-        for ((f, trust), (module, offset, function, sources)) in
-            frames.iter().zip(trusts).zip(found)
-        {
-            doubtful |= module.is_some_and(|m| m.doubtful);
-            for shown in named(function, &sources, inline) {
-                let d = PyDict::new(py);
-                let source = shown.source;
-                d.set_item(intern!(py, "index"), out.len())?;
-                d.set_item(intern!(py, "pc"), hex(f.pc))?;
-                d.set_item(intern!(py, "sp"), hex(f.sp))?;
-                d.set_item(intern!(py, "cfa"), f.cfa.map(hex))?;
-                d.set_item(intern!(py, "trust"), &trust)?;
-                d.set_item(intern!(py, "module"), module.map(|m| &*m.file.path))?;
-                d.set_item(intern!(py, "module_offset"), module.map(|_| hex(offset)))?;
-                d.set_item(intern!(py, "function"), shown.function)?;
-                d.set_item(intern!(py, "function_offset"), shown.function_offset.map(hex))?;
-                d.set_item(intern!(py, "file"), source.and_then(|s| s.file.as_deref()))?;
-                d.set_item(intern!(py, "line"), source.and_then(|s| s.line))?;
-                d.set_item(intern!(py, "column"), source.and_then(|s| s.column))?;
-                d.set_item(intern!(py, "inline"), shown.inline)?;
-                d.set_item(intern!(py, "doubtful"), doubtful)?;
-                out.append(d)?;
-            }
+        for frame in self.symbolized(py, frames, inline)? {
+            out.append(frame.to_dict(py)?)?;
         }
         Ok(out)
+    }
+
+    /// `frame_dicts`' frames as `SymbolizedFrame`s: numbers as numbers, and
+    /// each frame's `lookup_pc` (where it was named).
+    #[pyo3(signature = (frames, *, inline = false))]
+    fn frames(
+        &self,
+        py: Python<'_>,
+        frames: &Bound<'_, PyAny>,
+        inline: bool,
+    ) -> PyResult<Vec<PySymbolizedFrame>> {
+        self.symbolized(py, frames, inline)
     }
 
     fn __len__(&self) -> usize {
