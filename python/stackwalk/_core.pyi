@@ -37,7 +37,6 @@ __all__ = [
     "snapshot_process",
     "python_threads",
     "MinidumpFile",
-    "shared_sps",
     "capture_address_space",
     "demangle",
     "sym_file_parses",
@@ -441,7 +440,6 @@ class MinidumpFile:
         options: _SpaceOptions,
     ) -> _AddressSpace: ...
 
-def shared_sps(traces: Sequence[Trace]) -> list[tuple[int, list[int]]]: ...
 def capture_address_space(
     arch: str,
     unwinder: Unwinder | None,
@@ -545,6 +543,15 @@ class Unwinder:
         max_frames: int | None = None,
         registers: bool = False,
     ) -> Trace: ...
+    def walk_threads(
+        self,
+        threads: Sequence[tuple[int, Mapping[str, int] | Registers]],
+        memory: Iterable[tuple[int, Buffer]] | MappedMemory,
+        stacks: Sequence[tuple[int, int, int, int]],
+        entry: int | None = None,
+        max_frames: int | None = None,
+        registers: bool = False,
+    ) -> list[Trace]: ...
     def unwind_many(
         self,
         stacks: Iterable[

@@ -35,7 +35,6 @@ from stackwalk._core import (
     SymbolizedFrame,
     Symbolizer,
     Trace,
-    shared_sps,
 )
 from stackwalk._records import CoreModule, Signal, Thread, _is_crash, _signal_of, _ThreadNotes
 from stackwalk._snapshot import document, module_dict, signal_dict
@@ -243,28 +242,16 @@ class Core:
         stack is the one of the thread whose own sp is nearest below it, its live part that
         thread's frames (from its sp to its top frame's), and the other walks are made again,
         to end (``other_thread_stack``) where their sp enters it."""
-        every = {t.tid: t.unwind(max_frames, registers=registers) for t in self.threads}
-        owners: dict[int, int] = {}  # tid -> the top of its live stack
-        intruders: set[int] = set()
-        tids = list(every)
-        word = 4 if self.arch == "i386" else 8
-        for sp, indices in shared_sps(list(every.values())):
-            sharing = [tids[i] for i in indices]
-            # The stack is the one of the thread whose own sp is nearest below.
-            below = [t for t in sharing if every[t].sps[0] <= sp]
-            if not below:
-                continue
-            owner = max(below, key=lambda t: every[t].sps[0])
-            owners[owner] = max(every[owner].sps) + word
-            intruders.update(t for t in sharing if t != owner)
-        if owners:
-            stacks = [(tid, start, end, sp, owners.get(tid))
-                      for tid, start, end, sp in self._thread_stacks]  # fmt: skip
-            self.unwinder.set_process(self._auxv.get(_AT_ENTRY), stacks)
-            for t in self.threads:
-                if t.tid in intruders:
-                    every[t.tid] = t.unwind(max_frames, registers=registers)
-        return [every[t.tid] for t in threads]
+        every = self.unwinder.walk_threads(
+            [(t.tid, t.regs) for t in self.threads],
+            self.memory,
+            self._thread_stacks,
+            self._auxv.get(_AT_ENTRY),
+            max_frames,
+            registers,
+        )
+        by_tid = {t.tid: trace for t, trace in zip(self.threads, every, strict=True)}
+        return [by_tid[t.tid] for t in threads]
 
     def _set_threads(self, raw: list[_ThreadNotes]) -> None:
         # The kernel writes the thread that dumped (took the signal) first; gdb the thread it

@@ -100,7 +100,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<stackdb::PyStackDb>()?;
     m.add_class::<corefile::PyCoreFile>()?;
     m.add_class::<minidump::PyMinidumpFile>()?;
-    m.add_function(wrap_pyfunction!(trace::shared_sps, m)?)?;
     m.add_function(wrap_pyfunction!(content_hash, m)?)?;
     m.add_function(wrap_pyfunction!(hold_thread_pool, m)?)?;
     m.add_function(wrap_pyfunction!(corefile::snapshot_process, m)?)?;

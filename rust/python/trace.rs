@@ -228,25 +228,3 @@ fn register_names(py: Python<'_>, arch: Arch) -> &RegisterNames {
         (columns, PyString::intern(py, arch.pc_name()).unbind())
     })
 }
-
-/// The stack pointers that frames of more than one of `traces` have (the
-/// walks of one process's threads): (sp, the indices of those traces), in
-/// sp order. No two live threads have a frame at the same sp: where two
-/// walks do, one went on into the other's stack (see `Core.walks`).
-#[pyfunction]
-pub(super) fn shared_sps(traces: Vec<PyRef<'_, PyTrace>>) -> Vec<(u64, Vec<usize>)> {
-    let mut at: Vec<(u64, usize)> = traces
-        .iter()
-        .enumerate()
-        .flat_map(|(i, t)| t.frames.iter().map(move |f| (f.sp, i)))
-        .collect();
-    at.sort_unstable();
-    at.dedup();
-    let mut out: Vec<(u64, Vec<usize>)> = Vec::new();
-    for chunk in at.chunk_by(|a, b| a.0 == b.0) {
-        if chunk.len() > 1 {
-            out.push((chunk[0].0, chunk.iter().map(|&(_, i)| i).collect()));
-        }
-    }
-    out
-}

@@ -292,6 +292,52 @@ impl PyUnwinder {
         })
     }
 
+    /// The walks of one process's threads (`threads`: (tid, regs), over
+    /// `memory`), none going on into another thread's stack
+    /// (`crate::unwind::stack_owners`): where two walks share an sp, the
+    /// owner's live stack is set (`set_process`, with `entry` and `stacks`:
+    /// each thread's (tid, start, end, sp)) and the others are walked
+    /// again, to end (`other_thread_stack`) where they enter it. The
+    /// traces in the order of `threads`.
+    #[pyo3(signature = (threads, memory, stacks, entry = None, max_frames = None, registers = false))]
+    #[allow(clippy::type_complexity)]
+    fn walk_threads(
+        &mut self,
+        threads: Vec<(u32, Bound<'_, PyAny>)>,
+        memory: &Bound<'_, PyAny>,
+        stacks: Vec<(u32, u64, u64, u64)>,
+        entry: Option<u64>,
+        max_frames: Option<usize>,
+        registers: bool,
+    ) -> PyResult<Vec<PyTrace>> {
+        let mut traces = threads
+            .iter()
+            .map(|(_, regs)| self.unwind(regs, memory, max_frames, registers))
+            .collect::<PyResult<Vec<_>>>()?;
+        let sps: Vec<Vec<u64>> =
+            traces.iter().map(|t| t.frames.iter().map(|f| f.sp).collect()).collect();
+        let (owned, intruders) = unwind::stack_owners(&sps, self.inner.arch().word_size());
+        if owned.iter().all(Option::is_none) {
+            return Ok(traces);
+        }
+        let live: std::collections::HashMap<u32, u64> = threads
+            .iter()
+            .zip(&owned)
+            .filter_map(|((tid, _), top)| Some((*tid, (*top)?)))
+            .collect();
+        let stacks = stacks
+            .into_iter()
+            .map(|(tid, start, end, sp)| (tid, start, end, sp, live.get(&tid).copied()))
+            .collect();
+        self.set_process(entry, stacks);
+        for ((_, regs), (trace, intruder)) in threads.iter().zip(traces.iter_mut().zip(intruders)) {
+            if intruder {
+                *trace = self.unwind(regs, memory, max_frames, registers)?;
+            }
+        }
+        Ok(traces)
+    }
+
     /// Unwind many stacks at once: `stacks` is an iterable of (regs, memory)
     /// pairs as `unwind` takes them (memory regions are used in place, not
     /// copied). The walks run without the GIL, spread over every CPU, each

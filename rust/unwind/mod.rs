@@ -32,7 +32,7 @@ pub use crate::unwind::rule_cache::Stats;
 use crate::unwind::rule_cache::{PackedRow, RuleCache, NO_FDE};
 use apply::{apply, apply_context, apply_in_place, apply_saved, fast_step, finish, Fast};
 pub use frame::{End, EndDetail, EndReason, Frame, Trust};
-pub use process::ProcessFacts;
+pub use process::{stack_owners, ProcessFacts};
 
 /// Unwinds stacks for one architecture over a set of modules. One
 /// `Unwinder` keeps its caches warm across calls; it is not `Sync`: use one

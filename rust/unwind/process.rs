@@ -55,6 +55,46 @@ impl ProcessFacts {
     }
 }
 
+/// Which threads' stacks the walks of one process's threads share, and
+/// whose each is. Registers a runtime left behind (Go's saved contexts, a
+/// stack switch's CFI) can lead a walk into the frames of another thread
+/// still running there, which it then takes for its own: two walks have
+/// frames at the same sp, which no two live threads can have. Where they
+/// do, the stack is the one of the thread whose own sp (its walk's first)
+/// is nearest below that sp, and its live part runs from there to past its
+/// walk's top frame; the other walks went into it. `walks` holds each
+/// walk's frames' sps; the answer: each walk's live stack top where it owns
+/// a shared stack, and whether it went into another's (to be walked again
+/// with the live parts known: `ProcessFacts`' `live_end`).
+pub fn stack_owners(walks: &[Vec<u64>], word: u64) -> (Vec<Option<u64>>, Vec<bool>) {
+    let mut at: Vec<(u64, usize)> =
+        walks.iter().enumerate().flat_map(|(i, sps)| sps.iter().map(move |&sp| (sp, i))).collect();
+    at.sort_unstable();
+    at.dedup();
+    let mut owned = vec![None; walks.len()];
+    let mut intruders = vec![false; walks.len()];
+    for sharing in at.chunk_by(|a, b| a.0 == b.0).filter(|c| c.len() > 1) {
+        let sp = sharing[0].0;
+        // The thread whose own sp is nearest below: the first of the nearest, in walk order.
+        let mut owner: Option<(usize, u64)> = None;
+        for &(_, i) in sharing {
+            let Some(&own) = walks[i].first().filter(|&&own| own <= sp) else { continue };
+            if owner.is_none_or(|(_, best)| own > best) {
+                owner = Some((i, own));
+            }
+        }
+        let Some((owner, _)) = owner else { continue };
+        let top = walks[owner].iter().max().copied().unwrap_or(sp);
+        owned[owner] = Some(top.saturating_add(word));
+        for &(_, i) in sharing {
+            if i != owner {
+                intruders[i] = true;
+            }
+        }
+    }
+    (owned, intruders)
+}
+
 #[cfg(test)]
 mod tests {
     use super::ProcessFacts;
@@ -101,5 +141,22 @@ mod tests {
         assert_eq!(facts.live_stack_of_another(0x50f8, 0x9f00), None);
         // Thread 1's own walk.
         assert_eq!(facts.live_stack_of_another(0x5200, 0x5100), None);
+    }
+
+    #[test]
+    fn a_walk_into_another_threads_stack_is_the_intruder() {
+        use super::stack_owners;
+        // Thread 0 runs at 0x1000 with frames up to 0x1100; thread 1's walk starts far
+        // below (its own stack at 0x800) and goes on into thread 0's frames at 0x1040.
+        let walks = vec![vec![0x1000, 0x1040, 0x1100], vec![0x800, 0x840, 0x1040, 0x1100], vec![]];
+        let (owned, intruders) = stack_owners(&walks, 8);
+        assert_eq!(owned, [Some(0x1108), None, None]);
+        assert_eq!(intruders, [false, true, false]);
+        // No sp shared: nobody owns, nobody intrudes.
+        let (owned, intruders) = stack_owners(&[vec![0x10, 0x20], vec![0x30]], 8);
+        assert_eq!((owned, intruders), (vec![None, None], vec![false, false]));
+        // A shared sp below every walk's own: no owner there.
+        let (owned, _) = stack_owners(&[vec![0x50, 0x40], vec![0x60, 0x40]], 4);
+        assert_eq!(owned, [None, None]);
     }
 }
