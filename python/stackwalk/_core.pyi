@@ -292,6 +292,12 @@ class SymbolizedFrame:
     def doubtful(self) -> bool: ...
     def to_dict(self) -> dict[str, Any]: ...
 
+class _ThreadLike(Protocol):
+    @property
+    def tid(self) -> int: ...
+    @property
+    def regs(self) -> Mapping[str, int]: ...
+
 class _FrameLike(Protocol):
     @property
     def pc(self) -> int: ...
@@ -545,7 +551,7 @@ class Unwinder:
     ) -> Trace: ...
     def walk_threads(
         self,
-        threads: Sequence[tuple[int, Mapping[str, int] | Registers]],
+        threads: Sequence[_ThreadLike],
         memory: Iterable[tuple[int, Buffer]] | MappedMemory,
         stacks: Sequence[tuple[int, int, int, int]],
         entry: int | None = None,

@@ -243,7 +243,7 @@ class Core:
         thread's frames (from its sp to its top frame's), and the other walks are made again,
         to end (``other_thread_stack``) where their sp enters it."""
         every = self.unwinder.walk_threads(
-            [(t.tid, t.regs) for t in self.threads],
+            self.threads,
             self.memory,
             self._thread_stacks,
             self._auxv.get(_AT_ENTRY),

@@ -292,7 +292,8 @@ impl PyUnwinder {
         })
     }
 
-    /// The walks of one process's threads (`threads`: (tid, regs), over
+    /// The walks of one process's threads (`threads`: objects with a `tid`
+    /// and their `regs`, read when a walk needs them, not held; over
     /// `memory`), none going on into another thread's stack
     /// (`crate::unwind::stack_owners`): where two walks share an sp, the
     /// owner's live stack is set (`set_process`, with `entry` and `stacks`:
@@ -303,36 +304,42 @@ impl PyUnwinder {
     #[allow(clippy::type_complexity)]
     fn walk_threads(
         &mut self,
-        threads: Vec<(u32, Bound<'_, PyAny>)>,
+        threads: Vec<Bound<'_, PyAny>>,
         memory: &Bound<'_, PyAny>,
         stacks: Vec<(u32, u64, u64, u64)>,
         entry: Option<u64>,
         max_frames: Option<usize>,
         registers: bool,
     ) -> PyResult<Vec<PyTrace>> {
-        let mut traces = threads
-            .iter()
-            .map(|(_, regs)| self.unwind(regs, memory, max_frames, registers))
-            .collect::<PyResult<Vec<_>>>()?;
+        let walk = |this: &mut Self, thread: &Bound<'_, PyAny>| {
+            let regs = thread.getattr(pyo3::intern!(thread.py(), "regs"))?;
+            this.unwind(&regs, memory, max_frames, registers)
+        };
+        let mut traces = Vec::with_capacity(threads.len());
+        for thread in &threads {
+            traces.push(walk(self, thread)?);
+        }
         let sps: Vec<Vec<u64>> =
             traces.iter().map(|t| t.frames.iter().map(|f| f.sp).collect()).collect();
         let (owned, intruders) = unwind::stack_owners(&sps, self.inner.arch().word_size());
         if owned.iter().all(Option::is_none) {
             return Ok(traces);
         }
-        let live: std::collections::HashMap<u32, u64> = threads
-            .iter()
-            .zip(&owned)
-            .filter_map(|((tid, _), top)| Some((*tid, (*top)?)))
-            .collect();
+        let mut live = std::collections::HashMap::new();
+        for (thread, top) in threads.iter().zip(&owned) {
+            if let Some(top) = top {
+                let tid: u32 = thread.getattr(pyo3::intern!(thread.py(), "tid"))?.extract()?;
+                live.insert(tid, *top);
+            }
+        }
         let stacks = stacks
             .into_iter()
             .map(|(tid, start, end, sp)| (tid, start, end, sp, live.get(&tid).copied()))
             .collect();
         self.set_process(entry, stacks);
-        for ((_, regs), (trace, intruder)) in threads.iter().zip(traces.iter_mut().zip(intruders)) {
+        for (thread, (trace, intruder)) in threads.iter().zip(traces.iter_mut().zip(intruders)) {
             if intruder {
-                *trace = self.unwind(regs, memory, max_frames, registers)?;
+                *trace = walk(self, thread)?;
             }
         }
         Ok(traces)
