@@ -32,7 +32,7 @@ from perfdata import disassembly
 from realstacks import PROGRAMS
 from stackwalk import Unwinder
 from stackwalk._core import SymbolTable
-from stackwalk.capture import capture
+from stackwalk.capture import BreakpointNotHitError, capture
 from stackwalk.core import Core
 
 GO = shutil.which("go")
@@ -130,7 +130,14 @@ def test_aarch64_the_faulting_frame_is_above_the_word_sigpanic_was_given(tmp_pat
     # "[signal SIGSEGV: segmentation violation code=0x1 addr=0x8 pc=0x6fc70]"
     fault = re.search(r"^\[signal SIGSEGV: .* pc=(0x[0-9a-f]+)\]$", out, re.M)
     assert fault, out
-    cap = capture([exe], "runtime.gopanic", sysroot=AARCH64_SYSROOT, pass_signals=["SIGSEGV"])
+    # gdb-multiarch on qemu-aarch64's gdb stub once saw this program run to its end (exit code
+    # 2: Go's panic) without stopping at the breakpoint, in one CI run of several; not seen in
+    # runs here, and not understood (qemu-user's stub, with Go's threads and signals). A second
+    # capture is taken before the test fails: the frames are what is tested.
+    try:
+        cap = capture([exe], "runtime.gopanic", sysroot=AARCH64_SYSROOT, pass_signals=["SIGSEGV"])
+    except BreakpointNotHitError:
+        cap = capture([exe], "runtime.gopanic", sysroot=AARCH64_SYSROOT, pass_signals=["SIGSEGV"])
     # CFI alone (the Unwinder's default), and the walk with fallbacks (the core command's).
     for strategies in (("cfi",), ("cfi", "frame_pointer", "scan")):
         unwinder = Unwinder(arch="aarch64", strategies=strategies)
