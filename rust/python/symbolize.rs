@@ -27,61 +27,6 @@ pub struct PySymbolizer {
     inner: Symbolizer,
 }
 
-impl PySymbolizer {
-    /// The frames `frames` are shown as (`crate::render::frame::named`).
-    fn symbolized(
-        &self,
-        py: Python<'_>,
-        frames: &Bound<'_, PyAny>,
-        inline: bool,
-    ) -> PyResult<Vec<PySymbolizedFrame>> {
-        let (frames, trusts) = read_frames(frames)?;
-        let inner = &self.inner;
-        let found: Vec<Found<'_>> = py.detach(|| {
-            guard("symbolizing", || {
-                inner.load_lines(frames.iter().map(|f| f.lookup));
-                frames
-                    .iter()
-                    .map(|f| {
-                        let loc = inner.locate(f.pc, f.lookup);
-                        (loc.module, loc.offset, loc.function, inner.source_frames(f.lookup))
-                    })
-                    .collect()
-            })
-        })?;
-        let mut out = Vec::with_capacity(frames.len());
-        let mut doubtful = false;
-        for (trace_index, ((f, trust), (module, offset, function, sources))) in
-            frames.iter().zip(trusts).zip(found).enumerate()
-        {
-            doubtful |= module.is_some_and(|m| m.doubtful);
-            let trust = trust.unbind();
-            for shown in named(function, &sources, inline) {
-                let source = shown.source;
-                out.push(PySymbolizedFrame {
-                    index: out.len(),
-                    trace_index,
-                    pc: f.pc,
-                    sp: f.sp,
-                    cfa: f.cfa,
-                    lookup_pc: f.lookup,
-                    trust: trust.clone_ref(py),
-                    module: module.map(|m| m.file.path.to_string()),
-                    module_offset: module.map(|_| offset),
-                    function: shown.function.map(str::to_owned),
-                    function_offset: shown.function_offset,
-                    file: source.and_then(|s| s.file.clone()),
-                    line: source.and_then(|s| s.line),
-                    column: source.and_then(|s| s.column),
-                    inline: shown.inline,
-                    doubtful,
-                });
-            }
-        }
-        Ok(out)
-    }
-}
-
 /// A frame as a report shows it (`crate::render::frame::named`): where it
 /// is and how it was found, its module and the offset into its file, its
 /// function and source line, numbers as numbers; `to_dict` gives its JSON
@@ -270,7 +215,7 @@ impl PySymbolizer {
         inline: bool,
     ) -> PyResult<Bound<'py, PyList>> {
         let out = PyList::empty(py);
-        for frame in self.symbolized(py, frames, inline)? {
+        for frame in self.frames(py, frames, inline)? {
             out.append(frame.to_dict(py)?)?;
         }
         Ok(out)
@@ -285,7 +230,50 @@ impl PySymbolizer {
         frames: &Bound<'_, PyAny>,
         inline: bool,
     ) -> PyResult<Vec<PySymbolizedFrame>> {
-        self.symbolized(py, frames, inline)
+        let (frames, trusts) = read_frames(frames)?;
+        let inner = &self.inner;
+        let found: Vec<Found<'_>> = py.detach(|| {
+            guard("symbolizing", || {
+                inner.load_lines(frames.iter().map(|f| f.lookup));
+                frames
+                    .iter()
+                    .map(|f| {
+                        let loc = inner.locate(f.pc, f.lookup);
+                        (loc.module, loc.offset, loc.function, inner.source_frames(f.lookup))
+                    })
+                    .collect()
+            })
+        })?;
+        let mut out = Vec::with_capacity(frames.len());
+        let mut doubtful = false;
+        for (trace_index, ((f, trust), (module, offset, function, sources))) in
+            frames.iter().zip(trusts).zip(found).enumerate()
+        {
+            doubtful |= module.is_some_and(|m| m.doubtful);
+            let trust = trust.unbind();
+            for shown in named(function, &sources, inline) {
+                let source = shown.source;
+                out.push(PySymbolizedFrame {
+                    index: out.len(),
+                    trace_index,
+                    pc: f.pc,
+                    sp: f.sp,
+                    cfa: f.cfa,
+                    lookup_pc: f.lookup,
+                    trust: trust.clone_ref(py),
+                    module: module.map(|m| m.file.path.to_string()),
+                    module_offset: module.map(|_| offset),
+                    function: shown.function.map(str::to_owned),
+                    function_offset: shown.function_offset,
+                    file: source.and_then(|s| s.file.clone()),
+                    line: source.and_then(|s| s.line),
+                    column: source.and_then(|s| s.column),
+                    inline: shown.inline,
+                    doubtful,
+                });
+            }
+        }
+        Ok(out)
     }
 
     fn __len__(&self) -> usize {

@@ -256,20 +256,21 @@ impl Stores {
     }
 
     /// The usable symbol file of the module whose debug file is
-    /// `debug_file` and debug id `debug_id`; `every`: all the modules the
-    /// snapshot lists (debug file, debug id), fetched together the first
-    /// time. What went wrong is added to `warnings`.
+    /// `debug_file` and debug id `debug_id`; `every` gives all the modules
+    /// the snapshot lists (debug file, debug id), asked for (and fetched
+    /// together) the first time only. What went wrong is added to
+    /// `warnings`.
     pub fn find(
         &mut self,
         debug_file: &str,
         debug_id: &str,
-        every: &[(String, String)],
+        every: &dyn Fn() -> Vec<(String, String)>,
         usable: &mut Usable<'_>,
         warnings: &mut Vec<String>,
     ) -> Option<PathBuf> {
         if !self.servers_asked && !self.urls.is_empty() {
             self.servers_asked = true;
-            self.fetch_all(every, usable, warnings);
+            self.fetch_all(&every(), usable, warnings);
         }
         let key = (debug_file.to_owned(), debug_id.to_owned());
         if let Some(found) = self.found.get(&key) {
@@ -404,11 +405,14 @@ mod tests {
         };
         let mut warnings = Vec::new();
         let mut stores = Stores::new(vec![second.clone(), first.clone()], Vec::new(), true);
-        assert_eq!(stores.find("libx.so", "ID0", &[], &mut usable, &mut warnings), Some(good));
-        assert!(stores.find("libx.so", "ID0", &[], &mut usable, &mut warnings).is_some());
-        assert_eq!(stores.find("../x", "ID0", &[], &mut usable, &mut warnings), None);
+        assert_eq!(
+            stores.find("libx.so", "ID0", &Vec::new, &mut usable, &mut warnings),
+            Some(good)
+        );
+        assert!(stores.find("libx.so", "ID0", &Vec::new, &mut usable, &mut warnings).is_some());
+        assert_eq!(stores.find("../x", "ID0", &Vec::new, &mut usable, &mut warnings), None);
         let mut stores = Stores::new(vec![first, second], Vec::new(), true);
-        assert_eq!(stores.find("libx.so", "ID0", &[], &mut usable, &mut warnings), None);
+        assert_eq!(stores.find("libx.so", "ID0", &Vec::new, &mut usable, &mut warnings), None);
         assert_eq!(warnings, ["symbol file not used: unreadable"]);
         assert_eq!(asked.len(), 2, "each file checked once: {asked:?}");
         std::fs::remove_dir_all(&dir).unwrap();

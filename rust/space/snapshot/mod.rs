@@ -25,6 +25,7 @@ use std::sync::Arc;
 use crate::arch::Arch;
 use crate::source::corefile::LinkMapEntry;
 use crate::source::memory::SegmentMemory;
+use crate::source::minidump::basename;
 use crate::space::debuginfod::{fetch_missing, Kind, Wanted};
 use crate::space::elf::ElfSummary;
 use crate::space::finder::{hex, FileFinder, Identity, Located};
@@ -689,18 +690,16 @@ impl Builder<'_, '_, '_> {
         let (debug_file, debug_id) = match ids.iter().find(|(base, ..)| *base == module.start) {
             Some((_, file, id)) => (file.clone(), id.clone()),
             None => {
-                let path = module.path.to_string_lossy();
-                let name = path.rsplit(['/', '\\']).next().unwrap_or(&path).to_owned();
+                let name = basename(&module.path.to_string_lossy()).to_owned();
                 (name, elf_debug_id(module.build_id.as_deref()?))
             }
         };
         // The vdso's image is in the snapshot: its file is not fetched with the others'.
         let vdso = self.auxv(AT_SYSINFO_EHDR);
-        let every: Vec<(String, String)> = ids
-            .iter()
-            .filter(|(base, ..)| Some(*base) != vdso)
-            .map(|(_, file, id)| (file.clone(), id.clone()))
-            .collect();
+        let every = || {
+            let listed = ids.iter().filter(|(base, ..)| Some(*base) != vdso);
+            listed.map(|(_, file, id)| (file.clone(), id.clone())).collect()
+        };
         let host = &mut *self.host;
         let mut usable = |path: &Path, id: &str| host.sym_file_usable(path, id);
         self.stores.find(&debug_file, &debug_id, &every, &mut usable, &mut self.warnings)
