@@ -213,22 +213,29 @@ def test_offline_fetches_nothing(cases: dict[str, Case], server: Server, tmp_pat
 def test_download_progress_bar_on_a_terminal(
     cases: dict[str, Case], server: Server, tmp_path: Path
 ) -> None:
-    """With stderr a terminal, the downloads draw a bar there (redrawn in place with \\r) that
-    ends full, with the bytes the server sent and every file answered; piped, nothing."""
-    ids = cases["callback"].build_ids
-    code = ("import sys; from stackwalk._core import debuginfod_fetch; "
-            "answers = debuginfod_fetch([(i, 'executable') for i in sys.argv[1:]], progress=0.0); "
-            "print(*[path for path, _ in answers])")  # fmt: skip
-    env = with_server(server.url, tmp_path / "cache")
-    proc, drawn = on_terminal([sys.executable, "-c", code, *ids], env=env)
+    """With stderr a terminal, the downloads of ``Core.open(..., progress=0.0)`` draw a bar
+    there (redrawn in place with \\r) that ends full, with the bytes the server sent and every
+    file answered; piped, nothing."""
+    case = cases["callback"]
+    code = ("import sys; from stackwalk import Core; "
+            "core = Core.open(sys.argv[1], progress=0.0); "
+            "print(*sorted(m.file for m in core.modules if m.file))")  # fmt: skip
+    cache = tmp_path / "cache"
+    env = with_server(server.url, cache)
+    proc, drawn = on_terminal([sys.executable, "-c", code, str(case.core)], env=env)
     assert proc.returncode == 0, drawn
-    paths = proc.stdout.split()
-    assert len(paths) == len(ids) and all(os.path.isfile(p) for p in paths), proc.stdout
-    mib = sum(os.path.getsize(p) for p in paths) / (1 << 20)
-    bars = drawn.split("\r")
-    assert bars[-1] == f"debuginfod [{'#' * 30}] {mib:.1f} of {mib:.1f} MiB, 2/2 files\n", drawn
-    assert len(bars) > 2, "drawn as the downloads went"
-    again, drawn = on_terminal([sys.executable, "-c", code, *ids], env=env)
+    for build_id in case.build_ids:  # the program's files, fetched
+        assert str(cache / build_id / "executable") in proc.stdout.split(), proc.stdout
+    # Two rounds, a bar each: the programs' files, then the DWARF their stripped files lack.
+    bars = drawn.split("\n")
+    assert bars[-1] == "" and len(bars) == 3, drawn
+    for kind, bar in zip(("executable", "debuginfo"), bars, strict=False):
+        files = [cache / build_id / kind for build_id in case.build_ids]
+        mib = sum(p.stat().st_size for p in files) / (1 << 20)
+        full = f"debuginfod [{'#' * 30}] {mib:.1f} of {mib:.1f} MiB, 2/2 files"
+        assert bar.split("\r")[-1] == full, drawn
+        assert bar.count("\r") >= 2, "drawn as the downloads went"
+    again, drawn = on_terminal([sys.executable, "-c", code, str(case.core)], env=env)
     assert again.stdout == proc.stdout and drawn == "", "from the cache: nothing to show"
     # The command draws it only when stderr is a terminal.
     env = with_server(server.url, tmp_path / "another-cache")

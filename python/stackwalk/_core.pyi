@@ -43,8 +43,6 @@ __all__ = [
     "perf_report",
     "perf_samples",
     "flamegraph",
-    "debuginfod_fetch",
-    "symbols_fetch_all",
     "TRUST_LEVELS",
     "END_REASONS",
     "MAX_JOBS",
@@ -476,12 +474,6 @@ def perf_report(
     lib_search_path: Sequence[str | PathLike[str]] = ...,
 ) -> _PerfSummary: ...
 def perf_samples(path: str | PathLike[str], max_samples: int = 1000) -> dict[str, Any]: ...
-def debuginfod_fetch(
-    requests: Sequence[tuple[str, str]], *, offline: bool = False, progress: float | None = None
-) -> list[tuple[str | None, str | None]]: ...
-def symbols_fetch_all(
-    urls: Sequence[str], modules: Sequence[tuple[str, str]], *, offline: bool = False
-) -> list[tuple[str | None, list[str]]]: ...
 
 @final
 class Registers:

@@ -1,8 +1,8 @@
 //! The PyO3 bindings: the only module that knows about Python. Each is a
 //! thin wrapper over a plain-Rust type, split by area, one file each:
 //! `errors` (the exceptions), `unwinder`, `registers`, `memory`, `symbols`,
-//! `symbolize`, `elf`, `snapshot`, `stackdb`, `perf`, `corefile`, `minidump`, `debuginfod`, `pyframes`. This file registers
-//! them all. Files are mapped, never copied.
+//! `symbolize`, `elf`, `snapshot`, `stackdb`, `perf`, `corefile`,
+//! `minidump`, `pyframes`. This file registers them all. Files are mapped, never copied.
 
 use std::path::PathBuf;
 
@@ -11,7 +11,6 @@ use pyo3::prelude::*;
 
 mod batch;
 mod corefile;
-mod debuginfod;
 mod elf;
 mod errors;
 mod memory;
@@ -110,7 +109,5 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(perf::perf_report, m)?)?;
     m.add_function(wrap_pyfunction!(perf::perf_samples, m)?)?;
     m.add_function(wrap_pyfunction!(perf::flamegraph, m)?)?;
-    m.add_function(wrap_pyfunction!(debuginfod::debuginfod_fetch, m)?)?;
-    m.add_function(wrap_pyfunction!(debuginfod::symbols_fetch_all, m)?)?;
     Ok(())
 }
