@@ -162,35 +162,6 @@ def check_schema(doc: dict[str, Any]) -> None:
                 h(frame["function_offset"])
 
 
-def test_a_fault_address_only_where_the_kernel_gives_one() -> None:
-    """NT_SIGINFO's si_addr is the fault address where si_code is a fault's (SEGV_MAPERR 1,
-    BUS_ADRALN 1, ...); a signal sent by a process (si_code <= 0) or forced by the kernel with no
-    fault behind it (SI_KERNEL 0x80: a SIGSEGV where a handler could not be called) has none."""
-    from stackwalk._records import _signal_of
-
-    def address(code: int) -> int | None:
-        sig = _signal_of((1, 11, 0, (11, code, 0x1000)))
-        assert sig is not None and (sig.number, sig.code) == (11, code)
-        return sig.address
-
-    assert [address(c) for c in (1, 2, 0, -6, 0x80)] == [0x1000, 0x1000, None, None, None]
-
-
-def test_signal_names_are_linuxs() -> None:
-    """The signal's name (Linux's table, not this machine's) is the one bash's ``kill -l``
-    gives for the numbers Linux names (1 to 31, glibc's SIGRTMIN and SIGRTMAX), SIG<n> for any
-    other (a real-time signal past SIGRTMIN, a number no signal has)."""
-    from stackwalk._records import _signal_name
-
-    for number in range(-1, 80):
-        said = subprocess.run(["bash", "-c", f"kill -l {number}"], capture_output=True, text=True)
-        name = said.stdout.strip()
-        if 1 <= number <= 31 or name in ("RTMIN", "RTMAX"):
-            assert _signal_name(number) == f"SIG{name}", number
-        else:
-            assert _signal_name(number) == f"SIG{number}", (number, name)
-
-
 def only_unverified_libraries(made: MadeCore, proc: subprocess.CompletedProcess[str]) -> None:
     """Nothing on stderr for a core read cleanly, but for qemu-user's cores of dynamic programs:
     they hold no page of a library's file, so no build id to check the libraries found under

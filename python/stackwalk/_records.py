@@ -1,6 +1,6 @@
 """The values a ``stackwalk.core.Core`` gives (and a ``Minidump``'s and a ``Process``'s):
-its signal, its modules and its threads, frozen dataclasses; and how the signal is read from the
-threads' notes."""
+its signal, its modules and its threads, frozen dataclasses. Which thread crashed, and by which
+signal, the source says (``rust/source/signal.rs``)."""
 
 from __future__ import annotations
 
@@ -11,26 +11,13 @@ if TYPE_CHECKING:
     from stackwalk._core import CoreFile, MinidumpFile
     from stackwalk.unwinder import MappedMemory, Trace, Unwinder
 
-# Signals whose siginfo carries the faulting address (when si_code > 0: sent by the kernel).
-_FAULT_SIGNALS = frozenset({4, 5, 7, 8, 11})  # SIGILL, SIGTRAP, SIGBUS, SIGFPE, SIGSEGV
-# si_code of a signal the kernel sends with no fault behind it (a SIGSEGV forced where a handler
-# could not be called, e.g. a stack overflow with no alternate stack): si_addr is 0, not an address.
-_SI_KERNEL = 0x80
-# Signals that stop a process and never dump it: a core whose threads show one of these (or
-# none) is a snapshot of a live process (gdb's gcore attaches with SIGSTOP), not a crash.
-_STOP_SIGNALS = frozenset({19, 20, 21, 22})  # SIGSTOP, SIGTSTP, SIGTTIN, SIGTTOU
-
-# An NT_PRSTATUS: (tid, pr_cursig, its index for CoreFile.registers, the NT_SIGINFO after it:
-# (signo, code, address)).
-_ThreadNotes = tuple[int, int, int, tuple[int, int, int] | None]
-
 
 @dataclass(frozen=True, slots=True)
 class Signal:
     """The signal that stopped the process."""
 
     number: int
-    name: str  # "SIGSEGV"; "SIG<n>" for a number Python does not name
+    name: str  # "SIGSEGV"; "SIG<n>" for a number Linux does not name
     address: int | None  # the faulting address of SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGTRAP
     code: int | None  # si_code (None when the core has no NT_SIGINFO)
 
@@ -90,36 +77,3 @@ class Thread:
         return self._unwinder.unwind(
             self.regs, self._memory, max_frames=max_frames, registers=registers
         )
-
-
-# Linux's signal names by number (asm-generic/signal.h: x86_64, aarch64 and i386 alike): the
-# crashed system's numbering, not this machine's (Python's signal.Signals is the host's; a
-# macOS host numbers SIGBUS 10), 1-31 and glibc's SIGRTMIN and SIGRTMAX.
-_SIGNAL_NAMES = {
-    **dict(enumerate(("HUP INT QUIT ILL TRAP ABRT BUS FPE KILL USR1 SEGV USR2 PIPE ALRM TERM "
-                      "STKFLT CHLD CONT STOP TSTP TTIN TTOU URG XCPU XFSZ VTALRM PROF WINCH IO "
-                      "PWR SYS").split(), start=1)),
-    34: "RTMIN",
-    64: "RTMAX",
-}  # fmt: skip
-
-
-def _signal_name(number: int) -> str:
-    """The Linux signal's name ("SIGSEGV"), "SIG<n>" for a number Linux does not name."""
-    return f"SIG{_SIGNAL_NAMES.get(number, number)}"
-
-
-def _signal_of(thread: _ThreadNotes) -> Signal | None:
-    _, cursig, _, siginfo = thread
-    if siginfo is not None:
-        signo, code, addr = siginfo
-        if signo:
-            address = addr if signo in _FAULT_SIGNALS and 0 < code < _SI_KERNEL else None
-            return Signal(signo, _signal_name(signo), address, code)
-    if cursig:
-        return Signal(cursig, _signal_name(cursig), None, None)
-    return None
-
-
-def _is_crash(sig: Signal | None) -> bool:
-    return sig is not None and sig.number not in _STOP_SIGNALS

@@ -36,7 +36,7 @@ from stackwalk._core import (
     Symbolizer,
     Trace,
 )
-from stackwalk._records import CoreModule, Signal, Thread, _is_crash, _signal_of, _ThreadNotes
+from stackwalk._records import CoreModule, Signal, Thread
 from stackwalk._snapshot import document, module_dict, signal_dict
 from stackwalk.errors import CoreError, StackwalkError
 from stackwalk.pyframes import (
@@ -198,7 +198,13 @@ class Core:
             program = self.modules[exe]
             named = program.path in self._named_by_path
             self.executable = program.path if named else program.file
-        self._set_threads(core.threads)
+        # The crashing thread first (rust/source/signal.rs).
+        self.threads = [
+            Thread(tid, cursig, self.unwinder, self.memory, core, index)
+            for tid, cursig, index in core.threads
+        ]
+        self.crashing_tid = core.crashing_tid
+        self.signal = Signal(*core.signal) if core.signal is not None else None
         # Each thread's stack (tid, start, end, sp): no scanned word in one is a return address,
         # nor is the program's entry point (see _walks for their live parts).
         self._thread_stacks = core.thread_stacks
@@ -252,20 +258,6 @@ class Core:
         )
         by_tid = {t.tid: trace for t, trace in zip(self.threads, every, strict=True)}
         return [by_tid[t.tid] for t in threads]
-
-    def _set_threads(self, raw: list[_ThreadNotes]) -> None:
-        # The kernel writes the thread that dumped (took the signal) first; gdb the thread it
-        # stopped in. The first thread with a signal that is not a stop signal crashed; a core
-        # with none (gcore's, of a process that did not fault) has no crashing thread, and its
-        # signal is the first thread's stop signal, if any.
-        crashing = next((t for t in raw if _is_crash(_signal_of(t))), None)
-        ordered = ([crashing] if crashing else []) + [t for t in raw if t is not crashing]
-        self.threads = [
-            Thread(tid, cursig, self.unwinder, self.memory, self._core, index)
-            for tid, cursig, index, _ in ordered
-        ]
-        self.crashing_tid = crashing[0] if crashing else None
-        self.signal = _signal_of(ordered[0]) if ordered else None
 
     # -- output ----------------------------------------------------------------------------
 

@@ -24,7 +24,6 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from stackwalk._core import MinidumpFile, SymbolizedFrame
-from stackwalk._records import _ThreadNotes
 from stackwalk.core import Core, CoreModule, Signal, Stack, Thread
 from stackwalk.errors import MinidumpError
 
@@ -124,22 +123,6 @@ class Minidump(Core):
         crash = self.crash
         tids = {t.tid for t in self.threads}
         return crash["tid"] if crash is not None and crash["tid"] in tids else None
-
-    def _set_threads(self, raw: list[_ThreadNotes]) -> None:
-        """A Linux dump's crashing thread is the one whose signal is a crash's, as a core's; a
-        Windows or Apple dump's the one its exception stream names, unless the dump was
-        written on request."""
-        crash = self.crash
-        if self.system["os"] in ("Linux", "Android") or crash is None or crash["requested"]:
-            super()._set_threads(raw)
-            return
-        ordered = sorted(raw, key=lambda t: t[0] != crash["tid"])
-        self.threads = [
-            Thread(tid, cursig, self.unwinder, self.memory, self._core, index)
-            for tid, cursig, index, _ in ordered
-        ]
-        self.crashing_tid = crash["tid"] if ordered and ordered[0][0] == crash["tid"] else None
-        self.signal = None
 
 
 def module_basename(path: str) -> str:

@@ -15,6 +15,7 @@ use super::snapshot::{address_space, path_of, SpaceOptions, SpaceTuple};
 use super::unwinder::PyUnwinder;
 use crate::source::corefile::{CoreFile, LinkMapEntry, DEFAULT_MAX_SIZE};
 use crate::source::memory::SegmentMemory;
+use crate::source::signal::{Crash, Signal};
 use crate::space::snapshot::{Facts, FileMapping};
 
 /// A path or name read from the core, as Python names files: UTF-8, bytes
@@ -23,8 +24,13 @@ fn fs_str(bytes: &[u8]) -> &OsStr {
     OsStr::from_bytes(bytes)
 }
 
-/// `(si_signo, si_code, si_addr)` of an `NT_SIGINFO`.
-pub(super) type SigInfo = (i32, i32, u64);
+/// A process's signal as Python takes it: (number, name, faulting address,
+/// `si_code`).
+pub(super) type SignalTuple = (i32, String, Option<u64>, Option<i32>);
+
+pub(super) fn signal_tuple(signal: Signal) -> SignalTuple {
+    (signal.number, signal.name(), signal.address, signal.code)
+}
 
 /// `link_map`'s answer: ([(l_name or None, l_addr, l_ld)], warnings).
 pub(super) type LinkMap<'py> = (Vec<(Option<Bound<'py, PyAny>>, u64, u64)>, Vec<String>);
@@ -73,6 +79,17 @@ pub struct PyCoreFile {
     path: String,
 }
 
+impl PyCoreFile {
+    /// Which thread crashed, by the threads' signals.
+    fn crashed(&self) -> Crash {
+        Crash::by_signal(
+            self.inner.notes.threads.iter().map(|t| {
+                Signal::of(t.cursig.into(), t.siginfo.map(|s| (s.signo, s.code, s.address)))
+            }),
+        )
+    }
+}
+
 #[pymethods]
 impl PyCoreFile {
     /// Read the core at `path`; CoreError (naming the file) if it is not
@@ -113,16 +130,28 @@ impl PyCoreFile {
         PyMappedMemory { inner: self.inner.memory.clone(), path: self.path.clone() }
     }
 
-    /// One (tid, pr_cursig, index, (si_signo, si_code, si_addr) or None) per
-    /// NT_PRSTATUS, in the core's order; `registers(index)` gives its
+    /// One (tid, pr_cursig, index) per NT_PRSTATUS, the crashing thread's
+    /// first, the others in the core's order; `registers(index)` gives its
     /// registers. (Not a dict per thread here: a core of 100,000 threads
     /// made 2.3 KB of Python objects of each 360-byte note.)
     #[getter]
-    fn threads(&self) -> Vec<(i32, i16, usize, Option<SigInfo>)> {
-        let threads = self.inner.notes.threads.iter().enumerate();
-        threads
-            .map(|(i, t)| (t.tid, t.cursig, i, t.siginfo.map(|s| (s.signo, s.code, s.address))))
-            .collect()
+    fn threads(&self) -> Vec<(i32, i16, usize)> {
+        let threads = &self.inner.notes.threads;
+        self.crashed().order.into_iter().map(|i| (threads[i].tid, threads[i].cursig, i)).collect()
+    }
+
+    /// The thread that crashed (`crate::source::signal`), None in a snapshot
+    /// of a process that did not.
+    #[getter]
+    fn crashing_tid(&self) -> Option<i32> {
+        self.crashed().crashing.map(|i| self.inner.notes.threads[i].tid)
+    }
+
+    /// The signal that stopped the process: (number, name, faulting address,
+    /// si_code), or None.
+    #[getter]
+    fn signal(&self) -> Option<SignalTuple> {
+        self.crashed().signal.map(signal_tuple)
     }
 
     /// Each thread's stack: (tid, start, end, sp), the captured segment

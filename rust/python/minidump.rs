@@ -11,12 +11,13 @@ use std::path::PathBuf;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
-use super::corefile::{image, link_map_objects, string_object, LinkMap, SigInfo};
+use super::corefile::{image, link_map_objects, signal_tuple, string_object, LinkMap, SignalTuple};
 use super::errors::MinidumpError;
 use super::memory::PyMappedMemory;
 use super::snapshot::{address_space, SpaceOptions, SpaceTuple};
 use super::unwinder::PyUnwinder;
 use crate::source::minidump::{basename, MinidumpFile, DUMP_REQUESTED};
+use crate::source::signal::{Crash, Signal};
 use crate::space::finder::Identity;
 use crate::space::snapshot::{Facts, FileMapping};
 
@@ -34,13 +35,44 @@ pub struct PyMinidumpFile {
 impl PyMinidumpFile {
     /// The signal the exception stream records (None: none, or a dump
     /// requested without a crash).
-    fn signal(&self) -> Option<(u32, i32, i32, u64)> {
+    fn exception_signal(&self) -> Option<(u32, i32, i32, u64)> {
         if self.inner.system.os != "Linux" && self.inner.system.os != "Android" {
             return None; // an exception code, not a signal
         }
         let e = self.inner.exception.as_ref()?;
         let signo = i32::try_from(e.code).ok().filter(|_| e.code != DUMP_REQUESTED)?;
         Some((e.tid, signo, e.flags as i32, e.address))
+    }
+
+    /// Which thread crashed: a Linux dump's, the one whose signal is a
+    /// crash's, as a core's; a Windows or Apple dump's, the one its exception
+    /// stream names, unless the dump was written on request.
+    fn crashed(&self) -> Crash {
+        let threads = &self.inner.threads;
+        let linux = matches!(self.inner.system.os.as_str(), "Linux" | "Android");
+        match &self.inner.exception {
+            Some(e) if !linux && e.code != DUMP_REQUESTED => {
+                let tids: Vec<u32> = threads.iter().map(|t| t.tid).collect();
+                Crash::named(&tids, &e.tid)
+            }
+            _ => {
+                let signal = self.exception_signal();
+                Crash::by_signal(threads.iter().map(|t| match signal {
+                    Some((tid, signo, code, address)) if tid == t.tid => {
+                        Signal::of(signo, Some((signo, code, address)))
+                    }
+                    _ => None,
+                }))
+            }
+        }
+    }
+
+    /// The signal a thread was stopped by: the exception stream's thread's.
+    fn cursig(&self, tid: u32) -> i32 {
+        match self.exception_signal() {
+            Some((crashed, signo, ..)) if crashed == tid => signo,
+            _ => 0,
+        }
     }
 }
 
@@ -87,21 +119,26 @@ impl PyMinidumpFile {
         PyMappedMemory { inner: self.inner.memory.clone(), path: self.path.clone() }
     }
 
-    /// One (tid, signal, index, (si_signo, si_code, si_addr) or None) per
-    /// thread whose context could be read, as `CoreFile.threads`: the
-    /// exception stream's thread has its signal.
+    /// One (tid, signal, index) per thread whose context could be read, as
+    /// `CoreFile.threads`: the crashing thread's first.
     #[getter]
-    fn threads(&self) -> Vec<(u32, i32, usize, Option<SigInfo>)> {
-        let signal = self.signal();
-        let threads = self.inner.threads.iter().enumerate();
-        threads
-            .map(|(i, t)| match signal {
-                Some((tid, signo, code, address)) if tid == t.tid => {
-                    (t.tid, signo, i, Some((signo, code, address)))
-                }
-                _ => (t.tid, 0, i, None),
-            })
-            .collect()
+    fn threads(&self) -> Vec<(u32, i32, usize)> {
+        let threads = &self.inner.threads;
+        let order = self.crashed().order.into_iter();
+        order.map(|i| (threads[i].tid, self.cursig(threads[i].tid), i)).collect()
+    }
+
+    /// The thread that crashed, as `CoreFile.crashing_tid`.
+    #[getter]
+    fn crashing_tid(&self) -> Option<u32> {
+        self.crashed().crashing.map(|i| self.inner.threads[i].tid)
+    }
+
+    /// The signal that stopped the process (a Linux dump's), as
+    /// `CoreFile.signal`.
+    #[getter]
+    fn signal(&self) -> Option<SignalTuple> {
+        self.crashed().signal.map(signal_tuple)
     }
 
     /// Each thread's stack: (tid, start, end, sp), the captured region

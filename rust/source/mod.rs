@@ -1,7 +1,7 @@
 //! The first stage: what a crash or a profile gives — threads with their
 //! registers, readable memory, the files mapped and the process's facts —
 //! read from ELF cores, minidumps, live processes and perf.data recordings;
-//! the kernel's signal frame layout; and the memory and file primitives
+//! which thread crashed, and by which signal; the kernel's signal frame layout; and the memory and file primitives
 //! every later stage reads through.
 
 pub mod corefile;
@@ -11,3 +11,4 @@ pub mod minidump;
 pub mod perf;
 pub mod process;
 pub(crate) mod sigframe;
+pub mod signal;
