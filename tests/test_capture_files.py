@@ -147,15 +147,24 @@ def test_a_capture_of_format_1_is_still_read(deep: Capture, tmp_path: Path) -> N
 def test_a_missing_module_is_a_warning_and_the_frames_before_it_are_shown(
     qsort: Capture, tmp_path: Path
 ) -> None:
-    """libc gone (its path points nowhere): a warning names it, and the walk shows the frames
-    up to the first in libc -- the return address into qsort's code, which the unwinder knows
-    for libc's code from its mappings -- where CFI stops, as `stackwalk core` goes on past a
-    missing library. Exit status 1: a stack that stopped early."""
+    """libc gone (its path points nowhere): a warning names it, and a walk by CFI alone shows
+    the frames up to the first in libc -- the return address into qsort's code, which the
+    unwinder knows for libc's code from its mappings -- where CFI stops. Exit status 1: a stack
+    that stopped early. With the crash strategies (the default), the walk goes on past the
+    missing library, by scanning, to the program's entry, as `stackwalk core` does."""
     doc = document(qsort, tmp_path)
     gone = str(tmp_path / "gone" / "libc.so.6")
     (libc,) = [m for m in doc["modules"] if "/libc.so" in m["path"]]
     libc["path"] = gone
-    proc = run_unwind(write(tmp_path, doc), "--json")
+    path = write(tmp_path, doc)
+    proc = run_unwind(path, "--json")
+    assert proc.returncode == 0, proc.stderr
+    [thread] = json.loads(proc.stdout)["threads"]
+    pcs = [int(frame["pc"], 16) for frame in thread["frames"]]
+    main = qsort.gdb_pcs[-4]  # main's frame: the return address into main from qsort
+    assert [qsort.gdb_frames[-4]["function"], pcs[-1]] == ["main", qsort.gdb_pcs[-1]]
+    assert main in pcs and thread["frames"][pcs.index(main)]["trust"] == "scan"
+    proc = run_unwind(path, "--json", "--strategies", "cfi")
     assert proc.returncode == 1, proc.stderr
     assert f"warning: module not found: {gone}" in proc.stderr  # as a core says it
     assert "Traceback" not in proc.stderr

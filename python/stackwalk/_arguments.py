@@ -300,7 +300,7 @@ def _add_dump_options(k: _Options, what: str) -> None:
 def _add_demo(sub: _Commands) -> None:
     d = sub.add_parser("demo", help="build a sample program, stop it under gdb, unwind its stack")
     _add_json(d, "print the trace as JSON")
-    _add_max_frames(d)
+    _add_walk_options(d)
 
 
 def _add_capture(sub: _Commands) -> None:
@@ -392,8 +392,10 @@ def _add_unwind(sub: _Commands) -> None:
     u = sub.add_parser("unwind", help="unwind a saved capture")
     u.add_argument("capture", help="a file written by 'stackwalk capture'; - reads standard input")
     _add_json(u, "print the trace as JSON")
-    u.add_argument("--baseline", action="store_true", help="use the pure-Python unwinder")
-    _add_max_frames(u)
+    u.add_argument(
+        "--baseline", action="store_true", help="use the pure-Python unwinder (CFI alone)"
+    )
+    _add_walk_options(u)
 
 
 def _add_pid(sub: _Commands) -> None:

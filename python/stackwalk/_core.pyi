@@ -31,13 +31,13 @@ __all__ = [
     "SymbolizedFrame",
     "PerfMap",
     "StackDB",
+    "CaptureFile",
     "CoreFile",
     "content_hash",
     "hold_thread_pool",
     "snapshot_process",
     "python_threads",
     "MinidumpFile",
-    "capture_address_space",
     "demangle",
     "sym_file_parses",
     "perf_report",
@@ -452,14 +452,49 @@ class MinidumpFile:
         options: _SpaceOptions,
     ) -> _AddressSpace: ...
 
-def capture_address_space(
-    arch: str,
-    unwinder: Unwinder | None,
-    mappings: Sequence[tuple[int, int, int, str, bool]],
-    at_bias: Sequence[tuple[str, int]],
-    vdso: tuple[int, bytes] | None,
-    options: _SpaceOptions,
-) -> _AddressSpace: ...
+@final
+class CaptureFile:
+    def __new__(
+        cls,
+        arch: str,
+        tid: int,
+        registers: Sequence[tuple[str, int]],
+        regions: Sequence[tuple[int, bytes]],
+        mappings: Sequence[tuple[int, int, int, str, bool]],
+        at_bias: Sequence[tuple[str, int]],
+        vdso: tuple[int, bytes] | None,
+    ) -> CaptureFile: ...
+    @property
+    def arch(self) -> str: ...
+    @property
+    def memory(self) -> MappedMemory: ...
+    @property
+    def threads(self) -> list[tuple[int, int, int]]: ...
+    @property
+    def crashing_tid(self) -> int | None: ...
+    @property
+    def signal(self) -> tuple[int, str, int | None, int | None] | None: ...
+    @property
+    def thread_stacks(self) -> list[tuple[int, int, int, int]]: ...
+    def registers(self, index: int) -> dict[str, int]: ...
+    @property
+    def pid(self) -> int | None: ...
+    @property
+    def psargs(self) -> str | None: ...
+    @property
+    def auxv(self) -> dict[int, int]: ...
+    @property
+    def initial_stack(self) -> int | None: ...
+    @property
+    def files(self) -> list[tuple[int, int, int, str]]: ...
+    @property
+    def warnings(self) -> list[str]: ...
+    def address_space(
+        self,
+        unwinder: Unwinder | None,
+        options: _SpaceOptions,
+    ) -> _AddressSpace: ...
+
 def demangle(name: str) -> str: ...
 def sym_file_parses() -> int: ...
 def flamegraph(

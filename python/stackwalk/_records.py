@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from stackwalk._core import CoreFile, MinidumpFile
+    from stackwalk._core import CaptureFile, CoreFile, MinidumpFile
     from stackwalk.unwinder import MappedMemory, Trace, Unwinder
 
 
@@ -63,7 +63,7 @@ class Thread:
     _memory: MappedMemory = field(repr=False, compare=False)
     # Its registers are read from the core when asked for (a dict per thread of a core of
     # 100,000 threads was most of the memory Core.open took).
-    _core: CoreFile | MinidumpFile = field(repr=False, compare=False)
+    _core: CoreFile | MinidumpFile | CaptureFile = field(repr=False, compare=False)
     _index: int = field(repr=False, compare=False)
 
     @property

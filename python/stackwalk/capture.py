@@ -31,10 +31,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 
 from stackwalk import _capturedoc
-from stackwalk._core import ElfFile, Unwinder, capture_address_space
+from stackwalk._core import CaptureFile, ElfFile, Unwinder
 from stackwalk._files import write_output
-from stackwalk._records import CoreModule
-from stackwalk._snapshot import document, module_dict
+from stackwalk.core import Core
 from stackwalk.errors import ArchError, ElfError, StackwalkError
 
 if TYPE_CHECKING:
@@ -44,6 +43,7 @@ __all__ = [
     "Capture",
     "CaptureError",
     "CaptureModule",
+    "CaptureSnapshot",
     "BreakpointNotHitError",
     "CaptureTimeoutError",
     "capture",
@@ -112,16 +112,6 @@ class _ModuleSink(Protocol):
     def add_module_image(self, name: str, image: bytes, bias: int) -> None: ...
 
 
-class _Walk(Protocol):
-    """A trace of either unwinder (the Rust core's, the pure-Python baseline's)."""
-
-    @property
-    def end(self) -> str: ...
-
-    @property
-    def end_detail(self) -> str: ...
-
-
 # A mapping of a module's file: (start, end, file offset, permissions such as "r-xp").
 MappingInfo = tuple[int, int, int, str]
 
@@ -169,6 +159,22 @@ class Capture:
     def gdb_pcs(self) -> list[int]:
         return [frame["pc"] for frame in self.gdb_frames]
 
+    def snapshot(self, name: str | None = None, **options: Any) -> CaptureSnapshot:
+        """This capture read as every snapshot is (``CaptureSnapshot``), through the pipeline's
+        stages; ``name``: what its document calls the capture file; ``Core.open``'s options."""
+        return CaptureSnapshot(self, name, **options)
+
+    def source(self) -> CaptureFile:
+        """The capture as a source of the pipeline (``rust/source/capture.rs``): its thread,
+        its memory, its modules' mappings."""
+        mappings = [(start, end, offset, m.path, "x" in perms)
+                    for m in self.modules for start, end, offset, perms in m.mappings]  # fmt: skip
+        at_bias = [(m.path, m.bias) for m in self.modules if not m.mappings]
+        registers = list(self.regs.items())
+        return CaptureFile(
+            self.arch, self.tid, registers, self.memory, mappings, at_bias, self.vdso
+        )
+
     def address_space(self, unwinder: Unwinder | None = None) -> _AddressSpace:
         """Its modules found and placed by the rule that places a core's
         (``rust/space/snapshot/``: each mapping by the PT_LOAD that holds its offset, a
@@ -176,12 +182,7 @@ class Capture:
         go at its bias; the vdso from its image), into ``unwinder`` if given: (modules, the
         executable's index (none: a capture does not say), the vdso image, warnings). Its
         files are this machine's, read by gdb at the stop: used as they are, not doubtful."""
-        mappings = [(start, end, offset, m.path, "x" in perms)
-                    for m in self.modules for start, end, offset, perms in m.mappings]  # fmt: skip
-        at_bias = [(m.path, m.bias) for m in self.modules if not m.mappings]
-        return capture_address_space(
-            self.arch, unwinder, mappings, at_bias, self.vdso, _SPACE_OPTIONS
-        )
+        return self.source().address_space(unwinder, _SPACE_OPTIONS)
 
     def add_modules_to(self, unwinder: _ModuleSink | Unwinder) -> list[str]:
         """Register every module (and the vdso image) of this capture with an unwinder, each
@@ -200,28 +201,6 @@ class Capture:
             except StackwalkError as exc:
                 warnings.append(f"module {path} not used: {exc}")
         return warnings
-
-    def to_dict(
-        self, trace: _Walk, frames: list[dict[str, Any]], path: str | None = None
-    ) -> dict[str, Any]:
-        """The snapshot document (docs/json.md, ``"kind": "capture"``) of ``stackwalk unwind
-        --json``: its one thread, walked as ``trace`` and symbolized as ``frames``
-        (``Symbolizer.frame_dicts``), and its modules (``module_dicts``); ``path``, the
-        capture file read. A capture records no pid, signal or crashing thread, nor which
-        module is the program: those are null."""
-        thread = {"tid": self.tid, "end": trace.end, "end_detail": trace.end_detail}
-        return document("capture", path, arch=self.arch, executable=None, pid=None, signal=None,
-                        crashing_thread=None, modules=self.module_dicts(),
-                        threads=[{**thread, "frames": frames}])  # fmt: skip
-
-    def module_dicts(self) -> list[dict[str, Any]]:
-        """Its modules as a snapshot document gives them, by address (``address_space``): a
-        file that cannot be read here, or is not an ELF file of the capture's architecture, is
-        ``found`` false, where its mappings were (left out where the capture has none: nothing
-        says where it was); the vdso is there when its image is an ELF image. No module's build
-        id is recorded: theirs are null, and so is whether they match."""
-        modules = self.address_space()[0]
-        return [module_dict(CoreModule(*m[:8], tuple(m[8]))) for m in modules]
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the capture as one JSON file (byte strings base64-encoded), whole: into a new
@@ -255,6 +234,28 @@ class Capture:
     def _from_fields(cls, fields: dict[str, Any]) -> Capture:
         fields["modules"] = [CaptureModule(*module) for module in fields["modules"]]
         return cls(**fields)
+
+
+class CaptureSnapshot(Core):
+    """A capture read as every snapshot is (``Core``'s interface: ``threads``, ``modules``,
+    ``to_dict()``): its source ``stackwalk._core.CaptureFile``, its modules placed by the rule
+    of a core's, its one thread walked with the crash strategies unless told otherwise and
+    named by the same symbolizer; no signal, no crashing thread, no pid. ``name``: what its
+    document calls the capture file (None: a capture not saved, the demo's)."""
+
+    _FILE_KIND = "capture"
+    _SNAPSHOT_KIND = "capture"
+
+    def __init__(self, capture: Capture, name: str | None = None, **options: Any) -> None:
+        self.capture = capture
+        self._name = name
+        super().__init__(name if name is not None else "capture", **options)
+
+    def _open_source(self, max_size: int | None) -> CaptureFile:
+        return self.capture.source()
+
+    def _snapshot_path(self) -> str | None:
+        return self._name
 
 
 def capture(

@@ -17,7 +17,7 @@ from typing import Any, NoReturn
 
 from stackwalk import html_report
 from stackwalk._arguments import not_a_file, parse_args
-from stackwalk._core import Symbolizer, flamegraph, perf_report
+from stackwalk._core import flamegraph, perf_report
 from stackwalk._files import check_output, held_pipe, kind, open_input, replacing, write_output
 from stackwalk._workers import Died, WorkersDied, first_read_here, forked_map
 from stackwalk.capture import Capture, capture
@@ -25,11 +25,10 @@ from stackwalk.core import Core
 from stackwalk.errors import StackwalkError
 from stackwalk.minidump import Minidump, minidump_stackwalk_doc
 from stackwalk.process import Process
-from stackwalk.render import core_lines, escape, escape_lines, frame_lines, report_lines
+from stackwalk.render import core_lines, escape, escape_lines, report_lines
 from stackwalk.signature import Rules
 from stackwalk.store import CrashStore
 from stackwalk.triage import SUMMARY_KEYS, Options, summary_lines, triage
-from stackwalk.unwinder import Unwinder
 
 EXIT_OK, EXIT_PARTIAL, EXIT_FAILED = 0, 1, 2
 STDIN = "-"  # a file argument that means standard input
@@ -50,38 +49,43 @@ def _say(what: str, message: str) -> None:
     print(f"stackwalk: {what}: {escape(message)}", file=sys.stderr)
 
 
-def _unwind_capture(cap: Any, use_baseline: bool, max_frames: int | None) -> tuple[Any, Any]:
-    """(the unwinder, the trace) of a capture, with the Rust core or the pure-Python baseline
-    (the same API; the two share no type)."""
-    unwinder: Any = Unwinder
-    if use_baseline:
-        try:  # (pyelftools is an optional dependency: the baseline's alone)
-            from stackwalk.baseline import Unwinder as unwinder
-        except ModuleNotFoundError as e:
-            if e.name is None or e.name.partition(".")[0] != "elftools":
-                raise
-            raise StackwalkError(
-                "--baseline needs pyelftools: pip install 'stackwalk[baseline]'"
-            ) from None
-    uw = unwinder(cap.arch)
-    for warning in cap.add_modules_to(uw):
+def _capture_document(cap: Capture, name: str | None, args: Namespace) -> dict[str, Any]:
+    """The snapshot document of a capture (``unwind``, ``demo``): its thread walked as every
+    snapshot's is (``CaptureSnapshot``), or, with ``--baseline``, by the pure-Python baseline
+    (CFI alone), its frames named by the same symbolizer; ``name``: the capture file's."""
+    snapshot = cap.snapshot(name, strategies=_strategies(args))
+    if not getattr(args, "baseline", False):
+        for warning in snapshot.warnings:
+            _say("warning", warning)
+        return snapshot.to_dict(
+            max_frames=args.max_frames, inline=args.inline, registers=args.registers
+        )
+    if args.registers:
+        raise StackwalkError("--registers: the baseline keeps no frame's registers")
+    try:  # (pyelftools is an optional dependency: the baseline's alone)
+        from stackwalk.baseline import Unwinder as Baseline
+    except ModuleNotFoundError as e:
+        if e.name is None or e.name.partition(".")[0] != "elftools":
+            raise
+        raise StackwalkError(
+            "--baseline needs pyelftools: pip install 'stackwalk[baseline]'"
+        ) from None
+    uw = Baseline(cap.arch)
+    # Its warnings and the baseline's own (a module it cannot read), each said once.
+    for warning in dict.fromkeys([*snapshot.warnings, *cap.add_modules_to(uw)]):
         _say("warning", warning)
-    return uw, uw.unwind(cap.regs, cap.memory, max_frames=max_frames)
+    trace = uw.unwind(cap.regs, cap.memory, max_frames=args.max_frames)
+    frames = snapshot._symbolizer().frame_dicts(trace.frames, inline=args.inline)
+    thread = {"tid": cap.tid, "end": trace.end, "end_detail": trace.end_detail, "frames": frames}
+    return snapshot.document_of([thread])
 
 
-def _print_trace(cap: Any, uw: Any, trace: Any, as_json: bool, path: str | None) -> None:
-    """The capture's stack as text, or its snapshot document (``path``: the capture file's
-    name, None for the demo's, which is not saved)."""
-    images = {"[vdso]": cap.vdso[1]} if cap.vdso else None
-    frames = Symbolizer(uw.modules, images).frame_dicts(trace.frames)
+def _print_document(doc: dict[str, Any], as_json: bool) -> None:
+    """A snapshot document on stdout: as it is (``--json``), else as ``core`` prints one."""
     if as_json:
-        doc = cap.to_dict(trace, frames, path)
-        print(json.dumps(doc, indent=2))
-        return
-    print(escape(f"Thread {cap.tid} ({cap.arch}):"))
-    for line in frame_lines(frames):
-        print(line)
-    print(escape(f"-- {trace.end}: {trace.end_detail}"))
+        _write_json(doc)
+    else:
+        print("\n".join(core_lines(doc)))
 
 
 def cmd_capture(args: Namespace) -> int:
@@ -104,11 +108,9 @@ def cmd_unwind(args: Namespace) -> int:
         cap = Capture.read(sys.stdin.buffer, STDIN_NAME)
     else:
         cap = Capture.load(args.capture)
-    uw, trace = _unwind_capture(cap, args.baseline, args.max_frames)
-    _print_trace(cap, uw, trace, args.json, STDIN_NAME if args.capture == STDIN else args.capture)
-    if not trace.frames:
-        return EXIT_FAILED
-    return EXIT_OK if trace.end in ("end_of_stack", "pc_zero") else EXIT_PARTIAL
+    doc = _capture_document(cap, STDIN_NAME if args.capture == STDIN else args.capture, args)
+    _print_document(doc, args.json)
+    return _threads_status(doc["threads"])
 
 
 def cmd_demo(args: Namespace) -> int:
@@ -126,9 +128,14 @@ def cmd_demo(args: Namespace) -> int:
         print(f"Built {escape(exe)} at -O2 -fomit-frame-pointer; stopping it in demo_stop() "
               "under gdb...\n", file=sys.stderr if args.json else sys.stdout)  # fmt: skip
         cap = capture([exe], "demo_stop")
-        uw, trace = _unwind_capture(cap, False, args.max_frames)
-        _print_trace(cap, uw, trace, args.json, None)
-    same = trace.pcs == cap.gdb_pcs
+        doc = _capture_document(cap, None, args)
+        _print_document(doc, args.json)
+    [thread] = doc["threads"]
+    if not args.json:  # why the walk ended, where it ended well too (`core` says it otherwise)
+        print(escape(f"-- {thread['end']}: {thread['end_detail']}"))
+    # gdb's backtrace has no inlined functions' frames.
+    pcs = [int(f["pc"], 16) for f in thread["frames"] if not f["inline"]]
+    same = pcs == cap.gdb_pcs
     verdict = "the same" if same else "DIFFERENT"
     print(
         f"\ngdb's backtrace of the same stop has {len(cap.gdb_pcs)} frames: {verdict}.",

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from stackwalk._core import (
+    CaptureFile,
     CoreFile,
     MinidumpFile,
     PerfMap,
@@ -220,7 +221,7 @@ class Core:
     symbols_path: tuple[str, ...] = ()
     symbols_url: tuple[str, ...] = ()
 
-    def _open_source(self, max_size: int | None) -> CoreFile | MinidumpFile:
+    def _open_source(self, max_size: int | None) -> CoreFile | MinidumpFile | CaptureFile:
         """The file read: the source of the threads, memory and mappings."""
         return CoreFile(self.path, max_size)
 
@@ -312,6 +313,11 @@ class Core:
                 "warnings": list(pystate.warnings),
                 "error": pystate.error,
             }
+        return self.document_of(threads, **extra)
+
+    def document_of(self, threads: list[dict[str, Any]], **particular: Any) -> dict[str, Any]:
+        """The snapshot document (docs/json.md) of this snapshot with these threads' entries
+        (``to_dict``'s, or the walks of another unwinder: ``stackwalk unwind --baseline``)."""
         return document(
             self._SNAPSHOT_KIND,
             self._snapshot_path(),
@@ -322,7 +328,7 @@ class Core:
             crashing_thread=self.crashing_tid,
             modules=[module_dict(m) for m in self.modules],
             threads=threads,
-            **extra,
+            **particular,
         )
 
     def _stacks(

@@ -92,14 +92,16 @@ def frame_text(d: dict[str, Any]) -> str:
 
 
 def core_lines(doc: dict[str, Any]) -> list[str]:
-    """The text report of ``stackwalk core``, ``minidump`` and ``pid``, from the same snapshot
-    document ``--json`` prints (docs/json.md). Names and paths escaped (``escape``)."""
+    """The text report of ``stackwalk core``, ``minidump``, ``pid`` and ``unwind``, from the same
+    snapshot document ``--json`` prints (docs/json.md). Names and paths escaped (``escape``)."""
     sig = doc.get("signal")
     process = doc["kind"] == "process"  # a live process (stackwalk pid)
     if process:
         what = f"Process {doc['pid']}"
     else:
-        what = f"{doc['kind'].capitalize()} {doc['path']}"
+        what = doc["kind"].capitalize()
+        if doc["path"] is not None:  # (the demo's capture is not saved)
+            what += f" {doc['path']}"
         if doc.get("pid") is not None:
             what += f", pid {doc['pid']}"
     if doc.get("executable"):
@@ -111,6 +113,8 @@ def core_lines(doc: dict[str, Any]) -> list[str]:
     lines = [what]
     if process:
         lines.append(f"Stopped for {doc['stopped_ms']:.1f} ms while its threads were copied")
+    elif doc["kind"] == "capture":
+        lines.append(f"A thread stopped at a breakpoint ({doc['arch']})")
     elif doc.get("crashing_thread") is None:
         # A snapshot (gcore's) of a process that did not crash.
         stopped = f", stopped by {sig['name']} (signal {sig['number']})" if sig else ""

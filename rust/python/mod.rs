@@ -2,7 +2,7 @@
 //! thin wrapper over a plain-Rust type, split by area, one file each:
 //! `errors` (the exceptions), `unwinder`, `registers`, `memory`, `symbols`,
 //! `symbolize`, `elf`, `snapshot`, `stackdb`, `perf`, `corefile`,
-//! `minidump`, `pyframes`. This file registers them all. Files are mapped, never copied.
+//! `minidump`, `capture`, `pyframes`. This file registers them all. Files are mapped, never copied.
 
 use std::path::PathBuf;
 
@@ -10,6 +10,7 @@ use pyo3::buffer::PyBuffer;
 use pyo3::prelude::*;
 
 mod batch;
+mod capture;
 mod corefile;
 mod elf;
 mod errors;
@@ -99,13 +100,13 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<stackdb::PyStackDb>()?;
     m.add_class::<corefile::PyCoreFile>()?;
     m.add_class::<minidump::PyMinidumpFile>()?;
+    m.add_class::<capture::PyCaptureFile>()?;
     m.add_function(wrap_pyfunction!(content_hash, m)?)?;
     m.add_function(wrap_pyfunction!(hold_thread_pool, m)?)?;
     m.add_function(wrap_pyfunction!(corefile::snapshot_process, m)?)?;
     m.add_function(wrap_pyfunction!(pyframes::python_threads, m)?)?;
     m.add_function(wrap_pyfunction!(symbols::demangle, m)?)?;
     m.add_function(wrap_pyfunction!(symbolize::sym_file_parses, m)?)?;
-    m.add_function(wrap_pyfunction!(snapshot::capture_address_space, m)?)?;
     m.add_function(wrap_pyfunction!(perf::perf_report, m)?)?;
     m.add_function(wrap_pyfunction!(perf::perf_samples, m)?)?;
     m.add_function(wrap_pyfunction!(perf::flamegraph, m)?)?;
