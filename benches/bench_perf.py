@@ -26,6 +26,9 @@ In one run:
   and a memory copy, their fixed work split between two threads);
 - perf-baseline: the same 200 samples unwound one by one through the Python API, by the Rust
   core and by the pure-Python baseline;
+- perf-api: `Recording.samples()` (the pipeline's records, numbers as numbers) against the same
+  run's JSON lines read into the same objects (hex strings parsed back, as it read them
+  before), in interleaved rounds on the 3k recording;
 - peak memory of the command on each recording: it must not grow with the number of samples
   (asserted, so the test run checks it too)."""
 
@@ -38,6 +41,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -46,6 +50,7 @@ from typing import Any
 import pytest
 from elftools.elf.elffile import ELFFile
 from stackwalk._core import perf_report, perf_samples
+from stackwalk.perf import ProfileFrame, Recording, Sample
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from benchstacks import PERF_SIZES, on_cores, skip_unless_cores, stackwalk_command  # noqa: E402
@@ -500,3 +505,51 @@ def test_peak_memory_is_flat(benchmark: Any, recordings: dict[str, Path]) -> Non
     # less than a quarter of it (a reader that kept what it read would hold all of it).
     extra_kib = (sizes["100k"] - sizes["3k"]) >> 10
     assert min(peaks["100k"]) < max(peaks["3k"]) + extra_kib // 4, (sizes, peaks)
+
+
+def _samples_from_json(path: Path) -> list[Sample]:
+    """The samples of `stackwalk perf --json`'s run, read from its JSON lines."""
+
+    def number(text: str | None) -> int | None:
+        return None if text is None else int(text, 16)
+
+    out = []
+    with tempfile.TemporaryDirectory() as directory:
+        output = os.path.join(directory, "out")
+        perf_report(path, "json", output=output)
+        with open(output, encoding="utf-8") as lines:
+            lines_read = list(lines)
+    for line in lines_read:
+        s = json.loads(line)
+        frames = tuple(
+            ProfileFrame(int(f["pc"], 16), f["module"], int(f["module_offset"], 16),
+                         f["function"], number(f["function_offset"]), f["kernel"], f["trust"],
+                         f.get("file"), f.get("line"), f.get("column"), f.get("inline", False))
+            for f in s["frames"]
+        )  # fmt: skip
+        out.append(Sample(s["pid"], s["tid"], s["time"], s["comm"], frames))
+    return out
+
+
+@pytest.mark.benchmark(group="perf-api")
+def test_recording_samples(benchmark: Any, recordings: dict[str, Path]) -> None:
+    """`Recording.samples()` against reading the same samples from JSON lines, one after the
+    other, three rounds: each round's ratio (JSON's time over the records') and both times.
+    Both read the same samples."""
+    path = recordings["3k"]
+
+    def timed() -> list[list[float]]:
+        took = []
+        for _ in range(COMPARE_ROUNDS):
+            start = time.perf_counter()
+            ours = list(Recording(path).samples())
+            middle = time.perf_counter()
+            theirs = _samples_from_json(path)
+            took.append([middle - start, time.perf_counter() - middle])
+            assert ours == theirs and ours
+        return took
+
+    took = benchmark.pedantic(timed, rounds=1)
+    benchmark.extra_info["ratios"] = [round(t[1] / t[0], 2) for t in took]
+    benchmark.extra_info["records_s"] = [round(t[0], 3) for t in took]
+    benchmark.extra_info["json_s"] = [round(t[1], 3) for t in took]

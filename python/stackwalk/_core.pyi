@@ -30,6 +30,7 @@ __all__ = [
     "Symbolizer",
     "SymbolizedFrame",
     "PerfMap",
+    "SampleRecords",
     "StackDB",
     "CaptureFile",
     "CoreFile",
@@ -307,6 +308,34 @@ class _FrameLike(Protocol):
     def trust(self) -> str: ...
     @property
     def lookup_pc(self) -> int: ...
+
+@final
+class SampleRecords:
+    def __new__(cls, path: str | PathLike[str]) -> SampleRecords: ...
+    def __iter__(self) -> SampleRecords: ...
+    def __next__(
+        self,
+    ) -> tuple[
+        int,
+        int,
+        int,
+        str,
+        list[
+            tuple[
+                int,
+                str | None,
+                int,
+                str | None,
+                int | None,
+                bool,
+                str | None,
+                str | None,
+                int | None,
+                int | None,
+                bool,
+            ]
+        ],
+    ]: ...
 
 @final
 class PerfMap:

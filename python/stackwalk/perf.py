@@ -8,19 +8,20 @@ the same frames as its ``--json``); ``folded()`` counts them as folded stacks (i
         print(sample.tid, [f.function for f in sample.frames])
     print(recording.warnings, recording.error)
 
-The native pipeline writes each run to a temporary file that is read back as it is iterated,
-so a recording of any length takes the memory of one sample at a time in Python."""
+The native pipeline writes each run to a temporary file (the samples as records, numbers as
+numbers: ``rust/render/records.rs``) that is read back as it is iterated, so a recording of any
+length takes the memory of one sample at a time in Python."""
 
 from __future__ import annotations
 
-import json
+import contextlib
 import os
 import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from stackwalk._core import StackDB, perf_report
+from stackwalk._core import SampleRecords, StackDB, perf_report
 from stackwalk.core import DEBUG_ROOT
 
 if TYPE_CHECKING:
@@ -58,26 +59,6 @@ class Sample:
     time: int
     comm: str
     frames: tuple[ProfileFrame, ...]
-
-
-def _number(text: str | None) -> int | None:
-    return None if text is None else int(text, 16)
-
-
-def _frame(fields: dict[str, Any]) -> ProfileFrame:
-    return ProfileFrame(
-        pc=int(fields["pc"], 16),
-        module=fields["module"],
-        module_offset=int(fields["module_offset"], 16),
-        function=fields["function"],
-        function_offset=_number(fields["function_offset"]),
-        kernel=fields["kernel"],
-        trust=fields["trust"],
-        file=fields.get("file"),
-        line=fields.get("line"),
-        column=fields.get("column"),
-        inline=fields.get("inline", False),
-    )
 
 
 class Recording:
@@ -131,28 +112,33 @@ class Recording:
     def error(self) -> str | None:
         return self.summary["error"] if self.summary else None
 
-    def _run(self, format: str) -> Iterator[str]:
-        """The lines of one run's output in ``format`` ("json", "collapsed")."""
+    @contextlib.contextmanager
+    def _output(self, format: str) -> Iterator[str]:
+        """The path of one run's output in ``format`` ("records", "collapsed"), a temporary
+        file, there while the context is."""
         with tempfile.TemporaryDirectory(prefix="stackwalk-perf-") as directory:
             output = os.path.join(directory, "out")
             self.summary = perf_report(self.path, format, output=output, **self._options)
-            with open(output, encoding="utf-8", errors="surrogateescape") as lines:
-                yield from lines
+            yield output
 
     def samples(self) -> Iterator[Sample]:
-        """Every sample, in the order ``stackwalk perf`` writes them (by time)."""
-        for line in self._run("json"):
-            fields = json.loads(line)
-            frames = tuple(_frame(f) for f in fields["frames"])
-            yield Sample(fields["pid"], fields["tid"], fields["time"], fields["comm"], frames)
+        """Every sample, in the order ``stackwalk perf`` writes them (by time): read from the
+        run's records (``SampleRecords``), numbers as numbers."""
+        with self._output("records") as output:
+            for pid, tid, time, comm, frames in SampleRecords(output):
+                yield Sample(pid, tid, time, comm, tuple(ProfileFrame(*f) for f in frames))
 
     def folded(self) -> dict[str, int]:
         """The folded stacks (``comm;outermost;...;innermost``, as stackcollapse-perf writes
         them) and how many samples each has."""
         out: dict[str, int] = {}
-        for line in self._run("collapsed"):
-            stack, _, count = line.rstrip("\n").rpartition(" ")
-            out[stack] = int(count)
+        with (
+            self._output("collapsed") as output,
+            open(output, encoding="utf-8", errors="surrogateescape") as lines,
+        ):
+            for line in lines:
+                stack, _, count = line.rstrip("\n").rpartition(" ")
+                out[stack] = int(count)
         return out
 
     def stackdb(self, *, kernel: bool = False) -> StackDB:

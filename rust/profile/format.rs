@@ -1,10 +1,12 @@
-//! Samples as text (perf script's shape) and JSON lines, written with the
-//! render stage's writers (`crate::render`).
+//! Samples as text (perf script's shape), JSON lines and records (for the
+//! Python layer), written with the render stage's writers
+//! (`crate::render`).
 
 use std::fmt::Write as _;
 
 use crate::render::frame::{named, Named};
 use crate::render::json::{json_function, json_source, json_str};
+use crate::render::records::RecordWriter;
 use crate::render::text::{push_0x, push_escaped, push_header, push_hex};
 use crate::source::perf::Sample;
 use crate::symbolize::{Location, SymbolCache};
@@ -112,6 +114,56 @@ impl Unwound<'_> {
             }
         }
         out.push_str("]}\n");
+    }
+}
+
+impl Unwound<'_> {
+    /// The sample as a record (`crate::render::records`): the frames its
+    /// JSON line has, with the same values.
+    pub(super) fn records(
+        &self,
+        kernel: impl Iterator<Item = u64>,
+        (symbols, sources): (&mut SymbolCache, &mut SourceCache),
+        out: &mut Vec<u8>,
+    ) {
+        let Unwound { ctx, p, s, frames, .. } = *self;
+        let comm = ctx.comms.get(p.comm as usize).map_or(":-1", |c| c);
+        let mut record = RecordWriter::start(out, s.pid, s.tid, s.time.unwrap_or(0), comm);
+        for ip in kernel {
+            let (function, offset) = ctx.kernel.lookup(ip).unzip();
+            let none = (None, None, None);
+            let module = Some("[kernel.kallsyms]");
+            record.frame(ip, module, ip, function, offset, true, None, none, false);
+        }
+        for f in frames {
+            let lookup = f.lookup_pc();
+            let loc = p.process.symbolizer.locate_cached(f.pc, lookup, symbols);
+            let found = if ctx.inline { sources.frames(&p.process, lookup) } else { &[] };
+            let module = loc.file().map(|file| &*file.path);
+            for shown in named(loc.function, found, ctx.inline) {
+                let source = shown.source.filter(|_| ctx.inline);
+                let source = (
+                    source.and_then(|s| s.file.as_deref()),
+                    source.and_then(|s| s.line).map(u64::from),
+                    source.and_then(|s| s.column).map(u64::from),
+                );
+                let trust = Some(f.trust.as_str());
+                let (function, offset) =
+                    (shown.function, shown.function.and(shown.function_offset));
+                record.frame(
+                    f.pc,
+                    module,
+                    loc.offset,
+                    function,
+                    offset,
+                    false,
+                    trust,
+                    source,
+                    shown.inline,
+                ); // fmt: skip
+            }
+        }
+        record.finish();
     }
 }
 

@@ -49,6 +49,9 @@ pub enum Format {
     JsonLines,
     /// Folded stacks, `comm;outer;...;inner count`, counted in a StackDb.
     Collapsed,
+    /// The samples as records (`crate::render::records`): what the Python
+    /// layer's `Recording.samples()` reads, numbers as numbers.
+    Records,
 }
 
 pub struct Options {
@@ -542,6 +545,7 @@ impl Profiler {
                 self.damage(offset, error);
             }
             out.write_all(done.text.as_bytes())?;
+            out.write_all(&done.bytes)?;
             self.spare.give(done.emptied());
         }
         Ok(())

@@ -24,6 +24,8 @@ use super::{Format, Pending};
 #[derive(Default)]
 pub(super) struct ChunkOut {
     pub(super) text: String,
+    /// The samples as records (`Format::Records`).
+    pub(super) bytes: Vec<u8>,
     pub(super) samples: u64,
     pub(super) complete: u64,
     pub(super) frames: u64,
@@ -66,9 +68,10 @@ pub(super) type Spare = Pool<ChunkOut>;
 impl ChunkOut {
     /// Its buffers, emptied, to be filled again; nothing else of it.
     pub(super) fn emptied(self) -> ChunkOut {
-        let ChunkOut { mut text, .. } = self;
+        let ChunkOut { mut text, mut bytes, .. } = self;
         text.clear();
-        ChunkOut { text, ..ChunkOut::default() }
+        bytes.clear();
+        ChunkOut { text, bytes, ..ChunkOut::default() }
     }
 }
 
@@ -180,6 +183,11 @@ impl Context {
                         kernel,
                         (symbols, sources),
                         &mut out.text,
+                    ),
+                    Format::Records => Unwound { ctx, p, s: &s, frames, recorded }.records(
+                        kernel,
+                        (symbols, sources),
+                        &mut out.bytes,
                     ),
                     Format::Collapsed => {
                         if let Some(table) = &mut table {

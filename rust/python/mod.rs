@@ -97,6 +97,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<symbolize::PySymbolizer>()?;
     m.add_class::<symbolize::PySymbolizedFrame>()?;
     m.add_class::<symbolize::PyPerfMap>()?;
+    m.add_class::<perf::PySampleRecords>()?;
     m.add_class::<stackdb::PyStackDb>()?;
     m.add_class::<corefile::PyCoreFile>()?;
     m.add_class::<minidump::PyMinidumpFile>()?;

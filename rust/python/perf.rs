@@ -14,8 +14,8 @@ use crate::unwind::fallback::Strategies;
 
 /// Unwind and symbolize every sample of a perf.data file recorded with
 /// `--call-graph dwarf`, writing them to `output` (a path) or stdout as
-/// "text" (perf script's shape), "json" (JSON Lines) or "collapsed" (folded
-/// stacks). Runs without the GIL on `jobs` threads (0: one per core).
+/// "text" (perf script's shape), "json" (JSON Lines), "collapsed" (folded
+/// stacks) or "records" (`SampleRecords` reads them). Runs without the GIL on `jobs` threads (0: one per core).
 /// `progress`: draw a progress bar on stderr once the run has lasted that
 /// many seconds (None: never). `max_frames`: the most frames of a sample's
 /// user stack (None: as many as its stack copy can hold). `inline`: the
@@ -67,6 +67,7 @@ pub(super) fn perf_report<'py>(
         "text" => Format::Text,
         "json" => Format::JsonLines,
         "collapsed" => Format::Collapsed,
+        "records" => Format::Records,
         other => return Err(StackwalkError::new_err(format!("unknown format {other:?}"))),
     };
     let name = path.to_string_lossy().into_owned();
@@ -109,6 +110,71 @@ pub(super) fn perf_report<'py>(
             let reader = std::io::BufReader::with_capacity(1 << 20, file);
             run.profile(py, crate::source::perf::PerfFile::new(reader).map_err(open_error)?)
         }
+    }
+}
+
+/// A sample's frame as Python takes it: (pc, module, module offset,
+/// function, function offset, kernel, trust, file, line, column, inline).
+type FrameTuple = (
+    u64,
+    Option<String>,
+    u64,
+    Option<String>,
+    Option<u64>,
+    bool,
+    Option<String>,
+    Option<String>,
+    Option<u64>,
+    Option<u64>,
+    bool,
+);
+
+/// The samples `perf_report(path, "records", output=...)` wrote to the file
+/// at `path`, read one at a time (`crate::render::records`): each (pid,
+/// tid, time, comm, [frame]), a frame as `FrameTuple`, numbers as numbers.
+#[pyclass(module = "stackwalk._core", name = "SampleRecords")]
+pub struct PySampleRecords {
+    input: std::io::BufReader<File>,
+    path: String,
+}
+
+#[pymethods]
+impl PySampleRecords {
+    #[new]
+    fn new(path: PathBuf) -> PyResult<Self> {
+        let name = path.to_string_lossy().into_owned();
+        let file =
+            File::open(&path).map_err(|e| StackwalkError::new_err(format!("{name}: {e}")))?;
+        Ok(PySampleRecords { input: std::io::BufReader::with_capacity(1 << 16, file), path: name })
+    }
+
+    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn __next__(&mut self) -> PyResult<Option<(i32, i32, u64, String, Vec<FrameTuple>)>> {
+        let record = crate::render::records::read_record(&mut self.input).map_err(|e| {
+            StackwalkError::new_err(format!("{}: a sample record is damaged: {e}", self.path))
+        })?;
+        Ok(record.map(|s| {
+            let frames = s.frames.into_iter().map(|f| {
+                (
+                    f.pc,
+                    f.module,
+                    f.module_offset,
+                    f.function,
+                    f.function_offset,
+                    f.kernel,
+                    f.trust,
+                    f.file,
+                    f.line,
+                    f.column,
+                    f.inline,
+                )
+            });
+            (s.pid, s.tid, s.time, s.comm, frames.collect())
+        }))
     }
 }
 

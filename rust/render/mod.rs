@@ -17,4 +17,5 @@
 pub mod flamegraph;
 pub mod frame;
 pub mod json;
+pub mod records;
 pub mod text;
