@@ -71,10 +71,10 @@ def test_inline_frames_on_unless_no_inline(command: str) -> None:
 # Options that several commands take, each declared once (``_arguments._add_module_options``,
 # ``_add_walk_options``...): the commands that take each one.
 SHARED = {
-    "--sysroot": {"core", "minidump", "pid", "triage", "perf"},
-    "--lib-search-path": {"core", "minidump", "pid", "triage", "perf"},
-    "--debug-root": {"core", "minidump", "pid", "triage", "perf"},
-    "--offline": {"core", "minidump", "pid", "triage", "perf"},
+    "--sysroot": {"core", "minidump", "pid", "triage", "perf", "unwind"},
+    "--lib-search-path": {"core", "minidump", "pid", "triage", "perf", "unwind"},
+    "--debug-root": {"core", "minidump", "pid", "triage", "perf", "unwind"},
+    "--offline": {"core", "minidump", "pid", "triage", "perf", "unwind"},
     "--perf-map": {"core", "minidump", "pid"},
     "--inline": {"core", "minidump", "pid", "perf", "unwind", "demo"},
     "--registers": {"core", "minidump", "pid", "unwind", "demo"},

@@ -14,6 +14,7 @@ import copy
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -189,6 +190,40 @@ def test_a_missing_module_is_a_warning_and_the_frames_before_it_are_shown(
         else:
             merged.append([start, end])
     assert [[int(a, 16), int(b, 16)] for a, b in module["ranges"]] == merged
+
+
+def test_a_capture_read_elsewhere_finds_its_files_as_a_core_does(
+    qsort: Capture, tmp_path: Path
+) -> None:
+    """A capture unwound on another machine, its program not at the path gdb read it from:
+    found under --sysroot (the other machine's files, at their paths) or by name on
+    --lib-search-path, as a core's are; the walk then names the program's frames and is
+    gdb's. Without either, the program is a module not found, and its functions are not
+    named."""
+    doc = document(qsort, tmp_path)
+    (program,) = [m for m in doc["modules"] if Path(m["path"]).name.startswith("qsort")]
+    original = Path(program["path"])
+    program["path"] = moved = f"/nonexistent-stackwalk/bin/{original.name}"
+    root = tmp_path / "root"
+    (root / moved.lstrip("/")).parent.mkdir(parents=True)
+    shutil.copy(original, root / moved.lstrip("/"))
+    path = write(tmp_path, doc)
+
+    def functions(*options: str | os.PathLike[str]) -> tuple[list[int], set[str]]:
+        proc = run_unwind(path, "--json", *options)
+        assert proc.returncode in (0, 1), proc.stderr
+        found = f"module not found: {moved}" not in proc.stderr
+        frames = json.loads(proc.stdout)["threads"][0]["frames"]
+        # (Named by the file used, as a core's module found under a sysroot is.)
+        ours = [f for f in frames if f["module"] and Path(f["module"]).name == original.name]
+        names = {f["function"] for f in ours if f["function"]}
+        pcs = [int(f["pc"], 16) for f in frames if not f["inline"]]
+        return pcs if found else [], names
+
+    assert functions() == ([], set())
+    for options in (["--sysroot", root], ["--lib-search-path", root / "nonexistent-stackwalk/bin"]):
+        pcs, names = functions(*options)
+        assert pcs == qsort.gdb_pcs and {"compare_ints", "main"} <= names, options
 
 
 # -- documents that are not captures --------------------------------------------------------

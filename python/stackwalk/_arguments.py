@@ -395,6 +395,7 @@ def _add_unwind(sub: _Commands) -> None:
     u.add_argument(
         "--baseline", action="store_true", help="use the pure-Python unwinder (CFI alone)"
     )
+    _add_module_options(u, perf_map=False)  # (a capture read on another machine)
     _add_walk_options(u)
 
 

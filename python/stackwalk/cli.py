@@ -53,7 +53,10 @@ def _capture_document(cap: Capture, name: str | None, args: Namespace) -> dict[s
     """The snapshot document of a capture (``unwind``, ``demo``): its thread walked as every
     snapshot's is (``CaptureSnapshot``), or, with ``--baseline``, by the pure-Python baseline
     (CFI alone), its frames named by the same symbolizer; ``name``: the capture file's."""
-    snapshot = cap.snapshot(name, strategies=_strategies(args))
+    # Where its files are found: unwind's options (a capture read on another machine); the
+    # demo's are here, where gdb read them.
+    where = _module_options(args) if args.command == "unwind" else {}
+    snapshot = cap.snapshot(name, strategies=_strategies(args), **where)
     if not getattr(args, "baseline", False):
         for warning in snapshot.warnings:
             _say("warning", warning)
