@@ -294,6 +294,33 @@ def test_the_exception_stream_names_the_crashing_thread(dumps: Dumps, tmp_path: 
     assert text[3] == f"Thread {made.pid} (crashed):"
 
 
+def test_a_crash_in_a_thread_listed_last(dumps: Dumps, tmp_path: Path) -> None:
+    """The exception stream naming the thread the dump lists last (a worker's crash): the
+    report gives that thread first, as the crashing one, while ``--format
+    minidump-stackwalk`` keeps the dump's order and counts the crashing thread's
+    ``threads_index`` in it, as minidump-stackwalk does (an index into our own order would
+    be 0, and wrong)."""
+    made = dumps("threads")
+    listed = [t["thread_id"] for t in made.minidump_stackwalk()["threads"]]
+    assert len(listed) > 1, "a dump of several threads"
+    rva, _ = minidump_streams(made.path)[EXCEPTION]
+    segv_maperr = struct.pack("<IIQQ", 11, 1, 0, 0)  # code, flags, nested record, address
+    edits = [(rva, struct.pack("<I", listed[-1])), (rva + 8, segv_maperr)]
+    crashed = _patched(made, tmp_path, edits)
+    dump = Minidump.open(crashed)
+    assert dump.crashing_tid == listed[-1] and dump.threads[0].tid == listed[-1]
+    proc = run([MINIDUMP_STACKWALK, "--json", "--use-local-debuginfo", crashed])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    theirs = json.loads(proc.stdout)
+    proc = stackwalk_minidump(crashed, "--format", "minidump-stackwalk")
+    assert proc.returncode in (0, 1), proc.stderr
+    mine = json.loads(proc.stdout)
+    assert [t["thread_id"] for t in mine["threads"]] == listed
+    index = theirs["crashing_thread"]["threads_index"]
+    assert mine["crashing_thread"]["threads_index"] == index == len(listed) - 1
+    assert mine["crash_info"]["crashing_thread"] == theirs["crash_info"]["crashing_thread"]
+
+
 def test_modules_from_the_module_list_without_a_maps_stream(dumps: Dumps, tmp_path: Path) -> None:
     """A dump without the Linux maps stream (its directory entry's type changed to one no reader
     knows): the modules are placed from the module list instead, and every frame is the same."""

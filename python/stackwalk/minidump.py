@@ -185,7 +185,9 @@ def minidump_stackwalk_doc(dump: Minidump) -> dict[str, object]:
             inlines = []
         return out
 
-    tids = [tid for tid, *_ in source.threads]
+    # The dump's thread list's order (the source gives the crashing thread first), which
+    # minidump-stackwalk keeps and its crashing thread's threads_index counts in.
+    tids = [tid for tid, _, _ in sorted(source.threads, key=lambda t: t[2])]
     crash = source.crash
     crashing_index = tids.index(crash["tid"]) if crash and crash["tid"] in tids else None
     threads = []
