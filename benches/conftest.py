@@ -298,6 +298,10 @@ def pytest_terminal_summary(
             f"the interpreter's start alone (python -c pass): {start.stats.median * 1e3:.0f} ms "
             f"of stackwalk perf's {smallest.stats.median * 1e3:.0f} ms on the 3k file"
         )
+    api = by_name.get("test_recording_samples")
+    if api and "ratios" in api.extra_info:
+        ratios = ", ".join(f"{r:.1f}x" for r in api.extra_info["ratios"])
+        lines.append(f"Recording.samples() (records) vs the same samples from JSON lines: {ratios}")
     samples = by_name.get("test_stackwalk_unwinding[2]")
     if samples and "samples" in samples.extra_info:
         n = samples.extra_info["samples"]
