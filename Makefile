@@ -36,8 +36,8 @@ wheels: setup-demo ## manylinux2014 wheels (x86_64, aarch64) and a musllinux one
 	$(PYTHON) -m pip install -q --disable-pip-version-check "maturin>=1.9,<2" "ziglang>=0.13,<0.18" "auditwheel>=6,<7"
 	$(PYTHON) tests/wheels.py dist
 
-bench: setup-bench ## run the benchmarks for real and print the ratios
-	$(PYTHON) -m pytest benches --benchmark-enable --benchmark-group-by=group -q
+bench: setup-bench ## run the benchmarks for real, print the ratios, write docs/speed-latest.md
+	STACKWALK_BENCH_REPORT=docs/speed-latest.md $(PYTHON) -m pytest benches --benchmark-enable --benchmark-group-by=group -q
 
 # Not part of `make test`: the comparison crate (benches/framehop_cmp, its own workspace) builds
 # framehop and criterion, minutes on this machine; BENCH_ARGS go to the benchmark binary.
