@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
+use super::corefile::SignalTuple;
 use super::errors::ArchError;
 use super::memory::PyMappedMemory;
 use super::snapshot::{address_space, SpaceOptions, SpaceTuple};
@@ -85,7 +86,7 @@ impl PyCaptureFile {
 
     /// No signal stopped it (a breakpoint did).
     #[getter]
-    fn signal(&self) -> Option<(i32, String, Option<u64>, Option<i32>)> {
+    fn signal(&self) -> Option<SignalTuple> {
         None
     }
 

@@ -66,14 +66,6 @@ impl PyMinidumpFile {
             }
         }
     }
-
-    /// The signal a thread was stopped by: the exception stream's thread's.
-    fn cursig(&self, tid: u32) -> i32 {
-        match self.exception_signal() {
-            Some((crashed, signo, ..)) if crashed == tid => signo,
-            _ => 0,
-        }
-    }
 }
 
 #[pymethods]
@@ -124,8 +116,14 @@ impl PyMinidumpFile {
     #[getter]
     fn threads(&self) -> Vec<(u32, i32, usize)> {
         let threads = &self.inner.threads;
+        // The signal a thread was stopped by: the exception stream's thread's (read once).
+        let signal = self.exception_signal();
+        let cursig = |tid| match signal {
+            Some((crashed, signo, ..)) if crashed == tid => signo,
+            _ => 0,
+        };
         let order = self.crashed().order.into_iter();
-        order.map(|i| (threads[i].tid, self.cursig(threads[i].tid), i)).collect()
+        order.map(|i| (threads[i].tid, cursig(threads[i].tid), i)).collect()
     }
 
     /// The thread that crashed, as `CoreFile.crashing_tid`.
