@@ -23,7 +23,8 @@ from perfdata import Recordings, perf_script
 from processes import running
 from realstacks import SYSTEM_PYTHON, Builder, Captures
 from stackwalk._core import END_REASONS, TRUST_LEVELS
-from stackwalk._snapshot import KINDS, SCHEMA
+from stackwalk._core import SNAPSHOT_KINDS as KINDS
+from stackwalk._core import SNAPSHOT_SCHEMA as SCHEMA
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "json.md"

@@ -34,6 +34,7 @@ __all__ = [
     "StackDB",
     "CaptureFile",
     "CoreFile",
+    "Document",
     "content_hash",
     "hold_thread_pool",
     "snapshot_process",
@@ -47,6 +48,8 @@ __all__ = [
     "TRUST_LEVELS",
     "END_REASONS",
     "MAX_JOBS",
+    "SNAPSHOT_SCHEMA",
+    "SNAPSHOT_KINDS",
 ]
 
 # The most worker threads (perf_report's jobs) or `core --dir` processes a run may ask for.
@@ -72,6 +75,11 @@ _EndReason = Literal[
 ]
 TRUST_LEVELS: tuple[_Trust, ...]
 END_REASONS: tuple[_EndReason, ...]
+
+# The snapshot document's shape and version, and what it can be read from (docs/json.md).
+SNAPSHOT_SCHEMA: str
+_SnapshotKind = Literal["core", "minidump", "process", "capture"]
+SNAPSHOT_KINDS: tuple[_SnapshotKind, ...]
 
 class _DumpCrash(TypedDict):
     """``MinidumpFile.crash``: the exception stream, as minidump-stackwalk words it."""
@@ -475,6 +483,12 @@ class MinidumpFile:
     def string(self, address: int, limit: int = 4096) -> str | None: ...
     def image(self, address: int, limit: int) -> bytes | None: ...
     def link_map(self, dynamic: int) -> tuple[list[tuple[str | None, int, int]], list[str]]: ...
+    def stackwalk_json(
+        self,
+        stacks: Mapping[int, Sequence[SymbolizedFrame]],
+        executable: str | None,
+        indent: int | None = ...,
+    ) -> str: ...
     def address_space(
         self,
         unwinder: Unwinder,
@@ -523,6 +537,63 @@ class CaptureFile:
         unwinder: Unwinder | None,
         options: _SpaceOptions,
     ) -> _AddressSpace: ...
+
+class _PythonFrameLike(Protocol):
+    @property
+    def function(self) -> str: ...
+    @property
+    def qualname(self) -> str: ...
+    @property
+    def file(self) -> str: ...
+    @property
+    def line(self) -> int | None: ...
+
+# A module of a document: path, start, end, ranges, bias, build id, found, build id matches,
+# a minidump's (debug file, debug id, code id).
+_DocumentModule = tuple[
+    str, int, int, Sequence[tuple[int, int]], int, str | None, bool, bool | None,
+    tuple[str | None, str | None, str | None] | None,
+]  # fmt: skip
+
+@final
+class Document:
+    def __new__(
+        cls,
+        kind: _SnapshotKind,
+        arch: str,
+        *,
+        path: str | None = None,
+        executable: str | None = None,
+        pid: int | None = None,
+        signal: tuple[int, str, int | None] | None = None,
+        crashing_thread: int | None = None,
+        modules: Sequence[_DocumentModule] = ...,
+        system: tuple[str, str | None, str] | None = None,
+        crash: tuple[str, int, int] | None = None,
+        stopped_ms: float | None = None,
+    ) -> Document: ...
+    def set_python(
+        self, module: str, version: str, warnings: Sequence[str], error: str | None
+    ) -> None: ...
+    def add_thread(
+        self,
+        tid: int,
+        end: str,
+        frames: Iterable[SymbolizedFrame | _PythonFrameLike],
+        *,
+        end_detail: str | None = None,
+        trace: Trace | None = None,
+        gil: bool | None = None,
+        python_stop: str | None = None,
+    ) -> None: ...
+    @property
+    def kind(self) -> _SnapshotKind: ...
+    @property
+    def threads(self) -> list[tuple[int, str, int]]: ...
+    def json(self, indent: int | None = ...) -> str: ...
+    def write_json(self, file: Any, indent: int | None = ...) -> None: ...
+    def text(self) -> str: ...
+    def to_dict(self) -> dict[str, Any]: ...
 
 def demangle(name: str) -> str: ...
 def sym_file_parses() -> int: ...

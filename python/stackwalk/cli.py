@@ -17,15 +17,15 @@ from typing import Any, NoReturn
 
 from stackwalk import html_report
 from stackwalk._arguments import not_a_file, parse_args
-from stackwalk._core import flamegraph, perf_report
+from stackwalk._core import Document, flamegraph, perf_report
 from stackwalk._files import check_output, held_pipe, kind, open_input, replacing, write_output
 from stackwalk._workers import Died, WorkersDied, first_read_here, forked_map
 from stackwalk.capture import Capture, capture
 from stackwalk.core import Core
 from stackwalk.errors import StackwalkError
-from stackwalk.minidump import Minidump, minidump_stackwalk_doc
+from stackwalk.minidump import Minidump
 from stackwalk.process import Process
-from stackwalk.render import core_lines, escape, escape_lines, report_lines
+from stackwalk.render import escape, escape_lines, report_lines
 from stackwalk.signature import Rules
 from stackwalk.store import CrashStore
 from stackwalk.triage import SUMMARY_KEYS, Options, summary_lines, triage
@@ -49,7 +49,7 @@ def _say(what: str, message: str) -> None:
     print(f"stackwalk: {what}: {escape(message)}", file=sys.stderr)
 
 
-def _capture_document(cap: Capture, name: str | None, args: Namespace) -> dict[str, Any]:
+def _capture_document(cap: Capture, name: str | None, args: Namespace) -> Document:
     """The snapshot document of a capture (``unwind``, ``demo``): its thread walked as every
     snapshot's is (``CaptureSnapshot``), or, with ``--baseline``, by the pure-Python baseline
     (CFI alone), its frames named by the same symbolizer; ``name``: the capture file's."""
@@ -60,7 +60,7 @@ def _capture_document(cap: Capture, name: str | None, args: Namespace) -> dict[s
     if not getattr(args, "baseline", False):
         for warning in snapshot.warnings:
             _say("warning", warning)
-        return snapshot.to_dict(
+        return snapshot.document(
             max_frames=args.max_frames, inline=args.inline, registers=args.registers
         )
     if args.registers:
@@ -78,17 +78,22 @@ def _capture_document(cap: Capture, name: str | None, args: Namespace) -> dict[s
     for warning in dict.fromkeys([*snapshot.warnings, *cap.add_modules_to(uw)]):
         _say("warning", warning)
     trace = uw.unwind(cap.regs, cap.memory, max_frames=args.max_frames)
-    frames = snapshot._symbolizer().frame_dicts(trace.frames, inline=args.inline)
-    thread = {"tid": cap.tid, "end": trace.end, "end_detail": trace.end_detail, "frames": frames}
-    return snapshot.document_of([thread])
+    doc = snapshot.empty_document()
+    frames = snapshot._symbolizer().frames(trace.frames, inline=args.inline)
+    doc.add_thread(cap.tid, trace.end, frames, end_detail=trace.end_detail)
+    return doc
 
 
-def _print_document(doc: dict[str, Any], as_json: bool) -> None:
-    """A snapshot document on stdout: as it is (``--json``), else as ``core`` prints one."""
-    if as_json:
-        _write_json(doc)
+def _print_document(doc: Document, as_json: bool, lines: bool = False) -> int:
+    """A snapshot document on stdout: its JSON (``--json``; ``lines``: on one line, as JSON
+    Lines have it), else its text report; the exit status of its threads' walks."""
+    if as_json and lines:
+        sys.stdout.write(doc.json(indent=None) + "\n")
+    elif as_json:
+        doc.write_json(sys.stdout)
     else:
-        print("\n".join(core_lines(doc)))
+        sys.stdout.write(doc.text())
+    return _threads_status(doc)
 
 
 def cmd_capture(args: Namespace) -> int:
@@ -112,8 +117,7 @@ def cmd_unwind(args: Namespace) -> int:
     else:
         cap = Capture.load(args.capture)
     doc = _capture_document(cap, STDIN_NAME if args.capture == STDIN else args.capture, args)
-    _print_document(doc, args.json)
-    return _threads_status(doc["threads"])
+    return _print_document(doc, args.json)
 
 
 def cmd_demo(args: Namespace) -> int:
@@ -133,7 +137,7 @@ def cmd_demo(args: Namespace) -> int:
         cap = capture([exe], "demo_stop")
         doc = _capture_document(cap, None, args)
         _print_document(doc, args.json)
-    [thread] = doc["threads"]
+    [thread] = doc.to_dict()["threads"]
     if not args.json:  # why the walk ended, where it ended well too (`core` says it otherwise)
         print(escape(f"-- {thread['end']}: {thread['end_detail']}"))
     # gdb's backtrace has no inlined functions' frames.
@@ -303,36 +307,30 @@ def _one_core(args: Namespace, path: str, executable: str | None, name: str | No
         core.path = path = name
     if getattr(args, "format", "stackwalk") == "minidump-stackwalk":
         assert isinstance(core, Minidump)
-        _write_json(minidump_stackwalk_doc(core))
+        sys.stdout.write(core.minidump_stackwalk_json() + "\n")
         return EXIT_OK
     if not core.threads:
         missing = "a thread list" if opener is not Core else "an NT_PRSTATUS note"
         reasons = "; ".join(core.warnings) or f"it has no {missing}"
         raise StackwalkError(f"{path}: no thread could be read ({reasons})")
-    doc = core.to_dict(
+    if args.thread is not None and all(t.tid != args.thread for t in core.threads):
+        tids = ", ".join(str(t.tid) for t in core.threads)
+        raise StackwalkError(f"{path}: no thread {args.thread} (threads: {tids})")
+    doc = core.document(
         max_frames=args.max_frames,
         inline=args.inline,
+        tids={args.thread} if args.thread is not None else None,
         python=getattr(args, "python", "native"),
         registers=args.registers,
     )
-    if args.thread is not None:
-        doc["threads"] = [t for t in doc["threads"] if t["tid"] == args.thread]
-        if not doc["threads"]:
-            tids = ", ".join(str(t.tid) for t in core.threads)
-            raise StackwalkError(f"{path}: no thread {args.thread} (threads: {tids})")
     for warning in core.warnings:
         _say("warning", warning)
-    if args.json:
-        # With --dir or several files, one document per line (JSON Lines).
-        if args.dir is not None or len(getattr(args, "minidumps", ())) > 1:
-            print(json.dumps(doc))
-        else:
-            _write_json(doc)
-    else:
-        if args.dir is not None or len(getattr(args, "minidumps", ())) > 1:
-            print()  # a blank line between the reports of successive files
-        print("\n".join(core_lines(doc)))
-    return _threads_status(doc["threads"])
+    # With --dir or several files, one document per line (JSON Lines), and a blank line between
+    # the text reports of successive files.
+    several = args.dir is not None or len(getattr(args, "minidumps", ())) > 1
+    if several and not args.json:
+        print()
+    return _print_document(doc, args.json, lines=several)
 
 
 def _module_options(args: Namespace) -> dict[str, Any]:
@@ -360,25 +358,14 @@ def _strategies(args: Namespace) -> list[str]:
     return [s for s in strategies if s != "scan"] if args.no_scan else strategies
 
 
-def _threads_status(threads: Sequence[dict[str, Any]]) -> int:
+def _threads_status(doc: Document) -> int:
     """The exit status of a report of these threads: EXIT_FAILED when none has a frame,
     EXIT_PARTIAL when one stopped before the outermost frame."""
-    if not any(t["frames"] for t in threads):
+    threads = doc.threads
+    if not any(frames for _, _, frames in threads):
         return EXIT_FAILED
-    clean = all(t["end"] in ("end_of_stack", "pc_zero") for t in threads)
+    clean = all(end in ("end_of_stack", "pc_zero") for _, end, _ in threads)
     return EXIT_OK if clean else EXIT_PARTIAL
-
-
-def _write_json(doc: dict[str, Any]) -> None:
-    """``doc`` indented on stdout, written as it is encoded, some thousand pieces at a time: the
-    document of a core of 100,000 threads is never held whole as text (json.dumps held 900 MB)."""
-    pieces: list[str] = []
-    for piece in json.JSONEncoder(indent=2).iterencode(doc):
-        pieces.append(piece)
-        if len(pieces) >= 4096:
-            sys.stdout.write("".join(pieces))
-            pieces.clear()
-    sys.stdout.write("".join(pieces) + "\n")
 
 
 def cmd_perf(args: Namespace) -> int:
@@ -478,24 +465,19 @@ def _write_flamegraph(folded: str | None, svg: str, name: str) -> None:
 
 def cmd_pid(args: Namespace) -> int:
     proc = Process.attach(args.pid, strategies=_strategies(args), **_module_options(args))
-    tids = {args.thread} if args.thread is not None else None
-    doc = proc.to_dict(
+    if args.thread is not None and all(t.tid != args.thread for t in proc.threads):
+        all_tids = ", ".join(str(t.tid) for t in proc.threads)
+        raise StackwalkError(f"pid {args.pid}: no thread {args.thread} (threads: {all_tids})")
+    doc = proc.document(
         max_frames=args.max_frames,
         inline=args.inline,
-        tids=tids,
+        tids={args.thread} if args.thread is not None else None,
         python=args.python,
         registers=args.registers,
     )
-    if args.thread is not None and not doc["threads"]:
-        all_tids = ", ".join(str(t.tid) for t in proc.threads)
-        raise StackwalkError(f"pid {args.pid}: no thread {args.thread} (threads: {all_tids})")
     for warning in proc.warnings:
         _say("warning", warning)
-    if args.json:
-        _write_json(doc)
-    else:
-        print("\n".join(core_lines(doc)))
-    return _threads_status(doc["threads"])
+    return _print_document(doc, args.json)
 
 
 def cmd_triage(args: Namespace) -> int:

@@ -26,11 +26,12 @@ from __future__ import annotations
 import os
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stackwalk._core import (
     CaptureFile,
     CoreFile,
+    Document,
     MinidumpFile,
     PerfMap,
     SymbolizedFrame,
@@ -38,19 +39,20 @@ from stackwalk._core import (
     Trace,
 )
 from stackwalk._records import CoreModule, Signal, Thread
-from stackwalk._snapshot import document, module_dict, signal_dict
 from stackwalk.errors import CoreError, StackwalkError
 from stackwalk.pyframes import (
     Mode,
     PythonFrame,
     PythonState,
     PythonThread,
-    frame_dict,
     python_file_name,
     read_python,
     with_python_frames,
 )
 from stackwalk.unwinder import CRASH_STRATEGIES, MappedMemory, Unwinder
+
+if TYPE_CHECKING:
+    from stackwalk._core import _DocumentModule, _SnapshotKind  # the stub's alone
 
 __all__ = ["Core", "CoreError", "CoreModule", "Signal", "Thread"]
 
@@ -262,7 +264,7 @@ class Core:
 
     # -- output ----------------------------------------------------------------------------
 
-    def to_dict(
+    def document(
         self,
         max_frames: int | None = None,
         *,
@@ -271,11 +273,11 @@ class Core:
         tids: Collection[int] | None = None,
         python: Mode = "native",
         registers: bool = False,
-    ) -> dict[str, Any]:
-        """The JSON document of ``stackwalk core --json``, the snapshot document of
-        docs/json.md (``stackwalk._snapshot``): every thread unwound and symbolized, with
-        source lines from DWARF. Each thread has its ``end_detail`` (where and why its walk
-        stopped) unless ``end_details`` is False.
+    ) -> Document:
+        """The snapshot document of docs/json.md (``stackwalk._core.Document``: ``json()``
+        is ``stackwalk core --json``'s, ``text()`` its report): every thread unwound and
+        symbolized, with source lines from DWARF. Each thread has its ``end_detail`` (where
+        and why its walk stopped) unless ``end_details`` is False.
         ``inline``: the functions inlined at a frame's pc are frames of their own, before it
         (``max_frames`` counts the others). ``tids``: only these threads. ``python``: for a
         python process, "mixed" puts its Python frames after the native eval call that runs
@@ -287,49 +289,54 @@ class Core:
         them (``Trace.registers``: name -> hex value)."""
         stacks, pystate = self._stacks(max_frames, inline=inline, tids=tids, python=python,
                                        registers=registers)  # fmt: skip
-        threads = []
-        for stack in stacks:
-            trace = stack.trace
-            entry: dict[str, Any] = {
-                "tid": stack.thread.tid,
-                "end": trace.end,
-                "frames": [
-                    frame_json(f, trace, registers, pystate is not None) for f in stack.frames
-                ],  # fmt: skip
-            }
-            if pystate is not None:
-                pythread = stack.python
-                entry["gil"] = pythread is not None and pythread.holds_gil
-                if pythread is not None and pythread.stop is not None:
-                    entry["python_stop"] = pythread.stop
-            if end_details:
-                entry["end_detail"] = trace.end_detail
-            threads.append(entry)
-        extra: dict[str, Any] = {}
+        doc = self.empty_document()
         if pystate is not None:
-            extra["python"] = {
-                "module": pystate.module,
-                "version": pystate.version,
-                "warnings": list(pystate.warnings),
-                "error": pystate.error,
-            }
-        return self.document_of(threads, **extra)
+            doc.set_python(pystate.module, pystate.version, list(pystate.warnings), pystate.error)
+        for stack in stacks:
+            trace, pythread = stack.trace, stack.python
+            doc.add_thread(
+                stack.thread.tid,
+                trace.end,
+                stack.frames,
+                end_detail=trace.end_detail if end_details else None,
+                trace=trace if registers else None,
+                gil=None if pystate is None else pythread is not None and pythread.holds_gil,
+                python_stop=pythread.stop if pythread is not None else None,
+            )
+        return doc
 
-    def document_of(self, threads: list[dict[str, Any]], **particular: Any) -> dict[str, Any]:
-        """The snapshot document (docs/json.md) of this snapshot with these threads' entries
-        (``to_dict``'s, or the walks of another unwinder: ``stackwalk unwind --baseline``)."""
-        return document(
+    def to_dict(self, max_frames: int | None = None, **options: Any) -> dict[str, Any]:
+        """``document(max_frames, **options)``'s JSON document as Python values."""
+        return self.document(max_frames, **options).to_dict()
+
+    def empty_document(self) -> Document:
+        """The snapshot document of this snapshot with no thread yet (``document()`` adds
+        them; ``stackwalk unwind --baseline`` adds the walk of another unwinder)."""
+        sig = self.signal
+        return Document(
             self._SNAPSHOT_KIND,
-            self._snapshot_path(),
-            arch=self.arch,
+            self.arch,
+            path=self._snapshot_path(),
             executable=self.executable,
             pid=self.pid,
-            signal=signal_dict(self.signal),
+            signal=(sig.number, sig.name, sig.address) if sig is not None else None,
             crashing_thread=self.crashing_tid,
-            modules=[module_dict(m) for m in self.modules],
-            threads=threads,
-            **particular,
+            modules=[self._module_entry(m) for m in self.modules],
+            **self._particular(),
         )
+
+    def _module_entry(self, m: CoreModule) -> _DocumentModule:
+        ids = self._module_ids(m)
+        spans = list(m.spans)
+        return (m.path, m.start, m.end, spans, m.bias, m.build_id, m.found, m.build_id_matches, ids)
+
+    def _module_ids(self, m: CoreModule) -> tuple[str | None, str | None, str | None] | None:
+        """A module's Breakpad ids for the document (a minidump's)."""
+        return None
+
+    def _particular(self) -> dict[str, Any]:
+        """What this kind of snapshot's document says besides (``Document``'s keywords)."""
+        return {}
 
     def _stacks(
         self,
@@ -388,7 +395,7 @@ class Core:
             perf_map=self._jit_map(),
         )
 
-    _SNAPSHOT_KIND = "core"  # the document's "kind" (docs/json.md)
+    _SNAPSHOT_KIND: _SnapshotKind = "core"  # the document's "kind" (docs/json.md)
 
     def _snapshot_path(self) -> str | None:
         """The document's "path": the file read."""
@@ -411,18 +418,3 @@ class Stack:
     trace: Trace
     frames: list[SymbolizedFrame | PythonFrame]
     python: PythonThread | None
-
-
-def frame_json(
-    f: SymbolizedFrame | PythonFrame, trace: Trace, registers: bool, kinds: bool
-) -> dict[str, Any]:
-    """A frame's JSON object: with ``registers``, a native frame (not an inlined function's)
-    gets its registers as the walk recovered them (the k-th such frame is the trace's frame
-    k); with ``kinds`` (a python process's document), every frame its ``kind``."""
-    if isinstance(f, PythonFrame):
-        return frame_dict(f)
-    d = f.to_dict()
-    if registers and not f.inline:
-        values = trace.registers(f.trace_index)
-        d["registers"] = {name: f"{value:#x}" for name, value in values.items()}
-    return {"kind": "native", **d} if kinds else d

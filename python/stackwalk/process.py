@@ -10,12 +10,11 @@ through ``/proc/PID/map_files/``."""
 from __future__ import annotations
 
 import os
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from stackwalk._core import CoreFile, snapshot_process
 from stackwalk.core import DEBUG_ROOT, Core
-from stackwalk.pyframes import Mode
 from stackwalk.unwinder import CRASH_STRATEGIES
 
 __all__ = ["Process"]
@@ -81,27 +80,8 @@ class Process(Core):
     def _snapshot_path(self) -> str | None:
         return None  # no file: the process is in "pid"
 
-    def to_dict(
-        self,
-        max_frames: int | None = None,
-        *,
-        end_details: bool = True,
-        inline: bool = True,
-        tids: Collection[int] | None = None,
-        python: Mode = "native",
-        registers: bool = False,
-    ) -> dict[str, Any]:
-        """``Core.to_dict``'s document (``"kind": "process"``, ``"path": null``), and
-        ``"stopped_ms"``: how long the process was stopped. A python process's interpreter
-        state was copied while it was stopped, so its Python frames are those of that
-        moment."""
-        doc = super().to_dict(
-            max_frames,
-            end_details=end_details,
-            inline=inline,
-            tids=tids,
-            python=python,
-            registers=registers,
-        )
-        doc["stopped_ms"] = round(self.stopped_for * 1e3, 3)
-        return doc
+    def _particular(self) -> dict[str, Any]:
+        """A process's document says how long it was stopped (``"stopped_ms"``). A python
+        process's interpreter state was copied while it was stopped, so its Python frames are
+        those of that moment."""
+        return {"stopped_ms": round(self.stopped_for * 1e3, 3)}

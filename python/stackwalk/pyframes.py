@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from stackwalk._core import SymbolizedFrame, python_threads
 
@@ -129,17 +129,6 @@ def read_python(core: Core) -> PythonState | None:
             error=error,
         )
     return None
-
-
-def frame_dict(f: PythonFrame) -> dict[str, Any]:
-    """A Python frame's JSON object."""
-    return {
-        "kind": "python",
-        "function": f.function,
-        "qualname": f.qualname,
-        "file": f.file,
-        "line": f.line,
-    }
 
 
 def _is_eval(f: SymbolizedFrame) -> bool:

@@ -1,9 +1,10 @@
-"""Rendering documents as text: the one place that formats output. The documents (frames as
-``stackwalk._core.Symbolizer.frame_dicts`` gives them, ``Core.to_dict``) are made elsewhere."""
+"""Text the Python layer writes: names escaped for a terminal, and the reports of the crash
+store (``stackwalk report``, the HTML report's stacks). A snapshot's report (``stackwalk core``
+and its kin) is written by the native core with its document (``stackwalk._core.Document``,
+``rust/render/snapshot.rs``), by the same rules."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from datetime import datetime, timezone
 from typing import Any
 
@@ -42,40 +43,11 @@ def escape_lines(text: str) -> str:
     return "\n  ".join(escape(line) for line in text.split("\n"))
 
 
-def frame_lines(frames: Iterable[dict[str, Any]]) -> list[str]:
-    """Frames (their JSON objects) as text, with how each was found, and each frame's
-    registers under it where the document has them (``--registers``)."""
-    lines = []
-    for d in frames:
-        if d.get("kind") == "python":
-            lines.append(python_frame_text(d))
-            continue
-        lines.append(f"{frame_text(d)}  {how_found(d)}")
-        if "registers" in d:
-            lines.extend(register_lines(d["registers"]))
-    return lines
-
-
-def register_lines(registers: dict[str, str]) -> list[str]:
-    """A frame's registers, four to a line, as minidump-stackwalk prints them:
-    ``    rbx = 0x5                 rbp = 0x7ffc1e2a0b10 ...``."""
-    cells = [f"{name:>3} = {value:<18}" for name, value in registers.items()]
-    return ["    " + "  ".join(cells[i : i + 4]).rstrip() for i in range(0, len(cells), 4)]
-
-
 def python_frame_text(d: dict[str, Any]) -> str:
     """A Python frame as tracebacks and pystack print it: ``    (Python) File "/app/x.py",
     line 12, in handle``."""
     line = f", line {d['line']}" if d.get("line") is not None else ""
     return escape(f'    (Python) File "{d["file"]}"{line}, in {d["function"]}')
-
-
-def how_found(d: dict[str, Any]) -> str:
-    """``[cfi]``, ``[cfi, doubtful]``: the trust of a frame, after it in the text;
-    ``[inline]`` for a function inlined at the next frame's pc."""
-    if d.get("inline"):
-        return "[inline]"
-    return f"[{d['trust']}, doubtful]" if d.get("doubtful") else f"[{d['trust']}]"
 
 
 def frame_text(d: dict[str, Any]) -> str:
@@ -89,62 +61,6 @@ def frame_text(d: dict[str, Any]) -> str:
         where += f" at {d['file']}:{d['line']}" if d.get("line") else f" at {d['file']}"
     module = f" ({d['module']})" if d["module"] else ""
     return escape(f"#{d['index']:<2} {int(d['pc'], 16):#018x} in {where}{module}")
-
-
-def core_lines(doc: dict[str, Any]) -> list[str]:
-    """The text report of ``stackwalk core``, ``minidump``, ``pid`` and ``unwind``, from the same
-    snapshot document ``--json`` prints (docs/json.md). Names and paths escaped (``escape``)."""
-    sig = doc.get("signal")
-    process = doc["kind"] == "process"  # a live process (stackwalk pid)
-    if process:
-        what = f"Process {doc['pid']}"
-    else:
-        what = doc["kind"].capitalize()
-        if doc["path"] is not None:  # (the demo's capture is not saved)
-            what += f" {doc['path']}"
-        if doc.get("pid") is not None:
-            what += f", pid {doc['pid']}"
-    if doc.get("executable"):
-        what += f", {doc['executable']}"
-    system = doc.get("system")
-    if system is not None and system["os"] not in ("Linux", "Android"):  # a foreign minidump's
-        version = f" {system['os_version']}" if system.get("os_version") else ""
-        what += f" ({system['os']}{version}, {system['cpu']})"
-    lines = [what]
-    if process:
-        lines.append(f"Stopped for {doc['stopped_ms']:.1f} ms while its threads were copied")
-    elif doc["kind"] == "capture":
-        lines.append(f"A thread stopped at a breakpoint ({doc['arch']})")
-    elif doc.get("crashing_thread") is None:
-        # A snapshot (gcore's) of a process that did not crash.
-        stopped = f", stopped by {sig['name']} (signal {sig['number']})" if sig else ""
-        lines.append(f"Snapshot of a running process{stopped}: no thread crashed")
-    elif sig:
-        at = f" at address {sig['address']}" if sig.get("address") else ""
-        lines.append(f"Killed by {sig['name']} (signal {sig['number']}){at}")
-    elif doc.get("crash"):  # a Windows or Apple minidump: an exception, not a signal
-        crash = doc["crash"]
-        lines.append(f"Crashed: {crash['reason']} at address {crash['address']}")
-    python = doc.get("python")
-    if python is not None:
-        if python["error"]:
-            lines.append(f"Python {python['version']}: no Python frames: {python['error']}")
-        else:
-            lines.append(f"Python {python['version']} ({python['module']})")
-        lines.extend(f"Python: warning: {w}" for w in python["warnings"])
-    lines = [escape(line) for line in lines]  # the lines so far, before the many frames
-    for thread in doc["threads"]:
-        crashed = " (crashed)" if thread["tid"] == doc.get("crashing_thread") else ""
-        gil = " (holds the GIL)" if thread.get("gil") else ""
-        lines.append("")
-        lines.append(f"Thread {thread['tid']}{crashed}{gil}:")
-        lines.extend(frame_lines(thread["frames"]))
-        if thread.get("python_stop"):
-            lines.append(escape(f"   (Python frames stopped early: {thread['python_stop']})"))
-        if thread["end"] not in ("end_of_stack", "pc_zero"):
-            detail = f"{thread['end']}: {thread.get('end_detail', '')}"
-            lines.append(escape(f"   (stopped early: {detail})"))
-    return lines
 
 
 def report_lines(buckets: list[dict[str, Any]]) -> list[str]:

@@ -22,7 +22,7 @@ from typing import Any, NamedTuple, ParamSpec, TypeVar
 from stackwalk import _core
 from stackwalk._core import SymbolizedFrame
 from stackwalk._workers import Died, TurnLock, WorkersDied, first_read_here, forked_map
-from stackwalk.core import Core, frame_json
+from stackwalk.core import Core
 from stackwalk.errors import StackwalkError
 from stackwalk.minidump import Minidump
 from stackwalk.pyframes import PythonFrame
@@ -157,7 +157,7 @@ def _unwind_into(record: dict[str, Any], path: str, options: Options) -> None:
     # The crashing thread's frames as its JSON document gives them, to be signed.
     signed = None
     if crashed is not None:
-        signed = [frame_json(f, crashed.trace, False, pystate is not None) for f in crashed.frames]
+        signed = [_frame_json(f) for f in crashed.frames]
     sig = crash_signature(signed, _rules(options.rules))
     record.update(signature=sig.text, bucket=sig.bucket, fingerprint=sig.fingerprint)
     record["frames"] = [
@@ -172,6 +172,14 @@ def _unwind_into(record: dict[str, Any], path: str, options: Options) -> None:
                 f"Python {pystate.version}: no Python frames: {pystate.error}"
             )
         record["warnings"].extend(f"Python: warning: {w}" for w in pystate.warnings)
+
+
+def _frame_json(f: SymbolizedFrame | PythonFrame) -> dict[str, Any]:
+    """A frame's JSON object, as the snapshot document of a python process has it."""
+    if isinstance(f, PythonFrame):
+        python = {"function": f.function, "qualname": f.qualname, "file": f.file, "line": f.line}
+        return {"kind": "python", **python}
+    return {"kind": "native", **f.to_dict()}
 
 
 def _frame_row(tid: int, idx: int, f: SymbolizedFrame | PythonFrame) -> tuple[Any, ...]:

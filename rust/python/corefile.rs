@@ -77,16 +77,17 @@ pub(super) fn link_map_objects<'py>(
 pub struct PyCoreFile {
     inner: CoreFile,
     path: String,
+    /// Which thread crashed, by the threads' signals (decided once).
+    crash: Crash,
 }
 
 impl PyCoreFile {
-    /// Which thread crashed, by the threads' signals.
-    fn crashed(&self) -> Crash {
-        Crash::by_signal(
-            self.inner.notes.threads.iter().map(|t| {
+    fn of(inner: CoreFile, path: String) -> Self {
+        let crash =
+            Crash::by_signal(inner.notes.threads.iter().map(|t| {
                 Signal::of(t.cursig.into(), t.siginfo.map(|s| (s.signo, s.code, s.address)))
-            }),
-        )
+            }));
+        PyCoreFile { inner, path, crash }
     }
 }
 
@@ -103,7 +104,7 @@ impl PyCoreFile {
         let limit = max_size.unwrap_or(DEFAULT_MAX_SIZE);
         let inner = CoreFile::open_with_limit(&path, limit)
             .map_err(|e| CoreError::new_err(format!("{name}: {e}")))?;
-        Ok(PyCoreFile { inner, path: name })
+        Ok(PyCoreFile::of(inner, name))
     }
 
     #[getter]
@@ -137,21 +138,21 @@ impl PyCoreFile {
     #[getter]
     fn threads(&self) -> Vec<(i32, i16, usize)> {
         let threads = &self.inner.notes.threads;
-        self.crashed().order.into_iter().map(|i| (threads[i].tid, threads[i].cursig, i)).collect()
+        self.crash.order.iter().map(|&i| (threads[i].tid, threads[i].cursig, i)).collect()
     }
 
     /// The thread that crashed (`crate::source::signal`), None in a snapshot
     /// of a process that did not.
     #[getter]
     fn crashing_tid(&self) -> Option<i32> {
-        self.crashed().crashing.map(|i| self.inner.notes.threads[i].tid)
+        self.crash.crashing.map(|i| self.inner.notes.threads[i].tid)
     }
 
     /// The signal that stopped the process: (number, name, faulting address,
     /// si_code), or None.
     #[getter]
     fn signal(&self) -> Option<SignalTuple> {
-        self.crashed().signal.map(signal_tuple)
+        self.crash.signal.clone().map(signal_tuple)
     }
 
     /// Each thread's stack: (tid, start, end, sp), the captured segment
@@ -331,5 +332,5 @@ pub(super) fn snapshot_process(
         .map(|(path, via)| (PathBuf::from(fs_str(&path)), via))
         .collect();
     let stopped = u64::try_from(snap.stopped.as_nanos()).unwrap_or(u64::MAX);
-    Ok((PyCoreFile { inner: snap.core, path: format!("pid {pid}") }, stopped, paths))
+    Ok((PyCoreFile::of(snap.core, format!("pid {pid}")), stopped, paths))
 }

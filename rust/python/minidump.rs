@@ -5,7 +5,7 @@
 //! its `segments` are the maps stream's mappings (else the module list's
 //! modules, taken as code), what a core's segments tell the placement.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 
 use pyo3::prelude::*;
@@ -15,7 +15,9 @@ use super::corefile::{image, link_map_objects, signal_tuple, string_object, Link
 use super::errors::MinidumpError;
 use super::memory::PyMappedMemory;
 use super::snapshot::{address_space, SpaceOptions, SpaceTuple};
+use super::symbolize::PySymbolizedFrame;
 use super::unwinder::PyUnwinder;
+use crate::render::minidump_stackwalk::{self, Shown};
 use crate::source::minidump::{basename, MinidumpFile, DUMP_REQUESTED};
 use crate::source::signal::{Crash, Signal};
 use crate::space::finder::Identity;
@@ -30,6 +32,8 @@ const AT_PAGESZ: u64 = 6;
 pub struct PyMinidumpFile {
     inner: MinidumpFile,
     path: String,
+    /// Which thread crashed, and by which signal (decided once).
+    crash: Crash,
 }
 
 impl PyMinidumpFile {
@@ -78,7 +82,9 @@ impl PyMinidumpFile {
         let name = path.to_string_lossy().into_owned();
         let inner = MinidumpFile::open(&path)
             .map_err(|e| MinidumpError::new_err(format!("{name}: {e}")))?;
-        Ok(PyMinidumpFile { inner, path: name })
+        let mut dump = PyMinidumpFile { inner, path: name, crash: Crash::default() };
+        dump.crash = dump.crashed();
+        Ok(dump)
     }
 
     #[getter]
@@ -122,21 +128,21 @@ impl PyMinidumpFile {
             Some((crashed, signo, ..)) if crashed == tid => signo,
             _ => 0,
         };
-        let order = self.crashed().order.into_iter();
-        order.map(|i| (threads[i].tid, cursig(threads[i].tid), i)).collect()
+        let order = self.crash.order.iter();
+        order.map(|&i| (threads[i].tid, cursig(threads[i].tid), i)).collect()
     }
 
     /// The thread that crashed, as `CoreFile.crashing_tid`.
     #[getter]
     fn crashing_tid(&self) -> Option<u32> {
-        self.crashed().crashing.map(|i| self.inner.threads[i].tid)
+        self.crash.crashing.map(|i| self.inner.threads[i].tid)
     }
 
     /// The signal that stopped the process (a Linux dump's), as
     /// `CoreFile.signal`.
     #[getter]
     fn signal(&self) -> Option<SignalTuple> {
-        self.crashed().signal.map(signal_tuple)
+        self.crash.signal.clone().map(signal_tuple)
     }
 
     /// Each thread's stack: (tid, start, end, sp), the captured region
@@ -222,6 +228,31 @@ impl PyMinidumpFile {
                 Ok(d)
             })
             .collect()
+    }
+
+    /// The document `minidump-stackwalk --json` prints for this dump
+    /// (`crate::render::minidump_stackwalk`): `stacks` each thread's
+    /// frames by tid (`SymbolizedFrame`s, inline frames among them),
+    /// `executable` the program's file (the main module's name).
+    #[pyo3(signature = (stacks, executable, indent = Some(2)))]
+    fn stackwalk_json(
+        &self,
+        py: Python<'_>,
+        stacks: HashMap<u32, Vec<PyRef<'_, PySymbolizedFrame>>>,
+        executable: Option<String>,
+        indent: Option<usize>,
+    ) -> PyResult<String> {
+        let mut shown = HashMap::with_capacity(stacks.len());
+        for (tid, frames) in stacks {
+            let frames = frames.iter().map(|f| {
+                let (frame, _) = f.native(py)?;
+                Ok(Shown { frame, lookup_pc: f.lookup_pc() })
+            });
+            shown.insert(tid, frames.collect::<PyResult<Vec<_>>>()?);
+        }
+        let mut out = String::new();
+        minidump_stackwalk::write(&mut out, &self.inner, &shown, executable.as_deref(), indent);
+        Ok(out)
     }
 
     /// The misc info stream's process id, else the Linux status stream's.

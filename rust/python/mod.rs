@@ -2,7 +2,7 @@
 //! thin wrapper over a plain-Rust type, split by area, one file each:
 //! `errors` (the exceptions), `unwinder`, `registers`, `memory`, `symbols`,
 //! `symbolize`, `elf`, `snapshot`, `stackdb`, `perf`, `corefile`,
-//! `minidump`, `capture`, `pyframes`. This file registers them all. Files are mapped, never copied.
+//! `minidump`, `capture`, `document`, `pyframes`. This file registers them all. Files are mapped, never copied.
 
 use std::path::PathBuf;
 
@@ -12,6 +12,7 @@ use pyo3::prelude::*;
 mod batch;
 mod capture;
 mod corefile;
+mod document;
 mod elf;
 mod errors;
 mod memory;
@@ -86,6 +87,9 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("TRUST_LEVELS", names(&crate::unwind::Trust::ALL.map(|t| t.as_str()))?)?;
     m.add("END_REASONS", names(&crate::unwind::EndReason::ALL.map(|e| e.as_str()))?)?;
     m.add("MAX_JOBS", perf::MAX_JOBS)?;
+    // The snapshot document's shape and the inputs it is made of (docs/json.md).
+    m.add("SNAPSHOT_SCHEMA", crate::render::snapshot::SCHEMA)?;
+    m.add("SNAPSHOT_KINDS", names(&crate::render::snapshot::Kind::ALL.map(|k| k.as_str()))?)?;
     m.add_class::<unwinder::PyUnwinder>()?;
     m.add_class::<registers::PyRegisters>()?;
     m.add_class::<unwinder::PyTrace>()?;
@@ -102,6 +106,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<corefile::PyCoreFile>()?;
     m.add_class::<minidump::PyMinidumpFile>()?;
     m.add_class::<capture::PyCaptureFile>()?;
+    m.add_class::<document::PyDocument>()?;
     m.add_function(wrap_pyfunction!(content_hash, m)?)?;
     m.add_function(wrap_pyfunction!(hold_thread_pool, m)?)?;
     m.add_function(wrap_pyfunction!(corefile::snapshot_process, m)?)?;

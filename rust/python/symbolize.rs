@@ -14,6 +14,7 @@ use pyo3::{intern, IntoPyObjectExt};
 use super::errors::{guard, StackwalkError};
 use super::unwinder::{PyFrame, PyTrace};
 use crate::render::frame::named;
+use crate::render::snapshot::NativeFrame;
 use crate::source::memory::Data;
 use crate::symbolize::lines::SourceFrame;
 use crate::symbolize::{Placed, Source, SymbolFile, Symbolizer};
@@ -55,6 +56,36 @@ pub struct PySymbolizedFrame {
     inline: bool,
     /// It, or a frame before it, is in a module whose file is doubtful.
     doubtful: bool,
+}
+
+impl PySymbolizedFrame {
+    /// The frame as the snapshot document holds it, and its unwound frame's
+    /// place in the walk (where its registers are).
+    pub(super) fn native(&self, py: Python<'_>) -> PyResult<(NativeFrame, usize)> {
+        let frame = NativeFrame {
+            index: self.index,
+            pc: self.pc,
+            sp: self.sp,
+            cfa: self.cfa,
+            trust: self.trust.bind(py).extract()?,
+            module: self.module.clone(),
+            module_offset: self.module_offset,
+            function: self.function.clone(),
+            function_offset: self.function_offset,
+            file: self.file.clone(),
+            line: self.line,
+            column: self.column,
+            inline: self.inline,
+            doubtful: self.doubtful,
+            registers: None,
+        };
+        Ok((frame, self.trace_index))
+    }
+
+    /// Where it was named: a caller at its return address less one.
+    pub(super) fn lookup_pc(&self) -> u64 {
+        self.lookup_pc
+    }
 }
 
 #[pymethods]

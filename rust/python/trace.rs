@@ -128,6 +128,22 @@ impl PyTrace {
     ) -> Self {
         PyTrace { frames, end, arch, end_module, registers: None }
     }
+
+    /// Frame `index`'s registers as `registers` gives them (name, value), in
+    /// the architecture's column order with the pc's last; None where the
+    /// walk kept none.
+    pub(super) fn register_values(&self, index: usize) -> Option<Vec<(&'static str, u64)>> {
+        let (file, frame) = (self.registers.as_ref()?.get(index)?, self.frames.get(index)?);
+        let mut out: Vec<(&'static str, u64)> = (0..crate::arch::NUM_REGS as u16)
+            .filter_map(|col| Some((self.arch.register_name(col)?, file.get(col)?)))
+            .collect();
+        let pc = self.arch.pc_name();
+        match out.iter_mut().find(|(name, _)| *name == pc) {
+            Some(slot) => slot.1 = frame.pc,
+            None => out.push((pc, frame.pc)),
+        }
+        Some(out)
+    }
 }
 
 #[pymethods]

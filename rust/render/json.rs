@@ -3,6 +3,9 @@
 
 use std::fmt::Write as _;
 
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+
 use super::text::{push_0x, push_decimal};
 use crate::symbolize::lines::SourceFrame;
 
@@ -19,10 +22,13 @@ pub fn json_function(out: &mut String, function: Option<(&str, u64)>) {
     }
 }
 
-/// `value` as a JSON string.
+/// `value` as a JSON string, every control character escaped: C0 as JSON
+/// requires, DEL and C1 (`\u009b`, a terminal's CSI) too, as Python's
+/// `json.dumps` does, so that no report holds one raw.
 pub fn json_str(out: &mut String, value: &str) {
     out.push('"');
-    if !value.bytes().any(|b| b < 0x20 || b == b'"' || b == b'\\') {
+    let plain = |b: u8| b >= 0x20 && b != b'"' && b != b'\\' && b != 0x7f && b != 0xc2;
+    if value.bytes().all(plain) {
         out.push_str(value);
         out.push('"');
         return;
@@ -34,7 +40,7 @@ pub fn json_str(out: &mut String, value: &str) {
             '\n' => out.push_str("\\n"),
             '\r' => out.push_str("\\r"),
             '\t' => out.push_str("\\t"),
-            c if (c as u32) < 0x20 => {
+            c if (c as u32) < 0x20 || ('\u{7f}'..='\u{9f}').contains(&c) => {
                 let _ = write!(out, "\\u{:04x}", c as u32);
             }
             c => out.push(c),
@@ -62,16 +68,157 @@ pub fn json_source(out: &mut String, source: Option<&SourceFrame>, inline: bool)
     out.push_str(if inline { ", \"inline\": true" } else { ", \"inline\": false" });
 }
 
+/// A JSON writer of objects and arrays, indented as Python's
+/// `json.dumps(indent=N)` writes them, or on one line as `json.dumps`
+/// (`", "` and `": "` between items).
+pub struct JsonWriter<'a> {
+    pub out: &'a mut String,
+    indent: Option<usize>,
+    depth: usize,
+    /// Whether the container open at each depth has an item yet.
+    filled: Vec<bool>,
+}
+
+impl<'a> JsonWriter<'a> {
+    pub fn new(out: &'a mut String, indent: Option<usize>) -> Self {
+        JsonWriter { out, indent, depth: 0, filled: Vec::new() }
+    }
+
+    pub fn open(&mut self, bracket: char) {
+        self.out.push(bracket);
+        self.depth += 1;
+        self.filled.push(false);
+    }
+
+    pub fn close(&mut self, bracket: char) {
+        let filled = self.filled.pop().unwrap_or(false);
+        self.depth -= 1;
+        if filled {
+            self.newline();
+        }
+        self.out.push(bracket);
+    }
+
+    pub fn newline(&mut self) {
+        if let Some(n) = self.indent {
+            self.out.push('\n');
+            self.out.extend(std::iter::repeat_n(' ', n * self.depth));
+        }
+    }
+
+    /// Before an item of the open container.
+    pub fn item(&mut self) {
+        if let Some(filled) = self.filled.last_mut() {
+            if std::mem::replace(filled, true) {
+                self.out.push(',');
+                if self.indent.is_none() {
+                    self.out.push(' ');
+                }
+            }
+        }
+        self.newline();
+    }
+
+    pub fn key(&mut self, key: &str) -> &mut Self {
+        self.item();
+        json_str(self.out, key);
+        self.out.push_str(": ");
+        self
+    }
+
+    pub fn str(&mut self, value: &str) {
+        json_str(self.out, value);
+    }
+
+    pub fn opt_str(&mut self, value: Option<&str>) {
+        match value {
+            Some(v) => json_str(self.out, v),
+            None => self.out.push_str("null"),
+        }
+    }
+
+    pub fn path(&mut self, value: &OsStr) {
+        json_path(self.out, value);
+    }
+
+    pub fn opt_path(&mut self, value: Option<&OsStr>) {
+        match value {
+            Some(v) => json_path(self.out, v),
+            None => self.out.push_str("null"),
+        }
+    }
+
+    pub fn hex(&mut self, value: u64) {
+        self.out.push('"');
+        push_0x(self.out, value);
+        self.out.push('"');
+    }
+
+    pub fn opt_hex(&mut self, value: Option<u64>) {
+        match value {
+            Some(v) => self.hex(v),
+            None => self.out.push_str("null"),
+        }
+    }
+
+    pub fn int(&mut self, value: i64) {
+        push_decimal(self.out, value, 0, b' ');
+    }
+
+    pub fn opt_int(&mut self, value: Option<i64>) {
+        match value {
+            Some(v) => self.int(v),
+            None => self.out.push_str("null"),
+        }
+    }
+
+    pub fn bool(&mut self, value: bool) {
+        self.out.push_str(if value { "true" } else { "false" });
+    }
+
+    pub fn opt_bool(&mut self, value: Option<bool>) {
+        match value {
+            Some(v) => self.bool(v),
+            None => self.out.push_str("null"),
+        }
+    }
+}
+
+/// A path as a JSON string: each byte that is not UTF-8 as the lone
+/// surrogate `os.fsdecode` makes of it (`\udcXX`).
+pub fn json_path(out: &mut String, path: &OsStr) {
+    let bytes = path.as_bytes();
+    if let Ok(text) = std::str::from_utf8(bytes) {
+        return json_str(out, text);
+    }
+    let mut quoted = String::new();
+    out.push('"');
+    for chunk in bytes.utf8_chunks() {
+        quoted.clear();
+        json_str(&mut quoted, chunk.valid());
+        out.push_str(&quoted[1..quoted.len() - 1]);
+        for b in chunk.invalid() {
+            let _ = write!(out, "\\udc{b:02x}");
+        }
+    }
+    out.push('"');
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn json_strings_as_serde_writes_them() {
-        for value in ["main", "a\"b", "back\\slash", "tab\there\nnl", "\u{1}ctl", "naïve ✓"] {
+        for value in ["main", "a\"b", "back\\slash", "tab\there\nnl", "\u{1}ctl", "naïve ✓ ¢"] {
             let mut ours = String::new();
             json_str(&mut ours, value);
             assert_eq!(ours, serde_json::to_string(value).unwrap());
         }
+        // DEL and C1 escaped too (serde writes them raw), read back as they were.
+        let mut ours = String::new();
+        json_str(&mut ours, "csi\u{9b}2J\u{7f}\u{85}");
+        assert_eq!(ours, r#""csi\u009b2J\u007f\u0085""#);
+        assert_eq!(serde_json::from_str::<String>(&ours).unwrap(), "csi\u{9b}2J\u{7f}\u{85}");
     }
 }

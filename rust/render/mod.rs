@@ -17,5 +17,7 @@
 pub mod flamegraph;
 pub mod frame;
 pub mod json;
+pub mod minidump_stackwalk;
 pub mod records;
+pub mod snapshot;
 pub mod text;
