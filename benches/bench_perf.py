@@ -50,7 +50,7 @@ from typing import Any
 import pytest
 from elftools.elf.elffile import ELFFile
 from stackwalk._core import perf_report, perf_samples
-from stackwalk.perf import ProfileFrame, Recording, Sample
+from stackwalk.perf import Recording, Sample
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from benchstacks import PERF_SIZES, on_cores, skip_unless_cores, stackwalk_command  # noqa: E402
@@ -509,26 +509,11 @@ def test_peak_memory_is_flat(benchmark: Any, recordings: dict[str, Path]) -> Non
 
 def _samples_from_json(path: Path) -> list[Sample]:
     """The samples of `stackwalk perf --json`'s run, read from its JSON lines."""
-
-    def number(text: str | None) -> int | None:
-        return None if text is None else int(text, 16)
-
-    out = []
     with tempfile.TemporaryDirectory() as directory:
         output = os.path.join(directory, "out")
         perf_report(path, "json", output=output)
         with open(output, encoding="utf-8") as lines:
-            lines_read = list(lines)
-    for line in lines_read:
-        s = json.loads(line)
-        frames = tuple(
-            ProfileFrame(int(f["pc"], 16), f["module"], int(f["module_offset"], 16),
-                         f["function"], number(f["function_offset"]), f["kernel"], f["trust"],
-                         f.get("file"), f.get("line"), f.get("column"), f.get("inline", False))
-            for f in s["frames"]
-        )  # fmt: skip
-        out.append(Sample(s["pid"], s["tid"], s["time"], s["comm"], frames))
-    return out
+            return [Sample.from_json(json.loads(line)) for line in lines]
 
 
 @pytest.mark.benchmark(group="perf-api")

@@ -8,31 +8,18 @@ from __future__ import annotations
 import json
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 import pytest
 from perfdata import Recordings, stackwalk_perf
 from stackwalk import Recording, StackDB
-from stackwalk.perf import ProfileFrame, Sample
+from stackwalk.perf import Sample
 
 
 def command_samples(path: Path, *options: str) -> list[Sample]:
-    """``stackwalk perf --json``'s samples, its hex strings read as numbers here."""
+    """``stackwalk perf --json``'s samples, its hex strings read as numbers."""
     proc = stackwalk_perf("--json", *options, path)
     assert proc.returncode in (0, 1), proc.stderr
-
-    def frame(f: dict[str, Any]) -> ProfileFrame:
-        offset = f["function_offset"]
-        return ProfileFrame(
-            int(f["pc"], 16), f["module"], int(f["module_offset"], 16), f["function"],
-            None if offset is None else int(offset, 16), f["kernel"], f["trust"],
-            f.get("file"), f.get("line"), f.get("column"), f.get("inline", False),
-        )  # fmt: skip
-
-    return [
-        Sample(s["pid"], s["tid"], s["time"], s["comm"], tuple(frame(f) for f in s["frames"]))
-        for s in map(json.loads, proc.stdout.splitlines())
-    ]
+    return [Sample.from_json(json.loads(line)) for line in proc.stdout.splitlines()]
 
 
 @pytest.mark.parametrize("workload", ["qsort", "threads"])

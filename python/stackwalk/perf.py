@@ -60,6 +60,22 @@ class Sample:
     comm: str
     frames: tuple[ProfileFrame, ...]
 
+    @classmethod
+    def from_json(cls, sample: dict[str, Any]) -> Sample:
+        """A sample from its object in ``stackwalk perf --json``'s lines (docs/json.md):
+        hex strings read as numbers."""
+
+        def frame(f: dict[str, Any]) -> ProfileFrame:
+            offset = f["function_offset"]
+            return ProfileFrame(
+                int(f["pc"], 16), f["module"], int(f["module_offset"], 16), f["function"],
+                None if offset is None else int(offset, 16), f["kernel"], f["trust"],
+                f.get("file"), f.get("line"), f.get("column"), f.get("inline", False),
+            )  # fmt: skip
+
+        frames = tuple(frame(f) for f in sample["frames"])
+        return cls(sample["pid"], sample["tid"], sample["time"], sample["comm"], frames)
+
 
 class Recording:
     """A ``perf record --call-graph dwarf`` file, read with ``stackwalk perf``'s options:

@@ -8,13 +8,13 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use object::elf::PF_X;
+
 use crate::arch::Arch;
 use crate::source::memory::{Data, Segment, SegmentMemory};
 
 /// `AT_SYSINFO_EHDR`: where the vdso's image starts.
 const AT_SYSINFO_EHDR: u64 = 33;
-/// `p_flags` bit of an executable segment.
-const PF_X: u32 = 1;
 
 /// A mapping of a module's file in the stopped process.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -19,6 +19,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use object::elf::{PF_R, PF_W, PF_X};
+
 use crate::arch::Arch;
 use crate::source::corefile::{CoreFile, FileMapping, LoadSegment, Notes, ThreadNotes};
 use crate::source::memory::{Data, Segment, SegmentMemory};
@@ -28,9 +30,6 @@ pub const MAX_STACK: u64 = 8 << 20;
 /// Below the stack pointer, the x86_64 red zone (leaf functions' locals).
 const BELOW_SP: u64 = 256;
 const PAGE: u64 = 4096;
-const PF_X: u32 = 1;
-const PF_W: u32 = 2;
-const PF_R: u32 = 4;
 /// Rounds of listing the threads while new ones keep appearing.
 const MAX_ROUNDS: usize = 16;
 

@@ -24,8 +24,7 @@ pub mod symtab;
 
 use std::ops::Range;
 
-/// `p_flags` bit of an executable segment.
-pub const PF_X: u32 = 1;
+pub use object::elf::PF_X;
 
 /// A PT_LOAD segment of an ELF file: what placing a mapping of it needs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -9,6 +9,8 @@ use std::collections::BTreeMap;
 
 use minidump::format::MINIDUMP_STREAM_TYPE as StreamType;
 use minidump::{Minidump, MinidumpMemory64List, MinidumpStream};
+// Mapping permissions as ELF `p_flags`, which the modules' placement reads.
+use object::elf::{PF_R, PF_W, PF_X};
 
 use crate::source::memory::Segment;
 
@@ -17,10 +19,6 @@ use crate::source::memory::Segment;
 const MAX_MAPS: usize = 1 << 20;
 /// A memory list descriptor: start (8), size (4), rva (4).
 const MEMORY_DESCRIPTOR: usize = 16;
-/// Mapping permissions as ELF `p_flags`, which the modules' placement reads.
-const PF_X: u32 = 1;
-const PF_W: u32 = 2;
-const PF_R: u32 = 4;
 
 /// A line of the Linux maps stream: `start..end` maps `path` (None: an
 /// anonymous mapping or a pseudo-path such as `[stack]`) from `offset` on.
