@@ -92,7 +92,7 @@ def _print_document(doc: Document, as_json: bool, lines: bool = False) -> int:
     elif as_json:
         doc.write_json(sys.stdout)
     else:
-        sys.stdout.write(doc.text())
+        doc.write_text(sys.stdout)
     return _threads_status(doc)
 
 

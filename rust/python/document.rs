@@ -174,21 +174,12 @@ impl PyDocument {
     /// is never held whole as text.
     #[pyo3(signature = (file, indent = Some(2)))]
     fn write_json(&self, file: &Bound<'_, PyAny>, indent: Option<usize>) -> PyResult<()> {
-        let mut failed = None;
-        let mut out = String::new();
-        let mut flush = |text: &mut String| {
-            if text.len() >= 1 << 22 && failed.is_none() {
-                failed = file.call_method1("write", (PyString::new(file.py(), text),)).err();
-                text.clear();
-            }
-        };
-        self.inner.write_json_flushing(&mut out, indent, &mut flush);
-        if let Some(e) = failed {
-            return Err(e);
-        }
-        out.push('\n');
-        file.call_method1("write", (out,))?;
-        Ok(())
+        write_out(file, |out, flush| self.inner.write_json_flushing(out, indent, flush), "\n")
+    }
+
+    /// `text()` written to `file` as it is made, as `write_json`.
+    fn write_text(&self, file: &Bound<'_, PyAny>) -> PyResult<()> {
+        write_out(file, |out, flush| self.inner.write_text_flushing(out, flush), "")
     }
 
     /// The text report (`stackwalk core`'s), ending with a newline.
@@ -207,4 +198,28 @@ impl PyDocument {
     fn __repr__(&self) -> String {
         format!("<Document {} of {} threads>", self.inner.kind.as_str(), self.inner.threads.len())
     }
+}
+
+/// What `write` makes, written to `file` a piece of at least 4 MiB at a
+/// time (the last piece followed by `end`).
+fn write_out(
+    file: &Bound<'_, PyAny>,
+    write: impl FnOnce(&mut String, &mut dyn FnMut(&mut String)),
+    end: &str,
+) -> PyResult<()> {
+    let mut failed = None;
+    let mut out = String::new();
+    let mut flush = |text: &mut String| {
+        if text.len() >= 1 << 22 && failed.is_none() {
+            failed = file.call_method1("write", (PyString::new(file.py(), text),)).err();
+            text.clear();
+        }
+    };
+    write(&mut out, &mut flush);
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    out.push_str(end);
+    file.call_method1("write", (out,))?;
+    Ok(())
 }

@@ -407,6 +407,12 @@ impl Document {
     /// thread's frames as gdb and eu-stack print them, with how each was
     /// found. Every name and path escaped (`escaped`).
     pub fn write_text(&self, out: &mut String) {
+        self.write_text_flushing(out, &mut |_| {});
+    }
+
+    /// [`Self::write_text`], `flush` given the text so far after each
+    /// thread, as [`Self::write_json_flushing`].
+    pub fn write_text_flushing(&self, out: &mut String, flush: &mut dyn FnMut(&mut String)) {
         let mut what = if self.kind == Kind::Process {
             format!("Process {}", self.pid.unwrap_or_default())
         } else {
@@ -495,6 +501,7 @@ impl Document {
                 let _ =
                     writeln!(out, "   (stopped early: {}: {})", escaped(&t.end), escaped(detail));
             }
+            flush(out);
         }
     }
 }
