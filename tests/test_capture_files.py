@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from corefiles import is_subsequence
 from elftools.elf.elffile import ELFFile
 from hypothesis import event, given
 from hypothesis import strategies as st
@@ -140,6 +141,27 @@ def test_a_capture_of_format_1_is_still_read(deep: Capture, tmp_path: Path) -> N
     uw = Unwinder(cap.arch)
     cap.add_modules_to(uw)
     assert uw.unwind(cap.regs, cap.memory).pcs == deep.gdb_pcs
+
+
+def test_a_bias_below_zero_is_an_address_that_wraps(deep: Capture, tmp_path: Path) -> None:
+    """A format-1 module's bias below zero (a file loaded below its link address; found by
+    the mutation test: it stopped `unwind` with an OverflowError) places the file where the
+    bias wraps to: a module nothing maps there is still only a warning, and the frames are
+    gdb's up to it."""
+    doc = document(deep, tmp_path)
+    doc["format"] = "stackwalk-capture-1"
+    doc["modules"] = [[m["path"], m["bias"]] for m in doc["modules"]]
+    libc = next(i for i, m in enumerate(doc["modules"]) if "libc.so" in m[0])
+    doc["modules"][libc][1] = -0x1000
+    proc = run_unwind(write(tmp_path, doc), "--json")
+    assert proc.returncode in (0, 1), proc.stderr
+    pcs = [int(f["pc"], 16) for f in json.loads(proc.stdout)["threads"][0]["frames"]]
+    # The program's frames are gdb's; past them, libc's (its file misplaced, its CFI not used
+    # there) are scanned past: what remains is gdb's frames, in order, some left out.
+    spans = [(a, b) for m in deep.modules if "libc.so" in m.path for a, b, _, _ in m.mappings]
+    in_libc = next(i for i, pc in enumerate(deep.gdb_pcs) if any(a <= pc < b for a, b in spans))
+    assert pcs[:in_libc] == deep.gdb_pcs[:in_libc], (pcs, deep.gdb_pcs)
+    assert is_subsequence(pcs, deep.gdb_pcs), (pcs, deep.gdb_pcs)
 
 
 # -- a module that is gone -------------------------------------------------------------------
@@ -268,7 +290,8 @@ _BAD = [
     (("gdb_frames", 0, "pc"), -1, "gdb_frames[0].pc: -1"),
     (("gdb_frames", 0), None, "gdb_frames[0]: null, not dict"),
     (("tid",), _DELETE, "no 'tid'"),
-    (("tid",), -5, "tid: -5"),
+    (("tid",), -5, "tid: -5 is not a thread id"),
+    (("tid",), _WORD - 1, f"tid: {_WORD - 1} is not a thread id"),
     (("core",), 3, "core: a int, not str or null"),
 ]
 

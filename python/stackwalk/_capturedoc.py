@@ -108,7 +108,7 @@ def check(doc: Any) -> dict[str, Any]:
         "vdso": None if vdso is None else _region(vdso, "vdso"),
         "gdb_frames": [_frame(f, f"gdb_frames[{i}]") for i, f in enumerate(_frames(doc))],
         "gdb_stop_reason": _get(doc, "gdb_stop_reason", (str, type(None))),
-        "tid": _word(_get(doc, "tid", int), "tid"),
+        "tid": _tid(_get(doc, "tid", int)),
         "core": _get(doc, "core", (str, type(None))),
     }
 
@@ -140,6 +140,13 @@ def _word(value: Any, where: str) -> int:
     if not 0 <= number < _WORD:
         raise Invalid(f"{where}: {number} is not a 64-bit unsigned value")
     return number
+
+
+def _tid(value: int) -> int:
+    """A thread id: the kernel's are positive 32-bit numbers (a pid_t)."""
+    if not 0 <= value < 1 << 32:
+        raise Invalid(f"tid: {value} is not a thread id")
+    return value
 
 
 def _pair(value: Any, where: str, size: int = 2) -> list[Any]:
