@@ -22,6 +22,7 @@ from corefiles import Cores, stackwalk_core, stackwalk_minidump
 from perfdata import Recordings, perf_script
 from processes import running
 from realstacks import SYSTEM_PYTHON, Builder, Captures
+from stackwalk import Core, Minidump
 from stackwalk._core import END_REASONS, TRUST_LEVELS
 from stackwalk._core import SNAPSHOT_KINDS as KINDS
 from stackwalk._core import SNAPSHOT_SCHEMA as SCHEMA
@@ -284,6 +285,21 @@ def test_snapshot_documents(documents: str, request: pytest.FixtureRequest) -> N
     checker = Checker()
     for name, doc in request.getfixturevalue(documents):
         checker.snapshot(doc, name)
+
+
+def test_the_api_gives_the_commands_documents(
+    cores: Cores, core_documents: Documents, minidump_documents: Documents
+) -> None:
+    """``to_dict()``, made from the native document without its text, is what its JSON reads
+    as, and the command's document: a core's with each frame's registers, two minidumps'."""
+    made = cores("deep")
+    core = Core.open(made.path, made.executable, **made.open_options)
+    doc = core.document(registers=True)
+    assert doc.to_dict() == json.loads(doc.json()) == json.loads(doc.json(indent=None))
+    assert doc.to_dict() == core_documents[0][1]
+    for name, theirs in minidump_documents:
+        dump = Minidump.open(MINIDUMPS / name).document()
+        assert dump.to_dict() == json.loads(dump.json()) == theirs, name
 
 
 def test_perf_samples(samples: dict[str, list[dict[str, Any]]], recordings: Recordings) -> None:

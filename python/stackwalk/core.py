@@ -287,27 +287,53 @@ class Core:
         process that is not python's gets the document it gets with "native". ``registers``:
         each frame (not an inlined function's) gets its ``registers`` as the walk recovered
         them (``Trace.registers``: name -> hex value)."""
+        doc, added = self._document(max_frames, end_details=end_details, inline=inline,
+                                    tids=tids, python=python, registers=registers)  # fmt: skip
+        for _ in added:
+            pass
+        return doc
+
+    def to_dict(self, max_frames: int | None = None, **options: Any) -> dict[str, Any]:
+        """``document(max_frames, **options)``'s JSON document as Python values, each thread's
+        made as it is walked (a core of many threads is never held twice)."""
+        doc, added = self._document(max_frames, **options)
+        threads = [doc.take_thread() for _ in added]
+        out = doc.to_dict()
+        out["threads"] = threads
+        return out
+
+    def _document(
+        self,
+        max_frames: int | None = None,
+        *,
+        end_details: bool = True,
+        inline: bool = True,
+        tids: Collection[int] | None = None,
+        python: Mode = "native",
+        registers: bool = False,
+    ) -> tuple[Document, Iterator[None]]:
+        """The document without its threads, and what adds them to it, one thread a step."""
         stacks, pystate = self._stacks(max_frames, inline=inline, tids=tids, python=python,
                                        registers=registers)  # fmt: skip
         doc = self.empty_document()
         if pystate is not None:
             doc.set_python(pystate.module, pystate.version, list(pystate.warnings), pystate.error)
-        for stack in stacks:
-            trace, pythread = stack.trace, stack.python
-            doc.add_thread(
-                stack.thread.tid,
-                trace.end,
-                stack.frames,
-                end_detail=trace.end_detail if end_details else None,
-                trace=trace if registers else None,
-                gil=None if pystate is None else pythread is not None and pythread.holds_gil,
-                python_stop=pythread.stop if pythread is not None else None,
-            )
-        return doc
 
-    def to_dict(self, max_frames: int | None = None, **options: Any) -> dict[str, Any]:
-        """``document(max_frames, **options)``'s JSON document as Python values."""
-        return self.document(max_frames, **options).to_dict()
+        def added() -> Iterator[None]:
+            for stack in stacks:
+                trace, pythread = stack.trace, stack.python
+                doc.add_thread(
+                    stack.thread.tid,
+                    trace.end,
+                    stack.frames,
+                    end_detail=trace.end_detail if end_details else None,
+                    trace=trace if registers else None,
+                    gil=None if pystate is None else pythread is not None and pythread.holds_gil,
+                    python_stop=pythread.stop if pythread is not None else None,
+                )
+                yield
+
+        return doc, added()
 
     def empty_document(self) -> Document:
         """The snapshot document of this snapshot with no thread yet (``document()`` adds

@@ -6,14 +6,15 @@
 use std::ffi::OsString;
 
 use pyo3::exceptions::PyValueError;
+use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::PyString;
+use pyo3::types::{PyDict, PyList, PyString};
 
 use super::symbolize::PySymbolizedFrame;
 use super::unwinder::PyTrace;
 use crate::render::snapshot::{
-    Crash, Document, Frame, Ids, Kind, Module, Python as Interpreter, PythonFrame, Signal, System,
-    Thread,
+    Crash, Document, Frame, Ids, Kind, Module, NativeFrame, Python as Interpreter, PythonFrame,
+    Signal, System, Thread, SCHEMA,
 };
 
 /// A module as `stackwalk.core` gives it: (path, start, end, ranges, bias,
@@ -147,6 +148,16 @@ impl PyDocument {
         Ok(())
     }
 
+    /// The last thread added, taken out of the document, as Python values
+    /// (what `to_dict()` gives of it): a caller that makes the threads' values
+    /// one at a time never holds a thread both ways.
+    fn take_thread<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let kinds = self.inner.python.is_some();
+        let thread = self.inner.threads.pop();
+        let thread = thread.ok_or_else(|| PyValueError::new_err("the document has no thread"))?;
+        thread_dict(py, &thread, kinds)
+    }
+
     /// The document's "kind".
     #[getter]
     fn kind(&self) -> &'static str {
@@ -189,10 +200,10 @@ impl PyDocument {
         out
     }
 
-    /// The document as Python values (what `json.loads(json())` gives).
-    fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let text = self.json(py, None);
-        py.import("json")?.call_method1("loads", (text,))
+    /// The document as Python values (what `json.loads(json())` gives), made
+    /// from the model without the text between.
+    fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        document_dict(py, &self.inner)
     }
 
     fn __repr__(&self) -> String {
@@ -222,4 +233,147 @@ fn write_out(
     out.push_str(end);
     file.call_method1("write", (out,))?;
     Ok(())
+}
+
+fn hex(value: u64) -> String {
+    format!("{value:#x}")
+}
+
+/// `doc` as Python values, keys in the JSON's order (docs/json.md).
+fn document_dict<'py>(py: Python<'py>, doc: &Document) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("schema", SCHEMA)?;
+    d.set_item("kind", doc.kind.as_str())?;
+    d.set_item("path", doc.path.as_deref())?;
+    d.set_item("arch", &doc.arch)?;
+    d.set_item("executable", doc.executable.as_deref())?;
+    d.set_item("pid", doc.pid)?;
+    let signal = doc.signal.as_ref().map(|s| -> PyResult<_> {
+        let out = PyDict::new(py);
+        out.set_item("number", s.number)?;
+        out.set_item("name", &s.name)?;
+        out.set_item("address", s.address.map(hex))?;
+        Ok(out)
+    });
+    d.set_item("signal", signal.transpose()?)?;
+    d.set_item("crashing_thread", doc.crashing_thread)?;
+    let modules = PyList::empty(py);
+    for m in &doc.modules {
+        let out = PyDict::new(py);
+        out.set_item("path", &m.path)?;
+        out.set_item("start", hex(m.start))?;
+        out.set_item("end", hex(m.end))?;
+        let ranges: Vec<[String; 2]> = m.ranges.iter().map(|&(a, b)| [hex(a), hex(b)]).collect();
+        out.set_item("ranges", ranges)?;
+        out.set_item("bias", hex(m.bias))?;
+        out.set_item("build_id", &m.build_id)?;
+        out.set_item("found", m.found)?;
+        out.set_item("build_id_matches", m.build_id_matches)?;
+        if doc.kind == Kind::Minidump {
+            let ids = m.ids.clone().unwrap_or_default();
+            out.set_item("debug_file", ids.debug_file)?;
+            out.set_item("debug_id", ids.debug_id)?;
+            out.set_item("code_id", ids.code_id)?;
+        }
+        modules.append(out)?;
+    }
+    d.set_item("modules", modules)?;
+    let threads = PyList::empty(py);
+    let kinds = doc.python.is_some();
+    for t in &doc.threads {
+        threads.append(thread_dict(py, t, kinds)?)?;
+    }
+    d.set_item("threads", threads)?;
+    if let Some(p) = &doc.python {
+        let out = PyDict::new(py);
+        out.set_item("module", &p.module)?;
+        out.set_item("version", &p.version)?;
+        out.set_item("warnings", &p.warnings)?;
+        out.set_item("error", &p.error)?;
+        d.set_item("python", out)?;
+    }
+    if let Some(s) = &doc.system {
+        let out = PyDict::new(py);
+        out.set_item("os", &s.os)?;
+        out.set_item("os_version", &s.os_version)?;
+        out.set_item("cpu", &s.cpu)?;
+        d.set_item("system", out)?;
+    }
+    if doc.kind == Kind::Minidump {
+        let crash = doc.crash.as_ref().map(|c| -> PyResult<_> {
+            let out = PyDict::new(py);
+            out.set_item("reason", &c.reason)?;
+            out.set_item("address", hex(c.address))?;
+            out.set_item("thread", c.thread)?;
+            Ok(out)
+        });
+        d.set_item("crash", crash.transpose()?)?;
+    }
+    if let Some(ms) = doc.stopped_ms {
+        d.set_item("stopped_ms", ms)?;
+    }
+    Ok(d)
+}
+
+/// A thread's JSON object as Python values.
+fn thread_dict<'py>(py: Python<'py>, t: &Thread, kinds: bool) -> PyResult<Bound<'py, PyDict>> {
+    let out = PyDict::new(py);
+    out.set_item(intern!(py, "tid"), t.tid)?;
+    out.set_item(intern!(py, "end"), &t.end)?;
+    let frames = PyList::empty(py);
+    for f in &t.frames {
+        frames.append(match f {
+            Frame::Native(n) => native_dict(py, n, kinds)?,
+            Frame::Python(p) => {
+                let out = PyDict::new(py);
+                out.set_item(intern!(py, "kind"), intern!(py, "python"))?;
+                out.set_item(intern!(py, "function"), &p.function)?;
+                out.set_item(intern!(py, "qualname"), &p.qualname)?;
+                out.set_item(intern!(py, "file"), &p.file)?;
+                out.set_item(intern!(py, "line"), p.line)?;
+                out
+            }
+        })?;
+    }
+    out.set_item(intern!(py, "frames"), frames)?;
+    if let Some(gil) = t.gil {
+        out.set_item(intern!(py, "gil"), gil)?;
+    }
+    if let Some(stop) = &t.python_stop {
+        out.set_item(intern!(py, "python_stop"), stop)?;
+    }
+    if let Some(detail) = &t.end_detail {
+        out.set_item(intern!(py, "end_detail"), detail)?;
+    }
+    Ok(out)
+}
+
+/// A native frame's JSON object as Python values.
+fn native_dict<'py>(py: Python<'py>, n: &NativeFrame, kinds: bool) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    if kinds {
+        d.set_item(intern!(py, "kind"), intern!(py, "native"))?;
+    }
+    d.set_item(intern!(py, "index"), n.index)?;
+    d.set_item(intern!(py, "pc"), hex(n.pc))?;
+    d.set_item(intern!(py, "sp"), hex(n.sp))?;
+    d.set_item(intern!(py, "cfa"), n.cfa.map(hex))?;
+    d.set_item(intern!(py, "trust"), PyString::intern(py, &n.trust))?;
+    d.set_item(intern!(py, "module"), &n.module)?;
+    d.set_item(intern!(py, "module_offset"), n.module_offset.map(hex))?;
+    d.set_item(intern!(py, "function"), &n.function)?;
+    d.set_item(intern!(py, "function_offset"), n.function_offset.map(hex))?;
+    d.set_item(intern!(py, "file"), &n.file)?;
+    d.set_item(intern!(py, "line"), n.line)?;
+    d.set_item(intern!(py, "column"), n.column)?;
+    d.set_item(intern!(py, "inline"), n.inline)?;
+    d.set_item(intern!(py, "doubtful"), n.doubtful)?;
+    if let Some(registers) = &n.registers {
+        let out = PyDict::new(py);
+        for (name, value) in registers {
+            out.set_item(PyString::intern(py, name), hex(*value))?;
+        }
+        d.set_item(intern!(py, "registers"), out)?;
+    }
+    Ok(d)
 }
