@@ -307,14 +307,12 @@ class Core:
         max_frames: int | None = None,
         *,
         end_details: bool = True,
-        inline: bool = True,
-        tids: Collection[int] | None = None,
-        python: Mode = "native",
         registers: bool = False,
+        **walks: Any,
     ) -> tuple[Document, Iterator[None]]:
-        """The document without its threads, and what adds them to it, one thread a step."""
-        stacks, pystate = self._stacks(max_frames, inline=inline, tids=tids, python=python,
-                                       registers=registers)  # fmt: skip
+        """The document without its threads, and what adds them to it, one thread a step
+        (``document()``'s options; ``walks``: ``_stacks``')."""
+        stacks, pystate = self._stacks(max_frames, registers=registers, **walks)
         doc = self.empty_document()
         if pystate is not None:
             doc.set_python(pystate.module, pystate.version, list(pystate.warnings), pystate.error)
