@@ -199,6 +199,25 @@ def test_json_keeps_names_exact(hostile: Hostile, command: str) -> None:
         assert FUNCTION in [f["function"] for f in frames_of(json.loads(proc.stdout))]
 
 
+def test_an_output_without_a_names_letters(hostile: Hostile, tmp_path: Path) -> None:
+    """Standard output in an encoding that lacks a letter of a name (ASCII: a C locale's
+    pipe): the text report writes it as a backslash escape, the JSON is ASCII (JSON's own
+    escape, read back exactly); neither stops with a traceback, as the text did."""
+    core = tmp_path / "café.core"
+    core.write_bytes(hostile.core.read_bytes())
+    env = {**os.environ, "PYTHONIOENCODING": "ascii"}
+    for options in ((), ("--json",)):
+        proc = subprocess.run([sys.executable, "-m", "stackwalk", "core", core, *options],
+                              capture_output=True, env=env, timeout=SLOW)  # fmt: skip
+        assert proc.returncode in (0, 1), proc.stderr.decode(errors="replace")
+        assert proc.stdout.isascii() and b"Traceback" not in proc.stderr
+        if options:
+            doc = json.loads(proc.stdout)
+            assert doc["path"] == str(core) and FUNCTION in [f["function"] for f in frames_of(doc)]
+        else:
+            assert f"Core {tmp_path}/caf\\xe9.core".encode() in proc.stdout, proc.stdout[:200]
+
+
 def test_pid_escapes_names(hostile: Hostile) -> None:
     """``pid``: the live program, waiting in FUNCTION: text escaped, JSON exact."""
     process = subprocess.Popen([hostile.program, "wait"], env=CRASH_ENV, stdin=subprocess.DEVNULL)

@@ -565,6 +565,10 @@ _COMMANDS: dict[str, Callable[[Namespace], int]] = {
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # A letter the output's encoding lacks (a name in a report piped under a C locale) is
+    # written as a backslash escape, never a traceback. (The JSON is ASCII.)
+    if isinstance(sys.stdout, io.TextIOWrapper):
+        sys.stdout.reconfigure(errors="backslashreplace")
     args = parse_args(sys.argv[1:] if argv is None else list(argv))
     try:
         try:

@@ -22,12 +22,14 @@ pub fn json_function(out: &mut String, function: Option<(&str, u64)>) {
     }
 }
 
-/// `value` as a JSON string, every control character escaped: C0 as JSON
-/// requires, DEL and C1 (`\u009b`, a terminal's CSI) too, as Python's
-/// `json.dumps` does, so that no report holds one raw.
+/// `value` as a JSON string in ASCII, as Python's `json.dumps` writes it:
+/// every control character escaped (C0 as JSON requires, DEL and C1 too: a
+/// raw `\u009b` is a terminal's CSI), and every letter past ASCII as
+/// `\uXXXX` (a pair of surrogates past the BMP), so that the document reads
+/// the same through any output encoding.
 pub fn json_str(out: &mut String, value: &str) {
     out.push('"');
-    let plain = |b: u8| b >= 0x20 && b != b'"' && b != b'\\' && b != 0x7f && b != 0xc2;
+    let plain = |b: u8| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\';
     if value.bytes().all(plain) {
         out.push_str(value);
         out.push('"');
@@ -40,10 +42,13 @@ pub fn json_str(out: &mut String, value: &str) {
             '\n' => out.push_str("\\n"),
             '\r' => out.push_str("\\r"),
             '\t' => out.push_str("\\t"),
-            c if (c as u32) < 0x20 || ('\u{7f}'..='\u{9f}').contains(&c) => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
+            c if (' '..'\u{7f}').contains(&c) => out.push(c),
+            c => {
+                let mut units = [0u16; 2];
+                for unit in c.encode_utf16(&mut units) {
+                    let _ = write!(out, "\\u{unit:04x}");
+                }
             }
-            c => out.push(c),
         }
     }
     out.push('"');
@@ -209,16 +214,24 @@ mod tests {
     use super::*;
 
     #[test]
-    fn json_strings_as_serde_writes_them() {
-        for value in ["main", "a\"b", "back\\slash", "tab\there\nnl", "\u{1}ctl", "naïve ✓ ¢"] {
+    fn json_strings_as_python_writes_them() {
+        // serde's where it writes ASCII; read back by serde as they were.
+        for value in ["main", "a\"b", "back\\slash", "tab\there\nnl", "\u{1}ctl"] {
             let mut ours = String::new();
             json_str(&mut ours, value);
             assert_eq!(ours, serde_json::to_string(value).unwrap());
         }
-        // DEL and C1 escaped too (serde writes them raw), read back as they were.
-        let mut ours = String::new();
-        json_str(&mut ours, "csi\u{9b}2J\u{7f}\u{85}");
-        assert_eq!(ours, r#""csi\u009b2J\u007f\u0085""#);
-        assert_eq!(serde_json::from_str::<String>(&ours).unwrap(), "csi\u{9b}2J\u{7f}\u{85}");
+        // DEL, C1 and every letter past ASCII escaped, as Python's json.dumps writes them
+        // (a pair of surrogates past the BMP).
+        for (value, python) in [
+            ("csi\u{9b}2J\u{7f}\u{85}", r#""csi\u009b2J\u007f\u0085""#),
+            ("naïve ✓ ¢", r#""na\u00efve \u2713 \u00a2""#),
+            ("\u{1f600}", r#""\ud83d\ude00""#),
+        ] {
+            let mut ours = String::new();
+            json_str(&mut ours, value);
+            assert_eq!(ours, python);
+            assert_eq!(serde_json::from_str::<String>(&ours).unwrap(), value);
+        }
     }
 }
