@@ -270,10 +270,9 @@ fn document_dict<'py>(py: Python<'py>, doc: &Document) -> PyResult<Bound<'py, Py
         out.set_item("found", m.found)?;
         out.set_item("build_id_matches", m.build_id_matches)?;
         if doc.kind == Kind::Minidump {
-            let ids = m.ids.clone().unwrap_or_default();
-            out.set_item("debug_file", ids.debug_file)?;
-            out.set_item("debug_id", ids.debug_id)?;
-            out.set_item("code_id", ids.code_id)?;
+            for (key, value) in m.id_fields() {
+                out.set_item(key, value)?;
+            }
         }
         modules.append(out)?;
     }
@@ -348,8 +347,13 @@ fn thread_dict<'py>(py: Python<'py>, t: &Thread, kinds: bool) -> PyResult<Bound<
     Ok(out)
 }
 
-/// A native frame's JSON object as Python values.
-fn native_dict<'py>(py: Python<'py>, n: &NativeFrame, kinds: bool) -> PyResult<Bound<'py, PyDict>> {
+/// A native frame's JSON object as Python values (`SymbolizedFrame.to_dict`'s
+/// too); with `kinds`, its `kind`.
+pub(super) fn native_dict<'py>(
+    py: Python<'py>,
+    n: &NativeFrame,
+    kinds: bool,
+) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
     if kinds {
         d.set_item(intern!(py, "kind"), intern!(py, "native"))?;

@@ -11,6 +11,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString};
 use pyo3::{intern, IntoPyObjectExt};
 
+use super::document::native_dict;
 use super::errors::{guard, StackwalkError};
 use super::unwinder::{PyFrame, PyTrace};
 use crate::render::frame::named;
@@ -92,22 +93,7 @@ impl PySymbolizedFrame {
 impl PySymbolizedFrame {
     /// The frame's JSON object, as the snapshot document gives it.
     fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let d = PyDict::new(py);
-        d.set_item(intern!(py, "index"), self.index)?;
-        d.set_item(intern!(py, "pc"), hex(self.pc))?;
-        d.set_item(intern!(py, "sp"), hex(self.sp))?;
-        d.set_item(intern!(py, "cfa"), self.cfa.map(hex))?;
-        d.set_item(intern!(py, "trust"), &self.trust)?;
-        d.set_item(intern!(py, "module"), &self.module)?;
-        d.set_item(intern!(py, "module_offset"), self.module_offset.map(hex))?;
-        d.set_item(intern!(py, "function"), &self.function)?;
-        d.set_item(intern!(py, "function_offset"), self.function_offset.map(hex))?;
-        d.set_item(intern!(py, "file"), &self.file)?;
-        d.set_item(intern!(py, "line"), self.line)?;
-        d.set_item(intern!(py, "column"), self.column)?;
-        d.set_item(intern!(py, "inline"), self.inline)?;
-        d.set_item(intern!(py, "doubtful"), self.doubtful)?;
-        Ok(d)
+        native_dict(py, &self.native(py)?.0, false)
     }
 
     fn __repr__(&self) -> String {
@@ -314,10 +300,6 @@ impl PySymbolizer {
     fn __repr__(&self) -> String {
         format!("<Symbolizer {} modules>", self.inner.modules().len())
     }
-}
-
-fn hex(value: u64) -> String {
-    format!("{value:#x}")
 }
 
 /// The frames to symbolize, and each one's trust as the output gives it.

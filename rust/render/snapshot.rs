@@ -73,7 +73,7 @@ pub struct Crash {
 }
 
 /// A module's Breakpad ids, from a minidump's module list.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct Ids {
     pub debug_file: Option<String>,
     pub debug_id: Option<String>,
@@ -94,6 +94,19 @@ pub struct Module {
     pub build_id_matches: Option<bool>,
     /// A minidump's module's ids (None where the module list has none).
     pub ids: Option<Ids>,
+}
+
+impl Module {
+    /// Its Breakpad ids by their keys in the document (a minidump's; None
+    /// where the module list has none).
+    pub fn id_fields(&self) -> [(&'static str, Option<&str>); 3] {
+        let ids = self.ids.as_ref();
+        [
+            ("debug_file", ids.and_then(|i| i.debug_file.as_deref())),
+            ("debug_id", ids.and_then(|i| i.debug_id.as_deref())),
+            ("code_id", ids.and_then(|i| i.code_id.as_deref())),
+        ]
+    }
 }
 
 /// A native frame: where, how it was found, what it is.
@@ -329,10 +342,9 @@ impl Document {
         j.key("found").bool(m.found);
         j.key("build_id_matches").opt_bool(m.build_id_matches);
         if self.kind == Kind::Minidump {
-            let ids = m.ids.clone().unwrap_or_default();
-            j.key("debug_file").opt_str(ids.debug_file.as_deref());
-            j.key("debug_id").opt_str(ids.debug_id.as_deref());
-            j.key("code_id").opt_str(ids.code_id.as_deref());
+            for (key, value) in m.id_fields() {
+                j.key(key).opt_str(value);
+            }
         }
         j.close('}');
     }
