@@ -36,38 +36,36 @@ pub struct PyMinidumpFile {
     crash: Crash,
 }
 
-impl PyMinidumpFile {
-    /// The signal the exception stream records (None: none, or a dump
-    /// requested without a crash).
-    fn exception_signal(&self) -> Option<(u32, i32, i32, u64)> {
-        if self.inner.system.os != "Linux" && self.inner.system.os != "Android" {
-            return None; // an exception code, not a signal
-        }
-        let e = self.inner.exception.as_ref()?;
-        let signo = i32::try_from(e.code).ok().filter(|_| e.code != DUMP_REQUESTED)?;
-        Some((e.tid, signo, e.flags as i32, e.address))
+/// The signal the exception stream records (None: none, or a dump
+/// requested without a crash).
+fn exception_signal(dump: &MinidumpFile) -> Option<(u32, i32, i32, u64)> {
+    if dump.system.os != "Linux" && dump.system.os != "Android" {
+        return None; // an exception code, not a signal
     }
+    let e = dump.exception.as_ref()?;
+    let signo = i32::try_from(e.code).ok().filter(|_| e.code != DUMP_REQUESTED)?;
+    Some((e.tid, signo, e.flags as i32, e.address))
+}
 
-    /// Which thread crashed: a Linux dump's, the one whose signal is a
-    /// crash's, as a core's; a Windows or Apple dump's, the one its exception
-    /// stream names, unless the dump was written on request.
-    fn crashed(&self) -> Crash {
-        let threads = &self.inner.threads;
-        let linux = matches!(self.inner.system.os.as_str(), "Linux" | "Android");
-        match &self.inner.exception {
-            Some(e) if !linux && e.code != DUMP_REQUESTED => {
-                let tids: Vec<u32> = threads.iter().map(|t| t.tid).collect();
-                Crash::named(&tids, &e.tid)
-            }
-            _ => {
-                let signal = self.exception_signal();
-                Crash::by_signal(threads.iter().map(|t| match signal {
-                    Some((tid, signo, code, address)) if tid == t.tid => {
-                        Signal::of(signo, Some((signo, code, address)))
-                    }
-                    _ => None,
-                }))
-            }
+/// Which thread crashed: a Linux dump's, the one whose signal is a
+/// crash's, as a core's; a Windows or Apple dump's, the one its exception
+/// stream names, unless the dump was written on request.
+fn crashed(dump: &MinidumpFile) -> Crash {
+    let threads = &dump.threads;
+    let linux = matches!(dump.system.os.as_str(), "Linux" | "Android");
+    match &dump.exception {
+        Some(e) if !linux && e.code != DUMP_REQUESTED => {
+            let tids: Vec<u32> = threads.iter().map(|t| t.tid).collect();
+            Crash::named(&tids, &e.tid)
+        }
+        _ => {
+            let signal = exception_signal(dump);
+            Crash::by_signal(threads.iter().map(|t| match signal {
+                Some((tid, signo, code, address)) if tid == t.tid => {
+                    Signal::of(signo, Some((signo, code, address)))
+                }
+                _ => None,
+            }))
         }
     }
 }
@@ -82,9 +80,8 @@ impl PyMinidumpFile {
         let name = path.to_string_lossy().into_owned();
         let inner = MinidumpFile::open(&path)
             .map_err(|e| MinidumpError::new_err(format!("{name}: {e}")))?;
-        let mut dump = PyMinidumpFile { inner, path: name, crash: Crash::default() };
-        dump.crash = dump.crashed();
-        Ok(dump)
+        let crash = crashed(&inner);
+        Ok(PyMinidumpFile { inner, path: name, crash })
     }
 
     #[getter]
@@ -123,7 +120,7 @@ impl PyMinidumpFile {
     fn threads(&self) -> Vec<(u32, i32, usize)> {
         let threads = &self.inner.threads;
         // The signal a thread was stopped by: the exception stream's thread's (read once).
-        let signal = self.exception_signal();
+        let signal = exception_signal(&self.inner);
         let cursig = |tid| match signal {
             Some((crashed, signo, ..)) if crashed == tid => signo,
             _ => 0,

@@ -77,7 +77,7 @@ impl Signal {
 }
 
 /// Which thread crashed, and so the order a report gives the threads in.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Crash {
     /// The threads' indexes, the crashing thread's first, the others in the
     /// order recorded.
