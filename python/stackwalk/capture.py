@@ -77,7 +77,6 @@ _REGISTERS: dict[str, tuple[str, ...]] = {
 }  # fmt: skip
 _STACK_POINTERS = {"x86_64": "rsp", "aarch64": "sp", "i386": "esp"}
 _WORD_BITS = {"x86_64": 64, "aarch64": 64, "i386": 32}
-_WORD = 1 << 64
 _GDB_ARCHITECTURES = {"i386:x86-64": "x86_64", "aarch64": "aarch64", "i386": "i386"}
 # The architectures whose programs a host runs natively (x86_64 kernels run 32-bit x86 ones).
 _HOST_ARCHITECTURES = {
@@ -170,8 +169,7 @@ class Capture:
         its memory, its modules' mappings."""
         mappings = [(start, end, offset, m.path, "x" in perms)
                     for m in self.modules for start, end, offset, perms in m.mappings]  # fmt: skip
-        # (a bias below zero, a file loaded below its link address, as the address it wraps to)
-        at_bias = [(m.path, m.bias % _WORD) for m in self.modules if not m.mappings]
+        at_bias = [(m.path, m.bias) for m in self.modules if not m.mappings]
         registers = list(self.regs.items())
         return CaptureFile(
             self.arch, self.tid, registers, self.memory, mappings, at_bias, self.vdso

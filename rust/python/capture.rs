@@ -32,7 +32,9 @@ impl PyCaptureFile {
     /// The capture of `arch`'s thread `tid`: its `registers` by name, the
     /// memory `regions` captured ((address, bytes): its stack), the
     /// `mappings` of its modules' files, the modules known `at_bias` alone
-    /// ((path, load bias)), and the vdso's (address, image).
+    /// ((path, load bias); a bias below zero, a file loaded below its link
+    /// address, taken as the address it wraps to, as `Unwinder.add_module`
+    /// takes it), and the vdso's (address, image).
     #[new]
     #[pyo3(signature = (arch, tid, registers, regions, mappings, at_bias, vdso))]
     fn new(
@@ -41,7 +43,7 @@ impl PyCaptureFile {
         registers: Vec<(String, u64)>,
         regions: Vec<(u64, Vec<u8>)>,
         mappings: Vec<MappingTuple>,
-        at_bias: Vec<(PathBuf, u64)>,
+        at_bias: Vec<(PathBuf, i128)>,
         vdso: Option<(u64, Vec<u8>)>,
     ) -> PyResult<Self> {
         let arch: Arch = arch
@@ -57,6 +59,7 @@ impl PyCaptureFile {
                 executable,
             })
             .collect();
+        let at_bias = at_bias.into_iter().map(|(path, bias)| (path, bias as u64)).collect();
         let inner = Capture::new(arch, tid, registers, regions, mappings, at_bias, vdso);
         Ok(PyCaptureFile { inner })
     }
