@@ -18,6 +18,8 @@
   (``rust/symbolize/lines/partial.rs``) takes a unit at a time;
 - breakpad: ``dump_syms``' ``.sym`` files of those programs (``FILE``, ``FUNC``, lines,
   ``INLINE``, ``PUBLIC``, ``STACK CFI``);
+- pe: tests/programs/windows/crash_win.c built by mingw-w64 at -O0 and -O2, stripped: PE files
+  with their ``.pdata`` and ``UNWIND_INFO`` (prologs, epilogs, frame pointers, chained entries);
 - perfmap: perf maps as JITs write them (V8's names, CPython's ``-X perf`` trampolines, code
   moved and its range reused, hex with and without ``0x``).
 
@@ -242,6 +244,14 @@ def seed_breakpad(work: Path, out: Path) -> None:
         (out / f"{name}.sym").write_bytes(sym.stdout)
 
 
+def seed_pe(work: Path, out: Path) -> None:
+    source = ROOT / "tests" / "programs" / "windows" / "crash_win.c"
+    for level in ("-O0", "-O2"):
+        exe = out / f"crash_win{level}.exe"
+        cmd = ["x86_64-w64-mingw32-gcc", level, "-s", "-o", str(exe), str(source), "-ldbghelp"]
+        subprocess.run(cmd, check=True, cwd=work)
+
+
 def seed_perfmap(work: Path, out: Path) -> None:
     (out / "v8").write_text(
         "7f3a40004000 3c Builtin:ArgumentsAdaptorTrampoline\n"
@@ -264,7 +274,8 @@ def main() -> int:
         seeds = (("cfi", seed_cfi), ("unwind", seed_unwind), ("perf", seed_perf),
                  ("core", seed_core), ("decompress", seed_decompress),
                  ("minidump", seed_minidump), ("lines", seed_lines),
-                 ("breakpad", seed_breakpad), ("perfmap", seed_perfmap))  # fmt: skip
+                 ("breakpad", seed_breakpad), ("perfmap", seed_perfmap),
+                 ("pe", seed_pe))  # fmt: skip
         for name, seed in seeds:
             out = corpus / name
             out.mkdir(parents=True, exist_ok=True)

@@ -91,8 +91,8 @@ fn exercise(info: &UnwindInfo, word: u8, pcs: &[u64]) -> usize {
     let mut mem = |a: u64| (a < 1 << 47).then_some(a.rotate_left(13) ^ 0x5555);
     for &pc in pcs.iter().take(MAX_LOOKUPS) {
         let _ = info.entry_function().is_some_and(|f| f.range.contains(&pc));
-        let _ = info.find_full_row(pc, &mut ctx);
-        let Ok((row, range)) = info.find_row(pc, &mut ctx) else { continue };
+        let _ = info.find_full_row(pc, true, &mut ctx);
+        let Ok((row, range)) = info.find_row(pc, true, &mut ctx) else { continue };
         found += 1;
         assert!(range.start <= pc && pc < range.end, "FDE {range:x?} does not hold {pc:#x}");
         let cfa = match row.cfa {

@@ -671,6 +671,7 @@ class Unwinder:
         sym_file: str | PathLike[str] | None = None,
         base: int = 0,
         jit: bool = False,
+        pe_file: str | PathLike[str] | None = None,
     ) -> None: ...
     def set_perf_map(self, map: PerfMap | str | PathLike[str]) -> None: ...
     def set_process(

@@ -384,9 +384,16 @@ impl PyMinidumpFile {
                 Some((m.base, file, m.debug_id.clone()?))
             })
             .collect();
+        // The code files and ids: a Windows module's PE file is looked for by them.
+        let code_ids: Vec<(u64, String, String)> = dump
+            .modules
+            .iter()
+            .filter_map(|m| Some((m.base, basename(&m.name).to_owned(), m.code_id.clone()?)))
+            .collect();
         let os = dump.system.os.as_str();
         let facts = Facts {
             symbol_ids: &symbol_ids,
+            code_ids: if os == "Windows NT" { &code_ids } else { &[] },
             files: Some(&files),
             fname: dump.name.as_deref(),
             link_map: &link_map,

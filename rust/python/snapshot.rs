@@ -15,7 +15,7 @@ use super::errors::CoreError;
 use super::unwinder::PyUnwinder;
 use crate::space::debuginfod::{Config, Kind};
 use crate::space::finder::{hex, FileFinder};
-use crate::space::snapshot::{build, Facts, Host, Options};
+use crate::space::snapshot::{build, Facts, Host, Options, Rules};
 use crate::space::symserver::Stores;
 
 /// How the files are found, from `stackwalk.core`: the keys of this dict.
@@ -116,16 +116,18 @@ impl Host for UnwinderHost<'_, '_> {
         name: &Path,
         spans: &[Range<u64>],
         code: &[Range<u64>],
-        sym: Option<(&Path, u64)>,
+        rules: Rules<'_>,
         jit: bool,
     ) -> Result<(), String> {
         let Ok(name) = name.as_os_str().into_pyobject(self.py);
         let name = name.cast_into::<PyString>().map_err(|e| e.to_string())?;
-        let (sym_file, base) = sym.map_or((None, 0), |(p, b)| (Some(p.to_path_buf()), b));
+        let (sym_file, pe_file) =
+            (rules.sym.map(Path::to_path_buf), rules.pe.map(Path::to_path_buf));
         let py = self.py;
         let Some(unwinder) = self.unwinder.as_deref_mut() else { return Ok(()) };
+        let (spans, code) = (pairs(spans), pairs(code));
         let added =
-            unwinder.add_missing_module(py, &name, pairs(spans), pairs(code), sym_file, base, jit);
+            unwinder.add_missing_module(py, &name, spans, code, sym_file, rules.base, jit, pe_file);
         added.map_err(|e| self.refused(e))
     }
 

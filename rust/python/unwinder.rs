@@ -151,8 +151,9 @@ impl PyUnwinder {
     /// unless `sym_file` names its Breakpad symbol file, whose `STACK CFI`
     /// records (offsets from `base`, the module's start) then stand in.
     /// `jit`: a JIT's code, whose functions start where the perf map given
-    /// to `set_perf_map` says.
-    #[pyo3(signature = (name, ranges, code, sym_file = None, base = 0, jit = false))]
+    /// to `set_perf_map` says. `pe_file`: its PE file, whose x64 unwind
+    /// tables (offsets from `base`) unwind it, whatever the symbol file says.
+    #[pyo3(signature = (name, ranges, code, sym_file = None, base = 0, jit = false, pe_file = None))]
     #[allow(clippy::too_many_arguments)]
     pub(super) fn add_missing_module(
         &mut self,
@@ -163,6 +164,7 @@ impl PyUnwinder {
         sym_file: Option<PathBuf>,
         base: u64,
         jit: bool,
+        pe_file: Option<PathBuf>,
     ) -> PyResult<()> {
         let name = module_name(name);
         let code = code
@@ -179,7 +181,12 @@ impl PyUnwinder {
         if let (true, Some(map)) = (jit, &self.perf_map) {
             info = info.with_functions(map.clone());
         }
-        if let Some(path) = sym_file {
+        if let Some(path) = pe_file {
+            let pe = py.detach(|| {
+                crate::space::pe::PeImage::open(&path).and_then(crate::unwind::pe::PeUnwind::new)
+            });
+            info = info.with_foreign_cfi(Arc::new(pe.map_err(StackwalkError::new_err)?), base);
+        } else if let Some(path) = sym_file {
             let symbols = py
                 .detach(|| crate::symbolize::breakpad::sym_file(&path))
                 .map_err(StackwalkError::new_err)?;

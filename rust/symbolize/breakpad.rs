@@ -455,7 +455,7 @@ impl BreakpadSymbols {
 }
 
 impl crate::unwind::cfi::ForeignCfi for BreakpadSymbols {
-    fn row(&self, arch: Arch, offset: u64) -> Result<(Row, Range<u64>), LookupError> {
+    fn row(&self, arch: Arch, offset: u64, _exact: bool) -> Result<(Row, Range<u64>), LookupError> {
         self.cfi_row(arch, offset)
     }
 

@@ -71,6 +71,11 @@ fn cfi() {
 }
 
 #[test]
+fn pe() {
+    run_all("pe", harness::pe::run);
+}
+
+#[test]
 fn unwind() {
     run_all("unwind", harness::unwind::run);
 }

@@ -6,6 +6,7 @@ pub mod expr;
 pub mod fallback;
 pub mod file;
 pub mod modules;
+pub mod pe;
 pub mod rule_cache;
 
 mod apply;
@@ -369,7 +370,8 @@ impl Unwinder {
     pub fn row_at(&mut self, pc: u64) -> Result<(usize, FullRow, Range<u64>), LookupError> {
         let index = self.module_index(pc).ok_or(LookupError::NoFde)?;
         let module = &self.modules.modules()[index];
-        let (row, range) = module.find_full_row(pc.wrapping_sub(module.bias), &mut self.ctx)?;
+        let (row, range) =
+            module.find_full_row(pc.wrapping_sub(module.bias), true, &mut self.ctx)?;
         let bias = module.bias;
         Ok((index, row, range.start.wrapping_add(bias)..range.end.wrapping_add(bias)))
     }

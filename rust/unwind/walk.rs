@@ -268,7 +268,8 @@ impl Unwinder {
         };
         self.cache.record_miss();
         let module = &self.modules.modules()[m];
-        let row = match module.find_row(lookup.wrapping_sub(module.bias), &mut self.ctx) {
+        let exact = callee.interrupted;
+        let row = match module.find_row(lookup.wrapping_sub(module.bias), exact, &mut self.ctx) {
             Ok((row, _)) => row,
             // Where the STACK CFI records say nothing, as where there are
             // none (a signal trampoline's CFI is not in them).

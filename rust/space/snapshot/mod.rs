@@ -29,6 +29,7 @@ use crate::source::minidump::basename;
 use crate::space::debuginfod::{fetch_missing, Kind, Wanted};
 use crate::space::elf::ElfSummary;
 use crate::space::finder::{hex, FileFinder, Identity, Located};
+use crate::space::pe::{PeHeaders, PeImage};
 use crate::space::symserver::{elf_debug_id, Stores};
 use crate::space::{place, Mapping, Segment, PF_X};
 
@@ -95,6 +96,10 @@ pub struct Facts<'a> {
     /// modules starting at each address (a minidump's module list), by
     /// which symbol stores file their `.sym` files.
     pub symbol_ids: &'a [(u64, String, String)],
+    /// The code file and Breakpad code id the source lists for the modules
+    /// starting at each address (a Windows dump's: a PE file's name, time
+    /// stamp and image size), by which their PE files are found.
+    pub code_ids: &'a [(u64, String, String)],
 }
 
 impl<'a> Facts<'a> {
@@ -123,6 +128,7 @@ impl<'a> Facts<'a> {
             at_bias: &[],
             files_here: false,
             symbol_ids: &[],
+            code_ids: &[],
         }
     }
 }
@@ -162,15 +168,16 @@ pub trait Host {
         ranges: Option<&[Range<u64>]>,
     ) -> Result<(), String>;
     fn add_image(&mut self, name: &str, image: &[u8], bias: u64) -> Result<(), String>;
-    /// A module without a file: where it is, which of it is code, and the
-    /// Breakpad symbol file (and the address its offsets are from) whose
-    /// `STACK CFI` unwinds it; `jit`: a JIT's code.
+    /// A module without an ELF file: where it is, which of it is code, the
+    /// Breakpad symbol file whose `STACK CFI` unwinds it, or the PE file
+    /// whose x64 unwind tables do (the address their offsets are from:
+    /// the module's start); `jit`: a JIT's code.
     fn add_missing(
         &mut self,
         name: &Path,
         spans: &[Range<u64>],
         code: &[Range<u64>],
-        sym: Option<(&Path, u64)>,
+        rules: Rules<'_>,
         jit: bool,
     ) -> Result<(), String>;
     /// Whether the Breakpad symbol file at `path` can be used as the one of
@@ -182,6 +189,17 @@ pub trait Host {
     /// Files fetched by build id (hex), in the order asked: each the file in
     /// the cache or why none came.
     fn fetch(&mut self, requests: &[(String, Kind)]) -> Vec<Result<PathBuf, String>>;
+}
+
+/// Where a module without an ELF file has unwind rules from, if anywhere,
+/// and the runtime address their offsets are from.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Rules<'a> {
+    /// Its Breakpad symbol file (`STACK CFI`).
+    pub sym: Option<&'a Path>,
+    /// Its PE file (x64: `.pdata`), which wins over the symbol file.
+    pub pe: Option<&'a Path>,
+    pub base: u64,
 }
 
 /// A file the process mapped, and where.
@@ -622,9 +640,17 @@ impl Builder<'_, '_, '_> {
             Some(_) if self.foreign_said => {}
             Some(os) => {
                 self.foreign_said = true;
+                // (A Windows x64 module's PE file is looked for: see `pe_file`.)
+                let pe = match self.facts.code_ids.is_empty() || self.facts.arch != Arch::X86_64 {
+                    true => "",
+                    false => {
+                        ", but for their PE files' unwind tables (found by name in \
+                             --lib-search-path)"
+                    }
+                };
                 self.warnings.push(format!(
-                    "the modules of a {os} dump are not looked for on this machine (only ELF \
-                     files are read): they are named from symbol files (--symbols-path, \
+                    "the modules of a {os} dump are not looked for on this machine as ELF \
+                     files are{pe}: they are named from symbol files (--symbols-path, \
                      --symbols-url) where those are given"
                 ));
             }
@@ -674,9 +700,66 @@ impl Builder<'_, '_, '_> {
         };
         module.sym_file = self.sym_file(&module);
         if module.file.is_none() {
-            self.add_missing(&module, in_core, module.sym_file.as_deref());
+            let pe = self.pe_file(&module);
+            self.add_missing(&module, in_core, module.sym_file.as_deref(), pe.as_ref());
         }
         module
+    }
+
+    /// A Windows module's PE file: looked for by its name (as the dump
+    /// spells it, then in lower case, as Wine installs its DLLs) in each
+    /// search directory, and used only if its header's time stamp and
+    /// image size are the code id the dump records; an x64 file, whose
+    /// unwind tables are read (see `crate::unwind::pe`). Files of another
+    /// build are a warning, used with `allow_mismatch`.
+    fn pe_file(&mut self, module: &Module) -> Option<(PathBuf, PeHeaders)> {
+        if self.facts.arch != Arch::X86_64 {
+            return None;
+        }
+        let ids = self.facts.code_ids.iter();
+        let (_, name, code_id) = ids.into_iter().find(|(base, ..)| *base == module.start)?;
+        let mut other = None;
+        let mut unreadable = Vec::new();
+        for dir in &self.options.finder.search {
+            let mut names = vec![dir.join(name), dir.join(name.to_lowercase())];
+            names.dedup();
+            for candidate in names.into_iter().filter(|c| c.exists()) {
+                let headers = match PeImage::open(&candidate) {
+                    Ok(image) => image.headers,
+                    Err(why) => {
+                        unreadable.push(why);
+                        continue;
+                    }
+                };
+                if headers.arch != self.facts.arch {
+                    continue;
+                }
+                if headers.code_id().eq_ignore_ascii_case(code_id) {
+                    return Some((candidate, headers));
+                }
+                other.get_or_insert((candidate, headers));
+            }
+        }
+        let shown = module.path.display();
+        let Some((file, headers)) = other else {
+            if !unreadable.is_empty() {
+                self.warnings
+                    .push(format!("module {shown} not unwound: {}", unreadable.join("; ")));
+            }
+            return None;
+        };
+        let kind = self.facts.kind;
+        let using = if self.options.allow_mismatch {
+            "using it anyway"
+        } else {
+            "not used (--allow-mismatch uses it)"
+        };
+        self.warnings.push(format!(
+            "code id mismatch for {shown}: {kind} has {code_id}, {} has {}; {using}",
+            file.display(),
+            headers.code_id()
+        ));
+        self.options.allow_mismatch.then_some((file, headers))
     }
 
     /// The module's Breakpad symbol file, by the ids the source lists for
@@ -713,7 +796,13 @@ impl Builder<'_, '_, '_> {
     /// instead of dropping a right frame for lying in no module. A Breakpad
     /// symbol file's `STACK CFI` records (offsets from the module's start)
     /// unwind it where they cover a pc.
-    fn add_missing(&mut self, module: &Module, in_core: Option<&ElfSummary>, sym: Option<&Path>) {
+    fn add_missing(
+        &mut self,
+        module: &Module,
+        in_core: Option<&ElfSummary>,
+        sym: Option<&Path>,
+        pe: Option<&(PathBuf, PeHeaders)>,
+    ) {
         let page = self.facts.page.max(1);
         let mut segments: Vec<Range<u64>> = in_core
             .iter()
@@ -724,6 +813,16 @@ impl Builder<'_, '_, '_> {
                 Some(start..start.checked_add(l.1)?)
             })
             .collect();
+        if let Some((_, headers)) = pe {
+            // A PE file's executable sections, at the module's start.
+            segments = headers
+                .code()
+                .filter_map(|r| {
+                    let start = module.start.checked_add(r.start)?;
+                    Some(start..module.start.checked_add(r.end)?)
+                })
+                .collect();
+        }
         if segments.is_empty() {
             segments = self.code_segments().collect();
         }
@@ -743,9 +842,15 @@ impl Builder<'_, '_, '_> {
         // A damaged snapshot can place a module past the end of the address space.
         let spans: Vec<Range<u64>> = spans.into_iter().filter(|r| r.start < r.end).collect();
         if !code.is_empty() && !spans.is_empty() {
-            let sym = sym.map(|s| (s, module.start));
-            // Refused: over a module that has a file, which is kept.
-            let _ = self.host.add_missing(&module.path, &spans, &code, sym, false);
+            let pe_file = pe.map(|(file, _)| file.as_path());
+            let rules = Rules { sym, pe: pe_file, base: module.start };
+            // Refused: over a module that has a file, which is kept; a PE
+            // file that cannot be read after all, said.
+            if let Err(e) = self.host.add_missing(&module.path, &spans, &code, rules, false) {
+                if pe.is_some() {
+                    self.warnings.push(format!("module {}: {e}", module.path.display()));
+                }
+            }
         }
     }
 
@@ -765,7 +870,8 @@ impl Builder<'_, '_, '_> {
         for range in jit {
             // Refused: over another piece of code, known already.
             let one = std::slice::from_ref(&range);
-            let _ = self.host.add_missing(Path::new("[jit]"), one, one, None, true);
+            let none = Rules::default();
+            let _ = self.host.add_missing(Path::new("[jit]"), one, one, none, true);
         }
     }
 }

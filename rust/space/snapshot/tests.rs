@@ -23,7 +23,7 @@ impl Host for Recorder {
         name: &Path,
         _: &[Range<u64>],
         _: &[Range<u64>],
-        _: Option<(&Path, u64)>,
+        _: Rules<'_>,
         _: bool,
     ) -> Result<(), String> {
         self.missing.push(name.to_path_buf());

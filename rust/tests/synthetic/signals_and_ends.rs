@@ -102,7 +102,8 @@ fn register_offset_expressions_are_decoded_and_walk_as_evaluated() {
     });
     let row = |cfi: &CfiBuilder| {
         let module = load(Arch::X86_64, &Sections::eh(cfi.eh_frame()));
-        let (row, _) = module.find_row(TRAMP + 2, &mut gimli::UnwindContext::new()).expect("a row");
+        let (row, _) =
+            module.find_row(TRAMP + 2, true, &mut gimli::UnwindContext::new()).expect("a row");
         (row.cfa, row.rule_for(RIP))
     };
     assert_eq!(

@@ -39,6 +39,8 @@ pub enum LookupError {
     BadReturnColumn(u16),
     /// A Breakpad `STACK CFI` rule of a form a row cannot hold (this one).
     Breakpad(&'static str),
+    /// A PE file's x64 unwind tables are damaged here (this way).
+    Pe(&'static str),
 }
 
 impl fmt::Display for LookupError {
@@ -48,6 +50,7 @@ impl fmt::Display for LookupError {
             LookupError::Cfi(e) => write!(f, "malformed CFI: {e}"),
             LookupError::BadReturnColumn(r) => write!(f, "unsupported return-address column {r}"),
             LookupError::Breakpad(why) => write!(f, "STACK CFI rule not supported: {why}"),
+            LookupError::Pe(why) => write!(f, "bad x64 unwind info: {why}"),
         }
     }
 }

@@ -593,14 +593,17 @@ impl UnwindInfo {
     /// The rules in force at `address` (an ELF address, bias removed), with
     /// the FDE's ELF address range. `.eh_frame` is tried first, then
     /// `.debug_frame`. Columns the unwinder does not track (vector
-    /// registers) are left out.
+    /// registers) are left out. `exact`: `address` is a pc (frame 0's, an
+    /// interrupted frame's), not a return address less one (which only
+    /// rules from elsewhere tell apart: a PE file's, whose epilogs are read).
     pub fn find_row(
         &self,
         address: u64,
+        exact: bool,
         ctx: &mut UnwindContext<usize>,
     ) -> Result<(Row, Range<u64>), LookupError> {
         if let Some((rules, base)) = &self.foreign {
-            return foreign_row(&**rules, self.arch, *base, address);
+            return foreign_row(&**rules, self.arch, *base, address, exact);
         }
         self.with_row(address, ctx, |row, cie, kind| {
             let cfa = self.decoded_cfa(convert_cfa(row, kind)?);
@@ -646,10 +649,11 @@ impl UnwindInfo {
     pub fn find_full_row(
         &self,
         address: u64,
+        exact: bool,
         ctx: &mut UnwindContext<usize>,
     ) -> Result<(FullRow, Range<u64>), LookupError> {
         if let Some((rules, base)) = &self.foreign {
-            let (row, range) = foreign_row(&**rules, self.arch, *base, address)?;
+            let (row, range) = foreign_row(&**rules, self.arch, *base, address, exact)?;
             let (cfa, ra, signal_frame) = (row.cfa, row.ra, row.signal_frame);
             return Ok((FullRow { cfa, ra, signal_frame, rules: row.rules().to_vec() }, range));
         }
@@ -733,8 +737,10 @@ impl UnwindInfo {
 /// through this trait and never reads a symbol file itself.
 pub trait ForeignCfi: Send + Sync {
     /// The rules at module offset `offset` and the offsets they hold over;
-    /// `LookupError::NoFde` where no record covers it.
-    fn row(&self, arch: Arch, offset: u64) -> Result<(Row, Range<u64>), LookupError>;
+    /// `LookupError::NoFde` where no record covers it. `exact`: the offset
+    /// is a pc (frame 0's, an interrupted frame's), not a return address
+    /// less one.
+    fn row(&self, arch: Arch, offset: u64, exact: bool) -> Result<(Row, Range<u64>), LookupError>;
     /// Whether a function the rules' file names starts at module offset
     /// `offset`.
     fn function_start(&self, offset: u64) -> bool;
@@ -746,8 +752,9 @@ fn foreign_row(
     arch: Arch,
     base: u64,
     address: u64,
+    exact: bool,
 ) -> Result<(Row, Range<u64>), LookupError> {
-    let (row, range) = rules.row(arch, address.wrapping_sub(base))?;
+    let (row, range) = rules.row(arch, address.wrapping_sub(base), exact)?;
     Ok((row, range.start.wrapping_add(base)..range.end.wrapping_add(base)))
 }
 

@@ -1,0 +1,10 @@
+//! The `pe` fuzz target: see `harness/pe.rs`, which
+//! `rust/tests/regressions.rs` also runs on every reproducer kept.
+#![no_main]
+
+#[path = "../harness/mod.rs"]
+mod harness;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    harness::pe::run(data);
+});

@@ -1,0 +1,306 @@
+"""Windows x64 crashes unwound by the PE files' own tables (``.pdata`` and its ``UNWIND_INFO``,
+``rust/unwind/pe.rs``), on programs built here with mingw-w64 and crashed under Wine, whose
+``MiniDumpWriteDump`` writes the minidumps (see windows.py).
+
+Three independent references:
+
+- gcc writes DWARF CFI (``.debug_frame``) for the same functions as their ``.pdata``: binutils'
+  readelf, on the program converted to ELF by objcopy, prints its rows, and the rows read from
+  ``.pdata`` must be the same at every one of them, epilogs included;
+- rust-minidump's ``minidump-stackwalk``, given ``dump_syms``' symbol files of every module (their
+  ``STACK CFI``, which dump_syms derives from the same tables), must give the same frames that
+  stackwalk gives from the PE files alone;
+- every return address follows a call (mingw's objdump), the program's frames are the functions
+  its DWARF names (mingw's addr2line), and each stack ends at Wine's ``RtlUserThreadStart``,
+  whose return address is zero.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from corefiles import run
+from readelf_frames import load
+from stackwalk import Unwinder
+from windows import (
+    MODES,
+    WINE_DLLS,
+    WithIds,
+    as_elf,
+    build,
+    call_before,
+    crash,
+    function_names,
+    image_base,
+    minidump_stackwalk,
+    module_file,
+    with_ids,
+)
+
+OPTIMIZATIONS = ("-O0", "-O2")
+# What each mode's crashed thread has, innermost first, of the program's own functions (a
+# subsequence: -O2 inlines or tail-calls some of the rest); then its start.
+EXPECTED = {
+    "leaf": ["leaf", "middle", "outer"],
+    "deep": ["recurse"] * 41,
+    "qsort": ["compare", "sort_them"],
+    "thread": ["leaf", "middle", "outer"],  # (worker tail-calls outer at -O2)
+    "divide": ["divide"],  # (main tail-calls it at -O2)
+}
+MAIN_START = ["__tmainCRTStartup", "mainCRTStartup"]
+
+
+@pytest.fixture(scope="module")
+def prefix(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A Wine prefix of the tests' own (made by the first program run in it)."""
+    return tmp_path_factory.mktemp("wine") / "prefix"
+
+
+@pytest.fixture(scope="module")
+def programs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    out = tmp_path_factory.mktemp("windows-programs")
+    return {o: build(out / f"crash_win{o}.exe", o) for o in OPTIMIZATIONS}
+
+
+@pytest.fixture(scope="module")
+def dumps(programs: dict[str, Path], prefix: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    made: dict[tuple[str, str], Path] = {}
+    out = tmp_path_factory.mktemp("windows-dumps")
+
+    def dump(optimization: str, mode: str) -> Path:
+        key = (optimization, mode)
+        if key not in made:
+            exe = programs[optimization]
+            made[key] = crash(exe, mode, out / f"{exe.stem}-{mode}.dmp", prefix)
+        return made[key]
+
+    return dump
+
+
+def search(program: Path) -> list[Path]:
+    return [program.parent, WINE_DLLS]
+
+
+def ours(dump: Path, program: Path, *options: str) -> dict[str, Any]:
+    path = ":".join(str(d) for d in search(program))
+    proc = run(["stackwalk", "minidump", "--json", str(dump), "--lib-search-path", path, *options])
+    assert proc.returncode == 0, proc.stderr
+    doc: dict[str, Any] = json.loads(proc.stdout)
+    return doc
+
+
+# -- the rows, against gcc's DWARF ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("optimization", OPTIMIZATIONS)
+def test_pdata_rows_are_the_dwarf_rows_gcc_wrote(
+    programs: dict[str, Path], optimization: str, tmp_path: Path
+) -> None:
+    """At every row of the program's ``.debug_frame`` (readelf's reading) in a function that
+    ``.pdata`` covers, the row read from ``.pdata`` (as for frame 0: epilogs read) is the same:
+    CFA, return address, every saved register. One difference is allowed, and checked: in an
+    epilog after ``lea rsp, [rbp + N]`` gcc's DWARF keeps the CFA on rbp, where Windows' rule
+    reads it from rsp; both are right until ``pop rbp``, and the saved registers must then be
+    at the same offsets from the CFA."""
+    exe = programs[optimization]
+    frames = load(str(as_elf(exe, tmp_path / "program.elf")))
+    base = image_base(exe)
+    unwinder = Unwinder("x86_64")
+    span = [(base, base + 0x1000_0000)]
+    unwinder.add_missing_module(exe.name, span, span, base=base, pe_file=str(exe))
+    compared = differently = 0
+    for fde, row in frames.rows():
+        if fde.section != ".debug_frame" or not fde.start <= row.loc < fde.end:
+            continue
+        ours_row = unwinder.rule_at(row.loc)
+        assert ours_row is not None, f"no .pdata row at {row.loc:#x} ({fde})"
+        where = f"at {row.loc:#x} ({fde}): .pdata {ours_row}, DWARF {row}"
+        code = instructions(exe, row.loc, fde.end)
+        if code[0].startswith("ret"):
+            # At a ret the return address is at [rsp], nothing else saved. (gcc's DWARF says
+            # "rsp-8" there, DW_CFA_def_cfa_sf 1 times the data factor -8: below its own
+            # return address.)
+            assert ours_row["cfa"] == ("reg", 7, 8), where
+            assert ours_row["registers"] == {16: ("offset", -8)}, where
+            compared += 1
+            continue
+        theirs = {reg: rule for reg, rule in row.registers.items() if reg <= 16}
+        assert dict(ours_row["registers"]) == theirs, where
+        if ours_row["cfa"] != row.cfa:
+            # rbp's CFA in the DWARF (gcc's frame-pointer functions), rsp's in ours: an epilog
+            # of pops (after `lea rsp, [rbp + N]`) up to `pop rbp` and `ret`.
+            assert row.cfa[:2] == ("reg", 6) and ours_row["cfa"][:2] == ("reg", 7), where
+            assert all(i.startswith("pop") for i in code[: code.index("ret")]), where
+            differently += 1
+        compared += 1
+    # Not vacuous: every function of the program and of mingw's start-up code has rows.
+    assert compared > 150, compared
+    assert differently < compared // 10, (differently, compared)
+
+
+def stack_cfi_covers(store: Path, module: str, offset: int) -> bool:
+    """Whether the module's symbol file in ``store`` has a ``STACK CFI INIT`` record over
+    ``offset``."""
+    (sym,) = (store / module).glob(f"*/{module}.sym")
+    for line in sym.read_text().splitlines():
+        if line.startswith("STACK CFI INIT "):
+            start, size = (int(word, 16) for word in line.split()[3:5])
+            if start <= offset < start + size:
+                return True
+    return False
+
+
+def instructions(exe: Path, start: int, end: int) -> list[str]:
+    """The mnemonics and operands of the program's instructions from ``start`` to ``end``, as
+    mingw's objdump disassembles them."""
+    proc = run(["x86_64-w64-mingw32-objdump", "-d", "--no-show-raw-insn",
+                f"--start-address={start:#x}", f"--stop-address={end:#x}", str(exe)])  # fmt: skip
+    out = [line.split("\t", 1)[1].strip() for line in proc.stdout.splitlines()
+           if line.startswith(" ") and "\t" in line]  # fmt: skip
+    assert out, proc.stderr
+    return out
+
+
+# -- whole stacks, from Wine's minidumps ---------------------------------------------------------
+
+
+@functools.cache
+def _base_of(pe: Path) -> int:
+    return image_base(pe)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("optimization", OPTIMIZATIONS)
+def test_crash_unwinds_by_pdata_to_the_threads_start(
+    dumps: Any, programs: dict[str, Path], optimization: str, mode: str
+) -> None:
+    """Every thread of the dump, from the PE files alone (no symbol file, no PDB): unwound by
+    their tables (``cfi``) from frame 0 to Wine's ``RtlUserThreadStart``, whose return address
+    is zero (the end of a Windows stack); each return address follows a call; the crashed
+    thread's frames in the program are the functions its DWARF names there, in the order the
+    program calls them."""
+    exe = programs[optimization]
+    doc = ours(dumps(optimization, mode), exe)
+    by_path = {m["path"]: m for m in doc["modules"]}
+    assert doc["crashing_thread"] is not None
+    for thread in doc["threads"]:
+        frames = thread["frames"]
+        where = f"thread {thread['tid']}: {[(f['pc'], f['module'], f['trust']) for f in frames]}"
+        assert thread["end"] == "pc_zero", where
+        assert all(f["trust"] == "cfi" for f in frames[1:]), where
+        assert frames[-1]["module"].lower().endswith("ntdll.dll"), where
+        for f in frames[1:]:
+            module = by_path[f["module"]]
+            pe = module_file(f["module"], [exe.parent, WINE_DLLS])
+            assert pe is not None, where
+            rva = int(f["pc"], 16) - int(module["start"], 16)
+            assert call_before(pe, rva, _base_of(pe)), f"{f['pc']} follows no call: {where}"
+        if thread["tid"] != doc["crashing_thread"]:
+            continue
+        in_program = [f for f in frames if f["module"].endswith(exe.name)]
+        pcs = [int(f["pc"], 16) - (0 if i == 0 else 1) for i, f in enumerate(in_program)]
+        names = function_names(exe, pcs)
+        expected = EXPECTED[mode] + ([] if mode == "thread" else MAIN_START)
+        it = iter(names)
+        assert all(name in it for name in expected), f"{names} lacks {expected}"
+        assert names[0] == expected[0], names
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("optimization", OPTIMIZATIONS)
+def test_frames_are_minidump_stackwalks_with_symbols(
+    dumps: Any, programs: dict[str, Path], optimization: str, mode: str, tmp_path: Path
+) -> None:
+    """minidump-stackwalk, given every module's ``dump_syms`` symbol file (the dump given the
+    ids to find them by: see windows.with_ids), walks every thread to the same frames (pcs and
+    sps) as stackwalk does with the PE files and no symbol file."""
+    exe = programs[optimization]
+    made: WithIds = with_ids(dumps(optimization, mode), search(exe), tmp_path)
+    reference = minidump_stackwalk(made.dump, made.store)
+    doc = ours(made.dump, exe)
+    theirs = {t["thread_id"]: t["frames"] for t in reference["threads"]}
+    assert set(theirs) == {t["tid"] for t in doc["threads"]}
+    for thread in doc["threads"]:
+        mine = [int(f["pc"], 16) for f in thread["frames"]]
+        # (A caller's "offset" is its return address - 1, as Breakpad reports callers.)
+        reference_pcs = [int(f["offset"], 16) + (f["trust"] != "context")
+                         for f in theirs[thread["tid"]]]  # fmt: skip
+        trusts = [f["trust"] for f in theirs[thread["tid"]]]
+        where = f"thread {thread['tid']}: ours {[hex(p) for p in mine]}, theirs {trusts}"
+        # Theirs goes one frame past ours: the zero return address, which it then drops
+        # or scans beyond; ours ends there (pc_zero).
+        assert reference_pcs[: len(mine)] == mine, where
+        assert all(t == "cfi" for t in trusts[2 : len(mine)]), where
+        if trusts[1] != "cfi":
+            # Frame 0 in a function with no entry in .pdata (a leaf: a system call's stub), of
+            # which the symbol file has no STACK CFI: theirs scans for the return address at
+            # [rsp], ours takes it there by Windows' rule.
+            frame = theirs[thread["tid"]][0]
+            covered = stack_cfi_covers(made.store, frame["module"], int(frame["module_offset"], 16))
+            assert trusts[1] == "scan" and not covered, where
+
+
+# -- damaged files --------------------------------------------------------------------------------
+
+
+def _damaged(exe: Path, into: Path, damage: str) -> Path:
+    """A copy of the program, in a directory of its own under its own name, its unwind info
+    (``.xdata``) overwritten with 0xff bytes (an unknown version), or the file cut after its
+    headers (no function table left)."""
+    into.mkdir()
+    out = into / exe.name
+    data = bytearray(exe.read_bytes())
+    if damage == "xdata":
+        proc = run(["x86_64-w64-mingw32-objdump", "-h", str(exe)])
+        (line,) = [line.split() for line in proc.stdout.splitlines() if " .xdata " in line]
+        size, offset = int(line[2], 16), int(line[5], 16)
+        data[offset : offset + size] = b"\xff" * size
+    else:
+        del data[1024:]
+    out.write_bytes(bytes(data))
+    return out
+
+
+@pytest.mark.parametrize("damage", ["xdata", "cut"])
+def test_a_damaged_pe_file_stops_cfi_with_its_reason_and_the_walk_goes_on(
+    dumps: Any, programs: dict[str, Path], damage: str, tmp_path: Path
+) -> None:
+    """The program's file found for its module with its unwind info damaged (its headers, and so
+    its code id, intact), or cut short: no crash, no traceback; the frames in it are found by
+    the other strategies (frame pointers, scanning), each return address still one that follows
+    a call, and where CFI alone is asked for, the walk stops there saying why."""
+    exe = programs["-O0"]
+    damaged = _damaged(exe, tmp_path / "damaged", damage)
+    dump = dumps("-O0", "leaf")
+    path = f"{damaged.parent}:{WINE_DLLS}"
+    proc = run(["stackwalk", "minidump", "--json", str(dump), "--lib-search-path", path])
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    doc = json.loads(proc.stdout)
+    (thread,) = doc["threads"]
+    frames = thread["frames"]
+    assert frames and frames[0]["module"].endswith(exe.name)
+    # Intact, the same thread unwinds by CFI alone; damaged, not in the program.
+    in_program = [f for f in frames[1:] if f["module"].endswith(exe.name)]
+    assert all(f["trust"] != "cfi" for f in in_program), frames
+    for f in frames[1:]:
+        pe = module_file(f["module"], [exe.parent, WINE_DLLS])
+        assert pe is not None
+        module = next(m for m in doc["modules"] if m["path"] == f["module"])
+        rva = int(f["pc"], 16) - int(module["start"], 16)
+        assert call_before(pe, rva, _base_of(pe)), f
+    # With CFI alone, the walk stops in the program, saying why.
+    proc = run(["stackwalk", "minidump", "--json", str(dump), "--lib-search-path", path,
+                "--strategies", "cfi"])  # fmt: skip
+    (alone,) = json.loads(proc.stdout)["threads"]
+    if damage == "xdata":
+        assert alone["end"] == "bad_cfi", alone
+        assert "bad x64 unwind info: unwind info of an unknown version" in alone["end_detail"]
+    else:
+        # Not a PE file any more (its section table cut): said, and not used.
+        assert f"not unwound: {damaged}: not a PE file" in proc.stderr, proc.stderr
+        assert alone["end"] == "no_module", alone
+    assert len(alone["frames"]) == 1, alone
