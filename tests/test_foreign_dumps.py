@@ -100,7 +100,7 @@ def test_public_dumps_ids_and_headers_are_minidump_stackwalks(dump: str) -> None
     if doc["system_info"]["os"] != "Linux":
         stderr = stackwalk_minidump(path).stderr
         assert "module not found" not in stderr
-        assert stderr.count("are not looked for on this machine as ELF files are") == 1, stderr
+        assert stderr.count("are not looked for on this machine") == 1, stderr
 
 
 @pytest.fixture(scope="module")

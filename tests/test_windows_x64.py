@@ -142,16 +142,43 @@ def test_pdata_rows_are_the_dwarf_rows_gcc_wrote(
     assert differently < compared // 10, (differently, compared)
 
 
-def stack_cfi_covers(store: Path, module: str, offset: int) -> bool:
-    """Whether the module's symbol file in ``store`` has a ``STACK CFI INIT`` record over
-    ``offset``."""
+def named_frames(frames: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """Each frame's function, file and line, and the functions inlined into it (innermost
+    first): our inlined frames come before the frame they are inlined into."""
+    out: list[tuple[Any, ...]] = []
+    inlined: list[str] = []
+    for f in frames:
+        if f.get("inlined"):
+            inlined.append(f["function"])
+            continue
+        out.append((f["function"], f["file"], f["line"], inlined))
+        inlined = []
+    return out
+
+
+def _records_over(store: Path, module: str, offset: int, prefix: str, at: int) -> list[str]:
+    """The lines of the module's symbol file in ``store`` that start with ``prefix`` and whose
+    address and size (words ``at`` and ``at + 1``) hold ``offset``."""
     (sym,) = (store / module).glob(f"*/{module}.sym")
+    out = []
     for line in sym.read_text().splitlines():
-        if line.startswith("STACK CFI INIT "):
-            start, size = (int(word, 16) for word in line.split()[3:5])
+        if line.startswith(prefix):
+            start, size = (int(word, 16) for word in line.split()[at : at + 2])
             if start <= offset < start + size:
-                return True
-    return False
+                out.append(line)
+    return out
+
+
+def stack_cfi_covers(store: Path, module: str, offset: int) -> bool:
+    """Whether the module's symbol file has a ``STACK CFI INIT`` record over ``offset``."""
+    return bool(_records_over(store, module, offset, "STACK CFI INIT ", 3))
+
+
+def sym_functions(store: Path, module: str, offset: int) -> list[tuple[int, str]]:
+    """The module's symbol file's ``FUNC`` records over ``offset``: (start, name), in order."""
+    lines = _records_over(store, module, offset, "FUNC ", 1)
+    words = [line.split(maxsplit=4) for line in lines if not line.startswith("FUNC m ")]
+    return sorted((int(w[1], 16), w[4]) for w in words)
 
 
 def instructions(exe: Path, start: int, end: int) -> list[str]:
@@ -223,6 +250,8 @@ def test_frames_are_minidump_stackwalks_with_symbols(
     reference = minidump_stackwalk(made.dump, made.store)
     doc = ours(made.dump, exe)
     theirs = {t["thread_id"]: t["frames"] for t in reference["threads"]}
+    ours_named = {t["tid"]: named_frames(t["frames"]) for t in
+                  ours(made.dump, exe, "--symbols-path", str(made.store))["threads"]}  # fmt: skip
     assert set(theirs) == {t["tid"] for t in doc["threads"]}
     for thread in doc["threads"]:
         mine = [int(f["pc"], 16) for f in thread["frames"]]
@@ -235,6 +264,19 @@ def test_frames_are_minidump_stackwalks_with_symbols(
         # or scans beyond; ours ends there (pc_zero).
         assert reference_pcs[: len(mine)] == mine, where
         assert all(t == "cfi" for t in trusts[2 : len(mine)]), where
+        # With the same symbol files, the same names, files and lines (inlined functions too),
+        # but where two FUNC records hold the address: dump_syms writes one from the export
+        # (or a placeholder "<unknown in M>") at the hot-patch padding before a Wine function,
+        # without lines, and one from its DWARF 8 bytes in, with them. Theirs takes the outer,
+        # ours the inner, whose name and line the function's DWARF gives.
+        for f, mine_named in zip(theirs[thread["tid"]], ours_named[thread["tid"]], strict=False):
+            inlines = [i["function"] for i in f.get("inlines") or []]
+            over = sym_functions(made.store, f["module"], int(f["module_offset"], 16))
+            if len(over) > 1:
+                assert f["function"] == over[0][1] and f["line"] is None, where
+                assert mine_named[0] == over[-1][1] and mine_named[2] is not None, where
+                continue
+            assert mine_named == (f["function"], f["file"], f["line"], inlines), where
         if trusts[1] != "cfi":
             # Frame 0 in a function with no entry in .pdata (a leaf: a system call's stub), of
             # which the symbol file has no STACK CFI: theirs scans for the return address at
@@ -304,3 +346,24 @@ def test_a_damaged_pe_file_stops_cfi_with_its_reason_and_the_walk_goes_on(
         assert f"not unwound: {damaged}: not a PE file" in proc.stderr, proc.stderr
         assert alone["end"] == "no_module", alone
     assert len(alone["frames"]) == 1, alone
+
+
+def test_modules_whose_pe_files_are_missing_are_named_once(
+    dumps: Any, programs: dict[str, Path]
+) -> None:
+    """With only the program's directory searched, Wine's DLLs are missing: one warning names
+    them all (not the program), the program's frames are still unwound by its tables, and the
+    walk goes on past them by the other strategies."""
+    exe = programs["-O2"]
+    dump = dumps("-O2", "leaf")
+    proc = run(["stackwalk", "minidump", "--json", str(dump), "--lib-search-path", str(exe.parent)])
+    # (1: a walk stopped early, scanning past kernel32 with nothing to tell where ntdll's ends.)
+    assert proc.returncode in (0, 1) and "Traceback" not in proc.stderr, proc.stderr
+    (warning,) = [line for line in proc.stderr.splitlines() if "PE files of" in line]
+    assert "not found by name in --lib-search-path" in warning, warning
+    missing = warning.rsplit(": ", 1)[1].split(", ")
+    assert "ntdll.dll" in missing and "kernel32.dll" in missing, missing
+    assert exe.name not in missing, missing
+    (thread,) = json.loads(proc.stdout)["threads"]
+    in_program = [f for f in thread["frames"][1:] if f["module"].endswith(exe.name)]
+    assert len(in_program) >= 3 and all(f["trust"] == "cfi" for f in in_program), thread

@@ -284,6 +284,7 @@ pub fn build(
         unverified: HashSet::new(),
         fetched: HashSet::new(),
         foreign_said: false,
+        no_pe: Vec::new(),
         stores: options.symbol_stores.clone(),
     };
     Ok(builder.build())
@@ -302,6 +303,8 @@ struct Builder<'f, 'o, 'h> {
     /// Files fetched: named in the output by the module's path.
     fetched: HashSet<PathBuf>,
     foreign_said: bool,
+    /// The Windows modules whose PE file was not found (said once, at the end).
+    no_pe: Vec<String>,
     stores: Stores,
 }
 
@@ -340,6 +343,19 @@ impl Builder<'_, '_, '_> {
             .position(|m| Some(m.start) == exe_start && Some(&m.path) == exe_path.as_ref());
         if self.facts.files.is_some_and(|f| !f.is_empty()) {
             self.add_jit_code(&modules);
+        }
+        if !self.no_pe.is_empty() {
+            let (os, count) = (self.facts.foreign.unwrap_or("Windows"), self.no_pe.len());
+            let searched = match self.options.finder.search.is_empty() {
+                true => "no --lib-search-path given",
+                false => "not found by name in --lib-search-path",
+            };
+            self.warnings.push(format!(
+                "the PE files of {count} modules of the {os} dump are missing ({searched}): \
+                 they are unwound by STACK CFI where --symbols-path has their symbol files, \
+                 else by frame pointers and scanning: {}",
+                self.no_pe.join(", ")
+            ));
         }
         if explicit.is_some() && executable.is_none() {
             let given = explicit.as_deref().unwrap_or(Path::new("")).display();
@@ -637,20 +653,13 @@ impl Builder<'_, '_, '_> {
                 };
                 self.warnings.push(format!("module not found: {}{reason}", path.display()));
             }
-            Some(_) if self.foreign_said => {}
+            // A Windows x64 module's PE file is looked for (see `pe_file`).
+            Some(_) if self.foreign_said || self.looks_for_pe() => {}
             Some(os) => {
                 self.foreign_said = true;
-                // (A Windows x64 module's PE file is looked for: see `pe_file`.)
-                let pe = match self.facts.code_ids.is_empty() || self.facts.arch != Arch::X86_64 {
-                    true => "",
-                    false => {
-                        ", but for their PE files' unwind tables (found by name in \
-                             --lib-search-path)"
-                    }
-                };
                 self.warnings.push(format!(
-                    "the modules of a {os} dump are not looked for on this machine as ELF \
-                     files are{pe}: they are named from symbol files (--symbols-path, \
+                    "the modules of a {os} dump are not looked for on this machine (only ELF \
+                     files are read): they are named from symbol files (--symbols-path, \
                      --symbols-url) where those are given"
                 ));
             }
@@ -713,11 +722,29 @@ impl Builder<'_, '_, '_> {
     /// unwind tables are read (see `crate::unwind::pe`). Files of another
     /// build are a warning, used with `allow_mismatch`.
     fn pe_file(&mut self, module: &Module) -> Option<(PathBuf, PeHeaders)> {
-        if self.facts.arch != Arch::X86_64 {
+        if !self.looks_for_pe() {
             return None;
         }
         let ids = self.facts.code_ids.iter();
         let (_, name, code_id) = ids.into_iter().find(|(base, ..)| *base == module.start)?;
+        let found = self.pe_file_named(module, name, code_id);
+        if found.is_none() {
+            self.no_pe.push(name.clone());
+        }
+        found
+    }
+
+    /// Whether the source's modules are Windows x64 ones, whose PE files are looked for.
+    fn looks_for_pe(&self) -> bool {
+        self.facts.arch == Arch::X86_64 && !self.facts.code_ids.is_empty()
+    }
+
+    fn pe_file_named(
+        &mut self,
+        module: &Module,
+        name: &str,
+        code_id: &str,
+    ) -> Option<(PathBuf, PeHeaders)> {
         let mut other = None;
         let mut unreadable = Vec::new();
         for dir in &self.options.finder.search {
