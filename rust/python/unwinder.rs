@@ -182,10 +182,13 @@ impl PyUnwinder {
             info = info.with_functions(map.clone());
         }
         if let Some(path) = pe_file {
-            let pe = py.detach(|| {
-                crate::space::pe::PeImage::open(&path).and_then(crate::unwind::pe::PeUnwind::new)
-            });
-            info = info.with_foreign_cfi(Arc::new(pe.map_err(StackwalkError::new_err)?), base);
+            let image = py
+                .detach(|| crate::space::pe::PeImage::open(&path))
+                .map_err(StackwalkError::new_err)?;
+            // Its code from the file, for the checks of the other strategies.
+            info = info.with_code_bytes(image.data.clone(), image.code_segments(base));
+            let pe = crate::unwind::pe::PeUnwind::new(image).map_err(StackwalkError::new_err)?;
+            info = info.with_foreign_cfi(Arc::new(pe), base);
         } else if let Some(path) = sym_file {
             let symbols = py
                 .detach(|| crate::symbolize::breakpad::sym_file(&path))

@@ -17,6 +17,7 @@ use object::LittleEndian as LE;
 
 use crate::arch::Arch;
 use crate::source::memory::Data;
+use crate::space::sections::CodeSegment;
 
 /// A section of a PE image: `rva..rva + size` in the image, the first
 /// `file_size` bytes of which are at `file_offset` in the file (the rest
@@ -160,6 +161,20 @@ impl PeImage {
         self.function_table()
             .chunks_exact(12)
             .map(|entry| u64::from(u32::from_le_bytes([entry[0], entry[1], entry[2], entry[3]])))
+    }
+
+    /// The executable sections of the image loaded at `base`, where their
+    /// bytes are in the file.
+    pub fn code_segments(&self, base: u64) -> Vec<CodeSegment> {
+        let sections = self.headers.sections.iter().filter(|s| s.executable && s.size > 0);
+        sections
+            .map(|s| CodeSegment {
+                address: base.wrapping_add(u64::from(s.rva)),
+                size: u64::from(s.size),
+                file_offset: u64::from(s.file_offset),
+                file_size: u64::from(s.file_size.min(s.size)),
+            })
+            .collect()
     }
 
     /// The file's bytes at `rva` (see [`PeHeaders::bytes_at`]).

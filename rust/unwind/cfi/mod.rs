@@ -297,6 +297,16 @@ impl UnwindInfo {
         }
     }
 
+    /// A missing ELF file's info (see [`UnwindInfo::without_file`]) whose
+    /// code is read from another file after all (`data`, at the offsets of
+    /// `code`: a Windows module's PE file), for the checks of the fallback
+    /// strategies (a call before each return address).
+    pub fn with_code_bytes(mut self, data: std::sync::Arc<Data>, code: Vec<CodeSegment>) -> Self {
+        self.data = data;
+        self.sections.code = code;
+        self
+    }
+
     /// A missing file's info (see [`UnwindInfo::without_file`]) unwound with
     /// rules from elsewhere (the `STACK CFI` records of its Breakpad symbol
     /// file), whose offsets are from runtime address `base` (the module's
