@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from corefiles import run
+from corefiles import run, stackwalk_minidump
 from readelf_frames import load
 from stackwalk import Unwinder
 from windows import (
@@ -87,7 +87,7 @@ def search(program: Path) -> list[Path]:
 
 def ours(dump: Path, program: Path, *options: str) -> dict[str, Any]:
     path = ":".join(str(d) for d in search(program))
-    proc = run(["stackwalk", "minidump", "--json", str(dump), "--lib-search-path", path, *options])
+    proc = stackwalk_minidump("--json", dump, "--lib-search-path", path, *options)
     assert proc.returncode == 0, proc.stderr
     doc: dict[str, Any] = json.loads(proc.stdout)
     return doc
@@ -142,16 +142,22 @@ def test_pdata_rows_are_the_dwarf_rows_gcc_wrote(
     assert differently < compared // 10, (differently, compared)
 
 
+def physical(frames: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The frames of a thread but the functions inlined into them (the PE files' DWARF names
+    those)."""
+    return [f for f in frames if not f["inline"]]
+
+
 def named_frames(frames: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
-    """Each frame's function, file and line, and the functions inlined into it (innermost
-    first): our inlined frames come before the frame they are inlined into."""
+    """Each frame's function, file and line, the functions inlined into it (innermost first:
+    our inlined frames come before the frame they are inlined into), and its module."""
     out: list[tuple[Any, ...]] = []
     inlined: list[str] = []
     for f in frames:
-        if f.get("inlined"):
+        if f["inline"]:
             inlined.append(f["function"])
             continue
-        out.append((f["function"], f["file"], f["line"], inlined))
+        out.append((f["function"], f["file"], f["line"], inlined, f["module"]))
         inlined = []
     return out
 
@@ -215,7 +221,7 @@ def test_crash_unwinds_by_pdata_to_the_threads_start(
     by_path = {m["path"]: m for m in doc["modules"]}
     assert doc["crashing_thread"] is not None
     for thread in doc["threads"]:
-        frames = thread["frames"]
+        frames = physical(thread["frames"])
         where = f"thread {thread['tid']}: {[(f['pc'], f['module'], f['trust']) for f in frames]}"
         assert thread["end"] == "pc_zero", where
         assert all(f["trust"] == "cfi" for f in frames[1:]), where
@@ -235,6 +241,10 @@ def test_crash_unwinds_by_pdata_to_the_threads_start(
         it = iter(names)
         assert all(name in it for name in expected), f"{names} lacks {expected}"
         assert names[0] == expected[0], names
+        # Ours names them from the program's DWARF too: the innermost function at each frame
+        # (an inlined one where there is one) is addr2line's.
+        named = [n for n in named_frames(thread["frames"]) if n[4].endswith(exe.name)]
+        assert [n[3][0] if n[3] else n[0] for n in named] == names, (named, names)
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -254,7 +264,7 @@ def test_frames_are_minidump_stackwalks_with_symbols(
                   ours(made.dump, exe, "--symbols-path", str(made.store))["threads"]}  # fmt: skip
     assert set(theirs) == {t["tid"] for t in doc["threads"]}
     for thread in doc["threads"]:
-        mine = [int(f["pc"], 16) for f in thread["frames"]]
+        mine = [int(f["pc"], 16) for f in physical(thread["frames"])]
         # (A caller's "offset" is its return address - 1, as Breakpad reports callers.)
         reference_pcs = [int(f["offset"], 16) + (f["trust"] != "context")
                          for f in theirs[thread["tid"]]]  # fmt: skip
@@ -276,7 +286,11 @@ def test_frames_are_minidump_stackwalks_with_symbols(
                 assert f["function"] == over[0][1] and f["line"] is None, where
                 assert mine_named[0] == over[-1][1] and mine_named[2] is not None, where
                 continue
-            assert mine_named == (f["function"], f["file"], f["line"], inlines), where
+            # (dump_syms joins a DWARF file's directory and name with Windows' separator:
+            # ".\dlls/kernel32\thread.c" where the DWARF, which ours reads, has
+            # "./dlls/kernel32/thread.c".)
+            file = f["file"].replace("\\", "/") if f["file"] else f["file"]
+            assert mine_named[:4] == (f["function"], file, f["line"], inlines), where
         if trusts[1] != "cfi":
             # Frame 0 in a function with no entry in .pdata (a leaf: a system call's stub), of
             # which the symbol file has no STACK CFI: theirs scans for the return address at
@@ -319,11 +333,11 @@ def test_a_damaged_pe_file_stops_cfi_with_its_reason_and_the_walk_goes_on(
     damaged = _damaged(exe, tmp_path / "damaged", damage)
     dump = dumps("-O0", "leaf")
     path = f"{damaged.parent}:{WINE_DLLS}"
-    proc = run(["stackwalk", "minidump", "--json", str(dump), "--lib-search-path", path])
+    proc = stackwalk_minidump("--json", dump, "--lib-search-path", path)
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
     doc = json.loads(proc.stdout)
     (thread,) = doc["threads"]
-    frames = thread["frames"]
+    frames = physical(thread["frames"])
     assert frames and frames[0]["module"].endswith(exe.name)
     # Intact, the same thread unwinds by CFI alone; damaged, not in the program.
     in_program = [f for f in frames[1:] if f["module"].endswith(exe.name)]
@@ -335,8 +349,7 @@ def test_a_damaged_pe_file_stops_cfi_with_its_reason_and_the_walk_goes_on(
         rva = int(f["pc"], 16) - int(module["start"], 16)
         assert call_before(pe, rva, _base_of(pe)), f
     # With CFI alone, the walk stops in the program, saying why.
-    proc = run(["stackwalk", "minidump", "--json", str(dump), "--lib-search-path", path,
-                "--strategies", "cfi"])  # fmt: skip
+    proc = stackwalk_minidump("--json", dump, "--lib-search-path", path, "--strategies", "cfi")
     (alone,) = json.loads(proc.stdout)["threads"]
     if damage == "xdata":
         assert alone["end"] == "bad_cfi", alone
@@ -356,7 +369,7 @@ def test_modules_whose_pe_files_are_missing_are_named_once(
     walk goes on past them by the other strategies."""
     exe = programs["-O2"]
     dump = dumps("-O2", "leaf")
-    proc = run(["stackwalk", "minidump", "--json", str(dump), "--lib-search-path", str(exe.parent)])
+    proc = stackwalk_minidump("--json", dump, "--lib-search-path", exe.parent)
     # (1: a walk stopped early, scanning past kernel32 with nothing to tell where ntdll's ends.)
     assert proc.returncode in (0, 1) and "Traceback" not in proc.stderr, proc.stderr
     (warning,) = [line for line in proc.stderr.splitlines() if "PE files of" in line]
@@ -365,5 +378,5 @@ def test_modules_whose_pe_files_are_missing_are_named_once(
     assert "ntdll.dll" in missing and "kernel32.dll" in missing, missing
     assert exe.name not in missing, missing
     (thread,) = json.loads(proc.stdout)["threads"]
-    in_program = [f for f in thread["frames"][1:] if f["module"].endswith(exe.name)]
+    in_program = [f for f in physical(thread["frames"])[1:] if f["module"].endswith(exe.name)]
     assert len(in_program) >= 3 and all(f["trust"] == "cfi" for f in in_program), thread

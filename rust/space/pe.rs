@@ -39,6 +39,9 @@ pub struct PeHeaders {
     pub timestamp: u32,
     /// `IMAGE_OPTIONAL_HEADER.SizeOfImage`.
     pub image_size: u32,
+    /// `IMAGE_OPTIONAL_HEADER.ImageBase`: where the file's addresses (its
+    /// DWARF's, its symbols') have the image loaded.
+    pub image_base: u64,
     /// Sorted by RVA.
     pub sections: Vec<PeSection>,
     /// The exception directory (the x64 function table, `.pdata`): RVA and
@@ -118,6 +121,7 @@ fn read<Pe: ImageNtHeaders>(data: &[u8]) -> Result<PeHeaders, String> {
         arch,
         timestamp: nt.file_header().time_date_stamp.get(LE),
         image_size: nt.optional_header().size_of_image(),
+        image_base: nt.optional_header().image_base(),
         sections,
         exception,
     })

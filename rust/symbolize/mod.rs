@@ -48,7 +48,9 @@ pub struct SymbolFile {
     lines: OnceLock<Option<Arc<DebugInfo>>>,
     /// A Breakpad symbol file, used where the file gives no name or line.
     breakpad: Option<PathBuf>,
-    sym: OnceLock<Option<Arc<BreakpadSymbols>>>,
+    /// The symbol file, and where its offsets are from in the file's
+    /// addresses (a PE file's image base; 0 for an ELF file).
+    sym: OnceLock<Option<(Arc<BreakpadSymbols>, u64)>>,
     /// Its PLT entries, read where the table first names nothing.
     plt: OnceLock<PltEntries>,
 }
@@ -76,10 +78,23 @@ impl SymbolFile {
     }
 
     /// Its Breakpad symbol file's tables (read through the process's
-    /// cache): None without one, or when it cannot be read.
-    pub fn breakpad(&self) -> Option<&BreakpadSymbols> {
-        let sym = self.sym.get_or_init(|| self.breakpad.as_deref().and_then(|p| sym_file(p).ok()));
-        sym.as_deref()
+    /// cache), and the address in the file its offsets are from (a Windows
+    /// module's are from its PE file's image base): None without one, or
+    /// when it cannot be read.
+    pub fn breakpad(&self) -> Option<(&BreakpadSymbols, u64)> {
+        let sym = self.sym.get_or_init(|| {
+            let symbols = sym_file(self.breakpad.as_deref()?).ok()?;
+            let pe = |path: &PathBuf| {
+                let data = crate::source::files::map(path).ok()?;
+                Some(crate::space::pe::headers(&data).ok()?.image_base)
+            };
+            let base = match &self.source {
+                Source::Path(path) => pe(path).unwrap_or(0),
+                Source::Image(_) | Source::None => 0,
+            };
+            Some((symbols, base))
+        });
+        sym.as_ref().map(|(symbols, base)| (&**symbols, *base))
     }
 
     /// Its PLT entries (`name@plt`): read once, where its symbol table
@@ -328,7 +343,10 @@ impl Symbolizer {
         let address = lookup.wrapping_sub(p.bias);
         match p.file.lines() {
             Some(lines) => lines.frames(address),
-            None => p.file.breakpad().map(|s| s.frames(address)).unwrap_or_default(),
+            None => match p.file.breakpad() {
+                Some((symbols, base)) => symbols.frames(address.wrapping_sub(base)),
+                None => Vec::new(),
+            },
         }
     }
 
@@ -358,7 +376,11 @@ impl Symbolizer {
             .zip(symbol)
             .and_then(|(t, i)| t.demangled(i))
             .or_else(|| p.file.plt().lookup(address))
-            .or_else(|| p.file.breakpad()?.lookup(address))
+            .or_else(|| {
+                let (symbols, base) = p.file.breakpad()?;
+                let (name, start) = symbols.lookup(address.wrapping_sub(base))?;
+                Some((name, start.wrapping_add(base)))
+            })
             .map(|(name, start)| (name, (address - start).wrapping_add(pc.wrapping_sub(lookup))))
             // JIT code placed as a module of its own (a perf recording's
             // anonymous mappings): named by the perf map.

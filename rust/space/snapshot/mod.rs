@@ -334,8 +334,11 @@ impl Builder<'_, '_, '_> {
             }
             m.doubtful = m.found
                 && (self.mismatched.contains_key(&m.path) || self.unverified.contains(&m.path));
+            // (A Windows module's PE file stands in for the path the dump names.)
+            let pe = self.looks_for_pe();
             m.stand_in = m.file.as_ref().is_some_and(|f| {
-                self.fetched.contains(f) || self.options.finder.stand_ins.values().any(|s| s == f)
+                pe || self.fetched.contains(f)
+                    || self.options.finder.stand_ins.values().any(|s| s == f)
             });
         }
         let executable = modules
@@ -711,6 +714,12 @@ impl Builder<'_, '_, '_> {
         if module.file.is_none() {
             let pe = self.pe_file(&module);
             self.add_missing(&module, in_core, module.sym_file.as_deref(), pe.as_ref());
+            if let Some((file, headers)) = pe {
+                // Named from the PE file too (its DWARF, where it has some), whose addresses
+                // are from its preferred image base.
+                module.bias = module.start.wrapping_sub(headers.image_base);
+                (module.file, module.found) = (Some(file), true);
+            }
         }
         module
     }
@@ -776,6 +785,7 @@ impl Builder<'_, '_, '_> {
             return None;
         };
         let kind = self.facts.kind;
+        self.mismatched.insert(module.path.clone(), None);
         let using = if self.options.allow_mismatch {
             "using it anyway"
         } else {
