@@ -74,6 +74,26 @@ impl PeHeaders {
         data.get(start..end)
     }
 
+    /// The function table (the exception directory: x64's `RUNTIME_FUNCTION`
+    /// entries of 12 bytes) in the file `data`, the whole entries it holds.
+    pub fn function_table<'d>(&self, data: &'d [u8]) -> &'d [u8] {
+        let table = self.exception.and_then(|(rva, size)| {
+            let bytes = self.bytes_at(data, rva)?;
+            Some(&bytes[..bytes.len().min(size as usize)])
+        });
+        let table = table.unwrap_or(&[]);
+        &table[..table.len() - table.len() % 12]
+    }
+
+    /// Each function-table entry's RVA range, in the table's order.
+    pub fn function_ranges<'d>(&self, data: &'d [u8]) -> impl Iterator<Item = (u32, u32)> + 'd {
+        self.function_table(data).chunks_exact(12).map(|entry| {
+            let word =
+                |i: usize| u32::from_le_bytes([entry[i], entry[i + 1], entry[i + 2], entry[i + 3]]);
+            (word(0), word(4))
+        })
+    }
+
     /// The executable sections' RVA ranges.
     pub fn code(&self) -> impl Iterator<Item = std::ops::Range<u64>> + '_ {
         self.sections
@@ -148,23 +168,15 @@ impl PeImage {
         Ok(PeImage { data: Arc::new(data), headers })
     }
 
-    /// The function table (the exception directory: x64's `RUNTIME_FUNCTION`
-    /// entries of 12 bytes), the whole entries the file holds of it.
+    /// The function table (see [`PeHeaders::function_table`]).
     pub fn function_table(&self) -> &[u8] {
-        let table = self.headers.exception.and_then(|(rva, size)| {
-            let bytes = self.bytes_at(rva)?;
-            Some(&bytes[..bytes.len().min(size as usize)])
-        });
-        let table = table.unwrap_or(&[]);
-        &table[..table.len() - table.len() % 12]
+        self.headers.function_table(&self.data)
     }
 
     /// Where the function table's entries start (RVAs), in its order: what
     /// a check of every function walks.
     pub fn functions(&self) -> impl Iterator<Item = u64> + '_ {
-        self.function_table()
-            .chunks_exact(12)
-            .map(|entry| u64::from(u32::from_le_bytes([entry[0], entry[1], entry[2], entry[3]])))
+        self.headers.function_ranges(&self.data).map(|(start, _)| u64::from(start))
     }
 
     /// The executable sections of the image loaded at `base`, where their

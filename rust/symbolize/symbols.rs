@@ -67,6 +67,9 @@ impl SymbolTable {
         data: &[u8],
         debug: impl FnOnce() -> Option<SymbolTable>,
     ) -> Result<SymbolTable, ElfError> {
+        if let Some((functions, full)) = pe_functions(data) {
+            return Ok(SymbolTable::from_functions(functions, full));
+        }
         if let Some(table) = SymbolTable::of_table(data, Table::Symtab)? {
             return Ok(table);
         }
@@ -308,6 +311,54 @@ impl SymbolTable {
 /// (start, end, name, whether the name is local) of the defined code
 /// symbols, bar ARM mapping symbols (`$x`, `$d`).
 type Functions<'d> = Vec<(u64, u64, &'d str, bool)>;
+
+/// A PE file's functions (a Windows module's), at its addresses (image base
+/// plus RVA): its COFF symbol table's functions (a mingw-w64 program's), or
+/// where it has none, its exported names (a DLL's, as debuggers name a
+/// module's code without its PDB); and whether they are all of them. Each
+/// runs to the end of the function-table (`.pdata`) entry that starts
+/// there, else to the next name or the end of its section. None: not a PE
+/// file.
+fn pe_functions(data: &[u8]) -> Option<(Functions<'_>, bool)> {
+    use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
+    let headers = crate::space::pe::headers(data).ok()?;
+    let file = object::File::parse(data).ok()?;
+    let base = headers.image_base;
+    let mut named: Vec<(u64, &str, bool)> = file
+        .symbols()
+        .filter(|s| s.kind() == SymbolKind::Text && s.is_definition())
+        .filter_map(|s| Some((s.address(), s.name().ok()?, s.is_local())))
+        .collect();
+    let full = !named.is_empty();
+    if !full {
+        let exports = file.exports().unwrap_or_default();
+        named = exports
+            .iter()
+            .filter_map(|e| Some((e.address(), std::str::from_utf8(e.name()).ok()?, false)))
+            .collect();
+    }
+    named.retain(|(address, name, _)| !name.is_empty() && *address > base);
+    named.sort_unstable_by_key(|&(address, ..)| address);
+    let ends: std::collections::HashMap<u64, u64> = headers
+        .function_ranges(data)
+        .map(|(start, end)| (base + u64::from(start), base + u64::from(end)))
+        .collect();
+    let section_end = |address: u64| {
+        file.sections()
+            .find(|s| s.address() <= address && address < s.address() + s.size())
+            .map_or(address + 1, |s| s.address() + s.size())
+    };
+    let mut out = Vec::with_capacity(named.len());
+    for (i, &(start, name, local)) in named.iter().enumerate() {
+        let next = named[i + 1..].iter().map(|n| n.0).find(|&a| a > start);
+        let end = match ends.get(&start) {
+            Some(&end) if end > start => end,
+            _ => next.unwrap_or_else(|| section_end(start)).min(section_end(start)),
+        };
+        out.push((start, end, name, local));
+    }
+    Some((out, full))
+}
 
 /// The smallest file whose symbol tables are cached ([`SymbolTable::of_table`]):
 /// a small one's cost less to read than to look up.
