@@ -123,9 +123,9 @@ def test_pdata_rows_are_the_dwarf_rows_gcc_wrote(
         where = f"at {row.loc:#x} ({fde}): .pdata {ours_row}, DWARF {row}"
         code = instructions(exe, row.loc, fde.end)
         if code[0].startswith("ret"):
-            # At a ret the return address is at [rsp], nothing else saved. (gcc's DWARF says
-            # "rsp-8" there, DW_CFA_def_cfa_sf 1 times the data factor -8: below its own
-            # return address.)
+            # At a ret the return address is at [rsp], nothing else saved. (The DWARF there,
+            # DW_CFA_def_cfa_sf after the epilog's pops, reads as "rsp-8" to readelf: a CFA
+            # below the return address it puts at CFA-8, which cannot be.)
             assert ours_row["cfa"] == ("reg", 7, 8), where
             assert ours_row["registers"] == {16: ("offset", -8)}, where
             compared += 1

@@ -3,7 +3,9 @@
 //! headers read as the address space reads a Windows module's file, then
 //! the rows of its `.pdata` and `UNWIND_INFO` looked up (exact and not) at
 //! every function's start, end and every byte of its first 64, and past the
-//! table. Errors are fine; panics, hangs and unbounded allocation are not.
+//! table; and its functions read as the symbolizer reads them (COFF symbols
+//! or exports, to their `.pdata` ends), looked up at the same addresses.
+//! Errors are fine; panics, hangs and unbounded allocation are not.
 
 use _core::source::memory::Data;
 use _core::space::pe::PeImage;
@@ -17,6 +19,13 @@ pub const MAX_LOOKUPS: usize = 4096;
 pub fn run(data: &[u8]) -> usize {
     let Ok(image) = PeImage::from_data(Data::Owned(data.to_vec())) else { return 0 };
     let starts: Vec<u64> = image.functions().take(MAX_LOOKUPS / 128).collect();
+    let base = image.headers.image_base;
+    let table = _core::symbolize::symbols::SymbolTable::from_elf(data).ok();
+    for &start in &starts {
+        if let Some(table) = &table {
+            let _ = table.lookup(base.wrapping_add(start));
+        }
+    }
     let Ok(pe) = PeUnwind::new(image) else { return 0 };
     let mut found = 0;
     for start in starts {

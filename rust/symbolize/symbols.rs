@@ -341,16 +341,23 @@ fn pe_functions(data: &[u8]) -> Option<(Functions<'_>, bool)> {
     named.sort_unstable_by_key(|&(address, ..)| address);
     let ends: std::collections::HashMap<u64, u64> = headers
         .function_ranges(data)
-        .map(|(start, end)| (base + u64::from(start), base + u64::from(end)))
+        .filter_map(|(start, end)| {
+            Some((base.checked_add(u64::from(start))?, base.checked_add(u64::from(end))?))
+        })
         .collect();
     let section_end = |address: u64| {
         file.sections()
-            .find(|s| s.address() <= address && address < s.address() + s.size())
-            .map_or(address + 1, |s| s.address() + s.size())
+            .map(|s| (s.address(), s.address().saturating_add(s.size())))
+            .find(|&(start, end)| start <= address && address < end)
+            .map_or(address.saturating_add(1), |(_, end)| end)
     };
+    // The next name's address after each (names at one address share it).
+    let mut next = vec![None; named.len()];
+    for i in (0..named.len().saturating_sub(1)).rev() {
+        next[i] = if named[i + 1].0 > named[i].0 { Some(named[i + 1].0) } else { next[i + 1] };
+    }
     let mut out = Vec::with_capacity(named.len());
-    for (i, &(start, name, local)) in named.iter().enumerate() {
-        let next = named[i + 1..].iter().map(|n| n.0).find(|&a| a > start);
+    for (&(start, name, local), next) in named.iter().zip(next) {
         let end = match ends.get(&start) {
             Some(&end) if end > start => end,
             _ => next.unwrap_or_else(|| section_end(start)).min(section_end(start)),
