@@ -486,6 +486,35 @@ def test_stacks_are_walked_as_siggen_walks_them(pools: dict[str, list[str]]) -> 
     assert_agreement(results, "stacks")
 
 
+# Windows' error machinery and waits, as they name the frames of a crash through them (a
+# raised exception, a C++ throw, a stack buffer overrun caught, the heap reporting damage, a
+# thread that crashed while another waits): each is skipped.
+WINDOWS_MACHINERY = (
+    "RaiseException", "_CxxThrowException", "__report_gsfailure", "_report_gsfailure",
+    "KiUserExceptionDispatcher", "KiUserApcDispatcher", "KiUserCallbackDispatcher",
+    "KiRaiseUserExceptionDispatcher", "KiFastSystemCallRet", "RtlDispatchException",
+    "RtlFailFast2", "RtlpExecuteHandlerForException", "RtlReportCriticalFailure",
+    "RtlReportFatalFailure", "RtlpAnalyzeHeapFailure", "RtlpHeapHandleError",
+    "RtlpHpHeapHandleError", "RtlpLogHeapFailure", "NtWaitForSingleObject",
+    "ZwWaitForMultipleObjects", "WaitForSingleObjectEx", "WaitForMultipleObjectsEx",
+    "NtWaitForKeyedEvent", "NtWaitForAlertByThreadId",
+)  # fmt: skip
+
+
+@pytest.mark.parametrize("name", WINDOWS_MACHINERY)
+def test_windows_error_machinery_is_skipped_as_siggen_skips_it(name: str) -> None:
+    """A Windows crash through the system's error machinery (frames of ntdll, kernelbase and
+    the CRT, named as their PDBs or exports name them) has the signature siggen gives it: the
+    machinery skipped, the program's function named, alone and under a second machinery
+    frame."""
+    ntdll = "C:\\Windows\\System32\\ntdll.dll"
+    program = [frame("ParseHeader", WINDOWS_MODULE), frame("main", WINDOWS_MODULE)]
+    for stack in ([frame(name, ntdll), *program],
+                  [frame(name, ntdll), frame("RaiseException", ntdll), *program]):  # fmt: skip
+        ours, theirs = both(stack, windows=True)
+        assert ours == theirs == "ParseHeader", (name, ours, theirs)
+
+
 def test_a_frame_without_a_name_keeps_its_offset() -> None:
     """A frame without a name (but libc's, a prefix) is ``module@0xoffset``, where siggen names
     it by its module alone: crashes at two places of a program without symbols are two bugs."""

@@ -33,7 +33,7 @@ MINGW_ADDR2LINE = "x86_64-w64-mingw32-addr2line"
 WINE = shutil.which("wine64") or "/usr/lib/wine/wine64"
 WINE_DLLS = Path("/usr/lib/x86_64-linux-gnu/wine/x86_64-windows")
 SOURCE = Path(__file__).parent / "programs" / "windows" / "crash_win.c"
-MODES = ("leaf", "deep", "qsort", "thread", "divide")
+MODES = ("leaf", "deep", "qsort", "thread", "divide", "raise")
 TIMEOUT = 180
 
 

@@ -7,6 +7,7 @@
  *   qsort   a null read in a comparison function called by msvcrt's qsort
  *   thread  a null read in a second thread while the first waits for it
  *   divide  an integer division by zero in a function with a frame pointer
+ *   raise   an exception raised by RaiseException (a software error, as an assertion raises)
  */
 #include <windows.h>
 #include <dbghelp.h>
@@ -65,9 +66,13 @@ __attribute__((noinline, optimize("no-omit-frame-pointer"))) int divide(int n) {
     return numbers[n % 4] / zero;
 }
 
+__attribute__((noinline)) void check_header(int n) {
+    if (n < 1000) RaiseException(0xE0000001, 0, 0, NULL);
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) {
-        fprintf(stderr, "usage: crash_win leaf|deep|qsort|thread|divide DUMP\n");
+        fprintf(stderr, "usage: crash_win leaf|deep|qsort|thread|divide|raise DUMP\n");
         return 2;
     }
     dump_path = argv[2];
@@ -85,5 +90,9 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (!strcmp(mode, "divide")) return divide(argc);
+    if (!strcmp(mode, "raise")) {
+        check_header(argc);
+        return 0;
+    }
     return 2;
 }
