@@ -92,10 +92,11 @@ impl PeUnwind {
             }
         }
         let mut undo = Undo::new();
-        let mut next = undo.function(raw, Some(offset))?;
+        let mut next = undo.function(&info, raw, Some(offset))?;
         for _ in 0..MAX_CHAIN {
             let Some(chained) = next else { return undo.row() };
-            next = undo.function(self.info(chained)?, None)?;
+            let raw = self.info(chained)?;
+            next = undo.function(&parse_info(raw)?, raw, None)?;
         }
         Err(bad("a chain of unwind info that does not end"))
     }
@@ -226,8 +227,12 @@ impl Undo {
     /// Undo the codes of one `UNWIND_INFO` that have run (`offset`: the
     /// pc's offset in the function, None: all of them, a chained entry's);
     /// the RVA of the entry chained after it.
-    fn function(&mut self, raw: &[u8], offset: Option<u32>) -> Result<Option<u32>, LookupError> {
-        let info = &parse_info(raw)?;
+    fn function(
+        &mut self,
+        info: &UnwindInfo<'_>,
+        raw: &[u8],
+        offset: Option<u32>,
+    ) -> Result<Option<u32>, LookupError> {
         if self.machine.is_some() {
             return Ok(None);
         }
@@ -326,10 +331,19 @@ fn stack_offset(info: &UnwindInfo<'_>, offset: pe_unwind_info::x86_64::StackFram
 mod tests {
     use super::*;
 
+    /// `Undo::function` of the unwind info `raw`, parsed.
+    fn undo_raw(
+        undo: &mut Undo,
+        raw: &[u8],
+        offset: Option<u32>,
+    ) -> Result<Option<u32>, LookupError> {
+        undo.function(&parse_info(raw)?, raw, offset)
+    }
+
     /// The row after undoing `info`'s codes that ran by `offset`, and the chained entry's RVA.
     fn undone(info: &[u8], offset: Option<u32>) -> (Result<Row, LookupError>, Option<u32>) {
         let mut undo = Undo::new();
-        let next = undo.function(info, offset).expect("codes");
+        let next = undo_raw(&mut undo, info, offset).expect("codes");
         (undo.row(), next)
     }
 
@@ -380,15 +394,15 @@ mod tests {
         assert_eq!(next, Some(0x1234));
         assert_eq!(row.expect("row").cfa, CfaRule::RegOffset { reg: RSP, offset: 0x28 });
         // The flag without the entry after the codes.
-        assert!(Undo::new().function(&info[..8], None).is_err());
+        assert!(undo_raw(&mut Undo::new(), &info[..8], None).is_err());
         // An unknown code (11) where the codes should be.
         assert_eq!(
-            Undo::new().function(&[0x01, 4, 1, 0, 4, 0x0b, 0, 0], None).err(),
+            undo_raw(&mut Undo::new(), &[0x01, 4, 1, 0, 4, 0x0b, 0, 0], None).err(),
             Some(bad("an unwind code that is unknown or cut short"))
         );
         // SET_FPREG in an entry without a frame register; a version past 2.
-        assert!(Undo::new().function(&[0x01, 4, 1, 0, 4, 0x03, 0, 0], None).is_err());
-        assert!(Undo::new().function(&[0x03, 4, 1, 0, 4, 0x32, 0, 0], None).is_err());
+        assert!(undo_raw(&mut Undo::new(), &[0x01, 4, 1, 0, 4, 0x03, 0, 0], None).is_err());
+        assert!(undo_raw(&mut Undo::new(), &[0x03, 4, 1, 0, 4, 0x32, 0, 0], None).is_err());
     }
 
     #[test]

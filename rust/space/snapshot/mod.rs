@@ -29,11 +29,12 @@ use crate::source::minidump::basename;
 use crate::space::debuginfod::{fetch_missing, Kind, Wanted};
 use crate::space::elf::ElfSummary;
 use crate::space::finder::{hex, FileFinder, Identity, Located};
-use crate::space::pe::{PeHeaders, PeImage};
+use crate::space::pe::PeHeaders;
 use crate::space::symserver::{elf_debug_id, Stores};
 use crate::space::{place, Mapping, Segment, PF_X};
 
 mod linkmap;
+mod windows;
 
 const AT_PHDR: u64 = 3;
 const AT_ENTRY: u64 = 9;
@@ -347,25 +348,22 @@ impl Builder<'_, '_, '_> {
         if self.facts.files.is_some_and(|f| !f.is_empty()) {
             self.add_jit_code(&modules);
         }
-        if !self.no_pe.is_empty() {
-            let (os, count) = (self.facts.foreign.unwrap_or("Windows"), self.no_pe.len());
-            let searched = match self.options.finder.search.is_empty() {
-                true => "no --lib-search-path given",
-                false => "not found by name in --lib-search-path",
-            };
-            self.warnings.push(format!(
-                "the PE files of {count} modules of the {os} dump are missing ({searched}): \
-                 they are unwound by STACK CFI where --symbols-path has their symbol files, \
-                 else by frame pointers and scanning: {}",
-                self.no_pe.join(", ")
-            ));
-        }
+        self.say_missing_pe_files();
         if explicit.is_some() && executable.is_none() {
             let given = explicit.as_deref().unwrap_or(Path::new("")).display();
             self.warnings
                 .push(format!("executable {given} not used: the core does not show where"));
         }
         AddressSpace { modules, executable, vdso_image, warnings: self.warnings }
+    }
+
+    /// What is done with a file of another build than the one recorded,
+    /// as the mismatch warnings say it.
+    fn mismatch_use(&self) -> &'static str {
+        match self.options.allow_mismatch {
+            true => "using it anyway",
+            false => "not used (--allow-mismatch uses it)",
+        }
     }
 
     fn auxv(&self, key: u64) -> Option<u64> {
@@ -575,11 +573,7 @@ impl Builder<'_, '_, '_> {
             Some(want) if !want.matches(&summary) => {
                 // A file without a build id cannot be the module whose build id was recorded.
                 self.mismatched.insert(path.to_path_buf(), summary.build_id.clone());
-                let using = if self.options.allow_mismatch {
-                    "using it anyway"
-                } else {
-                    "not used (--allow-mismatch uses it)"
-                };
+                let using = self.mismatch_use();
                 self.warnings.push(format!(
                     "{} mismatch for {shown}: {kind} has {want}, {file_shown} has {}; {using}",
                     want.kind_name(),
@@ -722,81 +716,6 @@ impl Builder<'_, '_, '_> {
             }
         }
         module
-    }
-
-    /// A Windows module's PE file: looked for by its name (as the dump
-    /// spells it, then in lower case, as Wine installs its DLLs) in each
-    /// search directory, and used only if its header's time stamp and
-    /// image size are the code id the dump records; an x64 file, whose
-    /// unwind tables are read (see `crate::unwind::pe`). Files of another
-    /// build are a warning, used with `allow_mismatch`.
-    fn pe_file(&mut self, module: &Module) -> Option<(PathBuf, PeHeaders)> {
-        if !self.looks_for_pe() {
-            return None;
-        }
-        let ids = self.facts.code_ids.iter();
-        let (_, name, code_id) = ids.into_iter().find(|(base, ..)| *base == module.start)?;
-        let found = self.pe_file_named(module, name, code_id);
-        if found.is_none() {
-            self.no_pe.push(name.clone());
-        }
-        found
-    }
-
-    /// Whether the source's modules are Windows x64 ones, whose PE files are looked for.
-    fn looks_for_pe(&self) -> bool {
-        self.facts.arch == Arch::X86_64 && !self.facts.code_ids.is_empty()
-    }
-
-    fn pe_file_named(
-        &mut self,
-        module: &Module,
-        name: &str,
-        code_id: &str,
-    ) -> Option<(PathBuf, PeHeaders)> {
-        let mut other = None;
-        let mut unreadable = Vec::new();
-        for dir in &self.options.finder.search {
-            let mut names = vec![dir.join(name), dir.join(name.to_lowercase())];
-            names.dedup();
-            for candidate in names.into_iter().filter(|c| c.exists()) {
-                let headers = match PeImage::open(&candidate) {
-                    Ok(image) => image.headers,
-                    Err(why) => {
-                        unreadable.push(why);
-                        continue;
-                    }
-                };
-                if headers.arch != self.facts.arch {
-                    continue;
-                }
-                if headers.code_id().eq_ignore_ascii_case(code_id) {
-                    return Some((candidate, headers));
-                }
-                other.get_or_insert((candidate, headers));
-            }
-        }
-        let shown = module.path.display();
-        let Some((file, headers)) = other else {
-            if !unreadable.is_empty() {
-                self.warnings
-                    .push(format!("module {shown} not unwound: {}", unreadable.join("; ")));
-            }
-            return None;
-        };
-        let kind = self.facts.kind;
-        self.mismatched.insert(module.path.clone(), None);
-        let using = if self.options.allow_mismatch {
-            "using it anyway"
-        } else {
-            "not used (--allow-mismatch uses it)"
-        };
-        self.warnings.push(format!(
-            "code id mismatch for {shown}: {kind} has {code_id}, {} has {}; {using}",
-            file.display(),
-            headers.code_id()
-        ));
-        self.options.allow_mismatch.then_some((file, headers))
     }
 
     /// The module's Breakpad symbol file, by the ids the source lists for

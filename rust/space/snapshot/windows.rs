@@ -1,0 +1,100 @@
+//! A Windows dump's modules: their PE files, looked for by name in the
+//! search directories and checked by the code id the dump records (see
+//! `crate::space::pe`, `crate::unwind::pe`).
+
+use std::path::PathBuf;
+
+use super::{Builder, Module};
+use crate::arch::Arch;
+use crate::space::pe::{PeHeaders, PeImage};
+
+impl Builder<'_, '_, '_> {
+    /// A Windows module's PE file: looked for by its name (as the dump
+    /// spells it, then in lower case, as Wine installs its DLLs) in each
+    /// search directory, and used only if its header's time stamp and
+    /// image size are the code id the dump records; an x64 file, whose
+    /// unwind tables are read (see `crate::unwind::pe`). Files of another
+    /// build are a warning, used with `allow_mismatch`.
+    pub(super) fn pe_file(&mut self, module: &Module) -> Option<(PathBuf, PeHeaders)> {
+        if !self.looks_for_pe() {
+            return None;
+        }
+        let ids = self.facts.code_ids.iter();
+        let (_, name, code_id) = ids.into_iter().find(|(base, ..)| *base == module.start)?;
+        let found = self.pe_file_named(module, name, code_id);
+        if found.is_none() {
+            self.no_pe.push(name.clone());
+        }
+        found
+    }
+
+    /// Whether the source's modules are Windows x64 ones, whose PE files are looked for.
+    pub(super) fn looks_for_pe(&self) -> bool {
+        self.facts.arch == Arch::X86_64 && !self.facts.code_ids.is_empty()
+    }
+
+    fn pe_file_named(
+        &mut self,
+        module: &Module,
+        name: &str,
+        code_id: &str,
+    ) -> Option<(PathBuf, PeHeaders)> {
+        let mut other = None;
+        let mut unreadable = Vec::new();
+        for dir in &self.options.finder.search {
+            let mut names = vec![dir.join(name), dir.join(name.to_lowercase())];
+            names.dedup();
+            for candidate in names.into_iter().filter(|c| c.exists()) {
+                let headers = match PeImage::open(&candidate) {
+                    Ok(image) => image.headers,
+                    Err(why) => {
+                        unreadable.push(why);
+                        continue;
+                    }
+                };
+                if headers.arch != self.facts.arch {
+                    continue;
+                }
+                if headers.code_id().eq_ignore_ascii_case(code_id) {
+                    return Some((candidate, headers));
+                }
+                other.get_or_insert((candidate, headers));
+            }
+        }
+        let shown = module.path.display();
+        let Some((file, headers)) = other else {
+            if !unreadable.is_empty() {
+                self.warnings
+                    .push(format!("module {shown} not unwound: {}", unreadable.join("; ")));
+            }
+            return None;
+        };
+        let kind = self.facts.kind;
+        self.mismatched.insert(module.path.clone(), None);
+        let using = self.mismatch_use();
+        self.warnings.push(format!(
+            "code id mismatch for {shown}: {kind} has {code_id}, {} has {}; {using}",
+            file.display(),
+            headers.code_id()
+        ));
+        self.options.allow_mismatch.then_some((file, headers))
+    }
+
+    /// One warning naming the modules whose PE files were not found.
+    pub(super) fn say_missing_pe_files(&mut self) {
+        if self.no_pe.is_empty() {
+            return;
+        }
+        let (os, count) = (self.facts.foreign.unwrap_or("Windows"), self.no_pe.len());
+        let searched = match self.options.finder.search.is_empty() {
+            true => "no --lib-search-path given",
+            false => "not found by name in --lib-search-path",
+        };
+        self.warnings.push(format!(
+            "the PE files of {count} modules of the {os} dump are missing ({searched}): they \
+             are unwound by STACK CFI where --symbols-path has their symbol files, else by \
+             frame pointers and scanning: {}",
+            self.no_pe.join(", ")
+        ));
+    }
+}
