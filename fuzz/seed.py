@@ -17,7 +17,8 @@
   with ``.debug_info`` claiming more bytes than its stream holds, which the partial reader
   (``rust/symbolize/lines/partial.rs``) takes a unit at a time;
 - breakpad: ``dump_syms``' ``.sym`` files of those programs (``FILE``, ``FUNC``, lines,
-  ``INLINE``, ``PUBLIC``, ``STACK CFI``);
+  ``INLINE``, ``PUBLIC``, ``STACK CFI``), and a Windows x86 program's from the tests' data
+  (``STACK WIN``: FPO and frame data programs);
 - pe: tests/programs/windows/crash_win.c built by mingw-w64 at -O0 and -O2, stripped: PE files
   with their ``.pdata`` and ``UNWIND_INFO`` (prologs, epilogs, frame pointers, chained entries);
 - perfmap: perf maps as JITs write them (V8's names, CPython's ``-X perf`` trampolines, code
@@ -28,6 +29,7 @@ Usage: python fuzz/seed.py [CORPUS_DIR]   (default: fuzz/corpus; run by ``make f
 
 from __future__ import annotations
 
+import lzma
 import os
 import shutil
 import signal
@@ -242,6 +244,9 @@ def seed_breakpad(work: Path, out: Path) -> None:
     for name, program in _lines_programs(work).items():
         sym = subprocess.run([dump_syms, str(program)], capture_output=True, check=True)
         (out / f"{name}.sym").write_bytes(sym.stdout)
+    # A Windows x86 program's: FPO and frame data programs (STACK WIN).
+    test_app = ROOT / "tests" / "data" / "rust-minidump" / "symbols" / "test_app.sym.xz"
+    (out / "test_app.sym").write_bytes(lzma.decompress(test_app.read_bytes()))
 
 
 def seed_pe(work: Path, out: Path) -> None:

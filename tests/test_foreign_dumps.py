@@ -220,9 +220,13 @@ def test_file_ids_are_dump_syms_ids(no_build_id: Any) -> None:
 
 
 def test_sym_files_are_found_by_the_dumps_debug_id(tmp_path: Path) -> None:
-    """A Windows dump and its module's Breakpad symbol file, filed as symbol stores file a PDB's
-    (``test_app.pdb/DEBUGID/test_app.sym``): found by the debug id of the dump's RSDS record,
-    so the frames in test_app.exe are named as minidump-stackwalk names them."""
+    """A Windows x86 dump and its module's Breakpad symbol file, filed as symbol stores file a
+    PDB's (``test_app.pdb/DEBUGID/test_app.sym``): found by the debug id of the dump's RSDS
+    record, so the frames in test_app.exe are named as minidump-stackwalk names them, and
+    unwound by the file's frame data (``STACK WIN``: the crashing thread's frames 1 and 2, then
+    kernel32's BaseProcessStart by its ebp frame, whose record of two zeros at the top of the
+    stack ends it). Every frame of every thread the reference walks is the reference's (it
+    leaves out the thread that wrote the dump, Breakpad's handler thread)."""
     dump = DATA / "rust-minidump" / "test.dmp"
     sym = lzma.decompress((DATA / "rust-minidump" / "symbols" / "test_app.sym.xz").read_bytes())
     _, _, _, debug_id, debug_file = sym.split(b"\n", 1)[0].decode().split(" ")
@@ -233,15 +237,18 @@ def test_sym_files_are_found_by_the_dumps_debug_id(tmp_path: Path) -> None:
     their = theirs(dump, "--symbols-path", str(store))
     module = next(m for m in mine["modules"] if m["filename"] == "test_app.exe")
     assert (module["debug_file"], module["debug_id"]) == (debug_file, debug_id)
-    named = 0
+    named = walked = 0
+    keys = ("offset", "module", "function", "trust")
     for mine_t, their_t in zip(mine["threads"], their["threads"], strict=True):
-        for a, b in zip(mine_t["frames"], their_t["frames"], strict=False):
-            if a["offset"] != b["offset"]:
-                break
-            if a["module"] == "test_app.exe":
-                assert a["function"] == b["function"], (a, b)
-                named += a["function"] is not None
-    assert named >= 3
+        if not their_t["frames"]:
+            continue
+        walked += 1
+        assert [[f[k] for k in keys] for f in mine_t["frames"]] == [
+            [f[k] for k in keys] for f in their_t["frames"]
+        ]
+        named += sum(f["function"] is not None for f in mine_t["frames"])
+    cfi = [f["trust"] for f in mine["crashing_thread"]["frames"]].count("cfi")
+    assert (walked, named, cfi) == (1, 3, 3)
 
 
 def test_breakpad_era_sym_files_from_dump_syms(

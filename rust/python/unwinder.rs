@@ -193,7 +193,7 @@ impl PyUnwinder {
             let symbols = py
                 .detach(|| crate::symbolize::breakpad::sym_file(&path))
                 .map_err(StackwalkError::new_err)?;
-            if symbols.has_cfi() {
+            if symbols.has_cfi() || symbols.has_frame_data() {
                 info = info.with_foreign_cfi(symbols, base);
             }
         }

@@ -6,11 +6,14 @@
 //! Records read: `MODULE`, `FILE n path`, `INLINE_ORIGIN n name`,
 //! `FUNC [m] addr size param_size name` with its line records
 //! (`addr size line file`) and `INLINE depth call_line call_file origin
-//! addr size...` records, `PUBLIC [m] addr param_size name`, and the
-//! unwind rules of `STACK CFI INIT addr size rules` and `STACK CFI addr
-//! rules` (see [`BreakpadSymbols::cfi_row`]). Others (`INFO`, `STACK WIN`,
-//! Windows' own) are skipped. A line that cannot be read is an error naming
-//! its number: a damaged file gives no names rather than wrong ones.
+//! addr size...` records, `PUBLIC [m] addr param_size name`, the unwind
+//! rules of `STACK CFI INIT addr size rules` and `STACK CFI addr rules`
+//! (see [`BreakpadSymbols::cfi_row`]), and Windows x86 frame data, `STACK
+//! WIN type addr size prolog epilog params saved locals max_stack
+//! has_program program|allocates_ebp` (types 0, FPO, and 4, frame data
+//! programs: see [`crate::unwind::frame_data`]). Others (`INFO`, the other
+//! `STACK WIN` types) are skipped. A line that cannot be read is an error
+//! naming its number: a damaged file gives no names rather than wrong ones.
 
 use std::fmt;
 use std::ops::Range;
@@ -23,6 +26,7 @@ use crate::source::files::FileCache;
 use crate::source::memory::Data;
 use crate::symbolize::lines::SourceFrame;
 use crate::unwind::cfi::{CfaRule, LookupError, RegRule, Row};
+use crate::unwind::frame_data::{FrameData, FrameRule};
 
 /// Where a name is in the file: (start, length).
 #[derive(Clone, Copy, Debug)]
@@ -32,6 +36,8 @@ struct Span(u32, u32);
 struct Func {
     address: u64,
     size: u64,
+    /// Bytes of parameters (Windows x86: what a `__stdcall` function pops).
+    params: u32,
     name: Span,
     /// Its line records: `lines[first..end]`.
     lines: (u32, u32),
@@ -48,6 +54,25 @@ struct CfiInit {
     rules: Span,
     /// Its `STACK CFI` records: `cfi_deltas[first..end]`.
     deltas: (u32, u32),
+}
+
+/// A `STACK WIN` record of type 0 or 4.
+#[derive(Clone, Copy, Debug)]
+struct WinFrame {
+    address: u64,
+    size: u64,
+    params: u32,
+    saved: u32,
+    locals: u32,
+    /// The frame data program, if it has one.
+    program: Option<Span>,
+    allocates_base_pointer: bool,
+}
+
+impl WinFrame {
+    fn end(&self) -> u64 {
+        self.address.saturating_add(self.size)
+    }
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -105,16 +130,78 @@ pub struct BreakpadSymbols {
     funcs: Vec<Func>,
     lines: Vec<Line>,
     inlines: Vec<Inline>,
-    /// (address, name), sorted by address.
-    publics: Vec<(u64, Span)>,
+    /// (address, parameter size, name), sorted by address.
+    publics: Vec<(u64, u32, Span)>,
     /// Sorted by address.
     cfi: Vec<CfiInit>,
     /// (address, rules) of the `STACK CFI` records, each INIT's in address order.
     cfi_deltas: Vec<(u64, Span)>,
+    /// `STACK WIN` records: [frame data (type 4), FPO (type 0)], each
+    /// sorted by address, none overlapping (see [`push_win_frame`]).
+    win: [Vec<WinFrame>; 2],
 }
 
 fn hex(word: &str) -> Option<u64> {
     u64::from_str_radix(word, 16).ok()
+}
+
+fn hex32(word: &str) -> Option<u32> {
+    u32::from_str_radix(word, 16).ok()
+}
+
+/// The fields after `STACK WIN`: the list the record goes to (0: frame
+/// data, type 4; 1: FPO, type 0; None: another type, skipped) and the
+/// record. `span` places the program in the file.
+fn win_frame<'t>(
+    rest: &'t str,
+    span: impl Fn(&'t str) -> Span,
+) -> Option<(Option<usize>, WinFrame)> {
+    let mut rest = rest;
+    let mut next = || {
+        let (word, after) = split(rest)?;
+        rest = after;
+        Some(word)
+    };
+    let kind = match next()? {
+        "4" => Some(0),
+        "0" => Some(1),
+        _ => None,
+    };
+    let address = hex(next()?)?;
+    let size = hex(next()?)?;
+    let (_prolog, _epilog) = (hex32(next()?)?, hex32(next()?)?);
+    let (params, saved, locals) = (hex32(next()?)?, hex32(next()?)?, hex32(next()?)?);
+    let _max_stack = hex32(next()?)?;
+    let (program, allocates_base_pointer) = match next()? {
+        "1" => (Some(span(rest.trim_end())), false),
+        "0" => (None, next()? == "1"),
+        _ => return None,
+    };
+    if program.is_some_and(|p| p.1 == 0) {
+        return None;
+    }
+    Some((kind, WinFrame { address, size, params, saved, locals, program, allocates_base_pointer }))
+}
+
+/// Add a `STACK WIN` record to its list, as rust-minidump's reader does with
+/// the overlapping records PDBs hold: a record starting inside the one
+/// before it ends that one where it starts (the tables give each part of a
+/// function, from its own start to the function's end); one starting at or
+/// before the previous record's start and overlapping it is dropped; an
+/// empty one is dropped.
+fn push_win_frame(list: &mut Vec<WinFrame>, frame: WinFrame) {
+    if frame.size == 0 {
+        return;
+    }
+    if let Some(last) = list.last_mut() {
+        if frame.address < last.end() && last.address < frame.end() {
+            if frame.address <= last.address {
+                return;
+            }
+            last.size = frame.address - last.address;
+        }
+    }
+    list.push(frame);
 }
 
 fn dec(word: &str) -> Option<u32> {
@@ -146,6 +233,7 @@ impl BreakpadSymbols {
             publics: Vec::new(),
             cfi: Vec::new(),
             cfi_deltas: Vec::new(),
+            win: [Vec::new(), Vec::new()],
         };
         let bytes: &[u8] = &data;
         let mut at = 0usize;
@@ -194,18 +282,20 @@ impl BreakpadSymbols {
                     };
                     let (address, rest) = split(rest).ok_or(bad("record cut short"))?;
                     let address = hex(address).ok_or(bad("address not hex"))?;
+                    let params = |p| hex32(p).ok_or(bad("parameter size not hex"));
                     if kind == "PUBLIC" {
-                        let (_param, name) = split(rest).ok_or(bad("PUBLIC cut short"))?;
-                        out.publics.push((address, span(name)));
+                        let (p, name) = split(rest).ok_or(bad("PUBLIC cut short"))?;
+                        out.publics.push((address, params(p)?, span(name)));
                         continue;
                     }
                     let (size, rest) = split(rest).ok_or(bad("FUNC cut short"))?;
                     let size = hex(size).ok_or(bad("FUNC size not hex"))?;
-                    let (_param, name) = split(rest).ok_or(bad("FUNC cut short"))?;
+                    let (p, name) = split(rest).ok_or(bad("FUNC cut short"))?;
                     let (l, i) = (out.lines.len() as u32, out.inlines.len() as u32);
                     out.funcs.push(Func {
                         address,
                         size,
+                        params: params(p)?,
                         name: span(name),
                         lines: (l, l),
                         inlines: (i, i),
@@ -234,7 +324,13 @@ impl BreakpadSymbols {
                     func.inlines.1 = out.inlines.len() as u32;
                 }
                 "STACK" => {
-                    // STACK WIN (Windows' frame data) is skipped.
+                    if let Some(("WIN", rest)) = split(rest) {
+                        let (kind, frame) = win_frame(rest, span).ok_or(bad("STACK WIN"))?;
+                        if let Some(list) = kind.and_then(|k| out.win.get_mut(k)) {
+                            push_win_frame(list, frame);
+                        }
+                        continue;
+                    }
                     let Some(("CFI", rest)) = split(rest) else { continue };
                     let (address, rest) = split(rest).ok_or(bad("STACK CFI cut short"))?;
                     if address == "INIT" {
@@ -281,6 +377,9 @@ impl BreakpadSymbols {
         }
         out.funcs.sort_by_key(|f| f.address);
         out.cfi.sort_by_key(|c| c.address);
+        for list in &mut out.win {
+            list.sort_by_key(|w| w.address);
+        }
         out.publics.sort_by_key(|p| p.0);
         out.files.sort_by_key(|f| f.0);
         out.origins.sort_by_key(|o| o.0);
@@ -318,14 +417,21 @@ impl BreakpadSymbols {
         if let Some(f) = self.func(address) {
             return Some((self.text(f.name), f.address));
         }
+        let (start, _, name) = self.public(address)?;
+        Some((self.text(name), start))
+    }
+
+    /// The `PUBLIC` record at or before `address`, where no `FUNC` record
+    /// starts between them.
+    fn public(&self, address: u64) -> Option<(u64, u32, Span)> {
         let i = self.publics.partition_point(|p| p.0 <= address).checked_sub(1)?;
-        let (start, name) = self.publics[i];
+        let public = self.publics[i];
         // Not past a FUNC that starts after the PUBLIC.
         let next = self.funcs.partition_point(|f| f.address <= address);
-        if self.funcs.get(next.wrapping_sub(1)).is_some_and(|f| f.address > start) {
+        if self.funcs.get(next.wrapping_sub(1)).is_some_and(|f| f.address > public.0) {
             return None;
         }
-        Some((self.text(name), start))
+        Some(public)
     }
 
     /// The functions at `address`, innermost first, as [`DebugInfo::frames`]
@@ -454,9 +560,54 @@ impl BreakpadSymbols {
     }
 }
 
+impl BreakpadSymbols {
+    /// Whether the file has Windows x86 frame data (`STACK WIN` records).
+    pub fn has_frame_data(&self) -> bool {
+        self.win.iter().any(|list| !list.is_empty())
+    }
+
+    /// The `STACK WIN` record at `address` (a module offset): a frame data
+    /// program's before FPO data's, as Breakpad and rust-minidump prefer.
+    pub fn frame_data(&self, address: u64) -> Option<FrameData<'_>> {
+        let w = self.win.iter().find_map(|list| {
+            let i = list.partition_point(|w| w.address <= address).checked_sub(1)?;
+            (address < list[i].end()).then_some(list[i])
+        })?;
+        let rule = match w.program {
+            Some(span) => FrameRule::Program(self.text(span)),
+            None => FrameRule::Fpo { allocates_base_pointer: w.allocates_base_pointer },
+        };
+        Some(FrameData {
+            parameter_size: w.params,
+            saved_register_size: w.saved,
+            local_size: w.locals,
+            rule,
+        })
+    }
+
+    /// The parameter size of the function at `address`, as rust-minidump
+    /// takes it: its `STACK WIN` record's, else its `FUNC` record's, else
+    /// its `PUBLIC` record's.
+    pub fn parameter_size(&self, address: u64) -> Option<u32> {
+        if let Some(f) = self.func(address) {
+            let win = self.frame_data(address).map(|d| d.parameter_size);
+            return Some(win.unwrap_or(f.params));
+        }
+        self.public(address).map(|p| p.1)
+    }
+}
+
 impl crate::unwind::cfi::ForeignCfi for BreakpadSymbols {
     fn row(&self, arch: Arch, offset: u64, _exact: bool) -> Result<(Row, Range<u64>), LookupError> {
         self.cfi_row(arch, offset)
+    }
+
+    fn frame_data(&self, offset: u64) -> Option<FrameData<'_>> {
+        BreakpadSymbols::frame_data(self, offset)
+    }
+
+    fn parameter_size(&self, offset: u64) -> Option<u32> {
+        BreakpadSymbols::parameter_size(self, offset)
     }
 
     fn function_start(&self, offset: u64) -> bool {
@@ -598,6 +749,51 @@ mod tests {
         STACK CFI INIT 5020 10 .cfa: .cfa 8 + .ra: .cfa -8 + ^\n\
         STACK CFI INIT 5030 10 .cfa: $rsp 8 + .ra: .cfa -8 + ^ $xmm0: .cfa -16 + ^\n\
         STACK CFI INIT 5040 10 .ra: .cfa -8 + ^\n";
+
+    /// `STACK WIN` records as dump_syms writes them from a PDB (test_app.sym
+    /// of rust-minidump's test data has both kinds, and these overlaps): a
+    /// program before FPO data; a record starting inside the one before
+    /// ends it; parameter sizes from the record, else `FUNC`, else `PUBLIC`.
+    #[test]
+    fn windows_frame_data() {
+        let text = "MODULE windows x86 5A9832E5287241C1838ED98914E9B7FF1 test_app.pdb\n\
+            FUNC 1000 40 c f\n\
+            FUNC 2000 20 4 g\n\
+            PUBLIC 3000 10 h\n\
+            STACK WIN 0 1000 40 3 0 8 4 10 0 0 1\n\
+            STACK WIN 4 1000 20 3 0 c 4 10 0 1 $T0 .raSearch = $eip $T0 ^ = $esp $T0 4 + =\n\
+            STACK WIN 4 1002 1e 1 0 c 0 10 0 1 $T0 $ebp = $eip $T0 4 + ^ =\n\
+            STACK WIN 4 1002 8 1 0 c 0 10 0 1 $T1 1 =\n\
+            STACK WIN 4 4000 0 1 0 0 0 0 0 1 $T1 1 =\n\
+            STACK WIN 5 5000 10 0 0 0 0 0 0 0 0\n";
+        let syms = parsed(text).unwrap();
+        assert!(syms.has_frame_data() && !syms.has_cfi());
+        let d = syms.frame_data(0x1001).unwrap();
+        assert_eq!((d.parameter_size, d.saved_register_size, d.local_size), (0xc, 4, 0x10));
+        assert!(matches!(d.rule, FrameRule::Program(p) if p.starts_with("$T0 .raSearch =")));
+        assert!(
+            matches!(syms.frame_data(0x1002).unwrap().rule, FrameRule::Program(p) if p.starts_with("$T0 $ebp ="))
+        );
+        assert!(matches!(syms.frame_data(0x101f).unwrap().rule, FrameRule::Program(_)));
+        let fpo = syms.frame_data(0x1020).unwrap();
+        assert_eq!(fpo.rule, FrameRule::Fpo { allocates_base_pointer: true });
+        assert_eq!(syms.frame_data(0x1040), None);
+        assert_eq!(syms.frame_data(0x4000), None, "an empty record is dropped");
+        assert_eq!(syms.frame_data(0x5000), None, "type 5 is not read");
+        assert_eq!(syms.parameter_size(0x1030), Some(8));
+        assert_eq!(syms.parameter_size(0x2004), Some(4));
+        assert_eq!(syms.parameter_size(0x3004), Some(0x10));
+        assert_eq!(syms.parameter_size(0x5000), Some(0x10), "the PUBLIC before it");
+        for bad in [
+            "STACK WIN 4 1000",
+            "STACK WIN 4 1000 10 0 0 0 0 0 0 2 x",
+            "STACK WIN 4 1000 10 0 0 0 0 0 0 1",
+        ] {
+            let text =
+                format!("MODULE windows x86 5A9832E5287241C1838ED98914E9B7FF1 a.pdb\n{bad}\n");
+            assert!(matches!(parsed(&text), Err(SymError::Line { line: 2, .. })), "{bad}");
+        }
+    }
 
     fn rules(syms: &BreakpadSymbols, arch: Arch, at: u64) -> (CfaRule, Vec<(u16, RegRule)>) {
         let (row, _) = syms.cfi_row(arch, at).unwrap();

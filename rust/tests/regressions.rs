@@ -159,6 +159,17 @@ fn breakpad_harness_on_a_sym_file() {
     assert!(found >= 8, "{found} lookups found a function");
 }
 
+/// The breakpad harness on Windows x86 frame data: the programs run (the
+/// made-up stack gives each `^` a word), whatever they compute.
+#[test]
+fn breakpad_harness_on_frame_data() {
+    let sym = "MODULE windows x86 5A9832E5287241C1838ED98914E9B7FF1 test_app.pdb\n\
+               FUNC 1000 40 8 f\n\
+               STACK WIN 4 1000 20 3 0 8 4 10 0 1 $T0 .raSearch = $eip $T0 ^ = $esp $T0 4 + =\n\
+               STACK WIN 0 1020 20 3 0 8 4 10 0 0 1\n";
+    assert!(harness::breakpad::run(sym.as_bytes()) >= 2);
+}
+
 /// The perfmap harness on a map as V8 writes them: each range's start is
 /// found, under the name of the last line that covers it.
 #[test]

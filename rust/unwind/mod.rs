@@ -5,6 +5,7 @@ pub mod cfi;
 pub mod expr;
 pub mod fallback;
 pub mod file;
+pub mod frame_data;
 pub mod modules;
 pub mod pe;
 pub mod rule_cache;

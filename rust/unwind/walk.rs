@@ -268,6 +268,24 @@ impl Unwinder {
         };
         self.cache.record_miss();
         let module = &self.modules.modules()[m];
+        // Windows x86 code: its symbol file's frame data first (not cached:
+        // a step reads the frame below too).
+        if A == I386 {
+            let lookup_in = lookup.wrapping_sub(module.bias);
+            if let Some(data) = module.frame_data(lookup_in) {
+                let step = frame_data_step::<M, A>(
+                    &self.modules,
+                    &data,
+                    callee,
+                    (callee_regs, caller_regs),
+                    mem,
+                    frames,
+                );
+                if let Some(step) = step {
+                    return step;
+                }
+            }
+        }
         let exact = callee.interrupted;
         let row = match module.find_row(lookup.wrapping_sub(module.bias), exact, &mut self.ctx) {
             Ok((row, _)) => row,
@@ -300,4 +318,33 @@ impl Unwinder {
             frames,
         )
     }
+}
+
+/// One step by Windows x86 frame data ([`frame_data`]); None where the
+/// record cannot be used (the walk goes on as where there is none).
+fn frame_data_step<M: Memory + ?Sized, const A: u8>(
+    modules: &ModuleSet,
+    data: &frame_data::FrameData<'_>,
+    callee: &FrameState,
+    (regs, caller): (&Registers, &mut Registers),
+    mem: &mut M,
+    frames: &mut [Frame],
+) -> Option<Step> {
+    // The parameters the frame below the callee left on the stack: its
+    // function's, found where its pc is.
+    let grand_callee_params = match frames.len().checked_sub(2).map(|i| frames[i]) {
+        Some(f) => {
+            let lookup = if f.interrupted { f.pc } else { f.pc.wrapping_sub(1) };
+            let module = modules.index_of(lookup).map(|i| &modules.modules()[i]);
+            module.and_then(|m| m.parameter_size(lookup.wrapping_sub(m.bias))).unwrap_or(0)
+        }
+        None => 0,
+    };
+    let below = frame_data::Below { grand_callee_params, context_frame: frames.len() == 1 };
+    frame_data::unwind(data, below, callee.pc, regs, caller, mem).ok()?;
+    if let Some(f) = frames.last_mut() {
+        f.signal_frame = false;
+    }
+    let arch = arch_of(A);
+    Some(finish(arch, arch.ra(), None, false, callee, caller, frames))
 }

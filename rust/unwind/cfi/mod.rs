@@ -345,6 +345,20 @@ impl UnwindInfo {
         self.foreign.is_some()
     }
 
+    /// The foreign rules' Windows x86 frame data at `address` (see
+    /// [`ForeignCfi::frame_data`]).
+    pub fn frame_data(&self, address: u64) -> Option<crate::unwind::frame_data::FrameData<'_>> {
+        let (rules, base) = self.foreign.as_ref()?;
+        rules.frame_data(address.wrapping_sub(*base))
+    }
+
+    /// The foreign rules' parameter size of the function at `address` (see
+    /// [`ForeignCfi::parameter_size`]).
+    pub fn parameter_size(&self, address: u64) -> Option<u32> {
+        let (rules, base) = self.foreign.as_ref()?;
+        rules.parameter_size(address.wrapping_sub(*base))
+    }
+
     /// Whether the module's file is missing (see [`UnwindInfo::without_file`]).
     pub fn is_missing(&self) -> bool {
         self.missing
@@ -754,6 +768,20 @@ pub trait ForeignCfi: Send + Sync {
     /// Whether a function the rules' file names starts at module offset
     /// `offset`.
     fn function_start(&self, offset: u64) -> bool;
+    /// Windows x86 frame data at module offset `offset` (a Breakpad symbol
+    /// file's `STACK WIN` records), which the walk takes before [`row`]'s.
+    ///
+    /// [`row`]: ForeignCfi::row
+    fn frame_data(&self, offset: u64) -> Option<crate::unwind::frame_data::FrameData<'_>> {
+        let _ = offset;
+        None
+    }
+    /// The bytes of parameters the function at module offset `offset` takes
+    /// (what a Windows x86 `__stdcall` function pops), where known.
+    fn parameter_size(&self, offset: u64) -> Option<u32> {
+        let _ = offset;
+        None
+    }
 }
 
 /// The foreign rules at runtime address `address` of a module at `base`.

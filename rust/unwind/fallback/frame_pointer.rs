@@ -47,9 +47,15 @@ impl Context<'_> {
         // A record of two zeros is how the outermost frames end the chain
         // where lr is a register (musl's `_start` clears x29 and x30, then
         // branches); a lone 0 is damage. Where a call pushes the return
-        // address (x86), no record holds 0: two zeros are data (code built
-        // without frame pointers keeps anything in rbp), not the end.
-        if ra == 0 && caller_fp == 0 && arch.link_register().is_some() {
+        // address (x86), a record holds 0 only at the very top of a
+        // thread's stack, where Windows' thread start leaves it (XP's
+        // `BaseProcessStart`, Wine's `call_thread_func`): the end there;
+        // elsewhere two zeros are data (code built without frame pointers
+        // keeps anything in rbp), not the end.
+        if ra == 0
+            && caller_fp == 0
+            && (arch.link_register().is_some() || at_stack_top(fp + 2 * w, w, mem))
+        {
             return Err((EndReason::PcZero, EndDetail::None));
         }
         // Go's signal handler makes a faulting goroutine call sigpanic as if
@@ -304,4 +310,10 @@ impl Context<'_> {
         let module = &self.modules.modules()[m];
         module.in_go_sigpanic(pc.wrapping_sub(module.bias))
     }
+}
+
+/// Whether `end` (the end of a frame record) is within four words of the
+/// end of the captured region holding it: the top of a thread's stack.
+fn at_stack_top<M: Memory + ?Sized>(end: u64, w: u64, mem: &mut M) -> bool {
+    mem.region_of(end - 1).is_some_and(|(_, top)| top >= end && top - end <= 4 * w)
 }
