@@ -144,15 +144,19 @@ def _minidump(by_name: dict[str, Any]) -> list[str]:
     """Minidumps per second: stackwalk minidump --dir in one process, minidump-stackwalk once
     per dump (interleaved rounds, the medians), and the dumps read in process."""
     lines = []
-    rates = by_name.get("test_minidump_dumps_per_second")
-    if rates and "stackwalk_s_per_dump" in rates.extra_info:
-        ours = rates.extra_info["stackwalk_s_per_dump"]
-        theirs = rates.extra_info["minidump_stackwalk_s_per_dump"]
-        lines.append(
-            f"minidumps per second ({rates.extra_info['dumps']} dumps, .sym files only): "
-            f"stackwalk minidump --dir {1 / ours:.0f}, minidump-stackwalk per dump "
-            f"{1 / theirs:.1f} ({theirs / ours:.1f}x)"
-        )
+    for name, what in (
+        ("test_minidump_dumps_per_second", "minidumps"),
+        ("test_minidump_windows_dumps_per_second", "Windows minidumps (x64 and x86)"),
+    ):
+        rates = by_name.get(name)
+        if rates and "stackwalk_s_per_dump" in rates.extra_info:
+            ours = rates.extra_info["stackwalk_s_per_dump"]
+            theirs = rates.extra_info["minidump_stackwalk_s_per_dump"]
+            lines.append(
+                f"{what} per second ({rates.extra_info['dumps']} dumps, .sym files only): "
+                f"stackwalk minidump --dir {1 / ours:.0f}, minidump-stackwalk per dump "
+                f"{1 / theirs:.1f} ({theirs / ours:.1f}x)"
+            )
     in_process = by_name.get("test_minidump_in_process")
     if in_process and in_process.extra_info.get("dumps"):
         info = in_process.extra_info

@@ -21,6 +21,8 @@
   (``STACK WIN``: FPO and frame data programs);
 - pe: tests/programs/windows/crash_win.c built by mingw-w64 at -O0 and -O2, stripped: PE files
   with their ``.pdata`` and ``UNWIND_INFO`` (prologs, epilogs, frame pointers, chained entries);
+- pdb: the PDBs clang and lld write for crash_win.c, for 32- and 64-bit Windows, at -O0 and
+  -O2 (functions, lines, inline sites, x86 frame data);
 - perfmap: perf maps as JITs write them (V8's names, CPython's ``-X perf`` trampolines, code
   moved and its range reused, hex with and without ``0x``).
 
@@ -257,6 +259,21 @@ def seed_pe(work: Path, out: Path) -> None:
         subprocess.run(cmd, check=True, cwd=work)
 
 
+def seed_pdb(work: Path, out: Path) -> None:
+    source = ROOT / "tests" / "programs" / "windows" / "crash_win.c"
+    for target in ("i686", "x86_64"):
+        # mingw-w64's libgcc, which clang's mingw target links with.
+        libgcc = sorted(Path(f"/usr/lib/gcc/{target}-w64-mingw32").glob("*-win32"))
+        for level in ("-O0", "-O2"):
+            pdb = out / f"crash_win-{target}{level}.pdb"
+            cmd = ["clang", f"--target={target}-w64-windows-gnu", level, "-g", "-gcodeview",
+                   "-fuse-ld=lld", f"-Wl,--pdb={pdb}", "-o", str(work / "a.exe"), str(source),
+                   "-ldbghelp"]  # fmt: skip
+            if libgcc:
+                cmd.append(f"-L{libgcc[-1]}")
+            subprocess.run(cmd, check=True, cwd=work, capture_output=True)
+
+
 def seed_perfmap(work: Path, out: Path) -> None:
     (out / "v8").write_text(
         "7f3a40004000 3c Builtin:ArgumentsAdaptorTrampoline\n"
@@ -280,7 +297,7 @@ def main() -> int:
                  ("core", seed_core), ("decompress", seed_decompress),
                  ("minidump", seed_minidump), ("lines", seed_lines),
                  ("breakpad", seed_breakpad), ("perfmap", seed_perfmap),
-                 ("pe", seed_pe))  # fmt: skip
+                 ("pe", seed_pe), ("pdb", seed_pdb))  # fmt: skip
         for name, seed in seeds:
             out = corpus / name
             out.mkdir(parents=True, exist_ok=True)

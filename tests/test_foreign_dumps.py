@@ -96,12 +96,13 @@ def test_public_dumps_ids_and_headers_are_minidump_stackwalks(dump: str) -> None
     # Not vacuous: every module of these dumps has an id, and most are not ELF build ids.
     assert doc["modules"] and all(m["debug_id"] for m in doc["modules"])
     # A Windows or Apple dump's modules are not ELF files: not looked for here, which one
-    # warning says (not one per module); a Windows x64 dump's PE files are looked for by name
-    # in --lib-search-path, none given here: one warning names them.
+    # warning says (not one per module); a Windows x64 or x86 dump's PE files are looked for by
+    # name in --lib-search-path, none given here: one warning names them.
     if doc["system_info"]["os"] != "Linux":
         stderr = stackwalk_minidump(path).stderr
         assert "module not found" not in stderr
-        pe = doc["system_info"]["cpu_arch"] == "amd64" and doc["system_info"]["os"] == "Windows NT"
+        windows = doc["system_info"]["os"] == "Windows NT"
+        pe = windows and doc["system_info"]["cpu_arch"] in ("amd64", "x86")
         said, other = ("PE files of", "are not looked for on this machine")[:: 1 if pe else -1]
         assert stderr.count(said) == 1 and other not in stderr, stderr
 

@@ -303,12 +303,10 @@ def test_frames_are_minidump_stackwalks_with_symbols(
                 assert same_function(mine_named[0], over[-1][1]), where
                 assert mine_named[2] is not None, where
                 continue
-            # (dump_syms joins a DWARF file's directory and name with Windows' separator:
-            # ".\dlls/kernel32\thread.c" where the DWARF, which ours reads, has
-            # "./dlls/kernel32/thread.c".)
-            file = f["file"].replace("\\", "/") if f["file"] else f["file"]
+            # (The symbol file's names and lines win over the PE file's DWARF, as a PDB's would:
+            # the file as dump_syms wrote it, ".\dlls/kernel32\thread.c".)
             assert same_function(mine_named[0], f["function"]), where
-            assert mine_named[1:4] == (file, f["line"], inlines), where
+            assert mine_named[1:4] == (f["file"], f["line"], inlines), where
         if trusts[1] != "cfi":
             # Frame 0 in a function with no entry in .pdata (a leaf: a system call's stub), of
             # which the symbol file has no STACK CFI: theirs scans for the return address at

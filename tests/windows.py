@@ -1,13 +1,15 @@
-"""Windows programs made and crashed here: built with mingw-w64, run under Wine, whose
-``MiniDumpWriteDump`` writes a real minidump from the program's unhandled-exception filter (as
-Breakpad's and Crashpad's Windows clients do), and the references read from them.
+"""Windows programs made and crashed here: built with mingw-w64 (x64) or clang and lld (x86, with
+a PDB: ``-gcodeview``), run under Wine, whose ``MiniDumpWriteDump`` writes a real minidump from
+the program's unhandled-exception filter (as Breakpad's and Crashpad's Windows clients do), and
+the references read from them.
 
 Wine's own DLLs (kernel32, ntdll, msvcrt...) are PE files too (``WINE_DLLS``): what a Windows
 crash's system modules are to its processor. Wine writes module records without CodeView records,
 and neither mingw's programs nor Wine's DLLs carry a PDB's id; a crash processor finds symbol
 files by that id. ``with_ids`` gives each module the id Windows' linker would have written (here:
 a GUID made of the file's bytes, age 1) in the dump and in its ``dump_syms`` symbol file alike, so
-that ``minidump-stackwalk`` finds them.
+that ``minidump-stackwalk`` finds them. A program linked with a PDB carries the PDB's own id in
+its debug directory: ``pe_codeview`` reads that record, which Windows would have put in the dump.
 """
 
 from __future__ import annotations
@@ -29,9 +31,15 @@ MINGW_GCC = "x86_64-w64-mingw32-gcc"
 MINGW_OBJDUMP = "x86_64-w64-mingw32-objdump"
 MINGW_OBJCOPY = "x86_64-w64-mingw32-objcopy"
 MINGW_ADDR2LINE = "x86_64-w64-mingw32-addr2line"
-# Debian's wine64 puts its loader here, and the x64 PE files of Wine's DLLs beside it.
+MINGW32_OBJDUMP = "i686-w64-mingw32-objdump"
+# Debian's wine64 puts its loader here, and the x64 PE files of Wine's DLLs beside it; wine32
+# (Debian's i386 package) its 32-bit loader and DLLs.
 WINE = shutil.which("wine64") or "/usr/lib/wine/wine64"
 WINE_DLLS = Path("/usr/lib/x86_64-linux-gnu/wine/x86_64-windows")
+WINE32 = "/usr/lib/wine/wine"
+WINE_DLLS32 = Path("/usr/lib/i386-linux-gnu/wine/i386-windows")
+# The i686 mingw-w64 toolchain's libgcc, which clang's mingw target links with.
+I686_LIBGCC = sorted(Path("/usr/lib/gcc/i686-w64-mingw32").glob("*-win32"))
 SOURCE = Path(__file__).parent / "programs" / "windows" / "crash_win.c"
 MODES = ("leaf", "deep", "qsort", "thread", "divide", "raise")
 TIMEOUT = 180
@@ -45,6 +53,57 @@ def build(out: Path, optimization: str) -> Path:
     return out
 
 
+def build_x86(out: Path, optimization: str) -> tuple[Path, Path]:
+    """crash_win.c built by clang for 32-bit Windows into ``out``, with its PDB (CodeView, whose
+    frame data ``dump_syms`` turns into ``STACK WIN`` records) beside it."""
+    assert I686_LIBGCC, "gcc-mingw-w64-i686 is installed by .ci/setup"
+    pdb = out.with_suffix(".pdb")
+    cmd = ["clang", "--target=i686-w64-windows-gnu", optimization, "-g", "-gcodeview",
+           "-fuse-ld=lld", f"-Wl,--pdb={pdb}", f"-L{I686_LIBGCC[-1]}", "-o", str(out),
+           str(SOURCE), "-ldbghelp"]  # fmt: skip
+    proc = run(cmd, timeout=TIMEOUT)
+    assert proc.returncode == 0, f"{' '.join(cmd)} failed:\n{proc.stderr}"
+    return out, pdb
+
+
+def pe_codeview(pe: Path) -> bytes | None:
+    """The PDB 7.0 CodeView record (``RSDS``, GUID, age, PDB path) of the PE file's debug
+    directory, as Windows copies it into a dump's module list; None without one."""
+    data = pe.read_bytes()
+    (header,) = struct.unpack_from("<I", data, 0x3C)
+    (sections,) = struct.unpack_from("<H", data, header + 6)
+    (optional_size,) = struct.unpack_from("<H", data, header + 20)
+    optional = header + 24
+    (magic,) = struct.unpack_from("<H", data, optional)
+    directories = optional + (96 if magic == 0x10B else 112)
+    rva, size = struct.unpack_from("<II", data, directories + 6 * 8)  # IMAGE_DIRECTORY_ENTRY_DEBUG
+    for i in range(sections):
+        virtual_size, address, raw_size, raw = struct.unpack_from(
+            "<IIII", data, optional + optional_size + 40 * i + 8
+        )
+        if address <= rva < address + max(virtual_size, raw_size):
+            at = raw + rva - address
+            break
+    else:
+        return None
+    for j in range(size // 28):
+        kind, length, _, pointer = struct.unpack_from("<IIII", data, at + 28 * j + 12)
+        if kind == 2 and data[pointer : pointer + 4] == CV_PDB70:  # IMAGE_DEBUG_TYPE_CODEVIEW
+            return data[pointer : pointer + length].rstrip(b"\0") + b"\0"
+    return None
+
+
+def pdb_symbols(pdb: Path, store: Path) -> str:
+    """dump_syms' symbol file of the PDB, filed in the store under its debug id (returned)."""
+    sym = subprocess.run([DUMP_SYMS, str(pdb)], capture_output=True, text=True, timeout=TIMEOUT)
+    assert sym.returncode == 0 and sym.stdout.startswith("MODULE "), sym.stderr
+    identity = sym.stdout.split(" ", 4)[3]
+    target = store / pdb.name / identity / pdb.with_suffix(".sym").name
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(sym.stdout)
+    return identity
+
+
 def wine_env(prefix: Path) -> dict[str, str]:
     """Wine in a prefix of the tests' own, saying nothing, with no window and no download
     (Mono, Gecko) asked for."""
@@ -54,9 +113,10 @@ def wine_env(prefix: Path) -> dict[str, str]:
     return env
 
 
-def crash(exe: Path, mode: str, dump: Path, prefix: Path) -> Path:
-    """Run ``exe mode DUMP`` under Wine: it crashes and writes ``dump``."""
-    proc = run([WINE, str(exe), mode, str(dump)], env=wine_env(prefix), timeout=TIMEOUT,
+def crash(exe: Path, mode: str, dump: Path, prefix: Path, wine: str = WINE) -> Path:
+    """Run ``exe mode DUMP`` under Wine (``wine``: its loader, 64- or 32-bit): it crashes and
+    writes ``dump``."""
+    proc = run([wine, str(exe), mode, str(dump)], env=wine_env(prefix), timeout=TIMEOUT,
                cwd=exe.parent)  # fmt: skip
     assert dump.exists() and dump.stat().st_size > 0, (
         f"wine {exe.name} {mode} wrote no dump (exit {proc.returncode}):\n{proc.stderr[-3000:]}"
@@ -90,13 +150,19 @@ class WithIds:
     store: Path  # a Breakpad symbol store of every module's dump_syms file, under the same ids
 
 
-def with_ids(dump: Path, search: list[Path], into: Path) -> WithIds:
+def with_ids(
+    dump: Path, search: list[Path], into: Path, own: dict[str, bytes] | None = None
+) -> WithIds:
     """The dump with a CodeView record for every module whose PE file ``search`` holds (see the
-    module's docstring), and the symbol store of those files, made by dump_syms."""
+    module's docstring), and the symbol store of those files, made by dump_syms. ``own``: the
+    records of modules (by file name) that carry their PDB's, used as they are."""
     store = into / "symbols"
     files: dict[str, Path] = {}
 
     def record(name: str, old: bytes) -> bytes:
+        leaf = name.replace("\\", "/").rsplit("/", 1)[-1]
+        if own and leaf in own:
+            return own[leaf]
         pe = module_file(name, search)
         if pe is None:
             return old
@@ -125,15 +191,16 @@ def minidump_stackwalk(dump: Path, store: Path) -> dict[str, Any]:
     return doc
 
 
-def call_before(pe: Path, rva: int, image_base: int) -> bool:
+def call_before(pe: Path, rva: int, image_base: int, objdump: str = MINGW_OBJDUMP) -> bool:
     """Whether the instruction that ends at ``rva`` in the PE file is a call, as the mingw
-    objdump disassembles the 16 bytes before it (starting at each of them in turn: one start
-    lines up with the instruction boundaries)."""
+    objdump (``objdump``: x64's or i686's) disassembles the 16 bytes before it (starting at each
+    of them in turn: one start lines up with the instruction boundaries)."""
     address = image_base + rva
     for back in range(2, 16):
-        proc = run([MINGW_OBJDUMP, "-d", f"--start-address={address - back:#x}",
+        proc = run([objdump, "-d", f"--start-address={address - back:#x}",
                     f"--stop-address={address:#x}", str(pe)], timeout=TIMEOUT)  # fmt: skip
-        lines = [line for line in proc.stdout.splitlines() if line.startswith(" ")]
+        # Instruction lines: "  ADDRESS:\tBYTES\tMNEMONIC" (x64's addresses are indented).
+        lines = [line for line in proc.stdout.splitlines() if ":\t" in line]
         if not lines:
             continue
         last = lines[-1].split("\t")
@@ -146,9 +213,9 @@ def call_before(pe: Path, rva: int, image_base: int) -> bool:
     return False
 
 
-def image_base(pe: Path) -> int:
+def image_base(pe: Path, objdump: str = MINGW_OBJDUMP) -> int:
     """The PE file's preferred image base (its addresses as objdump prints them)."""
-    proc = run([MINGW_OBJDUMP, "-p", str(pe)], timeout=TIMEOUT)
+    proc = run([objdump, "-p", str(pe)], timeout=TIMEOUT)
     for line in proc.stdout.splitlines():
         if line.startswith("ImageBase"):
             return int(line.split()[1], 16)

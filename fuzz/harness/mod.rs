@@ -11,6 +11,7 @@ pub mod corefile;
 pub mod decompress;
 pub mod lines;
 pub mod minidump;
+pub mod pdb;
 pub mod pe;
 pub mod perf;
 pub mod perfmap;

@@ -133,15 +133,16 @@ impl Host for UnwinderHost<'_, '_> {
 
     fn sym_file_usable(&mut self, path: &Path, debug_id: &str) -> Result<(), String> {
         self.py.detach(|| {
-            let symbols = crate::symbolize::breakpad::sym_file(path)?;
+            let symbols = crate::symbolize::symbols_file(path)?;
             if symbols.debug_id().eq_ignore_ascii_case(debug_id) {
                 return Ok(());
             }
             let named = symbols.debug_id();
-            Err(format!(
-                "{}: its MODULE record names debug id {named}, not {debug_id}",
-                path.display()
-            ))
+            let whose = match crate::symbolize::pdb::is_pdb(path) {
+                true => "the PDB is the one of",
+                false => "its MODULE record names",
+            };
+            Err(format!("{}: {whose} debug id {named}, not {debug_id}", path.display()))
         })
     }
 

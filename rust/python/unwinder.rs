@@ -151,8 +151,9 @@ impl PyUnwinder {
     /// unless `sym_file` names its Breakpad symbol file, whose `STACK CFI`
     /// records (offsets from `base`, the module's start) then stand in.
     /// `jit`: a JIT's code, whose functions start where the perf map given
-    /// to `set_perf_map` says. `pe_file`: its PE file, whose x64 unwind
-    /// tables (offsets from `base`) unwind it, whatever the symbol file says.
+    /// to `set_perf_map` says. `pe_file`: its PE file, whose code is the
+    /// module's and whose x64 unwind tables (offsets from `base`) unwind it,
+    /// whatever the symbol file says (an x86 file has none).
     #[pyo3(signature = (name, ranges, code, sym_file = None, base = 0, jit = false, pe_file = None))]
     #[allow(clippy::too_many_arguments)]
     pub(super) fn add_missing_module(
@@ -181,19 +182,25 @@ impl PyUnwinder {
         if let (true, Some(map)) = (jit, &self.perf_map) {
             info = info.with_functions(map.clone());
         }
+        let mut tables = None;
         if let Some(path) = pe_file {
             let image = py
                 .detach(|| crate::space::pe::PeImage::open(&path))
                 .map_err(StackwalkError::new_err)?;
             // Its code from the file, for the checks of the other strategies.
             info = info.with_code_bytes(image.data.clone(), image.code_segments(base));
-            let pe = crate::unwind::pe::PeUnwind::new(image).map_err(StackwalkError::new_err)?;
+            if image.headers.arch == crate::arch::Arch::X86_64 {
+                tables =
+                    Some(crate::unwind::pe::PeUnwind::new(image).map_err(StackwalkError::new_err)?);
+            }
+        }
+        if let Some(pe) = tables {
             info = info.with_foreign_cfi(Arc::new(pe), base);
         } else if let Some(path) = sym_file {
             let symbols = py
-                .detach(|| crate::symbolize::breakpad::sym_file(&path))
+                .detach(|| crate::symbolize::symbols_file(&path))
                 .map_err(StackwalkError::new_err)?;
-            if symbols.has_cfi() || symbols.has_frame_data() {
+            if symbols.has_rules() {
                 info = info.with_foreign_cfi(symbols, base);
             }
         }

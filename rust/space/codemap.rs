@@ -39,6 +39,16 @@ impl CodeMap {
         CodeMap { functions, plt, plt_entries }
     }
 
+    /// The map of a module known by its functions' extents alone (a
+    /// Windows module's, from its symbol file or its PE file's function
+    /// table), which name nothing and have no PLT.
+    pub fn of_functions(ranges: impl IntoIterator<Item = Range<u64>>) -> CodeMap {
+        let mut functions: Vec<(Range<u64>, u64)> =
+            ranges.into_iter().filter(|r| r.start < r.end).map(|r| (r, 0)).collect();
+        functions.sort_unstable_by_key(|(r, _)| (r.start, r.end));
+        CodeMap { functions, ..CodeMap::default() }
+    }
+
     /// The extent of the function symbol holding ELF address `address`
     /// (overlapping symbols, aliases of other sizes, are looked at back to
     /// the first that holds it).

@@ -248,10 +248,18 @@ impl Stores {
         self.paths.is_empty() && self.urls.is_empty()
     }
 
+    /// The module's file in the local stores: its `.sym` file (Breakpad's
+    /// layout, `NAME/DEBUGID/NAME.sym`) in any of them first, else, for a
+    /// PDB, the PDB itself (Microsoft's layout, `NAME.pdb/DEBUGID/NAME.pdb`).
     fn stored(&self, debug_file: &str, debug_id: &str) -> Option<PathBuf> {
         let (name, id) = (checked_name(debug_file)?, checked_debug_id(debug_id)?);
-        let sym = sym_file_name(name);
-        let paths = self.paths.iter().map(|store| store.join(name).join(id).join(&sym));
+        let mut leaves = vec![sym_file_name(name)];
+        if name.to_ascii_lowercase().ends_with(".pdb") {
+            leaves.push(name.to_owned());
+        }
+        let paths = leaves.iter().flat_map(|leaf| {
+            self.paths.iter().map(move |store| store.join(name).join(id).join(leaf))
+        });
         paths.into_iter().find(|p| p.is_file())
     }
 

@@ -56,23 +56,51 @@ struct CfiInit {
     deltas: (u32, u32),
 }
 
-/// A `STACK WIN` record of type 0 or 4.
+/// A `STACK WIN` record of type 0 or 4 (or a PDB's frame data record: see
+/// `crate::symbolize::pdb`), its program held as `P`.
 #[derive(Clone, Copy, Debug)]
-struct WinFrame {
-    address: u64,
-    size: u64,
-    params: u32,
-    saved: u32,
-    locals: u32,
+pub(crate) struct WinFrame<P> {
+    pub address: u64,
+    pub size: u64,
+    pub params: u32,
+    pub saved: u32,
+    pub locals: u32,
     /// The frame data program, if it has one.
-    program: Option<Span>,
-    allocates_base_pointer: bool,
+    pub program: Option<P>,
+    pub allocates_base_pointer: bool,
 }
 
-impl WinFrame {
+impl<P: Copy> WinFrame<P> {
     fn end(&self) -> u64 {
         self.address.saturating_add(self.size)
     }
+
+    /// The record as the unwinder takes it, its program's text by `text`.
+    pub fn data<'a>(&self, text: impl FnOnce(P) -> &'a str) -> FrameData<'a> {
+        let rule = match self.program {
+            Some(p) => FrameRule::Program(text(p)),
+            None => FrameRule::Fpo { allocates_base_pointer: self.allocates_base_pointer },
+        };
+        FrameData {
+            parameter_size: self.params,
+            saved_register_size: self.saved,
+            local_size: self.locals,
+            rule,
+        }
+    }
+}
+
+/// The record at `address` of `lists` ([frame data programs, FPO data],
+/// each sorted, none overlapping): a frame data program's before FPO
+/// data's, as Breakpad and rust-minidump prefer.
+pub(crate) fn find_win_frame<P: Copy>(
+    lists: &[Vec<WinFrame<P>>; 2],
+    address: u64,
+) -> Option<WinFrame<P>> {
+    lists.iter().find_map(|list| {
+        let i = list.partition_point(|w| w.address <= address).checked_sub(1)?;
+        (address < list[i].end()).then_some(list[i])
+    })
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -138,7 +166,7 @@ pub struct BreakpadSymbols {
     cfi_deltas: Vec<(u64, Span)>,
     /// `STACK WIN` records: [frame data (type 4), FPO (type 0)], each
     /// sorted by address, none overlapping (see [`push_win_frame`]).
-    win: [Vec<WinFrame>; 2],
+    win: [Vec<WinFrame<Span>>; 2],
 }
 
 fn hex(word: &str) -> Option<u64> {
@@ -155,7 +183,7 @@ fn hex32(word: &str) -> Option<u32> {
 fn win_frame<'t>(
     rest: &'t str,
     span: impl Fn(&'t str) -> Span,
-) -> Option<(Option<usize>, WinFrame)> {
+) -> Option<(Option<usize>, WinFrame<Span>)> {
     let mut rest = rest;
     let mut next = || {
         let (word, after) = split(rest)?;
@@ -189,7 +217,7 @@ fn win_frame<'t>(
 /// function, from its own start to the function's end); one starting at or
 /// before the previous record's start and overlapping it is dropped; an
 /// empty one is dropped.
-fn push_win_frame(list: &mut Vec<WinFrame>, frame: WinFrame) {
+pub(crate) fn push_win_frame<P: Copy>(list: &mut Vec<WinFrame<P>>, frame: WinFrame<P>) {
     if frame.size == 0 {
         return;
     }
@@ -569,20 +597,28 @@ impl BreakpadSymbols {
     /// The `STACK WIN` record at `address` (a module offset): a frame data
     /// program's before FPO data's, as Breakpad and rust-minidump prefer.
     pub fn frame_data(&self, address: u64) -> Option<FrameData<'_>> {
-        let w = self.win.iter().find_map(|list| {
-            let i = list.partition_point(|w| w.address <= address).checked_sub(1)?;
-            (address < list[i].end()).then_some(list[i])
-        })?;
-        let rule = match w.program {
-            Some(span) => FrameRule::Program(self.text(span)),
-            None => FrameRule::Fpo { allocates_base_pointer: w.allocates_base_pointer },
-        };
-        Some(FrameData {
-            parameter_size: w.params,
-            saved_register_size: w.saved,
-            local_size: w.locals,
-            rule,
-        })
+        Some(find_win_frame(&self.win, address)?.data(|span| self.text(span)))
+    }
+
+    /// The extents of the functions the file knows: each `FUNC` record's,
+    /// and each `PUBLIC` record's outside them, up to the next record's
+    /// start.
+    pub fn function_ranges(&self) -> Vec<Range<u64>> {
+        let mut out: Vec<Range<u64>> =
+            self.funcs.iter().map(|f| f.address..f.address.saturating_add(f.size)).collect();
+        let mut starts: Vec<u64> = self.funcs.iter().map(|f| f.address).collect();
+        starts.extend(self.publics.iter().map(|p| p.0));
+        starts.sort_unstable();
+        for &(address, ..) in &self.publics {
+            if self.func(address).is_some() {
+                continue;
+            }
+            let next = starts.partition_point(|&s| s <= address);
+            if let Some(&end) = starts.get(next) {
+                out.push(address..end);
+            }
+        }
+        out
     }
 
     /// The parameter size of the function at `address`, as rust-minidump
@@ -608,6 +644,10 @@ impl crate::unwind::cfi::ForeignCfi for BreakpadSymbols {
 
     fn parameter_size(&self, offset: u64) -> Option<u32> {
         BreakpadSymbols::parameter_size(self, offset)
+    }
+
+    fn functions(&self) -> Vec<Range<u64>> {
+        self.function_ranges()
     }
 
     fn function_start(&self, offset: u64) -> bool {
@@ -784,6 +824,8 @@ mod tests {
         assert_eq!(syms.parameter_size(0x2004), Some(4));
         assert_eq!(syms.parameter_size(0x3004), Some(0x10));
         assert_eq!(syms.parameter_size(0x5000), Some(0x10), "the PUBLIC before it");
+        // FUNC records, and a PUBLIC up to the next record (none after h's: no end known).
+        assert_eq!(syms.function_ranges(), [0x1000..0x1040, 0x2000..0x2020]);
         for bad in [
             "STACK WIN 4 1000",
             "STACK WIN 4 1000 10 0 0 0 0 0 0 2 x",

@@ -9,6 +9,7 @@
 
 pub mod breakpad;
 pub mod lines;
+pub mod pdb;
 pub mod pyframes;
 pub mod symbols;
 
@@ -20,7 +21,66 @@ use crate::source::files::FileCache;
 use crate::source::memory::Data;
 use crate::symbolize::breakpad::{sym_file, BreakpadSymbols};
 use crate::symbolize::lines::{DebugInfo, SourceFrame};
+use crate::symbolize::pdb::{is_pdb, pdb_file, PdbSymbols};
 use crate::symbolize::symbols::{PltEntries, SymbolTable};
+use crate::unwind::cfi::ForeignCfi;
+
+/// A module's symbols kept apart from its file, found by its debug id: a
+/// Breakpad symbol file (`.sym`), or a Windows module's PDB. Their
+/// addresses are module offsets (a PE file's RVAs); their unwind rules, if
+/// any (`STACK CFI`, x86 frame data), are the unwinder's
+/// ([`ForeignCfi`]).
+pub trait ModuleSymbols: ForeignCfi {
+    /// The debug id of the module the file is the symbols of.
+    fn debug_id(&self) -> &str;
+    /// The function at `address` and its start.
+    fn lookup(&self, address: u64) -> Option<(&str, u64)>;
+    /// The functions at `address`, innermost first (inlined ones at their
+    /// call sites).
+    fn frames(&self, address: u64) -> Vec<SourceFrame>;
+    /// Whether the file has unwind rules.
+    fn has_rules(&self) -> bool;
+}
+
+impl ModuleSymbols for BreakpadSymbols {
+    fn debug_id(&self) -> &str {
+        BreakpadSymbols::debug_id(self)
+    }
+    fn lookup(&self, address: u64) -> Option<(&str, u64)> {
+        BreakpadSymbols::lookup(self, address)
+    }
+    fn frames(&self, address: u64) -> Vec<SourceFrame> {
+        BreakpadSymbols::frames(self, address)
+    }
+    fn has_rules(&self) -> bool {
+        self.has_cfi() || self.has_frame_data()
+    }
+}
+
+impl ModuleSymbols for PdbSymbols {
+    fn debug_id(&self) -> &str {
+        PdbSymbols::debug_id(self)
+    }
+    fn lookup(&self, address: u64) -> Option<(&str, u64)> {
+        PdbSymbols::lookup(self, address)
+    }
+    fn frames(&self, address: u64) -> Vec<SourceFrame> {
+        PdbSymbols::frames(self, address)
+    }
+    fn has_rules(&self) -> bool {
+        self.has_frame_data()
+    }
+}
+
+/// The symbols of the file at `path`, a PDB or a Breakpad symbol file (by
+/// its first bytes), read once per process while it is unchanged.
+pub fn symbols_file(path: &Path) -> Result<Arc<dyn ModuleSymbols>, String> {
+    if is_pdb(path) {
+        Ok(pdb_file(path)?)
+    } else {
+        Ok(sym_file(path)?)
+    }
+}
 
 /// Where a file's symbols come from.
 pub enum Source {
@@ -33,6 +93,10 @@ pub enum Source {
     /// No symbols: the module is known by name and place only.
     None,
 }
+
+/// A module's symbol file as its file keeps it: the symbols, where their
+/// offsets are from, and whether the file is a PE file.
+type Kept = (Arc<dyn ModuleSymbols>, u64, bool);
 
 /// A file as the symbolizer knows it: its name, and its symbol table,
 /// loaded on first use.
@@ -48,9 +112,10 @@ pub struct SymbolFile {
     lines: OnceLock<Option<Arc<DebugInfo>>>,
     /// A Breakpad symbol file, used where the file gives no name or line.
     breakpad: Option<PathBuf>,
-    /// The symbol file, and where its offsets are from in the file's
-    /// addresses (a PE file's image base; 0 for an ELF file).
-    sym: OnceLock<Option<(Arc<BreakpadSymbols>, u64)>>,
+    /// The symbol file, where its offsets are from in the file's addresses
+    /// (a PE file's image base; 0 for an ELF file), and whether the file is
+    /// a PE file.
+    sym: OnceLock<Option<Kept>>,
     /// Its PLT entries, read where the table first names nothing.
     plt: OnceLock<PltEntries>,
 }
@@ -81,20 +146,33 @@ impl SymbolFile {
     /// cache), and the address in the file its offsets are from (a Windows
     /// module's are from its PE file's image base): None without one, or
     /// when it cannot be read.
-    pub fn breakpad(&self) -> Option<(&BreakpadSymbols, u64)> {
+    pub fn breakpad(&self) -> Option<(&dyn ModuleSymbols, u64)> {
         let sym = self.sym.get_or_init(|| {
-            let symbols = sym_file(self.breakpad.as_deref()?).ok()?;
+            let symbols = symbols_file(self.breakpad.as_deref()?).ok()?;
             let pe = |path: &PathBuf| {
                 let data = crate::source::files::map(path).ok()?;
                 Some(crate::space::pe::headers(&data).ok()?.image_base)
             };
             let base = match &self.source {
-                Source::Path(path) => pe(path).unwrap_or(0),
-                Source::Image(_) | Source::None => 0,
+                Source::Path(path) => pe(path),
+                Source::Image(_) | Source::None => None,
             };
-            Some((symbols, base))
+            Some((symbols, base.unwrap_or(0), base.is_some()))
         });
-        sym.as_ref().map(|(symbols, base)| (&**symbols, *base))
+        sym.as_ref().map(|(symbols, base, _)| (&**symbols, *base))
+    }
+
+    /// [`SymbolFile::breakpad`] where the file is a PE file: a Windows
+    /// module's symbol file is its PDB's, whose names and lines win over
+    /// the file's own (COFF symbols or exports, with their decorations;
+    /// DWARF where mingw wrote some), as they do in the tools a Windows
+    /// crash is read with.
+    fn pdb_breakpad(&self) -> Option<(&dyn ModuleSymbols, u64)> {
+        self.breakpad()?;
+        match self.sym.get() {
+            Some(Some((symbols, base, true))) => Some((&**symbols, *base)),
+            _ => None,
+        }
     }
 
     /// Its PLT entries (`name@plt`): read once, where its symbol table
@@ -341,6 +419,12 @@ impl Symbolizer {
     pub fn source_frames(&self, lookup: u64) -> Vec<SourceFrame> {
         let Some(p) = self.module_at(lookup) else { return Vec::new() };
         let address = lookup.wrapping_sub(p.bias);
+        if let Some((symbols, base)) = p.file.pdb_breakpad() {
+            let frames = symbols.frames(address.wrapping_sub(base));
+            if !frames.is_empty() {
+                return frames;
+            }
+        }
         match p.file.lines() {
             Some(lines) => lines.frames(address),
             None => match p.file.breakpad() {
@@ -372,9 +456,13 @@ impl Symbolizer {
         let table = p.file.table();
         let address = lookup.wrapping_sub(p.bias);
         let symbol = table.and_then(|t| index(&p.file, t, address));
-        let function = table
-            .zip(symbol)
-            .and_then(|(t, i)| t.demangled(i))
+        let pdb = || {
+            let (symbols, base) = p.file.pdb_breakpad()?;
+            let (name, start) = symbols.lookup(address.wrapping_sub(base))?;
+            Some((name, start.wrapping_add(base)))
+        };
+        let function = pdb()
+            .or_else(|| table.zip(symbol).and_then(|(t, i)| t.demangled(i)))
             .or_else(|| p.file.plt().lookup(address))
             .or_else(|| {
                 let (symbols, base) = p.file.breakpad()?;

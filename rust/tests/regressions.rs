@@ -76,6 +76,11 @@ fn pe() {
 }
 
 #[test]
+fn pdb() {
+    run_all("pdb", harness::pdb::run);
+}
+
+#[test]
 fn unwind() {
     run_all("unwind", harness::unwind::run);
 }

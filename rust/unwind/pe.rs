@@ -172,6 +172,12 @@ impl ForeignCfi for PeUnwind {
         u32::try_from(offset)
             .is_ok_and(|rva| self.table().lookup(rva).is_some_and(|f| f.begin_address.get() == rva))
     }
+
+    fn functions(&self) -> Vec<Range<u64>> {
+        let image = &self.image;
+        let ranges = image.headers.function_ranges(&image.data);
+        ranges.map(|(start, end)| u64::from(start)..u64::from(end)).collect()
+    }
 }
 
 fn parse_info(raw: &[u8]) -> Result<UnwindInfo<'_>, LookupError> {

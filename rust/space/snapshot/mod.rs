@@ -170,9 +170,10 @@ pub trait Host {
     ) -> Result<(), String>;
     fn add_image(&mut self, name: &str, image: &[u8], bias: u64) -> Result<(), String>;
     /// A module without an ELF file: where it is, which of it is code, the
-    /// Breakpad symbol file whose `STACK CFI` unwinds it, or the PE file
-    /// whose x64 unwind tables do (the address their offsets are from:
-    /// the module's start); `jit`: a JIT's code.
+    /// Breakpad symbol file whose `STACK CFI` (or x86 `STACK WIN`) unwinds
+    /// it, or the PE file whose x64 unwind tables do (the address their
+    /// offsets are from: the module's start), and whose code is the
+    /// module's; `jit`: a JIT's code.
     fn add_missing(
         &mut self,
         name: &Path,
@@ -196,9 +197,10 @@ pub trait Host {
 /// and the runtime address their offsets are from.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Rules<'a> {
-    /// Its Breakpad symbol file (`STACK CFI`).
+    /// Its Breakpad symbol file (`STACK CFI`, x86's `STACK WIN`).
     pub sym: Option<&'a Path>,
-    /// Its PE file (x64: `.pdata`), which wins over the symbol file.
+    /// Its PE file: its code, and x64's `.pdata`, which wins over the
+    /// symbol file.
     pub pe: Option<&'a Path>,
     pub base: u64,
 }
@@ -650,7 +652,7 @@ impl Builder<'_, '_, '_> {
                 };
                 self.warnings.push(format!("module not found: {}{reason}", path.display()));
             }
-            // A Windows x64 module's PE file is looked for (see `pe_file`).
+            // A Windows module's PE file is looked for (see `pe_file`).
             Some(_) if self.foreign_said || self.looks_for_pe() => {}
             Some(os) => {
                 self.foreign_said = true;

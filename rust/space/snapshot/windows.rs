@@ -12,8 +12,10 @@ impl Builder<'_, '_, '_> {
     /// A Windows module's PE file: looked for by its name (as the dump
     /// spells it, then in lower case, as Wine installs its DLLs) in each
     /// search directory, and used only if its header's time stamp and
-    /// image size are the code id the dump records; an x64 file, whose
-    /// unwind tables are read (see `crate::unwind::pe`). Files of another
+    /// image size are the code id the dump records: its code (for the
+    /// checks of return addresses) and names, and for an x64 file its
+    /// unwind tables (see `crate::unwind::pe`; an x86 file has none: its
+    /// PDB's frame data, in its symbol file, unwinds it). Files of another
     /// build are a warning, used with `allow_mismatch`.
     pub(super) fn pe_file(&mut self, module: &Module) -> Option<(PathBuf, PeHeaders)> {
         if !self.looks_for_pe() {
@@ -28,9 +30,9 @@ impl Builder<'_, '_, '_> {
         found
     }
 
-    /// Whether the source's modules are Windows x64 ones, whose PE files are looked for.
+    /// Whether the source's modules are Windows x64 or x86 ones, whose PE files are looked for.
     pub(super) fn looks_for_pe(&self) -> bool {
-        self.facts.arch == Arch::X86_64 && !self.facts.code_ids.is_empty()
+        matches!(self.facts.arch, Arch::X86_64 | Arch::I386) && !self.facts.code_ids.is_empty()
     }
 
     fn pe_file_named(
@@ -92,8 +94,8 @@ impl Builder<'_, '_, '_> {
         };
         self.warnings.push(format!(
             "the PE files of {count} modules of the {os} dump are missing ({searched}): they \
-             are unwound by STACK CFI where --symbols-path has their symbol files, else by \
-             frame pointers and scanning: {}",
+             are unwound by STACK CFI or STACK WIN where --symbols-path has their symbol \
+             files, else by frame pointers and scanning: {}",
             self.no_pe.join(", ")
         ));
     }

@@ -549,6 +549,12 @@ impl UnwindInfo {
     /// runtime functions are.
     pub fn code_map(&self) -> &crate::space::codemap::CodeMap {
         self.code_map.get_or_init(|| {
+            // A missing file's functions, as its foreign rules' file knows them.
+            if let (true, Some((rules, base))) = (self.missing, &self.foreign) {
+                let shift = |r: Range<u64>| r.start.wrapping_add(*base)..r.end.wrapping_add(*base);
+                let functions = rules.functions().into_iter().map(shift);
+                return crate::space::codemap::CodeMap::of_functions(functions);
+            }
             let debug = self.debug_data.as_ref().map(|d| &d[..]);
             crate::space::codemap::CodeMap::of(&self.data, debug)
         })
@@ -768,6 +774,11 @@ pub trait ForeignCfi: Send + Sync {
     /// Whether a function the rules' file names starts at module offset
     /// `offset`.
     fn function_start(&self, offset: u64) -> bool;
+    /// The extents of the functions the rules' file knows (module
+    /// offsets): the module's code map where its file is missing.
+    fn functions(&self) -> Vec<Range<u64>> {
+        Vec::new()
+    }
     /// Windows x86 frame data at module offset `offset` (a Breakpad symbol
     /// file's `STACK WIN` records), which the walk takes before [`row`]'s.
     ///

@@ -1,0 +1,273 @@
+"""Windows x86 crashes unwound by their PDBs' frame data (``STACK WIN`` records of dump_syms'
+symbol files: ``rust/unwind/frame_data.rs``), on a program built here by clang for 32-bit
+Windows with a PDB (``-gcodeview``: clang writes frame data programs for every function, which
+-O2 builds without frame pointers), crashed under Wine's 32-bit part (see windows.py).
+
+The reference is rust-minidump's ``minidump-stackwalk`` with the same symbol files (the PDB's for
+the program, dump_syms' of Wine's DLLs for the rest). Every thread's frames must be its frames
+-- where, how (``cfi`` for frame data), and the names and lines the PDB gives -- or be proven
+better, independently of either tool:
+
+- every return address follows a call instruction (the i686 mingw objdump);
+- the walk reaches the thread's start (Wine's ``call_thread_func``, whose frame record of two
+  zeros at the top of the stack ends every thread);
+- each frame of the reference's that stackwalk does not give is no code address (it lies in no
+  module), and the reference's other frames are stackwalk's, in the same order.
+
+With the PDB itself in the store (Microsoft's layout) instead of its ``.sym`` file, stackwalk
+reads it directly: the same frames, named with the same functions, lines and inlined functions;
+and a PDB of another build filed under the module's id is not used.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from corefiles import stackwalk_minidump
+from stackwalk.minidump import Minidump
+from windows import (
+    MINGW32_OBJDUMP,
+    MODES,
+    WINE32,
+    WINE_DLLS32,
+    WithIds,
+    build_x86,
+    call_before,
+    crash,
+    image_base,
+    minidump_stackwalk,
+    module_file,
+    pdb_symbols,
+    pe_codeview,
+    with_ids,
+)
+
+OPTIMIZATIONS = ("-O0", "-O2")
+# Wine's thread start, the outermost frame of every thread.
+THREAD_START = "call_thread_func"
+# What minidump-stackwalk's JSON says of a frame, compared.
+KEYS = ("offset", "module", "trust")
+# And where the reference names a frame, its name and line.
+NAMED = ("function", "file", "line")
+
+
+@dataclass(frozen=True)
+class Program:
+    exe: Path
+    pdb: Path
+    store: Path  # the symbol store of the program's PDB, as dump_syms writes it
+
+
+@pytest.fixture(scope="module")
+def prefix(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A Wine prefix of the tests' own (made by the first program run in it)."""
+    return tmp_path_factory.mktemp("wine32") / "prefix"
+
+
+@pytest.fixture(scope="module")
+def programs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Program]:
+    out = tmp_path_factory.mktemp("windows-x86-programs")
+    made = {}
+    for o in OPTIMIZATIONS:
+        exe, pdb = build_x86(out / f"crash32{o}.exe", o)
+        store = out / f"symbols{o}"
+        pdb_symbols(pdb, store)
+        made[o] = Program(exe, pdb, store)
+    return made
+
+
+@pytest.fixture(scope="module")
+def dumps(
+    programs: dict[str, Program], prefix: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Any:
+    """Each mode's dump (made once), its modules given their ids: the program's from its debug
+    directory (the PDB's), Wine's DLLs' as windows.with_ids makes them; with a store of every
+    module's symbol file."""
+    made: dict[tuple[str, str], WithIds] = {}
+    out = tmp_path_factory.mktemp("windows-x86-dumps")
+
+    def dump(optimization: str, mode: str) -> WithIds:
+        key = (optimization, mode)
+        if key not in made:
+            program = programs[optimization]
+            exe = program.exe
+            raw = crash(exe, mode, out / f"{exe.stem}-{mode}.dmp", prefix, wine=WINE32)
+            record = pe_codeview(exe)
+            assert record is not None, f"lld wrote no CodeView record into {exe}"
+            into = out / f"{exe.stem}-{mode}"
+            into.mkdir()
+            ids = with_ids(raw, [WINE_DLLS32], into, own={exe.name: record})
+            shutil.copytree(program.store, ids.store, dirs_exist_ok=True)
+            made[key] = ids
+        return made[key]
+
+    return dump
+
+
+def ours(dump: WithIds, program: Program) -> dict[str, Any]:
+    """``stackwalk minidump --json --format minidump-stackwalk``, with the same symbols and the
+    PE files (the program's, Wine's DLLs) for their code and names."""
+    path = f"{program.exe.parent}:{WINE_DLLS32}"
+    proc = stackwalk_minidump(
+        "--json", "--format", "minidump-stackwalk", dump.dump, "--symbols-path", dump.store,
+        "--lib-search-path", path,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    doc: dict[str, Any] = json.loads(proc.stdout)
+    return doc
+
+
+def frame_keys(frames: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    return [tuple(f[k] for k in KEYS) for f in frames]
+
+
+def module_of(doc: dict[str, Any], address: int) -> dict[str, Any] | None:
+    for m in doc["modules"]:
+        if int(m["base_addr"], 16) <= address <= int(m["end_addr"], 16):
+            return m
+    return None
+
+
+def prove(
+    mine: dict[str, Any], theirs: dict[str, Any], doc: dict[str, Any], program: Program
+) -> None:
+    """Where a thread's frames differ from the reference's: the proof that stackwalk's are
+    right (see the module's docstring)."""
+    frames = mine["frames"]
+    for f in frames[1:]:
+        ra = int(f["offset"], 16) + 1
+        module = module_of(doc, ra - 1)
+        assert module is not None, f"frame {f} in no module"
+        pe = module_file(module["filename"], [program.exe.parent, WINE_DLLS32])
+        assert pe is not None, module["filename"]
+        base = image_base(pe, MINGW32_OBJDUMP)
+        rva = ra - int(module["base_addr"], 16)
+        assert call_before(pe, rva, base, MINGW32_OBJDUMP), f"no call before {f}"
+    assert frames[-1]["function"] == THREAD_START, frames[-1]
+    offsets = [f["offset"] for f in frames]
+    at = 0
+    for f in theirs["frames"]:
+        if f["offset"] in offsets[at:]:
+            at = offsets.index(f["offset"], at) + 1
+        else:
+            assert module_of(doc, int(f["offset"], 16)) is None, (
+                f"the reference's frame {f} is a code address stackwalk does not give"
+            )
+
+
+@pytest.mark.parametrize("optimization", OPTIMIZATIONS)
+@pytest.mark.parametrize("mode", MODES)
+def test_every_thread_is_minidump_stackwalks_or_proven_better(
+    programs: dict[str, Program], dumps: Any, optimization: str, mode: str
+) -> None:
+    program = programs[optimization]
+    dump = dumps(optimization, mode)
+    mine, theirs = ours(dump, program), minidump_stackwalk(dump.dump, dump.store)
+    assert mine["crash_info"]["type"] == theirs["crash_info"]["type"]
+    assert mine["crash_info"]["crashing_thread"] == theirs["crash_info"]["crashing_thread"]
+    for mine_t, their_t in zip(mine["threads"], theirs["threads"], strict=True):
+        for a, b in zip(mine_t["frames"], their_t["frames"], strict=False):
+            if a["offset"] == b["offset"] and b["function"] is not None:
+                assert [a[k] for k in NAMED] == [b[k] for k in NAMED], (a, b)
+        if frame_keys(mine_t["frames"]) != frame_keys(their_t["frames"]):
+            prove(mine_t, their_t, mine, program)
+        assert mine_t["frames"][-1]["function"] == THREAD_START
+
+
+def test_frame_data_walks_a_recursion_without_frame_pointers(
+    programs: dict[str, Program], dumps: Any
+) -> None:
+    """At -O2 clang keeps no frame pointer in ``recurse`` (its frame data program finds the
+    return address from the frame's size, ``.raSearch``, not from ebp): its 41 frames come from
+    that program, each a ``cfi`` frame, as the reference has them (the test above)."""
+    program = programs["-O2"]
+    lines = next(program.store.rglob("*.sym")).read_text().splitlines()
+    func = next(line.split() for line in lines if line.endswith(" recurse(int)"))
+    start, size = int(func[1], 16), int(func[2], 16)
+    records = [line.split(maxsplit=11) for line in lines if line.startswith("STACK WIN 4 ")]
+    programs_of_recurse = [r[11] for r in records if start <= int(r[3], 16) < start + size]
+    assert programs_of_recurse
+    assert all(".raSearch" in p and "$T0 $ebp =" not in p for p in programs_of_recurse)
+    mine = ours(dumps("-O2", "deep"), program)
+    frames = mine["crashing_thread"]["frames"]
+    recursion = [f for f in frames if f["function"] == "recurse(int)"]
+    assert len(recursion) == 41
+    assert all(f["trust"] == "cfi" for f in recursion[1:])
+    assert [f["function"] for f in frames[41:43]] == ["main(int, char**)", "__tmainCRTStartup"]
+
+
+def pdb_store(program: Program, dump: WithIds, into: Path, pdb: Path | None = None) -> Path:
+    """A store of the dump's symbols where the program's ``.sym`` file is replaced by its PDB
+    (``pdb``: another one in its place), filed as Microsoft's symbol stores file it:
+    ``NAME.pdb/DEBUGID/NAME.pdb``."""
+    store = into / "store"
+    shutil.copytree(dump.store, store)
+    (sym,) = store.glob(f"{program.pdb.name}/*/*.sym")
+    shutil.copy(pdb or program.pdb, sym.parent / program.pdb.name)
+    sym.unlink()
+    return store
+
+
+@pytest.mark.parametrize("optimization", OPTIMIZATIONS)
+@pytest.mark.parametrize("mode", ["leaf", "deep", "qsort", "raise"])
+def test_a_pdb_alone_unwinds_and_names_as_its_symbol_file(
+    programs: dict[str, Program], dumps: Any, optimization: str, mode: str, tmp_path: Path
+) -> None:
+    """With the program's PDB in the store instead of its ``.sym`` file, read directly: its
+    frame data unwinds the program's frames (the FPO and frame data streams, which dump_syms
+    copies into ``STACK WIN`` records) and its functions, lines and inlined functions name them,
+    so every thread's frames are the ones the ``.sym`` file gives (held to minidump-stackwalk
+    by the tests above), and every frame the reference names has its function, file, line and
+    inlined functions."""
+    program = programs[optimization]
+    dump = dumps(optimization, mode)
+    store = pdb_store(program, dump, tmp_path)
+    proc = stackwalk_minidump(
+        "--json", "--format", "minidump-stackwalk", dump.dump, "--symbols-path", store,
+        "--lib-search-path", f"{program.exe.parent}:{WINE_DLLS32}",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "not used" not in proc.stderr, proc.stderr
+    mine, with_sym = json.loads(proc.stdout), ours(dump, program)
+    theirs = minidump_stackwalk(dump.dump, dump.store)
+    keys = (*KEYS, *NAMED, "inlines")
+    named = 0
+    for mine_t, sym_t, their_t in zip(
+        mine["threads"], with_sym["threads"], theirs["threads"], strict=True
+    ):
+        assert [[f[k] for k in KEYS] for f in mine_t["frames"]] == [
+            [f[k] for k in KEYS] for f in sym_t["frames"]
+        ]
+        by_offset = {f["offset"]: f for f in their_t["frames"]}
+        for f in mine_t["frames"]:
+            reference = by_offset.get(f["offset"])
+            if f["module"] == program.exe.name and reference and reference["function"]:
+                assert [f[k] for k in keys] == [reference[k] for k in keys], (f, reference)
+                named += 1
+    assert named >= 1
+
+
+def test_a_pdb_of_another_build_is_not_used(
+    programs: dict[str, Program], dumps: Any, tmp_path: Path
+) -> None:
+    """The -O2 build's PDB filed under the -O0 build's debug id: read, found to be another
+    module's by its own GUID and age, and not used (a warning says why), so no frame of the
+    program is named from it."""
+    program = programs["-O0"]
+    dump = dumps("-O0", "leaf")
+    store = pdb_store(program, dump, tmp_path, pdb=programs["-O2"].pdb)
+    opened = Minidump.open(dump.dump, symbols_path=[str(store)])
+    why = [w for w in opened.warnings if w.startswith("symbol file not used")]
+    assert len(why) == 1 and "the PDB is the one of debug id" in why[0], opened.warnings
+    unnamed = 0
+    for thread in opened.to_dict()["threads"]:
+        for f in thread["frames"]:
+            if f["module"] and f["module"].endswith(program.exe.name):
+                assert f["function"] is None, f
+                unnamed += 1
+    assert unnamed >= 4, "the program's frames"
