@@ -501,6 +501,54 @@ WINDOWS_MACHINERY = (
 )  # fmt: skip
 
 
+# Windows frames that say too little alone, by siggen's prefix list: ntdll's runtime, the heap,
+# exceptions raised through RPC and fail-fast, pure virtual calls, the CRT's invalid-parameter
+# handler and its string and memory helpers, waits, TLS, OLE variants, sockets.
+WINDOWS_PREFIX = (
+    "RtlFreeHeap", "_RtlUserThreadStart", "__RtlUserThreadStart", "HeapFree",
+    "RaiseFailFastException", "RpcRaiseException", "RpcpRaiseException", "CxxThrowException",
+    "_purecall", "_invalid_parameter_noinfo", "invalid_parameter_noinfo",
+    "HandleInvalidParameter", "_alloca_probe", "__delayLoadHelper2", "lstrcatW", "lstrlenA",
+    "lstrcmpW", "lstrcmpiA", "wcscpy_s", "wcsrtombs", "_VEC_memcpy", "fastcopy_I",
+    "MsgWaitForMultipleObjects", "SetEvent", "TlsGetValue", "NtUserGetMessage", "GetTickCount64",
+    "EtwEventEnabled", "SysFreeString", "VariantClear", "SafeVariantClear", "WSARecv",
+)  # fmt: skip
+# And more of the machinery siggen skips.
+WINDOWS_SKIPPED = (
+    "WaitForSingleObjectExImplementation", "RtlAcquireSRWLockExclusive",
+    "RtlSleepConditionVariableSRW", "RtlpHandleInvalidUserCallTarget", "_chkstk", "DebugBreak",
+    "RealMsgWaitForMultipleObjectsEx",
+)  # fmt: skip
+
+
+@pytest.mark.parametrize("name", WINDOWS_PREFIX)
+def test_windows_prefix_frames_join_their_callers_as_siggen_does(name: str) -> None:
+    """A crash in a Windows system or CRT function that says too little alone: siggen's
+    signature, the function and the program's frame below it."""
+    ntdll = "C:\\Windows\\System32\\ntdll.dll"
+    program = [frame("ParseHeader", WINDOWS_MODULE), frame("main", WINDOWS_MODULE)]
+    ours, theirs = both([frame(name, ntdll), *program], windows=True)
+    assert ours == theirs == f"{name} | ParseHeader", (name, ours, theirs)
+
+
+@pytest.mark.parametrize("name", WINDOWS_SKIPPED)
+def test_more_windows_machinery_is_skipped_as_siggen_skips_it(name: str) -> None:
+    ntdll = "C:\\Windows\\System32\\ntdll.dll"
+    program = [frame("ParseHeader", WINDOWS_MODULE), frame("main", WINDOWS_MODULE)]
+    ours, theirs = both([frame(name, ntdll), *program], windows=True)
+    assert ours == theirs == "ParseHeader", (name, ours, theirs)
+
+
+@pytest.mark.parametrize("dll", ["C:\\Windows\\System32\\ntdll.dll", WINDOWS_MODULE])
+def test_a_windows_frame_without_symbols_joins_its_caller_as_siggen_does(dll: str) -> None:
+    """A frame of a DLL without symbols is named by the DLL alone, and joined to the program's
+    frame below it, as siggen names and joins it."""
+    program = [frame("ParseHeader", WINDOWS_MODULE), frame("main", WINDOWS_MODULE)]
+    ours, theirs = both([frame(None, dll, offset=0x5000), *program], windows=True)
+    leaf = dll.rsplit("\\", 1)[-1]
+    assert ours == theirs == f"{leaf} | ParseHeader", (ours, theirs)
+
+
 @pytest.mark.parametrize("name", WINDOWS_MACHINERY)
 def test_windows_error_machinery_is_skipped_as_siggen_skips_it(name: str) -> None:
     """A Windows crash through the system's error machinery (frames of ntdll, kernelbase and

@@ -29,7 +29,9 @@ from typing import Any
 
 import pytest
 from corefiles import stackwalk_minidump
+from siggen.generator import SignatureGenerator
 from stackwalk.minidump import Minidump
+from stackwalk.signature import signature
 from windows import (
     MINGW32_OBJDUMP,
     MODES,
@@ -271,3 +273,32 @@ def test_a_pdb_of_another_build_is_not_used(
                 assert f["function"] is None, f
                 unnamed += 1
     assert unnamed >= 4, "the program's frames"
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_signatures_are_siggens_of_the_references_frames(
+    programs: dict[str, Program], dumps: Any, mode: str
+) -> None:
+    """The signature of stackwalk's crashing thread (its own JSON) is siggen's of
+    minidump-stackwalk's frames of the same dump and symbols (at -O0, where their frames are
+    the same): the program's function, after the machinery siggen's lists skip or join
+    (kernelbase's RaiseException skipped)."""
+    program = programs["-O0"]
+    dump = dumps("-O0", mode)
+    proc = stackwalk_minidump(
+        "--json", dump.dump, "--symbols-path", dump.store,
+        "--lib-search-path", f"{program.exe.parent}:{WINE_DLLS32}",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    (crashed,) = [t for t in doc["threads"] if t["tid"] == doc["crashing_thread"]]
+    reference = minidump_stackwalk(dump.dump, dump.store)
+    theirs = SignatureGenerator().generate(
+        {"os": "Windows NT", "crashing_thread": reference["crashing_thread"]["threads_index"],
+         "threads": reference["threads"]}
+    ).signature  # fmt: skip
+    mine = signature(crashed["frames"]).text
+    assert mine == theirs, (mine, theirs)
+    # Not vacuous: one of the program's own functions is in it.
+    names = ("leaf", "recurse", "compare", "divide", "check_header", "middle", "outer")
+    assert any(n in mine for n in names), mine
