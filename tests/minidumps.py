@@ -21,20 +21,35 @@ unwinds with the same binaries' CFI (read with framehop) as stackwalk.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
+import re
 import shutil
 import signal
+import socket
 import struct
 import subprocess
+import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from corefiles import CRASH_ENV, SPECS, TIMEOUT, GdbView, Spec, cargo_tool, gdb_on_core, run
+from corefiles import (
+    CRASH_ENV,
+    SPECS,
+    TIMEOUT,
+    GdbView,
+    Spec,
+    _free_port,
+    cargo_tool,
+    gdb_on_core,
+    run,
+)
 from realstacks import PROGRAMS, SYSTEM_PYTHON, Builder
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -332,3 +347,41 @@ class Dumps:
             process.wait(timeout=TIMEOUT)
         view = gdb_on_core(argv[0], str(core), directory)
         return MadeDump(spec, dump, core, program, process.pid, view)
+
+
+@dataclass
+class SymbolServer:
+    """``python -m http.server`` on 127.0.0.1 serving a symbol store; its log of requests."""
+
+    url: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    def requests(self) -> list[tuple[str, int]]:
+        """(path, status) of every GET so far."""
+        text = self.log.read_text(errors="replace")
+        return [(p, int(s)) for p, s in re.findall(r'"GET (\S+) HTTP/[\d.]+" (\d+)', text)]
+
+
+@contextlib.contextmanager
+def symbol_server(store: Path, log: Path) -> Iterator[SymbolServer]:
+    for _ in range(5):  # another process may take the free port first
+        port = _free_port()
+        cmd = [sys.executable, "-u", "-m", "http.server", "--bind", "127.0.0.1",
+               "--directory", str(store), str(port)]  # fmt: skip
+        with log.open("wb") as out:
+            process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+        while process.poll() is None:
+            with socket.socket() as sock:
+                if sock.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.05)  # not listening yet
+        if process.poll() is None:
+            break
+    else:
+        pytest.fail(f"http.server did not start:\n{log.read_text()}")
+    try:
+        yield SymbolServer(f"http://127.0.0.1:{port}", process, log)
+    finally:
+        process.kill()
+        process.wait(timeout=60)

@@ -10,13 +10,10 @@ import json
 import os
 import re
 import shutil
-import socket
 import struct
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +37,7 @@ from minidumps import (
     Dumps,
     MadeDump,
     minidump_streams,
+    symbol_server,
     symbol_store,
     thread_list_tids,
 )
@@ -596,44 +594,6 @@ def test_stack_cfi_unwinds_modules_whose_files_are_gone(
         ]
         calls = disassembly(module["path"]).calls
         assert trust == "scan" and pc - int(module["bias"], 16) not in calls, (tid, hex(pc), module)
-
-
-@dataclass
-class SymbolServer:
-    """``python -m http.server`` on 127.0.0.1 serving a symbol store; its log of requests."""
-
-    url: str
-    process: subprocess.Popen[bytes]
-    log: Path
-
-    def requests(self) -> list[tuple[str, int]]:
-        """(path, status) of every GET so far."""
-        text = self.log.read_text(errors="replace")
-        return [(p, int(s)) for p, s in re.findall(r'"GET (\S+) HTTP/[\d.]+" (\d+)', text)]
-
-
-@contextlib.contextmanager
-def symbol_server(store: Path, log: Path) -> Iterator[SymbolServer]:
-    for _ in range(5):  # another process may take the free port first
-        port = _free_port()
-        cmd = [sys.executable, "-u", "-m", "http.server", "--bind", "127.0.0.1",
-               "--directory", str(store), str(port)]  # fmt: skip
-        with log.open("wb") as out:
-            process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
-        while process.poll() is None:
-            with socket.socket() as sock:
-                if sock.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            time.sleep(0.05)  # not listening yet
-        if process.poll() is None:
-            break
-    else:
-        pytest.fail(f"http.server did not start:\n{log.read_text()}")
-    try:
-        yield SymbolServer(f"http://127.0.0.1:{port}", process, log)
-    finally:
-        process.kill()
-        process.wait(timeout=60)
 
 
 def test_symbols_url_fetches_into_a_cache(dumps: Dumps, tmp_path: Path) -> None:

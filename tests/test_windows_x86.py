@@ -22,13 +22,16 @@ and a PDB of another build filed under the module's id is not used.
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from corefiles import stackwalk_minidump
+from corefiles import _free_port, run, stackwalk_minidump
+from minidumps import symbol_server
 from siggen.generator import SignatureGenerator
 from stackwalk.minidump import Minidump
 from stackwalk.signature import signature
@@ -302,3 +305,45 @@ def test_signatures_are_siggens_of_the_references_frames(
     # Not vacuous: one of the program's own functions is in it.
     names = ("leaf", "recurse", "compare", "divide", "check_header", "middle", "outer")
     assert any(n in mine for n in names), mine
+
+
+def test_pdbs_from_a_symbol_server_are_fetched_once_then_read_from_the_cache(
+    programs: dict[str, Program], dumps: Any, tmp_path: Path
+) -> None:
+    """``--symbols-url``, a server laid out as Microsoft's symbol servers are, holding the
+    program's PDB (``NAME.pdb/DEBUGID/NAME.pdb``) and no ``.sym`` file for it: the ``.sym``
+    file asked for (404), then the PDB fetched (200) into the cache, and the frames unwound and
+    named from it as from the same store on disk; a second run asks the server for nothing (the
+    cached PDB stands for the module), ``--offline`` reads the cache alone, and a server that
+    does not answer is one warning (the walk goes on without it)."""
+    program = programs["-O2"]
+    dump = dumps("-O2", "deep")
+    store = pdb_store(program, dump, tmp_path)
+    env = {**os.environ, "DEBUGINFOD_CACHE_PATH": str(tmp_path / "cache")}
+    command = [sys.executable, "-m", "stackwalk", "minidump", "--json", str(dump.dump)]
+    local = run([*command, "--symbols-path", str(store)])
+    with symbol_server(store, tmp_path / "http.log") as server:
+        first = run([*command, "--symbols-url", server.url], env=env)
+        fetched = server.requests()
+        second = run([*command, "--symbols-url", server.url], env=env)
+        again = server.requests()[len(fetched) :]
+        offline = run([*command, "--offline", "--symbols-url", server.url], env=env)
+        assert server.requests()[len(fetched) + len(again) :] == [], "offline"
+    (pdb,) = store.glob(f"{program.pdb.name}/*/{program.pdb.name}")
+    pdb_url = "/" + str(pdb.relative_to(store))
+    sym_url = pdb_url.rsplit("/", 1)[0] + "/" + program.pdb.with_suffix(".sym").name
+    assert (pdb_url, 200) in fetched and (sym_url, 404) in fetched, fetched
+    assert again == [], "the second run: every file from the cache"
+    assert (tmp_path / "cache" / "breakpad" / pdb.relative_to(store)).read_bytes() == (
+        pdb.read_bytes()
+    )
+    want = json.loads(local.stdout)["threads"]
+    names = {f["function"] for t in want for f in t["frames"]}
+    assert {"recurse(int)", "main(int, char**)"} <= names, names
+    for proc in (first, second, offline):
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(proc.stdout)["threads"] == want
+    dead = f"http://127.0.0.1:{_free_port()}"
+    gone = run([*command, "--symbols-url", dead], env={**env, "DEBUGINFOD_CACHE_PATH": ""})
+    assert gone.returncode == 0, gone.stderr
+    assert gone.stderr.count("did not answer") == 1, gone.stderr

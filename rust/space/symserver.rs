@@ -1,6 +1,8 @@
 //! Breakpad symbol stores ([`Stores`]: local directories, then servers)
 //! and symbol servers: `.sym` files over HTTP, laid out as a symbol
 //! store is (`URL/NAME/DEBUGID/NAME.sym`, Mozilla's and Sentry's layout),
+//! and, for a Windows module whose `.sym` file a server lacks, its PDB as
+//! Microsoft's symbol servers serve it (`URL/NAME.pdb/DEBUGID/NAME.pdb`),
 //! fetched with the debuginfod client's HTTP code and settings
 //! ([`crate::space::debuginfod::Config`]: `DEBUGINFOD_TIMEOUT`, `DEBUGINFOD_MAXTIME`,
 //! `DEBUGINFOD_MAXSIZE`; `STACKWALK_OFFLINE` asks no server).
@@ -66,6 +68,27 @@ fn encoded(segment: &str) -> String {
         } else {
             out.push_str(&format!("%{b:02X}"));
         }
+    }
+    out
+}
+
+/// The first bytes of an MSF 7.00 file: every PDB since Visual C++ 7.
+pub const PDB_MAGIC: &[u8] = b"Microsoft C/C++ MSF 7.00\r\n\x1aDS\0\0\0";
+
+/// Whether the file at `path` is a PDB (its identity is checked where it
+/// is read: `crate::symbolize::pdb`).
+fn is_pdb_file(path: &Path) -> bool {
+    let mut head = [0u8; 32];
+    let read = std::fs::File::open(path).and_then(|mut f| f.read_exact(&mut head));
+    read.is_ok() && head.starts_with(PDB_MAGIC)
+}
+
+/// The files of a module a store may hold, in the order they are taken:
+/// its `.sym` file, then for a PDB the PDB itself.
+fn leaves(name: &str) -> Vec<String> {
+    let mut out = vec![sym_file_name(name)];
+    if name.to_ascii_lowercase().ends_with(".pdb") {
+        out.push(name.to_owned());
     }
     out
 }
@@ -147,29 +170,38 @@ fn fetch_by(
     let (Some(name), Some(id)) = (checked_name(name), checked_debug_id(debug_id)) else {
         return out;
     };
-    let sym = sym_file_name(name);
-    let entry = config.cache.as_deref().map(|c| cache_store(c).join(name).join(id).join(&sym));
+    let leaves = leaves(name);
+    let entry_of =
+        |leaf: &str| config.cache.as_deref().map(|c| cache_store(c).join(name).join(id).join(leaf));
     let is_entry = |e: &PathBuf| std::fs::symlink_metadata(e).is_ok_and(|m| m.is_file());
-    if let Some(entry) = entry.as_ref().filter(|e| is_entry(e)) {
-        out.path = Some(debuginfod::used(entry.clone()));
-        return out;
+    for leaf in &leaves {
+        if let Some(entry) = entry_of(leaf).filter(|e| is_entry(e)) {
+            out.path = Some(debuginfod::used(entry));
+            return out;
+        }
     }
     if offline || debuginfod::offline_from_env() {
         return out;
     }
-    for server in urls {
+    let candidates = urls.iter().flat_map(|server| leaves.iter().map(move |leaf| (server, leaf)));
+    for (server, leaf) in candidates {
         let base = server.trim_end_matches('/');
         if remembered(&DEAD, base) {
             continue;
         }
-        let url = format!("{base}/{}/{}/{}", encoded(name), encoded(id), encoded(&sym));
+        let url = format!("{base}/{}/{}/{}", encoded(name), encoded(id), encoded(leaf));
         if remembered(&NOT_THERE, &url) {
             continue;
         }
+        let entry = entry_of(leaf);
         let dir = entry.as_deref().and_then(Path::parent);
         match debuginfod::get(config, &url, dir, None, deadline) {
             Ok(file) => {
-                if !is_sym_of(file.path(), id) {
+                let right = match leaf.ends_with(".sym") {
+                    true => is_sym_of(file.path(), id),
+                    false => is_pdb_file(file.path()),
+                };
+                if !right {
                     remember(&NOT_THERE, &url);
                     out.warnings.push(format!("{url}: not the symbol file of {name} {id}"));
                     continue;
@@ -253,10 +285,7 @@ impl Stores {
     /// PDB, the PDB itself (Microsoft's layout, `NAME.pdb/DEBUGID/NAME.pdb`).
     fn stored(&self, debug_file: &str, debug_id: &str) -> Option<PathBuf> {
         let (name, id) = (checked_name(debug_file)?, checked_debug_id(debug_id)?);
-        let mut leaves = vec![sym_file_name(name)];
-        if name.to_ascii_lowercase().ends_with(".pdb") {
-            leaves.push(name.to_owned());
-        }
+        let leaves = leaves(name);
         let paths = leaves.iter().flat_map(|leaf| {
             self.paths.iter().map(move |store| store.join(name).join(id).join(leaf))
         });
@@ -342,6 +371,20 @@ fn checked(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pdbs_store_holds_its_sym_file_then_the_pdb() {
+        assert_eq!(leaves("crash.pdb"), ["crash.sym", "crash.pdb"]);
+        assert_eq!(leaves("CRASH.PDB"), ["CRASH.sym", "CRASH.PDB"]);
+        assert_eq!(leaves("libc.so.6"), ["libc.so.6.sym"]);
+        let dir = std::env::temp_dir().join(format!("stackwalk-pdb-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (pdb, other) = (dir.join("a.pdb"), dir.join("b.pdb"));
+        std::fs::write(&pdb, [PDB_MAGIC, &[0u8; 64]].concat()).unwrap();
+        std::fs::write(&other, b"MODULE windows x86 0 b.pdb\n").unwrap();
+        assert!(is_pdb_file(&pdb) && !is_pdb_file(&other));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn names_and_ids_are_checked_and_encoded() {

@@ -35,8 +35,7 @@ use crate::symbolize::lines::SourceFrame;
 use crate::unwind::cfi::{LookupError, Row};
 use crate::unwind::frame_data::FrameData;
 
-/// The first bytes of an MSF 7.00 file (every PDB since Visual C++ 7).
-pub const MAGIC: &[u8] = b"Microsoft C/C++ MSF 7.00\r\n\x1aDS\0\0\0";
+pub use crate::space::symserver::PDB_MAGIC as MAGIC;
 
 /// A file's bytes as the PDB reader reads them.
 struct Bytes(Data);
