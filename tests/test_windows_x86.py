@@ -33,7 +33,7 @@ import pytest
 from corefiles import _free_port, run, stackwalk_minidump
 from minidumps import symbol_server
 from siggen.generator import SignatureGenerator
-from stackwalk.minidump import Minidump
+from stackwalk.minidump import Minidump, nt_symbol_path
 from stackwalk.signature import signature
 from windows import (
     MINGW32_OBJDUMP,
@@ -314,8 +314,9 @@ def test_pdbs_from_a_symbol_server_are_fetched_once_then_read_from_the_cache(
     program's PDB (``NAME.pdb/DEBUGID/NAME.pdb``) and no ``.sym`` file for it: the ``.sym``
     file asked for (404), then the PDB fetched (200) into the cache, and the frames unwound and
     named from it as from the same store on disk; a second run asks the server for nothing (the
-    cached PDB stands for the module), ``--offline`` reads the cache alone, and a server that
-    does not answer is one warning (the walk goes on without it)."""
+    cached PDB stands for the module), ``--offline`` reads the cache alone, the same server and
+    store named by ``_NT_SYMBOL_PATH`` alone do the same, and a server that does not answer is
+    one warning (the walk goes on without it)."""
     program = programs["-O2"]
     dump = dumps("-O2", "deep")
     store = pdb_store(program, dump, tmp_path)
@@ -329,6 +330,15 @@ def test_pdbs_from_a_symbol_server_are_fetched_once_then_read_from_the_cache(
         again = server.requests()[len(fetched) :]
         offline = run([*command, "--offline", "--symbols-url", server.url], env=env)
         assert server.requests()[len(fetched) + len(again) :] == [], "offline"
+        # The same server, and the store on disk, named by Windows' _NT_SYMBOL_PATH alone (a
+        # cache of their own: the server asked again).
+        by_env = [
+            run(command, env={**env, "DEBUGINFOD_CACHE_PATH": str(tmp_path / f"cache{i}"),
+                              "_NT_SYMBOL_PATH": nt})
+            for i, nt in enumerate((f"srv*{tmp_path / 'downstream'}*{server.url}",
+                                    f"cache*{tmp_path};{store}"))
+        ]  # fmt: skip
+        asked = server.requests()[len(fetched) + len(again) :]
     (pdb,) = store.glob(f"{program.pdb.name}/*/{program.pdb.name}")
     pdb_url = "/" + str(pdb.relative_to(store))
     sym_url = pdb_url.rsplit("/", 1)[0] + "/" + program.pdb.with_suffix(".sym").name
@@ -343,7 +353,28 @@ def test_pdbs_from_a_symbol_server_are_fetched_once_then_read_from_the_cache(
     for proc in (first, second, offline):
         assert proc.returncode == 0, proc.stderr
         assert json.loads(proc.stdout)["threads"] == want
+    assert (pdb_url, 200) in asked, asked
+    for proc in by_env:
+        assert json.loads(proc.stdout)["threads"] == want, proc.stderr
     dead = f"http://127.0.0.1:{_free_port()}"
     gone = run([*command, "--symbols-url", dead], env={**env, "DEBUGINFOD_CACHE_PATH": ""})
     assert gone.returncode == 0, gone.stderr
     assert gone.stderr.count("did not answer") == 1, gone.stderr
+
+
+def test_nt_symbol_path_names_stores_and_servers() -> None:
+    """``_NT_SYMBOL_PATH``'s elements as WinDbg reads them: ``srv*`` with downstream stores and
+    a server, ``symsrv*`` with its DLL, ``cache*``, plain directories; empty elements and a
+    ``srv*`` without a server name nothing."""
+    value = (
+        "srv*C:\\symbols*https://msdl.microsoft.com/download/symbols;"
+        "SRV*/var/cache/a*/var/cache/b*http://127.0.0.1:8000/;;"
+        "symsrv*symsrv.dll*/srv/store*https://symbols.example/;"
+        "cache*/tmp/c;/opt/pdbs;srv*"
+    )
+    paths, urls = nt_symbol_path(value)
+    assert paths == ["C:\\symbols", "/var/cache/a", "/var/cache/b", "/srv/store", "/tmp/c",
+                     "/opt/pdbs"]  # fmt: skip
+    assert urls == ["https://msdl.microsoft.com/download/symbols", "http://127.0.0.1:8000/",
+                    "https://symbols.example/"]  # fmt: skip
+    assert nt_symbol_path(None) == nt_symbol_path("") == ([], [])

@@ -30,6 +30,30 @@ from stackwalk.errors import MinidumpError
 __all__ = ["Minidump", "MinidumpError", "CoreModule", "Signal", "Thread"]
 
 
+def nt_symbol_path(value: str | None) -> tuple[list[str], list[str]]:
+    """The local stores and the symbol servers of Windows' ``_NT_SYMBOL_PATH`` as WinDbg reads
+    it: elements separated by ``;``, each ``srv*[STORE*...]URL`` or
+    ``symsrv*DLL*[STORE*...]URL`` (each STORE a downstream store, read before the server;
+    stackwalk keeps what it downloads in its own cache), ``cache*DIR`` (a store), or a
+    directory (a store). ``srv*`` with no URL names nothing here."""
+    paths: list[str] = []
+    urls: list[str] = []
+    for element in filter(None, (e.strip() for e in (value or "").split(";"))):
+        kind, *rest = element.split("*")
+        match kind.lower():
+            case "srv" | "symsrv":
+                for part in rest[kind.lower() == "symsrv" :]:
+                    if part.lower().startswith(("http://", "https://")):
+                        urls.append(part)
+                    elif part:
+                        paths.append(part)
+            case "cache":
+                paths.extend(part for part in rest if part)
+            case _:
+                paths.append(element)
+    return paths, urls
+
+
 class Minidump(Core):
     """A minidump opened for unwinding: ``Core``'s interface (``threads``, ``crashing_tid``,
     ``signal``, ``modules``, ``to_dict()``), ``Minidump.open(path, ...)`` taking ``Core.open``'s
@@ -54,7 +78,8 @@ class Minidump(Core):
         symbol servers (HTTP, the same layout: Mozilla's, Sentry's) asked in order for the
         modules the stores lack, their files kept in a cache (debuginfod's cache directory,
         ``breakpad/``), read first; ``offline`` (or ``STACKWALK_OFFLINE``): the cache alone.
-        A server that does not answer is one warning, and the frames without its symbols."""
+        A server that does not answer is one warning, and the frames without its symbols.
+        ``_NT_SYMBOL_PATH``'s stores and servers come after these (see ``nt_symbol_path``)."""
         return cls(path, executable, symbols_path=symbols_path, symbols_url=symbols_url, **options)
 
     def __init__(
@@ -66,9 +91,11 @@ class Minidump(Core):
         symbols_url: Sequence[str] = (),
         **options: Any,
     ) -> None:
-        # Before the modules are placed: their symbol files' STACK CFI unwinds them.
-        self.symbols_path = tuple(os.fspath(d) for d in symbols_path)
-        self.symbols_url = tuple(symbols_url)
+        # Before the modules are placed: their symbol files' STACK CFI unwinds them. Windows'
+        # _NT_SYMBOL_PATH adds its stores and servers after the ones given.
+        nt_paths, nt_urls = nt_symbol_path(os.environ.get("_NT_SYMBOL_PATH"))
+        self.symbols_path = (*(os.fspath(d) for d in symbols_path), *nt_paths)
+        self.symbols_url = (*symbols_url, *nt_urls)
         super().__init__(path, executable, **options)
 
     def _open_source(self, max_size: int | None) -> MinidumpFile:
