@@ -378,3 +378,42 @@ def test_nt_symbol_path_names_stores_and_servers() -> None:
     assert urls == ["https://msdl.microsoft.com/download/symbols", "http://127.0.0.1:8000/",
                     "https://symbols.example/"]  # fmt: skip
     assert nt_symbol_path(None) == nt_symbol_path("") == ([], [])
+
+
+def test_a_cab_compressed_pdb_is_fetched_and_uncompressed(
+    programs: dict[str, Program], dumps: Any, tmp_path: Path
+) -> None:
+    """A server that has the PDB only as Microsoft's older symbol servers keep it, compressed in
+    a CAB archive (``NAME.pd_``, made by gcab): asked for after the ``.sym`` file and the PDB
+    (404 each), fetched, uncompressed into the cache as the PDB itself (the same bytes), and
+    the frames the same as with the PDB; a damaged archive is a warning naming it, no crash."""
+    program = programs["-O2"]
+    dump = dumps("-O2", "leaf")
+    store = pdb_store(program, dump, tmp_path)
+    (pdb,) = store.glob(f"{program.pdb.name}/*/{program.pdb.name}")
+    original = pdb.read_bytes()
+    cab = pdb.with_suffix(".pd_")
+    made = run(["gcab", "-c", "-z", "-n", str(cab), str(pdb)])
+    assert made.returncode == 0 and cab.is_file(), made.stderr
+    pdb.unlink()
+    command = [sys.executable, "-m", "stackwalk", "minidump", "--json", str(dump.dump)]
+    want = json.loads(run([*command, "--symbols-path", str(dump.store)]).stdout)["threads"]
+    env = {**os.environ, "DEBUGINFOD_CACHE_PATH": str(tmp_path / "cache")}
+    with symbol_server(store, tmp_path / "http.log") as server:
+        got = run([*command, "--symbols-url", server.url], env=env)
+        asked = [(p, s) for p, s in server.requests() if program.pdb.name in p]
+        cab.write_bytes(cab.read_bytes()[:200])  # a damaged archive, for a fresh cache
+        damaged = run(
+            [*command, "--symbols-url", server.url],
+            env={**env, "DEBUGINFOD_CACHE_PATH": str(tmp_path / "cache2")},
+        )
+    base = "/" + str(cab.parent.relative_to(store))
+    stem = program.pdb.stem
+    assert asked == [(f"{base}/{stem}.sym", 404), (f"{base}/{stem}.pdb", 404),
+                     (f"{base}/{stem}.pd_", 200)], asked  # fmt: skip
+    cached = tmp_path / "cache" / "breakpad" / pdb.relative_to(store)
+    assert cached.read_bytes() == original
+    assert got.returncode == 0, got.stderr
+    assert json.loads(got.stdout)["threads"] == want
+    assert damaged.returncode in (0, 1) and "Traceback" not in damaged.stderr, damaged.stderr
+    assert f"{stem}.pd_" in damaged.stderr, damaged.stderr

@@ -24,6 +24,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Instant;
 
+use crate::space::debuginfod::tempfile_like::TempFile;
 use crate::space::debuginfod::{self, Config, GetError};
 
 /// URLs of files servers did not have, in this process.
@@ -84,13 +85,39 @@ fn is_pdb_file(path: &Path) -> bool {
 }
 
 /// The files of a module a store may hold, in the order they are taken:
-/// its `.sym` file, then for a PDB the PDB itself.
-fn leaves(name: &str) -> Vec<String> {
+/// its `.sym` file, then for a PDB the PDB itself, and on a server
+/// (`served`) the PDB compressed in a CAB archive (`NAME.pd_`).
+fn leaves(name: &str, served: bool) -> Vec<String> {
     let mut out = vec![sym_file_name(name)];
     if name.to_ascii_lowercase().ends_with(".pdb") {
         out.push(name.to_owned());
+        if served {
+            out.push(format!("{}_", &name[..name.len() - 1]));
+        }
     }
     out
+}
+
+/// The one file of the CAB archive at `path` (a `NAME.pd_`), at most
+/// `limit` bytes, into a temporary file in `dir`.
+fn uncab(path: &Path, dir: &Path, limit: u64) -> Result<TempFile, String> {
+    let file = std::fs::File::open(path).map_err(|e| e.to_string())?;
+    let mut cabinet = cab::Cabinet::new(file).map_err(|e| format!("not a CAB archive: {e}"))?;
+    let entry = cabinet.folder_entries().flat_map(|f| f.file_entries()).next();
+    let (name, size) = match entry {
+        Some(e) => (e.name().to_owned(), u64::from(e.uncompressed_size())),
+        None => return Err("an empty CAB archive".to_owned()),
+    };
+    if size > limit {
+        return Err(format!("its file is {size} bytes, over the limit of {limit}"));
+    }
+    let reader = cabinet.read_file(&name).map_err(|e| format!("cannot read {name}: {e}"))?;
+    let mut out = TempFile::new(dir).map_err(|e| e.to_string())?;
+    match std::io::copy(&mut reader.take(limit + 1), out.writer()) {
+        Ok(n) if n <= limit => Ok(out),
+        Ok(_) => Err(format!("its file is over the limit of {limit} bytes")),
+        Err(e) => Err(format!("cannot uncompress {name}: {e}")),
+    }
 }
 
 /// Whether the file at `path` starts with the `MODULE` record of debug id `id`.
@@ -170,9 +197,12 @@ fn fetch_by(
     let (Some(name), Some(id)) = (checked_name(name), checked_debug_id(debug_id)) else {
         return out;
     };
-    let leaves = leaves(name);
-    let entry_of =
-        |leaf: &str| config.cache.as_deref().map(|c| cache_store(c).join(name).join(id).join(leaf));
+    let leaves = leaves(name, true);
+    // A `.pd_` is kept uncompressed, as the PDB.
+    let entry_of = |leaf: &str| {
+        let leaf = if leaf.ends_with(".pd_") { name } else { leaf };
+        config.cache.as_deref().map(|c| cache_store(c).join(name).join(id).join(leaf))
+    };
     let is_entry = |e: &PathBuf| std::fs::symlink_metadata(e).is_ok_and(|m| m.is_file());
     for leaf in &leaves {
         if let Some(entry) = entry_of(leaf).filter(|e| is_entry(e)) {
@@ -195,7 +225,23 @@ fn fetch_by(
         }
         let entry = entry_of(leaf);
         let dir = entry.as_deref().and_then(Path::parent);
-        match debuginfod::get(config, &url, dir, None, deadline) {
+        let got = debuginfod::get(config, &url, dir, None, deadline);
+        // A CAB archive's PDB, uncompressed beside it.
+        let got = match got {
+            Ok(file) if leaf.ends_with(".pd_") => {
+                let dir = file.path().parent().map(Path::to_path_buf).unwrap_or_default();
+                match uncab(file.path(), &dir, config.max_size) {
+                    Ok(pdb) => Ok(pdb),
+                    Err(why) => {
+                        remember(&NOT_THERE, &url);
+                        out.warnings.push(format!("{url}: {why}"));
+                        continue;
+                    }
+                }
+            }
+            other => other,
+        };
+        match got {
             Ok(file) => {
                 let right = match leaf.ends_with(".sym") {
                     true => is_sym_of(file.path(), id),
@@ -285,7 +331,7 @@ impl Stores {
     /// PDB, the PDB itself (Microsoft's layout, `NAME.pdb/DEBUGID/NAME.pdb`).
     fn stored(&self, debug_file: &str, debug_id: &str) -> Option<PathBuf> {
         let (name, id) = (checked_name(debug_file)?, checked_debug_id(debug_id)?);
-        let leaves = leaves(name);
+        let leaves = leaves(name, false);
         let paths = leaves.iter().flat_map(|leaf| {
             self.paths.iter().map(move |store| store.join(name).join(id).join(leaf))
         });
@@ -374,9 +420,9 @@ mod tests {
 
     #[test]
     fn a_pdbs_store_holds_its_sym_file_then_the_pdb() {
-        assert_eq!(leaves("crash.pdb"), ["crash.sym", "crash.pdb"]);
-        assert_eq!(leaves("CRASH.PDB"), ["CRASH.sym", "CRASH.PDB"]);
-        assert_eq!(leaves("libc.so.6"), ["libc.so.6.sym"]);
+        assert_eq!(leaves("crash.pdb", false), ["crash.sym", "crash.pdb"]);
+        assert_eq!(leaves("CRASH.PDB", true), ["CRASH.sym", "CRASH.PDB", "CRASH.PD_"]);
+        assert_eq!(leaves("libc.so.6", true), ["libc.so.6.sym"]);
         let dir = std::env::temp_dir().join(format!("stackwalk-pdb-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let (pdb, other) = (dir.join("a.pdb"), dir.join("b.pdb"));
