@@ -46,7 +46,7 @@ from windows import (  # noqa: E402
     WINE_DLLS,
     WINE_DLLS32,
     build,
-    build_x86,
+    build_clang,
     crash,
     pdb_symbols,
     pe_codeview,
@@ -197,7 +197,7 @@ def windows_spool(
     prefix, store = tmp / "wine" / "prefix", tmp / "store"
     prefix.parent.mkdir()  # (Wine makes the prefix itself, in a directory that exists)
     x64 = build(tmp / "crash_win64.exe", "-O2")
-    x86, pdb = build_x86(tmp / "crash_win32.exe", "-O2")
+    x86, pdb = build_clang(tmp / "crash_win32.exe", "-O2")
     pdb_symbols(pdb, store)
     record = pe_codeview(x86)
     assert record is not None

@@ -13,12 +13,16 @@ Three independent references:
 - every return address follows a call (mingw's objdump), the program's frames are the functions
   its DWARF names (mingw's addr2line), and each stack ends at Wine's ``RtlUserThreadStart``,
   whose return address is zero.
+
+And the same program built by clang and lld with a PDB: its frames named by the PDB, read
+directly, as minidump-stackwalk names them from dump_syms' file of it.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -34,12 +38,15 @@ from windows import (
     WithIds,
     as_elf,
     build,
+    build_clang,
     call_before,
     crash,
     function_names,
     image_base,
     minidump_stackwalk,
     module_file,
+    pdb_symbols,
+    pe_codeview,
     with_ids,
 )
 
@@ -459,3 +466,46 @@ def test_names_from_the_pe_files_own_symbols_without_dwarf(
             int(theirs["function_offset"], 16) + 1,
         ), (f, theirs)
     assert [f["function"] for f in frames[-2:]] == ["BaseThreadInitThunk", "RtlUserThreadStart"]
+
+
+@pytest.fixture(scope="module")
+def clang_program(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """crash_win.c built by clang and lld at -O2 with a PDB (x64 CodeView, .pdata)."""
+    out = tmp_path_factory.mktemp("windows-clang")
+    return build_clang(out / "crash64.exe", "-O2", target="x86_64")
+
+
+@pytest.mark.parametrize("mode", ["leaf", "qsort", "raise"])
+def test_an_x64_pdb_names_frames_as_its_symbol_file(
+    clang_program: tuple[Path, Path], prefix: Path, mode: str, tmp_path: Path
+) -> None:
+    """An x64 program built with a PDB: unwound by its PE file's tables, its frames named by
+    its PDB read directly (filed as Microsoft's symbol stores file it), with the functions,
+    files and lines minidump-stackwalk gives from dump_syms' symbol file of the same PDB, at
+    the same frames."""
+    exe, pdb = clang_program
+    raw = crash(exe, mode, tmp_path / f"{mode}.dmp", prefix)
+    record = pe_codeview(exe)
+    assert record is not None, f"lld wrote no CodeView record into {exe}"
+    made = with_ids(raw, [WINE_DLLS], tmp_path, own={exe.name: record})
+    reference_store = tmp_path / "with-sym"
+    shutil.copytree(made.store, reference_store)
+    identity = pdb_symbols(pdb, reference_store)
+    (made.store / pdb.name / identity).mkdir(parents=True)
+    shutil.copy(pdb, made.store / pdb.name / identity / pdb.name)
+    proc = stackwalk_minidump(
+        "--json", "--format", "minidump-stackwalk", made.dump, "--symbols-path", made.store,
+        "--lib-search-path", f"{exe.parent}:{WINE_DLLS}",
+    )  # fmt: skip
+    assert proc.returncode == 0 and "not used" not in proc.stderr, proc.stderr
+    mine = json.loads(proc.stdout)
+    theirs = minidump_stackwalk(made.dump, reference_store)
+    named = 0
+    keys = ("function", "file", "line", "inlines")
+    for mine_t, their_t in zip(mine["threads"], theirs["threads"], strict=True):
+        assert [f["offset"] for f in mine_t["frames"]] == [f["offset"] for f in their_t["frames"]]
+        for a, b in zip(mine_t["frames"], their_t["frames"], strict=True):
+            if a["module"] == exe.name and b["function"] is not None:
+                assert [a[k] for k in keys] == [b[k] for k in keys], (a, b)
+                named += 1
+    assert named >= 2

@@ -41,7 +41,7 @@ from windows import (
     WINE32,
     WINE_DLLS32,
     WithIds,
-    build_x86,
+    build_clang,
     call_before,
     crash,
     image_base,
@@ -79,7 +79,7 @@ def programs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Program]:
     out = tmp_path_factory.mktemp("windows-x86-programs")
     made = {}
     for o in OPTIMIZATIONS:
-        exe, pdb = build_x86(out / f"crash32{o}.exe", o)
+        exe, pdb = build_clang(out / f"crash32{o}.exe", o)
         store = out / f"symbols{o}"
         pdb_symbols(pdb, store)
         made[o] = Program(exe, pdb, store)

@@ -38,8 +38,7 @@ WINE = shutil.which("wine64") or "/usr/lib/wine/wine64"
 WINE_DLLS = Path("/usr/lib/x86_64-linux-gnu/wine/x86_64-windows")
 WINE32 = "/usr/lib/wine/wine"
 WINE_DLLS32 = Path("/usr/lib/i386-linux-gnu/wine/i386-windows")
-# The i686 mingw-w64 toolchain's libgcc, which clang's mingw target links with.
-I686_LIBGCC = sorted(Path("/usr/lib/gcc/i686-w64-mingw32").glob("*-win32"))
+
 SOURCE = Path(__file__).parent / "programs" / "windows" / "crash_win.c"
 MODES = ("leaf", "deep", "qsort", "thread", "divide", "raise")
 TIMEOUT = 180
@@ -53,13 +52,16 @@ def build(out: Path, optimization: str) -> Path:
     return out
 
 
-def build_x86(out: Path, optimization: str) -> tuple[Path, Path]:
-    """crash_win.c built by clang for 32-bit Windows into ``out``, with its PDB (CodeView, whose
-    frame data ``dump_syms`` turns into ``STACK WIN`` records) beside it."""
-    assert I686_LIBGCC, "gcc-mingw-w64-i686 is installed by .ci/setup"
+def build_clang(out: Path, optimization: str, target: str = "i686") -> tuple[Path, Path]:
+    """crash_win.c built by clang for 32-bit Windows (``target`` x86_64: 64-bit) into ``out``,
+    with its PDB (CodeView, whose x86 frame data ``dump_syms`` turns into ``STACK WIN``
+    records) beside it."""
+    # The mingw-w64 toolchain's libgcc, which clang's mingw target links with.
+    libgcc = sorted(Path(f"/usr/lib/gcc/{target}-w64-mingw32").glob("*-win32"))
+    assert libgcc, f"gcc-mingw-w64-{target.replace('_', '-')} is installed by .ci/setup"
     pdb = out.with_suffix(".pdb")
-    cmd = ["clang", "--target=i686-w64-windows-gnu", optimization, "-g", "-gcodeview",
-           "-fuse-ld=lld", f"-Wl,--pdb={pdb}", f"-L{I686_LIBGCC[-1]}", "-o", str(out),
+    cmd = ["clang", f"--target={target}-w64-windows-gnu", optimization, "-g", "-gcodeview",
+           "-fuse-ld=lld", f"-Wl,--pdb={pdb}", f"-L{libgcc[-1]}", "-o", str(out),
            str(SOURCE), "-ldbghelp"]  # fmt: skip
     proc = run(cmd, timeout=TIMEOUT)
     assert proc.returncode == 0, f"{' '.join(cmd)} failed:\n{proc.stderr}"
