@@ -1,7 +1,8 @@
 //! Breakpad symbol files (`.sym`, as `dump_syms` writes them): function
 //! names, source lines and inline frames of a module whose ELF file is not
-//! at hand. A file is mapped and parsed once per process ([`sym_file`]) into
-//! compact sorted tables whose names point into the mapping.
+//! at hand. A file is mapped and parsed once per process
+//! (`crate::symbolize::symbols_file`) into compact sorted tables whose
+//! names point into the mapping.
 //!
 //! Records read: `MODULE`, `FILE n path`, `INLINE_ORIGIN n name`,
 //! `FUNC [m] addr size param_size name` with its line records
@@ -17,12 +18,9 @@
 
 use std::fmt;
 use std::ops::Range;
-use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 
 use crate::arch::{Arch, NUM_REGS};
-use crate::source::files::FileCache;
 use crate::source::memory::Data;
 use crate::symbolize::lines::SourceFrame;
 use crate::unwind::cfi::{CfaRule, LookupError, RegRule, Row};
@@ -706,32 +704,20 @@ fn parse_number(word: &str) -> Option<i64> {
     }
 }
 
-/// `.sym` files read, for at most 64 files.
-static SYMS: FileCache<Result<Arc<BreakpadSymbols>, Arc<str>>> = FileCache::new(64);
-
 /// How many times a `.sym` file was parsed in this process.
 static PARSES: AtomicU64 = AtomicU64::new(0);
 
-/// How many times [`sym_file`] parsed a file in this process (not the
-/// times it gave one already parsed): for tests and benchmarks.
+/// How many times a `.sym` file was parsed in this process (not the times
+/// `crate::symbolize::symbols_file` gave one already parsed): for tests
+/// and benchmarks.
 pub fn parse_count() -> u64 {
     PARSES.load(Ordering::Relaxed)
 }
 
-/// The tables of the `.sym` file at `path`, mapped and parsed once per
-/// process while the file is unchanged. The error names the file.
-pub fn sym_file(path: &Path) -> Result<Arc<BreakpadSymbols>, String> {
-    let read = SYMS.get(path, None, |file| {
-        PARSES.fetch_add(1, Ordering::Relaxed);
-        let data = crate::source::files::map_file(file).map_err(|e| Arc::from(e.to_string()))?;
-        BreakpadSymbols::parse(Data::Mapped(data)).map(Arc::new).map_err(|e| e.to_string().into())
-    });
-    let named = |e: &dyn fmt::Display| format!("{}: {e}", path.display());
-    match read {
-        Ok(Ok(symbols)) => Ok(symbols),
-        Ok(Err(e)) => Err(named(&e)),
-        Err(e) => Err(named(&e)),
-    }
+/// [`BreakpadSymbols::parse`], counted ([`parse_count`]).
+pub fn parse_counted(data: Data) -> Result<BreakpadSymbols, SymError> {
+    PARSES.fetch_add(1, Ordering::Relaxed);
+    BreakpadSymbols::parse(data)
 }
 
 #[cfg(test)]

@@ -19,9 +19,9 @@ use std::sync::{Arc, OnceLock};
 
 use crate::source::files::FileCache;
 use crate::source::memory::Data;
-use crate::symbolize::breakpad::{sym_file, BreakpadSymbols};
+use crate::symbolize::breakpad::{parse_counted, BreakpadSymbols};
 use crate::symbolize::lines::{DebugInfo, SourceFrame};
-use crate::symbolize::pdb::{is_pdb, pdb_file, PdbSymbols};
+use crate::symbolize::pdb::{PdbSymbols, MAGIC as PDB_MAGIC};
 use crate::symbolize::symbols::{PltEntries, SymbolTable};
 use crate::unwind::cfi::ForeignCfi;
 
@@ -72,13 +72,27 @@ impl ModuleSymbols for PdbSymbols {
     }
 }
 
+/// Symbol files read, for at most 64 files.
+static SYMBOL_FILES: FileCache<Result<Arc<dyn ModuleSymbols>, Arc<str>>> = FileCache::new(64);
+
 /// The symbols of the file at `path`, a PDB or a Breakpad symbol file (by
-/// its first bytes), read once per process while it is unchanged.
+/// its first bytes), mapped and read once per process while the file is
+/// unchanged. The error names the file.
 pub fn symbols_file(path: &Path) -> Result<Arc<dyn ModuleSymbols>, String> {
-    if is_pdb(path) {
-        Ok(pdb_file(path)?)
-    } else {
-        Ok(sym_file(path)?)
+    let read = SYMBOL_FILES.get(path, None, |file| {
+        let data = crate::source::files::map_file(file).map_err(|e| Arc::from(e.to_string()))?;
+        let symbols: Arc<dyn ModuleSymbols> = if data.starts_with(PDB_MAGIC) {
+            Arc::new(PdbSymbols::parse(Data::Mapped(data))?)
+        } else {
+            Arc::new(parse_counted(Data::Mapped(data)).map_err(|e| e.to_string())?)
+        };
+        Ok::<_, Arc<str>>(symbols)
+    });
+    let named = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
+    match read {
+        Ok(Ok(symbols)) => Ok(symbols),
+        Ok(Err(e)) => Err(named(&e)),
+        Err(e) => Err(named(&e)),
     }
 }
 

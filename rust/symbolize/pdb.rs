@@ -6,7 +6,7 @@
 //! frame data streams: the `STACK WIN` records `dump_syms` would write, see
 //! [`crate::unwind::frame_data`]), for a module whose PDB is at hand instead
 //! of its Breakpad symbol file. A file is opened once per process
-//! ([`pdb_file`]); its function table and frame data are read then, its
+//! (`crate::symbolize::symbols_file`); its function table and frame data are read then, its
 //! lines and inline sites as addresses ask for them.
 //!
 //! Its identity is the debug id a dump's CodeView record names: the PDB
@@ -22,13 +22,12 @@ use std::collections::HashMap;
 use std::io::Cursor;
 use std::ops::Range;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use pdb_addr2line::pdb::{FallibleIterator, FrameType, PDB};
 use pdb_addr2line::ContextPdbData;
 
 use crate::arch::Arch;
-use crate::source::files::FileCache;
 use crate::source::memory::Data;
 use crate::symbolize::breakpad::{find_win_frame, push_win_frame, WinFrame};
 use crate::symbolize::lines::SourceFrame;
@@ -272,23 +271,6 @@ impl PdbSymbols {
     /// Whether the PDB has x86 frame data.
     pub fn has_frame_data(&self) -> bool {
         self.win.iter().any(|list| !list.is_empty())
-    }
-}
-
-/// PDB files read, for at most 16 files.
-static PDBS: FileCache<Result<Arc<PdbSymbols>, Arc<str>>> = FileCache::new(16);
-
-/// The PDB at `path`, read once per process while the file is unchanged.
-pub fn pdb_file(path: &Path) -> Result<Arc<PdbSymbols>, String> {
-    let read = PDBS.get(path, None, |file| {
-        let data = crate::source::files::map_file(file).map_err(|e| Arc::from(e.to_string()))?;
-        PdbSymbols::parse(Data::Mapped(data)).map(Arc::new).map_err(Arc::from)
-    });
-    let named = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
-    match read {
-        Ok(Ok(symbols)) => Ok(symbols),
-        Ok(Err(e)) => Err(named(&e)),
-        Err(e) => Err(named(&e)),
     }
 }
 
