@@ -23,8 +23,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use crate::arch::{Arch, NUM_REGS};
 use crate::source::memory::Data;
 use crate::symbolize::lines::SourceFrame;
+use crate::symbolize::stack_win::{find_win_frame, push_win_frame, WinFrame};
 use crate::unwind::cfi::{CfaRule, LookupError, RegRule, Row};
-use crate::unwind::frame_data::{FrameData, FrameRule};
+use crate::unwind::frame_data::FrameData;
 
 /// Where a name is in the file: (start, length).
 #[derive(Clone, Copy, Debug)]
@@ -52,53 +53,6 @@ struct CfiInit {
     rules: Span,
     /// Its `STACK CFI` records: `cfi_deltas[first..end]`.
     deltas: (u32, u32),
-}
-
-/// A `STACK WIN` record of type 0 or 4 (or a PDB's frame data record: see
-/// `crate::symbolize::pdb`), its program held as `P`.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct WinFrame<P> {
-    pub address: u64,
-    pub size: u64,
-    pub params: u32,
-    pub saved: u32,
-    pub locals: u32,
-    /// The frame data program, if it has one.
-    pub program: Option<P>,
-    pub allocates_base_pointer: bool,
-}
-
-impl<P: Copy> WinFrame<P> {
-    fn end(&self) -> u64 {
-        self.address.saturating_add(self.size)
-    }
-
-    /// The record as the unwinder takes it, its program's text by `text`.
-    pub fn data<'a>(&self, text: impl FnOnce(P) -> &'a str) -> FrameData<'a> {
-        let rule = match self.program {
-            Some(p) => FrameRule::Program(text(p)),
-            None => FrameRule::Fpo { allocates_base_pointer: self.allocates_base_pointer },
-        };
-        FrameData {
-            parameter_size: self.params,
-            saved_register_size: self.saved,
-            local_size: self.locals,
-            rule,
-        }
-    }
-}
-
-/// The record at `address` of `lists` ([frame data programs, FPO data],
-/// each sorted, none overlapping): a frame data program's before FPO
-/// data's, as Breakpad and rust-minidump prefer.
-pub(crate) fn find_win_frame<P: Copy>(
-    lists: &[Vec<WinFrame<P>>; 2],
-    address: u64,
-) -> Option<WinFrame<P>> {
-    lists.iter().find_map(|list| {
-        let i = list.partition_point(|w| w.address <= address).checked_sub(1)?;
-        (address < list[i].end()).then_some(list[i])
-    })
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -207,27 +161,6 @@ fn win_frame<'t>(
         return None;
     }
     Some((kind, WinFrame { address, size, params, saved, locals, program, allocates_base_pointer }))
-}
-
-/// Add a `STACK WIN` record to its list, as rust-minidump's reader does with
-/// the overlapping records PDBs hold: a record starting inside the one
-/// before it ends that one where it starts (the tables give each part of a
-/// function, from its own start to the function's end); one starting at or
-/// before the previous record's start and overlapping it is dropped; an
-/// empty one is dropped.
-pub(crate) fn push_win_frame<P: Copy>(list: &mut Vec<WinFrame<P>>, frame: WinFrame<P>) {
-    if frame.size == 0 {
-        return;
-    }
-    if let Some(last) = list.last_mut() {
-        if frame.address < last.end() && last.address < frame.end() {
-            if frame.address <= last.address {
-                return;
-            }
-            last.size = frame.address - last.address;
-        }
-    }
-    list.push(frame);
 }
 
 fn dec(word: &str) -> Option<u32> {
@@ -723,6 +656,7 @@ pub fn parse_counted(data: Data) -> Result<BreakpadSymbols, SymError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::unwind::frame_data::FrameRule;
 
     const SYM: &str = "MODULE Linux x86_64 0123456789ABCDEF0123456789ABCDEF0 prog\n\
         INFO CODE_ID 67452301AB89EFCD\n\

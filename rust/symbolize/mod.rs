@@ -11,6 +11,7 @@ pub mod breakpad;
 pub mod lines;
 pub mod pdb;
 pub mod pyframes;
+pub mod stack_win;
 pub mod symbols;
 
 use std::ops::Range;

@@ -29,8 +29,8 @@ use pdb_addr2line::ContextPdbData;
 
 use crate::arch::Arch;
 use crate::source::memory::Data;
-use crate::symbolize::breakpad::{find_win_frame, push_win_frame, WinFrame};
 use crate::symbolize::lines::SourceFrame;
+use crate::symbolize::stack_win::{find_win_frame, push_win_frame, WinFrame};
 use crate::unwind::cfi::{LookupError, Row};
 use crate::unwind::frame_data::FrameData;
 
