@@ -69,6 +69,21 @@ impl fmt::Display for ProcessError {
 
 impl std::error::Error for ProcessError {}
 
+impl ProcessError {
+    /// The same error, naming the process `pid`: errors met reading through
+    /// one of its threads name that thread's id otherwise.
+    fn naming(self, pid: i32) -> ProcessError {
+        match self {
+            ProcessError::NoSuchProcess(_) => ProcessError::NoSuchProcess(pid),
+            ProcessError::Zombie(_) => ProcessError::Zombie(pid),
+            ProcessError::Exited(_) => ProcessError::Exited(pid),
+            ProcessError::NotPermitted { why, .. } => ProcessError::NotPermitted { pid, why },
+            ProcessError::OtherArch(_, what) => ProcessError::OtherArch(pid, what),
+            ProcessError::Io(_, what) => ProcessError::Io(pid, what),
+        }
+    }
+}
+
 /// A process's threads and memory as copied, and how it went.
 pub struct Snapshot {
     pub core: CoreFile,
@@ -482,11 +497,12 @@ pub fn snapshot(pid: i32, also: &mut dyn WhileStopped) -> Result<Snapshot, Proce
     // others run on, one of theirs, as the leader's /proc files then show
     // no memory.
     let mem_pid = live_thread(pid)?;
-    let arch = process_arch(mem_pid)?;
+    let named = |e: ProcessError| e.naming(pid);
+    let arch = process_arch(mem_pid).map_err(named)?;
     let count = arch.prstatus().names.len();
     // Found before the process is stopped: files and where they are mapped
     // do not move while it runs.
-    let maps = read_maps(mem_pid)?;
+    let maps = read_maps(mem_pid).map_err(named)?;
     let reads = prepare(also, mem_pid, &maps);
     let began = Instant::now();
     let mut stopped = Stopped { tids: Vec::new() };
@@ -515,8 +531,8 @@ pub fn snapshot(pid: i32, also: &mut dyn WhileStopped) -> Result<Snapshot, Proce
     // A thread stopped is gone only if killed (SIGKILL ends a stop): then
     // the whole process is.
     let gone = |e| match e {
-        ProcessError::NoSuchProcess(pid) => ProcessError::Exited(pid),
-        e => e,
+        ProcessError::NoSuchProcess(_) => ProcessError::Exited(pid),
+        e => e.naming(pid),
     };
     if threads.is_empty() {
         return Err(ProcessError::Exited(pid));
