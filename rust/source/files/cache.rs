@@ -93,19 +93,27 @@ impl<T: Clone> FileCache<T> {
         }
     }
 
+    /// A file held unchanged costs one `stat`; only one to read is opened
+    /// (and its identity taken from the open file).
     fn lookup(&self, path: &Path, debug_root: Option<&Path>) -> io::Result<Lookup<T>> {
-        let file = super::open_regular(path)?;
-        let identity = identity(&file.metadata()?);
+        let meta = std::fs::metadata(path)?;
+        if !meta.is_file() {
+            return Err(super::not_regular(meta.file_type()));
+        }
         let key = (path.to_path_buf(), debug_root.map(Path::to_path_buf));
-        let mut entries = self.entries();
-        let Entries { map, clock } = &mut *entries;
-        *clock += 1;
-        if let Some((id, value, used)) = map.get_mut(&key) {
-            if *id == identity {
-                *used = *clock;
-                return Ok(Lookup::Hit(value.clone()));
+        {
+            let mut entries = self.entries();
+            let Entries { map, clock } = &mut *entries;
+            *clock += 1;
+            if let Some((id, value, used)) = map.get_mut(&key) {
+                if *id == identity(&meta) {
+                    *used = *clock;
+                    return Ok(Lookup::Hit(value.clone()));
+                }
             }
         }
+        let file = super::open_checked(path, 0)?;
+        let identity = identity(&file.metadata()?);
         Ok(Lookup::Miss(file, key, identity))
     }
 }
