@@ -223,7 +223,12 @@ impl SymbolFile {
         if self.lines.get().is_some() {
             return true;
         }
-        let Source::Path(path) = &self.source else { return false };
+        let path = match &self.source {
+            Source::Path(path) => path,
+            // Nothing to read (a module known by its symbol file alone).
+            Source::None => return true,
+            Source::Image(_) => return false,
+        };
         match LINES.peek(path, self.debug_root.as_deref()) {
             Some(lines) => {
                 // Set here or by another thread meanwhile: the same either way.
