@@ -269,7 +269,9 @@ fn read(data: &[u8]) -> Result<Read, MinidumpError> {
         .ok_or_else(|| MinidumpError::UnsupportedCpu(system_info.cpu.to_string()))?;
     let misc = streams.get::<MinidumpMiscInfo>(&mut Vec::new());
 
-    let mut segments = Vec::new();
+    // The memory lists first (their regions mostly in address order), then the stacks.
+    let mut segments = streams.memory_list(&mut warnings);
+    segments.extend(streams.memory64_list(&mut warnings));
     let exception = streams.get::<MinidumpException>(&mut warnings);
     let mut threads = Vec::new();
     if let Some(list) = streams.get::<MinidumpThreadList>(&mut warnings) {
@@ -301,11 +303,9 @@ fn read(data: &[u8]) -> Result<Read, MinidumpError> {
             }
         }
     }
-    segments.extend(streams.memory_list(&mut warnings));
-    segments.extend(streams.memory64_list(&mut warnings));
     // A stack is usually in the memory list too: one region per address,
     // the largest the dump has there.
-    segments.sort_by_key(|s| (s.address, std::cmp::Reverse(s.size)));
+    crate::source::memory::sort_runs(&mut segments, |s| (s.address, std::cmp::Reverse(s.size)));
     segments.dedup_by_key(|s| s.address);
 
     let modules = streams

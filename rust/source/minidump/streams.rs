@@ -134,17 +134,16 @@ impl<'a> Streams<'a> {
                 stream_name(kind as u32)
             ));
         }
-        bytes[skip.min(bytes.len())..]
-            .chunks_exact(MEMORY_DESCRIPTOR)
-            .take(count)
-            .filter_map(|d| {
-                Some(Segment {
-                    address: crate::source::corefile::le(d, 0, 8)?,
-                    size: crate::source::corefile::le(d, 8, 4)?,
-                    offset: crate::source::corefile::le(d, 12, 4)?,
-                })
+        let descriptors = bytes[skip.min(bytes.len())..].chunks_exact(MEMORY_DESCRIPTOR);
+        let mut out = Vec::with_capacity(count.min(held));
+        out.extend(descriptors.take(count).filter_map(|d| {
+            Some(Segment {
+                address: crate::source::corefile::le(d, 0, 8)?,
+                size: crate::source::corefile::le(d, 8, 4)?,
+                offset: crate::source::corefile::le(d, 12, 4)?,
             })
-            .collect()
+        }));
+        out
     }
 
     /// The memory64 list's regions (full-memory dumps), as the crate reads them.
