@@ -170,9 +170,22 @@ fn dec(word: &str) -> Option<u32> {
 /// The `n`th space-separated field of `rest` and what follows it.
 fn split(rest: &str) -> Option<(&str, &str)> {
     let rest = rest.trim_start_matches(' ');
-    let end = rest.find(' ').unwrap_or(rest.len());
+    // A byte loop: fields are short, where a search's set-up costs more.
+    let end = rest.bytes().position(|b| b == b' ').unwrap_or(rest.len());
     // What follows is a slice of `rest` even when empty: its place in the file is a name's.
     (end > 0).then(|| (&rest[..end], rest[end..].strip_prefix(' ').unwrap_or(&rest[end..])))
+}
+
+/// The space-separated fields of a record, as [`split`] cuts them.
+struct Fields<'a>(&'a str);
+
+impl<'a> Iterator for Fields<'a> {
+    type Item = &'a str;
+    fn next(&mut self) -> Option<&'a str> {
+        let (field, rest) = split(self.0)?;
+        self.0 = rest;
+        Some(field)
+    }
 }
 
 impl BreakpadSymbols {
@@ -195,15 +208,20 @@ impl BreakpadSymbols {
             win: [Vec::new(), Vec::new()],
         };
         let bytes: &[u8] = &data;
+        // Checked whole (the check is fast on long runs), lines then cut from it.
+        let all = std::str::from_utf8(bytes).map_err(|e| SymError::Line {
+            line: 1 + memchr::memchr_iter(b'\n', &bytes[..e.valid_up_to()]).count(),
+            reason: "not UTF-8",
+        })?;
         let mut at = 0usize;
         let mut number = 0usize;
         while at < bytes.len() {
             number += 1;
-            let end = bytes[at..].iter().position(|&b| b == b'\n').map_or(bytes.len(), |i| at + i);
+            let end = memchr::memchr(b'\n', &bytes[at..]).map_or(bytes.len(), |i| at + i);
             let start = at;
             at = end + 1;
             let bad = |reason| SymError::Line { line: number, reason };
-            let text = std::str::from_utf8(&bytes[start..end]).map_err(|_| bad("not UTF-8"))?;
+            let text = &all[start..end];
             let text = text.strip_suffix('\r').unwrap_or(text);
             // The name at the end of a record: from its place in `text` on.
             let span = |rest: &str| {
@@ -225,6 +243,19 @@ impl BreakpadSymbols {
                 continue;
             }
             let Some((kind, rest)) = split(text) else { continue };
+            // Line records first: most of a file's records are lines.
+            if kind.bytes().all(|b| b.is_ascii_hexdigit()) {
+                let func = out.funcs.last_mut().ok_or(bad("a line record before any FUNC"))?;
+                let mut fields = Fields(text);
+                let mut next = |what| fields.next().ok_or(bad(what));
+                let address = hex(next("line address")?).ok_or(bad("line address"))?;
+                let size = hex(next("line size")?).ok_or(bad("line size not hex"))?;
+                let line = dec(next("line number")?).ok_or(bad("line number"))?;
+                let file = dec(next("line file")?).ok_or(bad("line file number"))?;
+                out.lines.push(Line { address, size, line, file });
+                func.lines.1 = out.lines.len() as u32;
+                continue;
+            }
             match kind {
                 "FILE" => {
                     let (n, path) = split(rest).ok_or(bad("FILE without a number"))?;
@@ -262,7 +293,7 @@ impl BreakpadSymbols {
                 }
                 "INLINE" => {
                     let func = out.funcs.last_mut().ok_or(bad("INLINE before any FUNC"))?;
-                    let mut fields = rest.split(' ').filter(|w| !w.is_empty());
+                    let mut fields = Fields(rest);
                     let mut next = |what| fields.next().ok_or(bad(what));
                     let depth = dec(next("INLINE depth")?).ok_or(bad("INLINE depth"))?;
                     let call_line = dec(next("INLINE line")?).ok_or(bad("INLINE line"))?;
@@ -308,17 +339,6 @@ impl BreakpadSymbols {
                     }
                 }
                 "MODULE" | "INFO" => {}
-                _ if kind.bytes().all(|b| b.is_ascii_hexdigit()) => {
-                    let func = out.funcs.last_mut().ok_or(bad("a line record before any FUNC"))?;
-                    let mut fields = text.split(' ').filter(|w| !w.is_empty());
-                    let mut next = |what| fields.next().ok_or(bad(what));
-                    let address = hex(next("line address")?).ok_or(bad("line address"))?;
-                    let size = hex(next("line size")?).ok_or(bad("line size not hex"))?;
-                    let line = dec(next("line number")?).ok_or(bad("line number"))?;
-                    let file = dec(next("line file")?).ok_or(bad("line file number"))?;
-                    out.lines.push(Line { address, size, line, file });
-                    func.lines.1 = out.lines.len() as u32;
-                }
                 _ => return Err(bad("unknown record")),
             }
         }
@@ -861,6 +881,12 @@ mod tests {
                 Err(SymError::Line { line: l, .. }) => assert_eq!(l, line, "{text:?}"),
                 other => panic!("{text:?}: {:?}", other.map(|_| ())),
             }
+        }
+        // A byte that is not UTF-8, on the line it is on (the file is checked whole).
+        let bytes = b"MODULE a b c d\nFUNC 1 2 0 f\n1 1 3 0\nFUNC 3 2 0 \xff\n".to_vec();
+        match BreakpadSymbols::parse(Data::Owned(bytes)) {
+            Err(SymError::Line { line: 4, reason }) => assert_eq!(reason, "not UTF-8"),
+            other => panic!("{:?}", other.map(|_| ())),
         }
         // Huge sizes and addresses at the top do not overflow.
         let syms = parsed("MODULE a b c d\nFUNC ffffffffffffffff ffffffffffffffff 0 f\n").unwrap();
