@@ -24,6 +24,10 @@ executable's first page, where gdb looks for the program headers). A directory n
 in qemu's working directory stops the kernel from also writing a core of qemu itself (qemu
 re-raises the signal after writing the guest's core; with the usual ``core_pattern`` of
 ``core`` the kernel cannot replace a directory).
+
+ARM32 cores: the same, under ``qemu-arm``, programs cross-built with Debian's
+``arm-linux-gnueabihf-gcc`` (ARM and Thumb-2 code; Debian's armhf libraries are Thumb-2, unwound
+by their ``.ARM.exidx`` tables).
 """
 
 from __future__ import annotations
@@ -51,6 +55,10 @@ from elftools.elf.segments import NoteSegment
 from realstacks import PROGRAM_ENV, PROGRAMS, SYSTEM_PYTHON, Builder, gdb_driver
 
 AARCH64_SYSROOT = "/usr/aarch64-linux-gnu"
+ARM_GCC = "arm-linux-gnueabihf-gcc"
+ARM_SYSROOT = "/usr/arm-linux-gnueabihf"
+# The sysroot and qemu of each architecture whose programs run under qemu.
+QEMU = {"aarch64": (AARCH64_SYSROOT, "qemu-aarch64"), "arm": (ARM_SYSROOT, "qemu-arm")}
 I386_GCC = "i686-linux-gnu-gcc"
 I386_SYSROOT = "/usr/i686-linux-gnu"
 # A dynamically linked i386 program that runs natively: the cross libc's loader and libraries.
@@ -156,6 +164,14 @@ SPECS = {
              "aarch64"),
         Spec("a64-cxx", "crash_cxx.cpp", ("-O2",), "aarch64-linux-gnu-g++", "aarch64",
              "SIGABRT"),
+        # ARM32: ARM code and Thumb-2 code (-mthumb, Debian's default), with and without frame
+        # pointers; a crash inside libc's strlen (hand-written, EXIDX_CANTUNWIND), threads.
+        Spec("arm-deep", "crash_deep.c", (*O2, "-marm"), ARM_GCC, "arm"),
+        Spec("arm-thumb-deep", "crash_deep.c", (*O2, "-mthumb"), ARM_GCC, "arm"),
+        Spec("arm-deep-O0", "crash_deep.c", ("-O0", "-mthumb"), ARM_GCC, "arm"),
+        Spec("arm-deep-static", "crash_deep.c", (*O2, "-static"), ARM_GCC, "arm"),
+        Spec("arm-libc", "crash_libc.c", ("-O2",), ARM_GCC, "arm"),
+        Spec("arm-threads", "crash_threads.c", ("-O2", "-pthread"), ARM_GCC, "arm"),
     )
 }  # fmt: skip
 # Programs whose own functions have no CFI at all (-g0: no .debug_frame either), so that only
@@ -237,6 +253,7 @@ SNAPSHOT_SPECS = {
 # than CFI, which the tests over every case assume.
 X86_CASES = [i for i, spec in SPECS.items() if spec.arch == "x86_64" and i != "deep-moved"]
 A64_CASES = [spec_id for spec_id, spec in SPECS.items() if spec.arch == "aarch64"]
+ARM_CASES = [spec_id for spec_id, spec in SPECS.items() if spec.arch == "arm"]
 I386_CASES = [spec_id for spec_id, spec in SPECS.items() if spec.arch == "i386"]
 # Cores whose reference is eu-stack (gdb writes them, and eu-stack reads them right).
 EU_STACK_CASES = X86_CASES + I386_CASES
@@ -249,8 +266,8 @@ SPECS.update(LINES_SPECS)
 
 def initial_arguments(memory: Any, top: int, word: int) -> list[str]:
     """The arguments at a process's initial stack ``top`` in its ``memory`` (a MappedMemory):
-    argc there, then as many argv pointers to NUL-terminated strings, then argv's NULL
-    (asserted)."""
+    argc there (on ARM, argv's address), then as many argv pointers to NUL-terminated strings,
+    then argv's NULL (asserted)."""
     fmt = "<I" if word == 4 else "<Q"
 
     def at(address: int) -> int:
@@ -265,6 +282,11 @@ def initial_arguments(memory: Any, top: int, word: int) -> list[str]:
         return data.decode()
 
     argc = at(top)
+    if argc == top + word:
+        # ARM's glibc _start pushed argv's address where argc was: counted up to argv's NULL.
+        argc = 0
+        while at(top + (argc + 1) * word) != 0:
+            argc += 1
     assert at(top + (argc + 1) * word) == 0, "argv's NULL"
     return [string(at(top + i * word)) for i in range(1, argc + 1)]
 
@@ -906,16 +928,18 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def qemu_crash_core(argv: Sequence[str], directory: Path, sysroot: str) -> tuple[Path, GdbView]:
-    """Run an aarch64 program under qemu-aarch64 to its crash with gdb-multiarch attached:
-    gdb's live backtrace of every thread at the fatal signal, and the core qemu writes then."""
+def qemu_crash_core(argv: Sequence[str], directory: Path, sysroot: str,
+                    qemu: str = "qemu-aarch64") -> tuple[Path, GdbView]:  # fmt: skip
+    """Run an aarch64 (or, ``qemu``, another architecture's) program under qemu to its crash
+    with gdb-multiarch attached: gdb's live backtrace of every thread at the fatal signal, and
+    the core qemu writes then."""
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "core").mkdir(exist_ok=True)  # no core of qemu itself (see the docstring)
     script, result = _gdb_script(directory)
     port = _free_port()
     qemu = subprocess.Popen(
         ["sh", "-c", f"ulimit -c unlimited; {SMALL_STACKS}", "sh",
-         "qemu-aarch64", "-s", "1M", "-g", str(port), "-L", sysroot, *argv],
+         qemu, "-s", "1M", "-g", str(port), "-L", sysroot, *argv],
         cwd=directory, env=CRASH_ENV, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL, start_new_session=True,
     )  # fmt: skip
@@ -968,7 +992,7 @@ class Cores:
     def __call__(self, spec_id: str) -> MadeCore:
         if spec_id not in self._made:
             spec = SPECS[spec_id]
-            if spec.arch == "aarch64":
+            if spec.arch in QEMU:
                 made = self._qemu(spec)
             elif spec.id == "vdso":
                 made = self._vdso(spec)
@@ -1111,8 +1135,8 @@ class Cores:
 
     def _qemu(self, spec: Spec) -> MadeCore:
         program = self._build(spec.source, *spec.flags, compiler=spec.compiler)
-        sysroot = AARCH64_SYSROOT
-        core, view = qemu_crash_core([str(program)], self.directory / spec.id, sysroot)
+        sysroot, qemu = QEMU[spec.arch]
+        core, view = qemu_crash_core([str(program)], self.directory / spec.id, sysroot, qemu)
         return MadeCore(spec, core, program, [str(program)], view,
                         sysroot=None if spec.static else sysroot)  # fmt: skip
 

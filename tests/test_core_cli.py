@@ -26,6 +26,7 @@ import pytest
 from corefiles import (
     A64_CASES,
     AARCH64_SYSROOT,
+    ARM_CASES,
     COMPRESSORS,
     EU_STACK_CASES,
     EU_VDSO,
@@ -55,7 +56,7 @@ from corefiles import (
 from realstacks import Builder
 from stackwalk.core import Core
 
-ALL_CASES = X86_CASES + A64_CASES + I386_CASES
+ALL_CASES = X86_CASES + A64_CASES + I386_CASES + [c for c in ARM_CASES if c != "arm-libc"]
 HEX = re.compile(r"0x(0|[1-9a-f][0-9a-f]*)")
 TOP_KEYS = {"schema", "kind", "path", "arch", "executable", "pid", "signal", "crashing_thread",
             "modules", "threads"}  # fmt: skip
@@ -168,14 +169,14 @@ def only_unverified_libraries(made: MadeCore, proc: subprocess.CompletedProcess[
     the sysroot by; each such library is a warning, and the frames from the first one in it on
     are doubtful (checked by the callers)."""
     for line in proc.stderr.splitlines():
-        qemu_dynamic = made.spec.arch == "aarch64" and not made.spec.static
+        qemu_dynamic = made.spec.arch in ("aarch64", "arm") and not made.spec.static
         assert qemu_dynamic and "records no identity (build id) to check" in line, line
 
 
 def doubtful_from_unverified(made: MadeCore, frames: list[dict[str, Any]]) -> None:
     """Each frame is doubtful from the first one in a library that could not be checked (see
     only_unverified_libraries) on, and only then."""
-    if made.spec.arch != "aarch64" or made.spec.static:
+    if made.spec.arch not in ("aarch64", "arm") or made.spec.static:
         assert not any(f["doubtful"] for f in frames)
         return
     executable = os.path.realpath(made.executable)

@@ -62,7 +62,8 @@ pub fn harness_arch(flags: u8) -> Arch {
     match (flags & 4, flags & 1) {
         (0, 0) => Arch::X86_64,
         (0, _) => Arch::Aarch64,
-        _ => Arch::I386,
+        (_, 0) => Arch::I386,
+        _ => Arch::Arm,
     }
 }
 
@@ -161,7 +162,11 @@ pub fn run(data: &[u8]) -> usize {
                 address,
             })
         };
+        // For ARM code the same two slices are also its EHABI index and table.
+        let arm = arch == Arch::Arm;
         let sections = ModuleSections {
+            arm_exidx: section(0, hdr_len, hdr_addr).filter(|_| arm),
+            arm_extab: section(hdr_len, eh_len, eh_addr).filter(|_| arm),
             eh_frame_hdr: section(0, hdr_len, hdr_addr),
             eh_frame: section(hdr_len, eh_len, eh_addr),
             debug_frame: section(hdr_len + eh_len, df_len, 0),
@@ -186,6 +191,16 @@ pub fn run(data: &[u8]) -> usize {
                 .map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default())),
         );
         pcs.extend([hdr_addr, eh_addr, eh_addr.wrapping_sub(1), 0, u64::MAX]);
+        if arm {
+            // Where the index's entries say their functions start (prel31 offsets).
+            let index = &body[..hdr_len];
+            for (i, entry) in index.chunks_exact(8).take(64).enumerate() {
+                let value = u32::from_le_bytes(entry[..4].try_into().unwrap_or_default());
+                let place = hdr_addr.wrapping_add(8 * i as u64);
+                let start = place.wrapping_add((((value << 1) as i32) >> 1) as i64 as u64);
+                pcs.extend([start, start.wrapping_add(2)]);
+            }
+        }
         let Ok(info) = UnwindInfo::new(arch, Arc::new(Data::Owned(body.to_vec())), sections) else {
             return 0;
         };

@@ -4,6 +4,7 @@
 pub mod registers;
 
 mod aarch64;
+mod arm;
 mod i386;
 mod x86_64;
 
@@ -11,7 +12,7 @@ use std::fmt;
 use std::str::FromStr;
 
 /// Number of DWARF register columns tracked per frame. x86_64 uses 0..=16
-/// (16 being the return-address column), aarch64 0..=31, i386 0..=8. Rules for columns
+/// (16 being the return-address column), aarch64 0..=31, i386 0..=8, arm 0..=14. Rules for columns
 /// beyond this (vector registers) are ignored: no unwinding rule reads them.
 pub const NUM_REGS: usize = 33;
 
@@ -22,6 +23,8 @@ pub enum Arch {
     Aarch64,
     /// 32-bit x86.
     I386,
+    /// 32-bit ARM (ARM and Thumb code).
+    Arm,
 }
 
 /// Where a register sampled by perf goes in the unwinder's register file.
@@ -58,13 +61,14 @@ pub enum DefaultRule {
 }
 
 impl Arch {
-    pub const ALL: [Arch; 3] = [Arch::X86_64, Arch::Aarch64, Arch::I386];
+    pub const ALL: [Arch; 4] = [Arch::X86_64, Arch::Aarch64, Arch::I386, Arch::Arm];
 
     pub fn name(self) -> &'static str {
         match self {
             Arch::X86_64 => "x86_64",
             Arch::Aarch64 => "aarch64",
             Arch::I386 => "i386",
+            Arch::Arm => "arm",
         }
     }
 
@@ -73,17 +77,18 @@ impl Arch {
     pub fn word_size(self) -> u64 {
         match self {
             Arch::X86_64 | Arch::Aarch64 => 8,
-            Arch::I386 => 4,
+            Arch::I386 | Arch::Arm => 4,
         }
     }
 
     /// The mask of the address space: addresses and words computed while
-    /// unwinding wrap at this width (32 bits on i386).
+    /// unwinding wrap at this width (32 bits on i386 and arm).
     #[inline]
     pub fn address_mask(self) -> u64 {
         match self {
             Arch::X86_64 | Arch::Aarch64 => u64::MAX,
             Arch::I386 => i386::ADDRESS_MASK,
+            Arch::Arm => arm::ADDRESS_MASK,
         }
     }
 
@@ -94,6 +99,7 @@ impl Arch {
             Arch::X86_64 => x86_64::SP,
             Arch::Aarch64 => aarch64::SP,
             Arch::I386 => i386::SP,
+            Arch::Arm => arm::SP,
         }
     }
 
@@ -104,6 +110,7 @@ impl Arch {
             Arch::X86_64 => x86_64::FP,
             Arch::Aarch64 => aarch64::FP,
             Arch::I386 => i386::FP,
+            Arch::Arm => arm::FP,
         }
     }
 
@@ -114,17 +121,18 @@ impl Arch {
             Arch::X86_64 => x86_64::RA,
             Arch::Aarch64 => aarch64::RA,
             Arch::I386 => i386::RA,
+            Arch::Arm => arm::RA,
         }
     }
 
     /// The column that holds the program counter itself, if the ABI gives it
-    /// one (x86_64: 16, `rip`; i386: 8, `eip`; aarch64 has none).
+    /// one (x86_64: 16, `rip`; i386: 8, `eip`; aarch64 and arm have none).
     #[inline]
     pub fn pc_column(self) -> Option<u16> {
         match self {
             Arch::X86_64 => Some(x86_64::RA),
             Arch::I386 => Some(i386::RA),
-            Arch::Aarch64 => None,
+            Arch::Aarch64 | Arch::Arm => None,
         }
     }
 
@@ -150,6 +158,7 @@ impl Arch {
             Arch::X86_64 => x86_64::CALLEE_SAVED.iter().fold(0, |m, r| m | 1 << r),
             Arch::Aarch64 => (19..=30).fold(0, |m, r| m | 1 << r),
             Arch::I386 => i386::CALLEE_SAVED.iter().fold(0, |m, r| m | 1 << r),
+            Arch::Arm => arm::CALLEE_SAVED.iter().fold(0, |m, r| m | 1 << r),
         }
     }
 
@@ -161,6 +170,7 @@ impl Arch {
             Arch::X86_64 => x86_64::register_by_name(name),
             Arch::Aarch64 => aarch64::register_by_name(name),
             Arch::I386 => i386::register_by_name(name),
+            Arch::Arm => arm::register_by_name(name),
         }
     }
 
@@ -171,6 +181,7 @@ impl Arch {
             Arch::X86_64 => x86_64::perf_reg(index),
             Arch::I386 => i386::perf_reg(index),
             Arch::Aarch64 => aarch64::perf_reg(index),
+            Arch::Arm => arm::perf_reg(index),
         }
     }
 
@@ -180,18 +191,21 @@ impl Arch {
             Arch::X86_64 => x86_64::NAMES.get(reg as usize).copied(),
             Arch::Aarch64 => aarch64::NAMES.get(reg as usize).copied(),
             Arch::I386 => i386::NAMES.get(reg as usize).copied(),
+            Arch::Arm => arm::NAMES.get(reg as usize).copied(),
         }
     }
 
     /// Turn a recovered return address into a code address: aarch64 return
     /// addresses may carry pointer-authentication bits above the 48-bit
-    /// user address space; i386 ones are 32 bits.
+    /// user address space; i386 ones are 32 bits; arm ones are 32 bits
+    /// with bit 0 set where the caller is Thumb code.
     #[inline]
     pub fn strip_return_address(self, ra: u64) -> u64 {
         match self {
             Arch::X86_64 => ra,
             Arch::Aarch64 => ra & aarch64::USER_ADDRESS_MASK,
             Arch::I386 => ra & i386::ADDRESS_MASK,
+            Arch::Arm => ra & arm::CODE_MASK,
         }
     }
 
@@ -203,6 +217,7 @@ impl Arch {
             Arch::X86_64 => addr <= x86_64::USER_MAX,
             Arch::Aarch64 => addr <= aarch64::USER_ADDRESS_MASK,
             Arch::I386 => addr <= i386::ADDRESS_MASK,
+            Arch::Arm => addr <= arm::ADDRESS_MASK,
         }
     }
 
@@ -222,7 +237,7 @@ impl Arch {
     pub fn frame_record_gives_exact_sp(self) -> bool {
         match self {
             Arch::X86_64 | Arch::I386 => true,
-            Arch::Aarch64 => false,
+            Arch::Aarch64 | Arch::Arm => false,
         }
     }
 
@@ -232,7 +247,7 @@ impl Arch {
     pub fn return_address_is_in_a_record(self) -> bool {
         match self {
             Arch::X86_64 | Arch::I386 => false,
-            Arch::Aarch64 => true,
+            Arch::Aarch64 | Arch::Arm => true,
         }
     }
 
@@ -242,15 +257,17 @@ impl Arch {
         match self {
             Arch::X86_64 | Arch::I386 => None,
             Arch::Aarch64 => Some(aarch64::RA),
+            Arch::Arm => Some(arm::RA),
         }
     }
 
     /// The size of the smallest instruction (Go's `PCQuantum`): 1 on x86,
-    /// 4 on aarch64.
+    /// 4 on aarch64, 2 on arm (Thumb).
     pub fn min_instruction_size(self) -> u64 {
         match self {
             Arch::Aarch64 => 4,
-            _ => 1,
+            Arch::Arm => 2,
+            Arch::X86_64 | Arch::I386 => 1,
         }
     }
 
@@ -260,6 +277,7 @@ impl Arch {
             // i386's call instructions are x86_64's, REX prefixes aside.
             Arch::X86_64 | Arch::I386 => x86_64::CALL_WINDOW,
             Arch::Aarch64 => aarch64::CALL_WINDOW,
+            Arch::Arm => arm::CALL_WINDOW,
         }
     }
 
@@ -270,6 +288,7 @@ impl Arch {
         match self {
             Arch::X86_64 | Arch::I386 => x86_64::call_before(code),
             Arch::Aarch64 => aarch64::call_before(code),
+            Arch::Arm => arm::call_before(code),
         }
     }
 
@@ -284,6 +303,7 @@ impl Arch {
             Arch::X86_64 => &x86_64::SIGRETURN,
             Arch::I386 => &i386::SIGRETURN,
             Arch::Aarch64 => &aarch64::SIGRETURN,
+            Arch::Arm => &arm::SIGRETURN,
         };
         patterns.iter().any(|p| code.starts_with(p))
     }
@@ -297,13 +317,14 @@ impl Arch {
                 x86_64::direct_call_target(return_address, code).map(|t| t & i386::ADDRESS_MASK)
             }
             Arch::Aarch64 => aarch64::direct_call_target(return_address, code),
+            Arch::Arm => arm::direct_call_target(return_address, code),
         }
     }
 
     /// The vendor extensions gimli must accept in this architecture's CFI.
     pub fn gimli_vendor(self) -> gimli::Vendor {
         match self {
-            Arch::X86_64 | Arch::I386 => gimli::Vendor::Default,
+            Arch::X86_64 | Arch::I386 | Arch::Arm => gimli::Vendor::Default,
             Arch::Aarch64 => gimli::Vendor::AArch64,
         }
     }
@@ -318,7 +339,9 @@ impl Arch {
             Arch::Aarch64 => {
                 PrStatus { cursig: 12, pid: 32, regs: 112, names: &aarch64::PRSTATUS_REGS }
             }
+            // Both 32-bit: the compat layout (4-byte words and longs).
             Arch::I386 => PrStatus { cursig: 12, pid: 24, regs: 72, names: &i386::PRSTATUS_REGS },
+            Arch::Arm => PrStatus { cursig: 12, pid: 24, regs: 72, names: &arm::PRSTATUS_REGS },
         }
     }
 
@@ -328,6 +351,7 @@ impl Arch {
             Arch::X86_64 => object::elf::EM_X86_64,
             Arch::Aarch64 => object::elf::EM_AARCH64,
             Arch::I386 => object::elf::EM_386,
+            Arch::Arm => object::elf::EM_ARM,
         }
     }
 
@@ -348,7 +372,7 @@ pub struct UnknownArch(pub String);
 
 impl fmt::Display for UnknownArch {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "unknown architecture {:?} (supported: x86_64, aarch64, i386)", self.0)
+        write!(f, "unknown architecture {:?} (supported: x86_64, aarch64, i386, arm)", self.0)
     }
 }
 
@@ -361,6 +385,7 @@ impl FromStr for Arch {
             "x86_64" | "x86-64" | "amd64" => Ok(Arch::X86_64),
             "aarch64" | "arm64" => Ok(Arch::Aarch64),
             "i386" | "i686" | "x86" => Ok(Arch::I386),
+            "arm" | "armhf" | "armv7" | "armv7l" | "arm32" => Ok(Arch::Arm),
             _ => Err(UnknownArch(s.to_owned())),
         }
     }

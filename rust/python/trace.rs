@@ -230,12 +230,13 @@ impl PyTrace {
 type RegisterNames = (Vec<(u16, Py<PyString>)>, Py<PyString>);
 
 fn register_names(py: Python<'_>, arch: Arch) -> &RegisterNames {
-    static NAMES: [PyOnceLock<RegisterNames>; 3] =
-        [PyOnceLock::new(), PyOnceLock::new(), PyOnceLock::new()];
+    static NAMES: [PyOnceLock<RegisterNames>; 4] =
+        [PyOnceLock::new(), PyOnceLock::new(), PyOnceLock::new(), PyOnceLock::new()];
     let at = match arch {
         Arch::X86_64 => 0,
         Arch::Aarch64 => 1,
         Arch::I386 => 2,
+        Arch::Arm => 3,
     };
     NAMES[at].get_or_init(py, || {
         let columns = (0..crate::arch::NUM_REGS as u16)

@@ -598,12 +598,14 @@ type RegisterKey = (Py<PyString>, Option<u16>);
 /// their DWARF column (None: the pc), aliases (aarch64's fp and lr) before
 /// the names they stand for, so that a canonical name given too wins.
 fn register_keys(py: Python<'_>, arch: Arch) -> &[RegisterKey] {
-    static KEYS: [PyOnceLock<Vec<RegisterKey>>; 3] =
-        [PyOnceLock::new(), PyOnceLock::new(), PyOnceLock::new()];
+    static KEYS: [PyOnceLock<Vec<RegisterKey>>; 4] =
+        [PyOnceLock::new(), PyOnceLock::new(), PyOnceLock::new(), PyOnceLock::new()];
     let (at, aliases): (usize, &[&str]) = match arch {
         Arch::X86_64 => (0, &[]),
         Arch::Aarch64 => (1, &["fp", "lr"]),
         Arch::I386 => (2, &[]),
+        // gdb's and perf's names of r11-r15 (pc: the pc name below).
+        Arch::Arm => (3, &["fp", "ip", "r13", "r14", "r15"]),
     };
     KEYS[at].get_or_init(py, || {
         let names = (0..crate::arch::NUM_REGS as u16).filter_map(|col| arch.register_name(col));

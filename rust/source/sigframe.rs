@@ -68,7 +68,7 @@ pub(crate) fn restore<M: Memory + ?Sized>(
     match arch {
         Arch::X86_64 => restore_x86_64(sp, caller, mem),
         Arch::Aarch64 => aarch64::restore(sp, caller, mem),
-        Arch::I386 => None,
+        Arch::I386 | Arch::Arm => None,
     }
 }
 

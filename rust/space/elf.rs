@@ -65,6 +65,7 @@ fn read_elf_class<Elf: FileHeader<Endian = LittleEndian>>(
     let machine = file.elf_header().e_machine(endian);
     let (mut start, mut end) = (u64::MAX, 0u64);
     let mut hdr_segment = None;
+    let mut exidx_segment = None;
     let mut code = Vec::new();
     for ph in file.elf_program_headers() {
         let (vaddr, memsz) = (ph.p_vaddr(endian).into(), ph.p_memsz(endian).into());
@@ -90,6 +91,13 @@ fn read_elf_class<Elf: FileHeader<Endian = LittleEndian>>(
                     address: vaddr,
                 })
             }
+            object::elf::PT_ARM_EXIDX if machine == object::elf::EM_ARM => {
+                exidx_segment = Some(SectionInfo {
+                    file_offset: ph.p_offset(endian).into(),
+                    size: ph.p_filesz(endian).into(),
+                    address: vaddr,
+                })
+            }
             _ => {}
         }
     }
@@ -109,6 +117,8 @@ fn read_elf_class<Elf: FileHeader<Endian = LittleEndian>>(
         eh_frame_hdr: section(".eh_frame_hdr").or(hdr_segment),
         debug_frame,
         debug_frame_compression,
+        arm_exidx: section(".ARM.exidx").or(exidx_segment),
+        arm_extab: section(".ARM.extab"),
         text: address(".text"),
         got: address(".got"),
         code,

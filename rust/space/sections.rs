@@ -48,6 +48,10 @@ pub struct ModuleSections {
     pub eh_frame: Option<SectionInfo>,
     pub eh_frame_hdr: Option<SectionInfo>,
     pub debug_frame: Option<SectionInfo>,
+    /// 32-bit ARM's unwind tables (EHABI): `.ARM.exidx` (or, without
+    /// section headers, its `PT_ARM_EXIDX` segment) and `.ARM.extab`.
+    pub arm_exidx: Option<SectionInfo>,
+    pub arm_extab: Option<SectionInfo>,
     /// `.debug_frame` is compressed (`SHF_COMPRESSED`, as `-gz` and Go's
     /// linker leave it, or a GNU `.zdebug_frame`): `debug_frame` is then its
     /// stream, in this format, of this many bytes decompressed.

@@ -83,6 +83,7 @@ struct Recorder {
 const X86_64: u8 = 0;
 const AARCH64: u8 = 1;
 const I386: u8 = 2;
+const ARM: u8 = 3;
 
 /// `$body` with `$a` the const parameter ([`arch_of`]) of the architecture `$arch`.
 macro_rules! with_arch {
@@ -100,6 +101,10 @@ macro_rules! with_arch {
                 const $a: u8 = $crate::unwind::I386;
                 $body
             }
+            $crate::arch::Arch::Arm => {
+                const $a: u8 = $crate::unwind::ARM;
+                $body
+            }
         }
     };
 }
@@ -110,6 +115,7 @@ const fn arch_of(a: u8) -> Arch {
     match a {
         AARCH64 => Arch::Aarch64,
         I386 => Arch::I386,
+        ARM => Arch::Arm,
         _ => Arch::X86_64,
     }
 }

@@ -344,11 +344,14 @@ pub fn initial_stack(arch: Arch, auxv: &BTreeMap<u64, u64>, memory: &SegmentMemo
         at = at.checked_sub(w)?;
     }
     // The arguments' pointers (into the same segment), then their count.
+    // ARM's glibc `_start` pops argc and pushes argv's address in its place:
+    // a word pointing right above itself is no argument's string, and is
+    // taken for the count.
     let mut count = 0u64;
     at = at.checked_sub(w)?;
     loop {
         let value = word(at)?;
-        if value == count {
+        if value == count || (arch == Arch::Arm && value == at.wrapping_add(w)) {
             return Some(at);
         }
         if value < start || value - start >= bytes.len() as u64 {
@@ -418,6 +421,7 @@ fn read_headers(
         (ELFCLASS64, object::elf::EM_X86_64) => Arch::X86_64,
         (ELFCLASS64, object::elf::EM_AARCH64) => Arch::Aarch64,
         (ELFCLASS32, object::elf::EM_386) => Arch::I386,
+        (ELFCLASS32, object::elf::EM_ARM) => Arch::Arm,
         _ => {
             let bits = 8 * layout.word as u32;
             return Err(CoreError::UnsupportedMachine { machine, bits });

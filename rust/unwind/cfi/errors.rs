@@ -41,6 +41,8 @@ pub enum LookupError {
     Breakpad(&'static str),
     /// A PE file's x64 unwind tables are damaged here (this way).
     Pe(&'static str),
+    /// ARM's EHABI tables are damaged here, or say not to unwind.
+    Ehabi(&'static str),
 }
 
 impl fmt::Display for LookupError {
@@ -51,6 +53,7 @@ impl fmt::Display for LookupError {
             LookupError::BadReturnColumn(r) => write!(f, "unsupported return-address column {r}"),
             LookupError::Breakpad(why) => write!(f, "STACK CFI rule not supported: {why}"),
             LookupError::Pe(why) => write!(f, "bad x64 unwind info: {why}"),
+            LookupError::Ehabi(why) => write!(f, "bad ARM unwind table entry: {why}"),
         }
     }
 }

@@ -20,6 +20,7 @@ type Slice<'a> = EndianSlice<'a, LittleEndian>;
 type Cie<'a> = gimli::CommonInformationEntry<Slice<'a>>;
 type Fde<'a> = gimli::FrameDescriptionEntry<Slice<'a>>;
 
+mod ehabi;
 mod errors;
 mod rules;
 pub use errors::{LookupError, ModuleError};
@@ -194,6 +195,8 @@ impl UnwindInfo {
         for (name, s, len) in [
             (".eh_frame", sections.eh_frame, data.len()),
             (".eh_frame_hdr", sections.eh_frame_hdr, data.len()),
+            (".ARM.exidx", sections.arm_exidx, data.len()),
+            (".ARM.extab", sections.arm_extab, data.len()),
             (".debug_frame", sections.debug_frame, debug_data.as_ref().unwrap_or(&data).len()),
         ] {
             if let Some(s) = s {
@@ -606,7 +609,43 @@ impl UnwindInfo {
 
     /// Whether the module has any call frame information at all.
     pub fn has_cfi(&self) -> bool {
-        self.sections.eh_frame.is_some() || self.sections.debug_frame.is_some()
+        self.sections.eh_frame.is_some()
+            || self.sections.debug_frame.is_some()
+            || self.ehabi().is_some()
+    }
+
+    /// 32-bit ARM's EHABI tables, where the module is ARM code and has an
+    /// index.
+    fn ehabi(&self) -> Option<ehabi::Tables<'_>> {
+        if self.arch != Arch::Arm {
+            return None;
+        }
+        let exidx = self.sections.arm_exidx?;
+        let extab = self.sections.arm_extab;
+        Some(ehabi::Tables {
+            exidx: self.section_bytes(exidx),
+            exidx_address: exidx.address,
+            extab: extab.map_or(&[][..], |s| self.section_bytes(s)),
+            extab_address: extab.map_or(0, |s| s.address),
+        })
+    }
+
+    /// The rules at `address` from DWARF CFI (`with_row`), else, for ARM
+    /// code no FDE covers, from the EHABI tables.
+    fn dwarf_or_ehabi<T>(
+        &self,
+        address: u64,
+        exact: bool,
+        dwarf: Result<(T, Range<u64>), LookupError>,
+        from_row: impl FnOnce(Row) -> T,
+    ) -> Result<(T, Range<u64>), LookupError> {
+        match (dwarf, self.ehabi()) {
+            (Err(LookupError::NoFde), Some(tables)) => {
+                let (row, range) = tables.row(address, exact)?;
+                Ok((from_row(row), range))
+            }
+            (dwarf, _) => dwarf,
+        }
     }
 
     /// The bytes of an expression a rule refers to.
@@ -635,7 +674,7 @@ impl UnwindInfo {
         if let Some((rules, base)) = &self.foreign {
             return foreign_row(&**rules, self.arch, *base, address, exact);
         }
-        self.with_row(address, ctx, |row, cie, kind| {
+        let dwarf = self.with_row(address, ctx, |row, cie, kind| {
             let cfa = self.decoded_cfa(convert_cfa(row, kind)?);
             let signal_frame = cie.is_signal_trampoline() || self.in_go_sigpanic(address);
             let mut out = Row::new(cfa, return_column(cie)?, signal_frame);
@@ -647,7 +686,8 @@ impl UnwindInfo {
                 }
             })?;
             Ok(out)
-        })
+        });
+        self.dwarf_or_ehabi(address, exact, dwarf, |row| row)
     }
 
     /// A CFA expression of the one form a rule holds without it
@@ -687,7 +727,7 @@ impl UnwindInfo {
             let (cfa, ra, signal_frame) = (row.cfa, row.ra, row.signal_frame);
             return Ok((FullRow { cfa, ra, signal_frame, rules: row.rules().to_vec() }, range));
         }
-        self.with_row(address, ctx, |row, cie, kind| {
+        let dwarf = self.with_row(address, ctx, |row, cie, kind| {
             let mut rules = Vec::new();
             convert_rules(row, kind, |reg, rule| rules.push((reg, rule)))?;
             Ok(FullRow {
@@ -696,6 +736,10 @@ impl UnwindInfo {
                 signal_frame: cie.is_signal_trampoline() || self.in_go_sigpanic(address),
                 rules,
             })
+        });
+        self.dwarf_or_ehabi(address, exact, dwarf, |row| {
+            let (cfa, ra, signal_frame) = (row.cfa, row.ra, row.signal_frame);
+            FullRow { cfa, ra, signal_frame, rules: row.rules().to_vec() }
         })
     }
 
