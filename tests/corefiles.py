@@ -172,6 +172,7 @@ SPECS = {
         Spec("arm-deep-static", "crash_deep.c", (*O2, "-static"), ARM_GCC, "arm"),
         Spec("arm-libc", "crash_libc.c", ("-O2",), ARM_GCC, "arm"),
         Spec("arm-threads", "crash_threads.c", ("-O2", "-pthread"), ARM_GCC, "arm"),
+        Spec("arm-signal", "crash_signal.c", ("-O2",), ARM_GCC, "arm"),
     )
 }  # fmt: skip
 # Programs whose own functions have no CFI at all (-g0: no .debug_frame either), so that only

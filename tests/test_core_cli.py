@@ -56,7 +56,13 @@ from corefiles import (
 from realstacks import Builder
 from stackwalk.core import Core
 
-ALL_CASES = X86_CASES + A64_CASES + I386_CASES + [c for c in ARM_CASES if c != "arm-libc"]
+# (gdb's frames of arm-libc and arm-signal go wrong: see test_core_files.py)
+ALL_CASES = (
+    X86_CASES
+    + A64_CASES
+    + I386_CASES
+    + [c for c in ARM_CASES if c not in ("arm-libc", "arm-signal")]
+)
 HEX = re.compile(r"0x(0|[1-9a-f][0-9a-f]*)")
 TOP_KEYS = {"schema", "kind", "path", "arch", "executable", "pid", "signal", "crashing_thread",
             "modules", "threads"}  # fmt: skip

@@ -94,6 +94,7 @@ A64_CRASH_FUNCTION = {
     "arm-thumb-deep": "crash_here",
     "arm-libc": "measure",
     "arm-threads": "crash_middle",
+    "arm-signal": "crash_in_handler",
 }
 
 
@@ -196,8 +197,8 @@ def test_qemu_cores_and_gdb(case: str, cores: Cores, tmp_path: Path) -> None:
     assert notes.cursig[0] == signal.Signals[made.spec.signal]
     for thread in made.gdb.threads:
         last = thread.frames[-1]
-        if case == "arm-libc":
-            continue  # gdb's frames go wrong in this one: see assert_arm_strlen_walk
+        if case in ("arm-libc", "arm-signal"):
+            continue  # gdb's frames go wrong: see assert_arm_strlen_walk, assert_arm_signal_walk
         if made.arch == "arm" and (last.function == "_start" or is_libc(last.solib)):
             # gdb's ARM unwinder does not take EXIDX_CANTUNWIND (_start's entry, libc's clone
             # for a thread) for the end: it unwinds the frame to itself and stops, so.
@@ -239,6 +240,46 @@ def assert_arm_strlen_walk(core: Core, trace: Any, reference: list[int]) -> None
     assert trace.end == "pc_zero" and trust == ["context", "frame_pointer"], trust
 
 
+def instruction_before(core: Core, pc: int) -> str:
+    """objdump's reading of the instruction that ends at ``pc`` in its module's file (Thumb code:
+    the program's mapping symbols say so, Debian's stripped armhf libraries are Thumb-2)."""
+    module = next(m for m in core.modules if m.start <= pc < m.end and m.file is not None)
+    at = pc - module.bias
+    thumb = [] if module.file == core.executable else ["-M", "force-thumb"]
+    proc = run(["arm-linux-gnueabihf-objdump", "-d", *thumb, f"--start-address={at - 4:#x}",
+                f"--stop-address={at:#x}", str(module.file)])  # fmt: skip
+    lines = [line for line in proc.stdout.splitlines() if re.match(r"\s+[0-9a-f]+:\t", line)]
+    assert lines, proc.stdout + proc.stderr
+    return lines[-1].split("\t")[2]
+
+
+def assert_arm_signal_walk(core: Core, trace: Any, reference: list[int]) -> None:
+    """ARM32's crash in a SIGALRM handler that interrupted a loop: gdb (live, under qemu) gets to
+    glibc's sigreturn restorer and then gives a pc of 0: the reference is wrong from there. Ours
+    restores the interrupted registers by the restorer's .ARM.exidx entry (glibc's: vsp + 32 to
+    the kernel's sigcontext, then r0-r15 popped), and is proved so: the interrupted pc is in
+    `spin`, the loop; every other frame's pc follows a call (objdump); the walk ends at _start."""
+    assert trace.pcs[:3] == reference[:3] and reference[3] == 0, listing(trace.pcs, reference)
+    assert trace.end == "end_of_stack" and all(f.trust == "cfi" for f in trace.frames[1:])
+    # The program's symbols in address order, as nm reads its symbol table (_start has no size).
+    listed = re.findall(r"^([0-9a-f]+) [Tt] (\w+)$", run(
+        ["arm-linux-gnueabihf-nm", "-n", "--defined-only", str(core.executable)]
+    ).stdout, re.M)  # fmt: skip
+    exe = next(m for m in core.modules if m.file == core.executable)
+
+    def function(pc: int) -> str | None:
+        """The symbol at or before ``pc`` (its Thumb bit cleared)."""
+        below = [name for start, name in listed if int(start, 16) & ~1 <= pc - exe.bias]
+        return below[-1] if below else None
+
+    assert function(trace.pcs[3]) == "spin"
+    assert function(trace.pcs[-1]) == "_start"
+    for i, pc in enumerate(trace.pcs[1:], 1):
+        if i in (2, 3):  # the handler returns to the restorer's start; 3 was interrupted
+            continue
+        assert instruction_before(core, pc).startswith("bl"), (i, hex(pc))
+
+
 @pytest.mark.parametrize("case", ALL_CASES)
 def test_every_thread_matches_the_reference(case: str, cores: Cores) -> None:
     """Every thread, crashing thread first then in core order, unwinds to exactly the
@@ -253,6 +294,9 @@ def test_every_thread_matches_the_reference(case: str, cores: Cores) -> None:
         trace = thread.unwind()
         if case == "arm-libc":
             assert_arm_strlen_walk(core, trace, reference[thread.tid])
+            continue
+        if case == "arm-signal":
+            assert_arm_signal_walk(core, trace, reference[thread.tid])
             continue
         assert trace.pcs == reference[thread.tid], (
             f"thread {thread.tid}: {trace.end}: {trace.end_detail}\n"

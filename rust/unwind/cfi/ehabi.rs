@@ -17,7 +17,10 @@
 //! turned into a row: the CFA is where vsp ends, each popped register saved
 //! at its offset from there. They hold in the body of a function, not in its
 //! prologue or epilogue: at a function's first instruction (frame 0 only),
-//! nothing is pushed yet and the row says so. `EXIDX_CANTUNWIND` is read as
+//! nothing is pushed yet and the row says so. Opcodes that pop pc itself
+//! restore a whole context (glibc's sigreturn restorers, a `nop` before each
+//! so that a handler's return address less one finds them): their row is a
+//! signal frame's. `EXIDX_CANTUNWIND` is read as
 //! gdb reads it for a pc (no rules) and as the end of a stack for a return
 //! address (see [`Tables::row`]).
 
@@ -282,8 +285,11 @@ fn execute(opcodes: &[u8]) -> Result<Row, LookupError> {
         },
         None => CfaRule::RegOffset { reg: vsp.base, offset: vsp.offset },
     };
+    // Opcodes that pop pc itself restore a whole context (glibc's sigreturn
+    // restorers: `.pad` to the kernel's sigcontext, then r0-r15): the caller's
+    // pc is where a signal interrupted it, not a return address.
     let ra = if popped.iter().any(|p| p.0 == PC) { PC } else { LR };
-    let mut row = Row::new(cfa, ra, false);
+    let mut row = Row::new(cfa, ra, ra == PC);
     for (reg, base, offset) in popped {
         if reg == SP {
             continue;
@@ -338,6 +344,14 @@ mod tests {
         // pc popped (0x88 0x00: bit 11 of r4..r15): the return address is that slot.
         let row = execute(&[0x88, 0x00]).unwrap();
         assert_eq!((row.ra, rules(&row)), (PC, vec![(PC, RegRule::Offset(-4))]));
+        // glibc's __default_sa_restorer: vsp + 32 (to the sigcontext's r0), r0-r3, r4-r15. A
+        // whole context: the caller was interrupted (a signal frame), sp and pc from memory.
+        let row = execute(&[0x07, 0xb1, 0x0f, 0x8f, 0xff, 0xb0]).unwrap();
+        assert!(row.signal_frame && row.ra == PC);
+        assert_eq!(row.cfa, CfaRule::DerefRegister { reg: SP, offset: 32 + 13 * 4 });
+        assert_eq!(row.rule(0), Some(RegRule::AtRegister { reg: SP, offset: 32 }));
+        assert_eq!(row.rule(PC), Some(RegRule::AtRegister { reg: SP, offset: 32 + 15 * 4 }));
+        assert!(!execute(&[0xaa, 0xb0]).unwrap().signal_frame);
         // `vpop {d8}` (0xd0), then vsp += 0x204 + (0 << 2) (0xb2, uleb128 0).
         let row = execute(&[0xd0, 0xb2, 0x00]).unwrap();
         assert_eq!(row.cfa, CfaRule::RegOffset { reg: SP, offset: 8 + 0x204 });
