@@ -18,6 +18,7 @@ from corefiles import ARM_GCC, run
 from readelf_frames import Row, load, run_readelf
 from realstacks import Builder
 from stackwalk import Unwinder
+from stackwalk._core import SymbolTable
 
 DUMP_SYMS = Path.home() / ".cargo" / "bin" / "dump_syms"
 BUILDS = {
@@ -27,10 +28,16 @@ BUILDS = {
 }
 
 
+# Each program built, with the flags it was built with.
+FLAGS: dict[Path, tuple[str, ...]] = {}
+
+
 @pytest.fixture(scope="module", params=sorted(BUILDS))
 def program(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
     build = Builder(tmp_path_factory.mktemp("arm-tables"))
-    return build("crash_deep.c", *BUILDS[request.param], compiler=ARM_GCC)
+    path = build("crash_deep.c", *BUILDS[request.param], compiler=ARM_GCC)
+    FLAGS[path] = BUILDS[request.param]
+    return path
 
 
 def debug_frame_rows(program: Path) -> list[tuple[int, Row]]:
@@ -109,3 +116,27 @@ def test_ehabi_rows_are_the_dwarf_rows_at_every_call(program: Path, tmp_path: Pa
         assert ours["cfa"] == row.cfa, (hex(ra), ours, row)
         assert ours["registers"] == dict(row.registers), (hex(ra), ours, row)
     assert len(sites) >= 5, sites
+
+
+def test_thumb_functions_are_named_from_their_first_byte(program: Path) -> None:
+    """A Thumb function's symbol value has bit 0 set (readelf -s: 0x...5 for a function at
+    0x...4); a pc in it is named at its offset from the function's first byte, as binutils' nm
+    gives the start (bit 0 cleared) and size."""
+    listed = re.findall(r"^([0-9a-f]+) ([0-9a-f]+) [Tt] (\w+)$", run(
+        ["arm-linux-gnueabihf-nm", "-S", "--defined-only", str(program)]
+    ).stdout, re.M)  # fmt: skip
+    values = set(re.findall(r"^\s*\d+: ([0-9a-f]+) .* FUNC .* (\w+)$",
+                            run(["readelf", "-Ws", str(program)]).stdout, re.M))  # fmt: skip
+    table = SymbolTable(str(program))
+    odd = named = 0
+    for start, size, name in listed:
+        if name not in OWN_FUNCTIONS:
+            continue
+        address, length = int(start, 16), int(size, 16)
+        odd += (f"{address | 1:08x}", name) in values
+        for offset in (0, 2, length - 2):
+            assert table.lookup(address + offset) == (name, offset), (name, hex(address + offset))
+            named += 1
+    # Thumb code's values are odd, ARM code's even: the case is there to be handled.
+    assert odd == (0 if "-marm" in FLAGS[program] else len(OWN_FUNCTIONS)), odd
+    assert named == 3 * len(OWN_FUNCTIONS)

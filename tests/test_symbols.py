@@ -179,13 +179,13 @@ def test_a_perf_map_read_once_names_jit_code_as_its_path_does(tmp_path: Path) ->
 @pytest.mark.parametrize("name", ["ld.so", "libc"])
 def test_a_symbol_table_kept_in_the_cache_names_as_the_file_does(name: str, build: Builder) -> None:
     """A large file's symbol table (a library's, a debug file's) is kept in stackwalk's cache by
-    the file's build id and size (``sections/BUILDID/symbols3-symtab-SIZE``) as it is first
+    the file's build id and size (``sections/BUILDID/symbols4-symtab-SIZE``) as it is first
     made, and later tables are read from there: the one read back names every symbol's start,
     second byte, last byte and end as the one made from the file (and so as eu-addr2line and
     gdb, above), and the entry is used, not written again."""
     path = binary(name, build)
     cache = Path(os.environ["STACKWALK_CACHE_DIR"]) / "sections"
-    entry = cache / build_id_of(path) / f"symbols3-symtab-{Path(path).stat().st_size}"
+    entry = cache / build_id_of(path) / f"symbols4-symtab-{Path(path).stat().st_size}"
     entry.unlink(missing_ok=True)
     made = SymbolTable(path)
     assert entry.exists(), f"no cache entry {entry}"

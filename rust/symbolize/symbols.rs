@@ -106,7 +106,8 @@ impl SymbolTable {
         let id = cache.and_then(|_| crate::space::elf::summarize(data).ok()?.build_id);
         let (Some(cache), Some(id)) = (cache, id) else { return from_file() };
         let kind = if full { "symtab" } else { "dynsym" };
-        let name = format!("symbols3-{kind}-{}", data.len());
+        // (symbols4: ARM Thumb functions' starts no longer odd.)
+        let name = format!("symbols4-{kind}-{}", data.len());
         let mut made = None;
         let stored = cache.derived(&id, &name, || {
             let table = made.insert(from_file()).as_ref().ok()?.as_ref()?;
@@ -405,9 +406,10 @@ fn read_class<Elf: object::read::elf::FileHeader<Endian = object::LittleEndian>>
             (start, end, flags & u64::from(object::elf::SHF_EXECINSTR) != 0)
         })
         .collect();
+    let arm = file.elf_header().e_machine(endian) == object::elf::EM_ARM;
     Ok(match table {
-        Table::Symtab => functions(file.symbols(), &sections),
-        Table::Dynsym => functions(file.dynamic_symbols(), &sections),
+        Table::Symtab => functions(file.symbols(), &sections, arm),
+        Table::Dynsym => functions(file.dynamic_symbols(), &sections, arm),
     })
 }
 
@@ -425,11 +427,13 @@ struct Read<'d> {
 
 /// The code symbols among `symbols` (`STT_FUNC`/`STT_GNU_IFUNC`, and
 /// `STT_NOTYPE` in an executable section), each with the range it names (see
-/// [`ranges`]). Section, file and TLS symbols and ARM mapping symbols (`$x`,
-/// `$d`) are left out.
+/// [`ranges`]). Section, file and TLS symbols and ARM mapping symbols (`$a`,
+/// `$t`, `$d`, `$x`) are left out. `arm`: a 32-bit ARM file, whose Thumb
+/// functions' values have bit 0 set (the function starts at the even address).
 fn functions<'d, S: ObjectSymbol<'d>>(
     symbols: impl Iterator<Item = S>,
     sections: &[(u64, u64, bool)],
+    arm: bool,
 ) -> Functions<'d> {
     let read = symbols
         .filter(|s| {
@@ -445,8 +449,9 @@ fn functions<'d, S: ObjectSymbol<'d>>(
                 SymbolKind::Unknown => section.is_some_and(|(_, _, exec)| exec),
                 _ => false,
             };
+            let thumb = arm && s.kind() == SymbolKind::Text;
             Some(Read {
-                start: s.address(),
+                start: if thumb { s.address() & !1 } else { s.address() },
                 size: s.size(),
                 section: section.map(|(start, end, _)| (start, end)),
                 name: code.then_some(name),

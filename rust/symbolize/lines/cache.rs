@@ -29,7 +29,7 @@
 //! Tables derived from a file with a build id live there too
 //! ([`SectionCache::derived`]): the kernel's symbols made from perf's copy of
 //! kallsyms, `sections/BUILDID/kallsyms-SIZE-MTIME`, and a large ELF file's
-//! function symbols, `sections/BUILDID/symbols3-{symtab,dynsym}-SIZE`, each
+//! function symbols, `sections/BUILDID/symbols4-{symtab,dynsym}-SIZE`, each
 //! checked by the length and Adler-32 in its header.
 
 use std::path::{Path, PathBuf};
