@@ -724,8 +724,7 @@ impl UnwindInfo {
     ) -> Result<(FullRow, Range<u64>), LookupError> {
         if let Some((rules, base)) = &self.foreign {
             let (row, range) = foreign_row(&**rules, self.arch, *base, address, exact)?;
-            let (cfa, ra, signal_frame) = (row.cfa, row.ra, row.signal_frame);
-            return Ok((FullRow { cfa, ra, signal_frame, rules: row.rules().to_vec() }, range));
+            return Ok((row.into(), range));
         }
         let dwarf = self.with_row(address, ctx, |row, cie, kind| {
             let mut rules = Vec::new();
@@ -737,10 +736,7 @@ impl UnwindInfo {
                 rules,
             })
         });
-        self.dwarf_or_ehabi(address, exact, dwarf, |row| {
-            let (cfa, ra, signal_frame) = (row.cfa, row.ra, row.signal_frame);
-            FullRow { cfa, ra, signal_frame, rules: row.rules().to_vec() }
-        })
+        self.dwarf_or_ehabi(address, exact, dwarf, FullRow::from)
     }
 
     /// Find the FDE covering `address`, run its instructions up to it, and

@@ -169,6 +169,14 @@ pub struct FullRow {
     pub rules: Vec<(u16, RegRule)>,
 }
 
+impl From<Row> for FullRow {
+    /// A row of tracked columns only (foreign rules', EHABI's: they have no others).
+    fn from(row: Row) -> FullRow {
+        let (cfa, ra, signal_frame) = (row.cfa, row.ra, row.signal_frame);
+        FullRow { cfa, ra, signal_frame, rules: row.rules().to_vec() }
+    }
+}
+
 fn expr_ref(
     e: &gimli::UnwindExpression<usize>,
     section: SectionKind,
