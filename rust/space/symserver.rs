@@ -78,7 +78,7 @@ pub const PDB_MAGIC: &[u8] = b"Microsoft C/C++ MSF 7.00\r\n\x1aDS\0\0\0";
 
 /// Whether the file at `path` is a PDB (its identity is checked where it
 /// is read: `crate::symbolize::pdb`).
-fn is_pdb_file(path: &Path) -> bool {
+pub fn is_pdb_file(path: &Path) -> bool {
     let mut head = [0u8; 32];
     let read = std::fs::File::open(path).and_then(|mut f| f.read_exact(&mut head));
     read.is_ok() && head.starts_with(PDB_MAGIC)

@@ -21,7 +21,6 @@
 use std::collections::HashMap;
 use std::io::Cursor;
 use std::ops::Range;
-use std::path::Path;
 use std::sync::Mutex;
 
 use pdb_addr2line::pdb::{FallibleIterator, FrameType, PDB};
@@ -34,7 +33,7 @@ use crate::symbolize::stack_win::{find_win_frame, push_win_frame, WinFrame};
 use crate::unwind::cfi::{LookupError, Row};
 use crate::unwind::frame_data::FrameData;
 
-pub use crate::space::symserver::PDB_MAGIC as MAGIC;
+pub use crate::space::symserver::{is_pdb_file as is_pdb, PDB_MAGIC as MAGIC};
 
 /// A file's bytes as the PDB reader reads them.
 struct Bytes(Data);
@@ -272,14 +271,6 @@ impl PdbSymbols {
     pub fn has_frame_data(&self) -> bool {
         self.win.iter().any(|list| !list.is_empty())
     }
-}
-
-/// Whether the file at `path` is a PDB (by its first bytes).
-pub fn is_pdb(path: &Path) -> bool {
-    use std::io::Read;
-    let mut head = [0u8; 32];
-    std::fs::File::open(path).and_then(|mut f| f.read_exact(&mut head)).is_ok()
-        && head.starts_with(MAGIC)
 }
 
 #[cfg(test)]
