@@ -25,6 +25,8 @@ import pytest
 import stackwalk
 from corefiles import (
     AARCH64_SYSROOT,
+    ARM_GCC,
+    ARM_SYSROOT,
     I386_GCC,
     I386_SYSROOT,
     ElfSymbol,
@@ -221,6 +223,12 @@ PLT_FILES: dict[str, Callable[[Builder], str | Path]] = {
         "qsort.c", "-O2", "-fcf-protection=full", "-Wl,-z,ibtplt", compiler=I386_GCC
     ),
     "a64-libc": lambda build: f"{AARCH64_SYSROOT}/lib/libc.so.6",
+    "arm-libc": lambda build: f"{ARM_SYSROOT}/lib/libc.so.6",
+    "arm-libstdcxx": lambda build: os.path.realpath(f"{ARM_SYSROOT}/lib/libstdc++.so.6"),
+    "arm-qsort": lambda build: build("qsort.c", "-O2", "-marm", compiler=ARM_GCC),
+    "arm-thumb-qsort-now": lambda build: build(
+        "qsort.c", "-O2", "-mthumb", "-Wl,-z,now", compiler=ARM_GCC
+    ),
     "a64-qsort": lambda build: build("qsort.c", "-O2", compiler=AARCH64_GCC),
     "a64-qsort-pac": lambda build: build(
         "qsort.c",
@@ -242,9 +250,9 @@ def objdump_plt_entries(path: str) -> dict[int, tuple[str, int]]:
     for the file's architecture): address -> (name, the bytes of its instructions)."""
     with open(path, "rb") as f:
         machine = ELFFile(f).header["e_machine"]
-    objdump = "aarch64-linux-gnu-objdump" if machine == "EM_AARCH64" else "objdump"
-    cmd = [objdump, "-d", "-j", ".plt", "-j", ".plt.sec", "-j", ".plt.got", path]
-    listing = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    objdump = {"EM_AARCH64": "aarch64-linux-gnu-objdump", "EM_ARM": "arm-linux-gnueabihf-objdump"}
+    cmd = [objdump.get(machine, "objdump"), "-d", "-j", ".plt", "-j", ".plt.sec", "-j", ".plt.got"]
+    listing = subprocess.run([*cmd, path], capture_output=True, text=True, check=True).stdout
     entries: dict[int, tuple[str, int]] = {}
     label: tuple[int, str] | None = None
     for line in listing.splitlines():
@@ -270,12 +278,16 @@ def test_plt_entries_named_as_objdump_names_them(name: str, build: Builder) -> N
     order than its entries, are named right too. The files: libc (IFUNC entries) and python3
     (hundreds); programs linked as by default (lazy binding, ``.plt.got`` for
     ``__cxa_finalize``), with ``-z now``, IBT's ``.plt.sec`` (x86), an i386 executable (``jmp
-    *addr``) beside PIEs (``jmp *disp(%ebx)``), and aarch64's BTI and PAC entries (24 bytes)."""
+    *addr``) beside PIEs (``jmp *disp(%ebx)``), aarch64's BTI and PAC entries (24 bytes), and
+    32-bit ARM's (ARM code, some behind a Thumb stub: armhf libc's and libstdc++'s)."""
     path = str(PLT_FILES[name](build))
     entries = objdump_plt_entries(path)
     assert entries, f"objdump shows no PLT entry in {path}"
     table = SymbolTable(path)
     for address, (plt, size) in entries.items():
+        # C++ names demangled, as stackwalk names every symbol (its demangler is checked
+        # against c++filt apart).
+        plt = stackwalk._core.demangle(plt[: -len("@plt")]) + "@plt"
         assert size >= 8, (path, hex(address), size)
         for offset in (0, size // 2, size - 1):
             assert table.lookup(address + offset) == (plt, offset), (path, hex(address))
@@ -284,6 +296,8 @@ def test_plt_entries_named_as_objdump_names_them(name: str, build: Builder) -> N
         assert any(n.startswith("*ABS*+0x") for n in names)
     if name == "i386-libc":
         assert "*ABS*@plt" in names
+    if name == "arm-libc":  # entries behind a Thumb stub: 16 bytes, not 12
+        assert any(size == 16 for _, size in entries.values())
     if name in ("qsort", "i386-qsort"):
         assert "__cxa_finalize@plt" in names  # .plt.got's
 

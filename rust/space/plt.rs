@@ -38,7 +38,8 @@ impl PltEntries {
 /// [`aarch64_slots`]): the relocations are not in the entries' order
 /// everywhere (x86_64 libc's are not). An entry that jumps through no slot a
 /// relocation names (the PLT's header, a lazy-binding stub) is left out, and
-/// so is every entry of another architecture than x86_64, i386 and aarch64.
+/// so is every entry of another architecture than x86_64, i386, aarch64
+/// and 32-bit ARM.
 fn plt_entries(data: &[u8]) -> Option<Vec<(u64, u64, String)>> {
     if crate::space::elf::is_elf32(data) {
         plt_of::<object::elf::FileHeader32<object::LittleEndian>>(data)
@@ -63,6 +64,7 @@ fn plt_of<Elf: object::read::elf::FileHeader<Endian = object::LittleEndian>>(
         elf::EM_AARCH64 => {
             (elf::R_AARCH64_JUMP_SLOT, elf::R_AARCH64_IRELATIVE, elf::R_AARCH64_GLOB_DAT)
         }
+        elf::EM_ARM => (elf::R_ARM_JUMP_SLOT, elf::R_ARM_IRELATIVE, elf::R_ARM_GLOB_DAT),
         _ => return None,
     };
     let sections = file.elf_section_table();
@@ -127,6 +129,7 @@ fn plt_of<Elf: object::read::elf::FileHeader<Endian = object::LittleEndian>>(
         let start: u64 = plt.sh_addr(endian).into();
         let entries = match machine {
             elf::EM_AARCH64 => aarch64_slots(code, start),
+            elf::EM_ARM => arm_slots(code, start),
             _ => {
                 // 16 bytes an entry, but `.plt.got`'s 8 without IBT (its
                 // entry size is not always set).
@@ -218,6 +221,50 @@ fn aarch64_slots(code: &[u8], start: u64) -> Vec<(u64, u64, u64)> {
     out
 }
 
+/// The entries of a 32-bit ARM PLT at `start`, as GNU ld lays them out in
+/// ARM code: `add ip, pc, #imm` and one or two `add ip, ip, #imm` (two in
+/// `--long-plt`'s entries), then `ldr pc, [ip, #offset]!` through the GOT
+/// slot they add up to (the pc reads 8 bytes past the first `add`). An entry
+/// that Thumb code may call starts with a Thumb stub, `bx pc` and a branch
+/// or `nop`, 4 bytes before it. The header's `ldr pc, [lr, #8]!` reads the
+/// resolver's slot, which no relocation names.
+fn arm_slots(code: &[u8], start: u64) -> Vec<(u64, u64, u64)> {
+    const ADD_IP_PC: u32 = 0xe28f_c000;
+    const ADD_IP_IP: u32 = 0xe28c_c000;
+    const LDR_PC_IP: u32 = 0xe53c_f000; // pre-indexed, writeback; U (bit 23) apart
+    const BX_PC: u16 = 0x4778;
+    let words: Vec<u32> = code
+        .chunks_exact(4)
+        .map(|w| u32::from_le_bytes(w.try_into().unwrap_or_default()))
+        .collect();
+    // An ARM data-processing immediate: 8 bits rotated right by twice 4 bits.
+    let immediate = |insn: u32| (insn & 0xff).rotate_right(2 * (insn >> 8 & 0xf));
+    let mut out = Vec::new();
+    for (i, &first) in words.iter().enumerate() {
+        if first & 0xffff_f000 != ADD_IP_PC {
+            continue;
+        }
+        let pc = start + 4 * i as u64;
+        let mut slot = (pc as u32).wrapping_add(8).wrapping_add(immediate(first));
+        let mut j = i + 1;
+        while j < words.len() && j <= i + 2 && words[j] & 0xffff_f000 == ADD_IP_IP {
+            slot = slot.wrapping_add(immediate(words[j]));
+            j += 1;
+        }
+        let Some(&ldr) = words.get(j).filter(|&&w| w & 0xff7f_f000 == LDR_PC_IP) else {
+            continue;
+        };
+        slot = match ldr & 0x0080_0000 != 0 {
+            true => slot.wrapping_add(ldr & 0xfff),
+            false => slot.wrapping_sub(ldr & 0xfff),
+        };
+        let thumb_stub = i > 0 && words[i - 1] as u16 == BX_PC;
+        let entry = if thumb_stub { pc - 4 } else { pc };
+        out.push((entry, start + 4 * (j as u64 + 1), u64::from(slot)));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -277,5 +324,37 @@ mod tests {
                 (0x10658, 0x10668, 0xf008),
             ]
         );
+    }
+
+    #[test]
+    fn arm_plt_entries_and_their_got_slots() {
+        // Debian armhf libc's PLT (arm-linux-gnueabihf-objdump): the header, `raise@plt` at
+        // 0x1ded8 (slot 0x1ded8 + 8 + 0xee000 + 0x12c), `realloc@plt` at 0x1dee4 with a Thumb
+        // stub (e7fd4778: `bx pc`, `b.n`) before its ARM code.
+        let words: [u32; 12] = [
+            0xe52d_e004,
+            0xe59f_e004,
+            0xe08f_e00e,
+            0xe5be_f008,
+            0x000e_e12c, // header
+            0xe28f_c600,
+            0xe28c_caee,
+            0xe5bc_f12c, // raise@plt
+            0xe7fd_4778,
+            0xe28f_c600,
+            0xe28c_caee,
+            0xe5bc_f120, // realloc@plt
+        ];
+        let code: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        let entries = arm_slots(&code, 0x1dec4);
+        assert_eq!(
+            entries,
+            [
+                (0x1ded8, 0x1dee4, 0x1ded8 + 8 + 0xee000 + 0x12c),
+                (0x1dee4, 0x1def4, 0x1dee8 + 8 + 0xee000 + 0x120)
+            ]
+        );
+        // A cut entry (no `ldr pc`) is none.
+        assert!(arm_slots(&code[..28], 0x1dec4).is_empty());
     }
 }
