@@ -180,6 +180,10 @@ SPECS = {
 # gdb's prologue analyzer, the reference for them, recognises. For test_fallback_cores.py.
 NO_CFI = ("-O2", "-fno-omit-frame-pointer", "-fno-schedule-insns2",
           "-fno-asynchronous-unwind-tables", "-fno-unwind-tables", "-g0")  # fmt: skip
+# clang, for 32-bit ARM: it links with the cross gcc's linker and libraries; without GCC's
+# scheduling option, which it ignores.
+ARM_CLANG = ("--target=arm-linux-gnueabihf", "-march=armv7-a")
+CLANG_NO_CFI = tuple(flag for flag in NO_CFI if flag != "-fno-schedule-insns2")
 FALLBACK_SPECS = {
     spec.id: spec
     for spec in (
@@ -200,6 +204,15 @@ FALLBACK_SPECS = {
         Spec("a64-nocfi-static", "crash_nocfi.c", (*NO_CFI, "-static"),
              "aarch64-linux-gnu-gcc", "aarch64"),
         Spec("i386-nocfi", "crash_nocfi.c", (*NO_CFI, "-static"), I386_GCC, "i386"),
+        # 32-bit ARM's frame records: gcc's and clang's, in ARM and in Thumb code.
+        Spec("arm-nocfi", "crash_nocfi.c", (*NO_CFI, "-marm"), ARM_GCC, "arm"),
+        Spec("arm-thumb-nocfi", "crash_nocfi.c", (*NO_CFI, "-mthumb"), ARM_GCC, "arm"),
+        Spec("arm-clang-nocfi", "crash_nocfi.c", (*ARM_CLANG, *CLANG_NO_CFI, "-marm"), "clang",
+             "arm"),
+        Spec("arm-clang-thumb-nocfi", "crash_nocfi.c", (*ARM_CLANG, *CLANG_NO_CFI, "-mthumb"),
+             "clang", "arm"),
+        # armhf glibc's abort has no unwind table at all: found by its prologue.
+        Spec("arm-cxx", "crash_cxx.cpp", ("-O2",), "arm-linux-gnueabihf-g++", "arm", "SIGABRT"),
     )
 }  # fmt: skip
 # Programs whose mappings test module placement (test_placement.py): libc mapped a second time,

@@ -12,11 +12,12 @@ backtrace at the entry of the function whose frame is damaged later, before the 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
 import readelf_frames
-from corefiles import Cores, MadeCore, is_subsequence, nm_symbols, stackwalk_core
+from corefiles import Cores, MadeCore, is_subsequence, nm_symbols, run, stackwalk_core
 from realstacks import Captures
 from stackwalk import CRASH_STRATEGIES, StackwalkError, Trace, Unwinder
 from stackwalk.core import Core
@@ -282,3 +283,79 @@ def test_i386_without_cfi_unwinds_by_frame_pointers(cores: Cores, captures: Capt
     # __x86.get_pc_thunk's call, and CFI goes on from what it found.
     assert trace.pcs[len(gdb.pcs) - 1 :] == live.gdb_pcs[1:], (trace.pcs, live.gdb_pcs)
     assert "scan" in trust[len(gdb.pcs) :] and trace.end == "end_of_stack", trace.end_detail
+
+
+# 32-bit ARM's frame records, by compiler and instruction set (corefiles.FALLBACK_SPECS).
+ARM_NO_CFI = ["arm-nocfi", "arm-thumb-nocfi", "arm-clang-nocfi", "arm-clang-thumb-nocfi"]
+
+
+@pytest.mark.parametrize("case", ARM_NO_CFI)
+def test_arm_without_unwind_tables(case: str, cores: Cores) -> None:
+    """32-bit ARM under qemu, the program built without unwind tables: readelf shows no
+    .debug_frame or .eh_frame entry for its functions and one EHABI entry, the C runtime's
+    `_start`, EXIDX_CANTUNWIND, which the linker's own entry for code without tables merged
+    with, so that it reaches over the program's functions after it. That entry says nothing of
+    them (the symbols say they are other functions): gdb-multiarch's pcs exactly, every function
+    of the chain, and a clean end at `_start` by libc's tables.
+
+    The program's frames by frame records where the code keeps them: clang's (ARM code: r11 at
+    the saved r11 and lr; Thumb code: r7 at them) and gcc's in ARM code (fp at the saved lr, the
+    caller's fp below it), each checked. gcc's leaf `crash_here` saves fp alone, with no lr,
+    so its caller's record is found by scanning; gcc's Thumb code points r7 at the bottom of its
+    frame, below its locals, where no record is: its frames by scanning, each return address
+    after a call of the frame's function (recursive calls included)."""
+    made = cores(case)
+    exidx = run(["readelf", "-u", str(made.executable)]).stdout
+    assert re.findall(r"^0x[0-9a-f]+ <(\w+)>: 0x1 \[cantunwind\]$", exidx, re.M) == ["_start"]
+    assert exidx.count(" <") == 1, exidx
+    dump = readelf_frames.load(str(made.executable))
+    symbols = nm_symbols(str(made.executable))
+    start = min(symbols["_start"])
+    for name in NO_CFI_FUNCTIONS:
+        for address in symbols[name]:
+            assert dump.fdes_at(address) == [], f"{name} has CFI"
+            if name != "main":  # gcc puts main before _start
+                assert address > start, f"{name} is not covered by _start's entry"
+    core, trace = crashing(made)
+    gdb = made.gdb.thread(core.threads[0].tid)
+    assert trace.pcs == gdb.pcs, f"{trace.end}: {trace.end_detail}"
+    assert trace.end == "end_of_stack", trace.end_detail
+    names = [frame.function for frame in gdb.frames]
+    assert names[: len(NO_CFI_CHAIN)] == NO_CFI_CHAIN and names[-1] == "_start"
+    trust = [frame.trust for frame in trace.frames][: len(NO_CFI_CHAIN) + 1]
+    records = ["frame_pointer"] * len(NO_CFI_CHAIN)
+    expected = {
+        "arm-clang-nocfi": ["context", *records],
+        "arm-clang-thumb-nocfi": ["context", *records],
+        "arm-nocfi": ["context", "frame_pointer", "scan", *records[2:]],
+        # From main on, main's record is clang's layout (`push {r7, lr}` with r7 at it).
+        "arm-thumb-nocfi": ["context", "frame_pointer", *["scan"] * 6, "frame_pointer"],
+    }
+    assert trust == expected[case]
+
+
+def test_arm_abort_by_its_prologue(cores: Cores) -> None:
+    """32-bit ARM: a C++ exception thrown through a noexcept function ends in std::terminate and
+    abort (SIGABRT). armhf glibc's abort has no unwind table: readelf shows no .ARM.exidx entry
+    at or below it (libc's first comes after it), so its caller is found by its prologue (trust
+    `prologue`: `push {r7, lr}` and `sub sp, #144` among scheduled loads), as gdb-multiarch
+    finds it by its prologue analyzer, where a scan takes a stale return address of the dynamic
+    linker's: gdb's pcs and stack pointers exactly, every other frame by the tables. Both stop
+    at the same frame in libstdc++, a function without a table of its own that the linker's
+    EXIDX_CANTUNWIND entry covers."""
+    made = cores("arm-cxx")
+    core, trace = crashing(made)
+    gdb = made.gdb.thread(core.threads[0].tid)
+    assert trace.pcs == gdb.pcs, f"{trace.end}: {trace.end_detail}"
+    assert [f.sp for f in trace.frames] == [f.sp for f in gdb.frames]
+    names = [frame.function for frame in gdb.frames]
+    callee = names.index("abort")
+    trust = [frame.trust for frame in trace.frames]
+    assert trust == ["context"] + ["cfi"] * callee + ["prologue"] + ["cfi"] * (
+        len(trust) - callee - 2
+    )
+    libc = next(m for m in core.modules if m.start <= trace.pcs[callee] < m.end)
+    exidx = run(["readelf", "-u", str(libc.file)]).stdout
+    starts = [int(a, 16) for a in re.findall(r"^0x([0-9a-f]+): ", exidx, re.M)]
+    assert min(starts) > trace.pcs[callee] - 1 - libc.bias
+    assert trace.end == "end_of_stack", trace.end_detail

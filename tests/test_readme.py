@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 README = Path(__file__).resolve().parent.parent / "README.md"
-FRAME = re.compile(r"0x[0-9a-f]+ (\S+) (context|cfi|frame_pointer|cfi_scan|scan)")
+FRAME = re.compile(r"0x[0-9a-f]+ (\S+) (context|cfi|prologue|frame_pointer|cfi_scan|scan)")
 
 
 def first_python_block(text: str) -> str:

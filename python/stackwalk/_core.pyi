@@ -56,7 +56,7 @@ __all__ = [
 MAX_JOBS: int
 
 # How a frame was found, most trusted first (`TRUST_LEVELS` at run time).
-_Trust = Literal["context", "cfi", "frame_pointer", "cfi_scan", "scan"]
+_Trust = Literal["context", "cfi", "prologue", "frame_pointer", "cfi_scan", "scan"]
 # Why a walk stopped; the first two are a complete stack's ends (`END_REASONS` at run time).
 _EndReason = Literal[
     "end_of_stack",

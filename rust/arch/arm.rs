@@ -12,6 +12,20 @@ pub const SP: u16 = 13;
 pub const FP: u16 = 11;
 pub const RA: u16 = 14;
 
+/// The frame records of ARM code, tried in this order: clang's in ARM code
+/// (`push {r11, lr}; mov r11, sp`: r11 at the saved r11, lr above it),
+/// gcc's in ARM code (`push {fp, lr}; add fp, sp, #4`: fp at the saved lr,
+/// the caller's fp below it), and clang's in Thumb code (`push {r7, lr};
+/// mov r7, sp`). gcc's Thumb code points r7 at the bottom of its frame,
+/// below its locals, not at a record: nothing to follow there.
+pub const FRAME_RECORDS: [super::FrameRecord; 3] = [
+    super::FrameRecord::at(FP, 0, 4),
+    super::FrameRecord::at(FP, -4, 0),
+    super::FrameRecord::at(THUMB_FP, 0, 4),
+];
+/// Thumb code's frame pointer.
+pub const THUMB_FP: u16 = 7;
+
 /// r4-r11 survive calls (AAPCS); lr keeps its value when the CFI says
 /// nothing of it (a leaf function returns through it): see
 /// `Arch::same_value_mask`.
@@ -101,6 +115,22 @@ pub fn call_before(code: &[u8]) -> bool {
         || code.len().checked_sub(2).and_then(|n| half(code, n)).is_some_and(thumb_register_call)
 }
 
+/// Whether `code` ends with a call of Thumb code (`thumb`: a return address
+/// with bit 0 set, as `bl`/`blx` from Thumb code leave it in lr) or of ARM
+/// code (bit 0 clear).
+pub fn call_before_in(code: &[u8], thumb: bool) -> bool {
+    if thumb {
+        thumb2_insn(code).is_some_and(thumb2_call)
+            || code
+                .len()
+                .checked_sub(2)
+                .and_then(|n| half(code, n))
+                .is_some_and(thumb_register_call)
+    } else {
+        arm_insn(code).is_some_and(arm_call)
+    }
+}
+
 /// The code at the start of a signal trampoline: glibc's
 /// `__default_sa_restorer` and `__default_rt_sa_restorer` (Thumb-2 in
 /// Debian's armhf: `mov.w r7, #119` or `#173`; `svc 0`), the same in ARM
@@ -177,5 +207,12 @@ mod tests {
         assert!(!call_before(&[0x01, 0x30, 0x08, 0xbd]));
         assert!(!call_before(&0xeaff_fff5u32.to_le_bytes()));
         assert!(!call_before(&[0x98]));
+        // With the caller's instruction set known (a return address's bit 0): ARM's `ldr pc,
+        // [ip, #1944]!` (e5bcf798, a PLT entry's) reads as a Thumb-2 bl (f798 e5bc), a call only
+        // for a Thumb return address.
+        let ldr = 0xe5bc_f798u32.to_le_bytes();
+        assert!(call_before(&ldr) && call_before_in(&ldr, true) && !call_before_in(&ldr, false));
+        assert!(call_before_in(&arm, false) && !call_before_in(&arm, true));
+        assert!(call_before_in(&thumb, true) && !call_before_in(&thumb, false));
     }
 }

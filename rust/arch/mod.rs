@@ -5,6 +5,7 @@ pub mod registers;
 
 mod aarch64;
 mod arm;
+pub mod arm_prologue;
 mod i386;
 mod x86_64;
 
@@ -25,6 +26,27 @@ pub enum Arch {
     I386,
     /// 32-bit ARM (ARM and Thumb code).
     Arm,
+}
+
+/// A frame record's layout: the register pointing at it, and the offsets
+/// from that register's value of the caller's saved frame pointer and of
+/// the return address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FrameRecord {
+    pub reg: u16,
+    pub fp_slot: i64,
+    pub ra_slot: i64,
+}
+
+impl FrameRecord {
+    pub const fn at(reg: u16, fp_slot: i64, ra_slot: i64) -> Self {
+        FrameRecord { reg, fp_slot, ra_slot }
+    }
+
+    /// The record's lowest offset from the register (its first slot's).
+    pub fn base(&self) -> i64 {
+        self.fp_slot.min(self.ra_slot)
+    }
 }
 
 /// Where a register sampled by perf goes in the unwinder's register file.
@@ -221,12 +243,20 @@ impl Arch {
         }
     }
 
-    /// A frame record, `[fp]` = the caller's fp and `[fp + word]` = the
-    /// return address, lies at these word offsets from fp. Every
-    /// architecture uses the same layout (x86's `push rbp; mov rbp, rsp`,
-    /// aarch64's `stp x29, x30, [sp, #-n]!; mov x29, sp`).
-    pub fn frame_record(self) -> (u64, u64) {
-        (0, self.word_size())
+    /// Where frame records are, in the order a frame-pointer step tries
+    /// them: x86's (`push rbp; mov rbp, rsp`) and aarch64's (`stp x29, x30,
+    /// [sp, #-n]!; mov x29, sp`) at fp, the caller's fp first; 32-bit ARM's
+    /// three (see [`arm::FRAME_RECORDS`]).
+    pub fn frame_records(self) -> &'static [FrameRecord] {
+        const X86_64: [FrameRecord; 1] = [FrameRecord::at(x86_64::FP, 0, 8)];
+        const I386: [FrameRecord; 1] = [FrameRecord::at(i386::FP, 0, 4)];
+        const AARCH64: [FrameRecord; 1] = [FrameRecord::at(aarch64::FP, 0, 8)];
+        match self {
+            Arch::X86_64 => &X86_64,
+            Arch::I386 => &I386,
+            Arch::Aarch64 => &AARCH64,
+            Arch::Arm => &arm::FRAME_RECORDS,
+        }
     }
 
     /// Whether the caller's sp is exactly fp + 2 words after a frame-record
@@ -290,6 +320,21 @@ impl Arch {
             Arch::Aarch64 => aarch64::call_before(code),
             Arch::Arm => arm::call_before(code),
         }
+    }
+
+    /// [`Arch::call_before`] in one instruction set where it is known
+    /// (`thumb`: 32-bit ARM's, from a return address's bit 0).
+    pub fn call_before_in(self, code: &[u8], thumb: Option<bool>) -> bool {
+        match (self, thumb) {
+            (Arch::Arm, Some(thumb)) => arm::call_before_in(code, thumb),
+            _ => self.call_before(code),
+        }
+    }
+
+    /// Whether the caller a return address as saved (`raw`) returns to is
+    /// Thumb code: 32-bit ARM's bit 0; None elsewhere.
+    pub fn thumb_caller(self, raw: u64) -> Option<bool> {
+        (self == Arch::Arm).then_some(raw & 1 != 0)
     }
 
     /// How many code bytes at an address [`Arch::sigreturn_at`] looks at.

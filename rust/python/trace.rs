@@ -37,7 +37,8 @@ impl PyFrame {
     }
 
     /// How the frame was found, best first: "context" (given registers),
-    /// "cfi", "frame_pointer", "cfi_scan" (CFI from a scanned frame), "scan".
+    /// "cfi", "prologue" (32-bit ARM: the function's prologue read),
+    /// "frame_pointer", "cfi_scan" (CFI from a scanned frame), "scan".
     #[getter]
     fn trust(&self) -> &'static str {
         self.0.trust.as_str()

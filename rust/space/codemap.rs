@@ -13,6 +13,9 @@ pub struct CodeMap {
     /// Go program's `.gopclntab`): its ELF address range and its name's
     /// hash, sorted by range.
     functions: Vec<(Range<u64>, u64)>,
+    /// The starts of 32-bit ARM's Thumb functions (odd symbol values),
+    /// sorted.
+    thumb: Vec<u64>,
     /// The PLT sections' ranges (`.plt`, `.plt.sec`, `.plt.got`, `.iplt`).
     plt: Vec<Range<u64>>,
     /// The PLT entries that name a symbol: start, end, the name's hash.
@@ -23,9 +26,9 @@ impl CodeMap {
     /// The map of a file and its separate debug file (`debug`): the
     /// functions of whichever names more, the PLT of the file.
     pub fn of(data: &[u8], debug: Option<&[u8]>) -> CodeMap {
-        let mut functions = functions_of(data);
-        if let Some(more) = debug.map(functions_of).filter(|f| f.len() > functions.len()) {
-            functions = more;
+        let (mut functions, mut thumb) = functions_of(data);
+        if let Some(more) = debug.map(functions_of).filter(|f| f.0.len() > functions.len()) {
+            (functions, thumb) = more;
         }
         let plt =
             crate::space::elf::section_ranges(data, &[".plt", ".plt.sec", ".plt.got", ".iplt"]);
@@ -36,7 +39,7 @@ impl CodeMap {
                 (!symbol.starts_with("*ABS*")).then(|| (start, end, name_hash(symbol)))
             })
             .collect();
-        CodeMap { functions, plt, plt_entries }
+        CodeMap { functions, thumb, plt, plt_entries }
     }
 
     /// The map of a module known by its functions' extents alone (a
@@ -56,6 +59,12 @@ impl CodeMap {
         let after = self.functions.partition_point(|(r, _)| r.start <= address);
         let mut before = self.functions[..after].iter().rev().take(8);
         before.find(|(r, _)| r.contains(&address)).map(|(r, _)| r.clone())
+    }
+
+    /// Whether the function starting at `start` is Thumb code, by its
+    /// symbol (32-bit ARM).
+    pub fn is_thumb(&self, start: u64) -> bool {
+        self.thumb.binary_search(&start).is_ok()
     }
 
     /// Whether one of the names of the function starting at `start` hashes
@@ -109,13 +118,21 @@ impl CodeMap {
     }
 }
 
-fn functions_of(data: &[u8]) -> Vec<(Range<u64>, u64)> {
+/// A file's functions (see [`CodeMap::functions`]) and its Thumb ones'
+/// starts.
+fn functions_of(data: &[u8]) -> (Vec<(Range<u64>, u64)>, Vec<u64>) {
     let mut functions = Vec::new();
-    crate::space::symtab::function_symbols(data, &mut |start, size, name| {
+    let mut thumb = Vec::new();
+    crate::space::symtab::function_symbols(data, &mut |start, size, name, is_thumb| {
         // A versioned name (`memcpy@GLIBC_2.2.5`) is the PLT's plain one.
         let plain = name.split('@').next().unwrap_or(name);
         functions.push((start..start.saturating_add(size), name_hash(plain)));
+        if is_thumb {
+            thumb.push(start);
+        }
     });
+    thumb.sort_unstable();
+    thumb.dedup();
     if functions.is_empty() {
         // A stripped Go program's functions, from its `.gopclntab`.
         let go = crate::space::gopclntab::functions(data).into_iter();
@@ -123,7 +140,7 @@ fn functions_of(data: &[u8]) -> Vec<(Range<u64>, u64)> {
     }
     functions.sort_unstable_by_key(|(r, h)| (r.start, r.end, *h));
     functions.dedup();
-    functions
+    (functions, thumb)
 }
 
 /// FNV-1a: names compared by hash, not kept.

@@ -10,7 +10,10 @@ use crate::space::elf::ElfError;
 
 /// A defined function symbol's start, size and name; None for other
 /// symbols and for ARM mapping symbols (`$x`, `$d`).
-pub(crate) fn function_symbol<'d, S: ObjectSymbol<'d>>(s: &S) -> Option<(u64, u64, &'d str)> {
+pub(crate) fn function_symbol<'d, S: ObjectSymbol<'d>>(
+    s: &S,
+    arm: bool,
+) -> Option<(u64, u64, &'d str)> {
     if s.kind() != SymbolKind::Text || s.is_undefined() {
         return None;
     }
@@ -18,7 +21,16 @@ pub(crate) fn function_symbol<'d, S: ObjectSymbol<'d>>(s: &S) -> Option<(u64, u6
     if name.is_empty() || name.starts_with('$') {
         return None;
     }
-    Some((s.address(), s.size(), name))
+    // A 32-bit ARM file's Thumb functions have bit 0 set in their value.
+    let start = if arm { s.address() & !1 } else { s.address() };
+    Some((start, s.size(), name))
+}
+
+/// Whether an ELF file is 32-bit ARM code (Thumb function symbols odd).
+fn is_arm<'a, Elf: object::read::elf::FileHeader<Endian = object::LittleEndian>>(
+    file: &object::read::elf::ElfFile<'a, Elf, &'a [u8]>,
+) -> bool {
+    file.elf_header().e_machine(object::LittleEndian) == object::elf::EM_ARM
 }
 
 /// A bare label in a section (`STT_NOTYPE`), not an ARM mapping symbol
@@ -60,27 +72,30 @@ fn bounds_class<Elf: object::read::elf::FileHeader<Endian = object::LittleEndian
 ) -> Result<FunctionBounds, ElfError> {
     let file = object::read::elf::ElfFile::<Elf, &[u8]>::parse(data)
         .map_err(|e| ElfError::Parse(e.to_string()))?;
-    match bounds(file.symbols(), address) {
+    let arm = is_arm(&file);
+    match bounds(file.symbols(), address, arm) {
         Some(found) => Ok(found),
-        None => Ok(bounds(file.dynamic_symbols(), address).unwrap_or_default()),
+        None => Ok(bounds(file.dynamic_symbols(), address, arm).unwrap_or_default()),
     }
 }
 
-/// Visit each defined function symbol with a size (start, size, name) of
-/// `data`'s `.symtab`, else of its `.dynsym`. Nothing for a file that does
-/// not parse.
-pub fn function_symbols(data: &[u8], visit: &mut dyn FnMut(u64, u64, &str)) {
+/// Visit each defined function symbol with a size (start, size, name, and
+/// whether it is 32-bit ARM's Thumb code) of `data`'s `.symtab`, else of
+/// its `.dynsym`. Nothing for a file that does not parse.
+pub fn function_symbols(data: &[u8], visit: &mut dyn FnMut(u64, u64, &str, bool)) {
     fn read<Elf: object::read::elf::FileHeader<Endian = object::LittleEndian>>(
         data: &[u8],
-        visit: &mut dyn FnMut(u64, u64, &str),
+        visit: &mut dyn FnMut(u64, u64, &str, bool),
     ) {
         let Ok(file) = object::read::elf::ElfFile::<Elf, &[u8]>::parse(data) else { return };
+        let arm = is_arm(&file);
         let mut each =
             |symbols: &mut dyn Iterator<Item = object::read::elf::ElfSymbol<'_, '_, Elf>>| {
                 let mut any = false;
-                for (start, size, name) in symbols.filter_map(|s| function_symbol(&s)) {
+                for s in symbols {
+                    let Some((start, size, name)) = function_symbol(&s, arm) else { continue };
                     if size > 0 && start > 0 {
-                        visit(start, size, name);
+                        visit(start, size, name, arm && s.address() & 1 != 0);
                         any = true;
                     }
                 }
@@ -101,13 +116,14 @@ pub fn function_symbols(data: &[u8], visit: &mut dyn FnMut(u64, u64, &str)) {
 fn bounds<'d, S: ObjectSymbol<'d>>(
     symbols: impl Iterator<Item = S>,
     address: u64,
+    arm: bool,
 ) -> Option<FunctionBounds> {
     let mut out = None;
     for s in symbols {
         if s.address() == address && is_label(&s) {
             out.get_or_insert_with(FunctionBounds::default).labelled = true;
         }
-        let Some((start, size, _)) = function_symbol(&s) else { continue };
+        let Some((start, size, _)) = function_symbol(&s, arm) else { continue };
         let found: &mut FunctionBounds = out.get_or_insert_with(FunctionBounds::default);
         found.labelled |= start == address;
         if start <= address && address - start < size {

@@ -786,7 +786,7 @@ mod tests {
         let file = object::File::parse(&*exe).unwrap();
         let given: std::collections::HashSet<u64> = file
             .symbols()
-            .filter_map(|s| function_symbol(&s))
+            .filter_map(|s| function_symbol(&s, false))
             .filter(|&(_, size, _)| size > 0)
             .map(|(start, _, _)| start)
             .collect();

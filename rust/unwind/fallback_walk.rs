@@ -55,8 +55,13 @@ impl Unwinder {
             scan_words: self.scan_words,
             process: &self.process,
         };
-        let callee =
-            fallback::Callee { pc: first.pc, sp: first.sp, guessed: false, interrupted: true };
+        let callee = fallback::Callee {
+            pc: first.pc,
+            sp: first.sp,
+            guessed: false,
+            sp_known: true,
+            interrupted: true,
+        };
         let fp = callee_regs.get(arch.fp());
         let Some(found) = ctx.leaf(&callee, fp, &callee_regs, &mut caller_regs, mem) else {
             return end;
@@ -288,6 +293,7 @@ impl Unwinder {
                     pc: callee.pc,
                     sp: callee.sp,
                     guessed: matches!(callee.trust, Trust::FramePointer | Trust::Scan),
+                    sp_known: matches!(callee.trust, Trust::Context | Trust::Cfi | Trust::Prologue),
                     interrupted: callee.interrupted,
                 };
                 let found = match strategy {
@@ -297,7 +303,7 @@ impl Unwinder {
                     // (A frame record found not to be the frame's gives way to
                     // the frame's return address among the words below it.)
                     _ => ctx.frame_pointer(&frame, callee_regs, caller_regs, mem).map(|f| {
-                        let trust = if f.scanned { Trust::Scan } else { Trust::FramePointer };
+                        let trust = f.trust;
                         (f, trust)
                     }),
                 };
@@ -350,7 +356,7 @@ impl Unwinder {
         regs: &Registers,
     ) -> Option<(EndReason, EndDetail)> {
         let exact_fp = match callee.trust {
-            Trust::Cfi | Trust::FramePointer => regs.get(self.arch.fp()),
+            Trust::Cfi | Trust::Prologue | Trust::FramePointer => regs.get(self.arch.fp()),
             _ => None,
         };
         let no_fde = matches!(

@@ -13,6 +13,10 @@ pub enum Trust {
     Context,
     /// Recovered with call frame information.
     Cfi,
+    /// Recovered from what the function's prologue did by the pc (32-bit
+    /// ARM code without unwind tables: its pushes and `sub sp`), the
+    /// function's start known by its symbol.
+    Prologue,
     /// Recovered from the frame-pointer chain (or, for a leaf frame 0
     /// without CFI, from lr on aarch64 or the word at sp on x86_64).
     FramePointer,
@@ -26,13 +30,20 @@ pub enum Trust {
 
 impl Trust {
     /// Every trust level, most trusted first.
-    pub const ALL: [Trust; 5] =
-        [Trust::Context, Trust::Cfi, Trust::FramePointer, Trust::CfiScan, Trust::Scan];
+    pub const ALL: [Trust; 6] = [
+        Trust::Context,
+        Trust::Cfi,
+        Trust::Prologue,
+        Trust::FramePointer,
+        Trust::CfiScan,
+        Trust::Scan,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Trust::Context => "context",
             Trust::Cfi => "cfi",
+            Trust::Prologue => "prologue",
             Trust::FramePointer => "frame_pointer",
             Trust::CfiScan => "cfi_scan",
             Trust::Scan => "scan",

@@ -22,7 +22,7 @@
 //! so that a handler's return address less one finds them): their row is a
 //! signal frame's. `EXIDX_CANTUNWIND` is read as
 //! gdb reads it for a pc (no rules) and as the end of a stack for a return
-//! address (see [`Tables::row`]).
+//! address into the function it is for (see [`Tables::row`]).
 
 use std::ops::Range;
 
@@ -145,15 +145,31 @@ impl Tables<'_> {
     /// The rules at ELF address `address` and the addresses they hold over.
     /// `exact`: `address` is a pc (frame 0's), not a return address less
     /// one; at the first instruction of a function nothing is pushed yet.
-    pub fn row(&self, address: u64, exact: bool) -> Result<(Row, Range<u64>), LookupError> {
+    /// `own(start)`: whether `address` may lie in the function at `start`
+    /// (false where the module's symbols show it in a later one).
+    pub fn row(
+        &self,
+        address: u64,
+        exact: bool,
+        own: impl FnOnce(u64) -> bool,
+    ) -> Result<(Row, Range<u64>), LookupError> {
         let (i, range) = self.entry(address)?;
         let Some(opcodes) = self.opcodes(i)? else {
-            // EXIDX_CANTUNWIND: hand-written code (glibc marks its assembly so). As frame 0
-            // (a pc) it is most often a leaf, `strlen`, whose return address is still in lr:
-            // no rules, so that the walk takes it as it takes any leaf without CFI. A return
-            // address into it is a call from code that does not return, the end of a stack:
-            // `_start`'s call of `__libc_start_main`, `clone`'s of a thread's function.
-            if exact {
+            // EXIDX_CANTUNWIND: code that cannot be unwound through. The
+            // compiler marks hand-written code so (glibc's assembly), and the
+            // linker code without tables: it ends each section of code
+            // without them with such an entry and merges it with the one
+            // before, so that one entry may cover functions after its own
+            // (ld puts the C runtime's `_start` before the program's functions
+            // built without tables). As frame 0 (a pc) it is most often a
+            // leaf, `strlen`, whose return address is still in lr: no rules,
+            // so that the walk takes it as it takes any leaf without CFI. A
+            // return address into it is a call from code that does not
+            // return, the end of a stack, as gdb takes it: `_start`'s call of
+            // `__libc_start_main`, `start_thread`'s of a thread's function.
+            // Where the module's symbols show the address in a function after
+            // the entry's start, the entry says nothing of it: no rules.
+            if exact || !own(range.start) {
                 return Err(LookupError::NoFde);
             }
             let mut row = Row::new(CfaRule::RegOffset { reg: SP, offset: 0 }, LR, false);
@@ -397,25 +413,27 @@ mod tests {
         let mut index = Vec::new();
         let t =
             tables(&mut index, &[(0x400, CANTUNWIND), (0x500, 0x80aa_b0b0), (0x600, 0x8000_b0b0)]);
-        assert!(matches!(t.row(0x3ff, false), Err(LookupError::NoFde)));
+        assert!(matches!(t.row(0x3ff, false, |_| true), Err(LookupError::NoFde)));
         // Cannot be unwound: the end of the stack for a return address, no rules for a pc.
-        let (row, range) = t.row(0x440, false).unwrap();
+        let (row, range) = t.row(0x440, false, |_| true).unwrap();
         assert_eq!((range, row.rule(LR)), (0x400..0x500, Some(RegRule::Undefined)));
-        assert!(matches!(t.row(0x440, true), Err(LookupError::NoFde)));
-        let (row, range) = t.row(0x520, false).unwrap();
+        assert!(matches!(t.row(0x440, true, |_| true), Err(LookupError::NoFde)));
+        // Unless the module's symbols show another function there.
+        assert!(matches!(t.row(0x440, false, |start| start == 0x440), Err(LookupError::NoFde)));
+        let (row, range) = t.row(0x520, false, |_| true).unwrap();
         assert_eq!((range, row.cfa), (0x500..0x600, CfaRule::RegOffset { reg: SP, offset: 16 }));
         // Frame 0 at a function's first instruction: nothing pushed yet.
-        let (row, _) = t.row(0x500, true).unwrap();
+        let (row, _) = t.row(0x500, true, |_| true).unwrap();
         assert_eq!(row.cfa, CfaRule::RegOffset { reg: SP, offset: 0 });
         assert!(row.rules().is_empty());
-        let (row, range) = t.row(0x7000_0000, false).unwrap();
+        let (row, range) = t.row(0x7000_0000, false, |_| true).unwrap();
         assert_eq!((range.start, row.rules().len()), (0x600, 0));
         // Past 32 bits (found by fuzzing: the last entry's range ends at 2^32).
-        assert!(matches!(t.row(u64::MAX, false), Err(LookupError::NoFde)));
+        assert!(matches!(t.row(u64::MAX, false, |_| true), Err(LookupError::NoFde)));
         // An offset into an extab that is not there.
         let mut index = Vec::new();
         let t = tables(&mut index, &[(0x400, 0x0000_0f00)]);
-        assert!(matches!(t.row(0x400, false), Err(LookupError::Ehabi(_))));
+        assert!(matches!(t.row(0x400, false, |_| true), Err(LookupError::Ehabi(_))));
     }
 
     #[test]
@@ -433,9 +451,9 @@ mod tests {
         // prel31 from the data word's place (0x1004, 0x100c) to 0x2000 and 0x2008.
         let t = tables(&mut index, &[(0x400, 0x2000 - 0x1004), (0x500, 0x2008 - 0x100c)]);
         let t = Tables { extab: &extab, ..t };
-        let (row, _) = t.row(0x410, false).unwrap();
+        let (row, _) = t.row(0x410, false, |_| true).unwrap();
         assert_eq!(row.cfa, CfaRule::RegOffset { reg: SP, offset: 16 });
-        let (row, _) = t.row(0x510, false).unwrap();
+        let (row, _) = t.row(0x510, false, |_| true).unwrap();
         assert_eq!(row.cfa, CfaRule::RegOffset { reg: SP, offset: 12 + 36 });
     }
 }

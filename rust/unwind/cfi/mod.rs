@@ -641,11 +641,19 @@ impl UnwindInfo {
     ) -> Result<(T, Range<u64>), LookupError> {
         match (dwarf, self.ehabi()) {
             (Err(LookupError::NoFde), Some(tables)) => {
-                let (row, range) = tables.row(address, exact)?;
+                let (row, range) =
+                    tables.row(address, exact, |start| self.same_function(start, address))?;
                 Ok((from_row(row), range))
             }
             (dwarf, _) => dwarf,
         }
+    }
+
+    /// Whether ELF address `address` may lie in the function at `start`:
+    /// false where the file's symbols (see [`UnwindInfo::code_map`]) put it
+    /// in a function that starts after `start`.
+    fn same_function(&self, start: u64, address: u64) -> bool {
+        self.code_map().function(address).is_none_or(|f| f.start <= start)
     }
 
     /// The bytes of an expression a rule refers to.

@@ -3,6 +3,20 @@
 
 use super::scan::CallBefore;
 use super::*;
+use crate::arch::FrameRecord;
+
+/// A frame record read at a frame's fp: the register that pointed at it,
+/// its lowest address and its end, the caller's fp and the return address it
+/// holds, and whether that is a plausible one.
+#[derive(Clone, Copy)]
+struct Record {
+    reg: u16,
+    base: u64,
+    end: u64,
+    caller_fp: u64,
+    ra: u64,
+    checked: Result<(), RaProblem>,
+}
 
 impl Context<'_> {
     /// One frame-pointer step: the frame record at fp gives the caller's pc
@@ -16,34 +30,15 @@ impl Context<'_> {
         mem: &mut M,
     ) -> StepResult<Found> {
         let arch = self.arch;
-        let w = arch.word_size();
-        let fp = regs.get(arch.fp());
+        if let Some(found) = self.prologue(callee, regs, caller, mem) {
+            return Ok(found);
+        }
         if callee.interrupted {
-            if let Some(found) = self.leaf(callee, fp, regs, caller, mem) {
+            if let Some(found) = self.leaf(callee, regs.get(arch.fp()), regs, caller, mem) {
                 return Ok(found);
             }
         }
-        let Some(fp) = fp else {
-            return Err((EndReason::MissingRegister, EndDetail::Register(arch.fp())));
-        };
-        // Go on aarch64 keeps a function's frame record one word below its
-        // sp (the caller's fp at sp - 8, its own return address at sp).
-        let floor = if self.go_record_below_sp(callee.pc) {
-            callee.sp.saturating_sub(w)
-        } else {
-            callee.sp
-        };
-        if let Err(problem) = self.check_fp(fp, floor) {
-            return Err((EndReason::FpInvalid, EndDetail::FramePointer { fp, problem }));
-        }
-        let (fp_slot, ra_slot) = arch.frame_record();
-        let outside = (
-            EndReason::FpInvalid,
-            EndDetail::FramePointer { fp, problem: FpProblem::OutsideStack },
-        );
-        let caller_fp = mem.read_sized(fp + fp_slot, w as u8).ok_or(outside)?;
-        let raw = mem.read_sized(fp + ra_slot, w as u8).ok_or(outside)?;
-        let ra = arch.strip_return_address(raw);
+        let Record { reg, base, end, caller_fp, ra, checked } = self.record(callee, regs, mem)?;
         // A record of two zeros is how the outermost frames end the chain
         // where lr is a register (musl's `_start` clears x29 and x30, then
         // branches); a lone 0 is damage. Where a call pushes the return
@@ -54,7 +49,7 @@ impl Context<'_> {
         // keeps anything in rbp), not the end.
         if ra == 0
             && caller_fp == 0
-            && (arch.link_register().is_some() || at_stack_top(fp + 2 * w, w, mem))
+            && (arch.link_register().is_some() || at_stack_top(end, arch.word_size(), mem))
         {
             return Err((EndReason::PcZero, EndDetail::None));
         }
@@ -63,7 +58,6 @@ impl Context<'_> {
         // instruction's, which follows no call, and its frame the interrupted
         // one (found here where a stripped program has no CFI).
         let interrupted = self.in_go_sigpanic(callee.pc);
-        let checked = self.check_return_address(ra, mem);
         // A signal handler's return address in no module may be a trampoline
         // on a page of its own (qemu-user's on aarch64): believed where the
         // kernel's signal frame lies above the record, which then gives the
@@ -71,15 +65,15 @@ impl Context<'_> {
         if checked == Err(RaProblem::NotInCode)
             && self.modules.index_of(ra.wrapping_sub(1)).is_none()
         {
-            if let Some(sp) = signal_frame_above(arch, fp + 2 * w, mem) {
-                self.set_caller(regs, caller, ra, sp, Some(caller_fp));
-                self.last_fp = Some(fp);
+            if let Some(sp) = signal_frame_above(arch, end, mem) {
+                self.set_caller(regs, caller, ra, sp, Some((reg, caller_fp)));
+                self.last_fp = Some(base);
                 return Ok(Found {
                     pc: ra,
                     sp,
                     sp_exact: true,
                     interrupted: false,
-                    scanned: false,
+                    trust: Trust::FramePointer,
                 });
             }
         }
@@ -103,18 +97,100 @@ impl Context<'_> {
         // instead (trust `scan`). (A tail call, or an ABI wrapper's jump,
         // leaves nothing below the record that returns to the frame.)
         if !interrupted {
-            if let Some(found) = self.hides_frames(callee, fp, ra, mem) {
+            if let Some(found) = self.hides_frames(callee, base, ra, mem) {
                 return Ok(self.scanned(found, regs, caller, mem));
             }
         }
-        let sp = fp + 2 * w;
-        self.set_caller(regs, caller, ra, sp, Some(caller_fp));
+        self.set_caller(regs, caller, ra, end, Some((reg, caller_fp)));
         if interrupted {
             self.go_faulting_lr(caller_fp, caller, mem);
         }
-        self.last_fp = Some(fp);
+        self.last_fp = Some(base);
         let sp_exact = arch.frame_record_gives_exact_sp();
-        Ok(Found { pc: ra, sp, sp_exact, interrupted, scanned: false })
+        Ok(Found { pc: ra, sp: end, sp_exact, interrupted, trust: Trust::FramePointer })
+    }
+
+    /// The frame's record, by the architecture's layouts in turn (32-bit
+    /// ARM's three; one elsewhere): the first whose return address is
+    /// plausible and whose caller's fp is 0 or above the record, in the
+    /// stack; else the first with a plausible return address; else the
+    /// first layout's, or why it has none.
+    fn record<M: Memory + ?Sized>(
+        &self,
+        callee: &Callee,
+        regs: &Registers,
+        mem: &mut M,
+    ) -> StepResult<Record> {
+        let mut first = None;
+        let mut plausible = None;
+        for layout in self.arch.frame_records() {
+            let read = self.read_record(callee, regs, layout, mem);
+            if let Ok(record) = &read {
+                if record.checked.is_ok() {
+                    if self.chains_on(record) {
+                        return read;
+                    }
+                    plausible.get_or_insert(*record);
+                }
+            }
+            first.get_or_insert(read);
+        }
+        match (plausible, first) {
+            (Some(record), _) => Ok(record),
+            (None, Some(read)) => read,
+            (None, None) => Err((EndReason::MissingRegister, EndDetail::Register(self.arch.fp()))),
+        }
+    }
+
+    /// The record `layout` says the frame has, its fp checked (see
+    /// [`Context::check_fp`]) and its return address looked at.
+    fn read_record<M: Memory + ?Sized>(
+        &self,
+        callee: &Callee,
+        regs: &Registers,
+        layout: &FrameRecord,
+        mem: &mut M,
+    ) -> StepResult<Record> {
+        let arch = self.arch;
+        let w = arch.word_size();
+        let Some(fp) = regs.get(layout.reg) else {
+            return Err((EndReason::MissingRegister, EndDetail::Register(layout.reg)));
+        };
+        let base = fp.wrapping_add_signed(layout.base()) & arch.address_mask();
+        // Go on aarch64 keeps a function's frame record one word below its
+        // sp (the caller's fp at sp - 8, its own return address at sp).
+        let floor = if self.go_record_below_sp(callee.pc) {
+            callee.sp.saturating_sub(w)
+        } else {
+            callee.sp
+        };
+        if let Err(problem) = self.check_fp(base, floor) {
+            return Err((EndReason::FpInvalid, EndDetail::FramePointer { fp, problem }));
+        }
+        let outside = (
+            EndReason::FpInvalid,
+            EndDetail::FramePointer { fp, problem: FpProblem::OutsideStack },
+        );
+        let caller_fp = mem
+            .read_sized(base.wrapping_add((layout.fp_slot - layout.base()) as u64), w as u8)
+            .ok_or(outside)?;
+        let raw = mem
+            .read_sized(base.wrapping_add((layout.ra_slot - layout.base()) as u64), w as u8)
+            .ok_or(outside)?;
+        let ra = arch.strip_return_address(raw);
+        let checked = self.check_saved_return_address(raw, mem);
+        let end = base.checked_add(2 * w).ok_or(outside)?;
+        Ok(Record { reg: layout.reg, base, end, caller_fp, ra, checked })
+    }
+
+    /// Whether a record's saved fp could be its caller's: 0 (the outermost
+    /// frame's), or an aligned address above the record, in the stack.
+    fn chains_on(&self, record: &Record) -> bool {
+        let fp = record.caller_fp;
+        fp == 0
+            || (fp % self.arch.word_size() == 0
+                && fp >= record.end
+                && self.stack.is_none_or(|(start, end)| start <= fp && fp < end))
     }
 
     /// Where the record at `fp`, whose return address is `ra`, is another
@@ -135,9 +211,10 @@ impl Context<'_> {
         let from = callee.sp.checked_next_multiple_of(w).unwrap_or(callee.sp);
         let slots = (0..self.scan_words as u64).map_while(|i| from.checked_add(i * w));
         slots.take_while(|&at| at < fp).find_map(|at| {
-            let word = self.arch.strip_return_address(mem.read_sized(at, w as u8)?);
+            let raw = mem.read_sized(at, w as u8)?;
+            let word = self.arch.strip_return_address(raw);
             let own = word != ra
-                && self.check_return_address(word, mem).is_ok()
+                && self.check_saved_return_address(raw, mem).is_ok()
                 && matches!(self.call_before(word, lookup, mem), CallBefore::ThisFunction);
             own.then_some((at, word))
         })
@@ -195,7 +272,7 @@ impl Context<'_> {
             }
         }
         let ra = arch.strip_return_address(raw);
-        self.check_return_address(ra, mem).ok()?;
+        self.check_saved_return_address(raw, mem).ok()?;
         let in_record = fp.and_then(|fp| mem.read_sized(fp.checked_add(w)?, w as u8));
         if in_record.map(|r| arch.strip_return_address(r)) == Some(ra) {
             return None;
@@ -216,9 +293,9 @@ impl Context<'_> {
                 return None;
             }
         }
-        self.set_caller(regs, caller, ra, sp, fp);
+        self.set_caller(regs, caller, ra, sp, fp.map(|fp| (arch.fp(), fp)));
         let sp_exact = arch.link_register().is_none();
-        Some(Found { pc: ra, sp, sp_exact, interrupted: false, scanned: false })
+        Some(Found { pc: ra, sp, sp_exact, interrupted: false, trust: Trust::FramePointer })
     }
 
     /// Whether the direct call before return address `ra` calls the function

@@ -1,6 +1,7 @@
 //! What the walk does where call frame information is missing or fails:
-//! follow the frame-pointer chain, and, as the last resort, scan the stack
-//! for a return address (Breakpad's and rust-minidump's strategies).
+//! follow the frame-pointer chain (or, in 32-bit ARM code, read what the
+//! function's prologue did), and, as the last resort, scan the stack for a
+//! return address (Breakpad's and rust-minidump's strategies).
 //!
 //! Every step is validated the way Windows' `RtlWalkFrameChain` and the
 //! crash processors do: the frame pointer must be word-aligned, inside the
@@ -20,7 +21,7 @@ use crate::arch::Arch;
 use crate::source::memory::Memory;
 use crate::unwind::cfi::Module;
 use crate::unwind::modules::ModuleSet;
-use crate::unwind::{EndDetail, EndReason, ProcessFacts};
+use crate::unwind::{EndDetail, EndReason, ProcessFacts, Trust};
 
 /// A way of finding a frame's caller.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -260,6 +261,9 @@ pub(crate) struct Callee {
     /// The frame itself was found by a fallback step: its sp may lie below
     /// its true one.
     pub guessed: bool,
+    /// Its sp is known exactly: frame 0's, or recovered by CFI or a prologue
+    /// from a frame whose sp was (not CFI's from a scanned frame).
+    pub sp_known: bool,
     /// Frame 0, or a frame a signal interrupted: it may be anywhere in its
     /// function, also where it has made no frame record.
     pub interrupted: bool,
@@ -273,9 +277,10 @@ pub(crate) struct Found {
     /// The caller was interrupted where its pc is, not at a call (the frame
     /// below is Go's `runtime.sigpanic`).
     pub interrupted: bool,
-    /// Its return address was found among the stack's words, not where a
-    /// frame record or the ABI puts it: the frame's trust is `scan`.
-    pub scanned: bool,
+    /// How it was found: by a frame record or where the ABI puts the
+    /// return address (`frame_pointer`), the function's prologue
+    /// (`prologue`), or among the stack's words (`scan`).
+    pub trust: Trust,
 }
 
 type StepResult<T> = Result<T, (EndReason, EndDetail)>;
@@ -298,22 +303,27 @@ pub(crate) fn sigreturn_at(arch: Arch, modules: &ModuleSet, pc: u64) -> bool {
 /// rest of the handler's first frame (Go's sigtramp's is 176 bytes).
 const SIGNAL_FRAME_REACH: u64 = 4096;
 
-/// The first address from `from` up (16-byte aligned, as the kernel places
-/// its signal frames) where [`crate::source::sigframe::restore`] finds the kernel's
-/// signal frame, within [`SIGNAL_FRAME_REACH`]. aarch64 only: the one
-/// architecture whose handlers return to a page in no module (qemu-user's
-/// trampoline, where a real kernel's is the vdso's).
+/// The first address from `from` up (aligned as the kernel places its
+/// signal frames) where [`crate::source::sigframe::restore`] finds the
+/// kernel's signal frame, within [`SIGNAL_FRAME_REACH`]. aarch64 and 32-bit
+/// ARM only: the architectures whose handlers return to a page in no module
+/// (qemu-user's trampoline, where a real aarch64 kernel's is the vdso's; a
+/// real ARM kernel's `[sigpage]` for a handler installed without a
+/// restorer).
 pub(crate) fn signal_frame_above<M: Memory + ?Sized>(
     arch: Arch,
     from: u64,
     mem: &mut M,
 ) -> Option<u64> {
-    if arch != Arch::Aarch64 {
-        return None;
-    }
-    let first = from.checked_add(15)? & !15;
+    // The kernel aligns its frame to 16 bytes on aarch64, to 8 on ARM.
+    let align = match arch {
+        Arch::Aarch64 => 16,
+        Arch::Arm => 8,
+        _ => return None,
+    };
+    let first = from.checked_next_multiple_of(align)?;
     let mut scratch = Registers::new();
-    (first..from.saturating_add(SIGNAL_FRAME_REACH)).step_by(16).find(|&at| {
+    (first..from.saturating_add(SIGNAL_FRAME_REACH)).step_by(align as usize).find(|&at| {
         crate::source::sigframe::restore(arch, at, &mut scratch, mem).is_some_and(|(_, sp)| sp > at)
     })
 }
@@ -335,6 +345,7 @@ impl CodeBefore {
 }
 
 mod frame_pointer;
+mod prologue;
 mod scan;
 
 impl Context<'_> {
@@ -412,6 +423,28 @@ impl Context<'_> {
         ra: u64,
         mem: &mut M,
     ) -> Result<(), RaProblem> {
+        self.check_return_address_in(ra, None, mem)
+    }
+
+    /// [`Context::check_return_address`] for a word as the stack holds it
+    /// (`raw`, not stripped): a 32-bit ARM return address says in bit 0
+    /// whether its caller is Thumb code, and only that instruction set's
+    /// calls may precede it.
+    pub fn check_saved_return_address<M: Memory + ?Sized>(
+        &self,
+        raw: u64,
+        mem: &mut M,
+    ) -> Result<(), RaProblem> {
+        let ra = self.arch.strip_return_address(raw);
+        self.check_return_address_in(ra, self.arch.thumb_caller(raw), mem)
+    }
+
+    fn check_return_address_in<M: Memory + ?Sized>(
+        &self,
+        ra: u64,
+        thumb: Option<bool>,
+        mem: &mut M,
+    ) -> Result<(), RaProblem> {
         if ra == 0 {
             return Err(RaProblem::Zero);
         }
@@ -440,6 +473,11 @@ impl Context<'_> {
         if !module.is_code(elf.wrapping_sub(1)) {
             return Err(RaProblem::NotInCode);
         }
+        // PLT entries jump, they make no call: a word after one (an ARM
+        // entry's `ldr pc, [ip, #n]!` reads as a Thumb-2 `bl`) is none.
+        if module.code_map().in_plt(elf.wrapping_sub(1)) {
+            return Err(RaProblem::NoCall);
+        }
         // A signal handler returns to its trampoline's first instruction.
         if sigreturn_at(self.arch, self.modules, ra) {
             return Ok(());
@@ -450,7 +488,7 @@ impl Context<'_> {
             return Ok(());
         }
         match self.code_before(module, ra, mem) {
-            Some(code) if !self.arch.call_before(code.get()) => Err(RaProblem::NoCall),
+            Some(code) if !self.arch.call_before_in(code.get(), thumb) => Err(RaProblem::NoCall),
             Some(_) => Ok(()),
             // No code to look at: a function's first byte is taken for one
             // only where the code before it can be seen to be a call (after
@@ -488,7 +526,8 @@ impl Context<'_> {
     }
 
     /// The caller's registers: the callee's callee-saved ones (the ABI's
-    /// "same value"), sp, fp, and the pc column; lr is unknown in a caller
+    /// "same value"), sp, fp (`fp`: the register and its value; unknown
+    /// where None), and the pc column; lr is unknown in a caller
     /// (it held this frame's return address).
     fn set_caller(
         &self,
@@ -496,13 +535,13 @@ impl Context<'_> {
         caller: &mut Registers,
         pc: u64,
         sp: u64,
-        fp: Option<u64>,
+        fp: Option<(u16, u64)>,
     ) {
         let arch = self.arch;
         caller.inherit(regs, arch.same_value_mask());
         caller.set(arch.sp(), sp);
         match fp {
-            Some(fp) => caller.set(arch.fp(), fp),
+            Some((reg, fp)) => caller.set(reg, fp),
             None => caller.forget(arch.fp()),
         }
         if let Some(lr) = arch.link_register() {

@@ -96,7 +96,7 @@ impl Context<'_> {
                 let copy = callee.guessed && ra == callee.pc && !self.recursive_call(ra, mem);
                 if ra != 0
                     && !copy
-                    && self.check_return_address(ra, mem).is_ok()
+                    && self.check_saved_return_address(value, mem).is_ok()
                     && !self.made_here(ra, callee.pc, mem)
                 {
                     // goexit's return address lies only at the top of a
@@ -146,9 +146,9 @@ impl Context<'_> {
             Some(v) if v % w == 0 && v > slot && self.stack.is_none_or(|(_, e)| v < e) => Some(v),
             _ => regs.get(arch.fp()),
         };
-        self.set_caller(regs, caller, ra, end, caller_fp);
+        self.set_caller(regs, caller, ra, end, caller_fp.map(|fp| (arch.fp(), fp)));
         let sp_exact = !arch.return_address_is_in_a_record();
-        Found { pc: ra, sp: end, sp_exact, interrupted: false, scanned: true }
+        Found { pc: ra, sp: end, sp_exact, interrupted: false, trust: Trust::Scan }
     }
 }
 
