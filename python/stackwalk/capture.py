@@ -74,16 +74,24 @@ _REGISTERS: dict[str, tuple[str, ...]] = {
     ),
     "aarch64": tuple(f"x{i}" for i in range(31)) + ("sp", "pc"),
     "i386": ("eax", "ecx", "edx", "ebx", "esp", "ebp", "esi", "edi", "eip"),
+    "arm": (*(f"r{i}" for i in range(13)), "sp", "lr", "pc"),
 }  # fmt: skip
-_STACK_POINTERS = {"x86_64": "rsp", "aarch64": "sp", "i386": "esp"}
-_WORD_BITS = {"x86_64": 64, "aarch64": 64, "i386": 32}
-_GDB_ARCHITECTURES = {"i386:x86-64": "x86_64", "aarch64": "aarch64", "i386": "i386"}
+_STACK_POINTERS = {"x86_64": "rsp", "aarch64": "sp", "i386": "esp", "arm": "sp"}
+_WORD_BITS = {"x86_64": 64, "aarch64": 64, "i386": 32, "arm": 32}
+_GDB_ARCHITECTURES = {
+    "i386:x86-64": "x86_64",
+    "aarch64": "aarch64",
+    "i386": "i386",
+    "arm": "arm",
+    "armv7": "arm",
+}
 # The architectures whose programs a host runs natively (x86_64 kernels run 32-bit x86 ones).
 _HOST_ARCHITECTURES = {
     "x86_64": ("x86_64", "i386"),
     "amd64": ("x86_64", "i386"),
     "aarch64": ("aarch64",),
     "arm64": ("aarch64",),
+    "armv7l": ("arm",),
 }
 # Signals a test program may use for itself: gdb must hand them to the program without stopping.
 _PASS_SIGNALS = ("SIGALRM", "SIGVTALRM", "SIGPROF", "SIGUSR1", "SIGUSR2", "SIGCHLD", "SIGPIPE")
@@ -561,6 +569,19 @@ def _mappings_of(mappings: list[list[Any]], address: int) -> tuple[MappingInfo, 
     )
 
 
+def _stack_below_modules(
+    memory: list[tuple[int, bytes]], modules: list[CaptureModule]
+) -> list[tuple[int, bytes]]:
+    """The stack as read from sp up, cut where a module's image begins: qemu-user places a
+    32-bit guest's stack right below its program (at 0x40000000), so the read runs on into
+    the program's code, which would then be taken for stack."""
+    cut = []
+    for start, data in memory:
+        above = [m.bias for m in modules if start < m.bias < start + len(data)]
+        cut.append((start, data[: min(above) - start] if above else data))
+    return cut
+
+
 def _to_capture(result: dict[str, Any], program: str, breakpoint: str) -> Capture:
     error = result.get("error")
     if error is not None:
@@ -586,10 +607,11 @@ def _to_capture(result: dict[str, Any], program: str, breakpoint: str) -> Captur
             )
         modules.append(CaptureModule(local, bias, _mappings_of(mappings, text_runtime)))
     vdso = result["vdso"]
+    memory = [(start, base64.b64decode(blob)) for start, blob in result["memory"]]
     return Capture(
         arch=arch,
         regs=result["regs"],
-        memory=[(start, base64.b64decode(blob)) for start, blob in result["memory"]],
+        memory=_stack_below_modules(memory, modules),
         modules=modules,
         vdso=None if vdso is None else (vdso[0], base64.b64decode(vdso[1])),
         gdb_frames=result["frames"],

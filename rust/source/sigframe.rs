@@ -19,7 +19,9 @@
 //! guest's handler through a page of its own, in no module. There the
 //! checks are `uc_flags` and `uc_link` 0, a pstate of user code (EL0,
 //! AArch64), user addresses in pc and sp, and the FP/SIMD record that the
-//! kernel (and qemu) always put first in the context's records. i386's
+//! kernel (and qemu) always put first in the context's records. 32-bit
+//! ARM's handlers installed without a restorer of their own return through
+//! the kernel's `[sigpage]` or qemu-user's page, in no module. i386's
 //! trampolines are in the vdso, whose image and CFI every core holds.
 
 use crate::arch::registers::Registers;
@@ -68,7 +70,8 @@ pub(crate) fn restore<M: Memory + ?Sized>(
     match arch {
         Arch::X86_64 => restore_x86_64(sp, caller, mem),
         Arch::Aarch64 => aarch64::restore(sp, caller, mem),
-        Arch::I386 | Arch::Arm => None,
+        Arch::Arm => arm::restore(sp, caller, mem),
+        Arch::I386 => None,
     }
 }
 
@@ -152,6 +155,67 @@ mod aarch64 {
         regs.set(arch.sp(), caller_sp);
         *caller = regs;
         Some((pc, caller_sp))
+    }
+}
+
+mod arm {
+    use crate::arch::registers::Registers;
+    use crate::arch::Arch;
+    use crate::source::memory::Memory;
+
+    // The kernel's 32-bit ARM frames (arch/arm/kernel/signal.c, and qemu's
+    // `sigframe_v2`/`rt_sigframe_v2`): `struct sigframe` is a `struct
+    // ucontext` then the return code; `struct rt_sigframe` a siginfo of 128
+    // bytes, then the same. The ucontext: uc_flags, uc_link, uc_stack (12
+    // bytes), then `struct sigcontext`: trap_no, error_code, oldmask, r0-r10,
+    // fp, ip, sp, lr, pc, cpsr, fault_address; then uc_sigmask with its
+    // padding (128 bytes), then uc_regspace, where the kernel (and qemu)
+    // put the VFP registers' record first on every armhf CPU.
+    const UC_FLAGS: u64 = 0;
+    const UC_LINK: u64 = 4;
+    const R0: u64 = 20 + 12;
+    const CPSR: u64 = R0 + 16 * 4;
+    const REGSPACE: u64 = 20 + 21 * 4 + 128;
+    /// `struct vfp_sigframe`'s header: VFP_MAGIC, then its size.
+    const VFP_MAGIC: u64 = 0x5646_5001;
+    const VFP_SIZE: u64 = 0x120;
+    /// The mode bits of a cpsr in user mode (USR, 0x10).
+    const MODE: u64 = 0x1f;
+    const USER: u64 = 0x10;
+    /// Where the ucontext is: after the siginfo of an rt frame, or at sp.
+    const FRAMES: [u64; 2] = [128, 0];
+
+    /// [`super::restore`] on 32-bit ARM: an rt frame (`rt_sigreturn`'s,
+    /// what glibc and the kernel set up for every handler today), else an
+    /// old one. Checked: uc_flags and uc_link 0, a user-mode cpsr, the VFP
+    /// record, a pc in user space and an sp above the frame; the
+    /// interrupted pc's Thumb bit cleared.
+    pub(super) fn restore<M: Memory + ?Sized>(
+        sp: u64,
+        caller: &mut Registers,
+        mem: &mut M,
+    ) -> Option<(u64, u64)> {
+        let arch = Arch::Arm;
+        FRAMES.into_iter().find_map(|uc| {
+            let mut word = |offset: u64| mem.read_sized(sp.checked_add(uc + offset)?, 4);
+            if word(UC_FLAGS)? != 0
+                || word(UC_LINK)? != 0
+                || word(CPSR)? & MODE != USER
+                || (word(REGSPACE)?, word(REGSPACE + 4)?) != (VFP_MAGIC, VFP_SIZE)
+            {
+                return None;
+            }
+            let (pc, caller_sp) = (word(R0 + 15 * 4)? & !1, word(R0 + 13 * 4)?);
+            if pc == 0 || caller_sp <= sp || !arch.is_user_address(pc) {
+                return None;
+            }
+            let mut regs = Registers::new();
+            for column in 0..15 {
+                regs.set(column, word(R0 + 4 * u64::from(column))?);
+            }
+            *caller = regs;
+            Some((pc, caller_sp))
+        })
     }
 }
 
@@ -275,5 +339,44 @@ mod tests {
         assert_eq!(a64_restored(&words[..word(aarch64::RECORDS)]).map(|r| r.0), None, "truncated");
         // The x86_64 layout is not read as aarch64's, nor the other way round.
         assert_eq!(restored_at(Arch::X86_64, A64_SP, &le_bytes(&words)).map(|r| r.0), None);
+    }
+
+    /// 32-bit ARM's frames: an rt frame (siginfo, then the ucontext) or an
+    /// old one (the ucontext at sp), r0..r15 = 0x4000_0100.. but sp and pc.
+    fn arm_frame(rt: bool, cpsr: u32) -> Vec<u8> {
+        const ARM_SP: u64 = 0x3fff_f000;
+        let mut words = vec![0u32; 128];
+        let uc = if rt { 32 } else { 0 };
+        for (i, w) in words[uc + 8..uc + 24].iter_mut().enumerate() {
+            *w = 0x4000_0100 + i as u32;
+        }
+        words[uc + 8 + 13] = ARM_SP as u32 + 0x400; // sp
+        words[uc + 8 + 15] = 0x4000_0501; // pc, the Thumb bit set
+        words[uc + 24] = cpsr;
+        words[uc + 58] = 0x5646_5001; // uc_regspace: the VFP record
+        words[uc + 59] = 0x120;
+        words.iter().flat_map(|w| w.to_le_bytes()).collect()
+    }
+
+    #[test]
+    fn arm_frames_old_and_rt() {
+        const ARM_SP: u64 = 0x3fff_f000;
+        for rt in [true, false] {
+            let (pc, sp, regs) =
+                restored_at(Arch::Arm, ARM_SP, &arm_frame(rt, 0x6000_0030)).expect("a frame");
+            assert_eq!((pc, sp), (0x4000_0500, ARM_SP + 0x400));
+            assert_eq!(
+                (regs.get(0), regs.get(11), regs.get(14)),
+                (Some(0x4000_0100), Some(0x4000_010b), Some(0x4000_010e))
+            );
+        }
+        // Not user mode (SVC), no VFP record, or a ucontext linked to another: none.
+        assert!(restored_at(Arch::Arm, ARM_SP, &arm_frame(true, 0x6000_0013)).is_none());
+        let mut no_vfp = arm_frame(true, 0x10);
+        no_vfp[(32 + 58) * 4] = 0;
+        assert!(restored_at(Arch::Arm, ARM_SP, &no_vfp).is_none());
+        let mut linked = arm_frame(false, 0x10);
+        linked[4] = 1;
+        assert!(restored_at(Arch::Arm, ARM_SP, &linked).is_none());
     }
 }

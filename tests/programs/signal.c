@@ -6,10 +6,18 @@
  * passes what its ucontext_t holds (the kernel's record of the interrupted frame, read through
  * the C library's own definition of the structure) to handler_leaf's arguments: a test stopped
  * at handler_leaf reads them in its registers (aarch64: x1-x4 the interrupted pc, sp, fp and
- * lr). */
+ * lr; 32-bit ARM: r1-r3 the pc, sp and r11, and lr on the stack).
+ *
+ * With -DRAW_SIGACTION too, the handler is installed by the rt_sigaction system call itself,
+ * with no restorer of the C library's (no SA_RESTORER): it returns through the kernel's own
+ * trampoline (32-bit ARM: the `[sigpage]`; qemu-user: a page of its own), in no module. */
 #ifdef SIGNAL_CONTEXT
 #define _GNU_SOURCE
 #include <ucontext.h>
+#endif
+#ifdef RAW_SIGACTION
+#include <sys/syscall.h>
+#include <unistd.h>
 #endif
 #include <signal.h>
 #include <stdio.h>
@@ -39,6 +47,9 @@ NOINLINE void on_alarm(int sig, siginfo_t *info, void *context)
 #if defined(__aarch64__)
     const mcontext_t *m = &uc->uc_mcontext;
     int r = handler_leaf(sig, m->pc, m->sp, m->regs[29], m->regs[30]);
+#elif defined(__arm__)
+    const mcontext_t *m = &uc->uc_mcontext;
+    int r = handler_leaf(sig, m->arm_pc, m->arm_sp, m->arm_fp, m->arm_lr);
 #elif defined(__x86_64__)
     const greg_t *g = uc->uc_mcontext.gregs;
     int r = handler_leaf(sig, g[REG_RIP], g[REG_RSP], g[REG_RBP], 0);
@@ -78,8 +89,22 @@ NOINLINE long depth(int d)
     return r + keep;
 }
 
+#if defined(RAW_SIGACTION) && defined(SIGNAL_CONTEXT)
+/* The kernel's struct sigaction (its rt_sigaction's, with sa_restorer). */
+struct kernel_sigaction {
+    void (*handler)(int, siginfo_t *, void *);
+    unsigned long flags;
+    void (*restorer)(void);
+    unsigned int mask[2];
+};
+#endif
+
 int main(void)
 {
+#if defined(RAW_SIGACTION) && defined(SIGNAL_CONTEXT)
+    struct kernel_sigaction ksa = {on_alarm, SA_SIGINFO, 0, {0, 0}};
+    syscall(SYS_rt_sigaction, SIGALRM, &ksa, NULL, sizeof ksa.mask);
+#else
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
 #ifdef SIGNAL_CONTEXT
@@ -90,6 +115,7 @@ int main(void)
 #endif
     sigemptyset(&sa.sa_mask);
     sigaction(SIGALRM, &sa, NULL);
+#endif
     struct itimerval timer;
     memset(&timer, 0, sizeof timer);
     timer.it_value.tv_usec = 20000;
