@@ -141,7 +141,7 @@ class Capture:
     """A thread stopped at a breakpoint, as gdb saw it."""
 
     arch: str
-    """``"x86_64"``, ``"aarch64"`` or ``"i386"``."""
+    """``"x86_64"``, ``"aarch64"``, ``"i386"`` or ``"arm"``."""
     regs: dict[str, int]
     """Register values of the stopped thread's innermost frame, by the unwinders' names."""
     memory: list[tuple[int, bytes]]

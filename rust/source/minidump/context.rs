@@ -14,15 +14,17 @@ pub fn arch_of(cpu: minidump::system_info::Cpu) -> Option<Arch> {
         Cpu::X86_64 => Some(Arch::X86_64),
         Cpu::Arm64 => Some(Arch::Aarch64),
         Cpu::X86 => Some(Arch::I386),
+        Cpu::Arm => Some(Arch::Arm),
         _ => None,
     }
 }
 
 /// `context_flags`' architecture bits (`CONTEXT_AMD64` at offset 48 of an
-/// x86_64 context, `CONTEXT_ARM64` and `CONTEXT_X86` at offset 0 of theirs)
-/// and the `processor_architecture` of the system info stream they go with.
-const CONTEXT_KINDS: [(usize, u64, u16); 3] =
-    [(48, 0x0010_0000, 9), (0, 0x0040_0000, 12), (0, 0x0001_0000, 0)];
+/// x86_64 context, `CONTEXT_ARM64`, `CONTEXT_X86` and `CONTEXT_ARM` at offset
+/// 0 of theirs) and the `processor_architecture` of the system info stream
+/// they go with.
+const CONTEXT_KINDS: [(usize, u64, u16); 4] =
+    [(48, 0x0010_0000, 9), (0, 0x0040_0000, 12), (0, 0x0001_0000, 0), (0, 0x4000_0000, 5)];
 const CONTEXT_CPU_MASK: u64 = 0xffff_ff00;
 const SYSTEM_INFO_SIZE: usize = 56;
 const PLATFORM_LINUX: u32 = 0x8201;
@@ -77,6 +79,14 @@ pub fn registers(arch: Arch, context: &MinidumpContext) -> Option<Vec<(&'static 
             let names = Arch::Aarch64.prstatus().names.iter().copied();
             let mut regs: Vec<(&'static str, u64)> = names.zip(c.iregs.iter().copied()).collect();
             regs.extend([("sp", c.sp), ("pc", c.pc), ("pstate", u64::from(c.cpsr))]);
+            Some(regs)
+        }
+        (MinidumpRawContext::Arm(c), Arch::Arm) => {
+            // r0..r12, sp, lr, pc: the first 16 names of a core's NT_PRSTATUS.
+            let names = Arch::Arm.prstatus().names.iter().copied();
+            let mut regs: Vec<(&'static str, u64)> =
+                names.zip(c.iregs.iter().map(|&r| u64::from(r))).collect();
+            regs.push(("cpsr", u64::from(c.cpsr)));
             Some(regs)
         }
         (MinidumpRawContext::X86(c), Arch::I386) => Some(

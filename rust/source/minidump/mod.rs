@@ -74,7 +74,10 @@ impl fmt::Display for MinidumpError {
                 damaged.iter().try_for_each(|w| write!(f, "; {w}"))
             }
             MinidumpError::UnsupportedCpu(cpu) => {
-                write!(f, "unsupported architecture {cpu} (x86_64, aarch64 and x86 are unwound)")
+                write!(
+                    f,
+                    "unsupported architecture {cpu} (x86_64, aarch64, x86 and arm are unwound)"
+                )
             }
         }
     }
