@@ -65,6 +65,8 @@ I386_SYSROOT = "/usr/i686-linux-gnu"
 I386_NATIVE_DYNAMIC = (f"-Wl,--dynamic-linker={I386_SYSROOT}/lib/ld-linux.so.2",
                        f"-Wl,-rpath,{I386_SYSROOT}/lib")  # fmt: skip
 O2 = ("-O2", "-fomit-frame-pointer")
+# clang's 32-bit ARM programs, linked by the cross gcc's linker against its libraries.
+ARM_CLANG = ("--target=arm-linux-gnueabihf", "-march=armv7-a")
 # Every program runs with this environment (gdb passes its own environment on). One malloc arena
 # keeps threads from reserving 64 MiB each, which gdb would write into the core.
 CRASH_ENV = {**PROGRAM_ENV, "MALLOC_ARENA_MAX": "1"}
@@ -173,6 +175,10 @@ SPECS = {
         Spec("arm-libc", "crash_libc.c", ("-O2",), ARM_GCC, "arm"),
         Spec("arm-threads", "crash_threads.c", ("-O2", "-pthread"), ARM_GCC, "arm"),
         Spec("arm-signal", "crash_signal.c", ("-O2",), ARM_GCC, "arm"),
+        # clang's ARM and Thumb code: its own .ARM.exidx tables (and .debug_frame).
+        Spec("arm-clang-deep", "crash_deep.c", (*ARM_CLANG, *O2, "-marm"), "clang", "arm"),
+        Spec("arm-clang-thumb-deep", "crash_deep.c", (*ARM_CLANG, *O2, "-mthumb"), "clang",
+             "arm"),
     )
 }  # fmt: skip
 # Programs whose own functions have no CFI at all (-g0: no .debug_frame either), so that only
@@ -182,7 +188,6 @@ NO_CFI = ("-O2", "-fno-omit-frame-pointer", "-fno-schedule-insns2",
           "-fno-asynchronous-unwind-tables", "-fno-unwind-tables", "-g0")  # fmt: skip
 # clang, for 32-bit ARM: it links with the cross gcc's linker and libraries; without GCC's
 # scheduling option, which it ignores.
-ARM_CLANG = ("--target=arm-linux-gnueabihf", "-march=armv7-a")
 CLANG_NO_CFI = tuple(flag for flag in NO_CFI if flag != "-fno-schedule-insns2")
 FALLBACK_SPECS = {
     spec.id: spec
@@ -215,6 +220,18 @@ FALLBACK_SPECS = {
         Spec("arm-cxx", "crash_cxx.cpp", ("-O2",), "arm-linux-gnueabihf-g++", "arm", "SIGABRT"),
     )
 }  # fmt: skip
+# 32-bit ARM programs with unwind tables of their own (-funwind-tables: GCC writes none for C
+# by default), for the stripped builds of test_core_files.py, which have nothing else.
+EXIDX = ("-O2", "-fomit-frame-pointer", "-funwind-tables")
+EXIDX_SPECS = {
+    spec.id: spec
+    for spec in (
+        Spec("arm-exidx", "crash_deep.c", (*EXIDX, "-marm"), ARM_GCC, "arm"),
+        Spec("arm-thumb-exidx", "crash_deep.c", (*EXIDX, "-mthumb"), ARM_GCC, "arm"),
+        Spec("arm-exidx-static", "crash_deep.c", (*EXIDX, "-static"), ARM_GCC, "arm"),
+        Spec("arm-threads-exidx", "crash_threads.c", (*EXIDX, "-pthread"), ARM_GCC, "arm"),
+    )
+}
 # Programs whose mappings test module placement (test_placement.py): libc mapped a second time,
 # read-only, below its image; a JIT page between two mappings of the program (64 KiB segment
 # alignment leaves room between them).
@@ -272,6 +289,7 @@ I386_CASES = [spec_id for spec_id, spec in SPECS.items() if spec.arch == "i386"]
 # Cores whose reference is eu-stack (gdb writes them, and eu-stack reads them right).
 EU_STACK_CASES = X86_CASES + I386_CASES
 SPECS.update(FALLBACK_SPECS)
+SPECS.update(EXIDX_SPECS)
 SPECS.update(PLACEMENT_SPECS)
 SPECS.update(END_SPECS)
 SPECS.update(SNAPSHOT_SPECS)

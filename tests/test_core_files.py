@@ -33,6 +33,7 @@ from corefiles import (
     ARM_CASES,
     EU_STACK_CASES,
     EU_VDSO,
+    EXIDX_SPECS,
     I386_CASES,
     SPECS,
     X86_CASES,
@@ -95,6 +96,8 @@ A64_CRASH_FUNCTION = {
     "arm-libc": "measure",
     "arm-threads": "crash_middle",
     "arm-signal": "crash_in_handler",
+    "arm-clang-deep": "crash_here",
+    "arm-clang-thumb-deep": "crash_here",
 }
 
 
@@ -314,6 +317,27 @@ def test_every_thread_matches_the_reference(case: str, cores: Cores) -> None:
                 assert frame.cfa == caller.sp, f"frame {i}"
         assert trace.end == "end_of_stack", trace.end_detail
     assert [thread.signal for thread in core.threads] == notes.cursig
+
+
+@pytest.mark.parametrize("case", sorted(EXIDX_SPECS))
+def test_arm_with_its_exception_tables_alone(case: str, cores: Cores, tmp_path: Path) -> None:
+    """32-bit ARM, the program (built with unwind tables: ARM, Thumb, static, threads)
+    stripped of its symbols and its .debug_frame (``strip --strip-all``; Debian's armhf
+    libraries are already): its .ARM.exidx alone unwinds every thread to gdb's frames
+    exactly, ending where its tables mark the end (the program's `_start`, glibc's
+    `start_thread`), by CFI throughout."""
+    made = cores(case)
+    stripped = tmp_path / made.executable.name
+    run(["arm-linux-gnueabihf-strip", "--strip-all", "-o", str(stripped), str(made.executable)])
+    sections = run(["readelf", "-SW", str(stripped)]).stdout
+    assert ".ARM.exidx" in sections and ".debug_frame" not in sections and ".symtab" not in sections
+    core = Core.open(made.path, stripped, **made.open_options)
+    reference = made.reference_pcs()
+    for thread in core.threads:
+        trace = thread.unwind()
+        assert trace.pcs == reference[thread.tid], listing(trace.pcs, reference[thread.tid])
+        assert trace.end == "end_of_stack", trace.end_detail
+        assert {f.trust for f in trace.frames[1:]} == {"cfi"}
 
 
 @pytest.mark.parametrize("case", ALL_CASES)
