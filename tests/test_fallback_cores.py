@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -289,34 +290,44 @@ def test_i386_without_cfi_unwinds_by_frame_pointers(cores: Cores, captures: Capt
 ARM_NO_CFI = ["arm-nocfi", "arm-thumb-nocfi", "arm-clang-nocfi", "arm-clang-thumb-nocfi"]
 
 
+@pytest.mark.parametrize("symbols", [True, False], ids=["symbols", "stripped"])
 @pytest.mark.parametrize("case", ARM_NO_CFI)
-def test_arm_without_unwind_tables(case: str, cores: Cores) -> None:
+def test_arm_without_unwind_tables(case: str, symbols: bool, cores: Cores, tmp_path: Path) -> None:
     """32-bit ARM under qemu, the program built without unwind tables: readelf shows no
     .debug_frame or .eh_frame entry for its functions and one EHABI entry, the C runtime's
     `_start`, EXIDX_CANTUNWIND, which the linker's own entry for code without tables merged
     with, so that it reaches over the program's functions after it. That entry says nothing of
-    them (the symbols say they are other functions): gdb-multiarch's pcs exactly, every function
-    of the chain, and a clean end at `_start` by libc's tables.
+    them (the symbols say they are other functions; without symbols, they lie past the extent
+    a stripped file's `_start` is given): gdb-multiarch's pcs exactly, every function of the
+    chain, and a clean end at `_start` by libc's tables.
 
-    The program's frames by frame records where the code keeps them: clang's (ARM code: r11 at
-    the saved r11 and lr; Thumb code: r7 at them) and gcc's in ARM code (fp at the saved lr, the
-    caller's fp below it), each checked. gcc's leaf `crash_here` saves fp alone, with no lr,
-    so its caller's record is found by scanning; gcc's Thumb code points r7 at the bottom of its
-    frame, below its locals, where no record is: its frames by scanning, each return address
-    after a call of the frame's function (recursive calls included)."""
+    With its symbols, gcc's code is unwound by each function's prologue, as gdb does (trust
+    `prologue`: its pushes and `sub sp`, the leaf `crash_here`'s `str fp, [sp, #-4]!` too, which
+    gives its caller's fp), every frame's sp exact: gdb's stack pointers too. clang's leaf
+    pushes nothing; its frames after it are found by its frame records (ARM code: r11 at the
+    saved r11 and lr; Thumb code: r7 at them), each checked. Stripped (``strip --strip-all``),
+    no function is known: frame records throughout, gcc's in ARM code (fp at the saved lr, the
+    caller's fp below it) too, and where gcc's code keeps none (its leaf saves fp alone; its
+    Thumb code points r7 below its locals) by scanning, each return address after a call of
+    the frame's function (recursive calls included)."""
     made = cores(case)
     exidx = run(["readelf", "-u", str(made.executable)]).stdout
     assert re.findall(r"^0x[0-9a-f]+ <(\w+)>: 0x1 \[cantunwind\]$", exidx, re.M) == ["_start"]
     assert exidx.count(" <") == 1, exidx
     dump = readelf_frames.load(str(made.executable))
-    symbols = nm_symbols(str(made.executable))
-    start = min(symbols["_start"])
+    symbols_of = nm_symbols(str(made.executable))
+    start = min(symbols_of["_start"])
     for name in NO_CFI_FUNCTIONS:
-        for address in symbols[name]:
+        for address in symbols_of[name]:
             assert dump.fdes_at(address) == [], f"{name} has CFI"
             if name != "main":  # gcc puts main before _start
                 assert address > start, f"{name} is not covered by _start's entry"
-    core, trace = crashing(made)
+    program = made.executable
+    if not symbols:
+        program = tmp_path / made.executable.name
+        run(["arm-linux-gnueabihf-strip", "--strip-all", "-o", str(program), str(made.executable)])
+    core = Core.open(made.path, program, **made.open_options)
+    trace = core.threads[0].unwind()
     gdb = made.gdb.thread(core.threads[0].tid)
     assert trace.pcs == gdb.pcs, f"{trace.end}: {trace.end_detail}"
     assert trace.end == "end_of_stack", trace.end_detail
@@ -324,14 +335,22 @@ def test_arm_without_unwind_tables(case: str, cores: Cores) -> None:
     assert names[: len(NO_CFI_CHAIN)] == NO_CFI_CHAIN and names[-1] == "_start"
     trust = [frame.trust for frame in trace.frames][: len(NO_CFI_CHAIN) + 1]
     records = ["frame_pointer"] * len(NO_CFI_CHAIN)
+    clang = ["context", *records]
+    prologues = ["context", *["prologue"] * len(NO_CFI_CHAIN)]
     expected = {
-        "arm-clang-nocfi": ["context", *records],
-        "arm-clang-thumb-nocfi": ["context", *records],
-        "arm-nocfi": ["context", "frame_pointer", "scan", *records[2:]],
+        (True, "arm-clang-nocfi"): clang,
+        (True, "arm-clang-thumb-nocfi"): clang,
+        (True, "arm-nocfi"): prologues,
+        (True, "arm-thumb-nocfi"): prologues,
+        (False, "arm-clang-nocfi"): clang,
+        (False, "arm-clang-thumb-nocfi"): clang,
+        (False, "arm-nocfi"): ["context", "frame_pointer", "scan", *records[2:]],
         # From main on, main's record is clang's layout (`push {r7, lr}` with r7 at it).
-        "arm-thumb-nocfi": ["context", "frame_pointer", *["scan"] * 6, "frame_pointer"],
+        (False, "arm-thumb-nocfi"): ["context", "frame_pointer", *["scan"] * 6, "frame_pointer"],
     }
-    assert trust == expected[case]
+    assert trust == expected[symbols, case]
+    if trust == prologues:
+        assert [f.sp for f in trace.frames] == [f.sp for f in gdb.frames]
 
 
 def test_arm_abort_by_its_prologue(cores: Cores) -> None:

@@ -651,9 +651,18 @@ impl UnwindInfo {
 
     /// Whether ELF address `address` may lie in the function at `start`:
     /// false where the file's symbols (see [`UnwindInfo::code_map`]) put it
-    /// in a function that starts after `start`.
+    /// in a function that starts after `start`, and, in a file without them,
+    /// where `start` is the entry point and `address` beyond the extent
+    /// [`UnwindInfo::entry_function`] gives `_start`.
     fn same_function(&self, start: u64, address: u64) -> bool {
-        self.code_map().function(address).is_none_or(|f| f.start <= start)
+        if let Some(function) = self.code_map().function(address) {
+            return function.start <= start;
+        }
+        // (A Thumb entry point has bit 0 set.)
+        if self.sections.entry.is_some_and(|entry| entry & !1 == start) {
+            return self.entry_function().is_none_or(|f| f.range.contains(&address));
+        }
+        true
     }
 
     /// The bytes of an expression a rule refers to.

@@ -35,7 +35,7 @@ impl Context<'_> {
         }
         if callee.interrupted {
             if let Some(found) = self.leaf(callee, regs.get(arch.fp()), regs, caller, mem) {
-                return Ok(found);
+                return Ok(self.leaf_prologue(callee, found, regs, caller, mem));
             }
         }
         let Record { reg, base, end, caller_fp, ra, checked } = self.record(callee, regs, mem)?;
