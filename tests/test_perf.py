@@ -484,8 +484,21 @@ def test_frame_zero_without_cfi(recordings: Recordings) -> None:
     it are proven with objdump instead (call_chain_problems), up to _start, the function at the
     ELF entry point, through the functions the program's source calls. A new thread starts at
     the instruction after clone3's syscall, on a stack with nothing of clone3's caller: ours stop
-    at frame 0 there, where perf script follows rbp into garbage (a frame in ``//anon``)."""
-    recording = recordings("leaf")
+    at frame 0 there, where perf script follows rbp into garbage (a frame in ``//anon``).
+
+    Samples in clone3 come by chance: where a recording has none (a loaded machine), the
+    workload is recorded again, up to three times in all."""
+    found: Counter[str] = Counter()
+    for attempt in range(3):
+        recording = recordings("leaf") if attempt == 0 else recordings.again("leaf", attempt)
+        found += frame_zero_without_cfi(recording)
+        if found["clone3"]:
+            break
+    assert found["asm_spin"] >= 1 and found["clone3"] >= 1, found
+
+
+def frame_zero_without_cfi(recording: Recording) -> Counter[str]:
+    """test_frame_zero_without_cfi's checks of one recording: what it found, by function."""
     exe = os.path.realpath(recording.argv[0])
     with open(exe, "rb") as f:
         entry = ELFFile(f).header["e_entry"]
@@ -521,7 +534,7 @@ def test_frame_zero_without_cfi(recordings: Recordings) -> None:
         found[function] += 1
         found["perf stopped at frame 0"] += len(perf_frames) == 1
     print(dict(found))
-    assert found["asm_spin"] >= 1 and found["clone3"] >= 1, found
+    return found
 
 
 def test_frames_without_cfi_by_frame_pointers(recordings: Recordings) -> None:
