@@ -319,6 +319,25 @@ def test_every_thread_matches_the_reference(case: str, cores: Cores) -> None:
     assert [thread.signal for thread in core.threads] == notes.cursig
 
 
+def test_arm_kuser_helper_is_a_leaf(cores: Cores) -> None:
+    """A thread stopped in one of the kernel's user helpers (the vector page's, at 0xffff0f60 to
+    0xffff0fff: `__kuser_get_tls` at 0xffff0fe0, which old ARM code calls for its TLS pointer)
+    is in no module, with no table: a leaf, whose return address is lr. The arm-deep core's
+    crashing thread, whose crash_here made no frame of its own (its CFA is its sp), moved
+    there, its lr kept: the walk takes lr for frame 1 and then has the core's frames (gdb's)."""
+    made = cores("arm-deep")
+    core = open_core(made)
+    thread = core.threads[0]
+    real = thread.unwind()
+    assert real.pcs == made.reference_pcs()[thread.tid]
+    assert real.frames[0].cfa == real.frames[0].sp  # crash_here is a leaf
+    regs = {**thread.regs, "pc": 0xFFFF0FE0}
+    assert not any(m.start <= regs["pc"] < m.end for m in core.modules)
+    trace = thread._unwinder.unwind(regs, thread._memory)
+    assert trace.pcs == [0xFFFF0FE0, *real.pcs[1:]], listing(trace.pcs, real.pcs)
+    assert trace.frames[1].trust == "frame_pointer" and trace.end == "end_of_stack"
+
+
 @pytest.mark.parametrize("case", sorted(EXIDX_SPECS))
 def test_arm_with_its_exception_tables_alone(case: str, cores: Cores, tmp_path: Path) -> None:
     """32-bit ARM, the program (built with unwind tables: ARM, Thumb, static, threads)
