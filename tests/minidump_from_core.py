@@ -45,7 +45,7 @@ class _Blob:
         return self.add(struct.pack("<I", len(encoded)) + encoded + b"\0\0")[1]
 
 
-def _stack(core: Core, sp: int, most: int) -> bytes:
+def stack_above(core: Core, sp: int, most: int) -> bytes:
     """The captured memory from sp up, page by page, at most ``most`` bytes."""
     data = b""
     while len(data) < most:
@@ -71,7 +71,7 @@ def write_arm_minidump(core: Core, out: Path, stack_bytes: int = 64 * 1024) -> P
         context = struct.pack("<I16II", CONTEXT_ARM_FULL, *iregs, regs.get("cpsr", 0x10))
         context += b"\0" * (CONTEXT_ARM_SIZE - len(context))
         contexts[thread.tid] = blob.add(context)
-        stack = _stack(core, regs["sp"], stack_bytes)
+        stack = stack_above(core, regs["sp"], stack_bytes)
         where = blob.add(stack)
         memory.append(struct.pack("<QII", regs["sp"], *where))
         threads.append(struct.pack("<IIIIQQII", thread.tid, 0, 0, 0, 0, regs["sp"], *where)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
+from minidump_from_core import ARM_REGISTERS, stack_above
 from stackwalk._core import ElfFile
 from stackwalk.core import Core
 
@@ -28,7 +29,6 @@ REGS_ABI_32 = 1
 PERF_RECORD_COMM, PERF_RECORD_SAMPLE, PERF_RECORD_MMAP2 = 3, 9, 10
 MISC_USER, MISC_MMAP_BUILD_ID = 2, 1 << 14
 HEADER_ARCH = 6
-ARM_REGISTERS = [f"r{i}" for i in range(13)] + ["sp", "lr", "pc"]
 STACK_BYTES = 32 * 1024
 
 
@@ -52,16 +52,6 @@ def _attr() -> bytes:
     return attr + b"\0" * (ATTR_SIZE - len(attr))
 
 
-def _stack(core: Core, sp: int) -> bytes:
-    data = b""
-    while len(data) < STACK_BYTES:
-        chunk = core.memory.read(sp + len(data), 4096 - (sp + len(data)) % 4096)
-        if not chunk:
-            break
-        data += chunk
-    return data[: min(len(data), STACK_BYTES) // 8 * 8]
-
-
 def write_arm_perf_data(core: Core, out: Path) -> Path:
     """Write one sample per thread of ``core`` (a 32-bit ARM one) as a perf.data at ``out``."""
     pid = core.pid
@@ -78,7 +68,8 @@ def write_arm_perf_data(core: Core, out: Path) -> Path:
     for time, thread in enumerate(core.threads, 10):
         regs = thread.regs
         values = [regs[name] & 0xFFFF_FFFF for name in ARM_REGISTERS]
-        stack = _stack(core, regs["sp"])
+        stack = stack_above(core, regs["sp"], STACK_BYTES)
+        stack = stack[: len(stack) // 8 * 8]  # records are 8-byte aligned
         body = struct.pack("<QIIQIIQ", regs["pc"], pid, thread.tid, time, 0, 0, 1)
         body += struct.pack(f"<Q{len(values)}Q", REGS_ABI_32, *values)
         body += struct.pack("<Q", len(stack)) + stack + struct.pack("<Q", len(stack))
