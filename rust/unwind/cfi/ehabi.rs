@@ -27,7 +27,8 @@
 use std::ops::Range;
 
 use super::rules::{CfaRule, RegRule, Row};
-use super::LookupError;
+use super::{LookupError, UnwindInfo};
+use crate::arch::Arch;
 
 const SP: u16 = 13;
 const LR: u16 = 14;
@@ -181,6 +182,60 @@ impl Tables<'_> {
             return Ok((row, range.start..range.start + 1));
         }
         Ok((execute(&opcodes)?, range))
+    }
+}
+
+/// The EHABI tables of a module's file, where DWARF CFI has no FDE.
+impl UnwindInfo {
+    /// 32-bit ARM's EHABI tables, where the module is ARM code and has an
+    /// index.
+    pub(super) fn ehabi(&self) -> Option<Tables<'_>> {
+        if self.arch != Arch::Arm {
+            return None;
+        }
+        let exidx = self.sections.arm_exidx?;
+        let extab = self.sections.arm_extab;
+        Some(Tables {
+            exidx: self.section_bytes(exidx),
+            exidx_address: exidx.address,
+            extab: extab.map_or(&[][..], |s| self.section_bytes(s)),
+            extab_address: extab.map_or(0, |s| s.address),
+        })
+    }
+
+    /// The rules at `address` from DWARF CFI (`with_row`), else, for ARM
+    /// code no FDE covers, from the EHABI tables.
+    pub(super) fn dwarf_or_ehabi<T>(
+        &self,
+        address: u64,
+        exact: bool,
+        dwarf: Result<(T, Range<u64>), LookupError>,
+        from_row: impl FnOnce(Row) -> T,
+    ) -> Result<(T, Range<u64>), LookupError> {
+        match (dwarf, self.ehabi()) {
+            (Err(LookupError::NoFde), Some(tables)) => {
+                let (row, range) =
+                    tables.row(address, exact, |start| self.same_function(start, address))?;
+                Ok((from_row(row), range))
+            }
+            (dwarf, _) => dwarf,
+        }
+    }
+
+    /// Whether ELF address `address` may lie in the function at `start`:
+    /// false where the file's symbols (see [`UnwindInfo::code_map`]) put it
+    /// in a function that starts after `start`, and, in a file without them,
+    /// where `start` is the entry point and `address` beyond the extent
+    /// [`UnwindInfo::entry_function`] gives `_start`.
+    fn same_function(&self, start: u64, address: u64) -> bool {
+        if let Some(function) = self.code_map().function(address) {
+            return function.start <= start;
+        }
+        // (A Thumb entry point has bit 0 set.)
+        if self.sections.entry.is_some_and(|entry| entry & !1 == start) {
+            return self.entry_function().is_none_or(|f| f.range.contains(&address));
+        }
+        true
     }
 }
 
