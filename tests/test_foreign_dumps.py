@@ -95,15 +95,19 @@ def test_public_dumps_ids_and_headers_are_minidump_stackwalks(dump: str) -> None
     doc = ours(path)
     # Not vacuous: every module of these dumps has an id, and most are not ELF build ids.
     assert doc["modules"] and all(m["debug_id"] for m in doc["modules"])
-    # A Windows or Apple dump's modules are not ELF files: not looked for here, which one
-    # warning says (not one per module); a Windows x64 or x86 dump's PE files are looked for by
-    # name in --lib-search-path, none given here: one warning names them.
+    # A Windows or Apple dump's modules are not ELF files: a Windows x64 or x86 dump's PE
+    # files, an Apple x86_64 or arm64 dump's Mach-O files and dSYMs, are looked for in
+    # --lib-search-path, none given here: one warning names them (not one per module); any
+    # other's are not looked for here, which one warning says.
     if doc["system_info"]["os"] != "Linux":
         stderr = stackwalk_minidump(path).stderr
         assert "module not found" not in stderr
-        windows = doc["system_info"]["os"] == "Windows NT"
-        pe = windows and doc["system_info"]["cpu_arch"] in ("amd64", "x86")
-        said, other = ("PE files of", "are not looked for on this machine")[:: 1 if pe else -1]
+        system, cpu = doc["system_info"]["os"], doc["system_info"]["cpu_arch"]
+        pe = system == "Windows NT" and cpu in ("amd64", "x86")
+        macho = system in ("Mac OS X", "iOS") and cpu in ("amd64", "arm64")
+        looked_for = "PE files of" if pe else "Mach-O files (or dSYMs) of" if macho else None
+        not_looked_for = "are not looked for on this machine"
+        said, other = (looked_for, not_looked_for) if looked_for else (not_looked_for, "files of")
         assert stderr.count(said) == 1 and other not in stderr, stderr
 
 

@@ -672,7 +672,9 @@ class Unwinder:
         base: int = 0,
         jit: bool = False,
         pe_file: str | PathLike[str] | None = None,
+        macho_file: str | PathLike[str] | None = None,
     ) -> None: ...
+    def set_apple(self, apple: bool) -> None: ...
     def set_perf_map(self, map: PerfMap | str | PathLike[str]) -> None: ...
     def set_process(
         self,

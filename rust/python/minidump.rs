@@ -391,9 +391,11 @@ impl PyMinidumpFile {
             .filter_map(|m| Some((m.base, basename(&m.name).to_owned(), m.code_id.clone()?)))
             .collect();
         let os = dump.system.os.as_str();
+        // (Apple's frame-record chains end with a saved frame pointer of 0.)
+        unwinder.borrow_mut().set_apple(matches!(os, "Mac OS X" | "iOS"));
         let facts = Facts {
             symbol_ids: &symbol_ids,
-            code_ids: if os == "Windows NT" { &code_ids } else { &[] },
+            code_ids: if matches!(os, "Windows NT" | "Mac OS X" | "iOS") { &code_ids } else { &[] },
             files: Some(&files),
             fname: dump.name.as_deref(),
             link_map: &link_map,

@@ -15,7 +15,7 @@ use super::errors::CoreError;
 use super::unwinder::PyUnwinder;
 use crate::space::debuginfod::{Config, Kind};
 use crate::space::finder::{hex, FileFinder};
-use crate::space::snapshot::{build, Facts, Host, Options, Rules};
+use crate::space::snapshot::{build, Facts, Host, ImageKind, Options, Rules};
 use crate::space::symserver::Stores;
 
 /// How the files are found, from `stackwalk.core`: the keys of this dict.
@@ -121,13 +121,15 @@ impl Host for UnwinderHost<'_, '_> {
     ) -> Result<(), String> {
         let Ok(name) = name.as_os_str().into_pyobject(self.py);
         let name = name.cast_into::<PyString>().map_err(|e| e.to_string())?;
-        let (sym_file, pe_file) =
-            (rules.sym.map(Path::to_path_buf), rules.pe.map(Path::to_path_buf));
+        let sym_file = rules.sym.map(Path::to_path_buf);
+        let image = |kind| rules.image.filter(|i| i.1 == kind).map(|i| i.0.to_path_buf());
+        let (pe_file, macho_file) = (image(ImageKind::Pe), image(ImageKind::MachO));
         let py = self.py;
         let Some(unwinder) = self.unwinder.as_deref_mut() else { return Ok(()) };
         let (spans, code) = (pairs(spans), pairs(code));
-        let added =
-            unwinder.add_missing_module(py, &name, spans, code, sym_file, rules.base, jit, pe_file);
+        let added = unwinder.add_missing_module(
+            py, &name, spans, code, sym_file, rules.base, jit, pe_file, macho_file,
+        );
         added.map_err(|e| self.refused(e))
     }
 

@@ -153,8 +153,10 @@ impl PyUnwinder {
     /// `jit`: a JIT's code, whose functions start where the perf map given
     /// to `set_perf_map` says. `pe_file`: its PE file, whose code is the
     /// module's and whose x64 unwind tables (offsets from `base`) unwind it,
-    /// whatever the symbol file says (an x86 file has none).
-    #[pyo3(signature = (name, ranges, code, sym_file = None, base = 0, jit = false, pe_file = None))]
+    /// whatever the symbol file says (an x86 file has none). `macho_file`:
+    /// its Mach-O file, whose code is the module's and whose compact unwind
+    /// info and `__eh_frame` (offsets from `base`, its Mach header) unwind it.
+    #[pyo3(signature = (name, ranges, code, sym_file = None, base = 0, jit = false, pe_file = None, macho_file = None))]
     #[allow(clippy::too_many_arguments)]
     pub(super) fn add_missing_module(
         &mut self,
@@ -166,6 +168,7 @@ impl PyUnwinder {
         base: u64,
         jit: bool,
         pe_file: Option<PathBuf>,
+        macho_file: Option<PathBuf>,
     ) -> PyResult<()> {
         let name = module_name(name);
         let code = code
@@ -194,8 +197,20 @@ impl PyUnwinder {
                     Some(crate::unwind::pe::PeUnwind::new(image).map_err(StackwalkError::new_err)?);
             }
         }
-        if let Some(pe) = tables {
-            info = info.with_foreign_cfi(Arc::new(pe), base);
+        let mut tables: Option<Arc<dyn crate::unwind::cfi::ForeignCfi>> =
+            tables.map(|t| Arc::new(t) as _);
+        if let Some(path) = macho_file {
+            let arch = Some(self.inner.arch());
+            let image = py
+                .detach(|| crate::space::macho::MachoImage::open(&path, arch))
+                .map_err(StackwalkError::new_err)?;
+            info = info.with_code_bytes(image.data.clone(), image.code_segments(base));
+            let compact = crate::unwind::compact::CompactUnwind::new(image)
+                .map_err(|e| StackwalkError::new_err(format!("{}: {e}", path.display())))?;
+            tables = Some(Arc::new(compact));
+        }
+        if let Some(rules) = tables {
+            info = info.with_foreign_cfi(rules, base);
         } else if let Some(path) = sym_file {
             let symbols = py
                 .detach(|| crate::symbolize::symbols_file(&path))
@@ -219,6 +234,12 @@ impl PyUnwinder {
     fn set_perf_map(&mut self, map: &Bound<'_, PyAny>) -> PyResult<()> {
         self.perf_map = Some(super::symbolize::perf_map_of(map)?);
         Ok(())
+    }
+
+    /// The threads walked ran on an Apple platform (macOS, iOS): frame
+    /// records end their chain with a saved frame pointer of 0.
+    pub(super) fn set_apple(&mut self, apple: bool) {
+        self.inner.set_apple(apple);
     }
 
     /// Where the main thread's stack began (the address of its argc, as

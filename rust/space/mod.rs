@@ -15,6 +15,7 @@ pub mod debuginfod;
 pub mod elf;
 pub mod finder;
 pub mod gopclntab;
+pub mod macho;
 pub mod pe;
 pub mod perfmap;
 pub mod plt;

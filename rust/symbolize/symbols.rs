@@ -67,7 +67,7 @@ impl SymbolTable {
         data: &[u8],
         debug: impl FnOnce() -> Option<SymbolTable>,
     ) -> Result<SymbolTable, ElfError> {
-        if let Some((functions, full)) = pe_functions(data) {
+        if let Some((functions, full)) = pe_functions(data).or_else(|| macho_functions(data)) {
             return Ok(SymbolTable::from_functions(functions, full));
         }
         if let Some(table) = SymbolTable::of_table(data, Table::Symtab)? {
@@ -366,6 +366,48 @@ fn pe_functions(data: &[u8]) -> Option<(Functions<'_>, bool)> {
         out.push((start, end, name, local));
     }
     Some((out, full))
+}
+
+/// A Mach-O file's functions (an Apple module's or its dSYM's), at its
+/// addresses: the defined symbols of its `__TEXT` sections (`nlist`
+/// entries, which have no sizes: each runs to the next one's address or
+/// its section's end), with the underscore Apple's C compilers put before
+/// every name taken off, as dump_syms and atos name them (`_main` is
+/// `main`, C++'s `__Z3fooi` `_Z3fooi`). Debugger stabs (`N_STAB`) are
+/// left out. None: not a Mach-O file.
+fn macho_functions(data: &[u8]) -> Option<(Functions<'_>, bool)> {
+    use object::{Object, ObjectSection, ObjectSymbol, SectionKind, SymbolSection};
+    let range = crate::space::macho::slice(data, None).ok()?;
+    let file = object::File::parse(&data[range]).ok()?;
+    if !matches!(file, object::File::MachO32(_) | object::File::MachO64(_)) {
+        return None;
+    }
+    let text: Vec<(object::SectionIndex, u64, u64)> = file
+        .sections()
+        .filter(|s| s.kind() == SectionKind::Text)
+        .map(|s| (s.index(), s.address(), s.address().saturating_add(s.size())))
+        .collect();
+    let mut named: Vec<(u64, &str, bool, u64)> = file
+        .symbols()
+        .filter(|s| s.is_definition())
+        .filter_map(|s| {
+            let SymbolSection::Section(index) = s.section() else { return None };
+            let &(_, _, end) = text.iter().find(|t| t.0 == index)?;
+            let name = s.name().ok()?;
+            let name = name.strip_prefix('_').unwrap_or(name);
+            (!name.is_empty()).then_some((s.address(), name, s.is_local(), end))
+        })
+        .collect();
+    named.sort_unstable_by_key(|&(address, ..)| address);
+    let mut out = Vec::with_capacity(named.len());
+    for (i, &(start, name, local, section_end)) in named.iter().enumerate() {
+        let next = named[i + 1..].iter().map(|n| n.0).find(|&a| a > start);
+        let end = next.unwrap_or(section_end).min(section_end);
+        if end > start {
+            out.push((start, end, name, local));
+        }
+    }
+    Some((out, true))
 }
 
 /// The smallest file whose symbol tables are cached ([`SymbolTable::of_table`]):

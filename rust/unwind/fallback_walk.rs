@@ -2,7 +2,7 @@
 //! the CFI-only walk of a sample whose frame 0 has no CFI, and the caller of
 //! Go's sigpanic on aarch64 (from either walk).
 
-use super::apply::{applied, stack_switch};
+use super::apply::{applied, read_word, stack_switch};
 use super::{
     stack_frame_bound, with_arch, Caller, End, EndDetail, EndReason, Frame, FrameState, Start,
     Step, Trust, Unwinder, WalkState, AARCH64,
@@ -270,7 +270,7 @@ impl Unwinder {
                 return Ok((caller, Trust::Context));
             }
         }
-        if let Some(end) = self.outermost(failure.as_ref(), lookup, callee, callee_regs) {
+        if let Some(end) = self.outermost(failure.as_ref(), lookup, callee, callee_regs, mem) {
             return Err(end);
         }
         let stack = self.walk_stack_region(walk.stack, frames, mem);
@@ -348,12 +348,13 @@ impl Unwinder {
     /// ([`fallback::outermost`]).
     #[cold]
     #[inline(never)]
-    pub(super) fn outermost(
+    pub(super) fn outermost<M: Memory + ?Sized>(
         &self,
         failure: Option<&(EndReason, EndDetail)>,
         lookup: u64,
         callee: &FrameState,
         regs: &Registers,
+        mem: &mut M,
     ) -> Option<(EndReason, EndDetail)> {
         let exact_fp = match callee.trust {
             Trust::Cfi | Trust::Prologue | Trust::FramePointer => regs.get(self.arch.fp()),
@@ -363,7 +364,10 @@ impl Unwinder {
             failure,
             Some((EndReason::NoUnwindInfo, EndDetail::Lookup(LookupError::NoFde)))
         );
-        let frame = fallback::Unwound { lookup, exact_fp, no_fde };
+        // (Read only where the ABI makes a zero saved fp the chain's end.)
+        let record_ends_chain = self.process.apple
+            && exact_fp.is_some_and(|fp| fp != 0 && read_word(mem, self.arch, fp) == Some(0));
+        let frame = fallback::Unwound { lookup, exact_fp, no_fde, record_ends_chain };
         let detail = fallback::outermost(self.arch, &self.modules, &self.process, &frame)?;
         Some((EndReason::EndOfStack, detail))
     }

@@ -198,6 +198,13 @@ pub enum EndDetail {
     /// The frame has no CFI and its frame pointer is 0: the ABI's mark of
     /// the outermost frame (x86_64, aarch64).
     ZeroFramePointer,
+    /// Apple's ABI: every frame keeps a frame record, and the chain ends
+    /// with a record whose saved frame pointer is 0 (dyld's `start` and
+    /// `thread_start` make it): the frame whose fp points at it is the
+    /// outermost (the record's address).
+    ChainEnd {
+        record: u64,
+    },
     /// The frame's pc is in one of the functions Go's runtime starts a
     /// stack in (`runtime.goexit` a goroutine's, `runtime.mstart` a
     /// thread's, `runtime.rt0_go` the program's): the outermost frame.
@@ -238,6 +245,9 @@ impl End {
         match (end.reason, end.detail) {
             (EndReason::EndOfStack, EndDetail::EntryPoint { entry }) => format!(
                 "frame {frame}: {place} is in the function at the entry point {entry:#x} (outermost frame)"
+            ),
+            (EndReason::EndOfStack, EndDetail::ChainEnd { record }) => format!(
+                "frame {frame}: its frame record at {record:#x} holds a saved frame pointer of 0 at {place}, Apple's mark of the outermost frame"
             ),
             (EndReason::EndOfStack, EndDetail::GoTopFrame) => format!(
                 "frame {frame}: {place} is in Go's runtime.goexit, mstart or rt0_go, where the runtime starts a stack (outermost frame)"

@@ -2,6 +2,7 @@
 //! compute the CFA, recover the caller's registers, repeat.
 
 pub mod cfi;
+pub mod compact;
 pub mod expr;
 pub mod fallback;
 pub mod file;
@@ -247,7 +248,17 @@ impl Unwinder {
     /// address found by a fallback step is never one of those; and a walk
     /// ends where its sp enters the live part of another thread's stack
     /// (from that thread's sp up), where no frame of its own can be.
-    pub fn set_process(&mut self, process: ProcessFacts) {
+    pub fn set_process(&mut self, mut process: ProcessFacts) {
+        process.apple = self.process.apple;
+        self.process = Arc::new(process);
+    }
+
+    /// The threads walked ran on an Apple platform, whose frame-record
+    /// chains end with a saved frame pointer of 0 (see
+    /// [`ProcessFacts::apple`]); kept over [`Unwinder::set_process`].
+    pub fn set_apple(&mut self, apple: bool) {
+        let mut process = (*self.process).clone();
+        process.apple = apple;
         self.process = Arc::new(process);
     }
 

@@ -16,6 +16,10 @@ pub struct ProcessFacts {
     merged: Vec<(u64, u64)>,
     /// The stacks whose live part is known.
     live: Vec<ThreadStack>,
+    /// The process ran on an Apple platform (macOS, iOS), whose ABI keeps
+    /// a frame record in every frame and ends the chain with a saved frame
+    /// pointer of 0 (see `crate::unwind::fallback::outermost`).
+    pub apple: bool,
 }
 
 impl ProcessFacts {
@@ -31,7 +35,7 @@ impl ProcessFacts {
             }
         }
         let live = stacks.iter().copied().filter(|t| t.live_end.is_some()).collect();
-        ProcessFacts { entry, stacks, merged, live }
+        ProcessFacts { entry, stacks, merged, live, apple: false }
     }
 
     /// Whether `addr` lies in one of the threads' stacks.

@@ -29,10 +29,10 @@ use crate::source::minidump::basename;
 use crate::space::debuginfod::{fetch_missing, Kind, Wanted};
 use crate::space::elf::ElfSummary;
 use crate::space::finder::{hex, FileFinder, Identity, Located};
-use crate::space::pe::PeHeaders;
 use crate::space::symserver::{elf_debug_id, Stores};
 use crate::space::{place, Mapping, Segment, PF_X};
 
+mod apple;
 mod linkmap;
 mod windows;
 
@@ -199,10 +199,36 @@ pub trait Host {
 pub struct Rules<'a> {
     /// Its Breakpad symbol file (`STACK CFI`, x86's `STACK WIN`).
     pub sym: Option<&'a Path>,
-    /// Its PE file: its code, and x64's `.pdata`, which wins over the
-    /// symbol file.
-    pub pe: Option<&'a Path>,
+    /// Its own file, a Windows or Apple one: its code, and its unwind
+    /// tables (x64's `.pdata`; Mach-O's compact unwind and `__eh_frame`),
+    /// which win over the symbol file.
+    pub image: Option<(&'a Path, ImageKind)>,
     pub base: u64,
+}
+
+/// The kind of a module's own file that is not an ELF file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ImageKind {
+    Pe,
+    MachO,
+}
+
+/// A Windows or Apple module's own files, found by the identity the dump
+/// records of it.
+#[derive(Clone, Debug)]
+pub(crate) struct ForeignFiles {
+    /// The file whose code and unwind tables are the module's (a PE file, a
+    /// Mach-O binary); None where only its debug file was found.
+    pub code_file: Option<PathBuf>,
+    pub kind: ImageKind,
+    /// Its executable ranges, as offsets from the module's start.
+    pub code: Vec<Range<u64>>,
+    /// The file's address of the module's start (a PE file's image base, a
+    /// Mach-O file's `__TEXT` segment).
+    pub image_base: u64,
+    /// The file it is named from: a dSYM's DWARF file where one was found,
+    /// else the code file.
+    pub symbols: PathBuf,
 }
 
 /// A file the process mapped, and where.
@@ -337,8 +363,9 @@ impl Builder<'_, '_, '_> {
             }
             m.doubtful = m.found
                 && (self.mismatched.contains_key(&m.path) || self.unverified.contains(&m.path));
-            // (A Windows module's PE file stands in for the path the dump names.)
-            let pe = self.looks_for_pe();
+            // (A Windows module's PE file, an Apple one's Mach-O file or dSYM, stands in for
+            // the path the dump names.)
+            let pe = self.looks_for_pe() || self.looks_for_macho();
             m.stand_in = m.file.as_ref().is_some_and(|f| {
                 pe || self.fetched.contains(f)
                     || self.options.finder.stand_ins.values().any(|s| s == f)
@@ -653,7 +680,7 @@ impl Builder<'_, '_, '_> {
                 self.warnings.push(format!("module not found: {}{reason}", path.display()));
             }
             // A Windows module's PE file is looked for (see `pe_file`).
-            Some(_) if self.foreign_said || self.looks_for_pe() => {}
+            Some(_) if self.foreign_said || self.looks_for_pe() || self.looks_for_macho() => {}
             Some(os) => {
                 self.foreign_said = true;
                 self.warnings.push(format!(
@@ -708,13 +735,14 @@ impl Builder<'_, '_, '_> {
         };
         module.sym_file = self.sym_file(&module);
         if module.file.is_none() {
-            let pe = self.pe_file(&module);
-            self.add_missing(&module, in_core, module.sym_file.as_deref(), pe.as_ref());
-            if let Some((file, headers)) = pe {
-                // Named from the PE file too (its DWARF, where it has some), whose addresses
-                // are from its preferred image base.
-                module.bias = module.start.wrapping_sub(headers.image_base);
-                (module.file, module.found) = (Some(file), true);
+            let own = self.pe_file(&module).or_else(|| self.macho_files(&module));
+            self.add_missing(&module, in_core, module.sym_file.as_deref(), own.as_ref());
+            if let Some(own) = own {
+                // Named from its file too (a PE file's DWARF, where it has some; a Mach-O
+                // file's symbols, and its dSYM's DWARF), whose addresses are from where the
+                // file would have its start.
+                module.bias = module.start.wrapping_sub(own.image_base);
+                (module.file, module.found) = (Some(own.symbols), true);
             }
         }
         module
@@ -759,7 +787,7 @@ impl Builder<'_, '_, '_> {
         module: &Module,
         in_core: Option<&ElfSummary>,
         sym: Option<&Path>,
-        pe: Option<&(PathBuf, PeHeaders)>,
+        own: Option<&ForeignFiles>,
     ) {
         let page = self.facts.page.max(1);
         let mut segments: Vec<Range<u64>> = in_core
@@ -771,10 +799,11 @@ impl Builder<'_, '_, '_> {
                 Some(start..start.checked_add(l.1)?)
             })
             .collect();
-        if let Some((_, headers)) = pe {
-            // A PE file's executable sections, at the module's start.
-            segments = headers
-                .code()
+        if let Some(own) = own.filter(|o| !o.code.is_empty()) {
+            // The file's executable sections, at the module's start.
+            segments = own
+                .code
+                .iter()
                 .filter_map(|r| {
                     let start = module.start.checked_add(r.start)?;
                     Some(start..module.start.checked_add(r.end)?)
@@ -800,12 +829,12 @@ impl Builder<'_, '_, '_> {
         // A damaged snapshot can place a module past the end of the address space.
         let spans: Vec<Range<u64>> = spans.into_iter().filter(|r| r.start < r.end).collect();
         if !code.is_empty() && !spans.is_empty() {
-            let pe_file = pe.map(|(file, _)| file.as_path());
-            let rules = Rules { sym, pe: pe_file, base: module.start };
+            let image = own.and_then(|o| Some((o.code_file.as_deref()?, o.kind)));
+            let rules = Rules { sym, image, base: module.start };
             // Refused: over a module that has a file, which is kept; a PE
-            // file that cannot be read after all, said.
+            // or Mach-O file that cannot be read after all, said.
             if let Err(e) = self.host.add_missing(&module.path, &spans, &code, rules, false) {
-                if pe.is_some() {
+                if image.is_some() {
                     self.warnings.push(format!("module {}: {e}", module.path.display()));
                 }
             }

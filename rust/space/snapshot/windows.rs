@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use super::{Builder, Module};
+use super::{Builder, ForeignFiles, ImageKind, Module};
 use crate::arch::Arch;
 use crate::space::pe::{PeHeaders, PeImage};
 
@@ -17,22 +17,30 @@ impl Builder<'_, '_, '_> {
     /// unwind tables (see `crate::unwind::pe`; an x86 file has none: its
     /// PDB's frame data, in its symbol file, unwinds it). Files of another
     /// build are a warning, used with `allow_mismatch`.
-    pub(super) fn pe_file(&mut self, module: &Module) -> Option<(PathBuf, PeHeaders)> {
+    pub(super) fn pe_file(&mut self, module: &Module) -> Option<ForeignFiles> {
         if !self.looks_for_pe() {
             return None;
         }
         let ids = self.facts.code_ids.iter();
         let (_, name, code_id) = ids.into_iter().find(|(base, ..)| *base == module.start)?;
-        let found = self.pe_file_named(module, name, code_id);
-        if found.is_none() {
+        let Some((file, headers)) = self.pe_file_named(module, name, code_id) else {
             self.no_pe.push(name.clone());
-        }
-        found
+            return None;
+        };
+        Some(ForeignFiles {
+            code_file: Some(file.clone()),
+            kind: ImageKind::Pe,
+            code: headers.code().collect(),
+            image_base: headers.image_base,
+            symbols: file,
+        })
     }
 
     /// Whether the source's modules are Windows x64 or x86 ones, whose PE files are looked for.
     pub(super) fn looks_for_pe(&self) -> bool {
-        matches!(self.facts.arch, Arch::X86_64 | Arch::I386) && !self.facts.code_ids.is_empty()
+        matches!(self.facts.arch, Arch::X86_64 | Arch::I386)
+            && !self.facts.code_ids.is_empty()
+            && self.facts.foreign == Some("Windows NT")
     }
 
     fn pe_file_named(
@@ -92,10 +100,14 @@ impl Builder<'_, '_, '_> {
             true => "no --lib-search-path given",
             false => "not found by name in --lib-search-path",
         };
+        let (files, records) = match self.looks_for_macho() {
+            true => ("Mach-O files (or dSYMs)", "STACK CFI"),
+            false => ("PE files", "STACK CFI or STACK WIN"),
+        };
         self.warnings.push(format!(
-            "the PE files of {count} modules of the {os} dump are missing ({searched}): they \
-             are unwound by STACK CFI or STACK WIN where --symbols-path has their symbol \
-             files, else by frame pointers and scanning: {}",
+            "the {files} of {count} modules of the {os} dump are missing ({searched}): they \
+             are unwound by {records} where --symbols-path has their symbol files, else by \
+             frame pointers and scanning: {}",
             self.no_pe.join(", ")
         ));
     }

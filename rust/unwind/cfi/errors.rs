@@ -43,6 +43,8 @@ pub enum LookupError {
     Pe(&'static str),
     /// ARM's EHABI tables are damaged here, or say not to unwind.
     Ehabi(&'static str),
+    /// A Mach-O file's compact unwind info is damaged here (this way).
+    Compact(&'static str),
 }
 
 impl fmt::Display for LookupError {
@@ -54,6 +56,7 @@ impl fmt::Display for LookupError {
             LookupError::Breakpad(why) => write!(f, "STACK CFI rule not supported: {why}"),
             LookupError::Pe(why) => write!(f, "bad x64 unwind info: {why}"),
             LookupError::Ehabi(why) => write!(f, "bad ARM unwind table entry: {why}"),
+            LookupError::Compact(why) => write!(f, "bad compact unwind info: {why}"),
         }
     }
 }

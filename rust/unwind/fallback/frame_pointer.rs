@@ -294,7 +294,11 @@ impl Context<'_> {
             }
         }
         self.set_caller(regs, caller, ra, sp, fp.map(|fp| (arch.fp(), fp)));
-        let sp_exact = arch.link_register().is_none();
+        // Where lr holds the return address, a leaf may have moved sp without saving it; not
+        // where the pc is in no module and no memory at all (a call through a bad pointer,
+        // whose target ran nothing).
+        let never_ran = pc_module.is_none() && mem.read_sized(callee.pc, 1).is_none();
+        let sp_exact = arch.link_register().is_none() || never_ran;
         Some(Found { pc: ra, sp, sp_exact, interrupted: false, trust: Trust::FramePointer })
     }
 

@@ -190,6 +190,8 @@ pub(crate) struct Unwound {
     pub exact_fp: Option<u64>,
     /// CFI was tried and no FDE covers the pc, in a known module.
     pub no_fde: bool,
+    /// The frame's exact fp points at a frame record whose saved fp is 0.
+    pub record_ends_chain: bool,
 }
 
 /// Whether a frame that CFI could not unwind is the outermost one of its
@@ -205,6 +207,11 @@ pub(crate) struct Unwound {
 ///   frame that CFI covers means nothing (rbp and x29 are ordinary
 ///   registers in code built without frame pointers), so that rule needs
 ///   the FDE to be missing.
+/// - on Apple's platforms, whose ABI keeps a frame record in every frame
+///   ([`ProcessFacts::apple`]), its frame pointer is 0 (`thread_start`'s:
+///   `_pthread_start` saved 0), or its frame record's saved fp is (dyld
+///   pushes a zero record before it calls the program's `start`), with or
+///   without CFI.
 pub(crate) fn outermost(
     arch: Arch,
     modules: &ModuleSet,
@@ -231,6 +238,14 @@ pub(crate) fn outermost(
     }
     if module.is_go() && module.code_map().go_top_frame(frame.lookup.wrapping_sub(module.bias)) {
         return Some(EndDetail::GoTopFrame);
+    }
+    if process.apple {
+        if zero_fp {
+            return Some(EndDetail::ZeroFramePointer);
+        }
+        if let (true, Some(record)) = (frame.record_ends_chain, frame.exact_fp) {
+            return Some(EndDetail::ChainEnd { record });
+        }
     }
     let zero_fp_ends = matches!(arch, Arch::X86_64 | Arch::Aarch64);
     (zero_fp_ends && frame.no_fde && zero_fp).then_some(EndDetail::ZeroFramePointer)

@@ -1,0 +1,123 @@
+//! A macOS or iOS dump's modules: their Mach-O files and dSYM bundles,
+//! looked for in the search directories and used only where their
+//! `LC_UUID` is the one the dump records (see `crate::space::macho`,
+//! `crate::unwind::compact`).
+
+use std::path::{Path, PathBuf};
+
+use super::{Builder, ForeignFiles, ImageKind, Module};
+use crate::arch::Arch;
+use crate::space::macho::{self, MachoHeaders};
+
+/// Where a dSYM bundle keeps its DWARF file, under the bundle.
+const DSYM_DWARF: &str = "Contents/Resources/DWARF";
+
+impl Builder<'_, '_, '_> {
+    /// Whether the source's modules are Apple ones (x86_64, arm64), whose
+    /// Mach-O files and dSYMs are looked for.
+    pub(super) fn looks_for_macho(&self) -> bool {
+        matches!(self.facts.arch, Arch::X86_64 | Arch::Aarch64)
+            && matches!(self.facts.foreign, Some("Mac OS X" | "iOS"))
+            && !self.facts.code_ids.is_empty()
+    }
+
+    /// An Apple module's files: the Mach-O file (its code, its compact
+    /// unwind info and `__eh_frame`) and the dSYM (its symbols, lines and
+    /// inline frames), each found by name in the search directories —
+    /// `DIR/NAME`, `DIR/NAME.dSYM`, and any other bundle `DIR/*.dSYM`
+    /// whose DWARF file has the module's UUID (an app's dSYM is named for
+    /// the app) — and used only where its UUID is the code id the dump
+    /// records. A file of another build is a warning, used with
+    /// `allow_mismatch`.
+    pub(super) fn macho_files(&mut self, module: &Module) -> Option<ForeignFiles> {
+        if !self.looks_for_macho() {
+            return None;
+        }
+        let ids = self.facts.code_ids.iter();
+        let (_, name, code_id) = ids.into_iter().find(|(base, ..)| *base == module.start)?;
+        // (path, named for the module: only such a file of another build is a mismatch)
+        let mut binaries: Vec<(PathBuf, bool)> = Vec::new();
+        let mut dwarf: Vec<(PathBuf, bool)> = Vec::new();
+        let own_bundle = format!("{name}.dSYM");
+        for dir in &self.options.finder.search {
+            binaries.push((dir.join(name), true));
+            dwarf.extend(dwarf_files(&dir.join(&own_bundle), name));
+            let entries = std::fs::read_dir(dir).into_iter().flatten().flatten();
+            let bundles = entries.map(|e| e.path()).filter(|p| {
+                p.extension() == Some("dSYM".as_ref()) && p.file_name() != Some(own_bundle.as_ref())
+            });
+            for bundle in bundles {
+                dwarf.extend(dwarf_files(&bundle, name).into_iter().map(|(p, _)| (p, false)));
+            }
+        }
+        if let Some(root) = &self.options.finder.sysroot {
+            let path = root.join(module.path.strip_prefix("/").unwrap_or(&module.path));
+            binaries.push((path, true));
+        }
+        let binary = self.best(module, binaries, code_id);
+        let dsym = self.best(module, dwarf, code_id);
+        let (file, headers) = match (&binary, &dsym) {
+            (Some(b), _) => b.clone(),
+            (None, Some(d)) => d.clone(),
+            (None, None) => {
+                self.no_pe.push(name.clone());
+                return None;
+            }
+        };
+        let code = headers.code().map(|r| {
+            r.start.wrapping_sub(headers.text_address)..r.end.wrapping_sub(headers.text_address)
+        });
+        Some(ForeignFiles {
+            code_file: binary.map(|(path, _)| path),
+            kind: ImageKind::MachO,
+            code: code.collect(),
+            image_base: headers.text_address,
+            symbols: dsym.map_or(file, |(path, _)| path),
+        })
+    }
+
+    /// The first of `candidates` that is a Mach-O file of the dump's
+    /// architecture whose UUID is `code_id`; else, where mismatches are
+    /// allowed, the first of another build, with a warning either way.
+    fn best(
+        &mut self,
+        module: &Module,
+        candidates: Vec<(PathBuf, bool)>,
+        code_id: &str,
+    ) -> Option<(PathBuf, MachoHeaders)> {
+        let arch = self.facts.arch;
+        let mut other = None;
+        for (candidate, named) in candidates.into_iter().filter(|(c, _)| c.is_file()) {
+            let Ok(data) = crate::source::files::map(&candidate) else { continue };
+            let Ok(headers) = macho::headers(&data, Some(arch)) else { continue };
+            if headers.code_id().is_some_and(|id| id.eq_ignore_ascii_case(code_id)) {
+                return Some((candidate, headers));
+            }
+            if named {
+                other.get_or_insert((candidate, headers));
+            }
+        }
+        let (file, headers) = other?;
+        let kind = self.facts.kind;
+        self.mismatched.insert(module.path.clone(), None);
+        let using = self.mismatch_use();
+        let theirs = headers.code_id().unwrap_or_else(|| "no UUID".to_owned());
+        self.warnings.push(format!(
+            "UUID mismatch for {}: {kind} has {code_id}, {} has {theirs}; {using}",
+            module.path.display(),
+            file.display(),
+        ));
+        self.options.allow_mismatch.then_some((file, headers))
+    }
+}
+
+/// The DWARF files of the dSYM bundle at `bundle`: the one named `name`
+/// first, then any other (a bundle holds one per binary it was made for).
+/// (Each with whether it is named for the module.)
+fn dwarf_files(bundle: &Path, name: &str) -> Vec<(PathBuf, bool)> {
+    let dir = bundle.join(DSYM_DWARF);
+    let mut files = vec![(dir.join(name), true)];
+    let others = std::fs::read_dir(&dir).into_iter().flatten().flatten().map(|e| e.path());
+    files.extend(others.filter(|p| p.file_name() != Some(name.as_ref())).map(|p| (p, false)));
+    files
+}

@@ -1,0 +1,457 @@
+//! Unwinding Mach-O code (macOS, iOS) from its own tables: Apple's compact
+//! unwind format (`__TEXT,__unwind_info`: one 32-bit encoding per function,
+//! found by two binary searches, parsed by Mozilla's `macho-unwind-info`
+//! crate, framehop's), falling back to `__TEXT,__eh_frame` where a
+//! function's encoding says DWARF or the table has none, all turned into
+//! the rows the DWARF path makes, which the walk applies and the rule cache
+//! keeps as it does theirs.
+//!
+//! The encodings are those of Apple's `compact_unwind_encoding.h` and LLVM
+//! libunwind's `CompactUnwinder.hpp`, which defines what they mean:
+//! - x86_64 RBP frame: the caller's rsp is rbp + 16, rbp saved at rbp, the
+//!   return address above it, up to five callee-saved registers in the slots
+//!   from rbp − 8 × offset up, as the encoding lists them;
+//! - x86_64 frameless, immediate or indirect: the frame is `size` bytes
+//!   with the return address at its top and the registers pushed below it
+//!   (the indirect kind reads `size` from the function's `sub rsp`
+//!   instruction, plus an adjustment for the pushes);
+//! - arm64 frame: the caller's sp is x29 + 16, x29 and lr saved at x29,
+//!   then the pairs x19/x20 … x27/x28 (and d8/d9 … d14/d15, not tracked)
+//!   below it, in that order;
+//! - arm64 frameless: the frame is `size` bytes and the return address is
+//!   still in lr (a leaf);
+//! - DWARF: the FDE in `__eh_frame` (looked up by address, as the
+//!   encoding's offset names the same one).
+//!
+//! An encoding describes a function's body: after its prologue, before its
+//! epilogue. A pc that is not a return address (frame 0's, an interrupted
+//! frame's) may be at a function's first instruction, where nothing is
+//! pushed yet, at its `ret`, or between the two halves of a frame record's
+//! set-up or tear-down: those instructions are read and the row made for
+//! them.
+
+use std::ops::Range;
+
+use macho_unwind_info::opcodes::{OpcodeArm64, OpcodeX86_64, RegisterNameX86_64};
+
+use crate::arch::Arch;
+use crate::space::macho::MachoImage;
+use crate::space::sections::ModuleSections;
+use crate::unwind::cfi::{CfaRule, ForeignCfi, LookupError, RegRule, Row, UnwindInfo};
+
+/// DWARF columns: x86_64's rbp, rsp and return address; arm64's x29, x30
+/// (lr, the return address) and sp.
+const RBP: u16 = 6;
+const RSP: u16 = 7;
+const RIP: u16 = 16;
+const X29: u16 = 29;
+const X30: u16 = 30;
+const SP: u16 = 31;
+
+/// A Mach-O file's unwind tables, as rules (see the module's
+/// documentation). Offsets are from the Mach header (the `__TEXT`
+/// segment's start), where the dump's module list places the module.
+pub struct CompactUnwind {
+    image: MachoImage,
+    /// `__eh_frame`'s FDEs, at the file's addresses.
+    dwarf: Option<UnwindInfo>,
+}
+
+fn bad(why: &'static str) -> LookupError {
+    LookupError::Compact(why)
+}
+
+impl CompactUnwind {
+    /// The tables of `image`; why they cannot be used.
+    pub fn new(image: MachoImage) -> Result<CompactUnwind, String> {
+        let eh_frame = image.headers.eh_frame;
+        let sections = ModuleSections { eh_frame, ..ModuleSections::default() };
+        let dwarf = match eh_frame {
+            Some(_) => Some(
+                UnwindInfo::new(image.headers.arch, image.data.clone(), sections)
+                    .map_err(|e| e.to_string())?,
+            ),
+            None => None,
+        };
+        Ok(CompactUnwind { image, dwarf })
+    }
+
+    fn table(&self) -> Option<macho_unwind_info::UnwindInfo<'_>> {
+        let section = self.image.headers.unwind_info?;
+        macho_unwind_info::UnwindInfo::parse(self.image.headers.section(&self.image.data, section))
+            .ok()
+    }
+
+    /// The function holding `offset` (from the Mach header) and its
+    /// encoding, where the table has one.
+    fn function(&self, offset: u64) -> Result<Option<macho_unwind_info::Function>, LookupError> {
+        let (Some(table), Ok(offset)) = (self.table(), u32::try_from(offset)) else {
+            return Ok(None);
+        };
+        let function = table.lookup(offset).map_err(|_| bad("a damaged __unwind_info"))?;
+        // (The last entry runs to the table's end sentinel; an entry that
+        // ends before it starts is damage.)
+        Ok(function.filter(|f| f.start_address <= offset && offset < f.end_address))
+    }
+
+    /// The code at file address `address`, at most `len` bytes.
+    fn code(&self, address: u64, len: usize) -> &[u8] {
+        let code = self.image.bytes_at(address).unwrap_or(&[]);
+        &code[..code.len().min(len)]
+    }
+
+    /// The rules `__eh_frame` gives at `offset`.
+    fn dwarf_row(&self, offset: u64, exact: bool) -> Result<(Row, Range<u64>), LookupError> {
+        let Some(dwarf) = &self.dwarf else { return Err(LookupError::NoFde) };
+        let text = self.image.headers.text_address;
+        let mut ctx = gimli::UnwindContext::new();
+        let (row, range) = dwarf.find_row(text.wrapping_add(offset), exact, &mut ctx)?;
+        Ok((row, range.start.wrapping_sub(text)..range.end.wrapping_sub(text)))
+    }
+
+    /// The row of a pc (`exact`) or return address less one at `offset`
+    /// in the function `function` with encoding `encoding`.
+    fn encoded_row(
+        &self,
+        arch: Arch,
+        offset: u64,
+        exact: bool,
+        function: Range<u64>,
+        encoding: u32,
+    ) -> Result<Row, LookupError> {
+        let text = self.image.headers.text_address;
+        let address = text.wrapping_add(offset);
+        match arch {
+            Arch::X86_64 => {
+                let opcode = OpcodeX86_64::parse(encoding);
+                if exact {
+                    if let Some(row) = x86_64_edge(
+                        &opcode,
+                        offset - function.start,
+                        self.code(text.wrapping_add(function.start), 1),
+                        self.code(address, 2),
+                    ) {
+                        return Ok(row);
+                    }
+                }
+                let start = text.wrapping_add(function.start);
+                x86_64_row(&opcode, |at| {
+                    let bytes = self.code(start.wrapping_add(u64::from(at)), 4);
+                    Some(u32::from_le_bytes(bytes.try_into().ok()?))
+                })
+            }
+            Arch::Aarch64 => {
+                let opcode = OpcodeArm64::parse(encoding);
+                if exact {
+                    let word = |a: u64| {
+                        let b = self.code(a, 4);
+                        b.try_into().ok().map(u32::from_le_bytes)
+                    };
+                    let first = word(text.wrapping_add(function.start));
+                    if let Some(row) =
+                        arm64_edge(&opcode, offset - function.start, first, word(address))
+                    {
+                        return Ok(row);
+                    }
+                }
+                arm64_row(&opcode)
+            }
+            _ => Err(bad("compact unwind info of an architecture it has none for")),
+        }
+    }
+}
+
+impl ForeignCfi for CompactUnwind {
+    fn row(&self, arch: Arch, offset: u64, exact: bool) -> Result<(Row, Range<u64>), LookupError> {
+        let Some(function) = self.function(offset)? else { return self.dwarf_row(offset, exact) };
+        let range = u64::from(function.start_address)..u64::from(function.end_address);
+        let dwarf = match arch {
+            Arch::X86_64 => {
+                matches!(OpcodeX86_64::parse(function.opcode), OpcodeX86_64::Dwarf { .. })
+            }
+            _ => matches!(OpcodeArm64::parse(function.opcode), OpcodeArm64::Dwarf { .. }),
+        };
+        // (No encoding: the table says nothing of the function; its FDE may.)
+        if dwarf || function.opcode & ENCODING_MODE_MASK == 0 {
+            return self.dwarf_row(offset, exact);
+        }
+        let row = self.encoded_row(arch, offset, exact, range.clone(), function.opcode)?;
+        Ok((row, range))
+    }
+
+    fn function_start(&self, offset: u64) -> bool {
+        matches!(self.function(offset), Ok(Some(f)) if u64::from(f.start_address) == offset)
+    }
+
+    fn functions(&self) -> Vec<Range<u64>> {
+        let Some(table) = self.table() else { return Vec::new() };
+        let mut functions = table.functions();
+        let mut out = Vec::new();
+        while let Ok(Some(f)) = functions.next() {
+            if f.start_address < f.end_address {
+                out.push(u64::from(f.start_address)..u64::from(f.end_address));
+            }
+        }
+        out
+    }
+}
+
+/// The bits of an encoding that say its kind (`UNWIND_*_MODE_MASK`): 0 is
+/// no information.
+const ENCODING_MODE_MASK: u32 = 0x0F00_0000;
+
+/// x86_64's DWARF column of a register compact unwind names.
+fn x86_64_column(reg: RegisterNameX86_64) -> u16 {
+    match reg {
+        RegisterNameX86_64::Rbx => 3,
+        RegisterNameX86_64::R12 => 12,
+        RegisterNameX86_64::R13 => 13,
+        RegisterNameX86_64::R14 => 14,
+        RegisterNameX86_64::R15 => 15,
+        RegisterNameX86_64::Rbp => RBP,
+    }
+}
+
+/// The row of an x86_64 function's body; `code_u32(at)`: the 32-bit word
+/// `at` bytes into the function (a frameless-indirect frame's size).
+fn x86_64_row(
+    opcode: &OpcodeX86_64,
+    code_u32: impl Fn(u8) -> Option<u32>,
+) -> Result<Row, LookupError> {
+    match *opcode {
+        OpcodeX86_64::FrameBased { stack_offset_in_bytes, saved_regs } => {
+            // CFA = rbp + 16: rbp saved at CFA − 16, the registers from
+            // rbp − offset up, the last listed lowest.
+            let mut row = Row::new(CfaRule::RegOffset { reg: RBP, offset: 16 }, RIP, false);
+            row.push(RIP, RegRule::Offset(-8));
+            row.push(RBP, RegRule::Offset(-16));
+            let lowest = -16 - i64::from(stack_offset_in_bytes);
+            for (i, reg) in saved_regs.iter().rev().enumerate() {
+                if let Some(reg) = reg {
+                    row.push(x86_64_column(*reg), RegRule::Offset(lowest + 8 * i as i64));
+                }
+            }
+            Ok(row)
+        }
+        OpcodeX86_64::FramelessImmediate { stack_size_in_bytes, saved_regs } => {
+            Ok(frameless_row(i64::from(stack_size_in_bytes), &saved_regs))
+        }
+        OpcodeX86_64::FramelessIndirect {
+            immediate_offset_from_function_start,
+            stack_adjust_in_bytes,
+            saved_regs,
+        } => {
+            let sub = code_u32(immediate_offset_from_function_start)
+                .ok_or(bad("a frameless-indirect size outside the function's code"))?;
+            let size = i64::from(sub) + i64::from(stack_adjust_in_bytes);
+            Ok(frameless_row(size, &saved_regs))
+        }
+        OpcodeX86_64::InvalidFrameless => Err(bad("a frameless encoding's registers undecodable")),
+        OpcodeX86_64::Null | OpcodeX86_64::Dwarf { .. } => Err(LookupError::NoFde),
+        OpcodeX86_64::UnrecognizedKind(_) => Err(bad("an encoding of an unknown kind")),
+    }
+}
+
+/// An x86_64 frameless frame of `size` bytes (the return address included),
+/// the registers pushed right below the return address, the first listed
+/// lowest.
+fn frameless_row(size: i64, saved: &[Option<RegisterNameX86_64>; 6]) -> Row {
+    let mut row = Row::new(CfaRule::RegOffset { reg: RSP, offset: size }, RIP, false);
+    row.push(RIP, RegRule::Offset(-8));
+    let saved: Vec<RegisterNameX86_64> = saved.iter().flatten().copied().collect();
+    let lowest = -8 - 8 * saved.len() as i64;
+    for (i, reg) in saved.into_iter().enumerate() {
+        row.push(x86_64_column(reg), RegRule::Offset(lowest + 8 * i as i64));
+    }
+    row
+}
+
+/// The row of an x86_64 pc where the body's rule does not hold yet or any
+/// more, None elsewhere: the function's first instruction and a `ret`
+/// (the return address at rsp), and for an RBP frame the instruction after
+/// `push rbp` and a `pop rbp` (rbp saved at rsp). `first`: the function's
+/// first byte; `code`: the bytes at the pc.
+fn x86_64_edge(opcode: &OpcodeX86_64, into: u64, first: &[u8], code: &[u8]) -> Option<Row> {
+    const PUSH_RBP: u8 = 0x55;
+    const POP_RBP: u8 = 0x5D;
+    const RET: u8 = 0xC3;
+    let pushed = |words: i64| {
+        let mut row = Row::new(CfaRule::RegOffset { reg: RSP, offset: 8 * words }, RIP, false);
+        row.push(RIP, RegRule::Offset(-8));
+        if words == 2 {
+            row.push(RBP, RegRule::Offset(-16));
+        }
+        row
+    };
+    if into == 0 || code.first() == Some(&RET) {
+        return Some(pushed(1));
+    }
+    let framed = matches!(opcode, OpcodeX86_64::FrameBased { .. });
+    let after_push = into == 1 && first == [PUSH_RBP];
+    let at_pop = code.starts_with(&[POP_RBP, RET]);
+    (framed && (after_push || at_pop)).then(|| pushed(2))
+}
+
+/// The row of an arm64 function's body.
+fn arm64_row(opcode: &OpcodeArm64) -> Result<Row, LookupError> {
+    match *opcode {
+        OpcodeArm64::FrameBased {
+            x19_and_x20_saved,
+            x21_and_x22_saved,
+            x23_and_x24_saved,
+            x25_and_x26_saved,
+            x27_and_x28_saved,
+            ..
+        } => {
+            let mut row = Row::new(CfaRule::RegOffset { reg: X29, offset: 16 }, X30, false);
+            row.push(X29, RegRule::Offset(-16));
+            row.push(X30, RegRule::Offset(-8));
+            let pairs = [
+                (x19_and_x20_saved, 19),
+                (x21_and_x22_saved, 21),
+                (x23_and_x24_saved, 23),
+                (x25_and_x26_saved, 25),
+                (x27_and_x28_saved, 27),
+            ];
+            let mut at = -16;
+            for (saved, first) in pairs {
+                if saved {
+                    row.push(first, RegRule::Offset(at - 8));
+                    row.push(first + 1, RegRule::Offset(at - 16));
+                    at -= 16;
+                }
+            }
+            // (d8-d15 are saved below them: no tracked register.)
+            Ok(row)
+        }
+        OpcodeArm64::Frameless { stack_size_in_bytes } => Ok(leaf(i64::from(stack_size_in_bytes))),
+        OpcodeArm64::Null | OpcodeArm64::Dwarf { .. } => Err(LookupError::NoFde),
+        OpcodeArm64::UnrecognizedKind(_) => Err(bad("an encoding of an unknown kind")),
+    }
+}
+
+/// An arm64 frame of `size` bytes whose return address is still in lr.
+fn leaf(size: i64) -> Row {
+    let mut row = Row::new(CfaRule::RegOffset { reg: SP, offset: size }, X30, false);
+    row.push(X30, RegRule::SameValue);
+    row
+}
+
+/// The row of an arm64 pc where the body's rule does not hold yet or any
+/// more, None elsewhere: the function's first instruction and a `ret` (the
+/// return address in lr), and in a frame-based function the instruction
+/// after a first `stp x29, x30, [sp, #-16]!` (the record pushed, x29 not
+/// yet set). `first`, `here`: the function's first instruction and the
+/// pc's.
+fn arm64_edge(
+    opcode: &OpcodeArm64,
+    into: u64,
+    first: Option<u32>,
+    here: Option<u32>,
+) -> Option<Row> {
+    const RET: u32 = 0xD65F_03C0;
+    const STP_FP_LR_PRE16: u32 = 0xA9BF_7BFD;
+    if into == 0 || here == Some(RET) {
+        return Some(leaf(0));
+    }
+    let framed = matches!(opcode, OpcodeArm64::FrameBased { .. });
+    (framed && into == 4 && first == Some(STP_FP_LR_PRE16)).then(|| {
+        let mut row = Row::new(CfaRule::RegOffset { reg: SP, offset: 16 }, X30, false);
+        row.push(X29, RegRule::Offset(-16));
+        row.push(X30, RegRule::Offset(-8));
+        row
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn offsets(row: &Row) -> Vec<(u16, RegRule)> {
+        let mut rules = row.rules().to_vec();
+        rules.sort_by_key(|r| r.0);
+        rules
+    }
+
+    #[test]
+    fn an_rbp_frame_saves_its_registers_from_the_offset_up() {
+        // Offset 2 words, rbx (1) in the lowest 3 bits, r12 (2) in the next: rbx at rbp - 16,
+        // r12 at rbp - 8, as libunwind's stepWithCompactEncodingRBPFrame reads them.
+        let encoding = 0x0100_0000 | (2 << 16) | (2 << 3) | 1;
+        let row = x86_64_row(&OpcodeX86_64::parse(encoding), |_| None).unwrap();
+        assert_eq!(row.cfa, CfaRule::RegOffset { reg: RBP, offset: 16 });
+        assert_eq!(
+            offsets(&row),
+            vec![
+                (3, RegRule::Offset(-32)),
+                (RBP, RegRule::Offset(-16)),
+                (12, RegRule::Offset(-24)),
+                (RIP, RegRule::Offset(-8)),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_frameless_frame_has_its_pushes_under_the_return_address() {
+        // 48 bytes, two registers pushed (permutation of count 2: rbx then r12 => first listed
+        // lowest: the last pushed).
+        let count = 2;
+        // Registers rbx (1) and r12 (2): compressed indexes 0 then 0 => permutation 0.
+        let encoding = 0x0200_0000 | (6 << 16) | (count << 10);
+        let row = x86_64_row(&OpcodeX86_64::parse(encoding), |_| None).unwrap();
+        assert_eq!(row.cfa, CfaRule::RegOffset { reg: RSP, offset: 48 });
+        assert_eq!(
+            offsets(&row),
+            vec![(3, RegRule::Offset(-24)), (12, RegRule::Offset(-16)), (RIP, RegRule::Offset(-8))]
+        );
+    }
+
+    #[test]
+    fn an_indirect_frame_reads_its_size_from_the_sub_instruction() {
+        // Size at byte 7 of the function, plus 3 words of pushes and return address.
+        let encoding = 0x0300_0000 | (7 << 16) | (3 << 13);
+        let row = x86_64_row(&OpcodeX86_64::parse(encoding), |at| (at == 7).then_some(0x1000));
+        assert_eq!(row.unwrap().cfa, CfaRule::RegOffset { reg: RSP, offset: 0x1000 + 24 });
+        let missing = x86_64_row(&OpcodeX86_64::parse(encoding), |_| None);
+        assert!(matches!(missing, Err(LookupError::Compact(_))));
+    }
+
+    #[test]
+    fn an_arm64_frame_keeps_its_pairs_below_the_record() {
+        let encoding = 0x0400_0000 | 0b101; // x19/x20 and x23/x24
+        let row = arm64_row(&OpcodeArm64::parse(encoding)).unwrap();
+        assert_eq!(row.cfa, CfaRule::RegOffset { reg: X29, offset: 16 });
+        assert_eq!(
+            offsets(&row),
+            vec![
+                (19, RegRule::Offset(-24)),
+                (20, RegRule::Offset(-32)),
+                (23, RegRule::Offset(-40)),
+                (24, RegRule::Offset(-48)),
+                (X29, RegRule::Offset(-16)),
+                (X30, RegRule::Offset(-8)),
+            ]
+        );
+        let leaf = arm64_row(&OpcodeArm64::parse(0x0200_0000 | (3 << 12))).unwrap();
+        assert_eq!(leaf.cfa, CfaRule::RegOffset { reg: SP, offset: 48 });
+    }
+
+    #[test]
+    fn a_pc_at_an_edge_of_a_frame_is_unwound_by_what_has_run() {
+        let rbp = OpcodeX86_64::parse(0x0100_0000);
+        let at_start = x86_64_edge(&rbp, 0, &[0x55], &[0x55]).unwrap();
+        assert_eq!(at_start.cfa, CfaRule::RegOffset { reg: RSP, offset: 8 });
+        let pushed = x86_64_edge(&rbp, 1, &[0x55], &[0x48, 0x89]).unwrap();
+        assert_eq!(pushed.cfa, CfaRule::RegOffset { reg: RSP, offset: 16 });
+        let popping = x86_64_edge(&rbp, 9, &[0x55], &[0x5D, 0xC3]).unwrap();
+        assert_eq!(popping.cfa, CfaRule::RegOffset { reg: RSP, offset: 16 });
+        assert!(x86_64_edge(&rbp, 4, &[0x55], &[0x8b, 0x07]).is_none());
+        let frame = OpcodeArm64::parse(0x0400_0000);
+        let stp = Some(0xA9BF_7BFD);
+        assert_eq!(arm64_edge(&frame, 4, stp, Some(0x9100_03FD)).unwrap().cfa, {
+            CfaRule::RegOffset { reg: SP, offset: 16 }
+        });
+        assert!(arm64_edge(&frame, 8, stp, Some(0xB940_0000)).is_none());
+        assert_eq!(arm64_edge(&frame, 8, stp, Some(0xD65F_03C0)), Some(leaf(0)));
+    }
+}
