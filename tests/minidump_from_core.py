@@ -14,35 +14,23 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
+from minidump_writer import (
+    EXCEPTION,
+    MEMORY_LIST,
+    MODULE_LIST,
+    SYSTEM_INFO,
+    THREAD_LIST,
+    Blob,
+    module_entry,
+)
 from stackwalk.core import Core
 
-HEADER = struct.Struct("<IIIIIIQ")
-DIRECTORY = struct.Struct("<III")
-THREAD_LIST, MODULE_LIST, MEMORY_LIST, EXCEPTION, SYSTEM_INFO = 3, 4, 5, 6, 7
-SIGNATURE, VERSION = 0x504D444D, 0xA793
 PROCESSOR_ARCHITECTURE_ARM = 5
 PLATFORM_LINUX = 0x8201
 CONTEXT_ARM_FULL = 0x4000_0006  # CONTEXT_ARM | INTEGER | FLOATING_POINT
 CONTEXT_ARM_SIZE = 4 + 16 * 4 + 4 + 8 + 32 * 8 + 8 * 4
 CV_ELF = 0x4270454C  # "BpEL"
 ARM_REGISTERS = [f"r{i}" for i in range(13)] + ["sp", "lr", "pc"]
-
-
-class _Blob:
-    """The file being laid out: data appended at 4-byte alignment, each at its RVA."""
-
-    def __init__(self) -> None:
-        self.data = bytearray(HEADER.size)
-
-    def add(self, data: bytes) -> tuple[int, int]:
-        self.data += b"\0" * (-len(self.data) % 4)
-        rva = len(self.data)
-        self.data += data
-        return len(data), rva
-
-    def string(self, text: str) -> int:
-        encoded = text.encode("utf-16-le")
-        return self.add(struct.pack("<I", len(encoded)) + encoded + b"\0\0")[1]
 
 
 def stack_above(core: Core, sp: int, most: int) -> bytes:
@@ -58,7 +46,7 @@ def stack_above(core: Core, sp: int, most: int) -> bytes:
 
 def write_arm_minidump(core: Core, out: Path, stack_bytes: int = 64 * 1024) -> Path:
     """Write ``core`` (a 32-bit ARM one) as a minidump at ``out``."""
-    blob = _Blob()
+    blob = Blob()
     streams: list[tuple[int, tuple[int, int]]] = []
     csd = blob.string("")
     system = struct.pack("<HHHBBIIIIIHH", PROCESSOR_ARCHITECTURE_ARM, 7, 0, 1, 1, 0, 0, 0,
@@ -83,16 +71,11 @@ def write_arm_minidump(core: Core, out: Path, stack_bytes: int = 64 * 1024) -> P
         name = blob.string(module.path)
         build_id = module.build_id or module.file_build_id
         cv = blob.add(struct.pack("<I", CV_ELF) + bytes.fromhex(build_id)) if build_id else (0, 0)
-        modules.append(struct.pack("<QIIII", module.start, module.end - module.start, 0, 0, name)
-                       + b"\0" * 52 + struct.pack("<II", *cv) + b"\0" * 8 + b"\0" * 16)  # fmt: skip
+        modules.append(module_entry(module.start, module.end - module.start, name, cv))
     streams.append((MODULE_LIST, blob.add(struct.pack("<I", len(modules)) + b"".join(modules))))
     crashed = core.crashing_tid
     signal = next(t.signal for t in core.threads if t.tid == crashed)
     pc = next(t.regs["pc"] for t in core.threads if t.tid == crashed)
     exception = struct.pack("<IIIIQQII", crashed, 0, signal, 0, 0, pc, 0, 0) + b"\0" * 120
     streams.append((EXCEPTION, blob.add(exception + struct.pack("<II", *contexts[crashed]))))
-    directory = b"".join(DIRECTORY.pack(kind, *where) for kind, where in streams)
-    _, directory_rva = blob.add(directory)
-    blob.data[: HEADER.size] = HEADER.pack(SIGNATURE, VERSION, len(streams), directory_rva, 0, 0, 0)
-    out.write_bytes(bytes(blob.data))
-    return out
+    return blob.write(streams, out)
