@@ -23,6 +23,9 @@
   with their ``.pdata`` and ``UNWIND_INFO`` (prologs, epilogs, frame pointers, chained entries);
 - pdb: the PDBs clang and lld write for crash_win.c, for 32- and 64-bit Windows, at -O0 and
   -O2 (functions, lines, inline sites, x86 frame data);
+- macho: tests/programs/apple_crash.c built for x86_64 and arm64 macOS (clang, ld64.lld: compact
+  unwind info in every mode, ``__eh_frame``), their dSYMs' DWARF files, and a universal file of
+  both (``llvm-lipo``);
 - perfmap: perf maps as JITs write them (V8's names, CPython's ``-X perf`` trampolines, code
   moved and its range reused, hex with and without ``0x``).
 
@@ -274,6 +277,21 @@ def seed_pdb(work: Path, out: Path) -> None:
             subprocess.run(cmd, check=True, cwd=work, capture_output=True)
 
 
+def seed_macho(work: Path, out: Path) -> None:
+    sys.path.insert(0, str(ROOT / "tests"))
+    import apple  # (tests/apple.py: the macOS programs' build)
+
+    slices = []
+    for arch in apple.ARCHES:
+        program = apple.build(arch=arch, out_dir=work / arch)
+        shutil.copy(program.executable, out / f"apple_crash-{arch}")
+        shutil.copy(program.dwarf_file, out / f"apple_crash-{arch}.dwarf")
+        slices.append(str(program.executable))
+    lipo = shutil.which("llvm-lipo") or "llvm-lipo-14"
+    universal = out / "apple_crash-universal"
+    subprocess.run([lipo, "-create", *slices, "-output", str(universal)], check=True)
+
+
 def seed_perfmap(work: Path, out: Path) -> None:
     (out / "v8").write_text(
         "7f3a40004000 3c Builtin:ArgumentsAdaptorTrampoline\n"
@@ -297,7 +315,7 @@ def main() -> int:
                  ("core", seed_core), ("decompress", seed_decompress),
                  ("minidump", seed_minidump), ("lines", seed_lines),
                  ("breakpad", seed_breakpad), ("perfmap", seed_perfmap),
-                 ("pe", seed_pe), ("pdb", seed_pdb))  # fmt: skip
+                 ("pe", seed_pe), ("pdb", seed_pdb), ("macho", seed_macho))  # fmt: skip
         for name, seed in seeds:
             out = corpus / name
             out.mkdir(parents=True, exist_ok=True)

@@ -492,25 +492,13 @@ class _Shadow:
                 self.stack.pop()
 
 
-def emulate(
-    program: Program,
-    mode: int,
-    entry: str = "_main",
-    *,
-    slide: int = DEFAULT_SLIDE,
-    bad_address: int = 0,
-    argument: int = 0,
-    outermost: Outermost | None = None,
-) -> Emulation:
-    """Run ``entry`` of ``program`` in unicorn, with ``mode`` and ``bad_address`` written to the
-    program's globals, until it faults. The executable is mapped ``slide`` bytes above its link
-    address (segments ``__TEXT``, ``__DATA_CONST``, ``__DATA``; ``__LINKEDIT`` is not needed);
-    the entry is called with ``argument`` as its first argument, the return address
-    ``outermost.return_address`` (libdyld's ``start`` by default) and a frame pointer at that
-    function's own frame record, which holds a saved frame pointer of 0: the end of the chain,
-    as dyld and thread_start leave it."""
+def _machine(
+    program: Program, mode: int, slide: int, bad_address: int, argument: int, outer: Outermost
+) -> tuple[Uc, _Shadow, int]:
+    """The emulator with the program loaded, its globals written, the stack made and the entry's
+    caller set up (see ``emulate``), and the shadow stack hooked: (machine, shadow stack, the
+    stack's top)."""
     arch = program.arch
-    outer = outermost or LIBDYLD[arch]
     uc = Uc(UC_ARCH_X86, UC_MODE_64) if arch == "x86_64" else Uc(UC_ARCH_ARM64, UC_MODE_ARM)
     for segment in program.segments:
         if segment.name in ("__PAGEZERO", "__LINKEDIT") or not segment.vmsize:
@@ -554,6 +542,30 @@ def emulate(
     text, text_size = program.sections["__TEXT,__text"]
     shadow = _Shadow(arch, {start + slide: name for start, _, name in program.functions})
     uc.hook_add(UC_HOOK_CODE, shadow.hook, begin=text + slide, end=text + slide + text_size - 1)
+    return uc, shadow, stack_top
+
+
+def emulate(
+    program: Program,
+    mode: int,
+    entry: str = "_main",
+    *,
+    slide: int = DEFAULT_SLIDE,
+    bad_address: int = 0,
+    argument: int = 0,
+    outermost: Outermost | None = None,
+) -> Emulation:
+    """Run ``entry`` of ``program`` in unicorn, with ``mode`` and ``bad_address`` written to the
+    program's globals, until it faults. The executable is mapped ``slide`` bytes above its link
+    address (segments ``__TEXT``, ``__DATA_CONST``, ``__DATA``; ``__LINKEDIT`` is not needed);
+    the entry is called with ``argument`` as its first argument, the return address
+    ``outermost.return_address`` (libdyld's ``start`` by default) and a frame pointer at that
+    function's own frame record, which holds a saved frame pointer of 0: the end of the chain,
+    as dyld and thread_start leave it."""
+    arch = program.arch
+    outer = outermost or LIBDYLD[arch]
+    uc, shadow, stack_top = _machine(program, mode, slide, bad_address, argument, outer)
+    symbols = program.symbols
     faults: list[tuple[str, int]] = []
     accesses = {
         UC_MEM_READ_UNMAPPED: "read",
@@ -603,6 +615,52 @@ def emulate(
         list(reversed(shadow.stack)),
         _float_registers(uc, arch),
     )
+
+
+@dataclass(frozen=True)
+class Sample:
+    """The machine before one instruction ran, as a profiler's sample (or a crash there) sees
+    it: every register, the stack from below sp (its red zone) to its top, and the truth, the
+    frames of the shadow stack at that moment (frame 0 at the instruction)."""
+
+    registers: Mapping[str, int]
+    stack: tuple[int, bytes]
+    frames: tuple[tuple[int, int], ...]  # (pc, sp), innermost first
+
+
+def samples(program: Program, mode: int, *, slide: int = DEFAULT_SLIDE) -> list[Sample]:
+    """A run of ``main`` of ``program`` in ``mode`` that does not crash (``bad_address`` is the
+    address of a global: every load reads), from its first instruction to its return into
+    libdyld's ``start``, sampled before the first run of each instruction of ``__text``: every
+    place a function's prologue, body and epilogue leave the stack in, once."""
+    arch = program.arch
+    outer = LIBDYLD[arch]
+    readable = program.symbols["_mode"] + slide
+    uc, shadow, stack_top = _machine(program, mode, slide, readable, 0, outer)
+    pc_key, sp_key = ("rip", "rsp") if arch == "x86_64" else ("pc", "sp")
+    seen: set[int] = set()
+    taken: list[Sample] = []
+
+    def sample(uc: Uc, address: int, size: int, data: object) -> None:
+        if address in seen:
+            return
+        seen.add(address)
+        registers = {name: uc.reg_read(_uc_register(arch, name)) for name in REGISTERS[arch]}
+        registers[pc_key] = address
+        sp = registers[sp_key]
+        low = sp - RED_ZONE
+        stack = (low, bytes(uc.mem_read(low, stack_top - low)))
+        frames = [(address, sp)]
+        frames += [(e.return_address, e.cfa) for e in reversed(shadow.stack)]
+        taken.append(Sample(registers, stack, tuple(frames)))
+
+    text, text_size = program.sections["__TEXT,__text"]
+    # (After the shadow stack's own hook, which has seen the instruction first.)
+    uc.hook_add(UC_HOOK_CODE, sample, begin=text + slide, end=text + slide + text_size - 1)
+    uc.emu_start(program.symbols["_main"] + slide, outer.return_address, count=MAX_INSTRUCTIONS)
+    if uc.reg_read(_uc_register(arch, pc_key)) != outer.return_address:
+        raise RuntimeError(f"{program.name} (mode {mode}) did not return to {outer.symbol}")
+    return taken
 
 
 def _float_registers(uc: Uc, arch: str) -> list[int]:

@@ -24,7 +24,8 @@ from typing import Any
 import apple
 import pytest
 from corefiles import stackwalk_minidump
-from stackwalk import Minidump
+from stackwalk import Minidump, Unwinder
+from stackwalk.unwinder import CRASH_STRATEGIES
 
 DATA = Path(__file__).parent / "data"
 CASES = [(arch, mode) for arch in apple.ARCHES for mode in apple.MODES]
@@ -106,6 +107,56 @@ def test_frames_are_the_emulated_stack(
         for ours, theirs in SAVED[arch].items():
             if theirs in expected.registers:
                 assert registers.get(ours) == expected.registers[theirs], (i, ours, frame)
+
+
+def unwinder_of(program: apple.Program) -> Unwinder:
+    """An unwinder of the program as the emulator loads it (the executable by its Mach-O
+    file, libdyld's stand-in by its range alone), on an Apple platform, with the strategies of
+    ``stackwalk minidump``."""
+    arch = "x86_64" if program.arch == "x86_64" else "aarch64"
+    unwinder = Unwinder(arch=arch, strategies=CRASH_STRATEGIES)
+    unwinder.set_apple(True)
+    load = program.text_address + apple.DEFAULT_SLIDE
+    slide = apple.DEFAULT_SLIDE
+    code = [
+        (s.vmaddr + slide, s.vmaddr + slide + s.vmsize) for s in program.segments if s.initprot & 4
+    ]
+    span = [(load, load + program.image_size)]
+    unwinder.add_missing_module(
+        "/Users/ci/crash/apple_crash", span, code, base=load, macho_file=program.executable
+    )
+    outer = apple.LIBDYLD[program.arch]
+    stand_in = [(outer.base, outer.base + outer.size)]
+    unwinder.add_missing_module(outer.path, stand_in, stand_in)
+    return unwinder
+
+
+@pytest.mark.parametrize("arch", apple.ARCHES)
+def test_every_instruction_unwinds_to_start(arch: str, programs: dict[str, apple.Program]) -> None:
+    """The program run without a crash (its loads reading a global), every path its modes
+    take, stopped before each instruction of ``__text`` as a profiler's sample or a crash there
+    would stop it: from every place a prologue, body and epilogue leave the stack in, the walk
+    gives the shadow stack's pcs and sps, to libdyld's ``start``. Compact unwind and Apple's
+    ``__eh_frame`` describe a function's body alone: the prologues and epilogues are read from
+    the instructions (rust/arch/edges.rs)."""
+    program = programs[arch]
+    checked: set[int] = set()
+    for mode in ("leaf", "leaf_stack", "small", "big", "dwarf", "frame"):
+        for sample in apple.samples(program, apple.MODES[mode]):
+            trace = unwinder_of(program).unwind(dict(sample.registers), [sample.stack])
+            pc = sample.frames[0][0] - apple.DEFAULT_SLIDE
+            where = (mode, hex(pc), program.function_at(pc), trace.end_detail)
+            assert list(zip(trace.pcs, trace.sps, strict=True)) == list(sample.frames), where
+            assert trace.end == "end_of_stack", where
+            checked.add(pc)
+    # Each function's first instruction and a return of each, at least, among them.
+    returns = {
+        a for a, (m, _) in apple.disassembly(program.executable).items() if m.startswith("ret")
+    }
+    names = ("main", "frame_saver", "dwarf_function", "frameless_big", "frameless_small", "fill")
+    for name in (*names, "crash_leaf", "leaf_with_stack"):
+        start, end = next((s, e) for s, e, n in program.functions if n == f"_{name}")
+        assert start in checked and any(start <= a < end for a in returns & checked), name
 
 
 def symbolizer_line(dwarf: Path, address: int) -> tuple[str, int]:

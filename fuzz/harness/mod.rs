@@ -10,6 +10,7 @@ pub mod cfi;
 pub mod corefile;
 pub mod decompress;
 pub mod lines;
+pub mod macho;
 pub mod minidump;
 pub mod pdb;
 pub mod pe;

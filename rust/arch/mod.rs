@@ -6,6 +6,7 @@ pub mod registers;
 mod aarch64;
 mod arm;
 pub mod arm_prologue;
+pub mod edges;
 mod i386;
 mod x86_64;
 

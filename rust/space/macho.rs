@@ -53,6 +53,11 @@ pub struct MachoHeaders {
     pub unwind_info: Option<SectionInfo>,
     /// `__TEXT,__eh_frame`.
     pub eh_frame: Option<SectionInfo>,
+    /// Where each function starts (the file's addresses, ascending), from
+    /// `LC_FUNCTION_STARTS`, which linkers write and `strip` keeps: what a
+    /// frame 0's prologue is read from (compact unwind merges neighbours
+    /// with one encoding into one entry, whose start is the first's).
+    pub function_starts: Vec<u64>,
 }
 
 impl MachoHeaders {
@@ -198,14 +203,80 @@ pub fn headers(data: &[u8], arch: Option<Arch>) -> Result<MachoHeaders, String> 
             address: s.address(),
         })
     };
+    let function_starts = function_starts(&file, text_address);
     Ok(MachoHeaders {
         arch,
+        function_starts,
         uuid: file.mach_uuid().ok().flatten(),
         text_address,
         segments,
         unwind_info: section("__unwind_info"),
         eh_frame: section("__eh_frame"),
     })
+}
+
+/// The function starts `LC_FUNCTION_STARTS` lists: ULEB128 deltas, the
+/// first from the `__TEXT` segment's address, ending at a 0 (none where the
+/// file has no such command, or it lies outside the file).
+fn function_starts(file: &object::File<'_>, text_address: u64) -> Vec<u64> {
+    fn of<Mach: object::read::macho::MachHeader>(
+        file: &object::read::macho::MachOFile<'_, Mach>,
+        text_address: u64,
+    ) -> Vec<u64> {
+        let endian = file.endian();
+        let Ok(mut commands) = file.macho_load_commands() else { return Vec::new() };
+        while let Ok(Some(command)) = commands.next() {
+            if command.cmd() != object::macho::LC_FUNCTION_STARTS {
+                continue;
+            }
+            let Ok(linkedit) = command.data::<object::macho::LinkeditDataCommand<Mach::Endian>>()
+            else {
+                return Vec::new();
+            };
+            let (offset, size) = (linkedit.dataoff.get(endian), linkedit.datasize.get(endian));
+            let data = file.data();
+            let Some(bytes) =
+                data.get(offset as usize..(offset as usize).saturating_add(size as usize))
+            else {
+                return Vec::new();
+            };
+            return uleb_deltas(bytes, text_address);
+        }
+        Vec::new()
+    }
+    match file {
+        object::File::MachO64(f) => of(f, text_address),
+        object::File::MachO32(f) => of(f, text_address),
+        _ => Vec::new(),
+    }
+}
+
+/// The running sums of the ULEB128 numbers of `bytes` from `start`, up to
+/// the first 0 (or a number cut short, or past 64 bits).
+fn uleb_deltas(bytes: &[u8], start: u64) -> Vec<u64> {
+    let mut out = Vec::new();
+    let (mut at, mut address) = (0, start);
+    while at < bytes.len() {
+        let (mut value, mut shift) = (0u64, 0u32);
+        loop {
+            let Some(&byte) = bytes.get(at) else { return out };
+            at += 1;
+            if shift >= 64 {
+                return out;
+            }
+            value |= u64::from(byte & 0x7f) << shift;
+            shift += 7;
+            if byte & 0x80 == 0 {
+                break;
+            }
+        }
+        if value == 0 {
+            break;
+        }
+        address = address.wrapping_add(value);
+        out.push(address);
+    }
+    out
 }
 
 /// A Mach-O file read for unwinding: its bytes and headers.
@@ -247,5 +318,20 @@ impl MachoImage {
     /// The file's bytes at address `address` (see [`MachoHeaders::bytes_at`]).
     pub fn bytes_at(&self, address: u64) -> Option<&[u8]> {
         self.headers.bytes_at(&self.data, address)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn function_starts_are_running_sums_up_to_a_zero() {
+        // 0x10, then 0x90 (two bytes: 0x90 0x01), then the end; what follows is padding.
+        let bytes = [0x10, 0x90, 0x01, 0x00, 0x05];
+        assert_eq!(uleb_deltas(&bytes, 0x1000), vec![0x1010, 0x10a0]);
+        // Cut short, or past 64 bits: what was read before.
+        assert_eq!(uleb_deltas(&[0x10, 0x80], 0), vec![0x10]);
+        assert_eq!(uleb_deltas(&[0x81; 12], 0), Vec::<u64>::new());
     }
 }

@@ -76,6 +76,11 @@ fn pe() {
 }
 
 #[test]
+fn macho() {
+    run_all("macho", harness::macho::run);
+}
+
+#[test]
 fn pdb() {
     run_all("pdb", harness::pdb::run);
 }

@@ -55,6 +55,9 @@ pub struct CompactUnwind {
     image: MachoImage,
     /// `__eh_frame`'s FDEs, at the file's addresses.
     dwarf: Option<UnwindInfo>,
+    /// The compact unwind table passed [`checked`]: else it is not read,
+    /// and `__eh_frame` alone unwinds the module.
+    table_whole: bool,
 }
 
 fn bad(why: &'static str) -> LookupError {
@@ -73,10 +76,18 @@ impl CompactUnwind {
             ),
             None => None,
         };
-        Ok(CompactUnwind { image, dwarf })
+        let table_whole = image
+            .headers
+            .unwind_info
+            .is_some_and(|section| checked(image.headers.section(&image.data, section)).is_ok());
+        Ok(CompactUnwind { image, dwarf, table_whole })
     }
 
+    /// The compact unwind table, where it is whole (see [`checked`]).
     fn table(&self) -> Option<macho_unwind_info::UnwindInfo<'_>> {
+        if !self.table_whole {
+            return None;
+        }
         let section = self.image.headers.unwind_info?;
         macho_unwind_info::UnwindInfo::parse(self.image.headers.section(&self.image.data, section))
             .ok()
@@ -109,61 +120,77 @@ impl CompactUnwind {
         Ok((row, range.start.wrapping_sub(text)..range.end.wrapping_sub(text)))
     }
 
-    /// The row of a pc (`exact`) or return address less one at `offset`
-    /// in the function `function` with encoding `encoding`.
+    /// The row of a function's body at `offset`, by its encoding.
     fn encoded_row(
         &self,
         arch: Arch,
-        offset: u64,
-        exact: bool,
-        function: Range<u64>,
+        function: &Range<u64>,
         encoding: u32,
     ) -> Result<Row, LookupError> {
-        let text = self.image.headers.text_address;
-        let address = text.wrapping_add(offset);
         match arch {
             Arch::X86_64 => {
-                let opcode = OpcodeX86_64::parse(encoding);
-                if exact {
-                    if let Some(row) = x86_64_edge(
-                        &opcode,
-                        offset - function.start,
-                        self.code(text.wrapping_add(function.start), 1),
-                        self.code(address, 2),
-                    ) {
-                        return Ok(row);
-                    }
-                }
-                let start = text.wrapping_add(function.start);
-                x86_64_row(&opcode, |at| {
+                let start = self.image.headers.text_address.wrapping_add(function.start);
+                x86_64_row(&OpcodeX86_64::parse(encoding), |at| {
                     let bytes = self.code(start.wrapping_add(u64::from(at)), 4);
                     Some(u32::from_le_bytes(bytes.try_into().ok()?))
                 })
             }
-            Arch::Aarch64 => {
-                let opcode = OpcodeArm64::parse(encoding);
-                if exact {
-                    let word = |a: u64| {
-                        let b = self.code(a, 4);
-                        b.try_into().ok().map(u32::from_le_bytes)
-                    };
-                    let first = word(text.wrapping_add(function.start));
-                    if let Some(row) =
-                        arm64_edge(&opcode, offset - function.start, first, word(address))
-                    {
-                        return Ok(row);
-                    }
-                }
-                arm64_row(&opcode)
-            }
+            Arch::Aarch64 => arm64_row(&OpcodeArm64::parse(encoding)),
             _ => Err(bad("compact unwind info of an architecture it has none for")),
         }
     }
+
+    /// Where the function holding `offset` starts: the last of
+    /// `LC_FUNCTION_STARTS` at or before it, else its compact unwind
+    /// entry's start (which may be an earlier function's, merged with it).
+    fn function_start_of(&self, offset: u64, entry: Option<u64>) -> Option<u64> {
+        let text = self.image.headers.text_address;
+        let starts = &self.image.headers.function_starts;
+        let address = text.wrapping_add(offset);
+        let i = starts.partition_point(|&s| s <= address);
+        match i.checked_sub(1) {
+            Some(i) => Some(starts[i].wrapping_sub(text)),
+            None => entry,
+        }
+    }
+
+    /// The row of a pc (not a return address) in a function's prologue or
+    /// epilogue, read from its instructions (see `crate::arch::edges`).
+    fn edge_row(&self, arch: Arch, offset: u64, entry: Option<u64>) -> Option<Row> {
+        let start = self.function_start_of(offset, entry)?;
+        let into = usize::try_from(offset.checked_sub(start)?).ok()?;
+        let text = self.image.headers.text_address;
+        let code = self.code(text.wrapping_add(start), into.saturating_add(EPILOGUE_REACH));
+        let (edge, sp, ra) = match arch {
+            Arch::X86_64 => (crate::arch::edges::x86_64(code, into)?, RSP, RIP),
+            Arch::Aarch64 => (crate::arch::edges::aarch64(code, into)?, SP, X30),
+            _ => return None,
+        };
+        let mut row = Row::new(CfaRule::RegOffset { reg: sp, offset: edge.cfa }, ra, false);
+        row.push(ra, edge.ra.map_or(RegRule::SameValue, RegRule::Offset));
+        for (reg, at) in edge.saved {
+            if usize::from(reg) < crate::arch::NUM_REGS && reg != ra && reg != sp {
+                row.push(reg, RegRule::Offset(at));
+            }
+        }
+        Some(row)
+    }
 }
+
+/// How far past the pc an epilogue is read (arm64's longest: a dozen
+/// reloads of pairs, then `ret`).
+const EPILOGUE_REACH: usize = 128;
 
 impl ForeignCfi for CompactUnwind {
     fn row(&self, arch: Arch, offset: u64, exact: bool) -> Result<(Row, Range<u64>), LookupError> {
-        let Some(function) = self.function(offset)? else { return self.dwarf_row(offset, exact) };
+        let function = self.function(offset)?;
+        if exact {
+            let entry = function.as_ref().map(|f| u64::from(f.start_address));
+            if let Some(row) = self.edge_row(arch, offset, entry) {
+                return Ok((row, offset..offset + 1));
+            }
+        }
+        let Some(function) = function else { return self.dwarf_row(offset, exact) };
         let range = u64::from(function.start_address)..u64::from(function.end_address);
         let dwarf = match arch {
             Arch::X86_64 => {
@@ -175,7 +202,7 @@ impl ForeignCfi for CompactUnwind {
         if dwarf || function.opcode & ENCODING_MODE_MASK == 0 {
             return self.dwarf_row(offset, exact);
         }
-        let row = self.encoded_row(arch, offset, exact, range.clone(), function.opcode)?;
+        let row = self.encoded_row(arch, &range, function.opcode)?;
         Ok((row, range))
     }
 
@@ -194,6 +221,53 @@ impl ForeignCfi for CompactUnwind {
         }
         out
     }
+}
+
+/// Whether the compact unwind table `data` can be read whole: every
+/// second-level page parses, and each compressed entry's encoding index
+/// is within the table's common encodings and its page's own, and its
+/// address within 32 bits. (The crate indexes a page's encodings unchecked,
+/// and adds addresses without a check: a damaged table would panic it.)
+pub fn checked(data: &[u8]) -> Result<(), &'static str> {
+    use macho_unwind_info::raw::consts::{PAGE_KIND_COMPRESSED, PAGE_KIND_REGULAR};
+    use macho_unwind_info::raw::{
+        CompactUnwindInfoHeader, CompressedFunctionEntry, CompressedPage, RegularPage,
+    };
+    let header = CompactUnwindInfoHeader::parse(data).map_err(|_| "no header")?;
+    let global = header.global_opcodes(data).map_err(|_| "encodings outside the section")?.len();
+    let pages = header.pages(data).map_err(|_| "pages outside the section")?;
+    let Some((_sentinel, pages)) = pages.split_last() else { return Ok(()) };
+    for page in pages {
+        let offset = page.page_offset();
+        match page.page_kind(data).map_err(|_| "a page outside the section")? {
+            PAGE_KIND_REGULAR => {
+                let regular = RegularPage::parse(data, offset.into()).map_err(|_| "a bad page")?;
+                regular.functions(data, offset).map_err(|_| "a page's entries outside it")?;
+            }
+            PAGE_KIND_COMPRESSED => {
+                let compressed =
+                    CompressedPage::parse(data, offset.into()).map_err(|_| "a bad page")?;
+                let entries = compressed
+                    .functions(data, offset)
+                    .map_err(|_| "a page's entries outside it")?;
+                let local = compressed
+                    .local_opcodes(data, offset)
+                    .map_err(|_| "a page's encodings outside it")?
+                    .len();
+                for &entry in entries {
+                    let entry = CompressedFunctionEntry::new(entry.into());
+                    if usize::from(entry.opcode_index()) >= global + local {
+                        return Err("an entry's encoding index past the encodings");
+                    }
+                    if page.first_address().checked_add(entry.relative_address()).is_none() {
+                        return Err("an entry's address past 4 GiB");
+                    }
+                }
+            }
+            _ => return Err("a page of an unknown kind"),
+        }
+    }
+    Ok(())
 }
 
 /// The bits of an encoding that say its kind (`UNWIND_*_MODE_MASK`): 0 is
@@ -266,32 +340,6 @@ fn frameless_row(size: i64, saved: &[Option<RegisterNameX86_64>; 6]) -> Row {
     row
 }
 
-/// The row of an x86_64 pc where the body's rule does not hold yet or any
-/// more, None elsewhere: the function's first instruction and a `ret`
-/// (the return address at rsp), and for an RBP frame the instruction after
-/// `push rbp` and a `pop rbp` (rbp saved at rsp). `first`: the function's
-/// first byte; `code`: the bytes at the pc.
-fn x86_64_edge(opcode: &OpcodeX86_64, into: u64, first: &[u8], code: &[u8]) -> Option<Row> {
-    const PUSH_RBP: u8 = 0x55;
-    const POP_RBP: u8 = 0x5D;
-    const RET: u8 = 0xC3;
-    let pushed = |words: i64| {
-        let mut row = Row::new(CfaRule::RegOffset { reg: RSP, offset: 8 * words }, RIP, false);
-        row.push(RIP, RegRule::Offset(-8));
-        if words == 2 {
-            row.push(RBP, RegRule::Offset(-16));
-        }
-        row
-    };
-    if into == 0 || code.first() == Some(&RET) {
-        return Some(pushed(1));
-    }
-    let framed = matches!(opcode, OpcodeX86_64::FrameBased { .. });
-    let after_push = into == 1 && first == [PUSH_RBP];
-    let at_pop = code.starts_with(&[POP_RBP, RET]);
-    (framed && (after_push || at_pop)).then(|| pushed(2))
-}
-
 /// The row of an arm64 function's body.
 fn arm64_row(opcode: &OpcodeArm64) -> Result<Row, LookupError> {
     match *opcode {
@@ -335,32 +383,6 @@ fn leaf(size: i64) -> Row {
     let mut row = Row::new(CfaRule::RegOffset { reg: SP, offset: size }, X30, false);
     row.push(X30, RegRule::SameValue);
     row
-}
-
-/// The row of an arm64 pc where the body's rule does not hold yet or any
-/// more, None elsewhere: the function's first instruction and a `ret` (the
-/// return address in lr), and in a frame-based function the instruction
-/// after a first `stp x29, x30, [sp, #-16]!` (the record pushed, x29 not
-/// yet set). `first`, `here`: the function's first instruction and the
-/// pc's.
-fn arm64_edge(
-    opcode: &OpcodeArm64,
-    into: u64,
-    first: Option<u32>,
-    here: Option<u32>,
-) -> Option<Row> {
-    const RET: u32 = 0xD65F_03C0;
-    const STP_FP_LR_PRE16: u32 = 0xA9BF_7BFD;
-    if into == 0 || here == Some(RET) {
-        return Some(leaf(0));
-    }
-    let framed = matches!(opcode, OpcodeArm64::FrameBased { .. });
-    (framed && into == 4 && first == Some(STP_FP_LR_PRE16)).then(|| {
-        let mut row = Row::new(CfaRule::RegOffset { reg: SP, offset: 16 }, X30, false);
-        row.push(X29, RegRule::Offset(-16));
-        row.push(X30, RegRule::Offset(-8));
-        row
-    })
 }
 
 #[cfg(test)]
@@ -434,24 +456,5 @@ mod tests {
         );
         let leaf = arm64_row(&OpcodeArm64::parse(0x0200_0000 | (3 << 12))).unwrap();
         assert_eq!(leaf.cfa, CfaRule::RegOffset { reg: SP, offset: 48 });
-    }
-
-    #[test]
-    fn a_pc_at_an_edge_of_a_frame_is_unwound_by_what_has_run() {
-        let rbp = OpcodeX86_64::parse(0x0100_0000);
-        let at_start = x86_64_edge(&rbp, 0, &[0x55], &[0x55]).unwrap();
-        assert_eq!(at_start.cfa, CfaRule::RegOffset { reg: RSP, offset: 8 });
-        let pushed = x86_64_edge(&rbp, 1, &[0x55], &[0x48, 0x89]).unwrap();
-        assert_eq!(pushed.cfa, CfaRule::RegOffset { reg: RSP, offset: 16 });
-        let popping = x86_64_edge(&rbp, 9, &[0x55], &[0x5D, 0xC3]).unwrap();
-        assert_eq!(popping.cfa, CfaRule::RegOffset { reg: RSP, offset: 16 });
-        assert!(x86_64_edge(&rbp, 4, &[0x55], &[0x8b, 0x07]).is_none());
-        let frame = OpcodeArm64::parse(0x0400_0000);
-        let stp = Some(0xA9BF_7BFD);
-        assert_eq!(arm64_edge(&frame, 4, stp, Some(0x9100_03FD)).unwrap().cfa, {
-            CfaRule::RegOffset { reg: SP, offset: 16 }
-        });
-        assert!(arm64_edge(&frame, 8, stp, Some(0xB940_0000)).is_none());
-        assert_eq!(arm64_edge(&frame, 8, stp, Some(0xD65F_03C0)), Some(leaf(0)));
     }
 }
