@@ -521,6 +521,45 @@ WINDOWS_SKIPPED = (
 )  # fmt: skip
 
 
+# Apple's machinery, as a macOS or iOS crash names its frames (dump_syms and stackwalk take off
+# the "_" Apple's compilers put before every name): libdispatch's queues, Mach messages,
+# pthread's internals and waits, libplatform's string functions, the Objective-C runtime's
+# terminate: each is skipped.
+APPLE_SKIPPED = (
+    "_dispatch_client_callout", "_dispatch_lane_barrier_sync_invoke_and_complete",
+    "_dispatch_workloop_worker_thread", "_dispatch_worker_thread2", "mach_msg", "mach_msg_trap",
+    "mach_msg2_trap", "__psynch_cvwait", "_pthread_start", "_pthread_mutex_firstfit_lock_slow",
+    "__pthread_kill", "_sigtramp", "_platform_memmove", "_platform_strlen",
+    "_platform_memmove$VARIANT$Haswell", "objc_terminate", "objc_msgLookupSuper2",
+)  # fmt: skip
+# Apple frames that say too little alone: Objective-C messaging, reference counting and
+# exceptions, CoreFoundation's release and forwarding, raised NSExceptions, waits, abort's own.
+APPLE_PREFIX = (
+    "objc_msgSend", "objc_release", "objc_retain", "objc_exception_throw",
+    "objc_exception_rethrow", "objc_addExceptionHandler", "CFRelease", "___forwarding___",
+    "__forwarding_prep_0___", "-[NSObject doesNotRecognizeSelector:]",
+    "+[NSException raise:format:]", "-[NSException raise]", "__semwait_signal", "__ulock_wait",
+    "__abort", "libobjc.A.dylib",
+)  # fmt: skip
+APPLE_MODULE = "/Applications/Example.app/Contents/MacOS/Example"
+
+
+@pytest.mark.parametrize("name", APPLE_SKIPPED)
+def test_apple_machinery_is_skipped_as_siggen_skips_it(name: str) -> None:
+    system = "/usr/lib/system/libsystem_kernel.dylib"
+    program = [frame("ParseHeader", APPLE_MODULE), frame("main", APPLE_MODULE)]
+    ours, theirs = both([frame(name, system), *program])
+    assert ours == theirs == "ParseHeader", (name, ours, theirs)
+
+
+@pytest.mark.parametrize("name", APPLE_PREFIX)
+def test_apple_prefix_frames_join_their_callers_as_siggen_does(name: str) -> None:
+    system = "/usr/lib/libobjc.A.dylib"
+    program = [frame("ParseHeader", APPLE_MODULE), frame("main", APPLE_MODULE)]
+    ours, theirs = both([frame(name, system), *program])
+    assert ours == theirs == f"{name} | ParseHeader", (name, ours, theirs)
+
+
 @pytest.mark.parametrize("name", WINDOWS_PREFIX)
 def test_windows_prefix_frames_join_their_callers_as_siggen_does(name: str) -> None:
     """A crash in a Windows system or CRT function that says too little alone: siggen's
