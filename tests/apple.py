@@ -113,7 +113,7 @@ LC_SEGMENT_64, LC_SYMTAB, LC_UUID = 0x19, 0x2, 0x1B
 N_STAB, N_TYPE, N_SECT = 0xE0, 0x0E, 0x0E
 
 # Minidump values of Crashpad's macOS writer.
-PLATFORM_MAC_OS_X = 0x8101
+PLATFORM_MAC_OS_X, PLATFORM_IOS = 0x8101, 0x8102
 PROCESSOR_ARCHITECTURE = {"x86_64": 9, "arm64": 12}  # AMD64; ARM64 (Crashpad's, not 0x8003)
 CONTEXT_FLAGS = {"x86_64": 0x0010_000F, "arm64": 0x0040_0007}  # CONTROL|INTEGER|...|FP
 OS_VERSION = (11, 6, 7, "20G630")
@@ -703,7 +703,7 @@ def codeview_pdb70(uuid: bytes, name: str) -> bytes:
     return CV_PDB70 + guid + struct.pack("<I", 0) + name.encode() + b"\0"
 
 
-def write_mac_minidump(emulation: Emulation, out: Path) -> Path:
+def write_mac_minidump(emulation: Emulation, out: Path, platform: int = PLATFORM_MAC_OS_X) -> Path:
     """The minidump Crashpad's macOS client would write of the emulated crash: system info
     (Mac OS X 11.6.7), the one thread with its context and stack, the memory list (the stack,
     the code around the pc), the modules (the executable and the outermost stand-in, each with
@@ -721,7 +721,7 @@ def write_mac_minidump(emulation: Emulation, out: Path) -> Path:
         cpu, level, revision = (0,) * 6, 0, 0
     system = struct.pack(
         "<HHHBBIIIIIHH6I", PROCESSOR_ARCHITECTURE[arch], level, revision, 8, 1,
-        major, minor, build_number, PLATFORM_MAC_OS_X, csd, 0, 0, *cpu,
+        major, minor, build_number, platform, csd, 0, 0, *cpu,
     )  # fmt: skip
     streams.append((SYSTEM_INFO, blob.add(system)))
     context = blob.add(_context(emulation))

@@ -16,7 +16,9 @@ lists where it goes wrong), and stackwalk's are the shadow stack's there.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -107,6 +109,82 @@ def test_frames_are_the_emulated_stack(
         for ours, theirs in SAVED[arch].items():
             if theirs in expected.registers:
                 assert registers.get(ours) == expected.registers[theirs], (i, ours, frame)
+
+
+def frames_of(doc: dict[str, Any]) -> list[tuple[int, int]]:
+    """(pc, sp) of each frame of the document's one thread."""
+    (thread,) = doc["threads"]
+    return [(int(f["pc"], 16), int(f["sp"], 16)) for f in real_frames(thread)]
+
+
+@pytest.mark.parametrize("arch", apple.ARCHES)
+def test_a_threads_stack_ends_at_thread_start(
+    arch: str, programs: dict[str, apple.Program], tmp_path: Path
+) -> None:
+    """A thread's crash (its entry called from libsystem_pthread's ``thread_start``, as
+    ``_pthread_start`` calls it, under the zero frame record the thread begins with): the
+    shadow stack's frames, ending at ``thread_start``."""
+    program = programs[arch]
+    outer = apple.PTHREAD[arch]
+    emulation = apple.emulate(
+        program, apple.MODES["leaf"], "_thread_main", argument=3, outermost=outer
+    )
+    dump = apple.write_mac_minidump(emulation, tmp_path / "thread.dmp")
+    doc = document(dump, program.executable.parent)
+    assert frames_of(doc) == [(f.pc, f.sp) for f in emulation.frames]
+    (thread,) = doc["threads"]
+    assert real_frames(thread)[-1]["module"] == outer.path and thread["end"] == "end_of_stack"
+
+
+def test_an_ios_arm64e_crash(
+    programs: dict[str, apple.Program],
+    crashes: dict[tuple[str, str], tuple[apple.Emulation, Path]],
+    tmp_path: Path,
+) -> None:
+    """The arm64 crash as an iOS device's dump, with every return address on the stack and in
+    lr signed as arm64e signs them (pointer-authentication bits above the 47-bit address): the
+    system is iOS, the Mach-O file is looked for as a Mac's, and the walk strips the bits of
+    every saved lr it reads: the shadow stack's frames."""
+    emulation, _ = crashes["arm64", "leaf"]
+    returns = {f.pc for f in emulation.frames[1:]}
+    address, stack = emulation.stack
+    signed = bytearray(stack)
+    planted = 0
+    for at in range(0, len(stack) - 7, 8):
+        word = int.from_bytes(stack[at : at + 8], "little")
+        if word in returns:
+            signed[at : at + 8] = (word | 0x2D5A << 48).to_bytes(8, "little")
+            planted += 1
+    registers = dict(emulation.registers)
+    if registers["lr"] in returns:
+        registers["lr"] |= 0x7F13 << 48
+        planted += 1
+    assert planted >= len(returns) - 1
+    ios = dataclasses.replace(emulation, stack=(address, bytes(signed)), registers=registers)
+    dump = apple.write_mac_minidump(ios, tmp_path / "ios.dmp", apple.PLATFORM_IOS)
+    doc = document(dump, programs["arm64"].executable.parent)
+    assert doc["system"]["os"] == "iOS", doc["system"]
+    assert frames_of(doc) == [(f.pc, f.sp) for f in emulation.frames]
+
+
+def test_a_universal_file_gives_each_cpu_its_slice(
+    programs: dict[str, apple.Program],
+    crashes: dict[tuple[str, str], tuple[apple.Emulation, Path]],
+    tmp_path: Path,
+) -> None:
+    """One universal ("fat") file of both programs (llvm-lipo), found by name for an x86_64
+    and an arm64 dump: each walk reads its CPU's slice (its UUID checked) and gives the shadow
+    stack's frames."""
+    lipo = shutil.which("llvm-lipo") or "llvm-lipo-14"
+    fat = tmp_path / "apple_crash"
+    slices = [str(programs[arch].executable) for arch in apple.ARCHES]
+    subprocess.run([lipo, "-create", *slices, "-output", str(fat)], check=True)
+    for arch in apple.ARCHES:
+        emulation, dump = crashes[arch, "small"]
+        doc = document(dump, tmp_path)
+        assert frames_of(doc) == [(f.pc, f.sp) for f in emulation.frames], arch
+        (thread,) = doc["threads"]
+        assert all(f["trust"] == "cfi" for f in real_frames(thread)[1:]), arch
 
 
 def unwinder_of(program: apple.Program) -> Unwinder:
@@ -258,19 +336,29 @@ def test_the_crash_and_modules_are_minidump_stackwalks(
     assert mine["modules"][0]["debug_id"] == programs[arch].debug_id
 
 
-def test_a_rust_programs_crash_on_macos_ends_at_dyld_start(tmp_path: Path) -> None:
-    """rust-minidump's dump of a Rust program's segfault on macOS 11, with its symbol file:
-    every frame minidump-stackwalk gives, function and line, then the end at libdyld's
-    ``start``, whose frame record (at its rbp) holds the zero frame pointer dyld pushed, where
-    minidump-stackwalk scans on and gives ``start`` a second time."""
-    store = tmp_path / "crash-client" / "509C0610949836F7B70BD88BCF03E5400"
+RUST_DUMP = DATA / "rust-minidump" / "pipeline-inlines-macos-segv.dmp"
+
+
+@pytest.fixture(scope="module")
+def rust_symbols(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A symbol store with the symbol file of the Rust program of RUST_DUMP."""
+    root = tmp_path_factory.mktemp("rust-symbols")
+    store = root / "crash-client" / "509C0610949836F7B70BD88BCF03E5400"
     store.mkdir(parents=True)
     sym = DATA / "rust-minidump" / "symbols" / "crash-client.sym.xz"
     with open(store / "crash-client.sym", "wb") as out:
         subprocess.run(["xz", "-dc", str(sym)], stdout=out, check=True)
-    dump = DATA / "rust-minidump" / "pipeline-inlines-macos-segv.dmp"
-    theirs = apple.minidump_stackwalk(dump, tmp_path)["crashing_thread"]["frames"]
-    proc = stackwalk_minidump(dump, "--json", "--symbols-path", tmp_path)
+    return root
+
+
+def test_a_rust_programs_crash_on_macos_ends_at_dyld_start(rust_symbols: Path) -> None:
+    """rust-minidump's dump of a Rust program's segfault on macOS 11, with its symbol file:
+    every frame minidump-stackwalk gives, function and line, then the end at libdyld's
+    ``start``, whose frame record (at its rbp) holds the zero frame pointer dyld pushed, where
+    minidump-stackwalk scans on and gives ``start`` a second time."""
+    dump = RUST_DUMP
+    theirs = apple.minidump_stackwalk(dump, rust_symbols)["crashing_thread"]["frames"]
+    proc = stackwalk_minidump(dump, "--json", "--symbols-path", rust_symbols)
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     crashed = next(t for t in doc["threads"] if t["tid"] == doc["crashing_thread"])
@@ -283,3 +371,93 @@ def test_a_rust_programs_crash_on_macos_ends_at_dyld_start(tmp_path: Path) -> No
     assert crashed["end"] == "end_of_stack"
     assert "Apple's mark of the outermost frame" in crashed["end_detail"]
     assert mine[-1]["module"].endswith("libdyld.dylib")
+
+
+# Real macOS dumps whose programs are public too (tests/data/symbolic/NOTICE): the dump, the
+# program's name in it, where the program and its dSYM are kept (xz).
+REAL_DUMPS = {
+    "symbolic": ("symbolic/crash_macos.dmp", "crash_macos"),
+    "symbolicator": ("symbolicator/macos.dmp", "crash"),
+}
+
+
+@pytest.mark.parametrize("which", sorted(REAL_DUMPS))
+def test_real_macos_dumps_unwind_by_their_programs_tables(which: str, tmp_path: Path) -> None:
+    """Crashes on macOS 10.12 with their programs (built by Apple's linker: its compact unwind
+    info) and dSYMs in --lib-search-path: the crashing thread's frames are minidump-stackwalk's
+    given dump_syms' symbol file of the same program (its STACK CFI), all by the tables, to
+    libdyld's start and not past it, where minidump-stackwalk scans on and gives start twice;
+    named as it names them, with llvm-symbolizer's lines of the dSYM. (Without the program,
+    these stacks were scanned: a stale return address taken for a frame in one, two in the
+    other.)"""
+    dump_name, program = REAL_DUMPS[which]
+    lib = tmp_path / "lib"
+    dwarf_dir = lib / f"{program}.dSYM" / "Contents" / "Resources" / "DWARF"
+    dwarf_dir.mkdir(parents=True)
+    for packed, out in (
+        (f"{program}.xz", lib / program),
+        (f"{program}.dSYM.xz", dwarf_dir / program),
+    ):
+        with open(out, "wb") as f:
+            subprocess.run(["xz", "-dc", str(DATA / "symbolic" / packed)], stdout=f, check=True)
+    sym = apple.dump_syms(lib / program)
+    debug_id = sym.split("\n", 1)[0].split()[3]
+    store = tmp_path / "symbols" / program / debug_id
+    store.mkdir(parents=True)
+    (store / f"{program}.sym").write_text(sym)
+    dump = DATA / dump_name
+    theirs = apple.minidump_stackwalk(dump, tmp_path / "symbols")["crashing_thread"]["frames"]
+    proc = stackwalk_minidump(dump, "--json", "--lib-search-path", lib)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    crashed = next(t for t in doc["threads"] if t["tid"] == doc["crashing_thread"])
+    mine = real_frames(crashed)
+    assert theirs[-1]["trust"] == "scan" and theirs[-1]["offset"] == theirs[-2]["offset"]
+    assert [int(f["pc"], 16) for f in mine] == [
+        int(f["offset"], 16) + (0 if i == 0 else 1) for i, f in enumerate(theirs[:-1])
+    ]
+    assert [f["trust"] for f in mine] == ["context"] + ["cfi"] * (len(mine) - 1)
+    assert crashed["end"] == "end_of_stack"
+    assert "Apple's mark of the outermost frame" in crashed["end_detail"]
+    # (The file's addresses are the dump's less the module's bias.)
+    bias = next(int(m["bias"], 16) for m in doc["modules"] if m["path"].endswith(f"/{program}"))
+    for i, (ours, their) in enumerate(zip(mine, theirs, strict=False)):
+        if their["module"] != program:
+            continue
+        assert ours["function"] == their["function"], (ours, their)
+        address = int(ours["pc"], 16) - bias - (0 if i == 0 else 1)
+        assert (ours["file"], ours["line"]) == symbolizer_line(dwarf_dir / program, address)
+
+
+def test_a_syscall_stubs_caller_is_kept(rust_symbols: Path) -> None:
+    """The Rust program's sleeping threads stop in a system call: frame 0 in
+    libsystem_kernel's ``__semwait_signal``, a stub that makes no frame, whose caller's return
+    address is at its sp (pushed by the call), into libsystem_c's ``nanosleep``, which the
+    program's ``std::thread::sleep`` calls. minidump-stackwalk follows rbp from frame 0 and
+    skips ``nanosleep``; stackwalk keeps it: its frames are minidump-stackwalk's with that one
+    frame more, the word at frame 0's sp, and the same end at ``thread_start``."""
+    mine = json.loads(
+        stackwalk_minidump(RUST_DUMP, "--json", "--symbols-path", rust_symbols).stdout
+    )
+    proc = stackwalk_minidump(
+        RUST_DUMP, "--json", "--format", "minidump-stackwalk", "--symbols-path", rust_symbols
+    )
+    ours_doc = json.loads(proc.stdout)
+    theirs_doc = apple.minidump_stackwalk(RUST_DUMP, rust_symbols)
+    memory = Minidump.open(RUST_DUMP).memory
+    sleeping = 0
+    for native, ours, theirs in zip(
+        mine["threads"], ours_doc["threads"], theirs_doc["threads"], strict=True
+    ):
+        frames = [(f["module"], f["module_offset"]) for f in ours["frames"]]
+        their_frames = [(f["module"], f["module_offset"]) for f in theirs["frames"]]
+        if [m for m, _ in frames[:2]] != ["libsystem_kernel.dylib", "libsystem_c.dylib"]:
+            continue
+        sleeping += 1
+        assert frames[:1] + frames[2:] == their_frames, (frames, their_frames)
+        real = real_frames(native)
+        word = memory.read(int(real[0]["sp"], 16), 8)
+        assert word is not None and int.from_bytes(word, "little") == int(real[1]["pc"], 16)
+        assert real[2]["function"] == "std::thread::sleep"
+        assert native["end"] == "end_of_stack" and "Apple's mark" in native["end_detail"]
+    assert sleeping >= 5
