@@ -461,3 +461,43 @@ def test_a_syscall_stubs_caller_is_kept(rust_symbols: Path) -> None:
         assert real[2]["function"] == "std::thread::sleep"
         assert native["end"] == "end_of_stack" and "Apple's mark" in native["end_detail"]
     assert sleeping >= 5
+
+
+@pytest.mark.parametrize("arch", apple.ARCHES)
+def test_symbol_files_alone_walk_as_minidump_stackwalk_or_better(
+    arch: str,
+    programs: dict[str, apple.Program],
+    crashes: dict[tuple[str, str], tuple[apple.Emulation, Path]],
+    tmp_path: Path,
+) -> None:
+    """No Mach-O file, only the Breakpad symbol files dump_syms writes of the program and its
+    dSYM (STACK CFI from its compact unwind info and __eh_frame): ``--format
+    minidump-stackwalk`` gives minidump-stackwalk's frames (callers inside their calls: the
+    return address less 4 on arm64, 1 on x86_64), or, where they differ, frames each of which
+    is one of the shadow stack's, in order, to ``start``, and every frame minidump-stackwalk
+    found among them. (dump_syms writes x86_64's frameless-indirect frames as ``.cfa: $rsp 8
+    +``, where minidump-stackwalk stops; and it skips a NULL call's caller.)"""
+    program = programs[arch]
+    outer = apple.LIBDYLD[arch]
+    store = apple.symbols_dir(program, tmp_path / "symbols", outermost=(outer,))
+    step = 1 if arch == "x86_64" else 4
+    differed = []
+    for mode in apple.MODES:
+        emulation, dump = crashes[arch, mode]
+        proc = stackwalk_minidump(
+            dump, "--json", "--format", "minidump-stackwalk", "--symbols-path", store
+        )
+        assert proc.returncode in (0, 1), proc.stderr
+        ours = json.loads(proc.stdout)["crashing_thread"]["frames"]
+        theirs = apple.minidump_stackwalk(dump, store)["crashing_thread"]["frames"]
+        mine = [int(f["offset"], 16) for f in ours]
+        their = [int(f["offset"], 16) for f in theirs]
+        truth = [f.pc - (0 if i == 0 else step) for i, f in enumerate(emulation.frames)]
+        if mine == their:
+            continue
+        differed.append(mode)
+        at = iter(truth)
+        assert all(pc in at for pc in mine), (mode, mine, truth)
+        assert mine[-1] == truth[-1] and set(their) <= set(mine), (mode, mine, their)
+    # (Where they differ: x86_64's frameless-indirect frames and the NULL calls.)
+    assert len(differed) <= (5 if arch == "x86_64" else 1), differed

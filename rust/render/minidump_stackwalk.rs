@@ -12,7 +12,7 @@ use super::snapshot::NativeFrame;
 use crate::source::minidump::{basename, DumpModule, MinidumpFile};
 
 /// A frame as the snapshot shows it, and where it was named (a caller at
-/// its return address less one).
+/// its return address less one: shown further in, see [`caller_step`]).
 pub struct Shown {
     pub frame: NativeFrame,
     pub lookup_pc: u64,
@@ -48,7 +48,7 @@ pub fn write(
         let tid = dump.threads[index].tid;
         let frames = stacks.get(&tid).map(Vec::as_slice).unwrap_or_default();
         j.open('{');
-        let shown: Vec<_> = frames_of(frames, &module_of);
+        let shown: Vec<_> = frames_of(frames, caller_step(dump.arch), &module_of);
         j.key("frame_count").int(shown.len() as i64);
         j.key("frames").open('[');
         for (n, f) in shown.iter().enumerate() {
@@ -119,8 +119,20 @@ struct Walked<'a> {
     inlines: Vec<&'a NativeFrame>,
 }
 
+/// How far before its return address minidump-stackwalk looks a caller up
+/// and shows it (rust-minidump's `frame.instruction`): into the call, by
+/// the shortest instruction of the CPU (x86's 1 byte, ARM's 2, arm64's 4).
+fn caller_step(arch: crate::arch::Arch) -> u64 {
+    match arch {
+        crate::arch::Arch::Aarch64 => 4,
+        crate::arch::Arch::Arm => 2,
+        crate::arch::Arch::X86_64 | crate::arch::Arch::I386 => 1,
+    }
+}
+
 fn frames_of<'a>(
     frames: &'a [Shown],
+    step: u64,
     module_of: &dyn Fn(u64) -> Option<&'a DumpModule>,
 ) -> Vec<Walked<'a>> {
     let mut out = Vec::new();
@@ -131,11 +143,14 @@ fn frames_of<'a>(
             inlines.push(f);
             continue;
         }
-        // A caller at its return address less one (inside the call), as
+        // A caller inside its call (its return address less `step`), as
         // Breakpad gives callers; frame 0 and a frame a signal interrupted at
         // their pc. A signal trampoline's first instruction, where a handler
         // returns: the function named is the one at the pc, not before it.
         let mut at = shown.lookup_pc;
+        if at != f.pc {
+            at = f.pc.wrapping_sub(step);
+        }
         if f.function_offset.is_some_and(|offset| offset < f.pc.wrapping_sub(at)) {
             at = f.pc;
         }
