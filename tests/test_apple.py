@@ -501,3 +501,34 @@ def test_symbol_files_alone_walk_as_minidump_stackwalk_or_better(
         assert mine[-1] == truth[-1] and set(their) <= set(mine), (mode, mine, their)
     # (Where they differ: x86_64's frameless-indirect frames and the NULL calls.)
     assert len(differed) <= (5 if arch == "x86_64" else 1), differed
+
+
+def unpacked(packed: str, out: Path) -> Path:
+    """tests/data/symbolic/PACKED (xz) decompressed to ``out``."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out, "wb") as f:
+        subprocess.run(["xz", "-dc", str(DATA / "symbolic" / packed)], stdout=f, check=True)
+    return out
+
+
+def test_files_in_symbol_stores_by_uuid(tmp_path: Path) -> None:
+    """symbolicator's macOS dump with its program in a symbol store laid out as Sentry's
+    servers are (``8c/3df1.../executable``) and its dSYM bundle named for the UUID, as Apple's
+    tools archive them, in another: ``--symbols-path`` finds both by the module's UUID, and
+    the document is the one the files in ``--lib-search-path`` give."""
+    dump = DATA / "symbolicator" / "macos.dmp"
+    uuid = "67e9247c814e392ba027dbde6748fcbf"
+    unified, bundles, lib = tmp_path / "unified", tmp_path / "bundles", tmp_path / "lib"
+    unpacked("crash.xz", unified / uuid[:2] / uuid[2:] / "executable")
+    dashed = "67E9247C-814E-392B-A027-DBDE6748FCBF.dSYM"
+    unpacked("crash.dSYM.xz", bundles / dashed / "Contents" / "Resources" / "DWARF" / "crash")
+    unpacked("crash.xz", lib / "crash")
+    unpacked("crash.dSYM.xz", lib / "crash.dSYM" / "Contents" / "Resources" / "DWARF" / "crash")
+    stores = ("--symbols-path", unified, "--symbols-path", bundles)
+    stored = stackwalk_minidump(dump, "--json", *stores)
+    searched = stackwalk_minidump(dump, "--json", "--lib-search-path", lib)
+    assert stored.returncode == searched.returncode == 0, stored.stderr
+    doc, reference = json.loads(stored.stdout), json.loads(searched.stdout)
+    assert doc["threads"] == reference["threads"]
+    frames = doc["threads"][0]["frames"]
+    assert frames[0]["function"] and frames[0]["line"] and frames[-1]["trust"] == "cfi"

@@ -26,9 +26,9 @@ impl Builder<'_, '_, '_> {
     /// inline frames), each found by name in the search directories —
     /// `DIR/NAME`, `DIR/NAME.dSYM`, and any other bundle `DIR/*.dSYM`
     /// whose DWARF file has the module's UUID (an app's dSYM is named for
-    /// the app) — and used only where its UUID is the code id the dump
-    /// records. A file of another build is a warning, used with
-    /// `allow_mismatch`.
+    /// the app) — or by UUID in the symbol stores (see [`in_store`]), and
+    /// used only where its UUID is the code id the dump records. A file of
+    /// another build is a warning, used with `allow_mismatch`.
     pub(super) fn macho_files(&mut self, module: &Module) -> Option<ForeignFiles> {
         if !self.looks_for_macho() {
             return None;
@@ -53,6 +53,13 @@ impl Builder<'_, '_, '_> {
         if let Some(root) = &self.options.finder.sysroot {
             let path = root.join(module.path.strip_prefix("/").unwrap_or(&module.path));
             binaries.push((path, true));
+        }
+        // Symbol stores (--symbols-path) by the UUID: a bundle named for it, and Sentry's
+        // "unified" layout.
+        for store in &self.stores.paths {
+            let (found_binaries, found_dwarf) = in_store(store, code_id, name);
+            binaries.extend(found_binaries.into_iter().map(|p| (p, true)));
+            dwarf.extend(found_dwarf.into_iter().map(|p| (p, true)));
         }
         let binary = self.best(module, binaries, code_id);
         let dsym = self.best(module, dwarf, code_id);
@@ -113,6 +120,33 @@ impl Builder<'_, '_, '_> {
 
 /// The DWARF files of the dSYM bundle at `bundle`: the one named `name`
 /// first, then any other (a bundle holds one per binary it was made for).
+/// The files a symbol store `store` holds for the Mach-O file of UUID
+/// `code_id` (32 hex digits) named `name`: (executables, dSYM DWARF files).
+/// Two layouts: the dSYM bundle named for the UUID as Apple's tools
+/// archive them (`STORE/8C3DF1A2-....dSYM`, the UUID upper case with its
+/// dashes), and Sentry's "unified" layout of symbol servers
+/// (`STORE/8c/3df1a2....../executable` and `.../debuginfo`, the UUID lower
+/// case without dashes, two digits then the rest).
+fn in_store(store: &Path, code_id: &str, name: &str) -> (Vec<PathBuf>, Vec<PathBuf>) {
+    let hex = code_id.to_ascii_lowercase();
+    if hex.len() != 32 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return (Vec::new(), Vec::new());
+    }
+    let upper = hex.to_ascii_uppercase();
+    let dashed = format!(
+        "{}-{}-{}-{}-{}",
+        &upper[..8],
+        &upper[8..12],
+        &upper[12..16],
+        &upper[16..20],
+        &upper[20..]
+    );
+    let unified = store.join(&hex[..2]).join(&hex[2..]);
+    let mut dwarf: Vec<PathBuf> = vec![unified.join("debuginfo")];
+    dwarf.extend(dwarf_files(&store.join(format!("{dashed}.dSYM")), name).into_iter().map(|d| d.0));
+    (vec![unified.join("executable")], dwarf)
+}
+
 /// (Each with whether it is named for the module.)
 fn dwarf_files(bundle: &Path, name: &str) -> Vec<(PathBuf, bool)> {
     let dir = bundle.join(DSYM_DWARF);

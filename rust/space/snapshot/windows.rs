@@ -96,16 +96,20 @@ impl Builder<'_, '_, '_> {
             return;
         }
         let (os, count) = (self.facts.foreign.unwrap_or("Windows"), self.no_pe.len());
-        let searched = match self.options.finder.search.is_empty() {
-            true => "no --lib-search-path given",
-            false => "not found by name in --lib-search-path",
+        let apple = self.looks_for_macho();
+        let searched = match (self.options.finder.search.is_empty(), apple) {
+            (true, false) => "no --lib-search-path given",
+            (false, false) => "not found by name in --lib-search-path",
+            (true, true) => "no --lib-search-path given, none by UUID in --symbols-path",
+            (false, true) => "not found by name in --lib-search-path nor by UUID in --symbols-path",
         };
-        let (files, records) = match self.looks_for_macho() {
+        let (files, records) = match apple {
             true => ("Mach-O files (or dSYMs)", "STACK CFI"),
             false => ("PE files", "STACK CFI or STACK WIN"),
         };
+        let modules = if count == 1 { "module" } else { "modules" };
         self.warnings.push(format!(
-            "the {files} of {count} modules of the {os} dump are missing ({searched}): they \
+            "the {files} of {count} {modules} of the {os} dump are missing ({searched}): they \
              are unwound by {records} where --symbols-path has their symbol files, else by \
              frame pointers and scanning: {}",
             self.no_pe.join(", ")
