@@ -532,3 +532,32 @@ def test_files_in_symbol_stores_by_uuid(tmp_path: Path) -> None:
     assert doc["threads"] == reference["threads"]
     frames = doc["threads"][0]["frames"]
     assert frames[0]["function"] and frames[0]["line"] and frames[-1]["trust"] == "cfi"
+
+
+def test_abort_through_pthread_kill_keeps_pthread_kill() -> None:
+    """rust-minidump's Crashpad dump of a program that aborted on macOS 10.15 (no symbols):
+    frame 0 is libsystem_kernel's ``__pthread_kill``, a system call stub that makes no frame;
+    its caller's return address (``pthread_kill``'s, in libsystem_pthread) is the word at its
+    sp. minidump-stackwalk follows rbp, which is still ``pthread_kill``'s own frame pointer,
+    and goes from frame 0 to ``abort`` in libsystem_c, skipping ``pthread_kill``; stackwalk's
+    frames are minidump-stackwalk's with that frame more, and it ends at libdyld's ``start``
+    where minidump-stackwalk scans on and gives it twice."""
+    dump = DATA / "rust-minidump" / "simple-crashpad.dmp"
+    proc = stackwalk_minidump(dump, "--json", "--format", "minidump-stackwalk")
+    ours = json.loads(proc.stdout)["crashing_thread"]["frames"]
+    theirs = apple.minidump_stackwalk(dump, Path("/nonexistent"))["crashing_thread"]["frames"]
+    frames = [(f["module"], f["module_offset"]) for f in ours]
+    their_frames = [(f["module"], f["module_offset"]) for f in theirs]
+    assert theirs[-1]["trust"] == "scan" and their_frames[-1] == their_frames[-2]
+    assert [m for m, _ in frames[:3]] == [
+        "libsystem_kernel.dylib",
+        "libsystem_pthread.dylib",
+        "libsystem_c.dylib",
+    ]
+    assert frames[:1] + frames[2:] == their_frames[:-1], (frames, their_frames)
+    native = json.loads(stackwalk_minidump(dump, "--json").stdout)
+    crashed = next(t for t in native["threads"] if t["tid"] == native["crashing_thread"])
+    real = real_frames(crashed)
+    word = Minidump.open(dump).memory.read(int(real[0]["sp"], 16), 8)
+    assert word is not None and int.from_bytes(word, "little") == int(real[1]["pc"], 16)
+    assert crashed["end"] == "end_of_stack" and "Apple's mark" in crashed["end_detail"]

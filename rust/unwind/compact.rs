@@ -206,11 +206,36 @@ impl ForeignCfi for CompactUnwind {
         Ok((row, range))
     }
 
+    /// By `LC_FUNCTION_STARTS` where the file has it, else the compact
+    /// unwind table's entries (which merge neighbours of one encoding).
     fn function_start(&self, offset: u64) -> bool {
+        let starts = &self.image.headers.function_starts;
+        if !starts.is_empty() {
+            let address = self.image.headers.text_address.wrapping_add(offset);
+            return starts.binary_search(&address).is_ok();
+        }
         matches!(self.function(offset), Ok(Some(f)) if u64::from(f.start_address) == offset)
     }
 
+    /// Each function from its start to the next one's (the last to the end
+    /// of its code segment), by `LC_FUNCTION_STARTS` where the file has it,
+    /// else the compact unwind table's entries.
     fn functions(&self) -> Vec<Range<u64>> {
+        let headers = &self.image.headers;
+        if !headers.function_starts.is_empty() {
+            let text = headers.text_address;
+            let starts = &headers.function_starts;
+            let ends = starts.iter().skip(1).copied().map(Some).chain([None]);
+            return starts
+                .iter()
+                .zip(ends)
+                .filter_map(|(&start, next)| {
+                    let segment = headers.code().find(|c| c.contains(&start))?;
+                    let end = next.unwrap_or(segment.end).min(segment.end);
+                    (start < end).then(|| start.wrapping_sub(text)..end.wrapping_sub(text))
+                })
+                .collect();
+        }
         let Some(table) = self.table() else { return Vec::new() };
         let mut functions = table.functions();
         let mut out = Vec::new();
@@ -393,6 +418,65 @@ mod tests {
         let mut rules = row.rules().to_vec();
         rules.sort_by_key(|r| r.0);
         rules
+    }
+
+    /// An `__unwind_info` of one second-level page of `kind` (2: regular,
+    /// 3: compressed) for functions at 0x1000 (RBP frame) and 0x1800
+    /// (frameless, 16 bytes), ending at 0x2000; a compressed page's second
+    /// entry takes encoding index `second`.
+    fn table(kind: u32, second: u32) -> Vec<u8> {
+        let le = |v: u32| v.to_le_bytes();
+        let mut t = Vec::new();
+        // Header: version, common encodings (at 28, 2), personalities (none), index (at 36, 2).
+        for v in [1, 28, 2, 36, 0, 36, 2] {
+            t.extend(le(v));
+        }
+        t.extend(le(0x0100_0000));
+        t.extend(le(0x0202_0000));
+        let page = 36 + 2 * 12;
+        for (first, at) in [(0x1000, page), (0x2000, 0)] {
+            t.extend(le(first));
+            t.extend(le(at));
+            t.extend(le(0));
+        }
+        match kind {
+            2 => {
+                t.extend(le(2));
+                t.extend(8u16.to_le_bytes());
+                t.extend(2u16.to_le_bytes());
+                for (address, encoding) in [(0x1000, 0x0100_0000), (0x1800, 0x0202_0000)] {
+                    t.extend(le(address));
+                    t.extend(le(encoding));
+                }
+            }
+            _ => {
+                t.extend(le(3));
+                for v in [12u16, 2, 0, 0] {
+                    t.extend(v.to_le_bytes());
+                }
+                t.extend(le(0));
+                t.extend(le(0x800 | second << 24));
+            }
+        }
+        t
+    }
+
+    #[test]
+    fn regular_and_compressed_pages_are_read_and_damage_is_refused() {
+        for kind in [2, 3] {
+            let data = table(kind, 1);
+            assert_eq!(checked(&data), Ok(()));
+            let info = macho_unwind_info::UnwindInfo::parse(&data).unwrap();
+            let f = info.lookup(0x1804).unwrap().unwrap();
+            assert_eq!((f.start_address, f.end_address, f.opcode), (0x1800, 0x2000, 0x0202_0000));
+            let row = x86_64_row(&OpcodeX86_64::parse(f.opcode), |_| None).unwrap();
+            assert_eq!(row.cfa, CfaRule::RegOffset { reg: RSP, offset: 16 });
+        }
+        // An encoding index past the common encodings and the page's own (none).
+        assert!(checked(&table(3, 7)).is_err());
+        // Cut short: a page outside the section.
+        assert!(checked(&table(2, 0)[..64]).is_err());
+        assert!(checked(b"").is_err());
     }
 
     #[test]
