@@ -626,6 +626,8 @@ class Sample:
     registers: Mapping[str, int]
     stack: tuple[int, bytes]
     frames: tuple[tuple[int, int], ...]  # (pc, sp), innermost first
+    # Each caller's callee-saved registers (frame 1 on): those its callee was given.
+    saved: tuple[Mapping[str, int], ...] = ()
 
 
 def samples(program: Program, mode: int, *, slide: int = DEFAULT_SLIDE) -> list[Sample]:
@@ -652,7 +654,8 @@ def samples(program: Program, mode: int, *, slide: int = DEFAULT_SLIDE) -> list[
         stack = (low, bytes(uc.mem_read(low, stack_top - low)))
         frames = [(address, sp)]
         frames += [(e.return_address, e.cfa) for e in reversed(shadow.stack)]
-        taken.append(Sample(registers, stack, tuple(frames)))
+        saved = tuple(dict(e.caller_registers) for e in reversed(shadow.stack))
+        taken.append(Sample(registers, stack, tuple(frames), saved))
 
     text, text_size = program.sections["__TEXT,__text"]
     # (After the shadow stack's own hook, which has seen the instruction first.)

@@ -216,16 +216,23 @@ def test_every_instruction_unwinds_to_start(arch: str, programs: dict[str, apple
     would stop it: from every place a prologue, body and epilogue leave the stack in, the walk
     gives the shadow stack's pcs and sps, to libdyld's ``start``. Compact unwind and Apple's
     ``__eh_frame`` describe a function's body alone: the prologues and epilogues are read from
-    the instructions (rust/arch/edges.rs)."""
+    the instructions (rust/arch/edges.rs). Each caller's callee-saved registers are the ones
+    its callee was given."""
     program = programs[arch]
     checked: set[int] = set()
     for mode in ("leaf", "leaf_stack", "small", "big", "dwarf", "frame"):
         for sample in apple.samples(program, apple.MODES[mode]):
-            trace = unwinder_of(program).unwind(dict(sample.registers), [sample.stack])
+            unwinder = unwinder_of(program)
+            trace = unwinder.unwind(dict(sample.registers), [sample.stack], registers=True)
             pc = sample.frames[0][0] - apple.DEFAULT_SLIDE
             where = (mode, hex(pc), program.function_at(pc), trace.end_detail)
             assert list(zip(trace.pcs, trace.sps, strict=True)) == list(sample.frames), where
             assert trace.end == "end_of_stack", where
+            # Each caller's callee-saved registers: those its callee was given.
+            for i, truth in enumerate(sample.saved, start=1):
+                registers = trace.registers(i)
+                for ours, theirs in SAVED[program.arch].items():
+                    assert registers.get(ours) == truth[theirs], (*where, i, ours)
             checked.add(pc)
     # Each function's first instruction and a return of each, at least, among them.
     returns = {
