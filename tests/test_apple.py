@@ -568,3 +568,51 @@ def test_abort_through_pthread_kill_keeps_pthread_kill() -> None:
     word = Minidump.open(dump).memory.read(int(real[0]["sp"], 16), 8)
     assert word is not None and int.from_bytes(word, "little") == int(real[1]["pc"], 16)
     assert crashed["end"] == "end_of_stack" and "Apple's mark" in crashed["end_detail"]
+
+
+def _word(dump: Path, address: int) -> int | None:
+    read = Minidump.open(dump).memory.read(address, 8)
+    return None if read is None else int.from_bytes(read, "little")
+
+
+@pytest.mark.parametrize(
+    "name", ["rust-minidump/pipeline-inlines-macos-segv.dmp", "rust-minidump/simple-crashpad.dmp"]
+)
+def test_every_thread_of_the_public_macos_dumps(name: str, rust_symbols: Path) -> None:
+    """Every thread of rust-minidump's macOS dumps (the Rust program's with its symbol file,
+    the other's program and system libraries missing, as a service meets them; the other two
+    public macOS dumps, one thread each, are held to minidump-stackwalk with their programs
+    above): minidump-stackwalk's frames, but where
+    stackwalk's are proven better, each way checked here: minidump-stackwalk's last frame a
+    scan that gives the frame before it again (libdyld's ``start`` twice), where stackwalk
+    ends (on Apple's zero frame record, where start's frame pointer is known); and a frame 0
+    in a system call stub that makes no frame
+    (libsystem_kernel), whose caller minidump-stackwalk skips by following rbp, where
+    stackwalk's frame 1 is the return address at frame 0's sp."""
+    dump = DATA / name
+    store = ("--symbols-path", rust_symbols)
+    ours_doc = json.loads(
+        stackwalk_minidump(dump, "--json", "--format", "minidump-stackwalk", *store).stdout
+    )
+    native = json.loads(stackwalk_minidump(dump, "--json", *store).stdout)
+    theirs_doc = apple.minidump_stackwalk(dump, rust_symbols)
+    checked = {"same": 0, "scanned past start": 0, "syscall stub": 0}
+    threads = zip(ours_doc["threads"], theirs_doc["threads"], native["threads"], strict=True)
+    for ours, theirs, walked in threads:
+        frames = [(f["module"], f["module_offset"]) for f in ours["frames"]]
+        their = [(f["module"], f["module_offset"]) for f in theirs["frames"]]
+        if len(their) > 1 and theirs["frames"][-1]["trust"] == "scan" and their[-1] == their[-2]:
+            checked["scanned past start"] += 1
+            # (Where start's frame itself was found by a scan, its frame pointer is not known
+            # and the walk stops there with why; else it ends on the zero record.)
+            exact = theirs["frames"][-2]["trust"] != "scan"
+            assert not exact or "Apple's mark" in walked["end_detail"], walked["end_detail"]
+            their = their[:-1]
+        if frames != their:
+            checked["syscall stub"] += 1
+            assert frames[0][0] == "libsystem_kernel.dylib" and frames[:1] + frames[2:] == their
+            real = real_frames(walked)
+            assert _word(dump, int(real[0]["sp"], 16)) == int(real[1]["pc"], 16)
+        else:
+            checked["same"] += 1
+    assert sum(checked.values()) >= 1, checked
