@@ -150,7 +150,10 @@ def _add_module_options(parser: _Options, *, perf_map: bool = True) -> None:
         "container's)",
     )
     parser.add_argument(
-        "--lib-search-path", metavar="PATHS", help="DIR[:DIR...] to find modules by name"
+        "--lib-search-path",
+        metavar="PATHS",
+        help="DIR[:DIR...] to find modules by name (a Windows dump's PE files, an Apple dump's "
+        "Mach-O files and NAME.dSYM bundles)",
     )
     parser.add_argument(
         "--debug-root",
@@ -341,7 +344,9 @@ def _add_minidump(sub: _Commands) -> None:
         default=[],
         metavar="DIR",
         help="a Breakpad symbol store (NAME/DEBUGID/NAME.sym, as dump_syms writes): names and "
-        "lines of modules whose file is missing here or has no symbols (repeatable)",
+        "lines of modules whose file is missing here or has no symbols; an Apple dump's "
+        "Mach-O files and dSYMs by UUID (UUID.dSYM, xx/yyyy.../executable|debuginfo) "
+        "(repeatable)",
     )
     m.add_argument(
         "--symbols-url",
