@@ -18,14 +18,18 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import apple
 import pytest
-from corefiles import stackwalk_minidump
+from corefiles import run, stackwalk_minidump
+from minidumps import symbol_server
 from stackwalk import Minidump, Unwinder
 from stackwalk.unwinder import CRASH_STRATEGIES
 
@@ -616,3 +620,46 @@ def test_every_thread_of_the_public_macos_dumps(name: str, rust_symbols: Path) -
         else:
             checked["same"] += 1
     assert sum(checked.values()) >= 1, checked
+
+
+def test_files_from_a_symbol_server_by_uuid(tmp_path: Path) -> None:
+    """symbolicator's macOS dump with ``--symbols-url`` a server (a local http.server) of
+    Sentry's unified layout holding the program and its dSYM: both fetched once by the
+    module's UUID into the cache and used (the document the files in ``--lib-search-path``
+    give); every other module asked for once (404), a second run reads the two from the cache,
+    ``--offline`` asks nothing."""
+    dump = DATA / "symbolicator" / "macos.dmp"
+    uuid = "67e9247c814e392ba027dbde6748fcbf"
+    served, lib = tmp_path / "served", tmp_path / "lib"
+    unpacked("crash.xz", served / uuid[:2] / uuid[2:] / "executable")
+    unpacked("crash.dSYM.xz", served / uuid[:2] / uuid[2:] / "debuginfo")
+    unpacked("crash.xz", lib / "crash")
+    unpacked("crash.dSYM.xz", lib / "crash.dSYM" / "Contents" / "Resources" / "DWARF" / "crash")
+    reference = json.loads(stackwalk_minidump(dump, "--json", "--lib-search-path", lib).stdout)
+    env = {**os.environ, "DEBUGINFOD_CACHE_PATH": str(tmp_path / "cache")}
+    minidump = [sys.executable, "-m", "stackwalk", "minidump", "--json", dump]
+    with symbol_server(served, tmp_path / "http.log") as server:
+        offline = run([*minidump, "--offline", "--symbols-url", server.url], env=env)
+        assert server.requests() == [], "offline"
+        first = run([*minidump, "--symbols-url", server.url], env=env)
+        fetched = server.requests()
+        second = run([*minidump, "--symbols-url", server.url], env=env)
+        again = server.requests()[len(fetched) :]
+    assert first.returncode == second.returncode == 0, first.stderr
+    for proc in (first, second):
+        assert json.loads(proc.stdout)["threads"] == reference["threads"]
+    # (The servers are asked for the modules' .sym files too, in Breakpad's layout.)
+    layout = re.compile(r"/[0-9a-f]{2}/[0-9a-f]{30}/(executable|debuginfo)")
+    unified = [(p, code) for p, code in fetched if layout.fullmatch(p)]
+    ours = [(p, code) for p, code in unified if p.startswith(f"/{uuid[:2]}/{uuid[2:]}/")]
+    leaves = ("debuginfo", "executable")
+    assert sorted(ours) == [(f"/{uuid[:2]}/{uuid[2:]}/{leaf}", 200) for leaf in leaves]
+    modules = len(reference["modules"])
+    assert len(unified) == 2 * modules, unified
+    assert all(code == 404 for p, code in unified if (p, code) not in ours)
+    # The next run: the two from the cache, the others asked for again.
+    asked_again = [(p, code) for p, code in again if layout.fullmatch(p)]
+    assert len(asked_again) == 2 * (modules - 1) and all(c == 404 for _, c in asked_again)
+    assert offline.returncode in (0, 1) and offline.stdout, offline.stderr
+    names = {f["function"] for t in json.loads(offline.stdout)["threads"] for f in t["frames"]}
+    assert "main" not in names, names

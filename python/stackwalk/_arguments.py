@@ -353,8 +353,9 @@ def _add_minidump(sub: _Commands) -> None:
         action="append",
         default=[],
         metavar="URL",
-        help="a Breakpad symbol server (URL/NAME/DEBUGID/NAME.sym over HTTP), asked for what "
-        "the --symbols-path stores lack; downloads are cached (repeatable)",
+        help="a Breakpad symbol server (URL/NAME/DEBUGID/NAME.sym over HTTP; an Apple dump's "
+        "Mach-O files and dSYMs as URL/xx/yyyy.../executable|debuginfo), asked for what the "
+        "--symbols-path stores lack; downloads are cached (repeatable)",
     )
     m.add_argument(
         "--format",

@@ -2,7 +2,9 @@
 //! and symbol servers: `.sym` files over HTTP, laid out as a symbol
 //! store is (`URL/NAME/DEBUGID/NAME.sym`, Mozilla's and Sentry's layout),
 //! and, for a Windows module whose `.sym` file a server lacks, its PDB as
-//! Microsoft's symbol servers serve it (`URL/NAME.pdb/DEBUGID/NAME.pdb`),
+//! Microsoft's symbol servers serve it (`URL/NAME.pdb/DEBUGID/NAME.pdb`);
+//! for an Apple module, its Mach-O file and dSYM by UUID in Sentry's
+//! "unified" layout (`URL/8c/3df1.../executable`, `.../debuginfo`),
 //! fetched with the debuginfod client's HTTP code and settings
 //! ([`crate::space::debuginfod::Config`]: `DEBUGINFOD_TIMEOUT`, `DEBUGINFOD_MAXTIME`,
 //! `DEBUGINFOD_MAXSIZE`; `STACKWALK_OFFLINE` asks no server).
@@ -216,67 +218,164 @@ fn fetch_by(
     let candidates = urls.iter().flat_map(|server| leaves.iter().map(move |leaf| (server, leaf)));
     for (server, leaf) in candidates {
         let base = server.trim_end_matches('/');
-        if remembered(&DEAD, base) {
-            continue;
-        }
         let url = format!("{base}/{}/{}/{}", encoded(name), encoded(id), encoded(leaf));
-        if remembered(&NOT_THERE, &url) {
-            continue;
-        }
-        let entry = entry_of(leaf);
-        let dir = entry.as_deref().and_then(Path::parent);
-        let got = debuginfod::get(config, &url, dir, None, deadline);
         // A CAB archive's PDB, uncompressed beside it.
-        let got = match got {
-            Ok(file) if leaf.ends_with(".pd_") => {
+        let unpack = |file: TempFile| match leaf.ends_with(".pd_") {
+            true => {
                 let dir = file.path().parent().map(Path::to_path_buf).unwrap_or_default();
-                match uncab(file.path(), &dir, config.max_size) {
-                    Ok(pdb) => Ok(pdb),
-                    Err(why) => {
-                        remember(&NOT_THERE, &url);
-                        out.warnings.push(format!("{url}: {why}"));
-                        continue;
-                    }
-                }
+                uncab(file.path(), &dir, config.max_size)
             }
-            other => other,
+            false => Ok(file),
         };
-        match got {
-            Ok(file) => {
-                let right = match leaf.ends_with(".sym") {
-                    true => is_sym_of(file.path(), id),
-                    false => is_pdb_file(file.path()),
-                };
-                if !right {
-                    remember(&NOT_THERE, &url);
-                    out.warnings.push(format!("{url}: not the symbol file of {name} {id}"));
-                    continue;
+        let right = |path: &Path| match leaf.ends_with(".sym") {
+            true => is_sym_of(path, id),
+            false => is_pdb_file(path),
+        };
+        let asked = Asked { base, url: &url, what: &format!("the symbol file of {name} {id}") };
+        let entry = entry_of(leaf);
+        if fetch_url(config, &asked, entry.as_deref(), deadline, (&unpack, &right), &mut out) {
+            return out;
+        }
+    }
+    out
+}
+
+/// One file asked of one server.
+struct Asked<'a> {
+    /// The server.
+    base: &'a str,
+    url: &'a str,
+    /// What was asked for, as a warning names it.
+    what: &'a str,
+}
+
+/// What is done with a file that came (a CAB archive uncompressed), and
+/// whether what it then is is the file asked for.
+type Unpack<'a> = &'a dyn Fn(TempFile) -> Result<TempFile, String>;
+type Right<'a> = &'a dyn Fn(&Path) -> bool;
+
+/// A file taken as it came.
+fn as_it_came(file: TempFile) -> Result<TempFile, String> {
+    Ok(file)
+}
+
+/// The file `asked`, into the cache at `entry` (else kept where it came),
+/// `unpack` applied to what came and `right` saying whether it is the file
+/// asked for. Whether it came: then `out.path` is it. A server that does
+/// not answer is remembered (and said, once), as is a file it lacks.
+fn fetch_url(
+    config: &Config,
+    asked: &Asked<'_>,
+    entry: Option<&Path>,
+    deadline: Instant,
+    (unpack, right): (Unpack<'_>, Right<'_>),
+    out: &mut Fetched,
+) -> bool {
+    let Asked { base, url, what } = *asked;
+    if remembered(&DEAD, base) || remembered(&NOT_THERE, url) {
+        return false;
+    }
+    let dir = entry.and_then(Path::parent);
+    match debuginfod::get(config, url, dir, None, deadline) {
+        Ok(file) => {
+            let file = match unpack(file) {
+                Ok(file) => file,
+                Err(why) => {
+                    remember(&NOT_THERE, url);
+                    out.warnings.push(format!("{url}: {why}"));
+                    return false;
                 }
-                let kept = match (&entry, &config.cache) {
-                    (Some(entry), Some(cache)) => file.persist(entry).map(|()| {
-                        let entry = debuginfod::used(entry.clone());
-                        debuginfod::trim_cache(cache, config.cache_max);
-                        entry
-                    }),
-                    _ => file.keep(),
-                };
-                match kept {
-                    Ok(path) => out.path = Some(path),
-                    Err(e) => out.warnings.push(format!("{url}: cannot keep the file: {e}")),
-                }
-                return out;
+            };
+            if !right(file.path()) {
+                remember(&NOT_THERE, url);
+                out.warnings.push(format!("{url}: not {what}"));
+                return false;
             }
-            Err(GetError::Status(code, _)) if code < 500 => {
-                remember(&NOT_THERE, &url);
+            let kept = match (entry, &config.cache) {
+                (Some(entry), Some(cache)) => file.persist(entry).map(|()| {
+                    let entry = debuginfod::used(entry.to_path_buf());
+                    debuginfod::trim_cache(cache, config.cache_max);
+                    entry
+                }),
+                _ => file.keep(),
+            };
+            match kept {
+                Ok(path) => out.path = Some(path),
+                Err(e) => out.warnings.push(format!("{url}: cannot keep the file: {e}")),
             }
-            Err(e @ (GetError::Status(..) | GetError::Transport(_))) => {
-                if remember(&DEAD, base) {
-                    out.warnings.push(format!(
-                        "symbol server {base} did not answer ({e}): not asked again"
-                    ));
-                }
+            true
+        }
+        Err(GetError::Status(code, _)) if code < 500 => {
+            remember(&NOT_THERE, url);
+            false
+        }
+        Err(e @ (GetError::Status(..) | GetError::Transport(_))) => {
+            if remember(&DEAD, base) {
+                out.warnings
+                    .push(format!("symbol server {base} did not answer ({e}): not asked again"));
             }
-            Err(e) => out.warnings.push(format!("{url}: {e}")),
+            false
+        }
+        Err(e) => {
+            out.warnings.push(format!("{url}: {e}"));
+            false
+        }
+    }
+}
+
+/// The files of an Apple module in Sentry's "unified" layout of symbol
+/// servers and stores (`8c/3df1a2...../executable`, `.../debuginfo`: the
+/// Mach-O file and its dSYM's DWARF file, by UUID in lower-case hex, two
+/// digits then the rest).
+pub const UNIFIED_LEAVES: [&str; 2] = ["executable", "debuginfo"];
+
+/// The place of the file `leaf` of the Mach-O file of UUID `uuid` (32 hex
+/// digits) in the unified layout under `root`; None for another id.
+pub fn unified_path(root: &Path, uuid: &str, leaf: &str) -> Option<PathBuf> {
+    let hex = uuid.to_ascii_lowercase();
+    let ok = hex.len() == 32 && hex.bytes().all(|b| b.is_ascii_hexdigit());
+    ok.then(|| root.join(&hex[..2]).join(&hex[2..]).join(leaf))
+}
+
+/// Whether the file at `path` is a Mach-O file (or a universal one with a
+/// slice) of UUID `uuid`.
+fn is_macho_of(path: &Path, uuid: &str) -> bool {
+    let Ok(data) = crate::source::files::map(path) else { return false };
+    [crate::arch::Arch::X86_64, crate::arch::Arch::Aarch64].into_iter().any(|arch| {
+        let headers = crate::space::macho::headers(&data, Some(arch));
+        headers.ok().and_then(|h| h.code_id()).is_some_and(|id| id.eq_ignore_ascii_case(uuid))
+    })
+}
+
+/// The file `leaf` of the Mach-O file of UUID `uuid` in the unified layout:
+/// from the cache (`CACHE/breakpad/unified/...`), else from the first of
+/// `urls` that has it, kept in the cache; offline, the cache alone.
+fn fetch_unified(
+    config: &Config,
+    urls: &[String],
+    (uuid, leaf): (&str, &str),
+    offline: bool,
+    deadline: Instant,
+) -> Fetched {
+    let mut out = Fetched::default();
+    let cache = config.cache.as_deref().map(|c| cache_store(c).join("unified"));
+    let entry = cache.as_deref().and_then(|root| unified_path(root, uuid, leaf));
+    if let Some(entry) = entry.as_ref().filter(|e| e.is_file()) {
+        out.path = Some(debuginfod::used(entry.clone()));
+        return out;
+    }
+    let Some(relative) = unified_path(Path::new(""), uuid, leaf) else { return out };
+    if offline || debuginfod::offline_from_env() {
+        return out;
+    }
+    let right = |path: &Path| is_macho_of(path, uuid);
+    let what = format!("the Mach-O file of UUID {uuid}");
+    for server in urls {
+        let base = server.trim_end_matches('/');
+        let url = format!("{base}/{}", relative.display());
+        let asked = Asked { base, url: &url, what: &what };
+        if fetch_url(config, &asked, entry.as_deref(), deadline, (&as_it_came, &right), &mut out) {
+            break;
         }
     }
     out
@@ -311,6 +410,8 @@ pub struct Stores {
     /// (debug file, debug id) -> the file found (None: none usable).
     found: HashMap<(String, String), Option<PathBuf>>,
     servers_asked: bool,
+    /// Apple modules' files from the servers, by UUID: (executable, dSYM).
+    apple: HashMap<String, (Option<PathBuf>, Option<PathBuf>)>,
 }
 
 /// Whether a symbol file may be used as the one of the debug id given: the
@@ -369,6 +470,52 @@ impl Stores {
         let path = path.filter(|p| checked(p, debug_id, usable, warnings));
         self.found.insert(key, path.clone());
         path
+    }
+
+    /// Whether the Apple modules' files have been asked of the servers.
+    pub fn apple_asked(&self) -> bool {
+        !self.apple.is_empty()
+    }
+
+    /// The executable and dSYM DWARF file of the Mach-O file of UUID `uuid`
+    /// from the servers (through the cache), in the unified layout
+    /// ([`UNIFIED_LEAVES`]). The first call asks for those of every UUID of
+    /// `every` (the modules whose files are not found here) at once, within
+    /// one deadline. What went wrong is added to `warnings`.
+    pub fn apple_files(
+        &mut self,
+        uuid: &str,
+        every: &[String],
+        warnings: &mut Vec<String>,
+    ) -> (Option<PathBuf>, Option<PathBuf>) {
+        if self.urls.is_empty() {
+            return (None, None);
+        }
+        if self.apple.is_empty() {
+            let mut uuids: Vec<String> = every.iter().map(|u| u.to_ascii_lowercase()).collect();
+            uuids.push(uuid.to_ascii_lowercase());
+            uuids.sort();
+            uuids.dedup();
+            let wanted: Vec<(String, &str)> = uuids
+                .iter()
+                .flat_map(|u| UNIFIED_LEAVES.iter().map(move |leaf| (u.clone(), *leaf)))
+                .collect();
+            let config = Config::from_env();
+            let deadline = Instant::now() + config.max_time;
+            let (urls, offline) = (&self.urls, self.offline);
+            let answers = debuginfod::at_once(&wanted, |(u, leaf)| {
+                fetch_unified(&config, urls, (u, leaf), offline, deadline)
+            });
+            for ((u, leaf), fetched) in wanted.into_iter().zip(answers) {
+                warnings.extend(fetched.warnings);
+                let files = self.apple.entry(u).or_default();
+                match leaf {
+                    "executable" => files.0 = fetched.path,
+                    _ => files.1 = fetched.path,
+                }
+            }
+        }
+        self.apple.get(&uuid.to_ascii_lowercase()).cloned().unwrap_or_default()
     }
 
     /// The files of `modules` the local stores lack, from the servers,
@@ -430,6 +577,16 @@ mod tests {
         std::fs::write(&other, b"MODULE windows x86 0 b.pdb\n").unwrap();
         assert!(is_pdb_file(&pdb) && !is_pdb_file(&other));
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn unified_paths_are_two_digits_then_the_rest() {
+        let root = Path::new("/s");
+        let path = unified_path(root, "67E9247C814E392BA027DBDE6748FCBF", "executable");
+        assert_eq!(path, Some(PathBuf::from("/s/67/e9247c814e392ba027dbde6748fcbf/executable")));
+        // Only a UUID's 32 hex digits: no path of another shape.
+        assert_eq!(unified_path(root, "../../../../etc/passwd/0123456789ab", "debuginfo"), None);
+        assert_eq!(unified_path(root, "67e9247c814e392ba027dbde6748fcbf0", "debuginfo"), None);
     }
 
     #[test]

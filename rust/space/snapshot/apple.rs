@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use super::{Builder, ForeignFiles, ImageKind, Module};
 use crate::arch::Arch;
 use crate::space::macho::{self, MachoHeaders};
+use crate::space::symserver::{unified_path, UNIFIED_LEAVES};
 
 /// Where a dSYM bundle keeps its DWARF file, under the bundle.
 const DSYM_DWARF: &str = "Contents/Resources/DWARF";
@@ -61,8 +62,43 @@ impl Builder<'_, '_, '_> {
             binaries.extend(found_binaries.into_iter().map(|p| (p, true)));
             dwarf.extend(found_dwarf.into_iter().map(|p| (p, true)));
         }
-        let binary = self.best(module, binaries, code_id);
-        let dsym = self.best(module, dwarf, code_id);
+        let mut binary = self.best(module, binaries, code_id);
+        let mut dsym = self.best(module, dwarf, code_id);
+        // The symbol servers (--symbols-url), for what was not found here: the first module
+        // that asks asks for every module's files, at once.
+        if (binary.is_none() || dsym.is_none()) && !self.stores.urls.is_empty() {
+            // (Not those whose file is in a search directory by name.)
+            let here =
+                |name: &str| self.options.finder.search.iter().any(|d| d.join(name).is_file());
+            let every = match self.stores.apple_asked() {
+                true => Vec::new(),
+                false => self
+                    .facts
+                    .code_ids
+                    .iter()
+                    .filter(|(_, name, _)| !here(name))
+                    .map(|(_, _, id)| id.clone())
+                    .collect(),
+            };
+            let mut warnings = Vec::new();
+            let (served_binary, served_dsym) =
+                self.stores.apple_files(code_id, &every, &mut warnings);
+            self.warnings.extend(warnings);
+            if binary.is_none() {
+                binary = self.best(
+                    module,
+                    served_binary.into_iter().map(|p| (p, true)).collect(),
+                    code_id,
+                );
+            }
+            if dsym.is_none() {
+                dsym = self.best(
+                    module,
+                    served_dsym.into_iter().map(|p| (p, true)).collect(),
+                    code_id,
+                );
+            }
+        }
         let (file, headers) = match (&binary, &dsym) {
             (Some(b), _) => b.clone(),
             (None, Some(d)) => d.clone(),
@@ -141,10 +177,10 @@ fn in_store(store: &Path, code_id: &str, name: &str) -> (Vec<PathBuf>, Vec<PathB
         &upper[16..20],
         &upper[20..]
     );
-    let unified = store.join(&hex[..2]).join(&hex[2..]);
-    let mut dwarf: Vec<PathBuf> = vec![unified.join("debuginfo")];
+    let [executable, debuginfo] = UNIFIED_LEAVES.map(|leaf| unified_path(store, &hex, leaf));
+    let mut dwarf: Vec<PathBuf> = debuginfo.into_iter().collect();
     dwarf.extend(dwarf_files(&store.join(format!("{dashed}.dSYM")), name).into_iter().map(|d| d.0));
-    (vec![unified.join("executable")], dwarf)
+    (executable.into_iter().collect(), dwarf)
 }
 
 /// (Each with whether it is named for the module.)

@@ -97,12 +97,16 @@ impl Builder<'_, '_, '_> {
         }
         let (os, count) = (self.facts.foreign.unwrap_or("Windows"), self.no_pe.len());
         let apple = self.looks_for_macho();
-        let searched = match (self.options.finder.search.is_empty(), apple) {
-            (true, false) => "no --lib-search-path given",
-            (false, false) => "not found by name in --lib-search-path",
-            (true, true) => "no --lib-search-path given, none by UUID in --symbols-path",
-            (false, true) => "not found by name in --lib-search-path nor by UUID in --symbols-path",
+        let mut searched = match self.options.finder.search.is_empty() {
+            true => "no --lib-search-path given".to_owned(),
+            false => "not found by name in --lib-search-path".to_owned(),
         };
+        if apple {
+            searched.push_str(match self.stores.urls.is_empty() {
+                true => ", none by UUID in --symbols-path",
+                false => ", none by UUID in --symbols-path or on the --symbols-url servers",
+            });
+        }
         let (files, records) = match apple {
             true => ("Mach-O files (or dSYMs)", "STACK CFI"),
             false => ("PE files", "STACK CFI or STACK WIN"),
