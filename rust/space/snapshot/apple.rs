@@ -10,6 +10,9 @@ use crate::arch::Arch;
 use crate::space::macho::{self, MachoHeaders};
 use crate::space::symserver::{unified_path, UNIFIED_LEAVES};
 
+/// Files that may be a module's, each with whether it is named for it.
+type Candidates = Vec<(PathBuf, bool)>;
+
 /// Where a dSYM bundle keeps its DWARF file, under the bundle.
 const DSYM_DWARF: &str = "Contents/Resources/DWARF";
 
@@ -27,18 +30,56 @@ impl Builder<'_, '_, '_> {
     /// inline frames), each found by name in the search directories —
     /// `DIR/NAME`, `DIR/NAME.dSYM`, and any other bundle `DIR/*.dSYM`
     /// whose DWARF file has the module's UUID (an app's dSYM is named for
-    /// the app) — or by UUID in the symbol stores (see [`in_store`]), and
-    /// used only where its UUID is the code id the dump records. A file of
-    /// another build is a warning, used with `allow_mismatch`.
+    /// the app) — or by UUID in the symbol stores (see [`in_store`]) and
+    /// servers, and used only where its UUID is the code id the dump
+    /// records. A file of another build is a warning, used with
+    /// `allow_mismatch`.
     pub(super) fn macho_files(&mut self, module: &Module) -> Option<ForeignFiles> {
         if !self.looks_for_macho() {
             return None;
         }
         let ids = self.facts.code_ids.iter();
         let (_, name, code_id) = ids.into_iter().find(|(base, ..)| *base == module.start)?;
-        // (path, named for the module: only such a file of another build is a mismatch)
-        let mut binaries: Vec<(PathBuf, bool)> = Vec::new();
-        let mut dwarf: Vec<(PathBuf, bool)> = Vec::new();
+        let (binaries, dwarf) = self.candidates(module, name, code_id);
+        let mut binary = self.best(module, binaries, code_id);
+        let mut dsym = self.best(module, dwarf, code_id);
+        if (binary.is_none() || dsym.is_none()) && !self.stores.urls.is_empty() {
+            let (served_binary, served_dsym) = self.served(code_id);
+            let named = |p: Option<PathBuf>| p.into_iter().map(|p| (p, true)).collect();
+            if binary.is_none() {
+                binary = self.best(module, named(served_binary), code_id);
+            }
+            if dsym.is_none() {
+                dsym = self.best(module, named(served_dsym), code_id);
+            }
+        }
+        let (file, headers) = match (&binary, &dsym) {
+            (Some(b), _) => b.clone(),
+            (None, Some(d)) => d.clone(),
+            (None, None) => {
+                self.no_own_file.push(name.clone());
+                return None;
+            }
+        };
+        let code = headers.code().map(|r| {
+            r.start.wrapping_sub(headers.text_address)..r.end.wrapping_sub(headers.text_address)
+        });
+        Some(ForeignFiles {
+            code_file: binary.map(|(path, _)| path),
+            kind: ImageKind::MachO,
+            code: code.collect(),
+            image_base: headers.text_address,
+            symbols: dsym.map_or(file, |(path, _)| path),
+        })
+    }
+
+    /// The places the files of module `name` (UUID `code_id`) may be on
+    /// this machine (see [`Builder::macho_files`]): (executables, dSYM DWARF
+    /// files), each with whether it is named for the module (only such a
+    /// file of another build is a mismatch).
+    fn candidates(&self, module: &Module, name: &str, code_id: &str) -> (Candidates, Candidates) {
+        let mut binaries = Candidates::new();
+        let mut dwarf = Candidates::new();
         let own_bundle = format!("{name}.dSYM");
         for dir in &self.options.finder.search {
             binaries.push((dir.join(name), true));
@@ -62,61 +103,29 @@ impl Builder<'_, '_, '_> {
             binaries.extend(found_binaries.into_iter().map(|p| (p, true)));
             dwarf.extend(found_dwarf.into_iter().map(|p| (p, true)));
         }
-        let mut binary = self.best(module, binaries, code_id);
-        let mut dsym = self.best(module, dwarf, code_id);
-        // The symbol servers (--symbols-url), for what was not found here: the first module
-        // that asks asks for every module's files, at once.
-        if (binary.is_none() || dsym.is_none()) && !self.stores.urls.is_empty() {
-            // (Not those whose file is in a search directory by name.)
-            let here =
-                |name: &str| self.options.finder.search.iter().any(|d| d.join(name).is_file());
-            let every = match self.stores.apple_asked() {
-                true => Vec::new(),
-                false => self
-                    .facts
-                    .code_ids
-                    .iter()
-                    .filter(|(_, name, _)| !here(name))
-                    .map(|(_, _, id)| id.clone())
-                    .collect(),
-            };
-            let mut warnings = Vec::new();
-            let (served_binary, served_dsym) =
-                self.stores.apple_files(code_id, &every, &mut warnings);
-            self.warnings.extend(warnings);
-            if binary.is_none() {
-                binary = self.best(
-                    module,
-                    served_binary.into_iter().map(|p| (p, true)).collect(),
-                    code_id,
-                );
-            }
-            if dsym.is_none() {
-                dsym = self.best(
-                    module,
-                    served_dsym.into_iter().map(|p| (p, true)).collect(),
-                    code_id,
-                );
-            }
-        }
-        let (file, headers) = match (&binary, &dsym) {
-            (Some(b), _) => b.clone(),
-            (None, Some(d)) => d.clone(),
-            (None, None) => {
-                self.no_pe.push(name.clone());
-                return None;
-            }
+        (binaries, dwarf)
+    }
+
+    /// The executable and dSYM of UUID `code_id` from the symbol servers
+    /// (--symbols-url): the first module that asks asks for the files of
+    /// every module of the dump at once, but those whose file is in a
+    /// search directory by name.
+    fn served(&mut self, code_id: &str) -> (Option<PathBuf>, Option<PathBuf>) {
+        let here = |name: &str| self.options.finder.search.iter().any(|d| d.join(name).is_file());
+        let every: Vec<String> = match self.stores.apple_asked() {
+            true => Vec::new(),
+            false => self
+                .facts
+                .code_ids
+                .iter()
+                .filter(|(_, name, _)| !here(name))
+                .map(|(_, _, id)| id.clone())
+                .collect(),
         };
-        let code = headers.code().map(|r| {
-            r.start.wrapping_sub(headers.text_address)..r.end.wrapping_sub(headers.text_address)
-        });
-        Some(ForeignFiles {
-            code_file: binary.map(|(path, _)| path),
-            kind: ImageKind::MachO,
-            code: code.collect(),
-            image_base: headers.text_address,
-            symbols: dsym.map_or(file, |(path, _)| path),
-        })
+        let mut warnings = Vec::new();
+        let files = self.stores.apple_files(code_id, &every, &mut warnings);
+        self.warnings.extend(warnings);
+        files
     }
 
     /// The first of `candidates` that is a Mach-O file of the dump's
@@ -125,7 +134,7 @@ impl Builder<'_, '_, '_> {
     fn best(
         &mut self,
         module: &Module,
-        candidates: Vec<(PathBuf, bool)>,
+        candidates: Candidates,
         code_id: &str,
     ) -> Option<(PathBuf, MachoHeaders)> {
         let arch = self.facts.arch;
@@ -184,7 +193,7 @@ fn in_store(store: &Path, code_id: &str, name: &str) -> (Vec<PathBuf>, Vec<PathB
 }
 
 /// (Each with whether it is named for the module.)
-fn dwarf_files(bundle: &Path, name: &str) -> Vec<(PathBuf, bool)> {
+fn dwarf_files(bundle: &Path, name: &str) -> Candidates {
     let dir = bundle.join(DSYM_DWARF);
     let mut files = vec![(dir.join(name), true)];
     let others = std::fs::read_dir(&dir).into_iter().flatten().flatten().map(|e| e.path());

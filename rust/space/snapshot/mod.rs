@@ -313,7 +313,7 @@ pub fn build(
         unverified: HashSet::new(),
         fetched: HashSet::new(),
         foreign_said: false,
-        no_pe: Vec::new(),
+        no_own_file: Vec::new(),
         stores: options.symbol_stores.clone(),
     };
     Ok(builder.build())
@@ -332,8 +332,9 @@ struct Builder<'f, 'o, 'h> {
     /// Files fetched: named in the output by the module's path.
     fetched: HashSet<PathBuf>,
     foreign_said: bool,
-    /// The Windows modules whose PE file was not found (said once, at the end).
-    no_pe: Vec<String>,
+    /// The Windows and Apple modules whose own file (PE, Mach-O, dSYM) was
+    /// not found (said once, at the end).
+    no_own_file: Vec<String>,
     stores: Stores,
 }
 
@@ -377,7 +378,7 @@ impl Builder<'_, '_, '_> {
         if self.facts.files.is_some_and(|f| !f.is_empty()) {
             self.add_jit_code(&modules);
         }
-        self.say_missing_pe_files();
+        self.say_missing_own_files();
         if explicit.is_some() && executable.is_none() {
             let given = explicit.as_deref().unwrap_or(Path::new("")).display();
             self.warnings

@@ -24,7 +24,7 @@ impl Builder<'_, '_, '_> {
         let ids = self.facts.code_ids.iter();
         let (_, name, code_id) = ids.into_iter().find(|(base, ..)| *base == module.start)?;
         let Some((file, headers)) = self.pe_file_named(module, name, code_id) else {
-            self.no_pe.push(name.clone());
+            self.no_own_file.push(name.clone());
             return None;
         };
         Some(ForeignFiles {
@@ -90,12 +90,13 @@ impl Builder<'_, '_, '_> {
         self.options.allow_mismatch.then_some((file, headers))
     }
 
-    /// One warning naming the modules whose PE files were not found.
-    pub(super) fn say_missing_pe_files(&mut self) {
-        if self.no_pe.is_empty() {
+    /// One warning naming the modules whose own files (PE, Mach-O) were not
+    /// found.
+    pub(super) fn say_missing_own_files(&mut self) {
+        if self.no_own_file.is_empty() {
             return;
         }
-        let (os, count) = (self.facts.foreign.unwrap_or("Windows"), self.no_pe.len());
+        let (os, count) = (self.facts.foreign.unwrap_or("Windows"), self.no_own_file.len());
         let apple = self.looks_for_macho();
         let mut searched = match self.options.finder.search.is_empty() {
             true => "no --lib-search-path given".to_owned(),
@@ -116,7 +117,7 @@ impl Builder<'_, '_, '_> {
             "the {files} of {count} {modules} of the {os} dump are missing ({searched}): they \
              are unwound by {records} where --symbols-path has their symbol files, else by \
              frame pointers and scanning: {}",
-            self.no_pe.join(", ")
+            self.no_own_file.join(", ")
         ));
     }
 }
