@@ -43,6 +43,14 @@ SAVED = {
 }
 
 
+def unpacked(packed: str, out: Path) -> Path:
+    """tests/data/PACKED (xz) decompressed to ``out``."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out, "wb") as f:
+        subprocess.run(["xz", "-dc", str(DATA / packed)], stdout=f, check=True)
+    return out
+
+
 @pytest.fixture(scope="module")
 def programs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, apple.Program]:
     out = tmp_path_factory.mktemp("apple")
@@ -355,10 +363,7 @@ def rust_symbols(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A symbol store with the symbol file of the Rust program of RUST_DUMP."""
     root = tmp_path_factory.mktemp("rust-symbols")
     store = root / "crash-client" / "509C0610949836F7B70BD88BCF03E5400"
-    store.mkdir(parents=True)
-    sym = DATA / "rust-minidump" / "symbols" / "crash-client.sym.xz"
-    with open(store / "crash-client.sym", "wb") as out:
-        subprocess.run(["xz", "-dc", str(sym)], stdout=out, check=True)
+    unpacked("rust-minidump/symbols/crash-client.sym.xz", store / "crash-client.sym")
     return root
 
 
@@ -404,13 +409,8 @@ def test_real_macos_dumps_unwind_by_their_programs_tables(which: str, tmp_path: 
     dump_name, program = REAL_DUMPS[which]
     lib = tmp_path / "lib"
     dwarf_dir = lib / f"{program}.dSYM" / "Contents" / "Resources" / "DWARF"
-    dwarf_dir.mkdir(parents=True)
-    for packed, out in (
-        (f"{program}.xz", lib / program),
-        (f"{program}.dSYM.xz", dwarf_dir / program),
-    ):
-        with open(out, "wb") as f:
-            subprocess.run(["xz", "-dc", str(DATA / "symbolic" / packed)], stdout=f, check=True)
+    unpacked(f"symbolic/{program}.xz", lib / program)
+    unpacked(f"symbolic/{program}.dSYM.xz", dwarf_dir / program)
     sym = apple.dump_syms(lib / program)
     debug_id = sym.split("\n", 1)[0].split()[3]
     store = tmp_path / "symbols" / program / debug_id
@@ -514,14 +514,6 @@ def test_symbol_files_alone_walk_as_minidump_stackwalk_or_better(
     assert len(differed) <= (5 if arch == "x86_64" else 1), differed
 
 
-def unpacked(packed: str, out: Path) -> Path:
-    """tests/data/symbolic/PACKED (xz) decompressed to ``out``."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with open(out, "wb") as f:
-        subprocess.run(["xz", "-dc", str(DATA / "symbolic" / packed)], stdout=f, check=True)
-    return out
-
-
 def test_files_in_symbol_stores_by_uuid(tmp_path: Path) -> None:
     """symbolicator's macOS dump with its program in a symbol store laid out as Sentry's
     servers are (``8c/3df1.../executable``) and its dSYM bundle named for the UUID, as Apple's
@@ -530,11 +522,15 @@ def test_files_in_symbol_stores_by_uuid(tmp_path: Path) -> None:
     dump = DATA / "symbolicator" / "macos.dmp"
     uuid = "67e9247c814e392ba027dbde6748fcbf"
     unified, bundles, lib = tmp_path / "unified", tmp_path / "bundles", tmp_path / "lib"
-    unpacked("crash.xz", unified / uuid[:2] / uuid[2:] / "executable")
+    unpacked("symbolic/crash.xz", unified / uuid[:2] / uuid[2:] / "executable")
     dashed = "67E9247C-814E-392B-A027-DBDE6748FCBF.dSYM"
-    unpacked("crash.dSYM.xz", bundles / dashed / "Contents" / "Resources" / "DWARF" / "crash")
-    unpacked("crash.xz", lib / "crash")
-    unpacked("crash.dSYM.xz", lib / "crash.dSYM" / "Contents" / "Resources" / "DWARF" / "crash")
+    unpacked(
+        "symbolic/crash.dSYM.xz", bundles / dashed / "Contents" / "Resources" / "DWARF" / "crash"
+    )
+    unpacked("symbolic/crash.xz", lib / "crash")
+    unpacked(
+        "symbolic/crash.dSYM.xz", lib / "crash.dSYM" / "Contents" / "Resources" / "DWARF" / "crash"
+    )
     stores = ("--symbols-path", unified, "--symbols-path", bundles)
     stored = stackwalk_minidump(dump, "--json", *stores)
     searched = stackwalk_minidump(dump, "--json", "--lib-search-path", lib)
@@ -631,10 +627,12 @@ def test_files_from_a_symbol_server_by_uuid(tmp_path: Path) -> None:
     dump = DATA / "symbolicator" / "macos.dmp"
     uuid = "67e9247c814e392ba027dbde6748fcbf"
     served, lib = tmp_path / "served", tmp_path / "lib"
-    unpacked("crash.xz", served / uuid[:2] / uuid[2:] / "executable")
-    unpacked("crash.dSYM.xz", served / uuid[:2] / uuid[2:] / "debuginfo")
-    unpacked("crash.xz", lib / "crash")
-    unpacked("crash.dSYM.xz", lib / "crash.dSYM" / "Contents" / "Resources" / "DWARF" / "crash")
+    unpacked("symbolic/crash.xz", served / uuid[:2] / uuid[2:] / "executable")
+    unpacked("symbolic/crash.dSYM.xz", served / uuid[:2] / uuid[2:] / "debuginfo")
+    unpacked("symbolic/crash.xz", lib / "crash")
+    unpacked(
+        "symbolic/crash.dSYM.xz", lib / "crash.dSYM" / "Contents" / "Resources" / "DWARF" / "crash"
+    )
     reference = json.loads(stackwalk_minidump(dump, "--json", "--lib-search-path", lib).stdout)
     env = {**os.environ, "DEBUGINFOD_CACHE_PATH": str(tmp_path / "cache")}
     minidump = [sys.executable, "-m", "stackwalk", "minidump", "--json", dump]
