@@ -81,7 +81,7 @@ SHARED = {
     "--no-scan": {"core", "minidump", "pid", "perf", "unwind", "demo"},
     "--strategies": {"core", "minidump", "pid", "perf", "unwind", "demo"},
     "--max-frames": {"core", "minidump", "pid", "perf", "unwind", "demo"},
-    "--json": {"core", "minidump", "pid", "perf", "unwind", "demo", "triage", "report"},
+    "--json": {"core", "minidump", "pid", "perf", "unwind", "demo", "triage", "report", "sframe"},
 }
 
 

@@ -171,6 +171,8 @@ pub fn run(data: &[u8]) -> usize {
             eh_frame: section(hdr_len, eh_len, eh_addr),
             debug_frame: section(hdr_len + eh_len, df_len, 0),
             debug_frame_compression: None,
+            // The same bytes as a `.sframe` table, where no FDE covers a pc.
+            sframe: section(hdr_len + eh_len, df_len, 0).filter(|_| !arm),
             text: Some(eh_addr & !0xfff),
             got: Some(eh_addr.wrapping_add(0x10000)),
             code: Vec::new(),

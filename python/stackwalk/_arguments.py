@@ -462,6 +462,20 @@ def _add_report(sub: _Commands) -> None:
     )
 
 
+def _add_sframe(sub: _Commands) -> None:
+    s = sub.add_parser(
+        "sframe", help="an ELF file's .sframe table: its rows, or checked against its .eh_frame"
+    )
+    s.add_argument("files", nargs="+", metavar="FILE", help="ELF files with a .sframe section")
+    s.add_argument(
+        "--verify",
+        action="store_true",
+        help="compare every row with the DWARF CFI at every address it covers; exit 1 where "
+        "they disagree",
+    )
+    _add_json(s, "one JSON document per file, a line each")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The parser of the ``stackwalk`` command line, every command's."""
     p = argparse.ArgumentParser(prog="stackwalk", description="The ``stackwalk`` command line.")
@@ -473,7 +487,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = p.add_subparsers(dest="command", required=True)
     for add in (_add_demo, _add_capture, _add_core, _add_minidump, _add_perf, _add_unwind,
-                _add_pid, _add_triage, _add_report):  # fmt: skip
+                _add_pid, _add_triage, _add_report, _add_sframe):  # fmt: skip
         add(sub)
     return p
 

@@ -260,6 +260,16 @@ class ElfFile:
     @property
     def interpreter(self) -> str | None: ...
     def section_address(self, name: str) -> int | None: ...
+    def sframe(self) -> dict[str, Any] | None:
+        """The ``.sframe`` table: version, flags and every function with its rows (start, and
+        ``cfa``, ``fp``, ``ra`` in ``objdump --sframe``'s notation: ``sp+16``, ``c-8``, ``u``;
+        ``U`` for an undefined return address). None without one; ElfError where its header
+        cannot be read."""
+    def verify_sframe(self) -> dict[str, Any]:
+        """The ``.sframe`` table against the file's DWARF CFI at every address: ``disagreements``
+        (start, end, function, field ``cfa``/``ra``/``fp``/``coverage``, what ``sframe`` and
+        ``dwarf`` say), ``without_sframe`` (FDE ranges no SFrame function covers), ``errors``,
+        and the counts of ``functions``, ``rows`` and ``bytes`` compared."""
 
 @final
 class SymbolizedFrame:

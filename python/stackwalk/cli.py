@@ -17,7 +17,7 @@ from typing import Any, NoReturn
 
 from stackwalk import html_report
 from stackwalk._arguments import not_a_file, parse_args
-from stackwalk._core import Document, flamegraph, perf_report
+from stackwalk._core import Document, ElfFile, flamegraph, perf_report
 from stackwalk._files import check_output, held_pipe, kind, open_input, replacing, write_output
 from stackwalk._workers import Died, WorkersDied, first_read_here, forked_map
 from stackwalk.capture import Capture, capture
@@ -25,7 +25,13 @@ from stackwalk.core import Core
 from stackwalk.errors import StackwalkError
 from stackwalk.minidump import Minidump
 from stackwalk.process import Process
-from stackwalk.render import escape, escape_lines, report_lines
+from stackwalk.render import (
+    escape,
+    escape_lines,
+    report_lines,
+    sframe_report_lines,
+    sframe_table_lines,
+)
 from stackwalk.signature import Rules
 from stackwalk.store import CrashStore
 from stackwalk.triage import SUMMARY_KEYS, Options, summary_lines, triage
@@ -551,6 +557,28 @@ def cmd_report(args: Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_sframe(args: Namespace) -> int:
+    status = EXIT_OK
+    for path in args.files:
+        elf = ElfFile(path)
+        if args.verify:
+            report = elf.verify_sframe()
+            if report["disagreements"] or report["errors"]:
+                status = EXIT_PARTIAL
+            lines = sframe_report_lines(path, report)
+        else:
+            table = elf.sframe()
+            if table is None:
+                raise StackwalkError(f"{path}: no .sframe section")
+            report = {"file": path, **table}
+            lines = sframe_table_lines(path, table)
+        if args.json:
+            print(json.dumps({"file": path, **report}))
+        else:
+            print("\n".join(map(escape, lines)))
+    return status
+
+
 _COMMANDS: dict[str, Callable[[Namespace], int]] = {
     "demo": cmd_demo,
     "capture": cmd_capture,
@@ -561,6 +589,7 @@ _COMMANDS: dict[str, Callable[[Namespace], int]] = {
     "pid": cmd_pid,
     "triage": cmd_triage,
     "report": cmd_report,
+    "sframe": cmd_sframe,
 }
 
 

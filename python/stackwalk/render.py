@@ -102,3 +102,50 @@ def stored_stack_lines(crash: dict[str, Any]) -> list[str]:
             frame["function_offset"] = f"{f['function_offset']:#x}"
         lines.append(frame_text(frame))
     return lines
+
+
+def sframe_table_lines(path: str, table: dict[str, Any]) -> list[str]:
+    """The text of ``stackwalk sframe``: the table's functions and rows, in ``objdump
+    --sframe``'s notation (a masked function's rows start at offsets into its repeat block)."""
+    functions = table["functions"]
+    lines = [f"{path}: SFrame version {table['version']}, {len(functions)} functions"]
+    for f in functions:
+        if "start" not in f:
+            lines.append(f"  function: {f['error']}")
+            continue
+        kind = f", every {f['repeat']} bytes" if f["repeat"] is not None else ""
+        flags = "".join(
+            note
+            for note, on in ((", flexible", f["flexible"]), (", signal frame", f["signal"]))
+            if on
+        )
+        lines.append(f"  {f['start']:#x}-{f['end']:#x}{kind}{flags}")
+        for r in f["rows"]:
+            signed = " [signed]" if r["mangled_ra"] else ""
+            lines.append(
+                f"    {r['start']:#018x}  cfa {r['cfa']:<10} fp {r['fp']:<8} ra {r['ra']}{signed}"
+            )
+        if "error" in f:
+            lines.append(f"    damaged: {f['error']}")
+    return lines
+
+
+def sframe_report_lines(path: str, report: dict[str, Any]) -> list[str]:
+    """The text of ``stackwalk sframe --verify``: what was compared, then each place where the
+    SFrame rows and the DWARF CFI disagree, and the FDEs no SFrame function covers."""
+    disagreements = report["disagreements"]
+    lines = [
+        f"{path}: SFrame version {report['version']}: {report['functions']} functions, "
+        f"{report['rows']} rows, {report['bytes']} bytes compared with the DWARF CFI: "
+        f"{len(disagreements) or 'no'} disagreement{'' if len(disagreements) == 1 else 's'}"
+    ]
+    for d in disagreements:
+        lines.append(
+            f"  {d['start']:#x}-{d['end']:#x} (function {d['function']:#x}) {d['field']}: "
+            f"sframe {d['sframe']}, dwarf {d['dwarf']}"
+        )
+    for where, why in report["errors"]:
+        lines.append(f"  {where:#x}: {why}")
+    if report["without_sframe"]:
+        lines.append(f"  {len(report['without_sframe'])} FDEs have no SFrame function")
+    return lines

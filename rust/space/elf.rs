@@ -6,7 +6,7 @@
 use std::fmt;
 use std::ops::Range;
 
-use object::elf::{FileHeader32, FileHeader64, PT_GNU_EH_FRAME, PT_LOAD};
+use object::elf::{FileHeader32, FileHeader64, PT_GNU_EH_FRAME, PT_GNU_SFRAME, PT_LOAD};
 use object::read::elf::{ElfFile, FileHeader, ProgramHeader};
 use object::{LittleEndian, Object, ObjectSection};
 
@@ -66,6 +66,7 @@ fn read_elf_class<Elf: FileHeader<Endian = LittleEndian>>(
     let (mut start, mut end) = (u64::MAX, 0u64);
     let mut hdr_segment = None;
     let mut exidx_segment = None;
+    let mut sframe_segment = None;
     let mut code = Vec::new();
     for ph in file.elf_program_headers() {
         let (vaddr, memsz) = (ph.p_vaddr(endian).into(), ph.p_memsz(endian).into());
@@ -86,6 +87,13 @@ fn read_elf_class<Elf: FileHeader<Endian = LittleEndian>>(
             }
             PT_GNU_EH_FRAME => {
                 hdr_segment = Some(SectionInfo {
+                    file_offset: ph.p_offset(endian).into(),
+                    size: ph.p_filesz(endian).into(),
+                    address: vaddr,
+                })
+            }
+            PT_GNU_SFRAME => {
+                sframe_segment = Some(SectionInfo {
                     file_offset: ph.p_offset(endian).into(),
                     size: ph.p_filesz(endian).into(),
                     address: vaddr,
@@ -119,6 +127,7 @@ fn read_elf_class<Elf: FileHeader<Endian = LittleEndian>>(
         debug_frame_compression,
         arm_exidx: section(".ARM.exidx").or(exidx_segment),
         arm_extab: section(".ARM.extab"),
+        sframe: section(".sframe").or(sframe_segment),
         text: address(".text"),
         got: address(".got"),
         code,

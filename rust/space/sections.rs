@@ -52,6 +52,9 @@ pub struct ModuleSections {
     /// section headers, its `PT_ARM_EXIDX` segment) and `.ARM.extab`.
     pub arm_exidx: Option<SectionInfo>,
     pub arm_extab: Option<SectionInfo>,
+    /// The Simple Frame table (`.sframe`, or without section headers its
+    /// `PT_GNU_SFRAME` segment): the rules where no FDE covers a pc.
+    pub sframe: Option<SectionInfo>,
     /// `.debug_frame` is compressed (`SHF_COMPRESSED`, as `-gz` and Go's
     /// linker leave it, or a GNU `.zdebug_frame`): `debug_frame` is then its
     /// stream, in this format, of this many bytes decompressed.

@@ -203,7 +203,8 @@ impl UnwindInfo {
         })
     }
 
-    /// The rules at `address` from DWARF CFI (`with_row`), else, for ARM
+    /// The rules at `address` from DWARF CFI (`with_row`); where no FDE
+    /// covers it, or its FDE is damaged, from the `.sframe` table; for ARM
     /// code no FDE covers, from the EHABI tables.
     pub(super) fn dwarf_or_ehabi<T>(
         &self,
@@ -212,13 +213,25 @@ impl UnwindInfo {
         dwarf: Result<(T, Range<u64>), LookupError>,
         from_row: impl FnOnce(Row) -> T,
     ) -> Result<(T, Range<u64>), LookupError> {
-        match (dwarf, self.ehabi()) {
-            (Err(LookupError::NoFde), Some(tables)) => {
-                let (row, range) =
-                    tables.row(address, exact, |start| self.same_function(start, address))?;
-                Ok((from_row(row), range))
+        match dwarf {
+            Err(LookupError::NoFde | LookupError::Cfi(_)) if self.sframe().is_some() => {
+                let table = self.sframe().expect("checked");
+                match (table.row(address), dwarf) {
+                    (Ok((row, range)), _) => Ok((from_row(row), range)),
+                    // No function there: the DWARF answer stands.
+                    (Err(LookupError::NoFde), dwarf) => dwarf,
+                    (Err(e), _) => Err(e),
+                }
             }
-            (dwarf, _) => dwarf,
+            Err(LookupError::NoFde) => match self.ehabi() {
+                Some(tables) => {
+                    let (row, range) =
+                        tables.row(address, exact, |start| self.same_function(start, address))?;
+                    Ok((from_row(row), range))
+                }
+                None => Err(LookupError::NoFde),
+            },
+            dwarf => dwarf,
         }
     }
 

@@ -45,6 +45,8 @@ pub enum LookupError {
     Ehabi(&'static str),
     /// A Mach-O file's compact unwind info is damaged here (this way).
     Compact(&'static str),
+    /// The `.sframe` table is damaged here (this way).
+    SFrame(&'static str),
 }
 
 impl fmt::Display for LookupError {
@@ -57,6 +59,7 @@ impl fmt::Display for LookupError {
             LookupError::Pe(why) => write!(f, "bad x64 unwind info: {why}"),
             LookupError::Ehabi(why) => write!(f, "bad ARM unwind table entry: {why}"),
             LookupError::Compact(why) => write!(f, "bad compact unwind info: {why}"),
+            LookupError::SFrame(why) => write!(f, "bad SFrame table: {why}"),
         }
     }
 }

@@ -23,6 +23,8 @@ type Fde<'a> = gimli::FrameDescriptionEntry<Slice<'a>>;
 mod ehabi;
 mod errors;
 mod rules;
+pub mod sframe;
+pub mod sframe_check;
 pub use errors::{LookupError, ModuleError};
 use rules::{convert_cfa, convert_rules, register_offset, return_column};
 pub use rules::{CfaRule, CompactRow, ExprRef, FullRow, RegRule, Row, RuleSet, Rules, SectionKind};
@@ -197,6 +199,7 @@ impl UnwindInfo {
             (".eh_frame_hdr", sections.eh_frame_hdr, data.len()),
             (".ARM.exidx", sections.arm_exidx, data.len()),
             (".ARM.extab", sections.arm_extab, data.len()),
+            (".sframe", sections.sframe, data.len()),
             (".debug_frame", sections.debug_frame, debug_data.as_ref().unwrap_or(&data).len()),
         ] {
             if let Some(s) = s {
@@ -607,11 +610,25 @@ impl UnwindInfo {
         self.sections.entry
     }
 
+    /// The module's `.sframe` table, where it has one this unwinder reads
+    /// (its header checked, for the module's architecture).
+    pub fn sframe(&self) -> Option<sframe::SFrame<'_>> {
+        let s = self.sections.sframe?;
+        sframe::SFrame::parse(self.section_bytes(s), s.address, self.arch).ok()
+    }
+
+    /// Why the module's `.sframe` table cannot be read, where it has one.
+    pub fn sframe_error(&self) -> Option<&'static str> {
+        let s = self.sections.sframe?;
+        sframe::SFrame::parse(self.section_bytes(s), s.address, self.arch).err()
+    }
+
     /// Whether the module has any call frame information at all.
     pub fn has_cfi(&self) -> bool {
         self.sections.eh_frame.is_some()
             || self.sections.debug_frame.is_some()
             || self.ehabi().is_some()
+            || self.sframe().is_some()
     }
 
     /// The bytes of an expression a rule refers to.
@@ -692,17 +709,36 @@ impl UnwindInfo {
             let (row, range) = foreign_row(&**rules, self.arch, *base, address, exact)?;
             return Ok((row.into(), range));
         }
-        let dwarf = self.with_row(address, ctx, |row, cie, kind| {
-            let mut rules = Vec::new();
-            convert_rules(row, kind, |reg, rule| rules.push((reg, rule)))?;
-            Ok(FullRow {
-                cfa: convert_cfa(row, kind)?,
-                ra: cie.return_address_register().0,
-                signal_frame: cie.is_signal_trampoline() || self.in_go_sigpanic(address),
-                rules,
-            })
-        });
+        let sigpanic = self.in_go_sigpanic(address);
+        let dwarf =
+            self.with_row(address, ctx, |row, cie, kind| full_row(row, cie, kind, sigpanic));
         self.dwarf_or_ehabi(address, exact, dwarf, FullRow::from)
+    }
+
+    /// The DWARF CFI row at `address` (`.eh_frame`, else `.debug_frame`;
+    /// no other tables) with every column, and the addresses the row itself
+    /// holds over: what other tables of the same code are compared with.
+    pub fn dwarf_row(
+        &self,
+        address: u64,
+        ctx: &mut UnwindContext<usize>,
+    ) -> Result<(FullRow, Range<u64>), LookupError> {
+        let found = self.with_row(address, ctx, |row, cie, kind| {
+            Ok((full_row(row, cie, kind, false)?, row.start_address()..row.end_address()))
+        });
+        found.map(|(row, _)| row)
+    }
+
+    /// The address ranges of every FDE of `.eh_frame` (and `.debug_frame`),
+    /// sorted.
+    pub fn fde_ranges(&self) -> Vec<Range<u64>> {
+        let mut index = match self.eh_frame() {
+            Some(eh) if self.eh_index.is_empty() => build_index(&eh, &self.bases).0,
+            _ => self.eh_index.clone(),
+        };
+        index.extend_from_slice(&self.debug_index);
+        index.sort_unstable_by_key(|e| (e.start, e.end));
+        index.into_iter().map(|e| e.start..e.end).collect()
     }
 
     /// Find the FDE covering `address`, run its instructions up to it, and
@@ -811,6 +847,23 @@ fn foreign_row(
 ) -> Result<(Row, Range<u64>), LookupError> {
     let (row, range) = rules.row(arch, address.wrapping_sub(base), exact)?;
     Ok((row, range.start.wrapping_add(base)..range.end.wrapping_add(base)))
+}
+
+/// A gimli row as a [`FullRow`]: every column.
+fn full_row(
+    row: &UnwindTableRow<usize>,
+    cie: &Cie<'_>,
+    kind: SectionKind,
+    signal_frame: bool,
+) -> Result<FullRow, LookupError> {
+    let mut rules = Vec::new();
+    convert_rules(row, kind, |reg, rule| rules.push((reg, rule)))?;
+    Ok(FullRow {
+        cfa: convert_cfa(row, kind)?,
+        ra: cie.return_address_register().0,
+        signal_frame: signal_frame || cie.is_signal_trampoline(),
+        rules,
+    })
 }
 
 /// Index every FDE of a section once, sorted by start address. An FDE that
