@@ -16,6 +16,7 @@ pub mod elf;
 pub mod finder;
 pub mod gopclntab;
 pub mod macho;
+pub mod minidebuginfo;
 pub mod pe;
 pub mod perfmap;
 pub mod plt;

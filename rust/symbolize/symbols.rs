@@ -60,9 +60,10 @@ impl SymbolTable {
         SymbolTable::read(data, || None)
     }
 
-    /// `data`'s `.symtab`, else what `debug` finds, else `data`'s `.dynsym`
-    /// (read only then), else a Go program's `.gopclntab` (which stripping
-    /// leaves: see [`crate::space::gopclntab`]).
+    /// `data`'s `.symtab`, else what `debug` finds, else its MiniDebugInfo
+    /// with its `.dynsym`, else `data`'s `.dynsym` (read only then), else a
+    /// Go program's `.gopclntab` (which stripping leaves: see
+    /// [`crate::space::gopclntab`]).
     fn read(
         data: &[u8],
         debug: impl FnOnce() -> Option<SymbolTable>,
@@ -76,6 +77,9 @@ impl SymbolTable {
         if let Some(table) = debug() {
             return Ok(table);
         }
+        if let Some(table) = SymbolTable::of_minidebuginfo(data) {
+            return Ok(table);
+        }
         if let Some(table) = SymbolTable::of_table(data, Table::Dynsym)? {
             return Ok(table);
         }
@@ -85,6 +89,22 @@ impl SymbolTable {
             .collect();
         let full = !go.is_empty();
         Ok(SymbolTable::from_functions(go, full))
+    }
+
+    /// The functions a stripped file's MiniDebugInfo names (see
+    /// [`crate::space::minidebuginfo`]) and those of its `.dynsym`, which
+    /// the MiniDebugInfo leaves out: every function, as gdb and elfutils
+    /// read them. None where there is none, or it names no function.
+    fn of_minidebuginfo(data: &[u8]) -> Option<SymbolTable> {
+        let inner = crate::space::minidebuginfo::inner_file(data)?;
+        let mut functions = read_functions(&inner, Table::Symtab).ok()?;
+        if functions.is_empty() {
+            return None;
+        }
+        functions.extend(read_functions(data, Table::Dynsym).unwrap_or_default());
+        // (Each table's come sorted by start: the two merged.)
+        functions.sort_by_key(|&(start, ..)| start);
+        Some(SymbolTable::from_functions(functions, true))
     }
 
     /// The symbols of `table` in the ELF file `data` (None where it has

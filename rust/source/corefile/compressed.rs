@@ -252,7 +252,7 @@ pub fn decompress(kind: Compression, data: &[u8], limit: u64) -> Result<Data, De
 /// Every xz stream of `data`, one after another (`xz` writes one;
 /// concatenated files hold several, with zero padding between them), each
 /// with a dictionary of at most [`XZ_MAX_DICT`].
-fn xz_streams(mut data: &[u8], out: &mut Bounded) -> Result<(), String> {
+fn xz_streams(mut data: &[u8], out: &mut dyn Write) -> Result<(), String> {
     use xz4rust::XzNextBlockResult::{EndOfStream, NeedMoreData};
     let mut decoder =
         xz4rust::XzDecoder::in_heap_with_alloc_dict_size(xz4rust::DICT_SIZE_PROFILE_0, XZ_MAX_DICT);
@@ -282,6 +282,27 @@ fn xz_streams(mut data: &[u8], out: &mut Bounded) -> Result<(), String> {
         data = &data[zeros..];
     }
     Ok(())
+}
+
+/// `data`, an xz file, decompressed in memory: at most `limit` bytes (a
+/// small file's, as MiniDebugInfo's `.gnu_debugdata`).
+pub fn xz_bytes(data: &[u8], limit: usize) -> Result<Vec<u8>, String> {
+    struct Capped(Vec<u8>, usize);
+    impl Write for Capped {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            if buf.len() > self.1 - self.0.len() {
+                return Err(io::Error::other(format!("more than {} bytes", self.1)));
+            }
+            self.0.extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut out = Capped(Vec::new(), limit);
+    xz_streams(data, &mut out)?;
+    Ok(out.0)
 }
 
 /// Every lz4 frame of `data`, one after another (`lz4` writes one;

@@ -28,7 +28,7 @@ use std::sync::Arc;
 use crate::arch::Arch;
 use crate::source::memory::{Buffer, Data, Memory, Segment, SegmentMemory};
 
-pub use compressed::{decompress, Compression, DecompressError};
+pub use compressed::{decompress, xz_bytes, Compression, DecompressError};
 pub use linkmap::{LinkMapEntry, MAX_ENTRIES};
 pub use notes::{FileMapping, Notes, SigInfo, ThreadNotes};
 
