@@ -232,6 +232,8 @@ pub struct Profiler {
     /// Each process's perf map, read at its first anonymous executable
     /// mapping (None inside: it has none).
     perf_maps: FxHashMap<i32, Option<Arc<JitMap>>>,
+    /// Where each process's jitdump was mapped (`jit-PID.dump`).
+    jit_dumps: FxHashMap<i32, std::path::PathBuf>,
     decoder: Arc<Decoder>,
     spare: Arc<Spare>,
     /// Where the damage `summary.error` tells of is.
@@ -249,6 +251,7 @@ impl Profiler {
             vdso,
             recorded: FxHashMap::default(),
             perf_maps: FxHashMap::default(),
+            jit_dumps: FxHashMap::default(),
             arch,
             options,
             files: FxHashMap::default(),

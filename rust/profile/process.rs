@@ -5,11 +5,13 @@ use std::sync::Arc;
 
 use crate::source::memory::Data;
 use crate::space::finder::{hex, same_build_id, Identity, Located};
+use crate::space::jitdump::JitDump;
 use crate::space::perfmap::PerfMap;
 use crate::space::sections::CodeSegment;
 use crate::space::Segment;
 use crate::symbolize::{Placed, Source, SymbolFile, Symbolizer};
 use crate::unwind::cfi::{Module, UnwindInfo};
+use crate::unwind::jit::JitCfi;
 use crate::unwind::modules::ModuleSet;
 
 use super::{next_id, Profiler};
@@ -34,11 +36,22 @@ pub(super) struct Process {
     pub(super) symbolizer: Arc<Symbolizer>,
 }
 
-/// A process's perf map, and the name its code is shown under (the map's
-/// path, as perf script shows it).
+/// A process's perf map (or its jitdump's names), the name its code is
+/// shown under (the file's path, as perf script shows a perf map's), and
+/// its jitdump's unwind tables.
 pub(super) struct JitMap {
     map: Arc<PerfMap>,
     file: Arc<SymbolFile>,
+    cfi: Option<Arc<JitCfi>>,
+}
+
+/// Whether a mapped file is a jitdump (`jit-PID.dump`, which a JIT maps so
+/// that perf records where it is): data, not code.
+fn is_jitdump(filename: &[u8]) -> bool {
+    let name = filename.rsplit(|&b| b == b'/').next().unwrap_or(filename);
+    name.strip_prefix(b"jit-")
+        .and_then(|rest| rest.strip_suffix(b".dump"))
+        .is_some_and(|pid| !pid.is_empty() && pid.iter().all(u8::is_ascii_digit))
 }
 
 /// A mapping of no file, as perf names it: where a JIT puts its code.
@@ -52,6 +65,16 @@ fn is_anonymous(filename: &[u8]) -> bool {
 impl Profiler {
     /// A new executable mapping in process `pid`.
     pub(super) fn map(&mut self, pid: i32, start: u64, len: u64, pgoff: u64, filename: &[u8]) {
+        if is_jitdump(filename) {
+            // Read where the JIT's code is mapped (here or later); a map
+            // looked for before this, and not found, is looked for again.
+            let path = std::path::PathBuf::from(String::from_utf8_lossy(filename).into_owned());
+            self.jit_dumps.insert(pid, path);
+            if self.perf_maps.get(&pid).is_some_and(Option::is_none) {
+                self.perf_maps.remove(&pid);
+            }
+            return;
+        }
         if is_anonymous(filename) {
             if let Some(jit) = self.perf_map(pid) {
                 return self.map_jit(pid, start..start.saturating_add(len), &jit);
@@ -78,8 +101,11 @@ impl Profiler {
             file_offset: 0,
             file_size: 0,
         }];
-        let info =
-            Arc::new(UnwindInfo::without_file(self.arch, code).with_functions(jit.map.clone()));
+        let mut info = UnwindInfo::without_file(self.arch, code).with_functions(jit.map.clone());
+        if let Some(cfi) = &jit.cfi {
+            info = info.with_foreign_cfi(cfi.clone(), 0);
+        }
+        let info = Arc::new(info);
         let module = Module::place(jit.file.path.to_string(), info, range.clone(), 0).ok();
         // Shown at their addresses, as perf script shows JIT code.
         let placed = Placed {
@@ -116,18 +142,41 @@ impl Profiler {
         *process = Process { id, modules: Arc::new(modules), symbolizer: Arc::new(symbolizer) };
     }
 
-    /// Process `pid`'s perf map (`perf-PID.map` in the options' directory),
-    /// read once; None when there is none.
+    /// Process `pid`'s JIT: its jitdump (where the recording saw it mapped,
+    /// else `jit-PID.dump` in the options' directory), else its perf map
+    /// (`perf-PID.map` there), read once; None when there is neither.
     fn perf_map(&mut self, pid: i32) -> Option<Arc<JitMap>> {
-        let dir = self.options.perf_map_dir.as_ref()?;
-        let path = dir.join(format!("perf-{pid}.map"));
+        let dir = self.options.perf_map_dir.clone();
+        let recorded = self.jit_dumps.get(&pid).cloned();
+        let arch = self.arch;
+        let warnings = &mut self.summary.warnings;
         self.perf_maps
             .entry(pid)
             .or_insert_with(|| {
+                let dumps = [recorded, dir.as_ref().map(|d| d.join(format!("jit-{pid}.dump")))];
+                for path in dumps.into_iter().flatten() {
+                    match JitDump::read(&path) {
+                        Ok(dump) => {
+                            let name: Arc<str> = path.to_string_lossy().into();
+                            let file = Arc::new(SymbolFile::new(name, Source::None, None));
+                            let cfi = JitCfi::new(&dump, arch).map(Arc::new);
+                            return Some(Arc::new(JitMap {
+                                map: Arc::new(dump.perf_map()),
+                                file,
+                                cfi,
+                            }));
+                        }
+                        Err(e) if path.exists() => {
+                            warnings.push(format!("{}: {e}: not used", path.display()));
+                        }
+                        Err(_) => {}
+                    }
+                }
+                let path = dir?.join(format!("perf-{pid}.map"));
                 let map = PerfMap::read(&path).ok()?;
                 let name: Arc<str> = path.to_string_lossy().into();
                 let file = Arc::new(SymbolFile::new(name, Source::None, None));
-                Some(Arc::new(JitMap { map: Arc::new(map), file }))
+                Some(Arc::new(JitMap { map: Arc::new(map), file, cfi: None }))
             })
             .clone()
     }

@@ -15,6 +15,7 @@ pub mod debuginfod;
 pub mod elf;
 pub mod finder;
 pub mod gopclntab;
+pub mod jitdump;
 pub mod macho;
 pub mod minidebuginfo;
 pub mod pe;

@@ -25,20 +25,28 @@ fn hex(text: &str) -> Option<u64> {
 impl PerfMap {
     /// Read a map's text; lines that are not `START SIZE NAME` are left out.
     pub fn parse(text: &[u8]) -> PerfMap {
-        let mut entries: Vec<(u64, u64, usize)> = Vec::new();
-        let mut names: Vec<(u64, Box<str>)> = Vec::new();
-        for line in text.split(|&b| b == b'\n').take(MAX_ENTRIES) {
+        let lines = text.split(|&b| b == b'\n').filter_map(|line| {
             let line = String::from_utf8_lossy(line);
             let mut fields = line.trim_end_matches('\r').splitn(3, ' ');
             let (Some(start), Some(size), Some(name)) =
                 (fields.next(), fields.next(), fields.next())
             else {
-                continue;
+                return None;
             };
-            let (Some(start), Some(size)) = (hex(start), hex(size)) else { continue };
+            Some((hex(start)?, hex(size)?, name.into()))
+        });
+        PerfMap::from_entries(lines)
+    }
+
+    /// A map of (start, size, name) entries in the order a JIT gave them
+    /// (a jitdump's code loads): later ones win.
+    pub fn from_entries(given: impl IntoIterator<Item = (u64, u64, Box<str>)>) -> PerfMap {
+        let mut entries: Vec<(u64, u64, usize)> = Vec::new();
+        let mut names: Vec<(u64, Box<str>)> = Vec::new();
+        for (start, size, name) in given.into_iter().take(MAX_ENTRIES) {
             let Some(end) = start.checked_add(size).filter(|_| size > 0) else { continue };
             entries.push((start, end, names.len()));
-            names.push((start, name.into()));
+            names.push((start, name));
         }
         // Later lines win: from the last line back, each range keeps only
         // what no later line has taken. `covered` holds what the later lines

@@ -7,6 +7,7 @@ pub mod expr;
 pub mod fallback;
 pub mod file;
 pub mod frame_data;
+pub mod jit;
 pub mod modules;
 pub mod pe;
 pub mod rule_cache;
