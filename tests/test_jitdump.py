@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import json
 import re
+import struct
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from perfdata import PERF, RECORD, parse_script, perf_env, perf_script, run
@@ -90,32 +92,83 @@ def user(frames: object) -> list[object]:
     return [f for f in frames if not f.kernel]  # type: ignore[attr-defined]
 
 
-def test_every_sample_is_perfs_after_inject(recording: tuple[Path, Path, Path]) -> None:
+# perf script shows at most this many frames of a sample (kernel.perf_event_max_stack): past
+# it, its frames are a prefix of ours.
+MAX_STACK = int(Path("/proc/sys/kernel/perf_event_max_stack").read_text())
+
+
+@pytest.fixture(scope="module")
+def injected(recording: tuple[Path, Path, Path]) -> Iterator[Path]:
+    """The recording after ``perf inject --jit``: each code load an ELF file
+    (/tmp/jitted-PID-N.so, removed after the module's tests)."""
     data, home, dump = recording
-    injected = data.with_name("perf.jit.data")
-    proc = run([PERF, "inject", "--jit", "-i", data, "-o", injected], env=perf_env(home))
+    out = data.with_name("perf.jit.data")
+    proc = run([PERF, "inject", "--jit", "-i", data, "-o", out], env=perf_env(home))
     assert proc.returncode == 0, proc.stderr
-    # (perf script prints times to the µs by default, as ours does.)
-    theirs = {(s.tid, s.time // 1000): s for s in perf_script(injected, home)}
-    mine = {(s.tid, s.time // 1000): s for s in parse_script(ours(data, home))}
+    made = sorted(Path("/tmp").glob(f"{dump.stem.replace('jit-', 'jitted-')}-*.so"))
+    try:
+        assert made
+        yield out
+    finally:
+        for path in made:
+            path.unlink(missing_ok=True)
+
+
+def same_frames(
+    mine: dict[tuple[int, int], Any], theirs: dict[tuple[int, int], Any], jit: Any
+) -> int:
+    """Every sample's user frames are perf's (JIT frames compared by ``jit(ours, theirs)``),
+    perf's a prefix of ours where it stopped at its limit; how many went through JIT code."""
     assert set(mine) == set(theirs)
     through_jit = 0
     for key, sample in mine.items():
         reference = user(theirs[key].frames)
         frames = user(sample.frames)
+        if len(theirs[key].frames) >= MAX_STACK:
+            frames = frames[: len(reference)]
         assert len(frames) == len(reference), key
         for frame, their in zip(frames, reference, strict=True):
-            if their.dso.startswith("/tmp/jitted-") or "/jitted-" in their.dso:
-                # Perf's ELF file of the load; ours, the dump: the same name and offset.
-                assert frame.dso == str(dump), (key, frame)
-                assert (frame.symbol, frame.offset) == (their.symbol, their.offset), key
+            if "/jitted-" in their.dso:
+                jit(frame, their)
+                through_jit += frame is not frames[0]
             else:
                 assert (frame.dso, frame.address, frame.offset) == (
                     their.dso, their.address, their.offset), key  # fmt: skip
                 assert aliases(their.dso, frame.symbol, their.symbol), (key, frame, their)
-        through_jit += any(str(dump) == f.dso for f in frames[1:])
+    return through_jit
+
+
+def test_every_sample_is_perfs_after_inject(
+    recording: tuple[Path, Path, Path], injected: Path
+) -> None:
+    data, home, dump = recording
+    # (perf script prints times to the µs by default, as ours does.)
+    theirs = {(s.tid, s.time // 1000): s for s in perf_script(injected, home)}
+    mine = {(s.tid, s.time // 1000): s for s in parse_script(ours(data, home))}
+
+    def jit(frame: Any, their: Any) -> None:
+        # Perf's ELF file of the load; ours, the dump: the same name and offset.
+        assert frame.dso == str(dump), frame
+        assert (frame.symbol, frame.offset) == (their.symbol, their.offset), (frame, their)
+
     # Most samples are in the script's functions, under several trampolines each.
-    assert through_jit >= len(mine) // 2 > 10
+    assert same_frames(mine, theirs, jit) >= len(mine) // 2 > 10
+
+
+def test_perf_injects_output_is_read_as_perf_reads_it(
+    recording: tuple[Path, Path, Path], injected: Path
+) -> None:
+    """The injected recording (no jitdump read: the loads are ELF files, their build ids in
+    note sections no PT_NOTE covers) gives perf script's frames, dso for dso."""
+    _, home, _ = recording
+    theirs = {(s.tid, s.time // 1000): s for s in perf_script(injected, home)}
+    mine = {(s.tid, s.time // 1000): s for s in parse_script(ours(injected, home))}
+
+    def jit(frame: Any, their: Any) -> None:
+        assert (frame.dso, frame.address, frame.symbol, frame.offset) == (
+            their.dso, their.address, their.symbol, their.offset)  # fmt: skip
+
+    assert same_frames(mine, theirs, jit) > 10
 
 
 def test_the_python_call_path(recording: tuple[Path, Path, Path]) -> None:
@@ -155,3 +208,109 @@ def test_without_the_dump_the_walk_stops_at_the_first_trampoline(
     assert not any(f.symbol and f.symbol.startswith("py::") for s in samples for f in s.frames)
     below = [user(s.frames)[-1] for s in samples if any(f.dso == "//anon" for f in s.frames)]
     assert below and all(f.dso == "//anon" for f in below)
+
+
+# A live process (and its core): the script's trampolines made first, then many more functions,
+# each a trampoline, so that the dump's buffered writes reach the file past the first ones (the
+# JIT writes the dump through stdio: its last records are on disk only once its buffer fills
+# or it exits), then the script spins under them.
+LIVE_SCRIPT = """
+import sys, time
+
+def leaf(seconds):
+    t = time.time() + seconds
+    while time.time() < t:
+        pass
+
+def middle(d, seconds):
+    return leaf(seconds) if d == 0 else middle(d - 1, seconds)
+
+middle(3, 0)
+for i in range(3000):
+    exec(f"def filler{i}(): return {i}\\nfiller{i}()")
+print("spinning", flush=True)
+middle(3, 300)
+"""
+
+
+@pytest.fixture(scope="module")
+def spinning(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[subprocess.Popen[str], Path]]:
+    python = interpreters()["3.13"]
+    assert not python.missing and python.python, python.missing
+    script = tmp_path_factory.mktemp("perf-jit-live") / "spin.py"
+    script.write_text(LIVE_SCRIPT)
+    proc = subprocess.Popen([python.python, "-X", "perf_jit", str(script)],
+                            stdout=subprocess.PIPE, text=True)  # fmt: skip
+    dump = Path(f"/tmp/jit-{proc.pid}.dump")
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "spinning\n"
+        yield proc, dump
+    finally:
+        proc.kill()
+        proc.wait()
+        dump.unlink(missing_ok=True)
+
+
+def dump_loads(dump: Path) -> list[tuple[int, int, str]]:
+    """(start, size, name) of every code load the dump holds on disk, read here: the 40-byte
+    header, then records of (id, size, timestamp) and, for a load (id 0), pid, tid, vma, code
+    address and size, index and the name."""
+    data = dump.read_bytes()
+    at, loads = struct.unpack_from("<I", data, 8)[0], []
+    while at + 16 <= len(data):
+        kind, size = struct.unpack_from("<II", data, at)
+        if size < 16 or at + size > len(data):
+            break
+        if kind == 0:
+            start, length = struct.unpack_from("<QQ", data, at + 16 + 16)
+            name = data[at + 56 : data.index(b"\0", at + 56)].decode()
+            loads.append((start, length, name))
+        at += size
+    return loads
+
+
+def check_python_chain(frames: list[dict[str, Any]], dump: Path) -> None:
+    """The main thread's trampolines, innermost first: leaf, middle four times, the module;
+    each named as the dump's load holding its pc, and its caller found by its CFI."""
+    loads = dump_loads(dump)
+    jit = [
+        (i, f) for i, f in enumerate(frames) if f["function"] and f["function"].startswith("py::")
+    ]
+    names = [JIT_NAME.fullmatch(f["function"])["function"] for _, f in jit]  # type: ignore[index]
+    assert names == ["leaf", "middle", "middle", "middle", "middle", "<module>"], names
+    for i, frame in jit:
+        pc = int(frame["pc"], 16)
+        holding = [name for start, size, name in loads if start <= pc - 1 < start + size]
+        assert holding[-1:] == [frame["function"]]
+        assert frames[i + 1]["trust"] == "cfi", frames[i + 1]
+
+
+def test_a_live_process_unwinds_through_its_trampolines(
+    spinning: tuple[subprocess.Popen[str], Path],
+) -> None:
+    proc, dump = spinning
+    out = subprocess.run([sys.executable, "-m", "stackwalk", "pid", str(proc.pid), "--json"],
+                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert out.returncode in (0, 1), out.stderr
+    assert "jit-" not in out.stderr  # the dump is no module
+    (main,) = [t for t in json.loads(out.stdout)["threads"] if t["tid"] == proc.pid]
+    check_python_chain(main["frames"], dump)
+
+
+def test_a_core_unwinds_through_its_trampolines(
+    spinning: tuple[subprocess.Popen[str], Path], tmp_path: Path
+) -> None:
+    """gdb's gcore of the process: the jitdump it mapped is found by the core's file list."""
+    proc, dump = spinning
+    core = tmp_path / "core"
+    made = run(["gdb", "-batch", "-nx", "-ex", "set debuginfod enabled off",
+                "-ex", f"attach {proc.pid}", "-ex", f"generate-core-file {core}",
+                "-ex", "detach"])  # fmt: skip
+    assert core.exists(), made.stdout + made.stderr
+    out = subprocess.run([sys.executable, "-m", "stackwalk", "core", str(core), "--json"],
+                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert out.returncode in (0, 1), out.stderr
+    (main,) = [t for t in json.loads(out.stdout)["threads"] if t["tid"] == proc.pid]
+    check_python_chain(main["frames"], dump)

@@ -172,8 +172,9 @@ def _add_module_options(parser: _Options, *, perf_map: bool = True) -> None:
         parser.add_argument(
             "--perf-map",
             metavar="FILE",
-            help="a JIT's perf map (/tmp/perf-PID.map): names for its code, outside every "
-            "module (pid: by default the process's own, if there is one)",
+            help="a JIT's perf map (/tmp/perf-PID.map) or jitdump (jit-PID.dump): names for "
+            "its code, outside every module, and a dump's unwind tables (by default the jitdump "
+            "the process mapped; pid: else its own perf map, if there is one)",
         )
 
 

@@ -357,8 +357,12 @@ class SampleRecords:
 
 @final
 class PerfMap:
+    """A JIT's perf map (``perf-PID.map``) or jitdump (``jit-PID.dump``, told apart by its
+    magic): the names of its code, and a jitdump's unwind tables."""
     def __new__(cls, path: str | PathLike[str]) -> PerfMap: ...
     def __len__(self) -> int: ...
+    @property
+    def has_unwind_tables(self) -> bool: ...
 
 @final
 class Symbolizer:

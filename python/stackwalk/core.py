@@ -24,6 +24,7 @@ decompressed, and a large file's symbol table, once read, are kept by build id i
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -154,6 +155,8 @@ class Core:
         self.debug_root = os.fspath(debug_root) if debug_root is not None else None
         # CoreError if it is not a readable core
         core = self._core = self._open_source(max_size)
+        if self.perf_map is None:
+            self.perf_map = _mapped_jitdump(core.files)
         self.warnings = core.warnings
         self.arch = core.arch
         self.memory = core.memory
@@ -442,3 +445,13 @@ class Stack:
     trace: Trace
     frames: list[SymbolizedFrame | PythonFrame]
     python: PythonThread | None
+
+
+def _mapped_jitdump(files: list[tuple[int, int, int, str]] | None) -> str | None:
+    """The jitdump the process mapped (``jit-PID.dump``: a JIT maps it executable so that perf
+    records where it is, as CPython 3.13's ``-X perf_jit`` does), if it is still there: the
+    names of the JIT's code and their unwind tables."""
+    for _, _, _, path in files or ():
+        if re.fullmatch(r"jit-\d+\.dump", os.path.basename(path)) and os.path.isfile(path):
+            return path
+    return None

@@ -43,7 +43,8 @@ class Process(Core):
     ) -> Process:
         """Stop ``pid``, copy what unwinding its threads needs, let it go. StackwalkError with
         one line saying why if it cannot be read (no such process, a zombie, not permitted).
-        ``perf_map``: a JIT's names for its code (default: /tmp/perf-PID.map if there is one).
+        ``perf_map``: a JIT's names for its code, a perf map or a jitdump (default:
+        /tmp/jit-PID.dump, else /tmp/perf-PID.map, if there is one).
         The other options are ``Core.open``'s: a module whose file or DWARF is not here is
         fetched from the debuginfod servers of ``DEBUGINFOD_URLS`` unless ``offline`` (or
         ``STACKWALK_OFFLINE`` is set)."""
@@ -62,11 +63,12 @@ class Process(Core):
 
     def __init__(self, pid: int, **options: Any) -> None:
         self._pid = pid
-        # A JIT's names for its code, where it writes them for perf (node --perf-basic-prof,
-        # the JVM's agents, LuaJIT, CPython 3.12's -X perf).
-        perf_map = f"/tmp/perf-{pid}.map"
-        if "perf_map" not in options and os.path.isfile(perf_map):
-            options["perf_map"] = perf_map
+        # A JIT's names for its code, where it writes them for perf: its jitdump (CPython
+        # 3.13's -X perf_jit, V8's --perf-prof: names and unwind tables), else its perf map
+        # (node --perf-basic-prof, the JVM's agents, LuaJIT, CPython 3.12's -X perf).
+        for written in (f"/tmp/jit-{pid}.dump", f"/tmp/perf-{pid}.map"):
+            if "perf_map" not in options and os.path.isfile(written):
+                options["perf_map"] = written
         super().__init__(f"pid {pid}", **options)
 
     def _open_source(self, max_size: int | None) -> CoreFile:

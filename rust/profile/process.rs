@@ -45,15 +45,6 @@ pub(super) struct JitMap {
     cfi: Option<Arc<JitCfi>>,
 }
 
-/// Whether a mapped file is a jitdump (`jit-PID.dump`, which a JIT maps so
-/// that perf records where it is): data, not code.
-fn is_jitdump(filename: &[u8]) -> bool {
-    let name = filename.rsplit(|&b| b == b'/').next().unwrap_or(filename);
-    name.strip_prefix(b"jit-")
-        .and_then(|rest| rest.strip_suffix(b".dump"))
-        .is_some_and(|pid| !pid.is_empty() && pid.iter().all(u8::is_ascii_digit))
-}
-
 /// A mapping of no file, as perf names it: where a JIT puts its code.
 fn is_anonymous(filename: &[u8]) -> bool {
     filename == b"//anon"
@@ -65,7 +56,7 @@ fn is_anonymous(filename: &[u8]) -> bool {
 impl Profiler {
     /// A new executable mapping in process `pid`.
     pub(super) fn map(&mut self, pid: i32, start: u64, len: u64, pgoff: u64, filename: &[u8]) {
-        if is_jitdump(filename) {
+        if crate::space::jitdump::is_jitdump_name(filename) {
             // Read where the JIT's code is mapped (here or later); a map
             // looked for before this, and not found, is looked for again.
             let path = std::path::PathBuf::from(String::from_utf8_lossy(filename).into_owned());

@@ -345,19 +345,28 @@ pub(super) fn sym_file_parses() -> u64 {
     crate::symbolize::breakpad::parse_count()
 }
 
-/// A JIT's perf map (`/tmp/perf-PID.map`) read once, for an unwinder and a
-/// symbolizer to share (a live JIT appends to its map: both see the same
-/// lines, and a map of megabytes is parsed once).
+/// A JIT's perf map (`/tmp/perf-PID.map`), or its jitdump (`jit-PID.dump`:
+/// the names of its code loads, and their unwind tables), read once, for an
+/// unwinder and a symbolizer to share (a live JIT appends to its map: both
+/// see the same lines, and a map of megabytes is parsed once).
 #[pyclass(module = "stackwalk._core", name = "PerfMap", frozen)]
 pub struct PyPerfMap {
     inner: Arc<crate::space::perfmap::PerfMap>,
+    cfi: Option<Arc<crate::unwind::jit::JitCfi>>,
 }
 
 #[pymethods]
 impl PyPerfMap {
     #[new]
-    fn new(path: PathBuf) -> PyResult<Self> {
-        Ok(PyPerfMap { inner: read_perf_map(&path)? })
+    fn new(py: Python<'_>, path: PathBuf) -> PyResult<Self> {
+        let (inner, cfi) = read_jit_names(py, &path)?;
+        Ok(PyPerfMap { inner, cfi })
+    }
+
+    /// Whether it is a jitdump's whose code loads carry unwind tables.
+    #[getter]
+    fn has_unwind_tables(&self) -> bool {
+        self.cfi.is_some()
     }
 
     /// The number of pieces of code the map names.
@@ -370,10 +379,39 @@ impl PyPerfMap {
 pub(super) fn perf_map_of(
     given: &Bound<'_, PyAny>,
 ) -> PyResult<Arc<crate::space::perfmap::PerfMap>> {
+    Ok(jit_of(given)?.0)
+}
+
+/// A JIT's names given as a `PerfMap` or a path (a perf map or a jitdump,
+/// read now), and a jitdump's unwind tables.
+pub(super) fn jit_of(given: &Bound<'_, PyAny>) -> PyResult<JitNames> {
     match given.cast::<PyPerfMap>() {
-        Ok(map) => Ok(map.get().inner.clone()),
-        Err(_) => read_perf_map(&given.extract::<PathBuf>()?),
+        Ok(map) => Ok((map.get().inner.clone(), map.get().cfi.clone())),
+        Err(_) => read_jit_names(given.py(), &given.extract::<PathBuf>()?),
     }
+}
+
+/// A JIT's names, and its code's unwind tables where a jitdump has them.
+pub(super) type JitNames =
+    (Arc<crate::space::perfmap::PerfMap>, Option<Arc<crate::unwind::jit::JitCfi>>);
+
+/// The file at `path` read as a jitdump (it starts with `JiTD`) or as a
+/// perf map.
+fn read_jit_names(py: Python<'_>, path: &std::path::Path) -> PyResult<JitNames> {
+    let is_dump = std::fs::File::open(path).ok().and_then(|mut f| {
+        let mut magic = [0u8; 4];
+        std::io::Read::read_exact(&mut f, &mut magic).ok()?;
+        Some(u32::from_le_bytes(magic) == 0x4a69_5444)
+    });
+    if is_dump != Some(true) {
+        return Ok((read_perf_map(path)?, None));
+    }
+    let dump = py
+        .detach(|| crate::space::jitdump::JitDump::read(path))
+        .map_err(|e| StackwalkError::new_err(format!("{}: {e}", path.display())))?;
+    let arch = crate::arch::Arch::from_elf_machine(dump.machine as u16);
+    let cfi = arch.and_then(|arch| crate::unwind::jit::JitCfi::new(&dump, arch)).map(Arc::new);
+    Ok((Arc::new(dump.perf_map()), cfi))
 }
 
 /// A JIT's perf map (`/tmp/perf-PID.map`): the names and extents of code

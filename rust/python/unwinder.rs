@@ -35,6 +35,8 @@ pub struct PyUnwinder {
     debug_files: Vec<(String, String)>,
     /// The JIT's perf map (`set_perf_map`): where its functions start.
     perf_map: Option<Arc<crate::space::perfmap::PerfMap>>,
+    /// Its jitdump's unwind tables, where it was given one.
+    jit_cfi: Option<Arc<crate::unwind::jit::JitCfi>>,
 }
 
 #[pymethods]
@@ -57,6 +59,7 @@ impl PyUnwinder {
             spans: Vec::new(),
             debug_files: Vec::new(),
             perf_map: None,
+            jit_cfi: None,
         })
     }
 
@@ -209,6 +212,9 @@ impl PyUnwinder {
                 .map_err(|e| StackwalkError::new_err(format!("{}: {e}", path.display())))?;
             tables = Some(Arc::new(compact));
         }
+        if let (true, None, Some(cfi)) = (jit, &tables, &self.jit_cfi) {
+            tables = Some(cfi.clone() as _);
+        }
         if let Some(rules) = tables {
             info = info.with_foreign_cfi(rules, base);
         } else if let Some(path) = sym_file {
@@ -232,7 +238,9 @@ impl PyUnwinder {
     /// adds from now on (`/tmp/perf-PID.map`): where its functions start,
     /// which tells whether a frame 0 in it has made its frame record yet.
     fn set_perf_map(&mut self, map: &Bound<'_, PyAny>) -> PyResult<()> {
-        self.perf_map = Some(super::symbolize::perf_map_of(map)?);
+        let (names, cfi) = super::symbolize::jit_of(map)?;
+        self.perf_map = Some(names);
+        self.jit_cfi = cfi;
         Ok(())
     }
 

@@ -346,6 +346,11 @@ fn summarize_class<Elf: FileHeader<Endian = LittleEndian>>(
             }
         }
     }
+    if summary.build_id.is_none() {
+        // A note section no PT_NOTE covers (perf inject's jitted-PID-N.so
+        // files): read as elfutils and perf read it.
+        summary.build_id = section_build_id::<Elf>(header, endian, data);
+    }
     match &summary.build_id {
         Some(id) => summary.file_id = Some(id.clone()),
         None => {
@@ -355,6 +360,27 @@ fn summarize_class<Elf: FileHeader<Endian = LittleEndian>>(
         }
     }
     Ok(summary)
+}
+
+/// The GNU build id in a note section, where the file has section headers.
+fn section_build_id<Elf: FileHeader<Endian = LittleEndian>>(
+    header: &Elf,
+    endian: LittleEndian,
+    data: &[u8],
+) -> Option<Vec<u8>> {
+    use object::read::elf::SectionHeader;
+    let sections = header.sections(endian, data).ok()?;
+    for section in sections.iter() {
+        let Ok(Some(mut notes)) = section.notes(endian, data) else { continue };
+        while let Ok(Some(note)) = notes.next() {
+            if note.name() == object::elf::ELF_NOTE_GNU
+                && note.n_type(endian) == object::elf::NT_GNU_BUILD_ID
+            {
+                return Some(note.desc().to_vec());
+            }
+        }
+    }
+    None
 }
 
 /// The bytes of `.text` Breakpad's `FileID` hashes when a file has no build id.

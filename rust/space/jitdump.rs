@@ -66,6 +66,21 @@ pub struct JitDump {
     pub loads: Vec<CodeLoad>,
 }
 
+/// Whether a file's name is a jitdump's (`jit-PID.dump`), which a JIT maps
+/// executable so that perf records where it is: data, not code.
+pub fn is_jitdump_name(name: &[u8]) -> bool {
+    let name = name.rsplit(|&b| b == b'/').next().unwrap_or(name);
+    name.strip_prefix(b"jit-")
+        .and_then(|rest| rest.strip_suffix(b".dump"))
+        .is_some_and(|pid| !pid.is_empty() && pid.iter().all(u8::is_ascii_digit))
+}
+
+/// [`is_jitdump_name`] of a path.
+pub fn is_jitdump_path(path: &std::path::Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    is_jitdump_name(path.as_os_str().as_bytes())
+}
+
 fn u32_at(bytes: &[u8], at: usize) -> Option<u32> {
     Some(u32::from_le_bytes(bytes.get(at..at.checked_add(4)?)?.try_into().ok()?))
 }

@@ -444,6 +444,9 @@ impl Builder<'_, '_, '_> {
             // _PyRuntime) would be taken for the loaded ones'.
             groups.retain(|(_, maps)| holds_code(maps));
         }
+        // A JIT's jitdump, which it maps executable for perf to see (CPython's -X
+        // perf_jit): data, read as the JIT's names (`--perf-map`), no module.
+        groups.retain(|(path, _)| !crate::space::jitdump::is_jitdump_path(path));
         // Every module's file is looked for here first, then those missing fetched at once.
         struct Found {
             path: PathBuf,
