@@ -6,6 +6,7 @@
 # that the build takes minutes and the binary keeps its symbols), then a venv of it with pystack.
 #
 #   tests/build_cpython.sh 3.13      # -> ${STACKWALK_CACHE:-~/.cache/stackwalk}/cpython-3.13.5
+#   tests/build_cpython.sh 3.13t     # -> .../cpython-3.13.5t (free-threaded: --disable-gil)
 #   tests/build_cpython.sh 3.14      # -> .../cpython-3.14.X (Debian's binaries, see below)
 #
 # Nothing is done when the interpreter is already installed there (the venv is made if missing).
@@ -20,7 +21,7 @@
 # tests' own (a venv of it would need Debian's python3.14-venv and more of sid).
 set -euo pipefail
 
-minor=${1:?usage: build_cpython.sh 3.13|3.14}
+minor=${1:?usage: build_cpython.sh 3.13|3.13t|3.14}
 cache=${STACKWALK_CACHE:-$HOME/.cache/stackwalk}
 mkdir -p "$cache"
 
@@ -60,6 +61,15 @@ if [ "$minor" = 3.14 ]; then
   exit 0
 fi
 
+# 3.13t: the same source built free-threaded (--disable-gil: no GIL, per-object reference
+# counts and locks, PEP 703), installed as python3.13t.
+threading=""
+case "$minor" in
+  3.13t)
+    threading=t
+    minor=3.13
+    ;;
+esac
 case "$minor" in
   3.13)
     # Debian trixie's python3.13 (a stable suite: its pool file stays)
@@ -74,8 +84,8 @@ case "$minor" in
     ;;
 esac
 
-prefix=$cache/cpython-$version
-python=$prefix/bin/python$minor
+prefix=$cache/cpython-$version$threading
+python=$prefix/bin/python$minor$threading
 
 if [ ! -x "$python" ]; then
   work=$(mktemp -d "$cache/build-$version.XXXXXX")
@@ -94,7 +104,8 @@ if [ ! -x "$python" ]; then
   (
     cd "$src"
     # -g (configure's default CFLAGS are "-g -O2" without --enable-optimizations' PGO/LTO)
-    ./configure --prefix="$prefix" --with-ensurepip=install >"$work/configure.log" 2>&1 \
+    ./configure --prefix="$prefix" --with-ensurepip=install ${threading:+--disable-gil} \
+      >"$work/configure.log" 2>&1 \
       || { tail -n 40 "$work/configure.log" >&2; exit 1; }
     make -j2 >"$work/make.log" 2>&1 || { tail -n 40 "$work/make.log" >&2; exit 1; }
     make install >"$work/install.log" 2>&1 || { tail -n 40 "$work/install.log" >&2; exit 1; }

@@ -4,8 +4,9 @@ in each thread's native stack after the ``_PyEval_EvalFrameDefault`` call that r
 ``pystack`` shows them. CPython 3.10, 3.11 and 3.12 (their structure offsets built in), 3.13
 and 3.14 (their offsets read from the ``_Py_DebugOffsets`` table at the start of the target's
 ``_PyRuntime``, checked: a damaged or missing table is a reason) are read, each tested on a real
-interpreter (3.10 and 3.12: pyenv's; 3.14: Debian sid's build). Another version (3.9, a
-free-threaded build) is a reason given in place of the Python frames, never a guess."""
+interpreter (3.10 and 3.12: pyenv's; 3.14: Debian sid's build), and 3.13's free-threaded build
+(3.13t, ``--disable-gil``: no GIL, so no thread holds it). Another version (3.9, 3.14t) is a
+reason given in place of the Python frames, never a guess."""
 
 from __future__ import annotations
 

@@ -240,15 +240,19 @@ pub(super) fn read<M: ReadMemory>(
             "version {hexversion:#x} is not the module's CPython {major}.{minor}"
         )));
     }
-    match e.get("", "free_threaded") {
-        0 => {}
-        1 => {
+    // Free-threaded builds (PEP 703, `--disable-gil`): 3.13t's objects have a longer header
+    // (the table gives every offset read past it), and its code object and frames the default
+    // build's fields in the same order. 3.14t's frames point into per-thread copies of the
+    // bytecode (`co_tlbc`), which this reader does not follow: refused.
+    match (e.get("", "free_threaded"), minor) {
+        (0, _) | (1, 13) => {}
+        (1, _) => {
             return Err(PyError::State(format!(
-                "CPython {major}.{minor} free-threaded: its Python frames are not read (only the \
-                 default build is)"
+                "CPython {major}.{minor} free-threaded: its Python frames are not read (its \
+                 per-thread bytecode copies; 3.13t's and the default builds' are)"
             )))
         }
-        n => return Err(bad(format!("free_threaded is {n}"))),
+        (n, _) => return Err(bad(format!("free_threaded is {n}"))),
     }
     let ptr = 8;
     let gil = e.offset("interpreter_state", "gil_runtime_state", 8)?;

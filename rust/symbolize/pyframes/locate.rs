@@ -35,14 +35,14 @@ impl Symbols {
 }
 
 /// Whether a file name is one of CPython's: `python3.11`, `python3`,
-/// `libpython3.11.so.1.0`, `libpython3.11d.so`... (and the version its
-/// name gives, if it gives one).
+/// `libpython3.11.so.1.0`, `libpython3.11d.so`, a free-threaded build's
+/// `python3.13t`... (and the version its name gives, if it gives one).
 pub fn python_file_name(name: &str) -> Option<Option<(u8, u8)>> {
     let rest = name.strip_prefix("lib").unwrap_or(name).strip_prefix("python")?;
     if rest.bytes().all(|b| b.is_ascii_digit()) {
         return Some(None); // python, python3
     }
-    let version = rest.split(".so").next().unwrap_or(rest).trim_end_matches(|c| "dmu".contains(c));
+    let version = rest.split(".so").next().unwrap_or(rest).trim_end_matches(|c| "dmut".contains(c));
     let (major, minor) = version.split_once('.')?;
     Some(Some((major.parse().ok()?, minor.parse().ok()?)))
 }
@@ -125,6 +125,8 @@ mod tests {
         assert_eq!(python_file_name("python3.11"), Some(Some((3, 11))));
         assert_eq!(python_file_name("libpython3.12.so.1.0"), Some(Some((3, 12))));
         assert_eq!(python_file_name("libpython3.11d.so"), Some(Some((3, 11))));
+        assert_eq!(python_file_name("python3.13t"), Some(Some((3, 13))));
+        assert_eq!(python_file_name("libpython3.13t.so.1.0"), Some(Some((3, 13))));
         assert_eq!(python_file_name("python3"), Some(None));
         assert_eq!(python_file_name("python"), Some(None));
         assert_eq!(python_file_name("libc.so.6"), None);
