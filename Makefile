@@ -56,7 +56,7 @@ lint:            ## rustfmt, clippy -D warnings, ruff (lint and format), mypy --
 # RUSTC_BOOTSTRAP=1 lets the stable toolchain take them. Every crash, timeout or OOM is saved
 # to fuzz/artifacts/TARGET/; once fixed, it goes to rust/tests/regressions/TARGET/.
 FUZZ_SECONDS ?= 600
-FUZZ_TARGETS ?= cfi unwind perf core decompress minidump lines breakpad perfmap pe pdb macho
+FUZZ_TARGETS ?= cfi unwind perf core decompress minidump lines breakpad perfmap pe pdb macho sframe jitdump
 FUZZ_FLAGS = -rss_limit_mb=2048 -timeout=10 -max_len=262144 -print_final_stats=1
 
 fuzz: setup       ## seed the corpora from real files, then run each fuzz target FUZZ_SECONDS

@@ -26,6 +26,10 @@
 - macho: tests/programs/apple_crash.c built for x86_64 and arm64 macOS (clang, ld64.lld: compact
   unwind info in every mode, ``__eh_frame``), their dSYMs' DWARF files, and a universal file of
   both (``llvm-lipo``);
+- jitdump: CPython 3.13's ``-X perf_jit`` dump of a small script (code loads, each with its
+  ``.eh_frame``), whole and cut short;
+- sframe: deep.c's ``.sframe`` (``gcc -Wa,--gsframe``, x86_64 and aarch64, -O0 and -O2) as
+  version 1, and written again as versions 2 and 3 and (x86_64) v3 flexible FDEs;
 - perfmap: perf maps as JITs write them (V8's names, CPython's ``-X perf`` trampolines, code
   moved and its range reused, hex with and without ``0x``).
 
@@ -292,6 +296,44 @@ def seed_macho(work: Path, out: Path) -> None:
     subprocess.run([lipo, "-create", *slices, "-output", str(universal)], check=True)
 
 
+def seed_sframe(work: Path, out: Path) -> None:
+    sys.path.insert(0, str(ROOT / "tests"))
+    import sframe_tables  # (tests/sframe_tables.py: the v2 and v3 writers)
+
+    for arch, cc in (("x86_64", "gcc"), ("aarch64", "aarch64-linux-gnu-gcc")):
+        for level in ("-O0", "-O2"):
+            program = work / f"deep-{arch}{level}"
+            subprocess.run([cc, level, "-Wa,--gsframe", str(ROOT / "tests/programs/deep.c"),
+                            "-o", str(program)], check=True)  # fmt: skip
+            data, address, _ = sframe_tables.section(program)
+            table = sframe_tables.read_v1(data, address)
+            prefix = bytes([arch == "aarch64"]) + address.to_bytes(8, "little")
+            (out / f"deep-{arch}{level}-v1").write_bytes(prefix + data)
+            for version in (2, 3):
+                written = sframe_tables.write(table, version, address)
+                (out / f"deep-{arch}{level}-v{version}").write_bytes(prefix + written)
+            if arch == "x86_64":
+                flex = sframe_tables.Table(**{**table.__dict__, "functions": [
+                    sframe_tables.flexible(table, f) for f in table.functions]})  # fmt: skip
+                written = sframe_tables.write(flex, 3, address)
+                (out / f"deep-{arch}{level}-v3flex").write_bytes(prefix + written)
+
+
+def seed_jitdump(work: Path, out: Path) -> None:
+    python = sorted(Path.home().glob(".cache/stackwalk/cpython-3.13.*[0-9]/bin/python3.13"))
+    if not python:
+        return
+    script = "def f(n):\n    return n if n < 2 else f(n - 1) + f(n - 2)\nprint(f(12))\n"
+    proc = subprocess.Popen([str(python[-1]), "-X", "perf_jit", "-c", script], cwd=work)
+    proc.wait()
+    dump = Path(f"/tmp/jit-{proc.pid}.dump")
+    if dump.exists():
+        data = dump.read_bytes()
+        (out / "cpython-3.13").write_bytes(data)
+        (out / "cpython-3.13-cut").write_bytes(data[: len(data) // 2 + 7])
+        dump.unlink()
+
+
 def seed_perfmap(work: Path, out: Path) -> None:
     (out / "v8").write_text(
         "7f3a40004000 3c Builtin:ArgumentsAdaptorTrampoline\n"
@@ -315,7 +357,8 @@ def main() -> int:
                  ("core", seed_core), ("decompress", seed_decompress),
                  ("minidump", seed_minidump), ("lines", seed_lines),
                  ("breakpad", seed_breakpad), ("perfmap", seed_perfmap),
-                 ("pe", seed_pe), ("pdb", seed_pdb), ("macho", seed_macho))  # fmt: skip
+                 ("pe", seed_pe), ("pdb", seed_pdb), ("macho", seed_macho),
+                 ("sframe", seed_sframe), ("jitdump", seed_jitdump))  # fmt: skip
         for name, seed in seeds:
             out = corpus / name
             out.mkdir(parents=True, exist_ok=True)

@@ -9,6 +9,7 @@ pub mod breakpad;
 pub mod cfi;
 pub mod corefile;
 pub mod decompress;
+pub mod jitdump;
 pub mod lines;
 pub mod macho;
 pub mod minidump;
@@ -16,6 +17,7 @@ pub mod pdb;
 pub mod pe;
 pub mod perf;
 pub mod perfmap;
+pub mod sframe;
 pub mod unwind;
 
 /// The hex words of an input read as text (a `.sym` file's addresses, a perf

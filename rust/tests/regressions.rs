@@ -81,6 +81,16 @@ fn macho() {
 }
 
 #[test]
+fn jitdump() {
+    run_all("jitdump", harness::jitdump::run);
+}
+
+#[test]
+fn sframe() {
+    run_all("sframe", harness::sframe::run);
+}
+
+#[test]
 fn pdb() {
     run_all("pdb", harness::pdb::run);
 }

@@ -352,14 +352,15 @@ impl<'a> SFrame<'a> {
         for entry in self.entries(function) {
             let entry = entry?;
             let start = match function.pc_type {
-                PcType::Increasing => entry.start - function.start,
+                // (The row's own offset, however its address wrapped.)
+                PcType::Increasing => entry.start.wrapping_sub(function.start),
                 PcType::Mask(_) => entry.start,
             };
             if start > within {
                 let end = function.start.saturating_add(block).saturating_add(start);
                 return Ok(found.map(|(e, s)| (e, s..end)));
             }
-            found = Some((entry, function.start.saturating_add(block + start)));
+            found = Some((entry, function.start.saturating_add(block).saturating_add(start)));
         }
         let end = function.start.saturating_add(block).saturating_add(block_end);
         Ok(found.map(|(e, s)| (e, s..end.min(function.end))))
@@ -564,5 +565,98 @@ impl Iterator for Entries<'_, '_> {
                 Some(Err(e))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A v2 table of one function at 0x1000 (32 bytes, start from the
+    /// section) with `rows` (start, info, words), for x86_64.
+    fn table(flags: u8, info: u8, repeat: u8, rows: &[(u8, u8, &[i8])]) -> Vec<u8> {
+        let mut fres = Vec::new();
+        for &(start, row_info, words) in rows {
+            fres.push(start);
+            fres.push(row_info);
+            fres.extend(words.iter().map(|&w| w as u8));
+        }
+        let mut out = vec![0xe2, 0xde, 2, flags, ABI_AMD64_LE, 0, -8i8 as u8, 0];
+        for v in [1u32, rows.len() as u32, fres.len() as u32, 0, 20] {
+            out.extend(v.to_le_bytes());
+        }
+        // The function at 0x1000, the section at 0x800.
+        out.extend(0x800i32.to_le_bytes());
+        out.extend(32u32.to_le_bytes());
+        out.extend(0u32.to_le_bytes());
+        out.extend((rows.len() as u32).to_le_bytes());
+        out.extend([info, repeat, 0, 0]);
+        out.extend(fres);
+        out
+    }
+
+    fn info(base_sp: bool, words: u8) -> u8 {
+        u8::from(base_sp) | (words << 1)
+    }
+
+    #[test]
+    fn rows_by_pc_and_by_mask() {
+        let rows: &[(u8, u8, &[i8])] = &[(0, info(true, 1), &[8]), (4, info(true, 1), &[16])];
+        let bytes = table(F_FDE_SORTED, 0, 0, rows);
+        let t = SFrame::parse(&bytes, 0x800, Arch::X86_64).unwrap();
+        let (row, range) = t.row(0x1002).unwrap();
+        assert_eq!(row.cfa, CfaRule::RegOffset { reg: 7, offset: 8 });
+        assert_eq!(row.rule(16), Some(RegRule::Offset(-8)));
+        assert_eq!(range, 0x1000..0x1004);
+        let (row, range) = t.row(0x101f).unwrap();
+        assert_eq!(row.cfa, CfaRule::RegOffset { reg: 7, offset: 16 });
+        assert_eq!(range, 0x1004..0x1020);
+        assert!(matches!(t.row(0x1020), Err(LookupError::NoFde)));
+        assert!(matches!(t.row(0xfff), Err(LookupError::NoFde)));
+        // Masked: every 16 bytes, the second row from offset 4 of each block.
+        let bytes = table(F_FDE_SORTED, 0x10, 16, rows);
+        let t = SFrame::parse(&bytes, 0x800, Arch::X86_64).unwrap();
+        let (row, range) = t.row(0x1013).unwrap();
+        assert_eq!(row.cfa, CfaRule::RegOffset { reg: 7, offset: 8 });
+        assert_eq!(range, 0x1010..0x1014);
+        let (row, range) = t.row(0x1015).unwrap();
+        assert_eq!(row.cfa, CfaRule::RegOffset { reg: 7, offset: 16 });
+        assert_eq!(range, 0x1014..0x1020);
+    }
+
+    #[test]
+    fn frame_pointer_rows_and_the_outermost_frame() {
+        let rows: &[(u8, u8, &[i8])] = &[(0, info(false, 2), &[16, -16]), (8, 0, &[])];
+        let bytes = table(F_FDE_SORTED, 0, 0, rows);
+        let t = SFrame::parse(&bytes, 0x800, Arch::X86_64).unwrap();
+        let (row, _) = t.row(0x1000).unwrap();
+        assert_eq!(row.cfa, CfaRule::RegOffset { reg: 6, offset: 16 });
+        assert_eq!(row.rule(6), Some(RegRule::Offset(-16)));
+        // No words: the return address is undefined.
+        let (row, _) = t.row(0x1008).unwrap();
+        assert_eq!(row.rule(16), Some(RegRule::Undefined));
+    }
+
+    #[test]
+    fn a_damaged_or_foreign_table_is_refused() {
+        let rows: &[(u8, u8, &[i8])] = &[(0, info(true, 1), &[8])];
+        let good = table(F_FDE_SORTED, 0, 0, rows);
+        assert!(SFrame::parse(&good, 0x800, Arch::Aarch64).is_err());
+        assert!(SFrame::parse(&good[..20], 0x800, Arch::X86_64).is_err());
+        let mut swapped = good.clone();
+        swapped.swap(0, 1);
+        assert_eq!(SFrame::parse(&swapped, 0x800, Arch::X86_64).err(), Some("big-endian table"));
+        let mut counts = good.clone();
+        counts[8..12].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(SFrame::parse(&counts, 0x800, Arch::X86_64).is_err());
+        // A row count past the rows: reading stops with an error (which row holds a pc
+        // cannot be known past it), no panic.
+        let mut rows_cut = good.clone();
+        let at = HEADER + 12;
+        rows_cut[at..at + 4].copy_from_slice(&1000u32.to_le_bytes());
+        let t = SFrame::parse(&rows_cut, 0x800, Arch::X86_64).unwrap();
+        let f = t.function(0).unwrap();
+        assert!(t.entries(&f).any(|e| e.is_err()));
+        assert_eq!(t.row(0x1010).err(), Some(LookupError::SFrame("row past the rows' end")));
     }
 }
