@@ -333,3 +333,42 @@ def test_a_damaged_header_is_a_clear_error(build: Builder, tmp_path: Path) -> No
     with pytest.raises(StackwalkError, match="cannot be read: rows past"):
         ElfFile(copy).verify_sframe()
     assert len(data) > 28
+
+
+def test_perf_samples_unwind_by_sframe_alone(build: Builder, tmp_path: Path) -> None:
+    """A perf recording of a busy program built with --gsframe (samples anywhere in its
+    functions: prologues, bodies, epilogues): every sample unwound by rules alone gives the same
+    frames with the program's .eh_frame hidden as with it; with neither table, the walks are
+    shorter (so the SFrame rows are what carried them)."""
+    from perfdata import perf_env, perf_record
+
+    program = build("sframe_busy.c", *O2, GSFRAME)
+    perf_record(tmp_path / "perf.data", [program, "8000000"], tmp_path)
+
+    def samples() -> list[list[tuple[str, str]]]:
+        cmd = [sys.executable, "-m", "stackwalk", "perf", str(tmp_path / "perf.data"), "--json",
+               "--strategies", "cfi", "--no-inline"]  # fmt: skip
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
+                              env=perf_env(tmp_path))  # fmt: skip
+        assert proc.returncode in (0, 1), proc.stderr
+        return [[(f["pc"], f["function"]) for f in json.loads(line)["frames"] if not f["kernel"]]
+                for line in proc.stdout.splitlines()]  # fmt: skip
+
+    original = tmp_path / "original"
+    shutil.copy2(program, original)
+    try:
+        by_eh_frame = samples()
+        os.replace(sframe_tables.hide_eh_frame(original, tmp_path / "hidden"), program)
+        by_sframe = samples()
+        bare = tmp_path / "bare"
+        subprocess.run(["objcopy", "--remove-section", ".sframe", str(program), str(bare)],
+                       check=True)  # fmt: skip
+        os.replace(bare, program)
+        by_nothing = samples()
+    finally:
+        shutil.copy2(original, program)
+    in_program = [s for s in by_eh_frame if any(name in ("leaf", "big_frame", "with_vla",
+                                                          "recurse") for _, name in s)]  # fmt: skip
+    assert len(in_program) > 200
+    assert by_sframe == by_eh_frame
+    assert sum(map(len, by_nothing)) < sum(map(len, by_eh_frame))
