@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import struct
 import subprocess
 import sys
@@ -23,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from perfdata import PERF, RECORD, parse_script, perf_env, perf_script, run
+from perfdata import PERF, RECORD, parse_script, perf_env, perf_record, perf_script, run
 from test_perf import aliases
 from test_pyframes import interpreters
 
@@ -314,3 +315,53 @@ def test_a_core_unwinds_through_its_trampolines(
     assert out.returncode in (0, 1), out.stderr
     (main,) = [t for t in json.loads(out.stdout)["threads"] if t["tid"] == proc.pid]
     check_python_chain(main["frames"], dump)
+
+
+def test_v8s_jitdump_names_and_walks_as_its_perf_map(tmp_path: Path) -> None:
+    """node run with both --perf-prof (a jitdump, in its working directory) and
+    --perf-basic-prof (/tmp/perf-PID.map, which test_perf_jit.py checks against perf script and
+    the program's own call path): every sample's frames by the dump equal those by the map, pc
+    for pc and name for name, shown in the dump and in the map respectively."""
+    from test_perf_jit import BUSY_JS
+
+    node = shutil.which("node")
+    assert node, "node is on this kind of machine (see /work/.library/env)"
+    home = tmp_path / "home"
+    home.mkdir()
+    script = tmp_path / "busy.js"
+    script.write_text(BUSY_JS)
+    data = tmp_path / "node.perf.data"
+    argv = [node, "--perf-basic-prof", "--perf-prof", "--interpreted-frames-native-stack", script]
+    perf_record(data, argv, home, cwd=tmp_path)
+    (dump,) = tmp_path.glob("jit-*.dump")
+    perf_map = Path(f"/tmp/perf-{dump.stem.removeprefix('jit-')}.map")
+
+    def frames() -> dict[tuple[int, int, int], list[tuple[str, str | None, str | None]]]:
+        cmd = [sys.executable, "-m", "stackwalk", "perf", data, "--json", "--no-inline"]
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=perf_env(home), timeout=600)
+        assert proc.returncode == 0, proc.stderr
+        return {
+            (s["pid"], s["tid"], s["time"]): [
+                (f["pc"], f["function"], f["module"]) for f in s["frames"] if not f["kernel"]
+            ]
+            for s in map(json.loads, proc.stdout.splitlines())
+        }
+
+    try:
+        by_dump = frames()
+        hidden = dump.with_name(dump.name + ".hidden")
+        dump.rename(hidden)
+        by_map = frames()
+        hidden.rename(dump)
+    finally:
+        perf_map.unlink(missing_ok=True)
+    assert by_dump.keys() == by_map.keys()
+    jit_frames = 0
+    for key, mine in by_dump.items():
+        theirs = by_map[key]
+        assert [(pc, name) for pc, name, _ in mine] == [(pc, name) for pc, name, _ in theirs], key
+        for (_, _, module), (_, _, map_module) in zip(mine, theirs, strict=True):
+            if map_module == str(perf_map):
+                assert module == str(dump)
+                jit_frames += 1
+    assert jit_frames > 500
