@@ -396,30 +396,17 @@ pub(super) type JitNames =
     (Arc<crate::space::perfmap::PerfMap>, Option<Arc<crate::unwind::jit::JitCfi>>);
 
 /// The file at `path` read as a jitdump (it starts with `JiTD`) or as a
-/// perf map.
+/// perf map: mapped once, a regular file only (a FIFO is refused, never
+/// opened for reading).
 fn read_jit_names(py: Python<'_>, path: &std::path::Path) -> PyResult<JitNames> {
-    let is_dump = std::fs::File::open(path).ok().and_then(|mut f| {
-        let mut magic = [0u8; 4];
-        std::io::Read::read_exact(&mut f, &mut magic).ok()?;
-        Some(u32::from_le_bytes(magic) == 0x4a69_5444)
-    });
-    if is_dump != Some(true) {
-        return Ok((read_perf_map(path)?, None));
+    let failed = |e: String| StackwalkError::new_err(format!("{}: {e}", path.display()));
+    let data = py.detach(|| crate::source::files::map(path)).map_err(|e| failed(e.to_string()))?;
+    if !data.starts_with(b"DTiJ") {
+        return Ok((Arc::new(crate::space::perfmap::PerfMap::parse(&data)), None));
     }
-    let dump = py
-        .detach(|| crate::space::jitdump::JitDump::read(path))
-        .map_err(|e| StackwalkError::new_err(format!("{}: {e}", path.display())))?;
+    let dump =
+        py.detach(|| crate::space::jitdump::JitDump::parse(Arc::new(data))).map_err(failed)?;
     let arch = crate::arch::Arch::from_elf_machine(dump.machine as u16);
     let cfi = arch.and_then(|arch| crate::unwind::jit::JitCfi::new(&dump, arch)).map(Arc::new);
     Ok((Arc::new(dump.perf_map()), cfi))
-}
-
-/// A JIT's perf map (`/tmp/perf-PID.map`): the names and extents of code
-/// outside every module.
-pub(super) fn read_perf_map(
-    path: &std::path::Path,
-) -> PyResult<Arc<crate::space::perfmap::PerfMap>> {
-    crate::space::perfmap::PerfMap::read(path)
-        .map(Arc::new)
-        .map_err(|e| StackwalkError::new_err(format!("{}: {e}", path.display())))
 }
