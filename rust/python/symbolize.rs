@@ -401,7 +401,7 @@ pub(super) type JitNames =
 fn read_jit_names(py: Python<'_>, path: &std::path::Path) -> PyResult<JitNames> {
     let failed = |e: String| StackwalkError::new_err(format!("{}: {e}", path.display()));
     let data = py.detach(|| crate::source::files::map(path)).map_err(|e| failed(e.to_string()))?;
-    if !data.starts_with(b"DTiJ") {
+    if !crate::space::jitdump::has_magic(&data) {
         return Ok((Arc::new(crate::space::perfmap::PerfMap::parse(&data)), None));
     }
     let dump =

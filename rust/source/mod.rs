@@ -5,6 +5,7 @@
 //! signal frame layout; and the memory and file primitives every later
 //! stage reads through.
 
+pub mod bytes;
 pub mod capture;
 pub mod corefile;
 pub mod files;

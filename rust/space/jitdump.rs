@@ -23,6 +23,7 @@
 use std::ops::Range;
 use std::sync::Arc;
 
+use crate::source::bytes::{le_u32 as u32_at, le_u64 as u64_at};
 use crate::source::memory::Data;
 
 const MAGIC: u32 = 0x4a69_5444;
@@ -66,6 +67,11 @@ pub struct JitDump {
     pub loads: Vec<CodeLoad>,
 }
 
+/// Whether `data` starts as a jitdump does (its `JiTD` magic, little-endian).
+pub fn has_magic(data: &[u8]) -> bool {
+    u32_at(data, 0) == Some(MAGIC)
+}
+
 /// Whether a file's name is a jitdump's (`jit-PID.dump`), which a JIT maps
 /// executable so that perf records where it is: data, not code.
 pub fn is_jitdump_name(name: &[u8]) -> bool {
@@ -79,14 +85,6 @@ pub fn is_jitdump_name(name: &[u8]) -> bool {
 pub fn is_jitdump_path(path: &std::path::Path) -> bool {
     use std::os::unix::ffi::OsStrExt;
     is_jitdump_name(path.as_os_str().as_bytes())
-}
-
-fn u32_at(bytes: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_le_bytes(bytes.get(at..at.checked_add(4)?)?.try_into().ok()?))
-}
-
-fn u64_at(bytes: &[u8], at: usize) -> Option<u64> {
-    Some(u64::from_le_bytes(bytes.get(at..at.checked_add(8)?)?.try_into().ok()?))
 }
 
 impl JitDump {

@@ -29,6 +29,7 @@ use std::ops::Range;
 use super::rules::{CfaRule, RegRule, Row};
 use super::{LookupError, UnwindInfo};
 use crate::arch::Arch;
+use crate::source::bytes::le_u32 as word;
 
 const SP: u16 = 13;
 const LR: u16 = 14;
@@ -37,10 +38,6 @@ const CANTUNWIND: u32 = 1;
 /// Opcodes are read from at most this many words (personality 1 and 2
 /// count theirs in a byte: 255 words at most).
 const MAX_WORDS: usize = 256;
-
-fn word(bytes: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_le_bytes(bytes.get(at..at.checked_add(4)?)?.try_into().ok()?))
-}
 
 /// The address a prel31 word at `place` points to.
 fn prel31(place: u64, value: u32) -> u64 {
@@ -213,16 +210,19 @@ impl UnwindInfo {
         dwarf: Result<(T, Range<u64>), LookupError>,
         from_row: impl FnOnce(Row) -> T,
     ) -> Result<(T, Range<u64>), LookupError> {
+        let sframe = match dwarf {
+            Err(LookupError::NoFde | LookupError::Cfi(_)) => self.sframe(),
+            _ => None,
+        };
+        if let Some(table) = sframe {
+            return match table.row(address) {
+                Ok((row, range)) => Ok((from_row(row), range)),
+                // No function there: the DWARF answer stands.
+                Err(LookupError::NoFde) => dwarf,
+                Err(e) => Err(e),
+            };
+        }
         match dwarf {
-            Err(LookupError::NoFde | LookupError::Cfi(_)) if self.sframe().is_some() => {
-                let table = self.sframe().expect("checked");
-                match (table.row(address), dwarf) {
-                    (Ok((row, range)), _) => Ok((from_row(row), range)),
-                    // No function there: the DWARF answer stands.
-                    (Err(LookupError::NoFde), dwarf) => dwarf,
-                    (Err(e), _) => Err(e),
-                }
-            }
             Err(LookupError::NoFde) => match self.ehabi() {
                 Some(tables) => {
                     let (row, range) =

@@ -49,6 +49,7 @@ use std::ops::Range;
 use super::rules::{CfaRule, RegRule, Row};
 use super::LookupError;
 use crate::arch::Arch;
+use crate::source::bytes::{le_u16 as u16_at, le_u32 as u32_at, le_u64};
 
 const MAGIC: u16 = 0xdee2;
 const HEADER: usize = 28;
@@ -61,18 +62,6 @@ const V1_REPEAT: u64 = 16;
 
 fn bad(why: &'static str) -> LookupError {
     LookupError::SFrame(why)
-}
-
-fn u16_at(bytes: &[u8], at: usize) -> Option<u16> {
-    Some(u16::from_le_bytes(bytes.get(at..at.checked_add(2)?)?.try_into().ok()?))
-}
-
-fn u32_at(bytes: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_le_bytes(bytes.get(at..at.checked_add(4)?)?.try_into().ok()?))
-}
-
-fn i64_at(bytes: &[u8], at: usize) -> Option<i64> {
-    Some(i64::from_le_bytes(bytes.get(at..at.checked_add(8)?)?.try_into().ok()?))
 }
 
 /// A module's `.sframe` section, its header read and its sub-sections
@@ -244,7 +233,7 @@ impl<'a> SFrame<'a> {
         let at = self.fde_start + index * Self::fde_size(self.version);
         let value = match self.version {
             1 | 2 => i64::from(u32_at(self.bytes, at)? as i32),
-            _ => i64_at(self.bytes, at)?,
+            _ => le_u64(self.bytes, at)? as i64,
         };
         let from = if self.flags & F_FUNC_START_PCREL != 0 { at as u64 } else { 0 };
         Some(self.address.wrapping_add(from).wrapping_add(value as u64))
