@@ -46,6 +46,7 @@ class Row:
     start: int
     info: int
     words: list[int]
+    offset: int = 0  # where its first data word is in the section it was read from
 
 
 @dataclass
@@ -101,8 +102,9 @@ def read_v1(data: bytes, address: int) -> Table:
         for _ in range(nfres):
             row_start = int.from_bytes(data[at : at + width], "little")
             row_info = data[at + width]
-            words, at = _words(data, at + width + 1, row_info)
-            function.rows.append(Row(row_start, row_info, words))
+            offset = at + width + 1
+            words, at = _words(data, offset, row_info)
+            function.rows.append(Row(row_start, row_info, words, offset))
         functions.append(function)
     return Table(version, flags, abi, fixed_fp, fixed_ra, functions)
 

@@ -106,31 +106,17 @@ def test_the_tables_agree_with_eh_frame_everywhere(
     assert report["without_sframe"]
 
 
-def _row_offsets(program: Path) -> tuple[sframe_tables.Table, list[list[int]], int]:
-    """The v1 table, the file offset of each row's first data word, and the section's."""
+def _v1_table(program: Path) -> tuple[sframe_tables.Table, int]:
+    """The v1 table (each row's ``offset`` into the section) and the section's file offset."""
     data, address, file_offset = sframe_tables.section(program)
-    table = sframe_tables.read_v1(data, address)
-    header = sframe_tables.HEADER.unpack_from(data)
-    fre_base = sframe_tables.HEADER.size + header[6] + header[11]
-    offsets = []
-    for i, function in enumerate(table.functions):
-        _, _, fre_off, _, info = struct.unpack_from(
-            "<iIIIB", data, sframe_tables.HEADER.size + 17 * i
-        )
-        width = (1, 2, 4)[info & 0xF]
-        at, mine = fre_base + fre_off, []
-        for row in function.rows:
-            mine.append(file_offset + at + width + 1)
-            at += width + 1 + len(row.words) * (1 << ((row.info >> 5) & 3))
-        offsets.append(mine)
-    return table, offsets, file_offset
+    return sframe_tables.read_v1(data, address), file_offset
 
 
 def plant_damage(program: Path, copy: Path, arch: str) -> list[tuple[Any, ...]]:
     """Write ``copy``: ``program`` with one row's CFA offset and saved frame pointer's offset
     changed (a function with a frame: its second row sets up the frame). Returns what the check
     must report: (field, start, end, sframe, dwarf, function) for each."""
-    table, offsets, _ = _row_offsets(program)
+    table, file_offset = _v1_table(program)
     index = next(
         i
         for i, f in enumerate(table.functions)
@@ -140,8 +126,9 @@ def plant_damage(program: Path, copy: Path, arch: str) -> list[tuple[Any, ...]]:
     fp_word = 1 if arch == "x86_64" else 2
     row = function.rows[1]
     damaged = bytearray(program.read_bytes())
-    damaged[offsets[index][1]] = row.words[0] + 8  # (1-byte words: -O0's small frames)
-    damaged[offsets[index][1] + fp_word] = (row.words[fp_word] - 8) & 0xFF
+    words = file_offset + row.offset
+    damaged[words] = row.words[0] + 8  # (1-byte words: -O0's small frames)
+    damaged[words + fp_word] = (row.words[fp_word] - 8) & 0xFF
     copy.write_bytes(damaged)
     start = function.start + row.start
     end = function.start + function.rows[2].start
