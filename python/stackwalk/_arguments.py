@@ -461,6 +461,12 @@ def _add_report(sub: _Commands) -> None:
         metavar="OUT.html",
         help="write one static page: sortable table, stacks, chart",
     )
+    out.add_argument(
+        "--parquet",
+        metavar="DIR",
+        help="write the whole store as Parquet files, DIR/TABLE.parquet (crashes, frames, "
+        "modules, buckets, bucket_builds), for DuckDB, Dask, Spark; needs stackwalk[arrow]",
+    )
 
 
 def _add_sframe(sub: _Commands) -> None:

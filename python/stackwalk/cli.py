@@ -533,6 +533,8 @@ def _check_store(db: str, made_if_missing: bool = False) -> None:
 
 def cmd_report(args: Namespace) -> int:
     _check_store(args.db)
+    if args.parquet is not None:
+        return _report_parquet(args)
     if args.html is not None:
         check_output(args.html, "the page")  # before the store is read
     with CrashStore(args.db) as store:
@@ -554,6 +556,17 @@ def cmd_report(args: Namespace) -> int:
         print(json.dumps({"db": args.db, "buckets": buckets}))
         return EXIT_OK
     print("\n".join(report_lines(buckets)))
+    return EXIT_OK
+
+
+def _report_parquet(args: Namespace) -> int:
+    """``report --parquet DIR``: the whole store as Parquet files, a line per file written."""
+    if args.top is not None or args.since is not None:
+        raise StackwalkError("--parquet writes the whole store, without --top or --since")
+    with CrashStore(args.db) as store:
+        rows = store.write_parquet(args.parquet)
+    for table, n in rows.items():
+        print(escape(f"{os.path.join(args.parquet, table)}.parquet: {n} rows"))
     return EXIT_OK
 
 

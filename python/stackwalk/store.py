@@ -33,6 +33,9 @@ the same str:
   ``example_crash`` (the first crash stored in it).
 - ``bucket_builds``: per ``bucket``: each (``executable``, ``build_id``) seen in it, with its
   count.
+
+``CrashStore.to_arrow`` gives these tables as pyarrow Tables, ``write_parquet`` as Parquet files
+(``stackwalk report --parquet DIR``), typed: see ``stackwalk._arrow``.
 """
 
 from __future__ import annotations
@@ -535,6 +538,27 @@ class CrashStore:
         ).fetchone()
         return int(n)
 
+    # -- columnar export (pyarrow: the ``arrow`` extra) -------------------------------------
+
+    @_guarded
+    def to_arrow(self) -> ArrowTables:
+        """Every table of the store as a pyarrow Table, read in one read transaction:
+        ``crashes``, ``frames``, ``modules``, ``buckets``, ``bucket_builds``, with the store's
+        columns, typed (times as timestamps, addresses as uint64, flags as bool, ``warnings`` a
+        list of strings): see ``stackwalk._arrow``. A StackwalkError without pyarrow."""
+        from stackwalk import _arrow
+
+        return _arrow.tables(self._db)
+
+    @_guarded
+    def write_parquet(self, directory: str | os.PathLike[str]) -> dict[str, int]:
+        """``to_arrow``'s tables written as Parquet files, ``directory``/TABLE.parquet (the
+        directory made if missing; each file replaced whole), a batch of rows at a time;
+        {table: rows written}. A StackwalkError without pyarrow, before anything is written."""
+        from stackwalk import _arrow
+
+        return _arrow.write_parquet(self._db, os.fspath(directory))
+
     @_guarded
     def counts(self, since: float | None = None) -> Counts:
         """The store's totals: its crashes, their buckets, and the files stored that are not
@@ -621,6 +645,18 @@ def _store_tables(version: int) -> dict[str, tuple[str, ...]] | None:
         frames = tuple(c for c in tables["frames"] if c not in ("kind", "qualname"))
         _TABLES[1] = {**tables, "frames": frames}
     return _TABLES.get(version)
+
+
+class ArrowTables(NamedTuple):
+    """The crash store as pyarrow Tables (``CrashStore.to_arrow``), one per table of the
+    store, joined by ``crashes.id`` = ``frames.crash_id`` = ``modules.crash_id`` and by
+    ``bucket``."""
+
+    crashes: Any  # pyarrow.Table: one row per file read, a crash or not
+    frames: Any  # each crash's stored frames, by crash_id, tid, idx
+    modules: Any  # each crash's modules: path, build_id, found
+    buckets: Any  # one row per signature's bucket: count, first_seen, last_seen
+    bucket_builds: Any  # each (executable, build_id) of a bucket, with its count
 
 
 class Counts(NamedTuple):
