@@ -445,6 +445,16 @@ class CoreFile:
         unwinder: Unwinder,
         options: _SpaceOptions,
     ) -> _AddressSpace: ...
+    def write_minidump(
+        self,
+        path: str | PathLike[str],
+        modules: list[tuple[str, int, int, bytes | None, str | None]],
+        stack_bytes: int,
+        around: int,
+        time: int = 0,
+        processors: int = 0,
+        frame_sps: list[int] = ...,
+    ) -> int: ...
 
 def content_hash(path: str | PathLike[str]) -> str: ...
 def hold_thread_pool(held: bool) -> bool: ...

@@ -70,6 +70,8 @@ class Core:
     _code_mappings_known = False
 
     _FILE_KIND = "core"  # what messages call the file
+    # Whether the process ran on this machine (a live one's snapshot): its CPU count is ours.
+    _ran_here = False
 
     path: str
     arch: str
@@ -200,6 +202,7 @@ class Core:
         self._named_by_path = {m[0] for m in modules if m[10]}
         # The program's file, named by its path where another file stands in for it.
         self.executable = None
+        self._executable_index = exe
         if exe is not None:
             program = self.modules[exe]
             named = program.path in self._named_by_path
@@ -295,6 +298,47 @@ class Core:
         for _ in added:
             pass
         return doc
+
+    def to_minidump(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        stack_bytes: int = 256 * 1024,
+        around: int = 256,
+        time: int = 0,
+    ) -> int:
+        """Write the process as a minidump at ``path`` (as Crashpad's Linux writer would have
+        from it: see rust/source/corefile/dump.rs): every thread's registers and at most
+        ``stack_bytes`` of its stack from its sp up, ``around`` bytes around each pc and each
+        register pointing into the memory the core holds, the modules (the program first) with
+        their build ids as the core recorded them (else as their file has it, where the file
+        was found and matches), the signal, and the Linux maps, status, command line and auxv
+        streams; ``time``: when the crash happened (seconds since 1970; 0: not recorded). The
+        dump's size in bytes. StackwalkError where it cannot be written, or for a minidump."""
+        if not isinstance(self._core, CoreFile):
+            raise StackwalkError(f"{self.path}: only a core or a process is written as a minidump")
+        order = sorted(range(len(self.modules)), key=lambda i: i != self._executable_index)
+        modules = [self._minidump_module(self.modules[i]) for i in order]
+        # The stacks the walks went through (past a handler on an alternate signal stack, the
+        # thread's own), so that the dump gives the frames the core gives.
+        sps = sorted({sp for thread in self.threads for sp in thread.unwind().sps})
+        return self._core.write_minidump(
+            os.fspath(path), modules, stack_bytes, around, time, self._cpus(), sps
+        )
+
+    def _cpus(self) -> int:
+        """The CPUs a minidump records (0: not known; at most 255, its field's)."""
+        return min(os.cpu_count() or 0, 255) if self._ran_here else 0
+
+    def _minidump_module(self, m: CoreModule) -> tuple[str, int, int, bytes | None, str | None]:
+        """A module as a minidump lists it: (name, start, end, build id, the file used: where
+        the permissions of mappings the core has no segment for are read); the vdso by the
+        name Breakpad's and Crashpad's writers give it."""
+        trusted = m.found and m.path not in self._doubtful
+        build_id = m.build_id or (m.file_build_id if trusted else None)
+        name = "linux-gate.so" if m.path == "[vdso]" else m.path
+        file = m.file if trusted and m.path != "[vdso]" else None
+        return name, m.start, m.end, bytes.fromhex(build_id) if build_id else None, file
 
     def to_dict(self, max_frames: int | None = None, **options: Any) -> dict[str, Any]:
         """``document(max_frames, **options)``'s JSON document as Python values, each thread's

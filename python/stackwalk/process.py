@@ -28,6 +28,7 @@ class Process(Core):
 
     # /proc/PID/maps says which mappings are executable (snapshot_process lists them all).
     _code_mappings_known = True
+    _ran_here = True
 
     @classmethod
     def attach(

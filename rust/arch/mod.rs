@@ -115,6 +115,15 @@ impl Arch {
         }
     }
 
+    /// The bytes below the stack pointer a function may use without moving
+    /// it (the x86_64 System V ABI's red zone; none on the others).
+    pub fn red_zone(self) -> u64 {
+        match self {
+            Arch::X86_64 => 128,
+            Arch::Aarch64 | Arch::I386 | Arch::Arm => 0,
+        }
+    }
+
     /// The DWARF column of the stack pointer.
     #[inline]
     pub fn sp(self) -> u16 {

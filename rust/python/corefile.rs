@@ -2,6 +2,7 @@
 //! layer (`stackwalk.core`) takes it: plain values, the memory as a
 //! `MappedMemory` sharing the core's mapping.
 
+use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
@@ -9,7 +10,7 @@ use std::path::PathBuf;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
-use super::errors::CoreError;
+use super::errors::{CoreError, StackwalkError};
 use super::memory::PyMappedMemory;
 use super::snapshot::{address_space, path_of, SpaceOptions, SpaceTuple};
 use super::unwinder::PyUnwinder;
@@ -299,6 +300,48 @@ impl PyCoreFile {
         address_space(py, &facts, Some(unwinder), options)
     }
 
+    /// Write the core as a minidump at `path` (`crate::source::corefile::dump`):
+    /// `modules` are (path, start, end, build id or None, the file used or
+    /// None), the program first; `stack_bytes` of each thread's stack at
+    /// most, `around` bytes around each pc and each register that points
+    /// into captured memory; `frame_sps`: the sps of the frames the walks
+    /// found (their stacks kept too). Its size in bytes. StackwalkError
+    /// naming the path where it cannot be written.
+    #[pyo3(signature = (path, modules, stack_bytes, around, time = 0, processors = 0,
+                        frame_sps = Vec::new()))]
+    #[allow(clippy::too_many_arguments)]
+    fn write_minidump(
+        &self,
+        py: Python<'_>,
+        path: PathBuf,
+        modules: Vec<DumpModule>,
+        stack_bytes: u64,
+        around: u64,
+        time: u32,
+        processors: u8,
+        frame_sps: Vec<u64>,
+    ) -> PyResult<u64> {
+        use crate::source::corefile::dump::{plan, DumpOptions};
+        use crate::source::minidump::write::{write, Module};
+        let options = DumpOptions { stack_bytes, around, time, processors };
+        py.detach(|| {
+            let (loads, names) = file_facts(&modules);
+            let flags = |path: &str, offset: u64| mapping_flags(loads.get(path)?, offset);
+            let modules = modules
+                .into_iter()
+                .zip(names)
+                .map(|((_, start, end, build_id, _), name)| Module { start, end, name, build_id })
+                .collect();
+            let plan = plan(&self.inner, modules, &options, &flags, &frame_sps);
+            let file = std::fs::File::create(&path)?;
+            write(&plan, &mut std::io::BufWriter::new(file))
+        })
+        .map_err(|e| {
+            let message = crate::source::corefile::os_message(&e);
+            StackwalkError::new_err(format!("{}: {message}", path.display()))
+        })
+    }
+
     fn __repr__(&self) -> String {
         format!(
             "<CoreFile {} ({}, {} threads)>",
@@ -307,6 +350,40 @@ impl PyCoreFile {
             self.inner.notes.threads.len()
         )
     }
+}
+
+/// A module of a dump being written: (path as the core names it, start,
+/// end, build id, the file used for it).
+type DumpModule = (String, u64, u64, Option<Vec<u8>>, Option<PathBuf>);
+
+/// Each module's file's `PT_LOAD`s (offset, file size, flags), by the
+/// module's path, and the module's name in the dump: its path, with its
+/// file name its `DT_SONAME` where it has one (as Breakpad's and Crashpad's
+/// writers name modules: `dump_syms` names their symbol files so).
+#[allow(clippy::type_complexity)]
+fn file_facts(modules: &[DumpModule]) -> (HashMap<String, Vec<(u64, u64, u32)>>, Vec<String>) {
+    let mut loads = HashMap::new();
+    let mut names = Vec::with_capacity(modules.len());
+    for (name, _, _, _, file) in modules {
+        let data = file.as_ref().and_then(|f| crate::source::files::map(f).ok());
+        let soname = data.as_deref().and_then(crate::space::elf::soname);
+        names.push(match (soname, name.rsplit_once('/')) {
+            (Some(soname), Some((dir, _))) => format!("{dir}/{soname}"),
+            _ => name.clone(),
+        });
+        let Some(summary) = data.and_then(|d| crate::space::elf::summarize(&d).ok()) else {
+            continue;
+        };
+        let each = summary.loads.iter().map(|&(_, _, offset, size, flags)| (offset, size, flags));
+        loads.insert(name.clone(), each.collect());
+    }
+    (loads, names)
+}
+
+/// The flags of the `PT_LOAD` a mapping at file `offset` (page-aligned) maps.
+fn mapping_flags(loads: &[(u64, u64, u32)], offset: u64) -> Option<u32> {
+    let page = |v: u64| v & !0xfff;
+    loads.iter().find(|&&(at, size, _)| page(at) <= offset && offset < at + size).map(|l| l.2)
 }
 
 /// Stop every thread of the live process `pid` for as short a time as can

@@ -291,6 +291,28 @@ fn interpreter(segment: Option<&[u8]>) -> Option<Vec<u8>> {
     (!path.is_empty()).then(|| path.to_vec())
 }
 
+/// A shared library's `DT_SONAME` (the name Breakpad's and Crashpad's
+/// writers give its module, and `dump_syms` its symbol file).
+pub fn soname(data: &[u8]) -> Option<String> {
+    if is_elf32(data) {
+        soname_class::<FileHeader32<LittleEndian>>(data)
+    } else {
+        soname_class::<FileHeader64<LittleEndian>>(data)
+    }
+}
+
+fn soname_class<Elf: FileHeader<Endian = LittleEndian>>(data: &[u8]) -> Option<String> {
+    use object::read::elf::Dyn;
+    let header = Elf::parse(data).ok()?;
+    let endian = header.endian().ok()?;
+    let sections = header.sections(endian, data).ok()?;
+    let (entries, link) = sections.dynamic(endian, data).ok()??;
+    let strings = sections.strings(endian, data, link).ok()?;
+    let entry = entries.iter().find(|d| d.tag32(endian) == Some(object::elf::DT_SONAME))?;
+    let name = entry.string(endian, strings).ok()?;
+    Some(String::from_utf8_lossy(name).into_owned())
+}
+
 /// The program headers of a 64-bit or 32-bit (i386) ELF file or image.
 pub fn summarize(data: &[u8]) -> Result<ElfSummary, ElfError> {
     if is_elf32(data) {

@@ -17,6 +17,7 @@
 //! the dynamic linker's link map in its memory: [`CoreFile::link_map`].
 
 mod compressed;
+pub mod dump;
 pub(crate) mod linkmap;
 mod notes;
 

@@ -13,6 +13,7 @@
 
 mod context;
 mod streams;
+pub mod write;
 
 use std::collections::BTreeMap;
 use std::fmt;

@@ -177,3 +177,95 @@ fn a_stack_named_twice_keeps_the_larger_region() {
     let md = read_dump(bytes).expect("a minidump");
     assert_eq!(md.memory.bytes(0x7000, 16), Some(&[0xab; 16][..]));
 }
+
+/// A dump written by `write` of one thread of `arch` with every register
+/// of its NT_PRSTATUS set (the context holds), 64 bytes of stack at 0x7000,
+/// a module with a build id and the crash, read back.
+fn written(arch: Arch, registers: Vec<(&'static str, u64)>) -> MinidumpFile {
+    use super::write::{write, Exception, Module, Plan, Thread};
+    let stack = [0x5au8; 64];
+    let plan = Plan {
+        arch,
+        kernel: Some([6, 1, 0]),
+        os_text: String::new(),
+        processors: 2,
+        time: 1_700_000_000,
+        threads: vec![Thread { tid: 42, registers, stack: 0x7010..0x7040, thread_pointer: 0 }],
+        memory: vec![(0x7000, &stack[..])],
+        modules: vec![Module {
+            start: 0x40_0000,
+            end: 0x40_3000,
+            name: "/usr/bin/prog".into(),
+            build_id: Some(vec![0x11; 20]),
+        }],
+        exception: Some(Exception { tid: 42, signal: 11, code: 1, address: 0xdead }),
+        pid: Some(4242),
+        linux: vec![(
+            StreamType::LinuxMaps,
+            b"00400000-00403000 r-xp 00000000 00:00 0 /usr/bin/prog\n".to_vec(),
+        )],
+    };
+    let mut out = Vec::new();
+    let size = write(&plan, &mut out).expect("written");
+    assert_eq!(size, out.len() as u64);
+    read_dump(out).expect("a minidump")
+}
+
+#[test]
+fn a_written_dump_reads_back_on_every_architecture() {
+    for arch in Arch::ALL {
+        // Each register its own value (wrapped to the context's width: 32-bit
+        // registers, x86 segments of 16 bits, x86_64's eflags of 32).
+        let names = arch.prstatus().names;
+        let registers: Vec<(&'static str, u64)> =
+            names.iter().enumerate().map(|(i, &n)| (n, 0x1000 + i as u64)).collect();
+        let md = written(arch, registers.clone());
+        assert_eq!(md.arch, arch);
+        assert_eq!(md.warnings, Vec::<String>::new(), "{arch}");
+        assert_eq!(md.threads.len(), 1);
+        let thread = &md.threads[0];
+        assert_eq!(thread.tid, 42);
+        // Every register the reader gives is the one written.
+        assert!(thread.registers.len() >= 10, "{arch}: {:?}", thread.registers);
+        for (name, value) in &thread.registers {
+            let sent = registers.iter().find(|(n, _)| n == name).map(|&(_, v)| v);
+            assert_eq!(Some(*value), sent, "{arch}: {name}");
+        }
+        assert_eq!(md.memory.bytes(0x7000, 64), Some(&[0x5a; 64][..]), "{arch}");
+        assert_eq!(md.pid, Some(4242));
+        let e = md.exception.as_ref().expect("the exception");
+        assert_eq!((e.tid, e.code, e.flags, e.address), (42, 11, 1, 0xdead));
+        assert_eq!(e.reason, "SIGSEGV / SEGV_MAPERR");
+        assert_eq!(md.system.os, "Linux");
+        assert_eq!(md.system.os_version.as_deref().map(|v| v.starts_with("6.1.0")), Some(true));
+        assert_eq!(md.modules.len(), 1);
+        assert_eq!(md.modules[0].code_id.as_deref(), Some("11".repeat(20).as_str()));
+        let maps = md.maps.as_ref().expect("the maps stream");
+        assert_eq!(maps[0].path.as_deref(), Some("/usr/bin/prog"));
+    }
+}
+
+#[test]
+fn a_stack_outside_the_memory_is_an_error_not_a_bad_dump() {
+    use super::write::{write, Plan, Thread};
+    let plan = Plan {
+        arch: Arch::X86_64,
+        kernel: None,
+        os_text: String::new(),
+        processors: 0,
+        time: 0,
+        threads: vec![Thread {
+            tid: 1,
+            registers: vec![],
+            stack: 0x9000..0x9100,
+            thread_pointer: 0,
+        }],
+        memory: vec![],
+        modules: vec![],
+        exception: None,
+        pid: None,
+        linux: vec![],
+    };
+    let error = write(&plan, &mut Vec::new()).expect_err("refused");
+    assert!(error.to_string().contains("0x9000..0x9100"), "{error}");
+}
