@@ -71,10 +71,10 @@ def test_inline_frames_on_unless_no_inline(command: str) -> None:
 # Options that several commands take, each declared once (``_arguments._add_module_options``,
 # ``_add_walk_options``...): the commands that take each one.
 SHARED = {
-    "--sysroot": {"core", "minidump", "pid", "triage", "perf", "unwind"},
-    "--lib-search-path": {"core", "minidump", "pid", "triage", "perf", "unwind"},
-    "--debug-root": {"core", "minidump", "pid", "triage", "perf", "unwind"},
-    "--offline": {"core", "minidump", "pid", "triage", "perf", "unwind"},
+    "--sysroot": {"core", "minidump", "pid", "triage", "perf", "unwind", "minidump-write"},
+    "--lib-search-path": {"core", "minidump", "pid", "triage", "perf", "unwind", "minidump-write"},
+    "--debug-root": {"core", "minidump", "pid", "triage", "perf", "unwind", "minidump-write"},
+    "--offline": {"core", "minidump", "pid", "triage", "perf", "unwind", "minidump-write"},
     "--perf-map": {"core", "minidump", "pid"},
     "--inline": {"core", "minidump", "pid", "perf", "unwind", "demo"},
     "--registers": {"core", "minidump", "pid", "unwind", "demo"},
@@ -290,6 +290,7 @@ AT_THE_BOUNDS = {
     "pid": {"PID", "--thread", "--max-frames"},
     "triage": {"--jobs", "--max-core-size"},
     "report": {"--top"},
+    "minidump-write": {"--stack-bytes", "--memory-around", "--max-core-size", "--pid"},
 }
 
 
@@ -421,6 +422,29 @@ def test_pid_at_the_bounds(build: Builder) -> None:
     pid = highest("pid", "PID")
     assert not Path(f"/proc/{pid}").exists()
     gone = stackwalk("pid", pid)
+    assert (gone.returncode, gone.stderr) == (2, f"stackwalk: error: pid {pid}: no such process\n")
+
+
+def test_minidump_write_at_the_bounds(cores: Cores, tmp_path: Path) -> None:
+    """The highest --stack-bytes, --memory-around and --max-core-size write the dump the
+    defaults write where the stacks and the memory around the registers are smaller than
+    them; the lowest keep less; the highest pid is no process."""
+    made = cores("deep")
+    dumps = {}
+    for name, options in (
+        ("default", []),
+        ("most", ["--stack-bytes", highest("minidump-write", "--stack-bytes"),
+                  "--memory-around", highest("minidump-write", "--memory-around"),
+                  "--max-core-size", highest("minidump-write", "--max-core-size")]),
+        ("least", ["--stack-bytes", "1", "--memory-around", "0"]),
+    ):  # fmt: skip
+        out = tmp_path / f"{name}.dmp"
+        proc = stackwalk("minidump-write", made.path, made.executable, "-o", out, *options)
+        assert proc.returncode == 0, proc.stderr
+        dumps[name] = out.stat().st_size
+    assert dumps["least"] < dumps["default"] <= dumps["most"]
+    pid = highest("minidump-write", "--pid")
+    gone = stackwalk("minidump-write", "--pid", pid, "-o", tmp_path / "gone.dmp")
     assert (gone.returncode, gone.stderr) == (2, f"stackwalk: error: pid {pid}: no such process\n")
 
 

@@ -13,12 +13,15 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from corefiles import Cores, MadeCore
 from minidumps import MINIDUMP_STACKWALK, symbol_store
+from processes import check_stopped, running, stopped, wait_all_blocked
+from realstacks import Builder
 from stackwalk.core import Core
 from stackwalk.minidump import Minidump
 from test_minidump import real_frames
@@ -171,3 +174,76 @@ def test_stack_bytes_cuts_each_stack(cores: Cores, tmp_path: Path) -> None:
     assert 0 < len(ours["frames"]) < len(theirs["frames"])
     assert ours["frames"] == theirs["frames"][: len(ours["frames"])]
     assert ours["end"] == "memory", ours["end"]
+
+
+def stackwalk(*args: str | os.PathLike[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "stackwalk", *map(str, args)],
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+
+
+def test_the_command_writes_the_cores_dump(cores: Cores, tmp_path: Path) -> None:
+    """``stackwalk minidump-write CORE -o OUT``: ``stackwalk minidump OUT`` gives ``stackwalk
+    core CORE``'s frames; a second run replaces the file."""
+    made = cores("threads")
+    out = tmp_path / "threads.dmp"
+    for _ in range(2):
+        proc = stackwalk("minidump-write", made.path, "-o", out)
+        assert proc.returncode == 0, proc.stderr
+        assert f"{out}: {out.stat().st_size} bytes" in proc.stdout
+    core = stackwalk("core", made.path, "--json")
+    dump = stackwalk("minidump", out, "--json")
+    assert core.returncode == dump.returncode == 0, (core.stderr, dump.stderr)
+    assert frames(json.loads(dump.stdout)) == frames(json.loads(core.stdout))
+
+
+def test_a_running_process_is_written_as_it_is(build: Builder, tmp_path: Path) -> None:
+    """``--pid``: every thread of a stopped process, each blocked in its call, as ``stackwalk
+    pid`` walks it (pcs and functions), from the dump alone; no exception stream (nothing
+    crashed); minidump-stackwalk reads its threads."""
+    program = build("pid_threads.c", "-O2", "-pthread")
+    out = tmp_path / "live.dmp"
+    with running([str(program)]) as proc:
+        wait_all_blocked(proc.pid)
+        with stopped(proc.pid):
+            live = stackwalk("pid", str(proc.pid), "--json")
+            check_stopped(proc.pid)
+            written_proc = stackwalk("minidump-write", "--pid", str(proc.pid), "-o", out)
+            check_stopped(proc.pid)
+    assert live.returncode == 0 and written_proc.returncode == 0, written_proc.stderr
+    dump = stackwalk("minidump", out, "--json")
+    assert dump.returncode == 0, dump.stderr
+    ours, theirs = json.loads(dump.stdout), json.loads(live.stdout)
+    assert ours["pid"] == theirs["pid"] == proc.pid
+    assert ours["crashing_thread"] is None and ours.get("crash") is None
+    walked = {t["tid"]: [(f["pc"], f["function"]) for f in t["frames"]] for t in theirs["threads"]}
+    assert {t["tid"]: [(f["pc"], f["function"]) for f in t["frames"]]
+            for t in ours["threads"]} == walked  # fmt: skip
+    assert len(walked) == 9
+    doc = minidump_stackwalk(out, tmp_path)
+    assert sorted(t["thread_id"] for t in doc["threads"]) == sorted(walked)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["-o", "x.dmp"], "a core file or --pid PID"),
+        (["CORE", "--pid", "1", "-o", "x.dmp"], "a core file or --pid PID"),
+        (["CORE", "-o", "."], "is a directory"),
+        (["CORE", "-o", "no/such/dir/x.dmp"], "no such directory"),
+        (["CORE", "--stack-bytes", "5G", "-o", "x.dmp"], "--stack-bytes"),
+        (["CORE", "--memory-around", "-1", "-o", "x.dmp"], "--memory-around"),
+        (["NOT-A-CORE", "-o", "x.dmp"], "NOT-A-CORE"),
+    ],
+)
+def test_bad_arguments_are_one_clear_error(
+    args: list[str], message: str, cores: Cores, tmp_path: Path
+) -> None:
+    """Each mistake is one line naming it (exit 2), no traceback, and no file written."""
+    core = str(cores("deep").path)
+    (tmp_path / "NOT-A-CORE").write_text("hello\n")
+    argv = [core if a == "CORE" else a for a in args]
+    proc = subprocess.run([sys.executable, "-m", "stackwalk", "minidump-write", *argv],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)  # fmt: skip
+    assert proc.returncode == 2, proc
+    assert message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert not (tmp_path / "x.dmp").exists()

@@ -126,6 +126,10 @@ _file_tid = Bounded("a thread id", 0, 2**32 - 1)
 # raised to); the native core takes a pid as an i32.
 _pid = Bounded("a process id", 1, 2**22 - 1)
 _tid = Bounded("a thread id", 1, 2**22 - 1)
+# A minidump's stacks: its offsets are 32 bits, so no part of it reaches 4 GiB; the memory
+# around a register: at most 64 KiB on each side.
+_stack_bytes = Bounded("a size", 1, 2**32 - 1, {"K": 10, "M": 20, "G": 30}, "bytes")
+_around_bytes = Bounded("a number of bytes", 0, 2**17)
 # Rows of a crash store: SQLite's integers (a LIMIT) are signed 64 bits.
 _row_count = Bounded("a number", 1, 2**63 - 1)
 # Workers: 0, one per CPU, up to the native core's MAX_JOBS, past which workers only exhaust
@@ -469,6 +473,40 @@ def _add_report(sub: _Commands) -> None:
     )
 
 
+def _add_minidump_write(sub: _Commands) -> None:
+    w = sub.add_parser(
+        "minidump-write",
+        help="write a core, or a running process, as a minidump (Crashpad's Linux streams)",
+    )
+    w.add_argument("core", nargs="?", help="the core file (or --pid PID)")
+    w.add_argument("executable", nargs="?", help="the program (default: found from the core)")
+    w.add_argument("--pid", type=_pid, metavar="PID", help=f"a running process ({_pid.span})")
+    w.add_argument("-o", "--output", required=True, metavar="FILE", help="the minidump to write")
+    _add_dump_sizes(w)
+    _add_module_options(w, perf_map=False)
+    _add_max_core_size(w)
+
+
+def _add_dump_sizes(parser: _Options) -> None:
+    """How much of the process a minidump keeps: --stack-bytes, --memory-around."""
+    parser.add_argument(
+        "--stack-bytes",
+        type=_stack_bytes,
+        default=256 << 10,
+        metavar="SIZE",
+        help="the most of each thread's stack kept, from its sp up: SIZE from "
+        f"{_stack_bytes.span}, a binary K, M or G after the number (default 256K)",
+    )
+    parser.add_argument(
+        "--memory-around",
+        type=_around_bytes,
+        default=256,
+        metavar="N",
+        help="bytes kept around each thread's pc and each register pointing into the process's"
+        f" memory, N from {_around_bytes.span} (default 256; 0: none)",
+    )
+
+
 def _add_sframe(sub: _Commands) -> None:
     s = sub.add_parser(
         "sframe", help="an ELF file's .sframe table: its rows, or checked against its .eh_frame"
@@ -494,7 +532,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = p.add_subparsers(dest="command", required=True)
     for add in (_add_demo, _add_capture, _add_core, _add_minidump, _add_perf, _add_unwind,
-                _add_pid, _add_triage, _add_report, _add_sframe):  # fmt: skip
+                _add_pid, _add_triage, _add_report, _add_sframe,
+                _add_minidump_write):  # fmt: skip
         add(sub)
     return p
 

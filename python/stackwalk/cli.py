@@ -592,12 +592,36 @@ def cmd_sframe(args: Namespace) -> int:
     return status
 
 
+def cmd_minidump_write(args: Namespace) -> int:
+    if (args.core is None) == (args.pid is None):
+        raise StackwalkError("a core file or --pid PID (not both) is required")
+    check_output(args.output, "the minidump")
+    if args.pid is not None:
+        if args.executable is not None:
+            raise StackwalkError("--pid takes no EXECUTABLE: the process names its program")
+        source: Core = Process.attach(args.pid, **_module_options(args))
+    else:
+        source = Core.open(args.core, args.executable, max_size=args.max_core_size,
+                           **_module_options(args))  # fmt: skip
+    for warning in source.warnings:
+        _say("warning", warning)
+    with replacing(args.output, "the minidump") as temporary:
+        size = source.to_minidump(
+            temporary, stack_bytes=args.stack_bytes, around=args.memory_around
+        )
+    what = f"pid {args.pid}" if args.pid is not None else source.path
+    print(escape(f"{args.output}: {size} bytes, {len(source.threads)} threads, "
+                 f"{len(source.modules)} modules, from {what}"))  # fmt: skip
+    return EXIT_OK
+
+
 _COMMANDS: dict[str, Callable[[Namespace], int]] = {
     "demo": cmd_demo,
     "capture": cmd_capture,
     "core": cmd_core,
     "minidump": cmd_minidump,
     "perf": cmd_perf,
+    "minidump-write": cmd_minidump_write,
     "unwind": cmd_unwind,
     "pid": cmd_pid,
     "triage": cmd_triage,
