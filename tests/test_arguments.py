@@ -291,6 +291,7 @@ AT_THE_BOUNDS = {
     "triage": {"--jobs", "--max-core-size"},
     "report": {"--top"},
     "minidump-write": {"--stack-bytes", "--memory-around", "--max-core-size", "--pid"},
+    "collect": {"--max-spool", "--max-read", "--timeout", "--stack-bytes", "--memory-around"},
 }
 
 
@@ -446,6 +447,36 @@ def test_minidump_write_at_the_bounds(cores: Cores, tmp_path: Path) -> None:
     pid = highest("minidump-write", "--pid")
     gone = stackwalk("minidump-write", "--pid", pid, "-o", tmp_path / "gone.dmp")
     assert (gone.returncode, gone.stderr) == (2, f"stackwalk: error: pid {pid}: no such process\n")
+
+
+def test_collect_at_the_bounds(build: Builder, tmp_path: Path) -> None:
+    """A core the kernel wrote, on collect's standard input: every limit at its highest collects
+    it; at their lowest, the spool (--max-spool 1) keeps nothing of it; one byte read
+    (--max-read 1) is a record of the error."""
+    from test_collect import kernel_core
+
+    core = kernel_core(build("crash_big.c", "-O2"), tmp_path / "cores")
+
+    def collect(spool: Path, *options: str) -> subprocess.CompletedProcess[str]:
+        with open(core, "rb") as f:
+            return subprocess.run(
+                [sys.executable, "-m", "stackwalk", "collect", "--spool", spool, *options,
+                 "1", "2", "11", "3", "!x"],
+                stdin=f, capture_output=True, text=True, timeout=300,
+            )  # fmt: skip
+
+    names = ("--max-spool", "--max-read", "--timeout", "--stack-bytes", "--memory-around")
+    most = collect(tmp_path / "most", *(w for n in names for w in (n, highest("collect", n))))
+    assert most.returncode == 0, most.stderr
+    assert sorted(p.suffix for p in (tmp_path / "most").glob("3-1-11.*")) == [".dmp", ".json"]
+    least = collect(tmp_path / "least", "--max-spool", "1", "--timeout", "1",
+                    "--stack-bytes", "1", "--memory-around", "0")  # fmt: skip
+    assert least.returncode == 0, least.stderr
+    assert not list((tmp_path / "least").glob("3-1-11.*"))
+    one = collect(tmp_path / "one", "--max-read", "1")
+    assert one.returncode == 2 and one.stderr.count("\n") == 1, one.stderr
+    (record,) = [json.loads(p.read_text()) for p in (tmp_path / "one").glob("*.json")]
+    assert "ELF" in record["error"] or "header" in record["error"], record
 
 
 def test_triage_and_report_at_the_bounds(cores: Cores, tmp_path: Path) -> None:

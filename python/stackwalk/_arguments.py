@@ -130,6 +130,8 @@ _tid = Bounded("a thread id", 1, 2**22 - 1)
 # around a register: at most 64 KiB on each side.
 _stack_bytes = Bounded("a size", 1, 2**32 - 1, {"K": 10, "M": 20, "G": 30}, "bytes")
 _around_bytes = Bounded("a number of bytes", 0, 2**17)
+# The collector's wait on the kernel's pipe: at most a day.
+_seconds = Bounded("a number of seconds", 1, 86400)
 # Rows of a crash store: SQLite's integers (a LIMIT) are signed 64 bits.
 _row_count = Bounded("a number", 1, 2**63 - 1)
 # Workers: 0, one per CPU, up to the native core's MAX_JOBS, past which workers only exhaust
@@ -487,6 +489,46 @@ def _add_minidump_write(sub: _Commands) -> None:
     _add_max_core_size(w)
 
 
+def _add_collect(sub: _Commands) -> None:
+    c = sub.add_parser(
+        "collect",
+        help="the core_pattern program: a crash's core, from standard input, into a spool as "
+        "a minidump and a JSON record",
+    )
+    c.add_argument("--spool", required=True, metavar="DIR", help="where the crashes go (made)")
+    c.add_argument(
+        "--max-spool",
+        type=_size,
+        default=1 << 30,
+        metavar="SIZE",
+        help=f"the most the spool holds, its oldest crashes removed first: SIZE from {_size.span},"
+        " a binary K, M, G, T, P or E after the number (default 1G)",
+    )
+    c.add_argument(
+        "--max-read",
+        type=_size,
+        default=16 << 30,
+        metavar="SIZE",
+        help=f"the most bytes of the core read (the rest is left unread): SIZE from {_size.span}"
+        " (default 16G)",
+    )
+    c.add_argument(
+        "--timeout",
+        type=_seconds,
+        default=60,
+        metavar="SECONDS",
+        help=f"the most time spent reading the core, SECONDS from {_seconds.span} (default 60)",
+    )
+    _add_dump_sizes(c)
+    c.add_argument(
+        "crash",
+        nargs="*",
+        metavar="CRASH",
+        help="what core_pattern gives: %%P %%i %%s %%t %%E (pid, thread id, signal, time, the "
+        "executable's path with ! for /)",
+    )
+
+
 def _add_dump_sizes(parser: _Options) -> None:
     """How much of the process a minidump keeps: --stack-bytes, --memory-around."""
     parser.add_argument(
@@ -533,7 +575,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     for add in (_add_demo, _add_capture, _add_core, _add_minidump, _add_perf, _add_unwind,
                 _add_pid, _add_triage, _add_report, _add_sframe,
-                _add_minidump_write):  # fmt: skip
+                _add_minidump_write, _add_collect):  # fmt: skip
         add(sub)
     return p
 

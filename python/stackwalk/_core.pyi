@@ -38,6 +38,7 @@ __all__ = [
     "content_hash",
     "hold_thread_pool",
     "snapshot_process",
+    "stream_core",
     "python_threads",
     "MinidumpFile",
     "demangle",
@@ -459,6 +460,14 @@ class CoreFile:
 def content_hash(path: str | PathLike[str]) -> str: ...
 def hold_thread_pool(held: bool) -> bool: ...
 def snapshot_process(pid: int) -> tuple[CoreFile, int, list[tuple[str, str]]]: ...
+def stream_core(
+    fd: int,
+    out: str | PathLike[str],
+    max_bytes: int,
+    timeout: float | None,
+    stack_bytes: int,
+    around: int,
+) -> tuple[int, str | None]: ...
 
 @final
 class MinidumpFile:

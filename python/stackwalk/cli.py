@@ -21,6 +21,7 @@ from stackwalk._core import Document, ElfFile, flamegraph, perf_report
 from stackwalk._files import check_output, held_pipe, kind, open_input, replacing, write_output
 from stackwalk._workers import Died, WorkersDied, first_read_here, forked_map
 from stackwalk.capture import Capture, capture
+from stackwalk.collect import Limits, collect, parse_crash
 from stackwalk.core import Core
 from stackwalk.errors import StackwalkError
 from stackwalk.minidump import Minidump
@@ -615,6 +616,24 @@ def cmd_minidump_write(args: Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_collect(args: Namespace) -> int:
+    limits = Limits(
+        max_core_size=args.max_read,
+        timeout=args.timeout,
+        max_spool=args.max_spool,
+        stack_bytes=args.stack_bytes,
+        around=args.memory_around,
+    )
+    path, record = collect(args.spool, parse_crash(args.crash), limits)
+    error = record.get("error")
+    if error is not None:
+        _say("error", error)
+    if not os.path.exists(path):
+        _say("warning", f"{path}: removed at once, the crash alone more than --max-spool")
+    print(escape(path))
+    return EXIT_OK if error is None else EXIT_FAILED
+
+
 _COMMANDS: dict[str, Callable[[Namespace], int]] = {
     "demo": cmd_demo,
     "capture": cmd_capture,
@@ -622,6 +641,7 @@ _COMMANDS: dict[str, Callable[[Namespace], int]] = {
     "minidump": cmd_minidump,
     "perf": cmd_perf,
     "minidump-write": cmd_minidump_write,
+    "collect": cmd_collect,
     "unwind": cmd_unwind,
     "pid": cmd_pid,
     "triage": cmd_triage,

@@ -200,6 +200,10 @@ def _error(message: str) -> Exception:
 # -- many files ---------------------------------------------------------------------------
 
 
+# The work area of a spool that `stackwalk collect` writes (stackwalk.collect.WORK).
+COLLECT_WORK = ".collect"
+
+
 def crash_files(paths: Sequence[str]) -> list[str]:
     """Every regular file under ``paths`` (files, and directories walked), in name order: a
     directory's files, then its subdirectories' one after the other. A link to a directory is
@@ -207,7 +211,8 @@ def crash_files(paths: Sequence[str]) -> list[str]:
     of one of its parents); one that cannot be read is passed over. Names are kept as
     ``os.fsdecode`` gives them (a byte that is not UTF-8 a lone surrogate): the same bytes
     open the file again. The walk keeps its own stack of directories, not Python's: a spool
-    thousands of directories deep is walked as any other."""
+    thousands of directories deep is walked as any other. In a spool ``stackwalk collect``
+    writes (a directory with its ``.collect`` work area), only the minidumps are crashes."""
     out: list[str] = []
     for path in paths:
         if os.path.isdir(path):
@@ -241,6 +246,11 @@ def _walk(top: str, out: list[str]) -> None:
                         files.append(entry.name)
         except OSError:
             continue  # (as os.walk: a directory that cannot be read is passed over)
+        if COLLECT_WORK in subdirectories:
+            # A spool `stackwalk collect` writes: its minidumps are the crashes; their JSON
+            # records and its work area are not.
+            subdirectories.remove(COLLECT_WORK)
+            files = [name for name in files if not name.endswith(".json")]
         out.extend(os.path.join(directory, name) for name in sorted(files))
         stack.extend(os.path.join(directory, name) for name in sorted(subdirectories, reverse=True))
 

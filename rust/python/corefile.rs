@@ -14,7 +14,9 @@ use super::errors::{CoreError, StackwalkError};
 use super::memory::PyMappedMemory;
 use super::snapshot::{address_space, path_of, SpaceOptions, SpaceTuple};
 use super::unwinder::PyUnwinder;
-use crate::source::corefile::{CoreFile, LinkMapEntry, DEFAULT_MAX_SIZE};
+use crate::source::corefile::{
+    CoreError as CoreFileError, CoreFile, LinkMapEntry, DEFAULT_MAX_SIZE,
+};
 use crate::source::memory::SegmentMemory;
 use crate::source::signal::{Crash, Signal};
 use crate::space::snapshot::{Facts, FileMapping};
@@ -350,6 +352,55 @@ impl PyCoreFile {
             self.inner.notes.threads.len()
         )
     }
+}
+
+/// Read the core file descriptor `fd` gives, as the kernel pipes it to a
+/// `core_pattern` program (`crate::source::corefile::stream`): at most
+/// `max_bytes`, for at most `timeout` seconds (None: no limit), keeping what
+/// a minidump of `stack_bytes` and `around` takes, written as a small core
+/// at `out` (made anew: an existing file is an error). (Bytes read, why
+/// reading stopped before the end or None.) CoreError where the headers or
+/// notes cannot be read.
+#[pyfunction]
+#[pyo3(signature = (fd, out, max_bytes, timeout, stack_bytes, around))]
+pub(super) fn stream_core(
+    py: Python<'_>,
+    fd: i32,
+    out: PathBuf,
+    max_bytes: u64,
+    timeout: Option<f64>,
+    stack_bytes: u64,
+    around: u64,
+) -> PyResult<(u64, Option<String>)> {
+    use crate::source::corefile::dump::DumpOptions;
+    use crate::source::corefile::stream::{stream, StreamLimits};
+    use std::io::Write;
+    use std::os::fd::BorrowedFd;
+    let deadline = timeout
+        .filter(|t| t.is_finite() && *t >= 0.0)
+        .map(|t| std::time::Instant::now() + std::time::Duration::from_secs_f64(t.min(1e9)));
+    let dump = DumpOptions { stack_bytes, around, ..DumpOptions::default() };
+    let limits = StreamLimits { max_bytes, deadline, dump };
+    py.detach(|| {
+        // SAFETY: the caller's descriptor, open while it waits for this call;
+        // a copy of it is read (and closed) here.
+        let owned = unsafe { BorrowedFd::borrow_raw(fd) }.try_clone_to_owned();
+        let mut input = std::fs::File::from(owned.map_err(CoreFileError::Io)?);
+        let streamed = stream(&mut input, &limits)?;
+        std::fs::File::options()
+            .write(true)
+            .create_new(true)
+            .open(&out)
+            .and_then(|mut file| file.write_all(&streamed.core))
+            .map_err(|e| CoreFileError::Io(io_at(&out, e)))?;
+        Ok((streamed.read, streamed.stopped))
+    })
+    .map_err(|e: CoreFileError| CoreError::new_err(e.to_string()))
+}
+
+/// `e`, its message naming `path`.
+fn io_at(path: &std::path::Path, e: std::io::Error) -> std::io::Error {
+    std::io::Error::new(e.kind(), format!("{}: {e}", path.display()))
 }
 
 /// A module of a dump being written: (path as the core names it, start,

@@ -110,6 +110,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(content_hash, m)?)?;
     m.add_function(wrap_pyfunction!(hold_thread_pool, m)?)?;
     m.add_function(wrap_pyfunction!(corefile::snapshot_process, m)?)?;
+    m.add_function(wrap_pyfunction!(corefile::stream_core, m)?)?;
     m.add_function(wrap_pyfunction!(pyframes::python_threads, m)?)?;
     m.add_function(wrap_pyfunction!(symbols::demangle, m)?)?;
     m.add_function(wrap_pyfunction!(symbolize::sym_file_parses, m)?)?;

@@ -41,7 +41,7 @@ const AT_SYSINFO_EHDR: u64 = 33;
 const MAX_ARGS: u64 = 4096;
 const MAX_ARG_LEN: usize = 1 << 16;
 /// The most of the vdso's mapping kept (it is 8 KiB on x86_64 today).
-const MAX_VDSO: usize = 1 << 16;
+const MAX_VDSO: u64 = 1 << 16;
 const PF_X: u32 = 1;
 const PF_W: u32 = 2;
 const PF_R: u32 = 4;
@@ -90,21 +90,19 @@ pub fn plan<'a>(
             .iter()
             .map(|t| Signal::of(t.cursig.into(), t.siginfo.map(|s| (s.signo, s.code, s.address)))),
     );
-    let sp_name = arch.register_name(arch.sp());
+    let extent = |address: u64| {
+        let (start, bytes) = core.memory.segment_of(address)?;
+        Some(start..start + bytes.len() as u64)
+    };
     let mut wanted: Vec<Range<u64>> = Vec::new();
     let mut planned = Vec::with_capacity(threads.len());
     for thread in threads {
         let registers: Vec<(&'static str, u64)> = thread.named_registers(arch).collect();
-        let value =
-            |name: Option<&str>| registers.iter().find(|(n, _)| Some(*n) == name).map(|&(_, v)| v);
-        let stack = value(sp_name).map_or(0..0, |sp| stack_of(core, arch, sp, options.stack_bytes));
+        let (stack, near) = thread_memory(arch, &registers, options, &extent);
         wanted.push(stack.clone());
-        if options.around > 0 {
-            let pc = value(Some(arch.pc_name()));
-            let pointers = registers.iter().map(|&(_, v)| v).chain(pc);
-            wanted.extend(pointers.filter_map(|v| around(core, v, options.around)));
-        }
-        let thread_pointer = value(Some("fs_base")).unwrap_or(0);
+        wanted.extend(near);
+        let fs_base = registers.iter().find(|(n, _)| *n == "fs_base");
+        let thread_pointer = fs_base.map_or(0, |&(_, v)| v);
         planned.push(Thread { tid: thread.tid as u32, registers, stack, thread_pointer });
     }
     // A frame on a stack no thread's sp is on: from its sp up too (each
@@ -116,14 +114,10 @@ pub fn plan<'a>(
         let Some(at) = segment(sp) else { continue };
         if !own.contains(&at) && !others.contains(&at) {
             others.push(at);
-            wanted.push(stack_of(core, arch, sp, options.stack_bytes));
+            wanted.push(stack_of(extent(sp), arch, sp, options.stack_bytes));
         }
     }
-    // The vdso's image: its unwind tables and symbols (its file is on no disk).
-    let vdso = core.notes.auxv.get(&AT_SYSINFO_EHDR).and_then(|&at| core.memory.segment_of(at));
-    if let Some((start, bytes)) = vdso {
-        wanted.push(start..start + bytes.len().min(MAX_VDSO) as u64);
-    }
+    wanted.extend(vdso_image(&core.notes.auxv, &extent));
     let exception = crash.crashing.zip(crash.signal.as_ref()).map(|(i, signal)| Exception {
         tid: threads[i].tid as u32,
         signal: signal.number as u32,
@@ -164,23 +158,53 @@ pub fn plan<'a>(
     }
 }
 
+/// The captured memory holding an address: (address) -> its range.
+pub(super) type Extent<'e> = &'e dyn Fn(u64) -> Option<Range<u64>>;
+
+/// What a dump keeps of a thread with `registers`: its stack (see
+/// [`stack_of`]), and the memory around its pc and around each register
+/// that points into captured memory.
+pub(super) fn thread_memory(
+    arch: Arch,
+    registers: &[(&'static str, u64)],
+    options: &DumpOptions,
+    extent: Extent<'_>,
+) -> (Range<u64>, Vec<Range<u64>>) {
+    let value = |name: Option<&str>| registers.iter().find(|(n, _)| Some(*n) == name).map(|r| r.1);
+    let sp = value(arch.register_name(arch.sp()));
+    let stack = sp.map_or(0..0, |sp| stack_of(extent(sp), arch, sp, options.stack_bytes));
+    let mut near = Vec::new();
+    if options.around > 0 {
+        let pc = value(Some(arch.pc_name()));
+        for v in registers.iter().map(|&(_, v)| v).chain(pc) {
+            near.extend(around(extent(v), v, options.around));
+        }
+    }
+    (stack, near)
+}
+
+/// The vdso's image: its unwind tables and symbols (its file is on no
+/// disk), at most [`MAX_VDSO`] bytes.
+pub(super) fn vdso_image(auxv: &BTreeMap<u64, u64>, extent: Extent<'_>) -> Option<Range<u64>> {
+    let range = extent(*auxv.get(&AT_SYSINFO_EHDR)?)?;
+    Some(range.start..range.end.min(range.start + MAX_VDSO))
+}
+
 /// A thread's stack: from its sp (less the red zone) to the end of the
-/// captured memory holding it, at most `most` bytes; empty where its sp is
-/// in no captured memory.
-fn stack_of(core: &CoreFile, arch: Arch, sp: u64, most: u64) -> Range<u64> {
-    let Some((start, bytes)) = core.memory.segment_of(sp) else { return sp..sp };
-    let end = start + bytes.len() as u64;
-    let low = sp.saturating_sub(arch.red_zone()).max(start) & !15;
-    low.max(start)..end.min(sp.saturating_add(most))
+/// captured memory holding it (`extent`), at most `most` bytes; empty where
+/// its sp is in no captured memory.
+fn stack_of(extent: Option<Range<u64>>, arch: Arch, sp: u64, most: u64) -> Range<u64> {
+    let Some(extent) = extent else { return sp..sp };
+    let low = sp.saturating_sub(arch.red_zone()).max(extent.start) & !15;
+    low.max(extent.start)..extent.end.min(sp.saturating_add(most))
 }
 
 /// `size` bytes around `value` (half on each side), cut to the captured
-/// memory holding it; None where it points into none.
-fn around(core: &CoreFile, value: u64, size: u64) -> Option<Range<u64>> {
-    let (start, bytes) = core.memory.segment_of(value)?;
-    let end = start + bytes.len() as u64;
-    let low = value.saturating_sub(size / 2).max(start);
-    Some(low..value.saturating_add(size - size / 2).min(end))
+/// memory holding it (`extent`); None where it points into none.
+fn around(extent: Option<Range<u64>>, value: u64, size: u64) -> Option<Range<u64>> {
+    let extent = extent?;
+    let low = value.saturating_sub(size / 2).max(extent.start);
+    Some(low..value.saturating_add(size - size / 2).min(extent.end))
 }
 
 /// The ranges wanted, sorted and merged where they overlap or touch in one
@@ -243,8 +267,23 @@ fn maps(core: &CoreFile, file_flags: FileFlags<'_>) -> String {
         }
     }
     lines.sort_by_key(|l| (l.0, l.1));
+    // One line per mapping: the pieces of a segment a streamed core split
+    // (`stream.rs`) joined again.
+    let mut joined: Vec<(u64, u64, u32, u64, String)> = Vec::with_capacity(lines.len());
+    for line in lines {
+        match joined.last_mut() {
+            Some(last)
+                if last.1 == line.0
+                    && (last.2, &last.4) == (line.2, &line.4)
+                    && (line.4.is_empty() || last.3 + (last.1 - last.0) == line.3) =>
+            {
+                last.1 = line.1
+            }
+            _ => joined.push(line),
+        }
+    }
     let mut text = String::new();
-    for (start, end, flags, offset, path) in lines {
+    for (start, end, flags, offset, path) in joined {
         let flag = |bit: u32, c: char| if flags & bit != 0 { c } else { '-' };
         let (r, w, x) = (flag(PF_R, 'r'), flag(PF_W, 'w'), flag(PF_X, 'x'));
         let _ = writeln!(text, "{start:08x}-{end:08x} {r}{w}{x}p {offset:08x} 00:00 0 {path}");

@@ -20,6 +20,7 @@ mod compressed;
 pub mod dump;
 pub(crate) mod linkmap;
 mod notes;
+pub mod stream;
 
 use std::collections::BTreeMap;
 use std::fmt;

@@ -558,3 +558,62 @@ fn damaged_cores_never_panic() {
         }
     }
 }
+
+fn streamed(bytes: &[u8], max_bytes: u64) -> Result<stream::Streamed, CoreError> {
+    let limits = stream::StreamLimits {
+        max_bytes,
+        deadline: None,
+        dump: dump::DumpOptions { stack_bytes: 64, around: 16, ..Default::default() },
+    };
+    stream::stream(&mut &bytes[..], &limits)
+}
+
+/// A core whose thread's registers (each 0x9000 + its index: the sp too)
+/// point into a 4 KiB stack segment, after a 64 KiB segment nothing points
+/// into.
+fn with_stack(arch: Arch) -> Core {
+    Core::new(arch).prstatus(1, 11, 0x9000).load(0x2_0000, vec![1; 0x1_0000], 0x1_0000, 6).load(
+        0x9000,
+        (0..0x1000u32).map(|i| i as u8).collect(),
+        0x1000,
+        6,
+    )
+}
+
+#[test]
+fn a_streamed_core_keeps_the_stack_and_drops_the_rest() {
+    for arch in [Arch::X86_64, Arch::I386] {
+        let core = with_stack(arch);
+        let bytes = core.bytes();
+        let out = streamed(&bytes, u64::MAX).expect("streamed");
+        assert_eq!(out.stopped, None);
+        let small = CoreFile::from_data(Data::Owned(out.core)).expect("a core");
+        assert_eq!(small.notes.threads, core.open().expect("a core").notes.threads);
+        // Every segment is still there, by address and size...
+        let spans = |c: &CoreFile| -> u64 { c.segments.iter().map(|s| s.memsz).sum() };
+        assert_eq!(spans(&small), 0x1_1000, "{arch}");
+        // ...but only the bytes near the registers (all in 0x9000..0xa000) are kept.
+        let kept: u64 = small.segments.iter().map(|s| s.filesz).sum();
+        assert!(0 < kept && kept < 0x400, "{arch}: {kept}");
+        let sp = small.notes.threads[0]
+            .named_registers(arch)
+            .find(|(n, _)| *n == "rsp" || *n == "esp")
+            .map(|(_, v)| v)
+            .expect("sp");
+        let whole = core.open().expect("a core");
+        assert_eq!(small.memory.bytes(sp, 32), whole.memory.bytes(sp, 32), "{arch}");
+        assert_eq!(small.memory.bytes(0x2_0000, 1), None, "{arch}");
+    }
+}
+
+#[test]
+fn every_truncated_or_limited_stream_is_read_or_refused_without_panic() {
+    let bytes = with_stack(Arch::X86_64).bytes();
+    for len in (0..bytes.len()).step_by(61) {
+        let _ = streamed(&bytes[..len], u64::MAX);
+        let _ = streamed(&bytes, len as u64);
+    }
+    let limited = streamed(&bytes, 4096).expect("the headers and notes are in 4 KiB");
+    assert!(limited.stopped.expect("stopped").contains("size limit"));
+    assert_eq!(limited.read, 4096);
+}
