@@ -7,7 +7,8 @@
 ``stackwalk.Symbolizer(uw.modules).frames(trace)`` names the frames (function, module,
 file, line; ``frame_dicts`` gives their JSON objects). ``stackwalk.baseline`` has the same API
 in pure Python; ``stackwalk.Core`` reads ELF core files, ``stackwalk.Minidump`` minidumps,
-``stackwalk.Process`` live processes, ``stackwalk.Recording`` perf.data recordings.
+``stackwalk.Process`` live processes, ``stackwalk.Recording`` perf.data recordings;
+``stackwalk.Processor`` is a crash service's worker (a report per crash, a memory budget).
 """
 
 from stackwalk._core import ElfFile, Symbolizer, __version__
@@ -16,6 +17,7 @@ from stackwalk.errors import ArchError, CfiError, ElfError, MemoryReadError, Sta
 from stackwalk.minidump import Minidump, MinidumpError
 from stackwalk.perf import Recording
 from stackwalk.process import Process
+from stackwalk.processor import Processor, Report
 from stackwalk.store import CrashStore
 from stackwalk.unwinder import (
     CRASH_STRATEGIES,
@@ -34,6 +36,8 @@ __all__ = [
     "CoreError",
     "CrashStore",
     "Process",
+    "Processor",
+    "Report",
     "Minidump",
     "MinidumpError",
     "Recording",

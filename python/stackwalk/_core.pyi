@@ -37,6 +37,7 @@ __all__ = [
     "Document",
     "content_hash",
     "hold_thread_pool",
+    "trim_caches",
     "snapshot_process",
     "stream_core",
     "python_threads",
@@ -459,6 +460,7 @@ class CoreFile:
 
 def content_hash(path: str | PathLike[str]) -> str: ...
 def hold_thread_pool(held: bool) -> bool: ...
+def trim_caches(keep: float) -> int: ...
 def snapshot_process(pid: int) -> tuple[CoreFile, int, list[tuple[str, str]]]: ...
 def stream_core(
     fd: int,

@@ -60,6 +60,23 @@ fn content_hash(py: Python<'_>, path: PathBuf) -> PyResult<String> {
         .map_err(|e| pyo3::exceptions::PyOSError::new_err(format!("{}: {e}", path.display())))
 }
 
+/// Drop what the process keeps of the files it read (module files and their
+/// CFI, symbol tables, DWARF, symbol files, ELF summaries), the entries used
+/// longest ago first, keeping `keep` (0 to 1) of each cache, and give the
+/// freed heap back to the system: how many entries were dropped. What a
+/// live Core, Unwinder or Symbolizer holds stays until it is let go.
+#[pyfunction]
+fn trim_caches(py: Python<'_>, keep: f64) -> usize {
+    py.detach(|| {
+        let dropped = unwinder::trim_module_files(keep)
+            + crate::symbolize::trim_caches(keep)
+            + crate::space::finder::trim_caches(keep);
+        // SAFETY: glibc's malloc_trim only returns free memory to the system.
+        unsafe { libc::malloc_trim(0) };
+        dropped
+    })
+}
+
 /// Hold rayon's global thread pool back (`held`), or let it start again;
 /// returns whether it has started already. A process that reads a file
 /// before forking workers holds it back meanwhile (see `crate::threads`).
@@ -109,6 +126,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<document::PyDocument>()?;
     m.add_function(wrap_pyfunction!(content_hash, m)?)?;
     m.add_function(wrap_pyfunction!(hold_thread_pool, m)?)?;
+    m.add_function(wrap_pyfunction!(trim_caches, m)?)?;
     m.add_function(wrap_pyfunction!(corefile::snapshot_process, m)?)?;
     m.add_function(wrap_pyfunction!(corefile::stream_core, m)?)?;
     m.add_function(wrap_pyfunction!(pyframes::python_threads, m)?)?;

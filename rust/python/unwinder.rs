@@ -512,6 +512,11 @@ enum ModuleFile {
 static MODULE_FILES: crate::source::files::FileCache<Arc<ModuleFile>> =
     crate::source::files::FileCache::new(256);
 
+/// Drop the module files used longest ago (see `FileCache::trim`).
+pub(super) fn trim_module_files(keep: f64) -> usize {
+    MODULE_FILES.trim(keep)
+}
+
 impl ModuleFile {
     /// `debug`: the file's path and the root to look for its separate debug
     /// file under.

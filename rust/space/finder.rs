@@ -124,12 +124,18 @@ pub struct Located {
     pub rejected: Vec<String>,
 }
 
+static SUMMARIES: FileCache<Result<Arc<ElfSummary>, String>> = FileCache::new(1024);
+
+/// Drop the summaries used longest ago (see `FileCache::trim`).
+pub fn trim_caches(keep: f64) -> usize {
+    SUMMARIES.trim(keep)
+}
+
 /// The ELF summary of the file at `path` (see [`crate::space::elf::summarize`]),
 /// read once per process while the file is unchanged: a directory of cores
 /// checks the same libraries again and again. The outer error: it cannot be
 /// opened as a regular file; the inner: it is no ELF file.
 pub fn file_summary(path: &Path) -> std::io::Result<Result<Arc<ElfSummary>, String>> {
-    static SUMMARIES: FileCache<Result<Arc<ElfSummary>, String>> = FileCache::new(1024);
     SUMMARIES.get(path, None, |file| {
         let data = crate::source::files::map_file(file).map_err(|e| e.to_string())?;
         crate::space::elf::summarize(&data).map(Arc::new).map_err(|e| e.to_string())

@@ -291,6 +291,12 @@ static TABLES: FileCache<Option<Arc<SymbolTable>>> = FileCache::new(256);
 /// of megabytes once decompressed.
 static LINES: FileCache<Option<Arc<DebugInfo>>> = FileCache::new(64);
 
+/// Drop the symbol files, tables and DWARF used longest ago, keeping `keep`
+/// (0 to 1) of each cache: how many were dropped.
+pub fn trim_caches(keep: f64) -> usize {
+    SYMBOL_FILES.trim(keep) + TABLES.trim(keep) + LINES.trim(keep)
+}
+
 /// The DWARF of the ELF file at `path`, its own or its separate debug
 /// file's (see [`DebugInfo::load`]), kept as [`file_table`] keeps tables.
 /// None when it has none.

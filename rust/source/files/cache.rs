@@ -77,6 +77,22 @@ impl<T: Clone> FileCache<T> {
         Ok(value)
     }
 
+    /// Drop the entries used longest ago until at most `keep` (0 to 1) of
+    /// them are left: how many were dropped. (What a caller still holds of
+    /// one stays alive until it lets go.)
+    pub fn trim(&self, keep: f64) -> usize {
+        let mut entries = self.entries();
+        let left = (entries.map.len() as f64 * keep.clamp(0.0, 1.0)) as usize;
+        let before = entries.map.len();
+        if left < before {
+            let mut used: Vec<u64> = entries.map.values().map(|(_, _, used)| *used).collect();
+            used.sort_unstable();
+            let oldest_kept = used.get(before - left).copied().unwrap_or(u64::MAX);
+            entries.map.retain(|_, (_, _, used)| *used >= oldest_kept);
+        }
+        before - entries.map.len()
+    }
+
     /// Whether [`get`](FileCache::get) would answer without reading: the
     /// file is held unchanged, or cannot be opened.
     pub fn at_hand(&self, path: &Path, debug_root: Option<&Path>) -> bool {
@@ -167,6 +183,27 @@ mod tests {
         let e = cache.get(&path, None, |_| unreachable!()).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::NotFound);
         std::fs::remove_dir(&dir).unwrap();
+    }
+
+    #[test]
+    fn trimming_drops_the_entries_used_longest_ago() {
+        let dir = std::env::temp_dir().join(format!("stackwalk-trim-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let paths: Vec<PathBuf> = (0..4).map(|i| dir.join(format!("f{i}"))).collect();
+        let cache = FileCache::new(8);
+        let mut reads = 0;
+        for p in &paths {
+            std::fs::write(p, b"x").unwrap();
+            read_counted(&cache, p, &mut reads);
+        }
+        read_counted(&cache, &paths[0], &mut reads); // 1 and 2 are now the oldest
+        assert_eq!(cache.trim(0.5), 2);
+        let held: Vec<bool> = paths.iter().map(|p| cache.at_hand(p, None)).collect();
+        assert_eq!(held, [true, false, false, true]);
+        assert_eq!(cache.trim(1.0), 0);
+        assert_eq!(cache.trim(0.0), 2);
+        assert!(paths.iter().all(|p| !cache.at_hand(p, None)));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
