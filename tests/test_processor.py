@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -17,6 +18,8 @@ from typing import Any
 
 import pytest
 from corefiles import Cores
+from minidumps import symbol_server, symbol_store
+from realstacks import Builder
 from stackwalk import Processor, StackwalkError
 from stackwalk.core import Core
 from stackwalk.processor import parse_size
@@ -148,3 +151,35 @@ def test_what_is_no_crash_is_an_error(tmp_path: Path) -> None:
     os.mkfifo(fifo)
     with pytest.raises(StackwalkError, match="not a regular file"):
         processor.process(fifo)
+
+
+def test_symbols_are_stores_and_servers(
+    build: Builder, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``symbols``: a directory is a Breakpad store, a URL a symbol server, as ``stackwalk
+    minidump --symbols-path/--symbols-url`` take them: with the program's file gone, its frames
+    are named by its symbol file, from the store, or (an empty store first) from the server;
+    the report's frames are the command's."""
+    from test_collect import kernel_core
+
+    # Files fetched are kept in debuginfod's cache: this test's own, empty.
+    monkeypatch.setenv("DEBUGINFOD_CACHE_PATH", str(tmp_path / "cache"))
+    program = tmp_path / "crash_big"
+    shutil.copy(build("crash_big.c", "-O2"), program)
+    core = kernel_core(program, tmp_path / "cores")
+    dump = tmp_path / "crash.dmp"
+    Core.open(str(core)).to_minidump(dump)
+    store, empty = tmp_path / "store", tmp_path / "empty"
+    empty.mkdir()
+    symbol_store(program, store)
+    program.unlink()
+    by_store = Processor(symbols=[store], offline=True).process(dump)
+    with symbol_server(store, tmp_path / "server.log") as server:
+        by_server = Processor(symbols=[empty, server.url]).process(dump)
+        doc = command("minidump", dump, "--symbols-path", empty, "--symbols-url", server.url,
+                      "--json")  # fmt: skip
+        assert any(path.endswith("crash_big.sym") for path, _ in server.requests())
+    crashed = next(t for t in doc["threads"] if t["tid"] == doc["crashing_thread"])
+    assert by_server.frames == by_store.frames == crashed["frames"]
+    functions = [f["function"] for f in by_store.frames]
+    assert functions[:3] == ["crash_here", "fill_and_crash", "main"], functions

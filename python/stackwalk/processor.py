@@ -1,6 +1,6 @@
 """``stackwalk.Processor``: what a long-running crash service keeps, and calls once per crash::
 
-    processor = Processor(symbols_path=["/srv/symbols"], memory_budget="512MiB")
+    processor = Processor(symbols=["/srv/symbols"], memory_budget="512MiB")
     report = processor.process("crash.dmp")     # a minidump or a core: a path, or its bytes
     print(report.signature, report.frames[0]["function"])
 
@@ -73,14 +73,15 @@ class Report:
 
 
 class Processor:
-    """See the module's docstring. The options are ``Minidump.open``'s and ``Core.open``'s;
+    """See the module's docstring. ``symbols``: Breakpad symbol stores (directories) and
+    symbol servers (``http://``, ``https://`` URLs), searched in order, as ``stackwalk minidump
+    --symbols-path``/``--symbols-url`` take them; the other options are ``Core.open``'s;
     ``rules``: the signature rules (``Rules.load``'s file; Socorro's by default)."""
 
     def __init__(
         self,
         *,
-        symbols_path: Sequence[str | os.PathLike[str]] = (),
-        symbols_url: Sequence[str] = (),
+        symbols: Sequence[str | os.PathLike[str]] = (),
         sysroot: str | os.PathLike[str] | None = None,
         lib_search_path: Sequence[str | os.PathLike[str]] | None = None,
         debug_root: str | os.PathLike[str] | None = DEBUG_ROOT,
@@ -95,9 +96,11 @@ class Processor:
             "debug_root": debug_root,
             "offline": offline,
         }
+        where = [os.fspath(p) for p in symbols]
+        servers = [w for w in where if w.startswith(("http://", "https://"))]
         self._dump_options: dict[str, Any] = {
-            "symbols_path": [os.fspath(p) for p in symbols_path],
-            "symbols_url": list(symbols_url),
+            "symbols_path": [w for w in where if w not in servers],
+            "symbols_url": servers,
         }
         self._rules = Rules.load(rules)
         self._trimming = threading.Lock()
