@@ -9,10 +9,11 @@ first bytes), unwinds and symbolizes every thread, and signs the crashing thread
 ``stackwalk triage`` does. The files read on the way (modules, their CFI, symbol tables, DWARF,
 Breakpad symbol files) are kept by the process for the next crash; with ``memory_budget``, the
 process's resident memory is checked before and after each crash, and above four fifths of the
-budget those kept longest unused are dropped (half of each cache, then all of it) and the freed
-heap given back to the system, so that a worker fed any sequence of crashes stays under its
-budget while no single crash needs more. ``process`` may be called from several threads at
-once: the caches are shared under locks, and the native work runs without the GIL.
+budget first their pages leave memory (what was parsed of them stays), then those kept longest
+unused are dropped (half of each cache, then all of it) and the freed heap given back, so that
+a worker fed any sequence of crashes stays under its budget while no single crash needs more.
+``process`` may be called from several threads at once: the caches are shared under locks, and
+the native work runs without the GIL.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from stackwalk._core import trim_caches
+from stackwalk._core import release_file_pages, trim_caches
 from stackwalk.core import DEBUG_ROOT, Core
 from stackwalk.errors import StackwalkError
 from stackwalk.minidump import Minidump
@@ -163,16 +164,18 @@ class Processor:
         )
 
     def _keep_to_budget(self) -> None:
-        """Above four fifths of the budget, drop the files kept longest unused: half of each
-        cache, then, if that was not enough, all of it."""
+        """Above four fifths of the budget, first let the kept files' pages leave memory (what
+        was parsed of them stays: they are read back from the page cache, far cheaper than
+        parsing again); then, if that was not enough, drop the files kept longest unused: half
+        of each cache, then all of it."""
         if self.memory_budget is None:
             return
         high = self.memory_budget * _HIGH_WATER
         if resident_bytes() <= high:
             return
         with self._trimming:
-            for keep in (0.5, 0.0):
+            for step in (release_file_pages, lambda: trim_caches(0.5), lambda: trim_caches(0.0)):
                 if resident_bytes() <= high:
                     break
-                trim_caches(keep)
+                step()
                 self.trims += 1

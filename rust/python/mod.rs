@@ -77,6 +77,14 @@ fn trim_caches(py: Python<'_>, keep: f64) -> usize {
     })
 }
 
+/// Let the pages of the files kept (their DWARF) leave the resident memory,
+/// keeping what was parsed of them: they are read back from the page cache
+/// when needed again, far cheaper than parsing them again.
+#[pyfunction]
+fn release_file_pages(py: Python<'_>) {
+    py.detach(crate::symbolize::release_resident)
+}
+
 /// Hold rayon's global thread pool back (`held`), or let it start again;
 /// returns whether it has started already. A process that reads a file
 /// before forking workers holds it back meanwhile (see `crate::threads`).
@@ -127,6 +135,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(content_hash, m)?)?;
     m.add_function(wrap_pyfunction!(hold_thread_pool, m)?)?;
     m.add_function(wrap_pyfunction!(trim_caches, m)?)?;
+    m.add_function(wrap_pyfunction!(release_file_pages, m)?)?;
     m.add_function(wrap_pyfunction!(corefile::snapshot_process, m)?)?;
     m.add_function(wrap_pyfunction!(corefile::stream_core, m)?)?;
     m.add_function(wrap_pyfunction!(pyframes::python_threads, m)?)?;

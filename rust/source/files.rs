@@ -141,6 +141,16 @@ pub struct Mapped {
 }
 
 impl Mapped {
+    /// Let the pages read so far leave the process's resident memory: a
+    /// read-only file mapping's dropped pages are read back from the file
+    /// (the page cache) when touched again, so every slice of it stays valid.
+    pub fn release_resident(&self) {
+        // SAFETY: as said: MADV_DONTNEED on a read-only file mapping (or the
+        // guard's zero pages over a shrunk file's end, which read as zeros
+        // again) changes no byte any reader sees.
+        let _ = unsafe { self.map.unchecked_advise(memmap2::UncheckedAdvice::DontNeed) };
+    }
+
     /// Where the file turned out to end, if it shrank while mapped and a
     /// read went past its new end: the bytes from there on are zeros.
     pub fn cut_at(&self) -> Option<usize> {

@@ -14,6 +14,14 @@ pub enum Data {
 }
 
 impl Data {
+    /// A mapped file's pages out of the resident memory ([`Mapped::release_resident`]);
+    /// bytes held in memory stay.
+    pub fn release_resident(&self) {
+        if let Data::Mapped(map) = self {
+            map.release_resident();
+        }
+    }
+
     /// Where a mapped file turned out to end, if it shrank while mapped
     /// and was read past its new end (the bytes from there on read as zeros).
     pub fn cut_at(&self) -> Option<usize> {

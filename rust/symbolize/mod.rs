@@ -291,6 +291,16 @@ static TABLES: FileCache<Option<Arc<SymbolTable>>> = FileCache::new(256);
 /// of megabytes once decompressed.
 static LINES: FileCache<Option<Arc<DebugInfo>>> = FileCache::new(64);
 
+/// The mapped pages of the DWARF kept out of the resident memory, what was
+/// parsed of it kept (see [`DebugInfo::release_resident`]).
+pub fn release_resident() {
+    LINES.for_each(|info| {
+        if let Some(info) = info {
+            info.release_resident();
+        }
+    });
+}
+
 /// Drop the symbol files, tables and DWARF used longest ago, keeping `keep`
 /// (0 to 1) of each cache: how many were dropped.
 pub fn trim_caches(keep: f64) -> usize {

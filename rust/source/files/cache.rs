@@ -77,6 +77,13 @@ impl<T: Clone> FileCache<T> {
         Ok(value)
     }
 
+    /// `f` on each value held (under the cache's lock: `f` must not use it).
+    pub fn for_each(&self, mut f: impl FnMut(&T)) {
+        for (_, value, _) in self.entries().map.values() {
+            f(value);
+        }
+    }
+
     /// Drop the entries used longest ago until at most `keep` (0 to 1) of
     /// them are left: how many were dropped. (What a caller still holds of
     /// one stays alive until it lets go.)

@@ -207,6 +207,16 @@ impl DebugInfo {
         Some(info)
     }
 
+    /// The pages of its mapped file and sections out of the resident
+    /// memory (read back when touched again); what was parsed stays.
+    pub fn release_resident(&self) {
+        let parsed = self.parsed.lock().unwrap_or_else(|e| e.into_inner());
+        parsed.sections.data.release_resident();
+        for bytes in &parsed.sections.bytes {
+            bytes.data.release_resident();
+        }
+    }
+
     /// The DWARF of the ELF file `data` itself; None without `.debug_info`.
     pub fn from_elf(data: Arc<Data>) -> Option<Self> {
         let (sections, partial) = Sections::read(data, false)?;
