@@ -86,10 +86,7 @@ pub struct PyCoreFile {
 
 impl PyCoreFile {
     fn of(inner: CoreFile, path: String) -> Self {
-        let crash =
-            Crash::by_signal(inner.notes.threads.iter().map(|t| {
-                Signal::of(t.cursig.into(), t.siginfo.map(|s| (s.signo, s.code, s.address)))
-            }));
+        let crash = inner.crash();
         PyCoreFile { inner, path, crash }
     }
 }
@@ -422,9 +419,9 @@ fn file_facts(modules: &[DumpModule]) -> (HashMap<String, Vec<(u64, u64, u32)>>,
             (Some(soname), Some((dir, _))) => format!("{dir}/{soname}"),
             _ => name.clone(),
         });
-        let Some(summary) = data.and_then(|d| crate::space::elf::summarize(&d).ok()) else {
-            continue;
-        };
+        // (The summary the address space made of the file, kept for it.)
+        let summary = file.as_ref().and_then(|f| crate::space::finder::file_summary(f).ok());
+        let Some(Ok(summary)) = summary else { continue };
         let each = summary.loads.iter().map(|&(_, _, offset, size, flags)| (offset, size, flags));
         loads.insert(name.clone(), each.collect());
     }

@@ -33,7 +33,6 @@ use super::CoreFile;
 use crate::arch::Arch;
 use crate::source::memory::Memory;
 use crate::source::minidump::write::{Exception, Module, Plan, Thread};
-use crate::source::signal::{Crash, Signal};
 
 /// `AT_SYSINFO_EHDR`: where the vdso's ELF header is.
 const AT_SYSINFO_EHDR: u64 = 33;
@@ -85,11 +84,7 @@ pub fn plan<'a>(
 ) -> Plan<'a> {
     let arch = core.arch;
     let threads = &core.notes.threads;
-    let crash = Crash::by_signal(
-        threads
-            .iter()
-            .map(|t| Signal::of(t.cursig.into(), t.siginfo.map(|s| (s.signo, s.code, s.address)))),
-    );
+    let crash = core.crash();
     let extent = |address: u64| {
         let (start, bytes) = core.memory.segment_of(address)?;
         Some(start..start + bytes.len() as u64)
@@ -175,8 +170,8 @@ pub(super) fn thread_memory(
     let stack = sp.map_or(0..0, |sp| stack_of(extent(sp), arch, sp, options.stack_bytes));
     let mut near = Vec::new();
     if options.around > 0 {
-        let pc = value(Some(arch.pc_name()));
-        for v in registers.iter().map(|&(_, v)| v).chain(pc) {
+        // (The pc is one of the registers.)
+        for &(_, v) in registers {
             near.extend(around(extent(v), v, options.around));
         }
     }
@@ -209,31 +204,33 @@ fn around(extent: Option<Range<u64>>, value: u64, size: u64) -> Option<Range<u64
 
 /// The ranges wanted, sorted and merged where they overlap or touch in one
 /// captured segment, as (start, bytes).
-fn merged(core: &CoreFile, mut wanted: Vec<Range<u64>>) -> Vec<(u64, &[u8])> {
-    wanted.retain(|r| !r.is_empty());
-    wanted.sort_by_key(|r| (r.start, r.end));
-    let mut out: Vec<(u64, &[u8])> = Vec::new();
-    let mut current: Option<(Range<u64>, u64)> = None; // (range, its segment's start)
-    let slice = |range: &Range<u64>, segment: u64| {
+fn merged(core: &CoreFile, wanted: Vec<Range<u64>>) -> Vec<(u64, &[u8])> {
+    let segment = |address: u64| core.memory.segment_of(address).map(|(start, _)| start);
+    let slice = |(segment, range): (u64, Range<u64>)| {
         let (_, bytes) = core.memory.segment_of(segment)?;
         let from = usize::try_from(range.start - segment).ok()?;
         let to = usize::try_from(range.end - segment).ok()?;
         Some((range.start, bytes.get(from..to)?))
     };
-    for range in wanted {
-        let Some((segment, _)) = core.memory.segment_of(range.start) else { continue };
-        match &mut current {
-            Some((r, s)) if *s == segment && range.start <= r.end => r.end = r.end.max(range.end),
-            _ => {
-                if let Some((r, s)) = current.take() {
-                    out.extend(slice(&r, s));
-                }
-                current = Some((range, segment));
-            }
+    merge_ranges(wanted, segment).into_iter().filter_map(slice).collect()
+}
+
+/// `ranges` without the empty ones, sorted and merged where they overlap or
+/// touch and `segment` (what holds an address; None: nothing) gives both
+/// the same: (segment, range), in address order.
+pub(super) fn merge_ranges(
+    mut ranges: Vec<Range<u64>>,
+    segment: impl Fn(u64) -> Option<u64>,
+) -> Vec<(u64, Range<u64>)> {
+    ranges.retain(|r| !r.is_empty());
+    ranges.sort_by_key(|r| (r.start, r.end));
+    let mut out: Vec<(u64, Range<u64>)> = Vec::with_capacity(ranges.len());
+    for range in ranges {
+        let Some(at) = segment(range.start) else { continue };
+        match out.last_mut() {
+            Some((s, r)) if *s == at && range.start <= r.end => r.end = r.end.max(range.end),
+            _ => out.push((at, range)),
         }
-    }
-    if let Some((r, s)) = current {
-        out.extend(slice(&r, s));
     }
     out
 }

@@ -275,6 +275,16 @@ impl CoreFile {
         Ok(CoreFile { arch, segments, memory: Arc::new(memory), notes, warnings })
     }
 
+    /// Which thread crashed, by the threads' signals (`crate::source::signal`).
+    pub fn crash(&self) -> crate::source::signal::Crash {
+        use crate::source::signal::{Crash, Signal};
+        Crash::by_signal(
+            self.notes.threads.iter().map(|t| {
+                Signal::of(t.cursig.into(), t.siginfo.map(|s| (s.signo, s.code, s.address)))
+            }),
+        )
+    }
+
     /// The NUL-terminated string at `address` in the process's memory, at
     /// most `limit` bytes before the NUL; None where it is not all captured.
     pub fn string(&self, address: u64, limit: usize) -> Option<Vec<u8>> {

@@ -17,8 +17,8 @@ use std::io::{self, Read};
 use std::ops::Range;
 use std::time::Instant;
 
-use super::dump::{thread_memory, vdso_image, DumpOptions};
-use super::{le, notes, read_headers, CoreError, Layout, LoadSegment, ELF32, ELF64};
+use super::dump::{merge_ranges, thread_memory, vdso_image, DumpOptions};
+use super::{le, notes, read_headers, slice_at, CoreError, Layout, LoadSegment, ELF32, ELF64};
 use super::{AT_EXECFN, AT_RANDOM, ELFCLASS64, MAX_NOTES, PT_LOAD, PT_NOTE};
 
 /// The most bytes of headers and notes read before the memory (the program
@@ -93,13 +93,8 @@ pub fn stream(input: &mut dyn Read, limits: &StreamLimits) -> Result<Streamed, C
             break;
         }
     }
-    let note_data: Vec<&[u8]> = note_ranges
-        .iter()
-        .map(|&(offset, size)| {
-            let start = (offset as usize).min(head.len());
-            &head[start..(offset.saturating_add(size) as usize).min(head.len())]
-        })
-        .collect();
+    let note_data: Vec<&[u8]> =
+        note_ranges.iter().map(|&(offset, size)| slice_at(&head, offset, size)).collect();
     let notes = notes::parse(&note_data, arch, &mut Vec::new());
 
     // What is kept of the memory, by address.
@@ -179,20 +174,8 @@ fn note_segments(head: &[u8], layout: &Layout) -> Vec<(u64, u64)> {
 /// The parts of segment `s` that `wanted` asks for, sorted and merged.
 fn parts(s: &LoadSegment, wanted: &[Range<u64>]) -> Vec<Range<u64>> {
     let end = s.vaddr.saturating_add(s.filesz);
-    let mut out: Vec<Range<u64>> = wanted
-        .iter()
-        .map(|r| r.start.max(s.vaddr)..r.end.min(end))
-        .filter(|r| r.start < r.end)
-        .collect();
-    out.sort_by_key(|r| r.start);
-    let mut merged: Vec<Range<u64>> = Vec::with_capacity(out.len());
-    for r in out {
-        match merged.last_mut() {
-            Some(last) if r.start <= last.end => last.end = last.end.max(r.end),
-            _ => merged.push(r),
-        }
-    }
-    merged
+    let inside = wanted.iter().map(|r| r.start.max(s.vaddr)..r.end.min(end)).collect();
+    merge_ranges(inside, |_| Some(s.vaddr)).into_iter().map(|(_, r)| r).collect()
 }
 
 /// The input, read in order, with its limits.
@@ -283,9 +266,7 @@ fn compact(
 ) -> Vec<u8> {
     let mut entries: Vec<(u64, u32, u64, Piece<'_>)> = Vec::new();
     for &(offset, size) in note_ranges {
-        let start = (offset as usize).min(head.len());
-        let end = (offset.saturating_add(size) as usize).min(head.len());
-        entries.push((PT_NOTE, 0, 0, Piece::Bytes(&head[start..end])));
+        entries.push((PT_NOTE, 0, 0, Piece::Bytes(slice_at(head, offset, size))));
     }
     for s in segments {
         let end = s.vaddr.saturating_add(s.memsz);
