@@ -30,7 +30,7 @@ from typing import Any
 from stackwalk._core import stream_core
 from stackwalk.core import Core
 from stackwalk.errors import StackwalkError
-from stackwalk.signature import signature
+from stackwalk.processor import report_of
 from stackwalk.triage import COLLECT_WORK
 
 # The collector's work area inside the spool: temporary files and the lock (triage passes it
@@ -128,18 +128,13 @@ def _base_name(crash: Crash) -> str:
 
 def _describe(core: Core) -> dict[str, Any]:
     """The record's fields from the core: its program, signal, signature, the crashing
-    thread's frames."""
+    thread's frames (the crashing thread alone walked and named: ``report_of``)."""
     out: dict[str, Any] = {"executable": core.executable, "pid": core.pid}
     if core.signal is not None:
         out["signal"] = core.signal.number
         out["signal_name"] = core.signal.name
-    crashing = core.crashing_tid
-    frames: list[dict[str, Any]] | None = None
-    if crashing is not None:
-        doc = core.to_dict(tids={crashing}, python="mixed")
-        frames = doc["threads"][0]["frames"] if doc["threads"] else None
-    sig = signature(frames, crashed=crashing is not None)
-    out.update(crashing_tid=crashing, signature=sig.text, frames=frames or [])
+    report = report_of(core, crashing_only=True)
+    out.update(crashing_tid=report.crashing_tid, signature=report.signature, frames=report.frames)
     return out
 
 

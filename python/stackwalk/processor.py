@@ -32,7 +32,7 @@ from stackwalk.errors import StackwalkError
 from stackwalk.minidump import Minidump
 from stackwalk.signature import Rules, signature
 
-__all__ = ["Processor", "Report", "parse_size"]
+__all__ = ["Processor", "Report", "parse_size", "report_of"]
 
 _SIZE = re.compile(r"(?P<number>[0-9]+)\s*(?P<unit>[KMGT]?)(?:i?B)?", re.IGNORECASE)
 _UNITS = {"": 0, "K": 10, "M": 20, "G": 30, "T": 40}
@@ -71,6 +71,30 @@ class Report:
     frames: list[dict[str, Any]]
     document: dict[str, Any] = field(repr=False)
     warnings: list[str] = field(default_factory=list)
+
+
+def report_of(core: Core, rules: Rules | None = None, *, crashing_only: bool = False) -> Report:
+    """The report of a crash opened already: every thread walked (with ``crashing_only``, the
+    crashing thread's alone), the crashing one (or, in a dump written on request, the one its
+    exception stream blames) signed with ``rules`` (Socorro's by default)."""
+    crashing = core.crashing_tid
+    if crashing is None:
+        crashing = getattr(core, "blamed_tid", None)
+    tids = {crashing} if crashing_only and crashing is not None else None
+    doc = core.to_dict(tids=tids, python="mixed")
+    thread = next((t for t in doc["threads"] if t["tid"] == crashing), None)
+    frames = thread["frames"] if thread is not None else None
+    sig = signature(frames, rules)
+    return Report(
+        kind="minidump" if isinstance(core, Minidump) else "core",
+        signal=core.signal.name if core.signal is not None else None,
+        crashing_tid=crashing,
+        signature=sig.text,
+        bucket=sig.bucket,
+        frames=frames or [],
+        document=doc,
+        warnings=list(core.warnings),
+    )
 
 
 class Processor:
@@ -145,23 +169,7 @@ class Processor:
         if not core.threads:
             reasons = "; ".join(core.warnings) or "no thread in it"
             raise StackwalkError(f"{path}: no thread could be read ({reasons})")
-        doc = core.to_dict(python="mixed")
-        crashing = core.crashing_tid
-        if crashing is None:
-            crashing = getattr(core, "blamed_tid", None)
-        thread = next((t for t in doc["threads"] if t["tid"] == crashing), None)
-        frames = thread["frames"] if thread is not None else None
-        sig = signature(frames, self._rules)
-        return Report(
-            kind="minidump" if minidump else "core",
-            signal=core.signal.name if core.signal is not None else None,
-            crashing_tid=crashing,
-            signature=sig.text,
-            bucket=sig.bucket,
-            frames=frames or [],
-            document=doc,
-            warnings=list(core.warnings),
-        )
+        return report_of(core, self._rules)
 
     def _keep_to_budget(self) -> None:
         """Above four fifths of the budget, first let the kept files' pages leave memory (what
